@@ -1,0 +1,34 @@
+"""A cluster: `count` devices of one hardware profile, laid out in scale-up domains."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.specs.hardware import HardwareSpec
+
+MAX_DEVICES = 1_000_000  # beyond any machine built so far; larger is an input error
+
+
+class ClusterSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = ""
+    hardware: HardwareSpec
+    count: int = Field(..., ge=1, le=MAX_DEVICES)
+    devices_per_node: int | None = Field(None, ge=1, description="override the profile's node size")
+    domain_size: int | None = Field(None, ge=1, description="override the scale-up domain size")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ClusterSpec":
+        if self.count > 1 and self.count % min(self.node_size, self.count) != 0:
+            raise ValueError(f"{self.count} devices is not a whole number of {self.node_size}-device nodes")
+        return self
+
+    @property
+    def node_size(self) -> int:
+        return self.devices_per_node or self.hardware.devices_per_node
+
+    @property
+    def scale_up_size(self) -> int:
+        """Devices that share the fast fabric (never more than the cluster)."""
+        return min(self.domain_size or self.hardware.scale_up.domain_size, self.count)

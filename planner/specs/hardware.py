@@ -1,0 +1,93 @@
+"""Accelerator (hardware profile) spec. Conventions from shared/reference/specs.md:
+dense (not 2:4 sparse) FLOP/s; per-direction link bandwidth; usable (driver-reported) HBM."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PeakFlops(_Frozen):
+    """Dense peak TFLOP/s per device and dtype; None = dtype not supported in hardware."""
+
+    bf16: float = Field(..., gt=0)
+    fp16: float | None = Field(None, gt=0)
+    fp8: float | None = Field(None, gt=0)
+    fp32: float | None = Field(None, gt=0, description="non-tensor-core FP32 (vector) rate")
+
+
+class ScaleUp(_Frozen):
+    """The fast domain: NVLink/NVSwitch, xGMI, or a TPU ICI slice."""
+
+    kind: Literal["nvswitch", "xgmi_mesh", "ici_torus"]
+    domain_size: int = Field(..., ge=1, description="devices sharing the scale-up fabric")
+    unidir_GBps: float = Field(..., gt=0, description="per-device, per-direction wire bandwidth (GB/s)")
+    ring_busbw_GBps: float | None = Field(
+        None, gt=0, description="measured ring all-reduce/all-gather/reduce-scatter busbw inside the domain"
+    )
+    nvls_allreduce_busbw_GBps: float | None = Field(None, gt=0, description="measured NVLS all-reduce busbw")
+    latency_us: float = Field(..., ge=0, description="per-hop/per-step collective latency (alpha)")
+    source: str = ""
+
+
+class ScaleOut(_Frozen):
+    """The network between scale-up domains: InfiniBand/RoCE NICs, or TPU DCN."""
+
+    kind: Literal["ib", "roce", "ethernet", "dcn"]
+    unidir_GBps_per_device: float = Field(..., gt=0, description="NIC bandwidth per device, per direction")
+    achievable_fraction: float = Field(
+        ..., gt=0, le=1, description="measured busbw / line rate for large ring all-reduces"
+    )
+    latency_us: float = Field(..., ge=0)
+    source: str = ""
+
+
+class TorusSpec(_Frozen):
+    """TPU slice topology rules (shared/reference/specs.md sec. 1.6)."""
+
+    dims: int = Field(..., ge=2, le=3, description="2 for v5e/v6e, 3 for v4/v5p")
+    cube: int = Field(..., ge=1, description="wraparound exists only on axes that are multiples of this")
+    max_axis: int = Field(..., ge=1, description="longest axis of the largest slice")
+    max_slice_chips: int = Field(..., ge=1)
+    chips_per_host: int = Field(..., ge=1)
+
+
+class HardwareSpec(_Frozen):
+    id: str = Field(..., min_length=1)
+    name: str = ""
+    vendor: str = ""
+    aliases: tuple[str, ...] = ()
+    peak_tflops: PeakFlops
+    gemm_efficiency_max: float = Field(
+        ..., gt=0, le=1, description="best-shape measured matmul / dense peak (MAMF, BF16)"
+    )
+    gemm_efficiency_max_fp8: float | None = Field(None, gt=0, le=1)
+    hbm_capacity_gib: float = Field(..., gt=0, description="usable HBM as the driver reports it")
+    hbm_bandwidth_GBps: float = Field(..., gt=0)
+    devices_per_node: int = Field(..., ge=1, description="devices per OS node / host")
+    scale_up: ScaleUp
+    scale_out: ScaleOut
+    torus: TorusSpec | None = None
+    source: str = ""
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "HardwareSpec":
+        if self.torus is None and self.scale_up.kind == "ici_torus":
+            raise ValueError("an ICI-torus accelerator needs `torus` rules")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a training dtype; fp8 falls back to bf16 where unsupported."""
+        p = self.peak_tflops
+        tf = {"bf16": p.bf16, "fp16": p.fp16 or p.bf16, "fp8": p.fp8 or p.bf16, "fp32": p.fp32 or p.bf16}[dtype]
+        return tf * 1e12
+
+    @property
+    def hbm_capacity_bytes(self) -> float:
+        return self.hbm_capacity_gib * 2**30

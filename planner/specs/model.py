@@ -1,0 +1,117 @@
+"""Model architecture spec: everything the cost model needs, nothing it does not.
+
+Field names are the planner's own (normalised); `planner.hf_import` maps Hugging Face
+`config.json` fields onto them. Every knob is documented where it is declared.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MLASpec(_Frozen):
+    """Multi-head latent attention (DeepSeek-V2 paper, arXiv 2405.04434, sec. 2.1)."""
+
+    q_lora_rank: int | None = Field(None, ge=1, description="low-rank query compression; None = full q_proj")
+    kv_lora_rank: int = Field(..., ge=1, description="latent KV dimension d_c")
+    qk_nope_head_dim: int = Field(..., ge=1, description="per-head non-rotary q/k dimension")
+    qk_rope_head_dim: int = Field(..., ge=0, description="decoupled rotary q/k dimension (shared k_rope)")
+    v_head_dim: int = Field(..., ge=1, description="per-head value dimension")
+
+
+class MoESpec(_Frozen):
+    """Mixture-of-experts FFN (Switch/GShard style token routing)."""
+
+    num_experts: int = Field(..., ge=1, description="routed experts per MoE layer")
+    top_k: int = Field(..., ge=1, description="routed experts per token")
+    expert_ffn_hidden_size: int = Field(..., ge=1, description="FFN width of one routed expert")
+    num_shared_experts: int = Field(0, ge=0, description="always-on shared experts (DeepSeekMoE)")
+    shared_expert_ffn_hidden_size: int | None = Field(
+        None, ge=1, description="FFN width of one shared expert (default: expert_ffn_hidden_size)"
+    )
+    first_k_dense: int = Field(0, ge=0, description="leading layers with a dense FFN instead of MoE")
+    layer_freq: int = Field(1, ge=1, description="every layer_freq-th layer (after first_k_dense) is MoE")
+    router_bias: bool = Field(False, description="router has a per-expert bias (gpt-oss; DeepSeek-V3 correction bias)")
+    expert_bias: bool = Field(False, description="expert matrices carry biases (gpt-oss)")
+    shared_expert_gate: bool = Field(False, description="sigmoid gate h->1 on the shared expert (Qwen2-MoE)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "MoESpec":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k ({self.top_k}) exceeds num_experts ({self.num_experts})")
+        return self
+
+
+class ModelSpec(_Frozen):
+    """A decoder-only transformer. Sizes are per layer unless the name says otherwise."""
+
+    name: str = Field(..., min_length=1)
+    family: str = Field("custom", description="architecture family (HF model_type where imported)")
+    num_layers: int = Field(..., ge=1, le=100_000)
+    hidden_size: int = Field(..., ge=1, le=1_000_000)
+    num_heads: int = Field(..., ge=1, le=100_000)
+    num_kv_heads: int = Field(..., ge=1, le=100_000, description="= num_heads for MHA, 1 for MQA, between for GQA")
+    head_dim: int = Field(..., ge=1, le=100_000, description="per-head q/k/v width (not hidden/heads for Qwen3, Gemma 2, gpt-oss)")
+    ffn_hidden_size: int = Field(..., ge=1, le=10_000_000, description="dense FFN width (per matrix)")
+    vocab_size: int = Field(..., ge=1, le=100_000_000)
+    max_position_embeddings: int = Field(4096, ge=1)
+    mlp_type: Literal["gated", "plain"] = Field(
+        "gated", description="gated = 3 matrices (SwiGLU/GeGLU gate, up, down); plain = 2 (GELU/ReLU^2 up, down)"
+    )
+    activation: str = Field("silu", description="informational: silu, gelu, gelu_tanh, relu2, ...")
+    norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norms_per_layer: int = Field(2, ge=0, description="2 for pre-norm; 4 for Gemma 2 (pre+post)")
+    qkv_bias: bool = False
+    attn_out_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = Field(False, description="per-head RMSNorm on q and k (Qwen3)")
+    attention_sinks: bool = Field(False, description="one learned sink logit per head (gpt-oss)")
+    tied_embeddings: bool = False
+    position_embedding: Literal["rope", "learned", "alibi", "none"] = "rope"
+    embedding_norm: bool = Field(False, description="LayerNorm after the embedding (BLOOM)")
+    parallel_attn_mlp: bool = Field(False, description="attention and MLP read the same input (GPT-J/Falcon/NeoX)")
+    sliding_window: int | None = Field(None, ge=1, description="local attention window, tokens")
+    num_sliding_layers: int = Field(0, ge=0, description="layers that use the sliding window (rest attend globally)")
+    mla: MLASpec | None = None
+    moe: MoESpec | None = None
+    source: str = Field("", description="where the architecture numbers come from")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSpec":
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) is not a multiple of num_kv_heads ({self.num_kv_heads})")
+        if self.num_sliding_layers > self.num_layers:
+            raise ValueError("num_sliding_layers exceeds num_layers")
+        if self.num_sliding_layers and self.sliding_window is None:
+            raise ValueError("num_sliding_layers > 0 needs sliding_window")
+        if self.moe is not None and self.moe.first_k_dense > self.num_layers:
+            raise ValueError("moe.first_k_dense exceeds num_layers")
+        return self
+
+    # -- derived structure (pure functions of the fields) ---------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Layer i (0-based) has an MoE FFN (HF DeepSeek/Qwen-MoE rule)."""
+        m = self.moe
+        return m is not None and i >= m.first_k_dense and (i - m.first_k_dense) % m.layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers)) if self.moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def ffn_matrices(self) -> int:
+        return 3 if self.mlp_type == "gated" else 2

@@ -1,0 +1,57 @@
+"""The parallel plan: every knob the search sets or the user fixes.
+
+Conventions follow Megatron-core's `ModelParallelConfig`: ranks are ordered tp -> cp -> ep/dp -> pp,
+N = tp * pp * cp * dp, and expert parallelism is carved out of dp * cp.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "interleaved", "gpipe", "zb"]
+CpComm = Literal["ring", "a2a"]
+
+
+class ParallelPlan(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(1, ge=1, description="tensor-parallel size (Megatron column/row split)")
+    pp: int = Field(1, ge=1, description="pipeline stages")
+    dp: int = Field(1, ge=1, description="data-parallel ranks, ZeRO/FSDP-sharded ones included")
+    cp: int = Field(1, ge=1, description="context-parallel size (sequence split across ranks)")
+    ep: int = Field(1, ge=1, description="expert-parallel size, carved out of dp*cp")
+    etp: int = Field(1, ge=1, description="expert tensor-parallel size (Megatron --expert-tensor-parallel-size)")
+    vpp: int = Field(1, ge=1, description="virtual stages per pipeline rank (interleaved schedule when > 1)")
+    micro_batch: int = Field(1, ge=1, description="sequences per micro-batch per DP rank")
+    zero_stage: int = Field(1, ge=0, le=3, description="0 none, 1 optimizer (= Megatron distributed optimizer), "
+                            "2 + gradients, 3 + parameters (FSDP full shard)")
+    zero_shard_size: int | None = Field(None, ge=1, description="hybrid sharding: ZeRO shards within groups of this "
+                                        "many DP ranks and replicates across them (HSDP); None = all of dp")
+    recompute: Recompute = Field("none", description="activation recompute: none, selective (attention core), full")
+    recompute_layers: int | None = Field(None, ge=0, description="with full: layers per stage recomputed (None = all)")
+    sequence_parallel: bool = Field(True, description="Megatron sequence parallelism (only meaningful with tp > 1)")
+    schedule: Schedule = "1f1b"
+    cp_comm: CpComm = Field("ring", description="ring = p2p K/V rotation; a2a = Ulysses all-to-all")
+    first_stage_layers: int | None = Field(None, ge=0, description="uneven PP: layers on the first stage")
+    last_stage_layers: int | None = Field(None, ge=0, description="uneven PP: layers on the last stage")
+    offload_optimizer: bool = Field(False, description="optimizer states and step on the CPU (ZeRO-Offload)")
+    tp_comm_overlap: bool = Field(False, description="overlap TP collectives with GEMMs (Megatron/TE userbuffers)")
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel size: replicas of each expert shard (Megatron: dp*cp*tp/(ep*etp))."""
+        return max(1, (self.dp * self.cp * self.tp) // (self.ep * self.etp))
+
+    def knobs(self) -> dict:
+        return self.model_dump()
