@@ -1,0 +1,361 @@
+"""Pipeline schedules as timed events: who computes what, when, on each pipeline stage.
+
+`schedule_events` fixes the order in which each pipeline rank runs its forward (F) and backward
+(B, and W for zero-bubble) passes, as the real schedules do, then simulates the data
+dependencies between ranks:
+
+* F of micro-batch i on virtual stage k starts after F of i on virtual stage k-1 ends;
+* B of i on virtual stage k starts after B of i on k+1 ends (on the last virtual stage, after
+  its own F);
+* W (zero-bubble only) of i on k starts after B of i on k;
+* a rank runs one pass at a time, in its schedule's order.
+
+Start times, the makespan and the bubbles are therefore emergent, not formulas. Sends are
+non-blocking with unbounded buffers, and `p2p_s` (default 0) is added to every dependency that
+crosses ranks. With vpp > 1, rank s holds model chunks c = 0..vpp-1, i.e. virtual stages
+c*pp + s (Megatron's interleaved layout).
+
+Schedules
+---------
+gpipe        all forwards, then all backwards (Huang et al. 2019, GPipe, arXiv 1811.06965).
+1f1b         PipeDream-Flush: pp-s-1 warm-up forwards, then one forward / one backward
+             (Narayanan et al. 2021, SC21, arXiv 2104.04473, sec. 2.2.1).
+interleaved  1F1B over vpp model chunks per rank (Narayanan et al. 2021, sec. 2.2.2); the
+             order follows Megatron-core's `forward_backward_pipelining_with_interleaving`
+             (micro-batch groups of pp, warm-up 2*(pp-s-1) + (vpp-1)*pp).
+zb           ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241,
+             sec. 3): backward split into B (input gradient) and W (weight gradient); rank s
+             defers s W passes to the cool-down, which cuts the 1F1B bubble to
+             (pp-1)(F+B-W) at the same peak memory. The order is the reference ZB-H1 schedule
+             (warm-up F, then s x (F,B), then (F,B,W) steady state, then (B,W), then the deferred W).
+
+`fwd_s[s]` / `bwd_s[s]` are the times of one micro-batch's full forward / backward on rank s
+(all its chunks, as the cost model reports them); each chunk takes 1/vpp of it. For zb,
+B = (1 - w_fraction) * bwd and W = w_fraction * bwd (the paper's T_B ~ T_W gives 0.5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner.errors import InputError
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb")
+KINDS = ("F", "B", "W")
+
+
+@dataclass(frozen=True)
+class Event:
+    stage: int  # pipeline rank, 0 = first
+    kind: str  # "F", "B" (the whole backward, or only the input-gradient part for zb) or "W"
+    microbatch: int
+    chunk: int  # model chunk on this rank (0 unless vpp > 1)
+    start_s: float
+    end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+Op = tuple[str, int, int]  # (kind, microbatch, chunk)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-rank orders
+# ---------------------------------------------------------------------------------------------
+def _interleaved_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """Megatron-core `get_schedule_table`: (microbatch, chunk) in the order forwards are issued."""
+    table: list[tuple[int, int]] = []
+    for lo in range(0, m, group):
+        hi = min(lo + group, m)  # the last group takes whatever is left
+        table.extend((mb, c) for c in range(v) for mb in range(lo, hi))
+    return table
+
+
+def stage_orders(pp: int, vpp: int, num_microbatches: int, schedule: str) -> list[list[Op]]:
+    """The order in which each rank runs its passes, as (kind, microbatch, chunk) tuples."""
+    pp, vpp, m, schedule = _check(pp, vpp, num_microbatches, schedule)
+    orders: list[list[Op]] = []
+    if schedule == "gpipe":
+        table = _interleaved_table(m, vpp, pp)
+        for _ in range(pp):
+            fw = [("F", mb, c) for mb, c in table]
+            bw = [("B", mb, vpp - 1 - c) for mb, c in table]
+            orders.append(fw + bw)
+        return orders
+    if schedule == "zb":
+        for s in range(pp):
+            order: list[Op] = []
+            f = b = w = 0
+            for _ in range(min(pp - s - 1, m)):  # warm-up, as 1F1B
+                order.append(("F", f, 0))
+                f += 1
+            for _ in range(s):  # F + B, W deferred (s of them on rank s)
+                if f == m:
+                    break
+                order += [("F", f, 0), ("B", b, 0)]
+                f += 1
+                b += 1
+            while f < m:  # steady state: F, B, W
+                order += [("F", f, 0), ("B", b, 0), ("W", w, 0)]
+                f += 1
+                b += 1
+                w += 1
+            while b < m:  # cool-down: B, W
+                order += [("B", b, 0), ("W", w, 0)]
+                b += 1
+                w += 1
+            while w < m:  # the deferred W fill the tail bubble
+                order.append(("W", w, 0))
+                w += 1
+            orders.append(order)
+        return orders
+    if vpp == 1:  # 1f1b, or interleaved with a single chunk
+        for s in range(pp):
+            warm = min(pp - s - 1, m)
+            order = [("F", i, 0) for i in range(warm)]
+            for i in range(m - warm):
+                order += [("F", warm + i, 0), ("B", i, 0)]
+            order += [("B", i, 0) for i in range(m - warm, m)]
+            orders.append(order)
+        return orders
+    # interleaved 1F1B (Megatron-core): k-th forward = table[k], k-th backward = table[k] with the
+    # chunk mirrored.
+    table = _interleaved_table(m, vpp, pp)
+    total = m * vpp
+    for s in range(pp):
+        warm = min((pp - s - 1) * 2 + (vpp - 1) * pp, total)
+        order = [("F", *table[k]) for k in range(warm)]
+        for k in range(total - warm):
+            mb, c = table[k + warm]
+            order.append(("F", mb, c))
+            mb, c = table[k]
+            order.append(("B", mb, vpp - 1 - c))
+        for k in range(total - warm, total):
+            mb, c = table[k]
+            order.append(("B", mb, vpp - 1 - c))
+        orders.append(order)
+    return orders
+
+
+def _check(pp, vpp, m, schedule) -> tuple[int, int, int, str]:
+    for name, x in (("pp", pp), ("vpp", vpp), ("num_microbatches", m)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise InputError(f"{name} must be a positive integer, got {x!r}")
+    schedule = str(schedule).lower()
+    if schedule not in SCHEDULES:
+        raise InputError(f"unknown pipeline schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
+    if schedule == "1f1b" and vpp > 1:
+        schedule = "interleaved"  # Megatron runs the interleaved schedule whenever vpp > 1
+    if schedule == "interleaved" and vpp > 1 and m % pp:
+        # Megatron-core's forward_backward_pipelining_with_interleaving raises the same error
+        raise InputError(f"interleaved schedule needs num_microbatches ({m}) divisible by pp ({pp})")
+    if schedule == "zb" and vpp > 1:
+        raise InputError("the zb (ZB-H1) schedule is modelled for vpp = 1 only")
+    return pp, vpp, m, schedule
+
+
+def _per_stage(name: str, x: float | Sequence[float], pp: int) -> list[float]:
+    vals = [x] * pp if isinstance(x, (int, float)) and not isinstance(x, bool) else list(x)
+    if len(vals) != pp:
+        raise InputError(f"{name} has {len(vals)} entries for {pp} pipeline stages")
+    out = []
+    for v in vals:
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            raise InputError(f"{name} entries must be numbers, got {v!r}") from None
+        if not math.isfinite(v) or v < 0:
+            raise InputError(f"{name} entries must be non-negative and finite, got {v!r}")
+        out.append(v)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulation
+# ---------------------------------------------------------------------------------------------
+def schedule_events(
+    pp: int,
+    vpp: int,
+    num_microbatches: int,
+    schedule: str,
+    fwd_s: float | Sequence[float],
+    bwd_s: float | Sequence[float],
+    *,
+    w_fraction: float = 0.5,
+    p2p_s: float = 0.0,
+) -> list[Event]:
+    """Simulate one optimizer step's pipeline; events sorted by (start, stage)."""
+    pp, vpp, m, sched = _check(pp, vpp, num_microbatches, schedule)
+    fwd = _per_stage("fwd_s", fwd_s, pp)
+    bwd = _per_stage("bwd_s", bwd_s, pp)
+    if not (0.0 <= w_fraction < 1.0):
+        raise InputError(f"w_fraction must be in [0, 1), got {w_fraction!r}")
+    if not (math.isfinite(p2p_s) and p2p_s >= 0):
+        raise InputError(f"p2p_s must be non-negative, got {p2p_s!r}")
+    split = sched == "zb"
+    dur = {}
+    for s in range(pp):
+        f, b = fwd[s] / vpp, bwd[s] / vpp
+        dur[s] = {"F": f, "B": b * (1.0 - w_fraction) if split else b, "W": b * w_fraction}
+
+    orders = stage_orders(pp, vpp, m, sched)
+    nv = pp * vpp
+    end: dict[tuple[str, int, int], float] = {}  # (kind, microbatch, virtual stage) -> end time
+    clock = [0.0] * pp
+    ptr = [0] * pp
+    events: list[Event] = []
+
+    def ready_at(kind: str, mb: int, vs: int, s: int) -> float | None:
+        if kind == "F":
+            if vs == 0:
+                return 0.0
+            dep, dep_rank = ("F", mb, vs - 1), (vs - 1) % pp
+        elif kind == "B":
+            dep, dep_rank = (("F", mb, vs), s) if vs == nv - 1 else (("B", mb, vs + 1), (vs + 1) % pp)
+        else:
+            dep, dep_rank = ("B", mb, vs), s
+        t = end.get(dep)
+        if t is None:
+            return None
+        return t + (p2p_s if dep_rank != s else 0.0)
+
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for s in range(pp):
+            order = orders[s]
+            while ptr[s] < len(order):
+                kind, mb, c = order[ptr[s]]
+                vs = c * pp + s
+                t = ready_at(kind, mb, vs, s)
+                if t is None:
+                    break
+                start = max(clock[s], t)
+                stop = start + dur[s][kind]
+                end[(kind, mb, vs)] = stop
+                clock[s] = stop
+                events.append(Event(s, kind, mb, c, start, stop))
+                ptr[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # an order that waits on itself; cannot happen for the schedules above
+            raise RuntimeError(f"pipeline schedule {sched} deadlocked (pp={pp}, vpp={vpp}, m={m})")
+    events.sort(key=lambda e: (e.start_s, e.stage))
+    return events
+
+
+def pipeline_events(pipeline: dict, **kwargs) -> list[Event]:
+    """`schedule_events` from a plan's "pipeline" block of the `--json` schema."""
+    try:
+        return schedule_events(
+            int(pipeline.get("pp", 1)),
+            int(pipeline.get("vpp", 1)),
+            int(pipeline["num_microbatches"]),
+            str(pipeline.get("schedule", "1f1b")),
+            pipeline["fwd_s_per_microbatch"],
+            pipeline["bwd_s_per_microbatch"],
+            **kwargs,
+        )
+    except KeyError as e:
+        raise InputError(f"pipeline block has no {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise InputError(f"malformed pipeline block: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements on events
+# ---------------------------------------------------------------------------------------------
+def num_stages(events: Sequence[Event]) -> int:
+    return 1 + max((e.stage for e in events), default=-1)
+
+
+def makespan_s(events: Sequence[Event]) -> float:
+    """Time from the first pass starting to the last one ending (one step's pipeline phase)."""
+    if not events:
+        return 0.0
+    return max(e.end_s for e in events) - min(e.start_s for e in events)
+
+
+def busy_s(events: Sequence[Event], pp: int | None = None) -> list[float]:
+    """Compute time per stage."""
+    out = [0.0] * (pp or num_stages(events))
+    for e in events:
+        out[e.stage] += e.duration_s
+    return out
+
+
+def idle_intervals(events: Sequence[Event], pp: int | None = None) -> list[list[tuple[float, float]]]:
+    """Per stage, the gaps (start, end) within [0, makespan] where it computes nothing: the bubbles."""
+    pp = pp or num_stages(events)
+    span_end = max((e.end_s for e in events), default=0.0)
+    by_stage: list[list[Event]] = [[] for _ in range(pp)]
+    for e in events:
+        by_stage[e.stage].append(e)
+    gaps: list[list[tuple[float, float]]] = []
+    eps = 1e-12 * max(span_end, 1.0)
+    for evs in by_stage:
+        evs.sort(key=lambda e: e.start_s)
+        t, mine = 0.0, []
+        for e in evs:
+            if e.start_s > t + eps:
+                mine.append((t, e.start_s))
+            t = max(t, e.end_s)
+        if span_end > t + eps:
+            mine.append((t, span_end))
+        gaps.append(mine)
+    return gaps
+
+
+def bubble_fraction(events: Sequence[Event]) -> float:
+    """Idle time over compute time, summed over stages (Narayanan et al. 2021's t_pb / t_id).
+
+    For uniform stages this is the familiar (pp-1)/m for GPipe and 1F1B, (pp-1)/(vpp*m) for
+    interleaved 1F1B.
+    """
+    busy = busy_s(events)
+    total_busy = sum(busy)
+    if total_busy <= 0:
+        return 0.0
+    span = makespan_s(events)
+    return (span * len(busy) - total_busy) / total_busy
+
+
+def peak_in_flight(events: Sequence[Event], pp: int | None = None) -> list[int]:
+    """Per stage, the most micro-batch chunks whose forward has started and whose backward
+    (B, and W for zb) has not finished: the activations that stage holds at its peak."""
+    pp = pp or num_stages(events)
+    split = any(e.kind == "W" for e in events)
+    last = "W" if split else "B"
+    timeline: list[list[tuple[float, int]]] = [[] for _ in range(pp)]
+    for e in events:
+        if e.kind == "F":
+            timeline[e.stage].append((e.start_s, 1))
+        elif e.kind == last:
+            timeline[e.stage].append((e.end_s, -1))
+    peaks = []
+    for pts in timeline:
+        pts.sort(key=lambda x: (x[0], x[1]))  # at equal times, frees before allocations
+        cur = peak = 0
+        for _, d in pts:
+            cur += d
+            peak = max(peak, cur)
+        peaks.append(peak)
+    return peaks
+
+
+def analytic_bubble_fraction(pp: int, vpp: int, num_microbatches: int, schedule: str, *,
+                             w_fraction: float = 0.5, fwd_bwd_ratio: float = 0.5) -> float:
+    """Closed-form bubble fraction for uniform stages, to check the simulation against.
+
+    gpipe / 1f1b: (p-1)/m and interleaved: (p-1)/(v m) (Narayanan et al. 2021, sec. 2.2);
+    zb (ZB-H1): (p-1)(F+B-W) / (m (F+B+W)) (Qi et al. 2023, sec. 3), with F = fwd_bwd_ratio * bwd.
+    """
+    pp, vpp, m, schedule = _check(pp, vpp, num_microbatches, schedule)
+    if schedule == "zb":
+        f, b, w = fwd_bwd_ratio, 1.0 - w_fraction, w_fraction
+        return (pp - 1) * (f + b - w) / (m * (f + b + w))
+    return (pp - 1) / (vpp * m)
