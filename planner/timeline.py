@@ -146,6 +146,8 @@ def _check(pp, vpp, m, schedule) -> tuple[int, int, int, str]:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise InputError(f"{name} must be a positive integer, got {x!r}")
     schedule = str(schedule).lower()
+    if schedule == "none" and pp == 1:  # the cost model's label for a plan without pipelining
+        schedule = "1f1b"
     if schedule not in SCHEDULES:
         raise InputError(f"unknown pipeline schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
     if schedule == "1f1b" and vpp > 1:

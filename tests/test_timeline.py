@@ -213,6 +213,12 @@ def test_pipeline_events_from_json_block():
     assert makespan_s(ev) == pytest.approx(66.0)
     with pytest.raises(InputError):
         pipeline_events({"pp": 4})
+    # the cost model labels a plan without pipelining schedule "none"
+    one = pipeline_events({"pp": 1, "vpp": 1, "num_microbatches": 4, "schedule": "none",
+                           "fwd_s_per_microbatch": [1.0], "bwd_s_per_microbatch": [2.0]})
+    assert makespan_s(one) == pytest.approx(12.0) and bubble_fraction(one) == 0.0
+    with pytest.raises(InputError):
+        schedule_events(4, 1, 8, "none", F, B)
 
 
 @pytest.mark.parametrize("args", [
