@@ -8,7 +8,7 @@ _PKG = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """`name` is `model_specs` or `hardware_profiles`."""
+    """`name` is `model_specs`, `hardware_profiles` or `runs` (the project copy of the dev runs)."""
     installed = _PKG / "_data" / name
     if installed.is_dir():
         return installed

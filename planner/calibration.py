@@ -1,0 +1,55 @@
+"""Every calibrated constant of the cost model, in one place, each with its evidence.
+
+Rules: few constants, each physically meaningful; fitted on the development runs
+(shared/reference/known_runs_dev.yaml) as a whole, never per run. docs/cost-model.md explains
+the fit and its residuals.
+"""
+
+from __future__ import annotations
+
+# --- compute ---------------------------------------------------------------------------------
+# Real transformer GEMMs reach this fraction of the best-shape MAMF ceiling in hardware.yaml
+# (measured_gemm). Fitted on the dev runs; consistent with Megatron-core's 47% MFU on H100
+# (hardware.yaml mfu_anchors) against an 80% MAMF ceiling.
+GEMM_SHAPE_DERATE = 0.90
+# GEMM efficiency falls as the smallest per-device matrix dimension shrinks (tile quantisation, wave
+# effects): eff = eff_max * derate * d / (d + GEMM_DIM_HALF). Fitted; d=GEMM_DIM_HALF loses half.
+GEMM_DIM_HALF = 96.0
+# FlashAttention-2 reaches 50-73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691,
+# sec. 4.1); relative to the ~87% GEMM ceiling that is about 0.75 of GEMM efficiency.
+ATTN_REL_EFFICIENCY = 0.75
+# FP8 GEMMs: fraction of the FP8 MAMF ceiling reached by real shapes relative to BF16 (per-tensor
+# scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted.
+FP8_DERATE = 0.80
+# Memory-bound elementwise work (norms, activations, residuals, rope, casts) per token per layer,
+# in units of hidden-size elements read+written, after framework fusion. Counted from the
+# unfused op list (2 norms 4h, 2 residual adds 6h, rope, bias) and halved for fusion.
+ELEMENTWISE_BYTES_FACTOR = 1.0
+
+# --- communication -----------------------------------------------------------------------------
+# Ring collectives reach ~80% of the per-direction NVLink rate (specs.md 1.3: A100 78%, H100 82%).
+RING_WIRE_FRACTION = 0.80
+# TPU ICI: fraction of the per-chip per-direction ICI rate a 1-D ring collective gets (no measured
+# TPU collective in the reference data: same 80% as NVLink rings, stated as an assumption).
+ICI_BUS_FRACTION = 0.80
+# Fraction of MoE all-to-all time hidden under computation (Megatron overlaps the combine of one
+# chunk with the next chunk's expert GEMMs only partially; DeepSeek's DualPipe hides nearly all).
+EP_OVERLAP_FRACTION = 0.0
+# Fraction of the data-parallel gradient reduce-scatter / all-reduce that overlaps with the last
+# micro-batch's backward (Megatron --overlap-grad-reduce; FSDP2 per-layer reduce-scatter).
+DP_OVERLAP_FRACTION = 0.8
+
+# --- memory ------------------------------------------------------------------------------------
+# CUDA context + NCCL buffers + allocator fragmentation, per device. NCCL allocates per-communicator
+# buffers (NCCL_BUFFSIZE 4 MiB x channels x peers) and the CUDA context takes ~0.5 GiB.
+FRAMEWORK_OVERHEAD_GIB = {"megatron": 3.0, "fsdp": 2.0, "deepspeed": 3.0, "maxtext": 1.0}
+# The caching allocator's reserved/allocated ratio at peak (torch.cuda.max_memory_reserved vs
+# max_memory_allocated); torchtitan reports reserved memory. Fitted on the torchtitan rows.
+ALLOCATOR_FRAGMENTATION = 1.05
+# Memory left free for the driver and transient spikes when deciding whether a plan fits.
+FIT_RESERVE_GIB = 1.0
+
+# --- host link ----------------------------------------------------------------------------------
+# PCIe x16 per-direction rates (hardware.yaml links.pcie_x16_unidir_GBps: gen4 31, gen5 63), used for
+# optimizer offload traffic; A100 hosts are gen4, H100 and later gen5.
+PCIE_UNIDIR_GBPS = {"gen4": 31.0, "gen5": 63.0}

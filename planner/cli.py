@@ -1,0 +1,317 @@
+"""The `plan` command: a thin click layer over catalogs, cost model, search and emitters."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from planner import __version__
+from planner.errors import PlannerError
+
+KNOB_FLAGS = {  # flag -> ParallelPlan knob
+    "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "vpp": "vpp",
+    "mbs": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "sp": "sequence_parallel",
+    "schedule": "schedule", "cp_comm": "cp_comm", "recompute_layers": "recompute_layers",
+    "zero_shard": "zero_shard_size", "offload": "offload_optimizer",
+}
+
+
+def _positive(ctx, param, value):
+    if value is not None and not isinstance(value, (bool, str, tuple)) and value < 1:
+        raise click.BadParameter("must be a positive integer")
+    return value
+
+
+def plan_options(f):
+    """Options shared by every command that builds a plan."""
+    opts = [
+        click.option("--model", "model_arg", metavar="NAME|FILE", help="catalog name/alias, model spec YAML/JSON, or HF config.json"),
+        click.option("--cluster", "cluster_arg", metavar="HWxN|FILE", help="<hardware>x<count> (a100x64) or a cluster spec file"),
+        click.option("--seq-len", type=int, callback=_positive, help="sequence length in tokens (default 4096)"),
+        click.option("--gbs", type=int, callback=_positive, help="global batch in sequences (default: ~4M tokens)"),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
+        click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]), default="megatron",
+                     show_default=True, help="whose memory/overlap behaviour to model"),
+        click.option("--tp", type=int, callback=_positive), click.option("--pp", type=int, callback=_positive),
+        click.option("--dp", type=int, callback=_positive), click.option("--cp", type=int, callback=_positive),
+        click.option("--ep", type=int, callback=_positive), click.option("--etp", type=int, callback=_positive),
+        click.option("--vpp", type=int, callback=_positive), click.option("--mbs", type=int, callback=_positive),
+        click.option("--zero", type=click.IntRange(0, 3)),
+        click.option("--zero-shard", type=int, callback=_positive, help="hybrid sharding group size (HSDP)"),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"])),
+        click.option("--recompute-layers", type=click.IntRange(0, None), help="with full: layers per stage recomputed"),
+        click.option("--sp/--no-sp", default=None, help="sequence parallelism (with TP)"),
+        click.option("--schedule", type=click.Choice(["1f1b", "interleaved", "gpipe", "zb"])),
+        click.option("--cp-comm", type=click.Choice(["ring", "a2a"])),
+        click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
+        click.option("--max-tp", type=int, callback=_positive, help="largest TP to consider (default: scale-up domain)"),
+        click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device"),
+        click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True),
+        click.option("--debug", is_flag=True, help="show a traceback on errors"),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _handle_errors(f):
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        debug = kwargs.get("debug") or os.environ.get("PLANNER_DEBUG") == "1"
+        try:
+            return f(*args, **kwargs)
+        except PlannerError as e:
+            if debug:
+                raise
+            click.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except (KeyboardInterrupt, BrokenPipeError):
+            sys.exit(130)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except Exception as e:  # never a traceback unless asked
+            if debug:
+                raise
+            msg = " ".join(str(e).split())[:300]
+            click.echo(f"error: internal error ({type(e).__name__}: {msg}); rerun with --debug and report it", err=True)
+            sys.exit(1)
+    return wrapper
+
+
+def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework):
+    from planner.errors import InputError
+    from planner.hardware_catalog import parse_cluster
+    from planner.model_catalog import load_model
+    from planner.specs import TrainingSpec
+
+    if not model_arg:
+        raise InputError("missing --model: give a catalog name (see `plan models`), a spec file or a config.json")
+    if not cluster_arg:
+        raise InputError("missing --cluster: give <hardware>x<count> such as a100x64 (see `plan clusters`) or a file")
+    model = load_model(model_arg)
+    cluster = parse_cluster(cluster_arg)
+    seq = seq_len or 4096
+    if gbs is None:
+        gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
+    try:
+        train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=dtype, framework=framework)
+    except ValueError as e:
+        raise InputError(" ".join(str(e).split())) from None
+    return model, cluster, train
+
+
+def fixed_knobs(kw: dict) -> dict[str, Any]:
+    return {knob: kw[flag] for flag, knob in KNOB_FLAGS.items() if kw.get(flag) is not None}
+
+
+def model_doc(ctx) -> dict:
+    m, p = ctx.model, ctx.params
+    return {"name": m.name, "family": m.family, "params_total": p.total, "params_active": p.active,
+            "params_embedding": p.embedding, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+            "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads, "moe": m.moe is not None}
+
+
+def cluster_doc(ctx) -> dict:
+    c, hw = ctx.cluster, ctx.cluster.hardware
+    return {"name": c.name or f"{hw.id}x{c.count}", "hardware": hw.id, "count": c.count,
+            "devices_per_node": c.node_size, "scale_up_domain": c.scale_up_size,
+            "hbm_capacity_gib": hw.hbm_capacity_gib, "peak_tflops_bf16": hw.peak_tflops.bf16}
+
+
+def run_search(kw: dict):
+    """Search with the command's options; returns (ctx, result, doc)."""
+    from planner.cost import Context
+    from planner.errors import InputError, NoFeasiblePlan
+    from planner.explain import reason
+    from planner.search import SearchOptions, search
+    from planner.specs import ParallelPlan
+
+    model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
+                                         kw["dtype"], kw["framework"])
+    fixed = fixed_knobs(kw)
+    try:
+        ParallelPlan(**{k: v for k, v in fixed.items()})
+    except ValueError as e:
+        raise InputError(" ".join(str(e).split())) from None
+    if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
+        fixed["schedule"] = "interleaved"
+    ctx = Context(model, cluster, train)
+    t0 = time.perf_counter()
+    res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),
+                                    memory_headroom_gib=kw.get("memory_headroom") or 0.0))
+    seconds = time.perf_counter() - t0
+    if not res.plans:
+        raise NoFeasiblePlan(nothing_fits_message(ctx, res, kw.get("memory_headroom") or 0.0))
+    plans = []
+    for ev in res.plans:
+        d = ev.to_dict()
+        d["reason"] = reason(ctx, ev)
+        plans.append(d)
+    doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
+           "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
+                        "framework": train.framework},
+           "plans": plans,
+           "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
+                      "pruned": res.pruned, "seconds": seconds}}
+    return ctx, res, doc
+
+
+def nothing_fits_message(ctx, res, headroom: float) -> str:
+    from planner import calibration as cal
+
+    cap = ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
+    low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
+    return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
+            f"smallest peak any plan reaches is {low}. Try more devices, --recompute full, --zero 3, "
+            f"--offload, a shorter --seq-len, or an accelerator with more memory")
+
+
+def emit_doc(doc: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=float))
+    else:
+        from planner.render import print_plan_doc
+        print_plan_doc(doc)
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@plan_options
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of tables")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="write launch configs for the chosen plan here")
+@click.option("--emit", "emit", multiple=True, type=click.Choice(["megatron", "deepspeed", "maxtext", "jax", "torchtitan"]),
+              help="launchers to write (default: all that can express the plan)")
+@click.option("--rank", type=click.IntRange(1, 100), default=1, show_default=True, help="which ranked plan --out writes")
+@click.option("--force", is_flag=True, help="overwrite a non-empty --out directory")
+@click.version_option(__version__, "--version", prog_name="plan")
+@click.pass_context
+@_handle_errors
+def main(cctx, as_json, out_dir, emit, rank, force, **kw):
+    """Plan the parallel layout of a training run: `plan --model llama-70b --cluster a100x64`."""
+    if cctx.invoked_subcommand is not None:
+        return
+    if not kw.get("model_arg") and not kw.get("cluster_arg"):
+        click.echo(cctx.get_help())
+        return
+    ctx, res, doc = run_search(kw | {"top_k": max(kw["top_k"], rank)})
+    if out_dir:
+        _write_out(ctx, doc, out_dir, rank, set(emit) or None, force, quiet=as_json)
+    emit_doc(doc, as_json)
+
+
+def _write_out(ctx, doc, out_dir, rank, emit, force, quiet):
+    from planner.emit import emit_all, write_launch_configs
+    from planner.errors import InputError
+    from planner.specs import ParallelPlan
+
+    if rank > len(doc["plans"]):
+        raise InputError(f"--rank {rank}: only {len(doc['plans'])} plans were found")
+    chosen = doc["plans"][rank - 1]
+    plan = ParallelPlan(**chosen["plan"])
+    pred = dict(chosen) | {"model": doc["model"], "cluster": doc["cluster"], "training": doc["training"]}
+    files, skipped = emit_all(ctx.model, ctx.cluster, ctx.train, plan, pred, emit)
+    write_launch_configs(out_dir, files, force=force)
+    if not quiet:
+        click.echo(f"wrote {', '.join(sorted(files))} to {out_dir}", err=True)
+        for launcher, why in sorted(skipped.items()):
+            click.echo(f"not written for {launcher}: {why}", err=True)
+
+
+@main.command("models")
+@click.option("--json", "as_json", is_flag=True)
+@_handle_errors
+def models_cmd(as_json):
+    """List the model catalog (one model a line)."""
+    from planner.model_catalog import list_models
+    from planner.params import count_params
+
+    rows = []
+    for name, aliases, spec in list_models():
+        p = count_params(spec)
+        rows.append({"name": name, "aliases": list(aliases), "params_total": p.total, "params_active": p.active,
+                     "layers": spec.num_layers, "hidden": spec.hidden_size, "moe": spec.moe is not None})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        act = f" ({r['params_active'] / 1e9:.1f}B active)" if r["moe"] else ""
+        al = f"  aliases: {', '.join(r['aliases'])}" if r["aliases"] else ""
+        click.echo(f"{r['name']:<22} {r['params_total'] / 1e9:8.1f}B{act:<16} L={r['layers']:<4} h={r['hidden']:<6}{al}")
+
+
+@main.command("clusters")
+@click.option("--json", "as_json", is_flag=True)
+@_handle_errors
+def clusters_cmd(as_json):
+    """List the hardware profiles (use as <id>x<count>)."""
+    from planner.hardware_catalog import list_hardware
+
+    rows = []
+    for hw in list_hardware():
+        rows.append({"id": hw.id, "aliases": list(hw.aliases), "bf16_tflops": hw.peak_tflops.bf16,
+                     "fp8_tflops": hw.peak_tflops.fp8, "hbm_gib": hw.hbm_capacity_gib,
+                     "scale_up": f"{hw.scale_up.kind} {hw.scale_up.domain_size} x {hw.scale_up.unidir_GBps:g} GB/s/dir",
+                     "scale_out_GBps": hw.scale_out.unidir_GBps_per_device})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        fp8 = f"{r['fp8_tflops']:g}" if r["fp8_tflops"] else "-"
+        click.echo(f"{r['id']:<16} bf16 {r['bf16_tflops']:7g} TF  fp8 {fp8:>6} TF  HBM {r['hbm_gib']:6.1f} GiB  "
+                   f"{r['scale_up']}  NIC {r['scale_out_GBps']:g} GB/s  aliases: {', '.join(r['aliases'])}")
+
+
+@main.command("validate")
+@click.option("--runs", "runs_file", type=click.Path(), help="runs file (default: the project's copy of the dev runs)")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--write-docs", type=click.Path(dir_okay=False), help="also write the markdown table here")
+@click.option("--debug", is_flag=True)
+@_handle_errors
+def validate_cmd(runs_file, as_json, write_docs, debug):
+    """Predict every published run in a runs file and compare with the measurements."""
+    from planner.data import data_dir
+    from planner.validate import load_runs, markdown_table, validate_runs
+
+    path = runs_file or str(data_dir("runs") / "known_runs_dev.yaml")
+    result = validate_runs(load_runs(path))
+    if write_docs:
+        from planner.emit import atomic_write_text
+        atomic_write_text(write_docs, "# Validation against published runs\n\n" + markdown_table(result))
+    if as_json:
+        click.echo(json.dumps(result, indent=2, sort_keys=True, default=float))
+    else:
+        click.echo(markdown_table(result))
+
+
+@main.command("explain")
+@plan_options
+@click.option("--json", "as_json", is_flag=True)
+@_handle_errors
+def explain_cmd(as_json, **kw):
+    """Every number of one plan with its formula, and why each neighbouring plan loses."""
+    from planner import calibration as cal
+    from planner.explain import why_not
+
+    ctx, res, doc = run_search(kw | {"top_k": 1})
+    best = res.plans[0]
+    cap = ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - (kw.get("memory_headroom") or 0.0)
+    alts = why_not(ctx, best, cap)
+    doc["why_not"] = alts
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=float))
+        return
+    emit_doc(doc, False)
+    click.echo("\nWhy not:")
+    for a in alts:
+        click.echo(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}")
+
+
+def main_entry():  # pragma: no cover
+    main()

@@ -1,0 +1,365 @@
+"""Evaluate one plan: step time with its breakdown, peak memory with its parts, MFU, warnings.
+
+The model is an explicit per-layer sum (in the manner of Calculon, Isaev et al. SC23): for each
+pipeline stage, each layer's forward/backward GEMM, attention and memory-bound time on one device,
+plus the exposed part of each collective; the pipeline schedule turns per-stage micro-batch times
+into a step; data-parallel gradient traffic and the optimizer step close it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from planner import calibration as cal
+from planner.collectives import collective_time, group_link
+from planner.flops import LayerFlops, is_sliding_layer, layer_flops, lm_head_flops_per_token, model_flops_per_token
+from planner.memory import GIB, activation_elems_per_token, logits_bytes_per_token, state_bytes_per_param
+from planner.params import LayerParams, count_params, layer_params
+from planner.pipeline import inflight_microbatches, pipeline_step_time, stage_layer_counts
+from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    moe: bool
+    sliding: bool
+    params: LayerParams
+    flops: LayerFlops  # forward, per token, unsharded
+
+
+class Context:
+    """Everything about (model, cluster, training) that does not depend on the plan: computed once
+    per search, shared by every candidate."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec):
+        self.model, self.cluster, self.train = model, cluster, train
+        kinds: dict[tuple[bool, bool], LayerKind] = {}
+        self.layer_kinds: list[LayerKind] = []
+        for i in range(model.num_layers):
+            key = (model.is_moe_layer(i), is_sliding_layer(model, i))
+            if key not in kinds:
+                kinds[key] = LayerKind(key[0], key[1], layer_params(model, i), layer_flops(model, i, train.seq_len))
+            self.layer_kinds.append(kinds[key])
+        self.params = count_params(model)
+        self.model_flops_per_token = model_flops_per_token(model, train.seq_len)
+        hw = cluster.hardware
+        self.peak = hw.peak_flops(train.dtype)
+        self.peak_bf16 = hw.peak_flops("bf16")
+        eff = hw.gemm_efficiency_max
+        if train.dtype == "fp8" and hw.peak_tflops.fp8:
+            eff = (hw.gemm_efficiency_max_fp8 or eff) * cal.FP8_DERATE
+        self.gemm_eff_max = eff * cal.GEMM_SHAPE_DERATE
+        self.attn_peak = self.peak_bf16  # attention core runs in bf16 even in FP8 recipes
+        self.attn_eff = hw.gemm_efficiency_max * cal.GEMM_SHAPE_DERATE * cal.ATTN_REL_EFFICIENCY
+        self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
+
+    def gemm_eff(self, *dims: float) -> float:
+        d = max(1.0, min(dims))
+        return self.gemm_eff_max * d / (d + cal.GEMM_DIM_HALF)
+
+
+@dataclass
+class Evaluation:
+    plan: ParallelPlan
+    step_time_s: float
+    time_breakdown: dict[str, float]
+    memory: dict[str, float]
+    peak_stage: int
+    fits: bool
+    tokens_per_s_per_device: float
+    mfu: float
+    hfu: float
+    warnings: list[str] = field(default_factory=list)
+    pipeline: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "plan": self.plan.knobs(),
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory": dict(self.memory),
+            "time_breakdown": dict(self.time_breakdown),
+            "fits": self.fits,
+            "warnings": list(self.warnings),
+            "pipeline": dict(self.pipeline),
+        }
+
+
+def _num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
+    per_rank = train.global_batch / (plan.dp * plan.micro_batch)
+    return max(1, int(round(per_rank)))
+
+
+def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
+    """Predict one training step of `plan` (all knobs set). Pure; never raises on a valid plan."""
+    m, cl, tr = ctx.model, ctx.cluster, ctx.train
+    hw = cl.hardware
+    fw = tr.framework
+    tp, pp, cp, dp, ep, etp, vpp = plan.tp, plan.pp, plan.cp, plan.dp, plan.ep, plan.etp, plan.vpp
+    sp = plan.sequence_parallel and tp > 1
+    mb = plan.micro_batch
+    nmb = _num_microbatches(plan, tr)
+    tokens = mb * tr.seq_len / cp  # tokens of one micro-batch on one device (along the sequence)
+    act_bytes = 1.0  # multiplier on 2-byte activations
+    warnings: list[str] = []
+
+    # ---- placement of each group (Megatron order tp -> cp -> ep/dp -> pp) ----
+    tp_link = group_link(cl, tp, 1)
+    cp_link = group_link(cl, cp, tp)
+    ep_link = group_link(cl, ep, etp, "all_to_all")
+    dp_link_rs = group_link(cl, dp * cp, tp, "reduce_scatter")
+    dp_link_ar = group_link(cl, dp * cp, tp, "all_reduce")
+    pp_link = group_link(cl, 2, tp * cp * dp, "send_recv")
+    if tp > 1 and tp_link.crosses_domain:
+        warnings.append(f"TP group of {tp} crosses the {cl.scale_up_size}-device scale-up domain: "
+                        "its per-layer collectives run over the scale-out network")
+    if m.is_moe and ep > 1 and ep_link.crosses_domain:
+        warnings.append(f"EP group of {ep} spans {math.ceil(ep * etp / cl.scale_up_size)} scale-up domains: "
+                        "token all-to-alls cross the scale-out network")
+
+    # ---- per-layer time of one micro-batch on one device ----
+    h = m.hidden_size
+    act_elem = 2.0  # bytes per activation element (bf16)
+    def layer_times(k: LayerKind) -> tuple[float, float, float, float, float, float]:
+        """(fwd compute, bwd compute, attn-core fwd, tp comm fwd, cp comm fwd, ep comm fwd) seconds."""
+        f = k.flops
+        attn_dims = (tokens, h, (m.num_heads * (m.head_dim if m.mla is None else m.mla.v_head_dim)) / tp)
+        t_proj = tokens * f.attn_proj / tp / (ctx.peak * ctx.gemm_eff(*attn_dims))
+        t_mlp = 0.0
+        if f.mlp:
+            width = m.ffn_hidden_size if not k.moe else (
+                (m.moe.shared_expert_ffn_hidden_size or m.moe.expert_ffn_hidden_size) * max(1, m.moe.num_shared_experts))
+            t_mlp = tokens * f.mlp / tp / (ctx.peak * ctx.gemm_eff(tokens, h, width / tp))
+        t_exp = 0.0
+        if f.experts:
+            e = m.moe
+            tok_per_expert = tokens / tp * ep * e.top_k / e.num_experts * (etp if etp > 1 else 1)
+            t_exp = tokens * f.experts / tp / (ctx.peak * ctx.gemm_eff(tok_per_expert, h, e.expert_ffn_hidden_size / etp))
+            t_exp += tokens * f.router / tp / (ctx.peak * ctx.gemm_eff(tokens, h))
+        t_attn = tokens * f.attn_core / tp / (ctx.attn_peak * ctx.attn_eff)
+        # memory-bound elementwise work: norms, residuals, activation, rope (read+write), fwd
+        inter = m.ffn_hidden_size if not k.moe else m.moe.expert_ffn_hidden_size * m.moe.top_k
+        elem = tokens * (10 * h / (tp if sp else 1) + 3 * inter / tp) * act_elem * cal.ELEMENTWISE_BYTES_FACTOR
+        t_elem = elem / ctx.hbm_bw
+        fwd = t_proj + t_mlp + t_exp + t_attn + t_elem
+        bwd = 2 * (t_proj + t_mlp + t_exp) + 2.5 * t_attn + 2 * t_elem  # FA2 bwd ~2.5x fwd (Dao 2023, sec. 4.1)
+        # TP: with SP 2 all-gathers + 2 reduce-scatters of the (tokens x h) activation per layer,
+        # without SP 2 all-reduces (Korthikanti et al. 2022, sec. 4.2.2); MoE layers with EP swap
+        # the MLP pair for the token all-to-alls.
+        buf = tokens * h * act_elem
+        n_pairs = 1 if (k.moe and ep > 1) else 2
+        if tp > 1:
+            if sp:
+                t_tp = n_pairs * (collective_time("all_gather", buf, tp, tp_link)
+                                  + collective_time("reduce_scatter", buf, tp, tp_link))
+            else:
+                t_tp = n_pairs * collective_time("all_reduce", buf, tp, group_link(cl, tp, 1, "all_reduce"))
+        else:
+            t_tp = 0.0
+        # CP ring: cp-1 rotations of this rank's K and V, overlapped with the attention blocks
+        t_cp = 0.0
+        if cp > 1:
+            if m.mla is not None:
+                kv_width = m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / tp
+            else:
+                kv_width = 2 * m.num_kv_heads * m.head_dim / tp
+            if plan.cp_comm == "a2a":  # Ulysses: all-to-all of q,k,v in and o out (Jacobs et al. 2023)
+                t_cp = 4 * collective_time("all_to_all", tokens * h / tp * act_elem * cp, cp, cp_link)
+            else:
+                step = collective_time("send_recv", tokens * kv_width * act_elem, 2, cp_link)
+                t_cp = max(0.0, (cp - 1) * step - t_attn * (cp - 1) / cp)
+        # EP: dispatch + combine all-to-all of top_k copies of each token's hidden state
+        t_ep = 0.0
+        if k.moe and ep > 1:
+            a2a_bytes = tokens / tp * m.moe.top_k * h * (1.0 if tr.dtype == "fp8" else act_elem) * ep
+            t_ep = 2 * collective_time("all_to_all", a2a_bytes / ep, ep, ep_link)
+            t_ep *= 1.0 - cal.EP_OVERLAP_FRACTION
+        return fwd, bwd, t_attn, t_tp, t_cp, t_ep
+
+    cache: dict[int, tuple] = {}
+    def kind_times(k: LayerKind):
+        key = id(k)
+        if key not in cache:
+            cache[key] = layer_times(k)
+        return cache[key]
+
+    counts = stage_layer_counts(m.num_layers, pp, plan.first_stage_layers, plan.last_stage_layers)
+    bounds = [sum(counts[:i]) for i in range(pp + 1)]
+    stage_fwd, stage_bwd, stage_rec, stage_comm = [], [], [], []
+    stage_tp, stage_cp, stage_ep = [], [], []
+    for s in range(pp):
+        f = b = rc = ttp = tcp = tep = 0.0
+        layers = ctx.layer_kinds[bounds[s]:bounds[s + 1]]
+        n_layers = len(layers)
+        n_rec_full = n_layers if plan.recompute_layers is None else min(n_layers, plan.recompute_layers)
+        for j, k in enumerate(layers):
+            lf, lb, la, lt, lc, le = kind_times(k)
+            f += lf
+            b += lb
+            ttp += lt
+            tcp += lc
+            tep += le
+            if plan.recompute == "full" and j < n_rec_full:
+                rc += lf + lt + lc + le  # re-run the forward, collectives included
+            elif plan.recompute == "selective":
+                rc += la  # re-run the attention core (Korthikanti sec. 5)
+        if s == pp - 1:  # LM head + loss
+            head = tokens * lm_head_flops_per_token(m) / tp
+            t_head = head / (ctx.peak * ctx.gemm_eff(tokens, h, m.vocab_size / tp))
+            f += t_head
+            b += 2 * t_head
+        stage_fwd.append(f)
+        stage_bwd.append(b)
+        stage_rec.append(rc)
+        stage_tp.append(2 * ttp)  # forward + backward
+        stage_cp.append(2 * tcp)
+        stage_ep.append(2 * tep)
+        stage_comm.append(2 * ((0.0 if plan.tp_comm_overlap else ttp) + tcp + tep))
+    stage_mb = [stage_fwd[s] + stage_bwd[s] + stage_rec[s] + stage_comm[s] for s in range(pp)]
+    pipe_t = pipeline_step_time(stage_mb, nmb, plan.schedule if pp > 1 else "1f1b", vpp)
+    slow = max(range(pp), key=lambda s: stage_mb[s])
+
+    # ---- pipeline p2p: the fill and drain transfers are on the critical path ----
+    t_p2p = 0.0
+    if pp > 1:
+        p2p_bytes = tokens * h * act_elem / (tp if sp else 1)
+        t_p2p = 2 * (pp - 1) * collective_time("send_recv", p2p_bytes, 2, pp_link)
+
+    # ---- data parallel: gradients and (ZeRO) parameters ----
+    st = state_bytes_per_param(fw, plan.zero_stage, plan.offload_optimizer)
+    dense_stage, expert_stage = [], []
+    for s in range(pp):
+        layers = ctx.layer_kinds[bounds[s]:bounds[s + 1]]
+        dense = sum(k.params.total - k.params.routed_experts for k in layers) / tp
+        experts = sum(k.params.routed_experts for k in layers) / (ep * etp)
+        if s == 0:
+            dense += ctx.params.embedding / tp
+        if s == pp - 1:
+            dense += (ctx.params.lm_head or (ctx.params.embedding if pp > 1 else 0)) / tp + ctx.params.final_norm
+        dense_stage.append(dense)
+        expert_stage.append(experts)
+    z_dense = plan.zero_shard_size or dp * cp
+    z_expert = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
+    grad_bytes = 4.0 if fw in ("megatron", "fsdp", "maxtext") else 2.0  # fp32 reduction (Megatron, FSDP2 reduce_dtype)
+    t_dp = 0.0
+    dp_group = dp * cp
+    p_dense, p_exp = dense_stage[slow], expert_stage[slow]
+    edp_link = group_link(cl, plan.edp, tp * cp * dp // max(1, plan.edp) if plan.edp < dp * cp else tp, "reduce_scatter")
+    if dp_group > 1 or plan.edp > 1:
+        if plan.zero_stage == 3:
+            # FSDP/ZeRO-3: per micro-batch, all-gather params for forward and again for backward
+            # (bf16), reduce-scatter grads; each overlaps with that micro-batch's compute (prefetch).
+            ag = collective_time("all_gather", p_dense * 2.0, z_dense, dp_link_rs)
+            ag += collective_time("all_gather", p_exp * 2.0, z_expert, edp_link)
+            rs = collective_time("reduce_scatter", p_dense * grad_bytes, z_dense, dp_link_rs)
+            rs += collective_time("reduce_scatter", p_exp * grad_bytes, z_expert, edp_link)
+            fwd_mb, bwd_mb = stage_fwd[slow], stage_bwd[slow] + stage_rec[slow]
+            per_mb = max(0.0, ag - cal.DP_OVERLAP_FRACTION * fwd_mb) + max(0.0, ag + rs - cal.DP_OVERLAP_FRACTION * bwd_mb)
+            t_dp = nmb * per_mb + ag * (1 - cal.DP_OVERLAP_FRACTION)
+            if plan.zero_shard_size and plan.zero_shard_size < dp_group:  # HSDP: all-reduce across replicas
+                rep = dp_group // plan.zero_shard_size
+                t_dp += collective_time("all_reduce", (p_dense / z_dense) * grad_bytes, rep,
+                                        group_link(cl, rep, tp * plan.zero_shard_size, "all_reduce"))
+        else:
+            if plan.zero_stage == 0:
+                red = collective_time("all_reduce", p_dense * grad_bytes, dp_group, dp_link_ar)
+                red += collective_time("all_reduce", p_exp * grad_bytes, plan.edp, edp_link)
+                gather = 0.0
+            else:
+                red = collective_time("reduce_scatter", p_dense * grad_bytes, dp_group, dp_link_rs)
+                red += collective_time("reduce_scatter", p_exp * grad_bytes, plan.edp, edp_link)
+                gather = collective_time("all_gather", p_dense * 2.0, dp_group, dp_link_rs)
+                gather += collective_time("all_gather", p_exp * 2.0, plan.edp, edp_link)
+            # overlapped with the last micro-batch's backward / the next step's first forward
+            bwd_last = stage_bwd[0] + stage_rec[0]
+            t_dp = max(0.0, red - cal.DP_OVERLAP_FRACTION * bwd_last) + max(0.0, gather - cal.DP_OVERLAP_FRACTION * stage_fwd[0])
+
+    # ---- optimizer step: memory-bound Adam over the local shard (read/write fp32 master, m, v; read
+    # grad; write bf16 param: ~30 bytes/param), or over PCIe when offloaded ----
+    local_params = p_dense / (z_dense if st.optimizer_sharded else 1) + p_exp / (z_expert if st.optimizer_sharded else 1)
+    if plan.offload_optimizer:
+        gen = "gen4" if hw.id.startswith("a100") else "gen5"
+        t_opt = local_params * (grad_bytes + 2.0) / (cal.PCIE_UNIDIR_GBPS[gen] * 1e9)
+    else:
+        t_opt = local_params * 30.0 / ctx.hbm_bw
+
+    step = pipe_t + t_p2p + t_dp + t_opt
+
+    # ---- memory per stage; the peak is the max over stages ----
+    mem_parts_by_stage = []
+    for s in range(pp):
+        dn, ex = dense_stage[s], expert_stage[s]
+        w = dn * st.weights / (z_dense if st.weights_sharded else 1) + ex * st.weights / (z_expert if st.weights_sharded else 1)
+        g = dn * st.grads / (z_dense if st.grads_sharded else 1) + ex * st.grads / (z_expert if st.grads_sharded else 1)
+        o = dn * st.optimizer / (z_dense if st.optimizer_sharded else 1) + ex * st.optimizer / (z_expert if st.optimizer_sharded else 1)
+        layers = ctx.layer_kinds[bounds[s]:bounds[s + 1]]
+        n_layers = len(layers)
+        inflight = inflight_microbatches(plan.schedule if pp > 1 else "1f1b", pp, s, nmb, vpp)
+        per_mb = 0.0
+        worst_layer = 0.0
+        n_full = n_layers if plan.recompute_layers is None else min(n_layers, plan.recompute_layers)
+        for j, k in enumerate(layers):
+            mode = plan.recompute if (plan.recompute != "full" or j < n_full) else "none"
+            per_mb += activation_elems_per_token(m, k.moe, tp, sp, mode, fw, etp) * tokens * act_elem * act_bytes
+            worst_layer = max(worst_layer, activation_elems_per_token(m, k.moe, tp, sp, "none", fw, etp) * tokens * act_elem)
+        acts = per_mb * inflight
+        if plan.recompute == "full":
+            acts += worst_layer  # one layer's full activations exist while it is recomputed
+        if s == pp - 1:
+            acts += tokens * logits_bytes_per_token(m, tp)
+        if s == 0:
+            acts += tokens * h * act_elem * (1 if pp > 1 else 0)  # embedding output kept for the first layer
+        buffers = 0.0
+        if plan.zero_stage == 3:
+            # unsharded bf16 copies of the current and the prefetched layer, plus one layer's grads
+            biggest = max((k.params.total - k.params.routed_experts) / tp + k.params.routed_experts / (ep * etp) for k in layers) if layers else 0
+            buffers = biggest * (2.0 * 2 + grad_bytes)
+        overhead = cal.FRAMEWORK_OVERHEAD_GIB.get(fw, 2.0) * GIB
+        allocated = w + g + o + acts + buffers
+        frag = allocated * (cal.ALLOCATOR_FRAGMENTATION - 1.0)
+        mem_parts_by_stage.append({
+            "weights_gib": w / GIB, "grads_gib": g / GIB, "optimizer_gib": o / GIB,
+            "activations_gib": acts / GIB, "buffers_gib": buffers / GIB,
+            "overhead_gib": (overhead + frag) / GIB,
+        })
+    peak_stage = max(range(pp), key=lambda s: sum(mem_parts_by_stage[s].values()))
+    mem = dict(mem_parts_by_stage[peak_stage])
+    mem["peak_gib"] = sum(mem.values())
+    mem["capacity_gib"] = hw.hbm_capacity_gib
+    fits = mem["peak_gib"] <= hw.hbm_capacity_gib - cal.FIT_RESERVE_GIB
+
+    total_tokens = tr.global_batch * tr.seq_len
+    n_dev = plan.devices
+    tps = total_tokens / step / n_dev
+    mfu = ctx.model_flops_per_token * total_tokens / (step * n_dev * ctx.peak_bf16)
+    rec_flops_frac = sum(stage_rec) / max(1e-30, sum(stage_fwd))
+    hfu = mfu * (1 + rec_flops_frac / 3.0)
+
+    compute = nmb * (stage_fwd[slow] + stage_bwd[slow])
+    breakdown = {
+        "compute_s": compute,
+        "recompute_s": nmb * stage_rec[slow],
+        "bubble_s": max(0.0, pipe_t - nmb * stage_mb[slow]),
+        "tp_comm_s": nmb * stage_tp[slow] * (0.0 if plan.tp_comm_overlap else 1.0),
+        "cp_comm_s": nmb * stage_cp[slow],
+        "ep_comm_s": nmb * stage_ep[slow],
+        "pp_comm_s": t_p2p,
+        "dp_comm_s": t_dp,
+        "optimizer_s": t_opt,
+    }
+    if not fits:
+        warnings.append(f"does not fit: needs {mem['peak_gib']:.1f} GiB of {hw.hbm_capacity_gib:.1f} GiB "
+                        f"(stage {peak_stage})")
+    if pp > 1 and max(counts) != min(counts):
+        warnings.append(f"uneven pipeline stages: layers per stage {counts}")
+    return Evaluation(
+        plan=plan, step_time_s=step, time_breakdown=breakdown, memory=mem, peak_stage=peak_stage,
+        fits=fits, tokens_per_s_per_device=tps, mfu=mfu, hfu=hfu, warnings=warnings,
+        pipeline={"pp": pp, "vpp": vpp, "num_microbatches": nmb, "schedule": plan.schedule if pp > 1 else "none",
+                  "layers_per_stage": counts,
+                  "fwd_s_per_microbatch": stage_fwd, "bwd_s_per_microbatch": [stage_bwd[s] + stage_rec[s] for s in range(pp)]},
+    )

@@ -1,0 +1,80 @@
+"""Plain-language reasons: why a plan wins, and why its neighbours lose."""
+
+from __future__ import annotations
+
+from planner.cost import Context, Evaluation, evaluate
+from planner.space import plan_errors
+
+
+def reason(ctx: Context, ev: Evaluation) -> str:
+    """One line: what each non-trivial knob buys, from the evaluation's own numbers."""
+    p, cl = ev.plan, ctx.cluster
+    parts = []
+    if p.tp > 1:
+        where = "NVLink/ICI" if p.tp <= cl.scale_up_size else "the network (crosses the domain)"
+        parts.append(f"TP={p.tp} keeps per-layer collectives on {where}")
+    if p.pp > 1:
+        bub = ev.time_breakdown["bubble_s"] / ev.step_time_s if ev.step_time_s else 0.0
+        parts.append(f"PP={p.pp}{' x' + str(p.vpp) + ' virtual' if p.vpp > 1 else ''} "
+                     f"({p.schedule}, bubble {100 * bub:.0f}%)")
+    if p.cp > 1:
+        parts.append(f"CP={p.cp} splits the {ctx.train.seq_len}-token sequence")
+    if p.ep > 1:
+        parts.append(f"EP={p.ep} spreads the experts")
+    if p.zero_stage:
+        parts.append({1: "ZeRO-1 shards optimizer states", 2: "ZeRO-2 shards optimizer and gradients",
+                      3: "ZeRO-3/FSDP shards weights too"}[p.zero_stage])
+    if p.recompute != "none":
+        parts.append(f"{p.recompute} recompute to fit" + (f" ({p.recompute_layers} layers/stage)" if p.recompute_layers is not None else ""))
+    mem = ev.memory
+    parts.append(f"peak {mem['peak_gib']:.1f} of {mem['capacity_gib']:.1f} GiB")
+    return "; ".join(parts)
+
+
+NEIGHBOURS = (
+    ("TP x2", lambda p: {"tp": p.tp * 2, "dp": p.dp // 2} if p.dp % 2 == 0 else None),
+    ("TP /2", lambda p: {"tp": p.tp // 2, "dp": p.dp * 2} if p.tp % 2 == 0 else None),
+    ("PP x2", lambda p: {"pp": p.pp * 2, "dp": p.dp // 2} if p.dp % 2 == 0 else None),
+    ("PP /2", lambda p: {"pp": p.pp // 2, "dp": p.dp * 2, "vpp": 1, "schedule": "1f1b"} if p.pp % 2 == 0 else None),
+    ("ZeRO-3", lambda p: {"zero_stage": 3} if p.zero_stage != 3 else None),
+    ("ZeRO-1", lambda p: {"zero_stage": 1} if p.zero_stage != 1 else None),
+    ("no recompute", lambda p: {"recompute": "none", "recompute_layers": None} if p.recompute != "none" else None),
+    ("full recompute", lambda p: {"recompute": "full", "recompute_layers": None} if p.recompute != "full" or p.recompute_layers is not None else None),
+    ("micro-batch x2", lambda p: {"micro_batch": p.micro_batch * 2}),
+    ("micro-batch /2", lambda p: {"micro_batch": p.micro_batch // 2} if p.micro_batch % 2 == 0 else None),
+    ("CP x2", lambda p: {"cp": p.cp * 2, "dp": p.dp // 2} if p.dp % 2 == 0 else None),
+)
+
+
+def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
+    """For each neighbour of the plan: does it break a rule, not fit, or run slower (and why)."""
+    out = []
+    for name, change in NEIGHBOURS:
+        upd = change(ev.plan)
+        if not upd:
+            continue
+        if upd.get("pp", 1) == 1:
+            upd.update(vpp=1, schedule="1f1b")
+        if upd.get("tp", ev.plan.tp) == 1:
+            upd["sequence_parallel"] = False
+        try:
+            alt = ev.plan.model_copy(update=upd)
+            alt = type(ev.plan)(**alt.model_dump())
+        except ValueError:
+            continue
+        errs = plan_errors(ctx.model, ctx.train, ctx.cluster.count, alt)
+        if errs:
+            out.append({"change": name, "verdict": "invalid", "detail": errs[0]})
+            continue
+        a = evaluate(ctx, alt)
+        if a.memory["peak_gib"] > cap_gib:
+            out.append({"change": name, "verdict": "does not fit",
+                        "detail": f"needs {a.memory['peak_gib']:.1f} GiB, {a.memory['peak_gib'] - cap_gib:.1f} GiB over"})
+            continue
+        d = a.step_time_s / ev.step_time_s - 1
+        diffs = {k: a.time_breakdown[k] - ev.time_breakdown.get(k, 0.0) for k in a.time_breakdown}
+        worst = max(diffs, key=lambda k: diffs[k])
+        because = f"{worst.rsplit('_', 1)[0]} {diffs[worst]:+.3f} s" if diffs[worst] > 0 else "overall"
+        out.append({"change": name, "verdict": "slower" if d > 0 else "faster or equal",
+                    "detail": f"{100 * d:+.1f}% step time ({because})", "step_time_s": a.step_time_s})
+    return out

@@ -1,0 +1,119 @@
+"""FLOPs of one transformer layer, per token, forward pass, unsharded.
+
+A matmul of an (m x k) by (k x n) matrix costs 2mkn FLOPs (Kaplan et al. 2020, arXiv 2001.08361,
+sec. 2.1). Backward costs 2x forward (one matmul for the input gradient, one for the weight
+gradient: Narayanan et al. SC21, arXiv 2104.04473, sec. 5.1). Sharding divides these by the
+parallel degree; `planner.cost` does that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs import ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerFlops:
+    """Forward FLOPs per token of one layer, by op group (unsharded)."""
+
+    attn_proj: float  # q/k/v/o (or MLA down/up) projections
+    attn_core: float  # QK^T and AV (causal, flash-style: only the unmasked half is computed)
+    mlp: float  # dense FFN, or shared experts in an MoE layer
+    experts: float  # routed experts actually run per token (top_k of them)
+    router: float
+
+    @property
+    def gemm(self) -> float:
+        return self.attn_proj + self.mlp + self.experts + self.router
+
+    @property
+    def total(self) -> float:
+        return self.gemm + self.attn_core
+
+
+def attn_proj_flops_per_token(m: ModelSpec) -> float:
+    """Projection FLOPs: 2 x (weights touched per token)."""
+    h = m.hidden_size
+    if m.mla is not None:
+        a = m.mla
+        dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        # DeepSeek-V2 paper eq. 9-14 (arXiv 2405.04434): q down/up, kv down (+ shared rope key), kv up, output.
+        q = (h * a.q_lora_rank + a.q_lora_rank * m.num_heads * dqk) if a.q_lora_rank else h * m.num_heads * dqk
+        kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
+        o = m.num_heads * a.v_head_dim * h
+        return 2.0 * (q + kv + o)
+    # GQA/MQA/MHA: q and o are nh*hd wide, k and v nkv*hd (Ainslie et al. 2023, arXiv 2305.13245).
+    return 2.0 * h * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
+
+
+def qk_v_head_dims(m: ModelSpec) -> tuple[int, int]:
+    if m.mla is not None:
+        return m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
+    return m.head_dim, m.head_dim
+
+
+def attended_keys(seq_len: int, window: int | None, causal: bool = True) -> float:
+    """Mean keys each query attends to: (s+1)/2 causal; a sliding window w caps it near w."""
+    s = float(seq_len)
+    if not causal:
+        return s if window is None else min(s, float(window))
+    if window is None or window >= s:
+        return (s + 1.0) / 2.0
+    w = float(window)
+    # queries 1..w see i keys, the remaining s-w see w keys
+    return (w * (w + 1) / 2.0 + (s - w) * w) / s
+
+
+def attn_core_flops_per_token(m: ModelSpec, seq_len: int, sliding: bool, causal: bool = True) -> float:
+    """QK^T (2 * keys * d_qk) + AV (2 * keys * d_v) per head (Vaswani et al. 2017; FlashAttention-2
+    paper, arXiv 2307.08691, sec. 4.1 counts the causal case as half)."""
+    dqk, dv = qk_v_head_dims(m)
+    keys = attended_keys(seq_len, m.sliding_window if sliding else None, causal)
+    return 2.0 * keys * m.num_heads * (dqk + dv)
+
+
+def mlp_flops_per_token(m: ModelSpec, ffn: int) -> float:
+    return 2.0 * m.ffn_matrices * m.hidden_size * ffn
+
+
+def is_sliding_layer(m: ModelSpec, i: int) -> bool:
+    """Sliding layers are spread evenly (gpt-oss/Gemma 2 alternate; Mistral: all). Only their
+    count matters to the cost, so the first `num_sliding_layers` of every `num_layers` are taken."""
+    return i < m.num_sliding_layers
+
+
+def layer_flops(m: ModelSpec, i: int, seq_len: int) -> LayerFlops:
+    """Forward FLOPs per token of layer i."""
+    sliding = is_sliding_layer(m, i)
+    proj = attn_proj_flops_per_token(m)
+    core = attn_core_flops_per_token(m, seq_len, sliding)
+    if m.is_moe_layer(i):
+        e = m.moe
+        shared_w = e.shared_expert_ffn_hidden_size or e.expert_ffn_hidden_size
+        return LayerFlops(
+            attn_proj=proj,
+            attn_core=core,
+            mlp=e.num_shared_experts * mlp_flops_per_token(m, shared_w),
+            experts=e.top_k * mlp_flops_per_token(m, e.expert_ffn_hidden_size),
+            router=2.0 * m.hidden_size * e.num_experts,
+        )
+    return LayerFlops(proj, core, mlp_flops_per_token(m, m.ffn_hidden_size), 0.0, 0.0)
+
+
+def lm_head_flops_per_token(m: ModelSpec) -> float:
+    """Output projection h -> V (the embedding lookup itself is free)."""
+    return 2.0 * m.hidden_size * m.vocab_size
+
+
+def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Training model FLOPs per token for MFU: 3 x forward (fwd + 2x bwd) of every matmul that the
+    active parameters take part in plus the attention core counted NON-causally, the convention of
+    PaLM (Chowdhery et al. 2022, arXiv 2204.02311, app. B: 6N + 12 l h s) and Megatron-LM SC21 eq. 3.
+    No recompute FLOPs (those count in HFU only)."""
+    total = lm_head_flops_per_token(m)
+    for i in range(m.num_layers):
+        lf = layer_flops(m, i, seq_len)
+        sliding = is_sliding_layer(m, i)
+        total += lf.gemm + attn_core_flops_per_token(m, seq_len, sliding, causal=False)
+    return 3.0 * total

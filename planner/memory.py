@@ -1,0 +1,101 @@
+"""Per-device memory of a training step: model states and activations.
+
+Model states (Rajbhandari et al., ZeRO, SC20, arXiv 1910.02054, sec. 3.1 and 5): mixed-precision Adam
+keeps 2 bytes of fp16/bf16 weights, 2 bytes of gradients and K = 12 bytes of fp32 master weights,
+momentum and variance per parameter; stages 1/2/3 shard the optimizer, + gradients, + weights over
+the N_d data-parallel ranks. Megatron-LM accumulates and reduces gradients in an fp32 main-grad buffer
+(4 bytes; `--accumulate-allreduce-grads-in-fp32`, default with bf16) and its distributed optimizer is
+ZeRO-1. PyTorch FSDP2 (torchtitan, llm-foundry) keeps the sharded parameters in fp32 (4 bytes),
+fp32 sharded gradients and the two Adam moments: 16 bytes / N_d, plus unsharded bf16 copies of the
+layers being computed.
+
+Activations generalise Korthikanti et al. 2022 (arXiv 2205.05198, sec. 4.1, eq. 1-2): a GPT layer
+saves sbh(34 + 5as/h) bytes at 2 bytes/element (34 = 11 attention + 19 MLP + 4 LayerNorm elements per
+token x 2 bytes, with dropout masks; 5as/h the attention scores); sequence parallelism divides all of it
+by t. Here each saved tensor is listed for the layer's real shapes (GQA, gated MLP, MoE, MLA), flash
+attention stores no s x s matrix, and modern recipes use no dropout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs import ModelSpec
+
+GIB = float(2**30)
+
+
+@dataclass(frozen=True)
+class StateBytesPerParam:
+    """Bytes per parameter resident on the device, before dividing by any sharding degree."""
+
+    weights: float
+    weights_sharded: bool
+    grads: float
+    grads_sharded: bool
+    optimizer: float
+    optimizer_sharded: bool
+
+
+def state_bytes_per_param(framework: str, zero_stage: int, offload_optimizer: bool) -> StateBytesPerParam:
+    """Weights/grads/optimizer bytes per parameter (ZeRO paper sec. 3.1, K=12) for each framework."""
+    opt = 0.0 if offload_optimizer else 12.0  # fp32 master + Adam m + v
+    if framework in ("fsdp", "maxtext") and zero_stage == 3:
+        # FSDP2 mixed precision: fp32 sharded params (4) and grads (4), fp32 Adam moments (8).
+        return StateBytesPerParam(4.0, True, 4.0, True, 0.0 if offload_optimizer else 8.0, True)
+    grad = 4.0 if framework == "megatron" else 2.0  # Megatron: fp32 main-grad buffer
+    return StateBytesPerParam(
+        weights=2.0,
+        weights_sharded=zero_stage >= 3,
+        grads=grad,
+        grads_sharded=zero_stage >= 2,
+        optimizer=opt,
+        optimizer_sharded=zero_stage >= 1,
+    )
+
+
+def activation_elems_per_token(
+    m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1
+) -> float:
+    """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
+    this device (tokens already divided by CP), sharded by TP as Megatron shards them."""
+    h = m.hidden_size
+    hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
+    if recompute == "full":
+        return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
+    if m.mla is not None:
+        a = m.mla
+        dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        q_lat = a.q_lora_rank or 0
+        # MLA saves the latents (q: qr, kv: kvr + rope) and the up-projected q, k, v for the core.
+        qkv = (q_lat + a.kv_lora_rank + a.qk_rope_head_dim) + m.num_heads * (2 * dqk + a.v_head_dim) / tp
+        attn_out = m.num_heads * a.v_head_dim / tp
+    else:
+        qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim / tp
+        attn_out = m.num_heads * m.head_dim / tp
+    # attention block: norm input + qkv input (norm output) + q,k,v + softmax stats (fp32 per head) + O
+    attn = 2 * hs + qkv + attn_out + 2.0 * m.num_heads / tp
+    if moe_layer:
+        e = m.moe
+        fe = e.expert_ffn_hidden_size
+        per_expert_token = h + (3 * fe if m.mlp_type == "gated" else 2 * fe) / etp  # dispatched input + fc1/act
+        shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
+        shared = (3 * shared_w if m.mlp_type == "gated" else 2 * shared_w) / tp if e.num_shared_experts else 0.0
+        # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
+        mlp = 2 * hs + e.top_k * per_expert_token / tp + shared + e.num_experts / tp
+    else:
+        f = m.ffn_hidden_size
+        inter = 3 * f if m.mlp_type == "gated" else 2 * f  # gated: gate, up, act(gate)*up; plain: fc1, act
+        mlp = 2 * hs + inter / tp
+    total = attn + mlp
+    if recompute == "selective" and framework in ("fsdp", "maxtext"):
+        # torchtitan "op" selective AC saves every other matmul output and the attention output,
+        # recomputing the rest from the layer input: roughly half the per-layer tensors.
+        return hs + 0.5 * (total - hs)
+    return total
+
+
+def logits_bytes_per_token(m: ModelSpec, tp: int) -> float:
+    """The LM head's output: bf16 logits (2 B), their fp32 upcast in the loss (4 B) and the fp32
+    gradient (4 B) coexist at the loss (torch cross_entropy on .float() logits), vocab split by TP."""
+    return 10.0 * m.vocab_size / tp

@@ -1,0 +1,252 @@
+"""Search the plan space for the fastest plans that fit.
+
+Outer knobs (tp, cp, pp, dp, ep, etp, vpp) are enumerated over the divisibility rules of
+`planner.space`; structures whose model states alone cannot fit are pruned with a cheap lower bound
+computed for all of them at once (numpy). For each surviving structure the inner knobs exploit
+monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
+micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
+(micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
+Ties break on the knob tuple, so results are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from planner import calibration as cal
+from planner.cost import Context, Evaluation, evaluate
+from planner.errors import InputError
+from planner.memory import GIB, state_bytes_per_param
+from planner.space import divisors, plan_errors
+from planner.specs import ParallelPlan
+
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "zero_shard_size",
+         "recompute", "recompute_layers", "sequence_parallel", "schedule", "cp_comm",
+         "first_stage_layers", "last_stage_layers", "offload_optimizer", "tp_comm_overlap")
+RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    fixed: dict[str, Any] = field(default_factory=dict)  # knob -> value the user pinned
+    top_k: int = 5
+    max_tp: int | None = None  # default: the scale-up domain (TP stays on NVLink/ICI)
+    memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
+    max_micro_batch: int = 16
+    require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
+
+
+@dataclass
+class SearchResult:
+    plans: list[Evaluation]
+    evaluated: int
+    feasible: int
+    structures: int
+    pruned: int
+    smallest_peak_gib: float | None = None
+    smallest_peak_plan: ParallelPlan | None = None
+    frontier: list[tuple[float, float]] = field(default_factory=list)  # (step_s, peak_gib) of feasible plans
+
+
+def _sort_key(e: Evaluation) -> tuple:
+    p = e.plan
+    return (round(e.step_time_s, 9), round(e.memory["peak_gib"], 6),
+            tuple(str(getattr(p, k)) for k in KNOBS))
+
+
+def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
+    v = opts.fixed.get(knob)
+    return [v] if v is not None else default
+
+
+def _zero_choices(ctx: Context, opts: SearchOptions) -> list[int]:
+    fw = ctx.train.framework
+    if "zero_stage" in opts.fixed and opts.fixed["zero_stage"] is not None:
+        return [opts.fixed["zero_stage"]]
+    return {"megatron": [1, 3], "fsdp": [3], "maxtext": [3], "deepspeed": [1, 2, 3]}[fw]
+
+
+def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
+    """Every valid (tp, cp, pp, dp, ep, etp) for the device count and fixed knobs."""
+    m, tr, n = ctx.model, ctx.train, ctx.cluster.count
+    fx = opts.fixed
+    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
+    out = []
+    for tp in _fixed_or(opts, "tp", [d for d in divisors(n) if d <= max_tp]):
+        if n % tp or m.num_heads % tp or (m.num_kv_heads % tp and tp % m.num_kv_heads):
+            continue
+        rest_tp = n // tp
+        cps = [c for c in divisors(rest_tp) if c == 1 or (tr.seq_len % (2 * c) == 0 and c <= 64)]
+        for cp in _fixed_or(opts, "cp", cps):
+            if rest_tp % cp:
+                continue
+            rest = rest_tp // cp
+            pps = [p for p in divisors(rest) if p <= m.num_layers]
+            for pp in _fixed_or(opts, "pp", pps):
+                if rest % pp or pp > m.num_layers:
+                    continue
+                dp = rest // pp
+                if fx.get("dp") is not None and fx["dp"] != dp:
+                    continue
+                if tr.global_batch % dp:
+                    continue
+                if m.moe is None:
+                    eps, etps = [1], [1]
+                else:
+                    etps = _fixed_or(opts, "etp", sorted({1, tp}))
+                    eps = None
+                for etp in etps:
+                    if eps is None:
+                        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
+                        ep_list = _fixed_or(opts, "ep", cand)
+                    else:
+                        ep_list = _fixed_or(opts, "ep", eps)
+                    for ep in ep_list:
+                        out.append(dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp))
+    return out
+
+
+def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarray) -> np.ndarray:
+    """Cheap lower bound of per-device model-state memory for many structures at once (numpy)."""
+    P = ctx.params
+    expert_total = sum(k.params.routed_experts for k in ctx.layer_kinds)
+    dense_total = P.total - expert_total
+    tp = np.array([r["tp"] for r in rows], float)
+    pp = np.array([r["pp"] for r in rows], float)
+    cp = np.array([r["cp"] for r in rows], float)
+    dp = np.array([r["dp"] for r in rows], float)
+    ep = np.array([r["ep"] for r in rows], float)
+    etp = np.array([r["etp"] for r in rows], float)
+    out = np.zeros(len(rows))
+    for z in np.unique(zero_stage):
+        st = state_bytes_per_param(ctx.train.framework, int(z), False)
+        zd, ze = dp * cp, np.maximum(1.0, dp * cp * tp / (ep * etp))
+        per = lambda b, sh, Z: b / np.where(sh, Z, 1.0)
+        dense = dense_total / (tp * pp)
+        exp = expert_total / (ep * etp * pp)
+        val = (dense * (per(st.weights, st.weights_sharded, zd) + per(st.grads, st.grads_sharded, zd) + per(st.optimizer, st.optimizer_sharded, zd))
+               + exp * (per(st.weights, st.weights_sharded, ze) + per(st.grads, st.grads_sharded, ze) + per(st.optimizer, st.optimizer_sharded, ze)))
+        sel = zero_stage == z
+        out[sel] = val[sel] / GIB
+    return out
+
+
+def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, str]]:
+    L = ctx.model.num_layers
+    if pp == 1:
+        return [(1, "1f1b")]
+    sched = opts.fixed.get("schedule")
+    vpp_fixed = opts.fixed.get("vpp")
+    out = []
+    if sched in (None, "1f1b") and vpp_fixed in (None, 1):
+        out.append((1, "1f1b"))
+    if sched in ("gpipe", "zb") and vpp_fixed in (None, 1):
+        out.append((1, sched))
+    if sched in (None, "interleaved"):
+        vs = [v for v in divisors(L // pp) if v > 1] if L % pp == 0 else []
+        if vpp_fixed not in (None, 1):
+            vs = [vpp_fixed]
+        out.extend((v, "interleaved") for v in vs)
+    return out
+
+
+def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
+    opts = opts or SearchOptions()
+    m, tr, cl = ctx.model, ctx.train, ctx.cluster
+    fx = opts.fixed
+    cap = cl.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - opts.memory_headroom_gib
+    rows = structures(ctx, opts)
+    if not rows:
+        raise InputError(_no_structure_reason(ctx, opts))
+    zeros = _zero_choices(ctx, opts)
+    # prune (structure, zero) pairs whose model states alone exceed the capacity
+    pairs = [(r, z) for r in rows for z in zeros]
+    lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
+    keep = [pr for pr, b in zip(pairs, lb) if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
+    pruned = len(pairs) - len(keep)
+    if not keep and opts.require_fit:
+        # nothing can hold the model states: still score the best-sharded pairs to explain why
+        order = np.argsort(lb)[: max(1, opts.top_k)]
+        keep = [pairs[i] for i in order]
+
+    evaluated = 0
+    results: list[Evaluation] = []
+    best_peak: tuple[float, ParallelPlan] | None = None
+    recomputes = _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER))
+    sps = _fixed_or(opts, "sequence_parallel", [True])
+    cp_comms = _fixed_or(opts, "cp_comm", ["ring"])
+    offloads = _fixed_or(opts, "offload_optimizer", [False])
+    base_fixed = {k: v for k, v in fx.items() if k in ("zero_shard_size", "first_stage_layers", "last_stage_layers",
+                                                          "tp_comm_overlap") and v is not None}
+    for r, z in keep:
+        per_rank = tr.global_batch // r["dp"]
+        mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
+        mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
+        for vpp, sched in _vpp_choices(ctx, opts, r["pp"]):
+            for sp in sps:
+                for cpc in cp_comms:
+                    for off in offloads:
+                        for mb in mbs_list:
+                            any_fit = False
+                            for rc in recomputes:
+                                try:
+                                    plan = ParallelPlan(**r, vpp=vpp, schedule=sched, micro_batch=mb, zero_stage=z,
+                                                        recompute=rc, sequence_parallel=sp and r["tp"] > 1, cp_comm=cpc,
+                                                        offload_optimizer=off, recompute_layers=fx.get("recompute_layers") if rc == "full" else None,
+                                                        **base_fixed)
+                                except ValueError:
+                                    continue
+                                if plan_errors(m, tr, cl.count, plan):
+                                    continue
+                                ev = evaluate(ctx, plan)
+                                evaluated += 1
+                                peak = ev.memory["peak_gib"]
+                                if best_peak is None or peak < best_peak[0]:
+                                    best_peak = (peak, plan)
+                                fits = peak <= cap
+                                if fits or not opts.require_fit:
+                                    if rc == "full" and fits and "recompute_layers" not in fx and plan.recompute_layers is None:
+                                        ev = _refine_partial_recompute(ctx, plan, cap, ev)
+                                        evaluated += 1
+                                    results.append(ev)
+                                if fits:
+                                    any_fit = True
+                                    break  # more recompute only costs time at this micro-batch
+                            if not any_fit and opts.require_fit and "micro_batch" not in fx:
+                                break  # larger micro-batches only need more memory
+    results.sort(key=_sort_key)
+    feasible = [e for e in results if e.memory["peak_gib"] <= cap]
+    frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
+    chosen = feasible if opts.require_fit else results
+    return SearchResult(
+        plans=chosen[: opts.top_k], evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
+        smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
+        frontier=frontier,
+    )
+
+
+def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_ev: Evaluation) -> Evaluation:
+    """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k)."""
+    from planner.pipeline import stage_layer_counts
+    n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, plan.first_stage_layers, plan.last_stage_layers))
+    lo, hi, best = 0, n - 1, full_ev
+    while lo <= hi:
+        k = (lo + hi) // 2
+        ev = evaluate(ctx, plan.model_copy(update={"recompute_layers": k}))
+        if ev.memory["peak_gib"] <= cap:
+            best, hi = ev, k - 1
+        else:
+            lo = k + 1
+    return best
+
+
+def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:
+    fx = {k: v for k, v in opts.fixed.items() if v is not None}
+    pinned = ", ".join(f"{k}={v}" for k, v in sorted(fx.items())) or "no fixed knobs"
+    return (f"no valid parallel layout of {ctx.model.name} on {ctx.cluster.count} devices with {pinned}: "
+            f"check that tp*pp*cp*dp = {ctx.cluster.count}, heads ({ctx.model.num_heads}) divide by tp, "
+            f"and global batch ({ctx.train.global_batch}) divides by dp")

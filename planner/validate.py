@@ -1,0 +1,189 @@
+"""`plan validate`: hold the cost model against measured, published runs.
+
+For each run (schema: shared/reference/README.md) every published knob is fixed, the planner picks
+the unpublished ones (null) itself as a user tuning the run would, and the prediction is compared with
+the measured step time and peak memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from planner.cost import Context
+from planner.errors import InputError
+from planner.files import read_structured_file
+from planner.search import SearchOptions, search
+from planner.specs import ClusterSpec, TrainingSpec
+
+PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
+    "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp",
+    "zero_stage": "zero_stage", "micro_batch": "micro_batch", "recompute": "recompute",
+    "sequence_parallel": "sequence_parallel", "schedule": "schedule",
+}
+RUN_KEYS = {"id", "source", "reliability", "model", "hardware", "devices", "devices_per_node", "train",
+            "plan", "measured", "notes"}
+
+
+def infer_framework(run: dict) -> str:
+    """Whose memory and overlap behaviour the run had, from the source it cites (the schema has no
+    framework field): torchtitan / llm-foundry are FSDP2/FSDP; MaxText is JAX FSDP; DeepSpeed ZeRO;
+    everything else here (Megatron-LM, NeMo, Megatron-Bridge, DGX Cloud NeMo recipes) is Megatron."""
+    text = f"{run.get('id', '')} {run.get('source', '')}".lower()
+    if "torchtitan" in text or "foundry" in text or "mpt" in text:
+        return "fsdp"
+    if "maxtext" in text:
+        return "maxtext"
+    if "deepspeed" in text or "zero3" in text or "zero-3" in text:
+        return "deepspeed"
+    return "megatron"
+
+
+def load_runs(path: str | Path) -> list[dict]:
+    data = read_structured_file(path, what="runs file")
+    if not isinstance(data, list) or not data:
+        raise InputError(f"{path}: a runs file is a YAML list of runs (see the runs schema); got {type(data).__name__}")
+    seen = set()
+    for i, run in enumerate(data):
+        where = f"{path}: run #{i + 1}"
+        if not isinstance(run, dict):
+            raise InputError(f"{where} is not a mapping")
+        unknown = set(run) - RUN_KEYS
+        if unknown:
+            raise InputError(f"{where} has unknown field(s) {sorted(unknown)}; allowed: {sorted(RUN_KEYS)}")
+        for key in ("id", "model", "hardware", "devices", "train"):
+            if run.get(key) in (None, ""):
+                raise InputError(f"{where} is missing required field '{key}'")
+        if run["id"] in seen:
+            raise InputError(f"{where}: duplicate id {run['id']!r}")
+        seen.add(run["id"])
+        if not isinstance(run["model"], dict):
+            raise InputError(f"{where} ({run['id']}): 'model' must be a Hugging Face config mapping")
+        if not isinstance(run.get("train"), dict):
+            raise InputError(f"{where} ({run['id']}): 'train' must be a mapping with seq_len, global_batch, dtype")
+        if run.get("plan") is not None and not isinstance(run["plan"], dict):
+            raise InputError(f"{where} ({run['id']}): 'plan' must be a mapping or null")
+        unknown_plan = set(run.get("plan") or {}) - set(PLAN_FIELDS)
+        if unknown_plan:
+            raise InputError(f"{where} ({run['id']}): unknown plan field(s) {sorted(unknown_plan)}")
+    return data
+
+
+def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
+    """(model, cluster, training) context and the fixed knobs of one run."""
+    from planner.hardware_catalog import get_hardware
+    from planner.hf_import import from_hf_config
+
+    rid = run["id"]
+    try:
+        model = from_hf_config(run["model"], name=rid)
+        hw = get_hardware(str(run["hardware"]))
+        dev = run["devices"]
+        if not isinstance(dev, int) or isinstance(dev, bool):
+            raise InputError(f"devices must be an integer, got {dev!r}")
+        cluster = ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
+                              devices_per_node=run.get("devices_per_node") or None)
+        t = run["train"]
+        train = TrainingSpec(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
+                             dtype=t.get("dtype", "bf16"), framework=infer_framework(run))
+    except InputError as e:
+        raise InputError(f"run {rid}: {e}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"run {rid}: {_one_line(e)}") from None
+    fixed = {}
+    for k, v in (run.get("plan") or {}).items():
+        if v is not None:
+            fixed[PLAN_FIELDS[k]] = v
+    if fixed.get("schedule") not in (None, "1f1b", "interleaved", "gpipe", "zb"):
+        fixed["schedule"] = {"zero_bubble": "zb", "zbv": "zb", "interleaved_1f1b": "interleaved"}.get(
+            str(fixed["schedule"]).lower(), None)
+    if fixed.get("vpp", 1) > 1:
+        fixed.setdefault("schedule", "interleaved")
+    return Context(model, cluster, train), fixed
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
+
+
+def predict_run(run: dict) -> dict:
+    ctx, fixed = run_inputs(run)
+    res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
+    if not res.plans:  # nothing fits our capacity model: report the fastest plan anyway, flagged
+        res = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=False))
+    if not res.plans:
+        raise InputError(f"run {run['id']}: no valid plan with the published knobs {fixed}")
+    ev = res.plans[0]
+    meas = run.get("measured") or {}
+    out = {
+        "id": run["id"],
+        "reliability": run.get("reliability"),
+        "framework": ctx.train.framework,
+        "step_time_s": ev.step_time_s,
+        "peak_memory_gib": ev.memory["peak_gib"],
+        "measured_step_time_s": meas.get("step_time_s"),
+        "measured_peak_memory_gib": meas.get("peak_memory_gib"),
+        "plan": ev.plan.knobs(),
+        "fits": ev.fits,
+        "mfu": ev.mfu,
+        "time_breakdown": ev.time_breakdown,
+        "memory": ev.memory,
+    }
+    if meas.get("step_time_s"):
+        out["step_time_error"] = ev.step_time_s / meas["step_time_s"] - 1.0
+    if meas.get("peak_memory_gib"):
+        out["peak_memory_error"] = ev.memory["peak_gib"] / meas["peak_memory_gib"] - 1.0
+    return out
+
+
+def _pctl(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[int(q * (len(xs) - 1))] if xs else float("nan")
+
+
+def summarise(rows: list[dict]) -> dict:
+    st = [abs(r["step_time_error"]) for r in rows if "step_time_error" in r]
+    mem = [abs(r["peak_memory_error"]) for r in rows if "peak_memory_error" in r]
+    worst = sorted((r for r in rows if "step_time_error" in r), key=lambda r: -abs(r["step_time_error"]))[:5]
+    return {
+        "runs": len(rows),
+        "step_time": {"n": len(st), "median_abs_error": statistics.median(st) if st else None,
+                      "p90_abs_error": _pctl(st, 0.9) if st else None},
+        "peak_memory": {"n": len(mem), "median_abs_error": statistics.median(mem) if mem else None,
+                        "p90_abs_error": _pctl(mem, 0.9) if mem else None},
+        "worst": [{"id": r["id"], "step_time_error": r["step_time_error"]} for r in worst],
+    }
+
+
+def validate_runs(runs: list[dict]) -> dict:
+    rows = [predict_run(r) for r in runs]
+    return {"runs": rows, "summary": summarise(rows)}
+
+
+def markdown_table(result: dict) -> str:
+    s = result["summary"]
+    lines = [
+        "| run | rel | fw | plan (tp/pp/vpp/cp/dp/ep, mbs, zero, recompute) | measured s | predicted s | error | "
+        "measured GiB | predicted GiB | error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["runs"]:
+        p = r["plan"]
+        knobs = (f"{p['tp']}/{p['pp']}/{p['vpp']}/{p['cp']}/{p['dp']}/{p['ep']}, {p['micro_batch']}, "
+                 f"z{p['zero_stage']}, {p['recompute']}" + (f"({p['recompute_layers']})" if p.get("recompute_layers") is not None else ""))
+        ms = r.get("measured_step_time_s")
+        mm = r.get("measured_peak_memory_gib")
+        lines.append(
+            f"| {r['id']} | {r.get('reliability') or ''} | {r['framework']} | {knobs} | "
+            f"{ms:.2f} | {r['step_time_s']:.2f} | {100 * r['step_time_error']:+.1f}% | " if ms else
+            f"| {r['id']} | {r.get('reliability') or ''} | {r['framework']} | {knobs} | - | {r['step_time_s']:.2f} | - | "
+        )
+        lines[-1] += (f"{mm:.1f} | {r['peak_memory_gib']:.1f} | {100 * r['peak_memory_error']:+.1f}% |" if mm
+                      else f"- | {r['peak_memory_gib']:.1f} | - |")
+    st, mem = s["step_time"], s["peak_memory"]
+    fmt = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
+    lines += ["", f"Step time: median |error| {fmt(st['median_abs_error'])}, p90 {fmt(st['p90_abs_error'])} "
+                  f"over {st['n']} runs. Peak memory: median |error| {fmt(mem['median_abs_error'])}, "
+                  f"p90 {fmt(mem['p90_abs_error'])} over {mem['n']} runs."]
+    return "\n".join(lines) + "\n"
