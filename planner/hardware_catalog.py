@@ -1,0 +1,297 @@
+"""Hardware catalog: the cited accelerator profiles in `hardware_profiles/` and cluster parsing.
+
+Pure functions, no global state beyond a read-only cache of the profile files:
+
+- `load_hardware_catalog()` -> {id: HardwareSpec}, every `hardware_profiles/*.yaml`, validated.
+- `get_hardware(name)` resolves an id or alias, case- and punctuation-insensitively
+  ("H100", "h100-sxm5", "TPU v5p" all work); unknown names raise `InputError` with a did-you-mean.
+- `list_hardware()` -> specs sorted by id (for `plan clusters`).
+- `parse_cluster(text)` -> ClusterSpec from `<hardware>x<count>` or from a cluster file.
+
+Cluster shorthand grammar: `<hardware id or alias> x <count>`, e.g. `a100x64`, `h100x16384`,
+`h800-sxm-80gbx2048`, `tpu-v5px256`, `gb200-nvl72x144` (spaces around the `x` and `X`, `*` or `×` are
+also accepted). The count is split off at the LAST separator followed only by digits, so the
+hardware name may itself contain an `x`: `mi300xx16` is 16 MI300X. Because `mi300` is an alias of
+`mi300x`, the shorter `mi300x16` also means 16 MI300X. A name with no count (`mi300x`) is an error
+that says how to add one; so is the reversed order (`64xa100`). If the text parses as shorthand with
+a known accelerator it is shorthand, even if a file of that name exists; otherwise an existing path is
+read as a cluster file.
+
+Cluster file (YAML or JSON, at most 1 MiB), a mapping with:
+    hardware: <id or alias>            # or an inline HardwareSpec mapping (a full profile)
+    count: <devices>                   # whole number, 1 .. 1_000_000
+    devices_per_node: <int>            # optional override of the profile's node size
+    domain_size: <int>                 # optional override of the scale-up domain size
+    name: <str>                        # optional
+Every bad input raises `InputError` with one line saying what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from planner.data import data_dir
+from planner.errors import InputError
+from planner.names import did_you_mean, normalise
+from planner.specs.cluster import MAX_DEVICES, ClusterSpec
+from planner.specs.hardware import HardwareSpec
+
+MAX_CLUSTER_FILE_BYTES = 2**20  # 1 MiB: a cluster spec is a few lines
+CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name")
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+# <hardware> <sep> <count>: the count part holds no separator character, so the split is always at the
+# LAST separator, and anything number-like after it is captured (so "a100x8.5" gets a clear error).
+_SHORTHAND = re.compile(r"^(?P<hw>.+?)\s*[xX×*]\s*(?P<count>[-+]?[0-9][0-9_.,eE+-]*)$")
+_REVERSED = re.compile(r"^(?P<count>[0-9]+)\s*[xX×*]\s*(?P<hw>.+)$")
+_USAGE = "give <hardware>x<count> such as a100x64 or tpu-v5px256 (see `plan clusters`), or a cluster YAML/JSON file"
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _validation_summary(e: ValidationError) -> str:
+    """First pydantic error as 'field.path: message' on one line."""
+    errs = e.errors()
+    if not errs:
+        return _one_line(str(e))
+    first = errs[0]
+    loc = ".".join(str(p) for p in first.get("loc", ())) or "spec"
+    more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
+    return _one_line(f"{loc}: {first.get('msg', 'invalid')}{more}")
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[tuple[str, HardwareSpec], ...]:
+    folder = data_dir("hardware_profiles")
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not files:
+        raise InputError(f"no hardware profiles found in {folder}; reinstall the package")
+    out: dict[str, HardwareSpec] = {}
+    for f in files:
+        try:
+            data = yaml.safe_load(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise InputError(f"hardware profile {f.name} is unreadable: {_one_line(e)}") from None
+        if not isinstance(data, dict):
+            raise InputError(f"hardware profile {f.name} must be a mapping of HardwareSpec fields")
+        try:
+            spec = HardwareSpec(**data)
+        except ValidationError as e:
+            raise InputError(f"hardware profile {f.name} is invalid: {_validation_summary(e)}") from None
+        if spec.id != f.stem:
+            raise InputError(f"hardware profile {f.name} has id {spec.id!r}; the file must be named {spec.id}.yaml")
+        out[spec.id] = spec
+    return tuple(sorted(out.items()))
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, str]:
+    """normalised id/alias -> id; an alias claimed by two profiles is a catalog bug."""
+    idx: dict[str, str] = {}
+    for hid, spec in _catalog():
+        for name in (hid, *spec.aliases):
+            key = normalise(name)
+            if not key:
+                continue
+            owner = idx.setdefault(key, hid)
+            if owner != hid:
+                raise InputError(f"hardware name {name!r} is claimed by both {owner} and {hid}; fix the profiles")
+    return idx
+
+
+def load_hardware_catalog() -> dict[str, HardwareSpec]:
+    """Every hardware profile, keyed by id (a fresh dict over a cached, immutable set of specs)."""
+    return dict(_catalog())
+
+
+def list_hardware() -> list[HardwareSpec]:
+    """All profiles sorted by id."""
+    return [spec for _, spec in _catalog()]
+
+
+def _choices() -> list[str]:
+    names: list[str] = []
+    for hid, spec in _catalog():
+        names.append(hid)
+        names.extend(a.lower() for a in spec.aliases)
+    return names
+
+
+@lru_cache(maxsize=1)
+def _by_id() -> dict[str, HardwareSpec]:
+    return dict(_catalog())
+
+
+def _lookup(name: str) -> HardwareSpec | None:
+    hid = _index().get(normalise(name))
+    return _by_id()[hid] if hid else None
+
+
+def get_hardware(name: str) -> HardwareSpec:
+    """Resolve an id or alias (case/punctuation-insensitive) to its HardwareSpec."""
+    if not isinstance(name, str) or not name.strip():
+        raise InputError(f"hardware name must be a non-empty string, got {name!r}; see `plan clusters`")
+    spec = _lookup(name)
+    if spec is None:
+        hint = did_you_mean(name.strip(), _choices())
+        raise InputError(f"unknown hardware {name.strip()!r}{hint}; run `plan clusters` to list the accelerators")
+    return spec
+
+
+# --------------------------------------------------------------------------- clusters
+
+
+def _check_count(value: Any, what: str = "device count") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"{what} must be a whole number such as 64, got {value!r}")
+    if isinstance(value, str):
+        s = value.strip()
+        if not re.fullmatch(r"[-+]?[0-9]+", s):
+            raise InputError(f"{what} must be a whole number written in digits such as 64, got {s!r}")
+        value = int(s)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")) or not value.is_integer():
+            raise InputError(f"{what} must be a whole number such as 64, got {value!r}")
+        value = int(value)
+    if value < 1:
+        raise InputError(f"{what} must be at least 1, got {value}")
+    if value > MAX_DEVICES:
+        raise InputError(f"{what} {value} is absurd (more than {MAX_DEVICES:,}); check the number")
+    return value
+
+
+def _build_cluster(hw: HardwareSpec, count: int, devices_per_node: int | None = None,
+                   domain_size: int | None = None, name: str = "") -> ClusterSpec:
+    node = devices_per_node or hw.devices_per_node
+    if count > node and count % node:
+        lo, hi = count // node * node, (count // node + 1) * node
+        raise InputError(
+            f"{count} {hw.id} devices is not a whole number of {node}-device nodes; use a multiple of {node} "
+            f"(e.g. {lo} or {hi}) or set devices_per_node in a cluster file"
+        )
+    try:
+        return ClusterSpec(name=name or f"{hw.id}x{count}", hardware=hw, count=count,
+                           devices_per_node=devices_per_node, domain_size=domain_size)
+    except ValidationError as e:
+        raise InputError(f"invalid cluster: {_validation_summary(e)}") from None
+
+
+def _split_shorthand(text: str) -> tuple[str, str] | None:
+    """(hardware part, count part), split at the last separator that is followed only by a count:
+    'mi300xx16' -> ('mi300x', '16'), 'mi300x16' -> ('mi300', '16'), 'mi300x' -> None."""
+    m = _SHORTHAND.match(text)
+    return (m.group("hw").strip(), m.group("count")) if m else None
+
+
+def _looks_like_path(text: str) -> bool:
+    return "/" in text or "\\" in text or text.lower().endswith(_FILE_SUFFIXES) or text.startswith((".", "~"))
+
+
+def parse_cluster(text: str) -> ClusterSpec:
+    """`<hardware>x<count>` (e.g. a100x64, mi300xx16) or the path of a cluster YAML/JSON file."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"empty cluster; {_USAGE}")
+    raw = text.strip()
+    split = _split_shorthand(raw)
+    if split is not None:
+        hw_part, count_part = split
+        hw = _lookup(hw_part)
+        if hw is not None:
+            return _build_cluster(hw, _check_count(count_part))
+    path = Path(raw).expanduser()
+    if path.exists():
+        return load_cluster_file(path)
+    if _looks_like_path(raw):
+        raise InputError(f"cluster file {raw} does not exist; {_USAGE}")
+    if split is not None:
+        hw_part = split[0]
+        hint = did_you_mean(hw_part, _choices())
+        raise InputError(f"unknown hardware {hw_part!r} in cluster {raw!r}{hint}; run `plan clusters` to list the accelerators")
+    named = _lookup(raw)
+    if named is not None:
+        raise InputError(f"cluster {raw!r} names hardware but no device count; write e.g. {raw}x8 (= 8 x {named.id})")
+    rev = _REVERSED.match(raw)
+    if rev and _lookup(rev.group("hw").strip()) is not None:
+        hw_part, count_part = rev.group("hw").strip(), rev.group("count")
+        raise InputError(f"cluster {raw!r}: put the hardware first, e.g. {hw_part}x{count_part}")
+    hint = did_you_mean(raw, _choices())
+    raise InputError(f"cannot read cluster {raw!r}{hint}; {_USAGE}")
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise InputError(f"{path} is a directory; give the path of a cluster YAML or JSON file")
+    try:
+        size = path.stat().st_size
+        if size > MAX_CLUSTER_FILE_BYTES:
+            raise InputError(f"cluster file {path} is {size:,} bytes; files over 1 MiB are refused (a cluster spec is a few lines)")
+        blob = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read cluster file {path}: {e.strerror or e}") from None
+    if not blob.strip():
+        raise InputError(f"cluster file {path} is empty; it needs at least `hardware:` and `count:`")
+    if b"\x00" in blob:
+        raise InputError(f"cluster file {path} looks binary; expected YAML or JSON text")
+    try:
+        body = blob.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"cluster file {path} is not UTF-8 text; expected YAML or JSON") from None
+    try:
+        data = json.loads(body) if path.suffix.lower() == ".json" else yaml.safe_load(body)
+    except json.JSONDecodeError as e:
+        raise InputError(f"cluster file {path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or "parse error"
+        raise InputError(f"cluster file {path}: malformed YAML{where}: {_one_line(problem)}") from None
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else type(data).__name__
+        raise InputError(f"cluster file {path} must be a mapping with `hardware:` and `count:`, got {kind}")
+    return data
+
+
+def _optional_positive(data: dict[str, Any], key: str, path: Path) -> int | None:
+    if data.get(key) is None:
+        return None
+    return _check_count(data[key], f"{key} in {path}")
+
+
+def load_cluster_file(path: str | Path) -> ClusterSpec:
+    """A ClusterSpec from a YAML/JSON cluster file (see the module docstring)."""
+    p = Path(path)
+    data = _read_mapping(p)
+    unknown = sorted(str(k) for k in data if k not in CLUSTER_FILE_KEYS)
+    if unknown:
+        raise InputError(f"cluster file {p}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(CLUSTER_FILE_KEYS)}")
+    if "hardware" not in data or data["hardware"] in (None, ""):
+        raise InputError(f"cluster file {p} has no `hardware:`; give an id or alias (see `plan clusters`) or a profile mapping")
+    if "count" not in data or data["count"] is None:
+        raise InputError(f"cluster file {p} has no `count:`; give the number of devices, e.g. count: 64")
+    hw_field = data["hardware"]
+    if isinstance(hw_field, str):
+        hw = get_hardware(hw_field)
+    elif isinstance(hw_field, dict):
+        try:
+            hw = HardwareSpec(**{str(k): v for k, v in hw_field.items()})
+        except ValidationError as e:
+            raise InputError(f"cluster file {p}: inline hardware is invalid: {_validation_summary(e)}") from None
+    else:
+        raise InputError(f"cluster file {p}: `hardware:` must be an id/alias or a profile mapping, got {hw_field!r}")
+    name = data.get("name") or ""
+    if not isinstance(name, str):
+        raise InputError(f"cluster file {p}: `name:` must be a string, got {name!r}")
+    count = _check_count(data["count"], f"count in {p}")
+    return _build_cluster(hw, count, _optional_positive(data, "devices_per_node", p),
+                          _optional_positive(data, "domain_size", p), name)
