@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Frozen(BaseModel):
@@ -37,9 +37,25 @@ class MoESpec(_Frozen):
     )
     first_k_dense: int = Field(0, ge=0, description="leading layers with a dense FFN instead of MoE")
     layer_freq: int = Field(1, ge=1, description="every layer_freq-th layer (after first_k_dense) is MoE")
-    router_bias: bool = Field(False, description="router has a per-expert bias (gpt-oss; DeepSeek-V3 correction bias)")
+    router_bias: bool = Field(
+        False,
+        description="router has a trainable per-expert bias (gpt-oss). DeepSeek-V3's e_score_correction_bias is a "
+        "non-trainable buffer in HF transformers (updated by the balancing rule, not the optimizer): not counted",
+    )
     expert_bias: bool = Field(False, description="expert matrices carry biases (gpt-oss)")
     shared_expert_gate: bool = Field(False, description="sigmoid gate h->1 on the shared expert (Qwen2-MoE)")
+    dense_layers: tuple[int, ...] = Field(
+        (),
+        description="0-based layer indices forced to a dense FFN on top of first_k_dense/layer_freq "
+        "(HF Qwen-MoE `mlp_only_layers`); indices >= num_layers are ignored, as in HF",
+    )
+
+    @field_validator("dense_layers")
+    @classmethod
+    def _dense_layers(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(i < 0 for i in v):
+            raise ValueError("dense_layers indices must be >= 0")
+        return tuple(sorted(set(v)))
 
     @model_validator(mode="after")
     def _check(self) -> "MoESpec":
@@ -66,6 +82,9 @@ class ModelSpec(_Frozen):
     )
     activation: str = Field("silu", description="informational: silu, gelu, gelu_tanh, relu2, ...")
     norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_bias: bool = Field(
+        True, description="LayerNorm carries a bias (False: MPT's bias-free LayerNorm); ignored for RMSNorm"
+    )
     norms_per_layer: int = Field(2, ge=0, description="2 for pre-norm; 4 for Gemma 2 (pre+post)")
     qkv_bias: bool = False
     attn_out_bias: bool = False
@@ -102,7 +121,12 @@ class ModelSpec(_Frozen):
     def is_moe_layer(self, i: int) -> bool:
         """Layer i (0-based) has an MoE FFN (HF DeepSeek/Qwen-MoE rule)."""
         m = self.moe
-        return m is not None and i >= m.first_k_dense and (i - m.first_k_dense) % m.layer_freq == 0
+        return (
+            m is not None
+            and i >= m.first_k_dense
+            and (i - m.first_k_dense) % m.layer_freq == 0
+            and i not in m.dense_layers
+        )
 
     @property
     def num_moe_layers(self) -> int:
