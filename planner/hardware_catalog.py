@@ -281,7 +281,10 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
         raise InputError(f"cluster file {p} has no `count:`; give the number of devices, e.g. count: 64")
     hw_field = data["hardware"]
     if isinstance(hw_field, str):
-        hw = get_hardware(hw_field)
+        try:
+            hw = get_hardware(hw_field)
+        except InputError as e:
+            raise InputError(f"cluster file {p}: {e}") from None
     elif isinstance(hw_field, dict):
         try:
             hw = HardwareSpec(**{str(k): v for k, v in hw_field.items()})
