@@ -18,6 +18,23 @@ GEMM_DIM_HALF = 96.0
 # FlashAttention-2 reaches 50-73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691,
 # sec. 4.1); relative to the ~87% GEMM ceiling that is about 0.75 of GEMM efficiency.
 ATTN_REL_EFFICIENCY = 0.75
+# Attention core in PyTorch-native stacks (torchtitan, llm-foundry: SDPA / FlashAttention-2) on Hopper
+# and later: FlashAttention-2 reaches about 35% of H100 peak (Shah et al. 2024, FlashAttention-3,
+# arXiv 2407.08608, sec. 1), while Megatron/Transformer Engine use cuDNN fused attention (FA3-class).
+FA2_HOPPER_ABS_EFFICIENCY = 0.35
+# PyTorch-native training (FSDP2 + torch.compile or eager, no Transformer Engine) on Hopper/Blackwell:
+# fraction of the Megatron+TE per-op efficiency it reaches (less fusion, unoverlapped casts). Fitted on
+# the torchtitan and llm-foundry H100 rows; it also absorbs the 500 W cap of Meta's torchtitan H100s
+# (shared/reference/README.md caveat), which is why it is not applied to Ampere, where those stacks
+# match Megatron-era efficiency on the llm-foundry A100 rows.
+PYTORCH_NATIVE_HOPPER_EFFICIENCY = 0.70
+# Grouped expert GEMMs (many small matrices, permuted tokens) reach this fraction of a dense GEMM's
+# efficiency at the same shape; fitted on the Megatron MoE rows (Mixtral/Qwen3-MoE/gpt-oss/DeepSeek-V3).
+MOE_GROUPED_GEMM_REL_EFFICIENCY = 0.55
+# Unfused attention (pre-FlashAttention stacks): bytes moved per element of the s x s score matrix in
+# forward: QK^T write (2), fused scale-mask-softmax read+write (4), dropout read+write+mask (5), AV read
+# (2) = 13; backward moves about twice that (Korthikanti et al. 2022 list these tensors, sec. 4.1).
+UNFUSED_ATTN_BYTES_PER_SCORE_FWD = 13.0
 # FP8 GEMMs: fraction of the FP8 MAMF ceiling reached by real shapes relative to BF16 (per-tensor
 # scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted.
 FP8_DERATE = 0.80

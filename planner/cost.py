@@ -14,7 +14,8 @@ from functools import cached_property
 
 from planner import calibration as cal
 from planner.collectives import collective_time, group_link
-from planner.flops import LayerFlops, is_sliding_layer, layer_flops, lm_head_flops_per_token, model_flops_per_token
+from planner.flops import (LayerFlops, is_sliding_layer, layer_flops, lm_head_flops_per_token, model_flops_per_token,
+                           qk_v_head_dims)
 from planner.memory import GIB, activation_elems_per_token, logits_bytes_per_token, state_bytes_per_param
 from planner.params import LayerParams, count_params, layer_params
 from planner.pipeline import inflight_microbatches, pipeline_step_time, stage_layer_counts
@@ -53,6 +54,12 @@ class Context:
         self.gemm_eff_max = eff * cal.GEMM_SHAPE_DERATE
         self.attn_peak = self.peak_bf16  # attention core runs in bf16 even in FP8 recipes
         self.attn_eff = hw.gemm_efficiency_max * cal.GEMM_SHAPE_DERATE * cal.ATTN_REL_EFFICIENCY
+        # NVIDIA parts with FP8 tensor cores = Hopper and later, where kernel generation matters most
+        hopper_plus = hw.vendor.upper().startswith("NVIDIA") and hw.peak_tflops.fp8 is not None
+        if train.framework in ("fsdp",) and hopper_plus:
+            self.gemm_eff_max *= cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
+            self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY)
+        self.unfused_attention = train.attention_impl == "unfused"
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
 
     def gemm_eff(self, *dims: float) -> float:
@@ -138,12 +145,23 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         if f.experts:
             e = m.moe
             tok_per_expert = tokens / tp * ep * e.top_k / e.num_experts * (etp if etp > 1 else 1)
-            t_exp = tokens * f.experts / tp / (ctx.peak * ctx.gemm_eff(tok_per_expert, h, e.expert_ffn_hidden_size / etp))
+            t_exp = tokens * f.experts / tp / (ctx.peak * ctx.gemm_eff(tok_per_expert, h, e.expert_ffn_hidden_size / etp)
+                                               * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
             t_exp += tokens * f.router / tp / (ctx.peak * ctx.gemm_eff(tokens, h))
-        t_attn = tokens * f.attn_core / tp / (ctx.attn_peak * ctx.attn_eff)
+        if ctx.unfused_attention:
+            # scores materialised: QK^T and AV run as batched GEMMs over the full s x s (no causal
+            # skipping) and the softmax/dropout passes over the scores are memory-bound
+            dqk, dv = qk_v_head_dims(m)
+            scores = tokens * (tr.seq_len) * m.num_heads / tp  # elements of s x s per device
+            t_attn = 2.0 * scores * (dqk + dv) / (ctx.peak * ctx.gemm_eff(tr.seq_len, dqk))
+            t_attn += scores * cal.UNFUSED_ATTN_BYTES_PER_SCORE_FWD / ctx.hbm_bw
+        else:
+            t_attn = tokens * f.attn_core / tp / (ctx.attn_peak * ctx.attn_eff)
         # memory-bound elementwise work: norms, residuals, activation, rope (read+write), fwd
         inter = m.ffn_hidden_size if not k.moe else m.moe.expert_ffn_hidden_size * m.moe.top_k
         elem = tokens * (10 * h / (tp if sp else 1) + 3 * inter / tp) * act_elem * cal.ELEMENTWISE_BYTES_FACTOR
+        if k.moe:  # token permute + unpermute: read and write top_k copies of each hidden state, twice
+            elem += tokens / tp * m.moe.top_k * h * act_elem * 4
         t_elem = elem / ctx.hbm_bw
         fwd = t_proj + t_mlp + t_exp + t_attn + t_elem
         bwd = 2 * (t_proj + t_mlp + t_exp) + 2.5 * t_attn + 2 * t_elem  # FA2 bwd ~2.5x fwd (Dao 2023, sec. 4.1)
@@ -309,12 +327,20 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         acts = per_mb * inflight
         if plan.recompute == "full":
             acts += worst_layer  # one layer's full activations exist while it is recomputed
+        if ctx.unfused_attention and plan.recompute != "full":
+            # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer
+            acts += inflight * n_layers * 5.0 * m.num_heads / tp * tr.seq_len * tokens
         if s == pp - 1:
             acts += tokens * logits_bytes_per_token(m, tp)
         if s == 0:
             acts += tokens * h * act_elem * (1 if pp > 1 else 0)  # embedding output kept for the first layer
         buffers = 0.0
-        if plan.zero_stage == 3:
+        if plan.zero_stage == 3 and pp > 1 and fw in ("fsdp", "maxtext"):
+            # FSDP under pipelining keeps the stage's parameters unsharded between micro-batches
+            # (torchtitan: reshard_after_forward=False with PP) and accumulates unsharded gradients
+            # until the last micro-batch (torch.distributed.pipelining backward_maybe_with_nosync).
+            buffers = (dn + ex) * (2.0 + grad_bytes)
+        elif plan.zero_stage == 3:
             # unsharded bf16 copies of the current and the prefetched layer, plus one layer's grads
             biggest = max((k.params.total - k.params.routed_experts) / tp + k.params.routed_experts / (ep * etp) for k in layers) if layers else 0
             buffers = biggest * (2.0 * 2 + grad_bytes)

@@ -146,8 +146,9 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         out.append((1, "1f1b"))
     if sched in ("gpipe", "zb") and vpp_fixed in (None, 1):
         out.append((1, sched))
-    if sched in (None, "interleaved"):
-        vs = [v for v in divisors(L // pp) if v > 1] if L % pp == 0 else []
+    if sched in (None, "interleaved") and vpp_fixed != 1:
+        units = L if L % pp == 0 else L + 2  # + embedding and loss as pipeline "layers" (Megatron)
+        vs = [v for v in divisors(units // pp) if v > 1] if units % pp == 0 else []
         if vpp_fixed not in (None, 1):
             vs = [vpp_fixed]
         out.extend((v, "interleaved") for v in vs)
@@ -209,7 +210,8 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
                                     best_peak = (peak, plan)
                                 fits = peak <= cap
                                 if fits or not opts.require_fit:
-                                    if rc == "full" and fits and "recompute_layers" not in fx and plan.recompute_layers is None:
+                                    if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
+                                            and plan.recompute_layers is None):
                                         ev = _refine_partial_recompute(ctx, plan, cap, ev)
                                         evaluated += 1
                                     results.append(ev)
@@ -233,7 +235,7 @@ def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full
     """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k)."""
     from planner.pipeline import stage_layer_counts
     n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, plan.first_stage_layers, plan.last_stage_layers))
-    lo, hi, best = 0, n - 1, full_ev
+    lo, hi, best = 1, n - 1, full_ev  # k = 0 is "none", already scored
     while lo <= hi:
         k = (lo + hi) // 2
         ev = evaluate(ctx, plan.model_copy(update={"recompute_layers": k}))

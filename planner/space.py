@@ -4,7 +4,9 @@ A plan is valid when (Megatron-core / torchtitan rules):
   tp * pp * cp * dp == devices;              ep * etp divides tp * cp * dp, experts % ep == 0
   heads % tp == 0; kv_heads % tp == 0 or tp % kv_heads == 0 (KV heads replicated)
   seq_len % (2 * cp) == 0 (load-balanced causal CP chunks); a2a CP needs heads % (tp * cp) == 0
-  layers split over pp * vpp chunks (uneven first/last stages allowed when set explicitly)
+  pp * vpp chunks each get a layer; the search proposes only even splits (counting the embedding and loss
+  as a layer each where that makes it even: Megatron --account-for-*-in-pipeline-split), a user-fixed
+  uneven split is allowed (Megatron --pipeline-model-parallel-layout); explicit first/last stage sizes too
   global_batch % (dp * micro_batch) == 0
   sequence parallelism only with tp > 1; interleaving only with pp > 1
 """
@@ -48,8 +50,8 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
     if p.vpp > 1 and p.schedule != "interleaved":
         errs.append("vpp > 1 needs the interleaved schedule")
     if p.first_stage_layers is None and p.last_stage_layers is None:
-        if p.pp > 1 and model.num_layers % (p.pp * p.vpp) and p.vpp > 1:
-            errs.append(f"{model.num_layers} layers do not split into pp*vpp={p.pp * p.vpp} equal chunks")
+        if p.pp * p.vpp > model.num_layers + 2:
+            errs.append(f"{model.num_layers} layers cannot fill pp*vpp={p.pp * p.vpp} pipeline chunks")
     else:
         fixed = (p.first_stage_layers or 0) + (p.last_stage_layers or 0)
         free = p.pp - (p.first_stage_layers is not None) - (p.last_stage_layers is not None)

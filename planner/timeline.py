@@ -160,6 +160,12 @@ def _check(pp, vpp, m, schedule) -> tuple[int, int, int, str]:
     return pp, vpp, m, schedule
 
 
+def resolve_schedule(pp: int, vpp: int, num_microbatches: int, schedule: str) -> str:
+    """The schedule that will run: "1f1b" with vpp > 1 is "interleaved", "none" (pp = 1) is "1f1b".
+    Raises InputError for unknown or unsupported combinations."""
+    return _check(pp, vpp, num_microbatches, schedule)[3]
+
+
 def _per_stage(name: str, x: float | Sequence[float], pp: int) -> list[float]:
     vals = [x] * pp if isinstance(x, (int, float)) and not isinstance(x, bool) else list(x)
     if len(vals) != pp:

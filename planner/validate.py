@@ -40,6 +40,19 @@ def infer_framework(run: dict) -> str:
     return "megatron"
 
 
+def infer_attention_impl(run: dict) -> str:
+    """FlashAttention appeared in May 2022 (arXiv 2205.14135); runs published before it (an arXiv id
+    or a year before 2022 in the citation) materialised the attention scores."""
+    import re
+
+    text = f"{run.get('id', '')} {run.get('source', '')}"
+    ids = [int(a) for a in re.findall(r"arxiv\.org/abs/(\d{4})\.\d{4,5}", text)]
+    years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", text)]
+    if (ids and max(ids) < 2205) or (not ids and years and max(years) < 2022) or "mtnlg" in text.lower():
+        return "unfused"
+    return "flash"
+
+
 def load_runs(path: str | Path) -> list[dict]:
     data = read_structured_file(path, what="runs file")
     if not isinstance(data, list) or not data:
@@ -86,7 +99,8 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
                               devices_per_node=run.get("devices_per_node") or None)
         t = run["train"]
         train = TrainingSpec(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
-                             dtype=t.get("dtype", "bf16"), framework=infer_framework(run))
+                             dtype=t.get("dtype", "bf16"), framework=infer_framework(run),
+                             attention_impl=infer_attention_impl(run))
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
     except (ValueError, KeyError, TypeError) as e:

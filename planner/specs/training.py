@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Dtype = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]
+AttentionImpl = Literal["flash", "unfused"]
 
 
 class TrainingSpec(BaseModel):
@@ -21,4 +22,9 @@ class TrainingSpec(BaseModel):
         "megatron",
         description="whose memory/overlap behaviour to model: megatron (fp32 grad buffers, distributed "
         "optimizer), fsdp (torchtitan/llm-foundry), deepspeed, maxtext",
+    )
+    attention_impl: AttentionImpl = Field(
+        "flash",
+        description="flash: fused attention, no s x s matrix (Dao et al. 2022, arXiv 2205.14135); unfused: "
+        "scores materialised and softmax/dropout memory-bound, as in every stack before mid-2022",
     )
