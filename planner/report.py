@@ -149,6 +149,15 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return ticks
 
 
+def _tick_text(t: float, ticks: Sequence[float]) -> str:
+    """A tick label with just the decimals its step needs (0.25 steps keep two)."""
+    step = abs(ticks[1] - ticks[0]) if len(ticks) > 1 else abs(t) or 1.0
+    d = max(0, math.ceil(-math.log10(step) - 1e-9))
+    if abs(step * 10**d - round(step * 10**d)) > 1e-6:
+        d += 1
+    return f"{t:,.{d}f}"
+
+
 def _nice_max(v: float) -> float:
     """The first 'nice' tick at or above v (> 0)."""
     ticks = _nice_ticks(0.0, v, 5)
@@ -283,20 +292,23 @@ def _svg_pareto(candidates: list[dict], ranked: list[dict]) -> str:
     out.append(legend)
     out.append("</svg>")
     note = (f"{len(feasible)} feasible candidate{'s' if len(feasible) != 1 else ''}, {len(front)} on the front"
-            + (f"; {infeasible} that do not fit are not plotted" if infeasible else "") + ".")
+            + (f"; {infeasible} that {'does' if infeasible == 1 else 'do'} not fit {'is' if infeasible == 1 else 'are'}"
+               " not plotted" if infeasible else "") + ".")
     return "".join(out) + f'<p class="note">{_e(note)}</p>'
 
 
 def _axes(W, H, L, R, T, B, x0, x1, y0, y1, sx, sy, xlabel, ylabel) -> str:
     out = [f'<rect x="{L}" y="{T}" width="{W - L - R}" height="{H - T - B}" class="plot-bg"/>']
-    for t in _nice_ticks(x0, x1, 6):
+    xt = _nice_ticks(x0, x1, 6)
+    for t in xt:
         if x0 <= t <= x1:
             out.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{T}" y2="{H - B}" class="grid"/>'
-                       f'<text x="{sx(t):.1f}" y="{H - B + 16}" class="tick" text-anchor="middle">{_e(_fmt(t, 3))}</text>')
-    for t in _nice_ticks(y0, y1, 5):
+                       f'<text x="{sx(t):.1f}" y="{H - B + 16}" class="tick" text-anchor="middle">{_e(_tick_text(t, xt))}</text>')
+    yt = _nice_ticks(y0, y1, 5)
+    for t in yt:
         if y0 <= t <= y1:
             out.append(f'<line x1="{L}" x2="{W - R}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" class="grid"/>'
-                       f'<text x="{L - 6}" y="{sy(t) + 4:.1f}" class="tick" text-anchor="end">{_e(_fmt(t, 3))}</text>')
+                       f'<text x="{L - 6}" y="{sy(t) + 4:.1f}" class="tick" text-anchor="end">{_e(_tick_text(t, yt))}</text>')
     out.append(f'<text x="{(L + W - R) / 2:.1f}" y="{H - 12}" class="axis-label" text-anchor="middle">{_e(xlabel)}</text>')
     out.append(f'<text x="16" y="{(T + H - B) / 2:.1f}" class="axis-label" text-anchor="middle" '
                f'transform="rotate(-90 16 {(T + H - B) / 2:.1f})">{_e(ylabel)}</text>')
@@ -443,9 +455,10 @@ def _svg_stacked(chart_id: str, plans: list[dict], block: str, parts, unit: str,
     H = T + H_plot + 60 + lh + 4
     out = [f'<svg id="{_e(chart_id)}-svg" class="chart" viewBox="0 0 {W} {H:.0f}" role="img" '
            f'aria-label="{_e(block.replace("_", " "))} of the top plans">']
-    for t in _nice_ticks(0, x1, 6):
+    xt = _nice_ticks(0, x1, 6)
+    for t in xt:
         out.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{T - 6}" y2="{T + H_plot}" class="grid-v"/>'
-                   f'<text x="{sx(t):.1f}" y="{T + H_plot + 16}" class="tick" text-anchor="middle">{_e(_fmt(t, 3))}</text>')
+                   f'<text x="{sx(t):.1f}" y="{T + H_plot + 16}" class="tick" text-anchor="middle">{_e(_tick_text(t, xt))}</text>')
     out.append(f'<text x="{(L + W - R) / 2:.1f}" y="{T + H_plot + 34}" class="axis-label" text-anchor="middle">{_e(unit)}</text>')
     for j, (rank, label, vals, total, limit) in enumerate(rows):
         y = T + j * (bar_h + gap)
@@ -523,19 +536,19 @@ def _plans_table(plans: list[dict]) -> str:
     columns = [c for c in _COLUMNS
                if c[0] not in _OPTIONAL_COLUMNS or any(c[1](i, p) not in (1, None) for i, p in enumerate(plans))]
     head = "".join(f'<th scope="col">{_e(h)}</th>' for h, _, _ in columns)
-    head += '<th scope="col">why</th>'
-    rows = []
+    groups = []  # one <tbody> per plan: its numbers, then why it ranks there; sorting moves whole groups
     for i, p in enumerate(plans):
         cells = "".join(_cell(h, get(i, p), num) for h, get, num in columns)
-        reason = p.get("reason") or ""
-        warnings = [w for w in (p.get("warnings") or []) if w]
+        reason = str(p.get("reason") or "")
+        warnings = [str(w) for w in (p.get("warnings") or []) if w]
         why = _e(reason)
         if warnings:
             why += '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>"
-        cls = ' class="best"' if i == 0 else (' class="nofit"' if p.get("fits") is False else "")
-        rows.append(f'<tr{cls} data-key="{_e(_plan_key(p))}">{cells}<td class="why">{why}</td></tr>')
+        cls = "plan best" if i == 0 else ("plan nofit" if p.get("fits") is False else "plan")
+        detail = f'<tr class="why-row"><td></td><td class="why" colspan="{len(columns) - 1}">{why}</td></tr>' if why else ""
+        groups.append(f'<tbody class="{cls}" data-key="{_e(_plan_key(p))}"><tr>{cells}</tr>{detail}</tbody>')
     return (f'<div class="table-wrap"><table id="plans-table"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
+            f'{"".join(groups)}</table></div>')
 
 
 def _estimate_table(estimate) -> str:
@@ -584,20 +597,24 @@ section{background:var(--card);border:1px solid var(--line);border-radius:8px;pa
 .table-wrap{overflow-x:auto}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{border-bottom:1px solid var(--line);padding:5px 7px;text-align:left;vertical-align:top}
-thead th{background:#eef2f6;position:sticky;top:0;cursor:pointer;white-space:nowrap;user-select:none}
+thead th{background:#eef2f6;position:sticky;top:0;cursor:pointer;user-select:none;vertical-align:bottom}
 thead th[aria-sort=ascending]::after{content:" \\25B2"}
 thead th[aria-sort=descending]::after{content:" \\25BC"}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-tr.best td{background:#fff6e8}
-tr.nofit td{color:#98a1ab}
-tr.hl td{background:#e8f1fb}
-td.why{min-width:240px;max-width:420px;color:#33404d}
+tbody.plan tr:first-child td{border-bottom:none}
+tbody.best td{background:#fff6e8}
+tbody.nofit td{color:#98a1ab}
+tbody.hl td{background:#e8f1fb}
+tr.why-row td{padding-top:0;font-size:12.5px}
+td.why{color:#33404d}
 ul.warn{margin:4px 0 0;padding-left:18px;color:#9c4a00}
 table.kv{width:auto}
 table.kv th{font-weight:normal;color:var(--muted)}
 .note,.facts{color:var(--muted);font-size:12.5px;margin:6px 0 0}
 .facts{color:var(--fg)}
 svg.chart{width:100%;height:auto;display:block}
+#pareto svg.chart{max-width:860px}
+#memory-breakdown svg.chart,#time-breakdown svg.chart{max-width:980px}
 svg .plot-bg{fill:#fff;stroke:var(--line)}
 svg .grid{stroke:#edf0f3}
 svg .grid-v{stroke:#edf0f3}
@@ -630,15 +647,15 @@ _JS = """
         var asc=th.getAttribute('aria-sort')!=='ascending';
         for(var k=0;k<ths.length;k++){ths[k].removeAttribute('aria-sort');}
         th.setAttribute('aria-sort',asc?'ascending':'descending');
-        var body=table.tBodies[0],rows=Array.prototype.slice.call(body.rows);
-        rows.sort(function(a,b){
-          var x=a.cells[j],y=b.cells[j],nx=num(x),ny=num(y),r;
+        var groups=Array.prototype.slice.call(table.tBodies);
+        groups.sort(function(a,b){
+          var x=a.rows[0].cells[j],y=b.rows[0].cells[j],nx=num(x),ny=num(y),r;
           if(!isNaN(nx)&&!isNaN(ny)){r=nx-ny;}else{r=x.textContent.localeCompare(y.textContent);}
           return asc?r:-r;});
-        rows.forEach(function(r){body.appendChild(r);});
+        groups.forEach(function(g){table.appendChild(g);});
       });})(j,ths[j]);}
     var pts=document.querySelectorAll('#pareto circle[data-key]');
-    Array.prototype.forEach.call(table.tBodies[0].rows,function(row){
+    Array.prototype.forEach.call(table.tBodies,function(row){
       var key=row.getAttribute('data-key');
       row.addEventListener('mouseenter',function(){row.classList.add('hl');
         Array.prototype.forEach.call(pts,function(p){if(p.getAttribute('data-key')===key){p.classList.add('hl');}});});
