@@ -11,7 +11,7 @@ from __future__ import annotations
 # Real transformer GEMMs reach this fraction of the best-shape MAMF ceiling in hardware.yaml
 # (measured_gemm). Fitted on the dev runs; consistent with Megatron-core's 47% MFU on H100
 # (hardware.yaml mfu_anchors) against an 80% MAMF ceiling.
-GEMM_SHAPE_DERATE = 0.90
+GEMM_SHAPE_DERATE = 0.85
 # GEMM efficiency falls as the smallest per-device matrix dimension shrinks (tile quantisation, wave
 # effects): eff = eff_max * derate * d / (d + GEMM_DIM_HALF). Fitted; d=GEMM_DIM_HALF loses half.
 GEMM_DIM_HALF = 96.0
@@ -27,10 +27,15 @@ FA2_HOPPER_ABS_EFFICIENCY = 0.35
 # the torchtitan and llm-foundry H100 rows; it also absorbs the 500 W cap of Meta's torchtitan H100s
 # (shared/reference/README.md caveat), which is why it is not applied to Ampere, where those stacks
 # match Megatron-era efficiency on the llm-foundry A100 rows.
-PYTORCH_NATIVE_HOPPER_EFFICIENCY = 0.70
+PYTORCH_NATIVE_HOPPER_EFFICIENCY = 0.60
 # Grouped expert GEMMs (many small matrices, permuted tokens) reach this fraction of a dense GEMM's
 # efficiency at the same shape; fitted on the Megatron MoE rows (Mixtral/Qwen3-MoE/gpt-oss/DeepSeek-V3).
 MOE_GROUPED_GEMM_REL_EFFICIENCY = 0.55
+# Megatron's all-to-all token dispatcher copies the per-expert token counts to the host to size the
+# all-to-all (a device-to-host sync per MoE layer, forward and backward), which drains the kernel queue
+# and exposes launch latency of the whole layer. Seconds per MoE layer per micro-batch (fwd + bwd),
+# fitted on the Megatron MoE rows, where the residual grows with MoE-layer passes at 4-7 ms each.
+MOE_DISPATCH_SYNC_S = 0.004
 # Unfused attention (pre-FlashAttention stacks): bytes moved per element of the s x s score matrix in
 # forward: QK^T write (2), fused scale-mask-softmax read+write (4), dropout read+write+mask (5), AV read
 # (2) = 13; backward moves about twice that (Korthikanti et al. 2022 list these tensors, sec. 4.1).

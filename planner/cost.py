@@ -165,6 +165,9 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         t_elem = elem / ctx.hbm_bw
         fwd = t_proj + t_mlp + t_exp + t_attn + t_elem
         bwd = 2 * (t_proj + t_mlp + t_exp) + 2.5 * t_attn + 2 * t_elem  # FA2 bwd ~2.5x fwd (Dao 2023, sec. 4.1)
+        if k.moe and fw == "megatron":
+            fwd += cal.MOE_DISPATCH_SYNC_S / 3
+            bwd += 2 * cal.MOE_DISPATCH_SYNC_S / 3
         # TP: with SP 2 all-gathers + 2 reduce-scatters of the (tokens x h) activation per layer,
         # without SP 2 all-reduces (Korthikanti et al. 2022, sec. 4.2.2); MoE layers with EP swap
         # the MLP pair for the token all-to-alls.

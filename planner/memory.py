@@ -96,6 +96,7 @@ def activation_elems_per_token(
 
 
 def logits_bytes_per_token(m: ModelSpec, tp: int) -> float:
-    """The LM head's output: bf16 logits (2 B), their fp32 upcast in the loss (4 B) and the fp32
-    gradient (4 B) coexist at the loss (torch cross_entropy on .float() logits), vocab split by TP."""
-    return 10.0 * m.vocab_size / tp
+    """Peak of the loss on fp32-upcast logits (torch cross_entropy on .float() logits): at the start of
+    backward the saved fp32 log-softmax output (4 B), its incoming fp32 gradient (4 B) and the fp32
+    input gradient (4 B) coexist, before the cast back to bf16; vocab split by TP (loss parallel)."""
+    return 12.0 * m.vocab_size / tp
