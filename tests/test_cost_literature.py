@@ -1,0 +1,86 @@
+"""The cost model's building blocks against the literature's own numbers."""
+
+import math
+
+import pytest
+
+from planner.collectives import Link, collective_time, ring_allreduce_volume_fraction
+from planner.memory import korthikanti_activation_bytes_per_layer, state_bytes_per_param
+from planner.pipeline import bubble_fraction, inflight_microbatches, pipeline_step_time, stage_layer_counts
+
+
+@pytest.mark.parametrize("stage,expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_zero_paper_figure1(stage, expected_gb):
+    # ZeRO (Rajbhandari et al. 2020) Fig. 1: 7.5B params, N_d = 64, K = 12 -> 120 / 31.4 / 16.6 / 1.9 GB
+    psi, nd = 7.5e9, 64
+    st = state_bytes_per_param("deepspeed", stage, offload_optimizer=False)
+    per_param = (st.weights / (nd if st.weights_sharded else 1) + st.grads / (nd if st.grads_sharded else 1)
+                 + st.optimizer / (nd if st.optimizer_sharded else 1))
+    assert psi * per_param / 1e9 == pytest.approx(expected_gb, abs=0.06)
+
+
+def test_megatron_keeps_fp32_main_grads_and_fsdp_fp32_shards():
+    assert state_bytes_per_param("megatron", 1, False).grads == 4.0
+    fs = state_bytes_per_param("fsdp", 3, False)
+    assert (fs.weights, fs.grads, fs.optimizer) == (4.0, 4.0, 8.0)
+    assert state_bytes_per_param("megatron", 1, True).optimizer == 0.0
+
+
+def test_korthikanti_formulas():
+    # GPT-3 175B layer (Korthikanti et al. Table 3 model): s=2048, h=12288, a=96, b=1
+    s, h, a, b = 2048, 12288, 96, 1
+    sbh = s * b * h
+    assert korthikanti_activation_bytes_per_layer(s, b, h, a) == pytest.approx(sbh * (34 + 5 * a * s / h))
+    t = 8
+    tp_only = korthikanti_activation_bytes_per_layer(s, b, h, a, t)
+    tp_sp = korthikanti_activation_bytes_per_layer(s, b, h, a, t, sp=True)
+    assert tp_sp == pytest.approx(korthikanti_activation_bytes_per_layer(s, b, h, a) / t)
+    assert tp_only - tp_sp == pytest.approx(sbh * (10 - 10 / t))  # SP removes the replicated 10 sbh
+    # selective recompute with SP keeps 34 sbh / t; paper sec. 5: for 175B, 5as/h = 80 -> 70% saved
+    sel = korthikanti_activation_bytes_per_layer(s, b, h, a, t, sp=True, recompute="selective")
+    assert 1 - sel / tp_sp == pytest.approx(80 / 114, rel=1e-9)
+    assert korthikanti_activation_bytes_per_layer(s, b, h, a, t, recompute="full") == 2 * sbh
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 8, 1), (8, 32, 1), (8, 32, 4), (16, 64, 2)])
+def test_bubble_fractions(p, m, v):
+    # Narayanan et al. SC21 sec. 2.2: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved
+    assert bubble_fraction("1f1b", p, m) == pytest.approx((p - 1) / m)
+    assert bubble_fraction("gpipe", p, m) == pytest.approx((p - 1) / m)
+    assert bubble_fraction("interleaved", p, m, v) == pytest.approx((p - 1) / (v * m))
+    # the makespan of uniform stages reproduces the same bubble: (m + p - 1) t
+    t = 0.25
+    step = pipeline_step_time([t] * p, m, "1f1b")
+    assert step == pytest.approx((m + p - 1) * t)
+    assert (step - m * t) / (m * t) == pytest.approx((p - 1) / m)
+    step_i = pipeline_step_time([t] * p, m, "interleaved", v)
+    assert (step_i - m * t) / (m * t) == pytest.approx((p - 1) / (v * m))
+
+
+def test_inflight_microbatches():
+    assert inflight_microbatches("1f1b", 8, 0, 64) == 8  # first stage holds p (SC21 sec. 2.2.1)
+    assert inflight_microbatches("1f1b", 8, 7, 64) == 1
+    assert inflight_microbatches("gpipe", 8, 0, 64) == 64
+    # Megatron interleaved warm-up: (p-1)*2 + (v-1)*p + 1 chunks of 1/v stage each
+    assert inflight_microbatches("interleaved", 4, 0, 64, 2) == pytest.approx(((4 - 1) * 2 + (2 - 1) * 4 + 1) / 2)
+
+
+def test_ring_allreduce_volume():
+    for n in (2, 8, 64, 1024):
+        assert ring_allreduce_volume_fraction(n) == pytest.approx(2 * (n - 1) / n)
+    link = Link(busbw=100e9, alpha=0.0, crosses_domain=False, ranks_per_domain=8)
+    nbytes = 1e9
+    assert collective_time("all_reduce", nbytes, 8, link) == pytest.approx(2 * 7 / 8 * nbytes / 100e9)
+    assert collective_time("all_gather", nbytes, 8, link) == pytest.approx(7 / 8 * nbytes / 100e9)
+    assert collective_time("all_reduce", nbytes, 1, link) == 0.0
+    lat = Link(busbw=1e30, alpha=5e-6, crosses_domain=False, ranks_per_domain=8)
+    assert collective_time("all_reduce", 1.0, 8, lat) == pytest.approx(2 * 7 * 5e-6, rel=1e-6)
+
+
+def test_stage_layer_counts():
+    assert stage_layer_counts(80, 4) == [20, 20, 20, 20]
+    c = stage_layer_counts(126, 16)
+    assert sum(c) == 126 and max(c) == 8 and c[0] == 7 and c[-1] == 7
+    assert stage_layer_counts(80, 4, first=18, last=18) == [18, 22, 22, 18]
+    with pytest.raises(ValueError):
+        stage_layer_counts(80, 4, first=50, last=50)
