@@ -1,0 +1,541 @@
+"""Import a Hugging Face `config.json` (as a dict) into a `ModelSpec`.
+
+Each family reads its own transformers config field names (including the `attribute_map` aliases, e.g.
+GPT-2 `n_embd` or `hidden_size`) and falls back to that config class's default for an absent optional
+field, so the spec describes exactly the module tree `AutoModelForCausalLM.from_config` builds
+(tests/test_transformers_counts.py checks the parameter count against transformers itself).
+
+The architecture sizes that have no meaningful default (width, depth, heads, and the FFN width where
+it is not derived from the width) are required. Everything wrong with the input raises
+`planner.errors.InputError` with one line naming the field and what to do.
+
+Family notes (what is modelled beyond the plain Llama layout):
+
+* qwen2: q/k/v biases (hard-coded in HF). qwen3/qwen3_moe: per-head q/k RMSNorm; `head_dim` may make
+  q/o non-square. qwen2_moe/qwen3_moe: MoE on layers with `(i+1) % decoder_sparse_step == 0` minus
+  `mlp_only_layers`; qwen2_moe adds a shared expert and its h->1 gate.
+* mixtral: every layer MoE, experts of width `intermediate_size`.
+* deepseek_v2/v3: MLA; MoE on layers `i >= first_k_dense_replace and i % moe_layer_freq == 0` (the
+  DeepSeek reference code; transformers ignores `moe_layer_freq`, all published configs use 1); the
+  shared experts are one MLP of width `n_shared_experts*moe_intermediate_size`; `n_routed_experts: null`
+  means a dense model. DeepSeek-V3's `e_score_correction_bias` is a buffer in transformers (not a
+  trainable parameter) and is not counted. The MTP module (`num_nextn_predict_layers`) is not
+  instantiated by transformers and is excluded, as in DeepSeek's "671B". `head_dim` is set to
+  `qk_nope_head_dim + qk_rope_head_dim` (the q/k width).
+* gpt2: fused c_attn with biases, learned positions (`n_positions`), `n_inner` None -> 4*n_embd, tied head.
+* bloom: ALiBi, LayerNorm after the embedding, biases everywhere, FFN 4h, tied head.
+* falcon: `new_decoder_architecture` (GQA with `num_kv_heads`, 2 LayerNorms ln_attn/ln_mlp),
+  `multi_query` (one kv head), else MHA; `parallel_attn` with one LayerNorm; `bias` on all linears
+  (LayerNorms always have a bias); `ffn_hidden_size` None -> 4h; `alibi`; tied head by default.
+* gemma: GeGLU, head_dim 256 default, tied. gemma2: adds pre/post norms (4 per layer), alternating
+  sliding/global layers (`layer_types`).
+* nemotron: squared-ReLU MLP (2 matrices), LayerNorm1P (weight + bias), `head_dim`, untied.
+* gpt_oss: attention biases and one sink per head, router bias, expert biases, `layer_types`.
+* gpt_neox: fused qkv (`attention_bias`), MLP biases always, 2 LayerNorms, untied `embed_out`.
+* mpt: `d_model`/`n_heads`/`n_layers`; FFN `expansion_ratio*d_model`; `no_bias` removes the linear
+  AND LayerNorm biases (MosaicML llm-foundry semantics; transformers' port hard-codes ratio 4 and
+  no bias, which equals every published MPT); ALiBi (`attn_config.alibi`) else learned positions.
+* phi3: fused qkv and gate_up projections (same counts as Llama).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.errors import InputError
+from planner.names import did_you_mean
+from planner.specs import MLASpec, ModelSpec, MoESpec
+
+_REQUIRED = object()
+
+# config.json `architectures` class name -> model_type (used when `model_type` is absent)
+_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GPT2LMHeadModel": "gpt2",
+    "BloomForCausalLM": "bloom",
+    "FalconForCausalLM": "falcon",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "NemotronForCausalLM": "nemotron",
+    "GptOssForCausalLM": "gpt_oss",
+    "GPTNeoXForCausalLM": "gpt_neox",
+    "MptForCausalLM": "mpt",
+    "Phi3ForCausalLM": "phi3",
+}
+
+_ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_python": "gelu",
+    "relu2": "relu2",
+    "relu": "relu",
+}
+
+
+def _fmt(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+class _Reader:
+    """Typed access to one config dict, with one-line errors naming the field."""
+
+    def __init__(self, cfg: dict, family: str, where: str = ""):
+        self.cfg = cfg
+        self.family = family
+        self.where = where or f"{family} config"
+
+    def _err(self, key: str, what: str) -> InputError:
+        return InputError(f"{self.where}: field '{key}' {what}")
+
+    def _lookup(self, key: str, aliases: tuple[str, ...]) -> tuple[str, Any]:
+        """(name found, value) among key and its aliases; conflicting duplicates are an error."""
+        found = [(k, self.cfg[k]) for k in (key, *aliases) if self.cfg.get(k) is not None]
+        if not found:
+            return key, None
+        k0, v0 = found[0]
+        for k, v in found[1:]:
+            if v != v0:
+                raise self._err(k0, f"= {_fmt(v0)} conflicts with its alias '{k}' = {_fmt(v)}: keep one of them")
+        return k0, v0
+
+    def int(self, key: str, default: Any = _REQUIRED, *, aliases: tuple[str, ...] = (), minimum: int = 1,
+            what: str = "", null: Any = _REQUIRED) -> Any:
+        """Integer field. Absent -> `default` (the HF default; _REQUIRED: error). Present as null ->
+        `null` (e.g. None: "no window" / "derive it"), or `default` when `null` is not given."""
+        k, v = self._lookup(key, aliases)
+        if v is None:
+            if null is not _REQUIRED and any(a in self.cfg for a in (key, *aliases)):
+                return null
+            if default is _REQUIRED:
+                hint = f" ({what})" if what else ""
+                raise self._err(key, f"is missing: add it{hint} to the config")
+            return default
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self._err(k, f"must be an integer, got {type(v).__name__} {_fmt(v)}: fix the config")
+        if v < minimum:
+            raise self._err(k, f"must be >= {minimum}, got {v}: fix the config")
+        return v
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self._err(key, f"must be true or false, got {type(v).__name__} {_fmt(v)}: fix the config")
+        return v
+
+    def str(self, key: str, default: str | None) -> str | None:
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, str):
+            raise self._err(key, f"must be a string, got {type(v).__name__} {_fmt(v)}: fix the config")
+        return v
+
+    def list(self, key: str, item: type, default: list | None) -> list | None:
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, item) for x in v):
+            raise self._err(key, f"must be a list of {item.__name__}, got {_fmt(v)}: fix the config")
+        return v
+
+    def dict(self, key: str) -> dict:
+        v = self.cfg.get(key)
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise self._err(key, f"must be a mapping, got {type(v).__name__} {_fmt(v)}: fix the config")
+        return v
+
+
+# --------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def _heads(r: _Reader, h: int, nh: int, nkv: int, head_dim: int | None, *, head_dim_key: str | None = "head_dim",
+           heads_key: str = "num_attention_heads", kv_key: str = "num_key_value_heads") -> int:
+    """Validate the head layout; return head_dim (hidden/heads when not given explicitly)."""
+    if nh % nkv:
+        raise r._err(kv_key, f"= {nkv} does not divide {heads_key} = {nh}: use a divisor of the head count")
+    if head_dim is None:
+        if h % nh:
+            fix = f"set '{head_dim_key}' or use" if head_dim_key else "use"
+            raise r._err(heads_key, f"= {nh} does not divide hidden size {h}: {fix} a head count that divides it")
+        head_dim = h // nh
+    return head_dim
+
+
+def _activation(name: str | None, default: str) -> str:
+    return _ACTIVATIONS.get(name or default, name or default)
+
+
+def _window_all_layers(window: int | None, num_layers: int) -> dict:
+    return {"sliding_window": window, "num_sliding_layers": num_layers if window else 0}
+
+
+def _window_layer_types(r: _Reader, num_layers: int, window: int | None,
+                        default: Callable[[int], bool]) -> dict:
+    """Sliding-window layers from `layer_types` (HF) or the family's default pattern."""
+    types = r.list("layer_types", str, None)
+    if types is None:
+        n = sum(default(i) for i in range(num_layers))
+    else:
+        if len(types) != num_layers:
+            raise r._err("layer_types", f"has {len(types)} entries but the model has {num_layers} layers: "
+                         "give one entry per layer")
+        bad = sorted({t for t in types if t not in ("sliding_attention", "full_attention")})
+        if bad:
+            raise r._err("layer_types", f"has unknown entries {bad}: use 'sliding_attention' or 'full_attention'")
+        n = types.count("sliding_attention")
+    if window is None or n == 0:
+        return {"sliding_window": None, "num_sliding_layers": 0}
+    return {"sliding_window": window, "num_sliding_layers": n}
+
+
+def _sparse_step_moe(r: _Reader, num_layers: int, num_experts: int, **moe: Any) -> MoESpec | None:
+    """Qwen-MoE layer rule: MoE iff i not in mlp_only_layers and (i+1) % decoder_sparse_step == 0."""
+    step = r.int("decoder_sparse_step", 1)
+    only = r.list("mlp_only_layers", int, [])
+    if num_experts == 0:
+        return None
+    if step > num_layers or all(i in only for i in range(step - 1, num_layers, step)):
+        return None  # no MoE layer at all: a dense model
+    return MoESpec(num_experts=num_experts, first_k_dense=step - 1, layer_freq=step,
+                   dense_layers=tuple(i for i in only if 0 <= i < num_layers), **moe)
+
+
+# --------------------------------------------------------------------------------------------
+# families with the Llama layout (separate or fused q/k/v/o, gated or plain MLP, RMSNorm or LayerNorm1P)
+
+# model_type -> HF config defaults for optional fields
+_LLAMA_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": dict(vocab=32000, kv=None, head_dim=None, tie=False, max_pos=2048, act="silu"),
+    "mistral": dict(vocab=32000, kv=8, head_dim=None, tie=False, max_pos=131072, act="silu", window=4096),
+    "mixtral": dict(vocab=32000, kv=8, head_dim=None, tie=False, max_pos=131072, act="silu", window=None),
+    "qwen2": dict(vocab=151936, kv=32, head_dim=None, tie=False, max_pos=32768, act="silu"),
+    "qwen2_moe": dict(vocab=151936, kv=16, head_dim=None, tie=False, max_pos=32768, act="silu"),
+    "qwen3": dict(vocab=151936, kv=32, head_dim=128, tie=False, max_pos=32768, act="silu"),
+    "qwen3_moe": dict(vocab=151936, kv=4, head_dim=None, tie=False, max_pos=32768, act="silu"),
+    "gemma": dict(vocab=256000, kv=16, head_dim=256, tie=True, max_pos=8192, act="gelu_pytorch_tanh"),
+    "gemma2": dict(vocab=256000, kv=4, head_dim=256, tie=True, max_pos=8192, act="gelu_pytorch_tanh", window=4096),
+    "nemotron": dict(vocab=256000, kv=None, head_dim=None, tie=False, max_pos=4096, act="relu2"),
+    "gpt_oss": dict(vocab=201088, kv=8, head_dim=64, tie=False, max_pos=131072, act="silu", window=128),
+    "phi3": dict(vocab=32064, kv=None, head_dim=None, tie=False, max_pos=4096, act="silu", window=None),
+    "deepseek_v2": dict(vocab=102400, kv=None, head_dim=None, tie=False, max_pos=2048, act="silu"),
+    "deepseek_v3": dict(vocab=129280, kv=128, head_dim=None, tie=False, max_pos=4096, act="silu"),
+}
+
+
+def _llama_like(r: _Reader, mt: str) -> dict:
+    d = _LLAMA_DEFAULTS[mt]
+    L = r.int("num_hidden_layers", what="number of decoder layers")
+    h = r.int("hidden_size", what="model width")
+    nh = r.int("num_attention_heads", what="attention heads per layer")
+    ffn = r.int("intermediate_size", what="FFN width per matrix")
+    nkv = r.int("num_key_value_heads", d["kv"], null=None)
+    nkv = nh if nkv is None else nkv
+    vocab = r.int("vocab_size", d["vocab"])
+    act_key = "hidden_activation" if mt == "gemma2" else "hidden_act"
+    kw: dict[str, Any] = dict(
+        family=mt,
+        num_layers=L,
+        hidden_size=h,
+        num_heads=nh,
+        num_kv_heads=nkv,
+        ffn_hidden_size=ffn,
+        vocab_size=vocab,
+        max_position_embeddings=r.int("max_position_embeddings", d["max_pos"]),
+        tied_embeddings=r.bool("tie_word_embeddings", d["tie"]),
+        activation=_activation(r.str(act_key, None) or r.str("hidden_act", None), d["act"]),
+        position_embedding="rope",
+    )
+    if mt.startswith("deepseek"):  # MLA: head_dim is set from the MLA dims below
+        if nh % nkv:
+            raise r._err("num_key_value_heads", f"= {nkv} does not divide num_attention_heads = {nh}: "
+                         "use a divisor of the head count")
+    else:
+        kw["head_dim"] = _heads(r, h, nh, nkv, r.int("head_dim", d["head_dim"], null=None))
+
+    if mt in ("llama", "gemma", "gemma2", "qwen3", "qwen3_moe", "nemotron", "gpt_oss", "deepseek_v2", "deepseek_v3"):
+        bias = r.bool("attention_bias", mt == "gpt_oss")
+        kw.update(qkv_bias=bias, attn_out_bias=bias)
+    if mt in ("llama", "nemotron"):
+        kw["mlp_bias"] = r.bool("mlp_bias", False)
+    if mt == "qwen2":
+        kw["qkv_bias"] = True  # hard-coded in HF Qwen2Attention (o_proj has none)
+    if mt == "qwen2_moe":
+        kw["qkv_bias"] = r.bool("qkv_bias", True)
+    if mt in ("qwen3", "qwen3_moe"):
+        kw["qk_norm"] = True
+
+    # sliding windows
+    if mt in ("mistral", "mixtral", "phi3"):
+        kw.update(_window_all_layers(r.int("sliding_window", d["window"], null=None), L))
+    elif mt in ("qwen2", "qwen2_moe", "qwen3"):
+        window = r.int("sliding_window", 4096) if r.bool("use_sliding_window", False) else None
+        mwl = r.int("max_window_layers", 28, minimum=0)
+        kw.update(_window_layer_types(r, L, window, lambda i: i >= mwl))
+    elif mt == "qwen3_moe":
+        window = r.int("sliding_window", 4096) if r.bool("use_sliding_window", False) else None
+        kw.update(_window_all_layers(window, L))
+    elif mt in ("gemma2", "gpt_oss"):
+        kw.update(_window_layer_types(r, L, r.int("sliding_window", d["window"], null=None), lambda i: i % 2 == 0))
+
+    # norms and MLP shape
+    if mt == "gemma2":
+        kw["norms_per_layer"] = 4
+    if mt == "nemotron":
+        kw.update(norm_type="layernorm", mlp_type="plain")
+
+    # MoE
+    if mt == "mixtral":
+        E = r.int("num_local_experts", 8, aliases=("num_experts",))
+        kw["moe"] = MoESpec(num_experts=E, top_k=r.int("num_experts_per_tok", 2), expert_ffn_hidden_size=ffn)
+    elif mt == "gpt_oss":
+        E = r.int("num_local_experts", 128, aliases=("num_experts",))
+        kw["moe"] = MoESpec(num_experts=E, top_k=r.int("num_experts_per_tok", 4), expert_ffn_hidden_size=ffn,
+                            router_bias=True, expert_bias=True)
+        kw["attention_sinks"] = True
+    elif mt == "qwen3_moe":
+        E = r.int("num_experts", 128, aliases=("num_local_experts",), minimum=0)
+        kw["moe"] = _sparse_step_moe(r, L, E, top_k=r.int("num_experts_per_tok", 8),
+                                     expert_ffn_hidden_size=r.int("moe_intermediate_size", 768))
+    elif mt == "qwen2_moe":
+        E = r.int("num_experts", 60, minimum=0)
+        kw["moe"] = _sparse_step_moe(
+            r, L, E, top_k=r.int("num_experts_per_tok", 4),
+            expert_ffn_hidden_size=r.int("moe_intermediate_size", 1408),
+            num_shared_experts=1,
+            shared_expert_ffn_hidden_size=r.int("shared_expert_intermediate_size", 5632),
+            shared_expert_gate=True,
+        )
+    elif mt.startswith("deepseek"):
+        kw.update(_deepseek(r, mt, L, nh))
+    return kw
+
+
+def _deepseek(r: _Reader, mt: str, L: int, nh: int) -> dict:
+    v3 = mt == "deepseek_v3"
+    q_lora = r.int("q_lora_rank", 1536, null=None)  # null: full-rank q_proj (DeepSeek-V2-Lite)
+    mla = MLASpec(
+        q_lora_rank=q_lora,
+        kv_lora_rank=r.int("kv_lora_rank", 512),
+        qk_nope_head_dim=r.int("qk_nope_head_dim", 128),
+        qk_rope_head_dim=r.int("qk_rope_head_dim", 64, minimum=0),
+        v_head_dim=r.int("v_head_dim", 128),
+    )
+    out: dict[str, Any] = {"mla": mla, "head_dim": mla.qk_nope_head_dim + mla.qk_rope_head_dim}
+    if not v3:
+        out["mlp_bias"] = r.bool("mlp_bias", False)  # dense MLP and shared experts (HF DeepseekV2MLP)
+    E = r.int("n_routed_experts", 256 if v3 else 64, aliases=("num_local_experts" if v3 else "num_experts",),
+              null=None)
+    if E is None:
+        return out  # DeepSeek reference code: no routed experts -> every layer dense
+    top_k = r.int("num_experts_per_tok", 8 if v3 else _REQUIRED, what="routed experts per token")
+    k = r.int("first_k_dense_replace", 3 if v3 else 0, minimum=0)
+    freq = r.int("moe_layer_freq", 1)
+    first = math.ceil(k / freq) * freq  # first layer with i >= k and i % freq == 0
+    if first >= L:
+        return out  # no MoE layer at all
+    n_shared = r.int("n_shared_experts", 1 if v3 else 2, minimum=0)
+    out["moe"] = MoESpec(
+        num_experts=E,
+        top_k=top_k,
+        expert_ffn_hidden_size=r.int("moe_intermediate_size", 2048 if v3 else 1407),
+        num_shared_experts=n_shared,
+        first_k_dense=first,
+        layer_freq=freq,
+    )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# GPT-2 / BLOOM / Falcon / GPT-NeoX / MPT
+
+
+def _gpt2(r: _Reader) -> dict:
+    h = r.int("n_embd", aliases=("hidden_size",), what="model width")
+    L = r.int("n_layer", aliases=("num_hidden_layers",), what="number of layers")
+    nh = r.int("n_head", aliases=("num_attention_heads",), what="attention heads")
+    if r.bool("add_cross_attention", False):
+        raise r._err("add_cross_attention", "= true (encoder-decoder cross-attention) is not supported: "
+                     "remove it for a decoder-only model")
+    return dict(
+        family="gpt2", num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nh,
+        head_dim=_heads(r, h, nh, nh, None, head_dim_key=None, heads_key="n_head"),
+        ffn_hidden_size=r.int("n_inner", 4 * h, null=4 * h), vocab_size=r.int("vocab_size", 50257),
+        max_position_embeddings=r.int("n_positions", 1024, aliases=("max_position_embeddings",)),
+        mlp_type="plain", activation=_activation(r.str("activation_function", None), "gelu_new"),
+        norm_type="layernorm", qkv_bias=True, attn_out_bias=True, mlp_bias=True,
+        tied_embeddings=r.bool("tie_word_embeddings", True), position_embedding="learned",
+    )
+
+
+def _bloom(r: _Reader) -> dict:
+    h = r.int("hidden_size", aliases=("n_embed",), what="model width")
+    L = r.int("n_layer", aliases=("num_hidden_layers",), what="number of layers")
+    nh = r.int("n_head", aliases=("num_attention_heads",), what="attention heads")
+    return dict(
+        family="bloom", num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nh,
+        head_dim=_heads(r, h, nh, nh, None, head_dim_key=None, heads_key="n_head"),
+        ffn_hidden_size=4 * h, vocab_size=r.int("vocab_size", 250880),
+        max_position_embeddings=r.int("seq_length", 2048),
+        mlp_type="plain", activation="gelu_tanh", norm_type="layernorm",
+        qkv_bias=True, attn_out_bias=True, mlp_bias=True, embedding_norm=True,
+        tied_embeddings=r.bool("tie_word_embeddings", True), position_embedding="alibi",
+    )
+
+
+def _falcon(r: _Reader) -> dict:
+    h = r.int("hidden_size", aliases=("n_embed",), what="model width")
+    L = r.int("num_hidden_layers", aliases=("n_layer",), what="number of layers")
+    nh = r.int("num_attention_heads", aliases=("n_head",), what="attention heads")
+    new_arch = r.bool("new_decoder_architecture", False)
+    mqa = r.bool("multi_query", True)
+    parallel = r.bool("parallel_attn", True)
+    nkv_cfg = r.int("num_kv_heads", nh, null=nh)
+    nkv = nkv_cfg if new_arch else (1 if mqa else nh)
+    head_dim = _heads(r, h, nh, nkv, None, head_dim_key=None, kv_key="num_kv_heads")
+    if not parallel:
+        norms = 2
+    else:
+        n_ln = r.int("num_ln_in_parallel_attn", 2 if new_arch else None, null=2 if new_arch else None)
+        norms = 2 if n_ln == 2 else 1
+    bias = r.bool("bias", False)
+    return dict(
+        family="falcon", num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nkv, head_dim=head_dim,
+        ffn_hidden_size=r.int("ffn_hidden_size", 4 * h, null=4 * h), vocab_size=r.int("vocab_size", 65024),
+        max_position_embeddings=r.int("max_position_embeddings", 2048),
+        mlp_type="plain", activation="gelu", norm_type="layernorm", norms_per_layer=norms,
+        qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias, parallel_attn_mlp=parallel,
+        tied_embeddings=r.bool("tie_word_embeddings", True),
+        position_embedding="alibi" if r.bool("alibi", False) else "rope",
+    )
+
+
+def _gpt_neox(r: _Reader) -> dict:
+    h = r.int("hidden_size", what="model width")
+    L = r.int("num_hidden_layers", what="number of layers")
+    nh = r.int("num_attention_heads", what="attention heads")
+    bias = r.bool("attention_bias", True)
+    return dict(
+        family="gpt_neox", num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nh,
+        head_dim=_heads(r, h, nh, nh, None, head_dim_key=None),
+        ffn_hidden_size=r.int("intermediate_size", what="FFN width"), vocab_size=r.int("vocab_size", 50432),
+        max_position_embeddings=r.int("max_position_embeddings", 2048),
+        mlp_type="plain", activation=_activation(r.str("hidden_act", None), "gelu"), norm_type="layernorm",
+        qkv_bias=bias, attn_out_bias=bias, mlp_bias=True,
+        parallel_attn_mlp=r.bool("use_parallel_residual", True),
+        tied_embeddings=r.bool("tie_word_embeddings", False), position_embedding="rope",
+    )
+
+
+def _mpt(r: _Reader) -> dict:
+    h = r.int("d_model", aliases=("hidden_size",), what="model width")
+    L = r.int("n_layers", aliases=("num_hidden_layers",), what="number of layers")
+    nh = r.int("n_heads", aliases=("num_attention_heads",), what="attention heads")
+    attn = _Reader(r.dict("attn_config"), "mpt", "mpt config attn_config")
+    kind = attn.str("attn_type", "multihead_attention")
+    if kind == "multihead_attention":
+        nkv = nh
+    elif kind == "multiquery_attention":
+        nkv = 1
+    elif kind == "grouped_query_attention":
+        nkv = attn.int("kv_n_heads", 1)
+    else:
+        raise attn._err("attn_type", f"= {kind!r} is not supported: use multihead_attention, "
+                        "multiquery_attention or grouped_query_attention")
+    if attn.bool("qk_ln", False):
+        raise attn._err("qk_ln", "= true (LayerNorm on q and k) is not supported: remove it")
+    ffn_cfg = _Reader(r.dict("ffn_config"), "mpt", "mpt config ffn_config")
+    if ffn_cfg.str("ffn_type", "mptmlp") != "mptmlp":
+        raise ffn_cfg._err("ffn_type", "is not supported (only 'mptmlp'): remove it")
+    ratio = r.int("expansion_ratio", 4)
+    bias = not r.bool("no_bias", True)
+    alibi = attn.bool("alibi", True)
+    learned = not alibi and r.bool("learned_pos_emb", True)
+    return dict(
+        family="mpt", num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nkv,
+        head_dim=_heads(r, h, nh, nkv, None, head_dim_key=None, heads_key="n_heads", kv_key="attn_config.kv_n_heads"),
+        ffn_hidden_size=ffn_cfg.int("ffn_hidden_size", ratio * h), vocab_size=r.int("vocab_size", 50368),
+        max_position_embeddings=r.int("max_seq_len", 2048),
+        mlp_type="plain", activation="gelu", norm_type="layernorm", norm_bias=bias,
+        qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias,
+        tied_embeddings=r.bool("tie_word_embeddings", True),
+        position_embedding="learned" if learned else ("alibi" if alibi else "none"),
+    )
+
+
+_FAMILIES: dict[str, Callable[[_Reader], dict]] = {
+    **{mt: (lambda r, mt=mt: _llama_like(r, mt)) for mt in _LLAMA_DEFAULTS},
+    "gpt2": _gpt2,
+    "bloom": _bloom,
+    "falcon": _falcon,
+    "gpt_neox": _gpt_neox,
+    "mpt": _mpt,
+}
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
+
+
+def _validation_message(e: ValidationError, prefix: str) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ()))
+    msg = err.get("msg", "invalid").removeprefix("Value error, ")
+    if err.get("type") == "extra_forbidden":
+        msg = "is not a known field: remove it or fix its spelling"
+    more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    return f"{prefix}: field '{loc}': {msg}{more}" if loc else f"{prefix}: {msg}{more}"
+
+
+def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
+    """Build a `ModelSpec` from a Hugging Face config.json mapping. Raises `InputError` on bad input."""
+    if not isinstance(cfg, dict):
+        raise InputError(f"HF config must be a mapping (the contents of config.json), got {type(cfg).__name__}")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise InputError(f"model name must be a non-empty string, got {_fmt(name)}")
+    mt = cfg.get("model_type")
+    if mt is None:
+        archs = cfg.get("architectures")
+        if isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs):
+            mt = next((_ARCHITECTURES[a] for a in archs if a in _ARCHITECTURES), None)
+            if mt is None:
+                raise InputError(f"HF config: architectures {archs} not supported and no 'model_type': "
+                                 f"add model_type (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
+        else:
+            raise InputError("HF config: field 'model_type' is missing: add it "
+                             f"(one of {', '.join(SUPPORTED_MODEL_TYPES)})")
+    if not isinstance(mt, str):
+        raise InputError(f"HF config: field 'model_type' must be a string, got {type(mt).__name__} {_fmt(mt)}")
+    if mt not in _FAMILIES:
+        raise InputError(f"HF config: model_type {mt!r} is not supported{did_you_mean(mt, list(SUPPORTED_MODEL_TYPES))}; "
+                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    r = _Reader(cfg, mt)
+    try:
+        kw = _FAMILIES[mt](r)
+        if name is None:
+            path = cfg.get("_name_or_path")
+            name = path if isinstance(path, str) and path.strip() else f"hf-{mt}"
+        return ModelSpec(name=name, **kw)
+    except ValidationError as e:
+        raise InputError(_validation_message(e, f"{mt} config")) from None

@@ -1,0 +1,217 @@
+"""The model catalog (`model_specs/*.yaml`) and `load_model`, the one entry point for a model argument.
+
+A catalog entry (and a user's catalog-style file) is a mapping:
+
+    name: llama-3.1-70b            # canonical id
+    aliases: [llama-70b, ...]      # short names users type (matched after `planner.names.normalise`)
+    source: "..."                  # citation for the numbers
+    official_params: "..."         # the owner's stated parameter count, verbatim
+    notes: "..."                   # optional
+    hf_config: {model_type: llama, ...}   # a Hugging Face config.json, imported by `from_hf_config`
+
+`load_model(arg)` accepts a catalog name or alias, or the path of a JSON/YAML file holding a HF
+config.json, a catalog-style entry, or a native `ModelSpec` mapping.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+from pydantic import ValidationError
+
+from planner.data import data_dir
+from planner.errors import InputError
+from planner.hf_import import _validation_message, from_hf_config
+from planner.names import did_you_mean, normalise
+from planner.specs import ModelSpec
+
+MAX_FILE_BYTES = 1 << 20  # 1 MiB
+_ENTRY_KEYS = {"name", "aliases", "source", "official_params", "notes", "hf_config"}
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    aliases: tuple[str, ...]
+    source: str
+    official_params: str
+    notes: str
+    hf_config: dict
+    spec: ModelSpec
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class ModelCatalog:
+    entries: dict[str, CatalogEntry]  # canonical name -> entry
+    index: dict[str, str]  # normalised name or alias -> canonical name
+
+    def resolve(self, name: str) -> CatalogEntry | None:
+        key = self.index.get(normalise(name))
+        return self.entries[key] if key is not None else None
+
+    def choices(self) -> list[str]:
+        """Every name and alias, for did-you-mean."""
+        out = []
+        for e in self.entries.values():
+            out.append(e.name)
+            out.extend(e.aliases)
+        return out
+
+
+def _entry_from_mapping(data: Any, where: str, path: Path | None = None) -> CatalogEntry:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: a model entry must be a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - _ENTRY_KEYS)
+    if unknown:
+        raise InputError(f"{where}: unknown field '{unknown[0]}' in model entry: "
+                         f"allowed fields are {', '.join(sorted(_ENTRY_KEYS))}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise InputError(f"{where}: field 'name' must be a non-empty string (the canonical model id)")
+    aliases = data.get("aliases") or []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise InputError(f"{where}: field 'aliases' must be a list of non-empty strings")
+    texts = {}
+    for key in ("source", "official_params", "notes"):
+        v = data.get(key) or ""
+        if not isinstance(v, str):
+            raise InputError(f"{where}: field '{key}' must be a string")
+        texts[key] = v
+    if "hf_config" not in data:
+        raise InputError(f"{where}: field 'hf_config' is missing: add the model's Hugging Face config.json mapping")
+    hf = data["hf_config"]
+    if not isinstance(hf, dict):
+        raise InputError(f"{where}: field 'hf_config' must be a mapping (a HF config.json), got {type(hf).__name__}")
+    try:
+        spec = from_hf_config(hf, name=name)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    if texts["source"]:
+        spec = spec.model_copy(update={"source": texts["source"]})
+    return CatalogEntry(name, tuple(aliases), texts["source"], texts["official_params"], texts["notes"],
+                        hf, spec, path)
+
+
+@functools.lru_cache(maxsize=1)
+def load_model_catalog() -> ModelCatalog:
+    """Every `model_specs/*.yaml` (cached). Raises InputError on a malformed entry or a name clash."""
+    entries: dict[str, CatalogEntry] = {}
+    index: dict[str, str] = {}
+    for path in sorted(data_dir("model_specs").glob("*.yaml")):
+        entry = _entry_from_mapping(_read_mapping(path), f"model catalog {path.name}", path)
+        if entry.name in entries:
+            raise InputError(f"model catalog {path.name}: duplicate model name {entry.name!r}")
+        entries[entry.name] = entry
+        for n in (entry.name, *entry.aliases):
+            key = normalise(n)
+            other = index.setdefault(key, entry.name)
+            if other != entry.name:
+                raise InputError(f"model catalog {path.name}: name/alias {n!r} also names {other!r}: make it unique")
+    return ModelCatalog(entries, index)
+
+
+class ModelListing(NamedTuple):
+    name: str
+    aliases: tuple[str, ...]
+    spec: ModelSpec
+
+
+def list_models() -> list[ModelListing]:
+    """Every catalog model as (canonical name, aliases, spec), sorted by name."""
+    cat = load_model_catalog()
+    return [ModelListing(n, cat.entries[n].aliases, cat.entries[n].spec) for n in sorted(cat.entries)]
+
+
+def get_catalog_entry(name: str) -> CatalogEntry:
+    cat = load_model_catalog()
+    entry = cat.resolve(name) if isinstance(name, str) else None
+    if entry is None:
+        raise InputError(f"unknown model {name!r}{did_you_mean(str(name), cat.choices())}; "
+                         "`plan models` lists them; or pass the path of a config.json/YAML file")
+    return entry
+
+
+def get_model(name: str) -> ModelSpec:
+    """Catalog model by canonical name or alias (case/punctuation-insensitive)."""
+    return get_catalog_entry(name).spec
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def _read_mapping(path: Path) -> Any:
+    """Parse a JSON or YAML file (<= 1 MiB). One-line InputError for anything unreadable."""
+    where = f"model file {str(path)!r}"
+    if path.is_dir():
+        raise InputError(f"{where} is a directory: pass a config.json or YAML file")
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InputError(f"{where} is {size} bytes, over the 1 MiB limit: pass a model config, not weights")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{where} cannot be read: {e.strerror or e}") from None
+    if not raw.strip():
+        raise InputError(f"{where} is empty: it must hold a HF config.json, a catalog entry or a ModelSpec mapping")
+    if b"\x00" in raw:
+        raise InputError(f"{where} is binary: pass a JSON or YAML text file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{where} is not UTF-8 text: pass a JSON or YAML file") from None
+    try:
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else (f" line {e.lineno}" if hasattr(e, "lineno") else "")
+        kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
+        msg = (getattr(e, "problem", None) or getattr(e, "msg", None) or str(e)).splitlines()[0]
+        raise InputError(f"{where} is not valid {kind} ({msg} at{line or ' unknown line'}): fix the syntax") from None
+    except RecursionError:
+        raise InputError(f"{where} is nested too deeply: fix the file") from None
+
+
+def load_model_file(path: str | Path) -> ModelSpec:
+    """A model from a file: HF config.json (has model_type/architectures), catalog entry (has hf_config)
+    or native ModelSpec mapping."""
+    path = Path(path)
+    where = f"model file {str(path)!r}"
+    data = _read_mapping(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{where} must hold a mapping (a HF config.json, a catalog entry or a ModelSpec), "
+                         f"got {type(data).__name__}")
+    if "hf_config" in data:
+        return _entry_from_mapping(data, where, path).spec
+    if "model_type" in data or "architectures" in data:
+        try:
+            nm = data.get("_name_or_path")
+            return from_hf_config(data, name=nm if isinstance(nm, str) and nm.strip() else path.stem)
+        except InputError as e:
+            raise InputError(f"{where}: {e}") from None
+    try:
+        return ModelSpec(**data)
+    except ValidationError as e:
+        raise InputError(_validation_message(e, f"{where} (ModelSpec)")) from None
+    except TypeError as e:  # non-string keys
+        raise InputError(f"{where}: invalid ModelSpec mapping ({e})") from None
+
+
+def load_model(arg: str) -> ModelSpec:
+    """`arg` is a path to an existing file (see `load_model_file`) or a catalog name/alias."""
+    if not isinstance(arg, str) or not arg.strip():
+        raise InputError(f"model must be a catalog name or a file path, got {arg!r}")
+    try:
+        exists = Path(arg).exists()
+    except (OSError, ValueError):
+        exists = False
+    if exists:
+        return load_model_file(arg)
+    return get_model(arg)
