@@ -315,3 +315,7 @@ def explain_cmd(as_json, **kw):
 
 def main_entry():  # pragma: no cover
     main()
+
+
+if __name__ == "__main__":  # python -m planner.cli
+    main()

@@ -9,6 +9,7 @@ into a step; data-parallel gradient traffic and the optimizer step close it.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -36,13 +37,16 @@ class Context:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec):
         self.model, self.cluster, self.train = model, cluster, train
-        kinds: dict[tuple[bool, bool], LayerKind] = {}
-        self.layer_kinds: list[LayerKind] = []
+        kinds: dict[tuple[bool, bool], int] = {}
+        self.kinds: list[LayerKind] = []  # the distinct layer kinds (dense/MoE x global/sliding)
+        self.kind_of_layer: list[int] = []  # layer index -> kind index
         for i in range(model.num_layers):
             key = (model.is_moe_layer(i), is_sliding_layer(model, i))
             if key not in kinds:
-                kinds[key] = LayerKind(key[0], key[1], layer_params(model, i), layer_flops(model, i, train.seq_len))
-            self.layer_kinds.append(kinds[key])
+                kinds[key] = len(self.kinds)
+                self.kinds.append(LayerKind(key[0], key[1], layer_params(model, i), layer_flops(model, i, train.seq_len)))
+            self.kind_of_layer.append(kinds[key])
+        self.layer_kinds = [self.kinds[j] for j in self.kind_of_layer]
         self.params = count_params(model)
         self.model_flops_per_token = model_flops_per_token(model, train.seq_len)
         hw = cluster.hardware
@@ -61,6 +65,25 @@ class Context:
             self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY)
         self.unfused_attention = train.attention_impl == "unfused"
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
+        # caches shared by every candidate of a search (keys hold every input of the cached value)
+        self.layer_time_cache: dict[tuple, tuple] = {}
+        self.act_cache: dict[tuple, float] = {}
+        self.split_cache: dict[tuple, list] = {}
+
+    def stage_kind_counts(self, pp: int, first: int | None, last: int | None, n_full: int | None):
+        """Per stage: (layer counts, {kind: count} of the first n_full layers, {kind: count} of the rest)."""
+        key = (pp, first, last, n_full)
+        v = self.split_cache.get(key)
+        if v is None:
+            counts = stage_layer_counts(self.model.num_layers, pp, first, last)
+            v, start = [], 0
+            for c in counts:
+                ids = self.kind_of_layer[start:start + c]
+                nf = c if n_full is None else min(c, n_full)
+                v.append((c, Counter(ids[:nf]), Counter(ids[nf:])))
+                start += c
+            self.split_cache[key] = v
+        return v
 
     def gemm_eff(self, *dims: float) -> float:
         d = max(1.0, min(dims))
@@ -201,33 +224,41 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
             t_ep *= 1.0 - cal.EP_OVERLAP_FRACTION
         return fwd, bwd, t_attn, t_tp, t_cp, t_ep
 
-    cache: dict[int, tuple] = {}
+    cache = ctx.layer_time_cache
+    tkey = (tp, cp, mb, sp, ep, etp, plan.cp_comm)
     def kind_times(k: LayerKind):
-        key = id(k)
+        key = (k.moe, k.sliding) + tkey
         if key not in cache:
             cache[key] = layer_times(k)
         return cache[key]
 
-    counts = stage_layer_counts(m.num_layers, pp, plan.first_stage_layers, plan.last_stage_layers)
-    bounds = [sum(counts[:i]) for i in range(pp + 1)]
+    def act_elems(k: LayerKind, mode: str) -> float:
+        key = (k.moe, k.sliding, tp, sp, mode, etp)
+        v = ctx.act_cache.get(key)
+        if v is None:
+            v = ctx.act_cache[key] = activation_elems_per_token(m, k.moe, tp, sp, mode, fw, etp)
+        return v
+
+    split = ctx.stage_kind_counts(pp, plan.first_stage_layers, plan.last_stage_layers,
+                                  plan.recompute_layers if plan.recompute == "full" else None)
+    counts = [c for c, _, _ in split]
     stage_fwd, stage_bwd, stage_rec, stage_comm = [], [], [], []
     stage_tp, stage_cp, stage_ep = [], [], []
     for s in range(pp):
         f = b = rc = ttp = tcp = tep = 0.0
-        layers = ctx.layer_kinds[bounds[s]:bounds[s + 1]]
-        n_layers = len(layers)
-        n_rec_full = n_layers if plan.recompute_layers is None else min(n_layers, plan.recompute_layers)
-        for j, k in enumerate(layers):
-            lf, lb, la, lt, lc, le = kind_times(k)
-            f += lf
-            b += lb
-            ttp += lt
-            tcp += lc
-            tep += le
-            if plan.recompute == "full" and j < n_rec_full:
-                rc += lf + lt + lc + le  # re-run the forward, collectives included
-            elif plan.recompute == "selective":
-                rc += la  # re-run the attention core (Korthikanti sec. 5)
+        _, head_counts, tail_counts = split[s]
+        for part, full_part in ((head_counts, True), (tail_counts, False)):
+            for kid, cnt in part.items():
+                lf, lb, la, lt, lc, le = kind_times(ctx.kinds[kid])
+                f += cnt * lf
+                b += cnt * lb
+                ttp += cnt * lt
+                tcp += cnt * lc
+                tep += cnt * le
+                if plan.recompute == "full" and full_part:
+                    rc += cnt * (lf + lt + lc + le)  # re-run the forward, collectives included
+                elif plan.recompute == "selective":
+                    rc += cnt * la  # re-run the attention core (Korthikanti sec. 5)
         if s == pp - 1:  # LM head + loss
             head = tokens * lm_head_flops_per_token(m) / tp
             t_head = head / (ctx.peak * ctx.gemm_eff(tokens, h, m.vocab_size / tp))
@@ -254,9 +285,10 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
     st = state_bytes_per_param(fw, plan.zero_stage, plan.offload_optimizer)
     dense_stage, expert_stage = [], []
     for s in range(pp):
-        layers = ctx.layer_kinds[bounds[s]:bounds[s + 1]]
-        dense = sum(k.params.total - k.params.routed_experts for k in layers) / tp
-        experts = sum(k.params.routed_experts for k in layers) / (ep * etp)
+        _, hc, tc = split[s]
+        allc = hc + tc
+        dense = sum(n * (ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) for j, n in allc.items()) / tp
+        experts = sum(n * ctx.kinds[j].params.routed_experts for j, n in allc.items()) / (ep * etp)
         if s == 0:
             dense += ctx.params.embedding / tp
         if s == pp - 1:
@@ -317,16 +349,16 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         w = dn * st.weights / (z_dense if st.weights_sharded else 1) + ex * st.weights / (z_expert if st.weights_sharded else 1)
         g = dn * st.grads / (z_dense if st.grads_sharded else 1) + ex * st.grads / (z_expert if st.grads_sharded else 1)
         o = dn * st.optimizer / (z_dense if st.optimizer_sharded else 1) + ex * st.optimizer / (z_expert if st.optimizer_sharded else 1)
-        layers = ctx.layer_kinds[bounds[s]:bounds[s + 1]]
-        n_layers = len(layers)
+        n_layers, hc, tc = split[s]
         inflight = inflight_microbatches(plan.schedule if pp > 1 else "1f1b", pp, s, nmb, vpp)
         per_mb = 0.0
         worst_layer = 0.0
-        n_full = n_layers if plan.recompute_layers is None else min(n_layers, plan.recompute_layers)
-        for j, k in enumerate(layers):
-            mode = plan.recompute if (plan.recompute != "full" or j < n_full) else "none"
-            per_mb += activation_elems_per_token(m, k.moe, tp, sp, mode, fw, etp) * tokens * act_elem * act_bytes
-            worst_layer = max(worst_layer, activation_elems_per_token(m, k.moe, tp, sp, "none", fw, etp) * tokens * act_elem)
+        for part, mode in ((hc, plan.recompute), (tc, "none")):
+            for kid, cnt in part.items():
+                per_mb += cnt * act_elems(ctx.kinds[kid], mode) * tokens * act_elem * act_bytes
+        layer_ids = set(hc) | set(tc)
+        for kid in layer_ids:
+            worst_layer = max(worst_layer, act_elems(ctx.kinds[kid], "none") * tokens * act_elem)
         acts = per_mb * inflight
         if plan.recompute == "full":
             acts += worst_layer  # one layer's full activations exist while it is recomputed
@@ -345,7 +377,8 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
             buffers = (dn + ex) * (2.0 + grad_bytes)
         elif plan.zero_stage == 3:
             # unsharded bf16 copies of the current and the prefetched layer, plus one layer's grads
-            biggest = max((k.params.total - k.params.routed_experts) / tp + k.params.routed_experts / (ep * etp) for k in layers) if layers else 0
+            biggest = max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / tp
+                           + ctx.kinds[j].params.routed_experts / (ep * etp) for j in layer_ids), default=0.0)
             buffers = biggest * (2.0 * 2 + grad_bytes)
         overhead = cal.FRAMEWORK_OVERHEAD_GIB.get(fw, 2.0) * GIB
         allocated = w + g + o + acts + buffers

@@ -28,6 +28,8 @@ KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage"
          "recompute", "recompute_layers", "sequence_parallel", "schedule", "cp_comm",
          "first_stage_layers", "last_stage_layers", "offload_optimizer", "tp_comm_overlap")
 RECOMPUTE_ORDER = ("none", "selective", "full")
+MIN_CP_CHUNK = 4096  # tokens per CP rank below which the search does not propose CP (ring steps too short to hide)
+MAX_SEARCH_VPP = 8  # largest interleaving the search proposes on its own (any value can be pinned)
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,13 @@ class SearchResult:
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (step_s, peak_gib) of feasible plans
 
 
+TIE_BAND = 1.005  # plans within 0.5% of each other count as equally fast: the simpler one ranks first
+
+
 def _sort_key(e: Evaluation) -> tuple:
     p = e.plan
-    return (round(e.step_time_s, 9), round(e.memory["peak_gib"], 6),
+    complexity = (p.cp, p.pp, p.vpp, p.ep, p.tp, p.zero_stage, RECOMPUTE_ORDER.index(p.recompute), -p.micro_batch)
+    return (math.floor(math.log(e.step_time_s) / math.log(TIE_BAND)), complexity, round(e.step_time_s, 9),
             tuple(str(getattr(p, k)) for k in KNOBS))
 
 
@@ -80,7 +86,8 @@ def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
         if n % tp or m.num_heads % tp or (m.num_kv_heads % tp and tp % m.num_kv_heads):
             continue
         rest_tp = n // tp
-        cps = [c for c in divisors(rest_tp) if c == 1 or (tr.seq_len % (2 * c) == 0 and c <= 64)]
+        # CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)
+        cps = [c for c in divisors(rest_tp) if c == 1 or (tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= MIN_CP_CHUNK)]
         for cp in _fixed_or(opts, "cp", cps):
             if rest_tp % cp:
                 continue
@@ -148,7 +155,7 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         out.append((1, sched))
     if sched in (None, "interleaved") and vpp_fixed != 1:
         units = L if L % pp == 0 else L + 2  # + embedding and loss as pipeline "layers" (Megatron)
-        vs = [v for v in divisors(units // pp) if v > 1] if units % pp == 0 else []
+        vs = [v for v in divisors(units // pp) if 1 < v <= MAX_SEARCH_VPP] if units % pp == 0 else []
         if vpp_fixed not in (None, 1):
             vs = [vpp_fixed]
         out.extend((v, "interleaved") for v in vs)
