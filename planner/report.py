@@ -50,7 +50,7 @@ KIND_COLOUR = {"F": "#4e79a7", "B": "#59a14f", "W": "#b07aa1"}
 KIND_LABEL = {"F": "forward", "B": "backward", "W": "weight-gradient (W)"}
 
 MAX_BARS = 8  # plans shown in the breakdown charts
-MAX_DRAWN_OPS = 4000  # passes drawn in the Gantt chart before it switches to a shorter pipeline
+MAX_DRAWN_OPS_PER_STAGE = 128  # passes per Gantt row (~7 px each) before a shorter pipeline is drawn
 MAX_SIMULATED_OPS = 200_000  # beyond this the bubble is quoted from the closed form
 
 
@@ -334,11 +334,7 @@ def _timeline_section(best: dict | None) -> str:
         per_op = 3 if sched_name == "zb" else 2
         full_ops = pp * vpp * m * per_op
         stats_events = tl.pipeline_events(pipe) if full_ops <= MAX_SIMULATED_OPS else None
-        m_draw = m
-        if full_ops > MAX_DRAWN_OPS:
-            m_draw = min(m, max(2 * pp, 8))
-            if vpp > 1 and m_draw % pp:
-                m_draw += pp - m_draw % pp
+        m_draw = _drawn_microbatches(pp, vpp, m, per_op)
         draw_events = stats_events if m_draw == m else tl.pipeline_events({**pipe, "num_microbatches": m_draw})
     except (PlannerError, KeyError, TypeError, ValueError) as exc:
         why = exc.args[0] if exc.args else type(exc).__name__
@@ -369,6 +365,17 @@ def _timeline_section(best: dict | None) -> str:
         cap = (f'<p class="note">Drawn with {m_draw} of the {m} micro-batches to keep the chart legible; '
                f"the figures above are for all {m}.</p>")
     return svg + f'<p class="facts">{_e(" · ".join(facts))}</p>' + cap
+
+
+def _drawn_microbatches(pp: int, vpp: int, m: int, per_op: int) -> int:
+    """Micro-batches to draw: all of them if each row stays legible, else as many as fit (at least
+    2*pp, so fill, steady state and drain all show; a multiple of pp for the interleaved schedule)."""
+    if m * vpp * per_op <= MAX_DRAWN_OPS_PER_STAGE:
+        return m
+    k = max(2 * pp, MAX_DRAWN_OPS_PER_STAGE // (vpp * per_op))
+    if vpp > 1:
+        k = max(pp, k - k % pp)
+    return min(m, k)
 
 
 def _svg_gantt(events: list[tl.Event], pp: int, vpp: int) -> str:
@@ -713,9 +720,17 @@ def render_report(result: dict, candidates: list[dict] | None = None, *, estimat
         sub.append(s)
     if count is not None or hw:
         sub.append(" × ".join(x for x in (_fmt(count, 7) if count is not None else "", hw) if x))
+    training = result.get("training") if isinstance(result.get("training"), dict) else {}
+    if _num(training.get("global_batch")) and _num(training.get("seq_len")):
+        sub.append(f"global batch {_fmt(training['global_batch'], 7)} × {_fmt(training['seq_len'], 7)} tokens"
+                   + (f", {training['dtype']}" if training.get("dtype") else ""))
     sub.append(f"{len(plans)} ranked plan{'s' if len(plans) != 1 else ''}")
+    search = result.get("search") if isinstance(result.get("search"), dict) else {}
     if candidates is not None:
-        sub.append(f"{len(candidates)} candidates evaluated")
+        sub.append(f"{len(candidates)} candidates plotted")
+    if _num(search.get("evaluated")) is not None:
+        sub.append(f"{_fmt(search['evaluated'], 7)} plans evaluated"
+                   + (f", {_fmt(search['feasible'], 7)} fit" if _num(search.get("feasible")) is not None else ""))
 
     cards = ""
     if best is not None:

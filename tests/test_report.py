@@ -219,9 +219,30 @@ def test_timeline_large_pipeline_is_drawn_shorter_but_measured_in_full():
     res["plans"][0] = make_plan(8, 8, 1, m=512, step=40.0)
     out = render_report(res)
     svg = out.split('id="timeline"', 1)[1].split("</svg>", 1)[0]
-    assert svg.count('class="op op-F"') == 8 * 16  # drawn with max(2p, 8) = 16 micro-batches
-    assert "Drawn with 16 of the 512 micro-batches" in out
+    # 128 passes per row at most: 64 micro-batches of F and B
+    assert svg.count('class="op op-F"') == 8 * 64
+    assert "Drawn with 64 of the 512 micro-batches" in out
     assert "512 micro-batches" in out and "(simulated)" in out
+
+
+def test_timeline_interleaved_draws_a_multiple_of_pp():
+    res = sample_result()
+    res["plans"][0] = make_plan(2, 2, 16, vpp=4, schedule="interleaved", m=64)
+    out = render_report(res)
+    svg = out.split('id="timeline"', 1)[1].split("</svg>", 1)[0]
+    # 128 // (4 chunks x 2 passes) = 16 micro-batches drawn, a multiple of pp = 2
+    assert svg.count('class="op op-F"') == 2 * 16 * 4
+    assert "Drawn with 16 of the 64 micro-batches" in out
+    assert "peak in-flight micro-batch chunks per stage: 9, 7" in out  # Megatron: 2(p-s-1) + (v-1)p + 1
+
+
+def test_header_shows_training_and_search():
+    res = sample_result()
+    res["training"] = {"global_batch": 1024, "seq_len": 4096, "dtype": "bf16"}
+    res["search"] = {"evaluated": 1467, "feasible": 405}
+    out = render_report(res)
+    assert "global batch 1,024 × 4,096 tokens, bf16" in out
+    assert "1,467 plans evaluated, 405 fit" in out
 
 
 def test_timeline_zero_bubble_shows_w():
