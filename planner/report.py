@@ -51,7 +51,7 @@ KIND_LABEL = {"F": "forward", "B": "backward", "W": "weight-gradient (W)"}
 
 MAX_BARS = 8  # plans shown in the breakdown charts
 MAX_DRAWN_OPS_PER_STAGE = 128  # passes per Gantt row (~7 px each) before a shorter pipeline is drawn
-MAX_SIMULATED_OPS = 200_000  # beyond this the bubble is quoted from the closed form
+MAX_SIMULATED_OPS = 100_000  # beyond this (~1 s of simulation) the bubble is quoted from the closed form
 
 
 # ---------------------------------------------------------------------------------------------
