@@ -269,10 +269,10 @@ def _llama_like(r: _Reader, mt: str) -> dict:
         activation=_activation(r.str(act_key, None) or r.str("hidden_act", None), d["act"]),
         position_embedding="rope",
     )
-    if mt.startswith("deepseek"):  # MLA: head_dim is set from the MLA dims below
-        if nh % nkv:
-            raise r._err("num_key_value_heads", f"= {nkv} does not divide num_attention_heads = {nh}: "
-                         "use a divisor of the head count")
+    if mt.startswith("deepseek"):
+        # MLA: kv_b_proj expands the latent to full keys/values for every head, so num_key_value_heads
+        # is nominal (no weight depends on it); head_dim is set from the MLA dims below
+        kw["num_kv_heads"] = nh
     else:
         kw["head_dim"] = _heads(r, h, nh, nkv, r.int("head_dim", d["head_dim"], null=None))
 
