@@ -11,7 +11,7 @@ from __future__ import annotations
 # Real transformer GEMMs reach this fraction of the best-shape MAMF ceiling in hardware.yaml
 # (measured_gemm). Fitted on the dev runs; consistent with Megatron-core's 47% MFU on H100
 # (hardware.yaml mfu_anchors) against an 80% MAMF ceiling.
-GEMM_SHAPE_DERATE = 0.85
+GEMM_SHAPE_DERATE = 0.84
 # GEMM efficiency falls as the smallest per-device matrix dimension shrinks (tile quantisation, wave
 # effects): eff = eff_max * derate * d / (d + GEMM_DIM_HALF). Fitted; d=GEMM_DIM_HALF loses half.
 GEMM_DIM_HALF = 96.0

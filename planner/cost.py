@@ -311,8 +311,13 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
             rs = collective_time("reduce_scatter", p_dense * grad_bytes, z_dense, dp_link_rs)
             rs += collective_time("reduce_scatter", p_exp * grad_bytes, z_expert, edp_link)
             fwd_mb, bwd_mb = stage_fwd[slow], stage_bwd[slow] + stage_rec[slow]
-            per_mb = max(0.0, ag - cal.DP_OVERLAP_FRACTION * fwd_mb) + max(0.0, ag + rs - cal.DP_OVERLAP_FRACTION * bwd_mb)
-            t_dp = nmb * per_mb + ag * (1 - cal.DP_OVERLAP_FRACTION)
+            if pp > 1 and fw in ("fsdp", "maxtext"):
+                # under pipelining the stage stays unsharded across micro-batches: one all-gather
+                # before the first forward, one reduce-scatter after the last backward
+                t_dp = max(0.0, ag - cal.DP_OVERLAP_FRACTION * fwd_mb) + max(0.0, rs - cal.DP_OVERLAP_FRACTION * bwd_mb)
+            else:
+                per_mb = max(0.0, ag - cal.DP_OVERLAP_FRACTION * fwd_mb) + max(0.0, ag + rs - cal.DP_OVERLAP_FRACTION * bwd_mb)
+                t_dp = nmb * per_mb + ag * (1 - cal.DP_OVERLAP_FRACTION)
             if plan.zero_shard_size and plan.zero_shard_size < dp_group:  # HSDP: all-reduce across replicas
                 rep = dp_group // plan.zero_shard_size
                 t_dp += collective_time("all_reduce", (p_dense / z_dense) * grad_bytes, rep,

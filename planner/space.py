@@ -47,6 +47,10 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
         errs.append("virtual pipeline stages (vpp > 1) need pp > 1")
     if p.schedule == "interleaved" and p.vpp == 1 and p.pp > 1:
         errs.append("the interleaved schedule needs vpp > 1")
+    if (p.schedule == "interleaved" and p.pp > 1 and p.dp * p.micro_batch and train.global_batch % (p.dp * p.micro_batch) == 0
+            and (train.global_batch // (p.dp * p.micro_batch)) % p.pp):
+        errs.append(f"the interleaved schedule needs the micro-batch count "
+                    f"({train.global_batch // (p.dp * p.micro_batch)}) divisible by pp={p.pp} (Megatron rule)")
     if p.vpp > 1 and p.schedule != "interleaved":
         errs.append("vpp > 1 needs the interleaved schedule")
     if p.first_stage_layers is None and p.last_stage_layers is None:

@@ -201,3 +201,45 @@ def markdown_table(result: dict) -> str:
                   f"over {st['n']} runs. Peak memory: median |error| {fmt(mem['median_abs_error'])}, "
                   f"p90 {fmt(mem['p90_abs_error'])} over {mem['n']} runs."]
     return "\n".join(lines) + "\n"
+
+
+def search_quality(run: dict) -> dict | None:
+    """For a run whose layout (tp, pp, dp) is published: score the published plan, search the whole space
+    with only the training settings fixed, and report the published plan's rank among feasible plans and
+    how much faster the search's best claims to be. None when the layout is not fully published."""
+    plan = run.get("plan") or {}
+    if any(plan.get(k) is None for k in ("tp", "pp", "dp")):
+        return None
+    ctx, fixed = run_inputs(run)
+    pub = search(ctx, SearchOptions(fixed=fixed, top_k=1))
+    pub_fits = bool(pub.plans)
+    if not pub_fits:
+        pub = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=False))
+    published = pub.plans[0]
+    free = search(ctx, SearchOptions(top_k=1))
+    best = free.plans[0] if free.plans else None
+    rank = 1 + sum(1 for t, _ in free.frontier if t < published.step_time_s - 1e-12) if pub_fits else None
+    return {
+        "id": run["id"],
+        "published_step_s": published.step_time_s,
+        "published_fits": pub_fits,
+        "best_step_s": best.step_time_s if best else None,
+        "best_plan": best.plan.knobs() if best else None,
+        "speedup_claimed": (published.step_time_s / best.step_time_s - 1.0) if best else None,
+        "published_rank": rank,
+        "feasible_plans": free.feasible,
+    }
+
+
+def search_quality_table(rows: list[dict]) -> str:
+    from planner.render import plan_label
+
+    lines = ["| run | published s (ours) | fits | search best s | claimed speed-up | best layout | published rank / feasible |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        bp = r["best_plan"]
+        lines.append(f"| {r['id']} | {r['published_step_s']:.2f} | {'yes' if r['published_fits'] else 'no'} | "
+                     f"{r['best_step_s']:.2f} | {100 * r['speedup_claimed']:+.1f}% | "
+                     f"{plan_label(bp) + ', mbs ' + str(bp['micro_batch']) + ', ' + bp['recompute'] if bp else '-'} | "
+                     f"{r['published_rank'] if r['published_rank'] else '-'} / {r['feasible_plans']} |")
+    return "\n".join(lines) + "\n"

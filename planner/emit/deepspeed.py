@@ -29,10 +29,6 @@ def _zero_block(job: Job) -> dict:
                   "stage3_max_reuse_distance": 1_000_000_000,
                   "stage3_gather_16bit_weights_on_model_save": True,
                   "sub_group_size": 1_000_000_000})
-        if p.zero_shard_size and p.zero_shard_size < p.dp:
-            # MiCS: shard within groups of zero_shard_size ranks, replicate across groups (= HSDP)
-            z["mics_shard_size"] = p.zero_shard_size
-            z["mics_hierarchical_params_gather"] = False
     if p.offload_optimizer:
         z["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     return z
@@ -59,9 +55,10 @@ def ds_config(job: Job) -> dict:
         if job.uneven:
             raise Unsupported("DeepSpeed's pipeline engine partitions layers itself (partition_method), "
                               "not to given first/last stage sizes")
-    if p.zero_shard_size and p.zero_shard_size < p.dp and p.zero_stage < 3:
-        raise Unsupported("DeepSpeed shards ZeRO-1/2 over all data-parallel ranks; hybrid sharding (MiCS) "
-                          "needs stage 3")
+    if p.zero_shard_size and p.zero_shard_size < p.dp:
+        raise Unsupported("DeepSpeed shards ZeRO over all data-parallel ranks; its hybrid sharding (MiCS, "
+                          "mics_shard_size) was removed in 0.19, and ZeRO++ hpZ still shards optimizer states "
+                          "over every rank")
     if p.offload_optimizer and p.zero_stage == 0:
         raise Unsupported("DeepSpeed offloads the optimizer only with ZeRO stage >= 1")
     if t.dtype == "fp8":

@@ -27,21 +27,16 @@ BATCH = ("data", "fsdp", "expert")  # activations' batch dimension is split over
 
 def mesh_degrees(job: Job) -> dict[str, int]:
     p = job.plan
-    fsdp = (p.zero_shard_size or p.dp) if p.zero_stage == 3 else 1
-    if p.ep > 1:
-        if p.dp % p.ep:
-            raise Unsupported(f"ep={p.ep} does not divide dp={p.dp}: a JAX mesh carves experts out of "
-                              "the data-parallel axes only (Megatron may also use cp ranks)")
-        # experts come out of the sharded axis first, then out of the replicated one
-        g = math.gcd(fsdp, p.ep)
-        fsdp //= g
-        rest = p.ep // g
-    else:
-        rest = 1
-    data = p.dp // (fsdp * p.ep) if fsdp > 1 or p.zero_stage == 3 else p.dp // p.ep
-    if p.zero_stage == 3:
-        data = p.dp // ((p.zero_shard_size or p.dp) * rest) if rest > 1 else p.dp // (fsdp * p.ep)
-    deg = {"stage": p.pp, "data": data, "fsdp": fsdp, "expert": p.ep, "context": p.cp, "tensor": p.tp}
+    shard = (p.zero_shard_size or p.dp) if p.zero_stage == 3 else 1
+    replicate = p.dp // shard
+    # ep is carved out of the data-parallel ranks: first out of the sharded axis, then the replicated one
+    g = math.gcd(shard, p.ep)
+    rest = p.ep // g
+    if replicate % rest:
+        raise Unsupported(f"ep={p.ep} cannot be carved out of dp={p.dp} ({replicate} replicas x {shard} shards): "
+                          "a JAX mesh takes experts from the data-parallel axes only")
+    deg = {"stage": p.pp, "data": replicate // rest, "fsdp": shard // g, "expert": p.ep,
+           "context": p.cp, "tensor": p.tp}
     if math.prod(deg.values()) != job.world:
         raise Unsupported(f"mesh {deg} does not cover the {job.world} devices")
     return deg
@@ -65,64 +60,83 @@ def split_ici_dcn(job: Job, deg: dict[str, int]) -> tuple[int, dict[str, int], d
     return num_slices, ici, dcn
 
 
-def partition_specs(job: Job) -> tuple[dict[str, list], dict[str, list]]:
-    """PartitionSpecs (as JSON lists: axis name, list of names, or null) of the params and activations.
+def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str, dict]]:
+    """(dims, params, activations): each param/activation is {"shape": [dim names], "spec": PartitionSpec}
+    with the spec as a JSON list (an axis name, a list of axis names, or null per dimension).
 
     Megatron layout: column-parallel QKV/gate/up ([in, out] sharded on out over `tensor`), row-parallel
-    O/down (sharded on in), vocab-parallel embedding and head; `fsdp` shards the other dimension;
-    per-layer weights carry a leading layer dimension split over `stage`.
+    O/down (sharded on in), vocab-parallel embedding and head; the other dimension is sharded over `fsdp`
+    (with ZeRO-3 and expert parallelism, over `fsdp` and `expert`: every DP rank holds a shard); per-layer
+    weights carry a leading layer dimension split over `stage`.
     """
     m, p = job.model, job.plan
-    kv_split = "tensor" if m.mla is None and m.num_kv_heads % p.tp == 0 else None
-    params: dict[str, list] = {
-        "embedding": ["tensor", "fsdp"],            # [vocab, hidden]
-        "final_norm": [None],                       # [hidden]
-        "layers.attn_norm": ["stage", None],         # [layers, hidden]
-        "layers.mlp_norm": ["stage", None],
-        "layers.wq": ["stage", "fsdp", "tensor"],   # [layers, hidden, heads*head_dim]
-        "layers.wk": ["stage", "fsdp", kv_split],   # [layers, hidden, kv_heads*head_dim]
-        "layers.wv": ["stage", "fsdp", kv_split],
-        "layers.wo": ["stage", "tensor", "fsdp"],   # [layers, heads*head_dim, hidden]
-    }
-    if m.mla is not None:
-        for k in ("layers.wk", "layers.wv"):
-            del params[k]
-        params["layers.wkv_a"] = ["stage", "fsdp", None]     # [layers, hidden, kv_lora + rope] (replicated over tp)
-        params["layers.wkv_b"] = ["stage", None, "tensor"]   # [layers, kv_lora, heads*(nope+v)]
+    dims = {"layers": m.num_layers, "hidden": m.hidden_size, "vocab": m.vocab_size, "ffn": m.ffn_hidden_size,
+            "batch": job.train.global_batch, "seq": job.train.seq_len}
+    fs = ["fsdp", "expert"] if p.zero_stage == 3 and p.ep > 1 else "fsdp"
+    params: dict[str, dict] = {}
+
+    def w(name: str, shape: list[str], spec: list) -> None:
+        params[name] = {"shape": shape, "spec": spec}
+
+    w("embedding", ["vocab", "hidden"], ["tensor", fs])
+    w("final_norm", ["hidden"], [None])
+    w("layers.attn_norm", ["layers", "hidden"], ["stage", None])
+    w("layers.mlp_norm", ["layers", "hidden"], ["stage", None])
+    if m.mla is None:
+        dims.update(q_out=m.num_heads * m.head_dim, kv_out=m.num_kv_heads * m.head_dim, o_in=m.num_heads * m.head_dim)
+        kv_split = "tensor" if m.num_kv_heads % p.tp == 0 else None  # Megatron replicates KV heads when kv < tp
+        w("layers.wq", ["layers", "hidden", "q_out"], ["stage", fs, "tensor"])
+        w("layers.wk", ["layers", "hidden", "kv_out"], ["stage", fs, kv_split])
+        w("layers.wv", ["layers", "hidden", "kv_out"], ["stage", fs, kv_split])
+    else:
+        a = m.mla
+        dims.update(q_out=m.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim),
+                    kv_a=a.kv_lora_rank + a.qk_rope_head_dim, kv_lora=a.kv_lora_rank,
+                    kv_b_out=m.num_heads * (a.qk_nope_head_dim + a.v_head_dim), o_in=m.num_heads * a.v_head_dim)
+        if a.q_lora_rank:
+            dims["q_lora"] = a.q_lora_rank
+            w("layers.wq_a", ["layers", "hidden", "q_lora"], ["stage", fs, None])
+            w("layers.wq_b", ["layers", "q_lora", "q_out"], ["stage", None, "tensor"])
+        else:
+            w("layers.wq", ["layers", "hidden", "q_out"], ["stage", fs, "tensor"])
+        w("layers.wkv_a", ["layers", "hidden", "kv_a"], ["stage", fs, None])      # latent: replicated over tp
+        w("layers.wkv_b", ["layers", "kv_lora", "kv_b_out"], ["stage", None, "tensor"])
+    w("layers.wo", ["layers", "o_in", "hidden"], ["stage", "tensor", fs])
     if m.moe is None or m.num_dense_layers:
-        params.update({
-            "layers.w_gate": ["stage", "fsdp", "tensor"],   # [layers, hidden, ffn]
-            "layers.w_up": ["stage", "fsdp", "tensor"],
-            "layers.w_down": ["stage", "tensor", "fsdp"],   # [layers, ffn, hidden]
-        })
+        w("layers.w_gate", ["layers", "hidden", "ffn"], ["stage", fs, "tensor"])
+        w("layers.w_up", ["layers", "hidden", "ffn"], ["stage", fs, "tensor"])
+        w("layers.w_down", ["layers", "ffn", "hidden"], ["stage", "tensor", fs])
     if m.moe is not None:
+        e = m.moe
+        dims.update(experts=e.num_experts, expert_ffn=e.expert_ffn_hidden_size)
         etp = "tensor" if p.etp > 1 else None
-        params.update({
-            "layers.router": ["stage", "fsdp", None],                  # [layers, hidden, experts]
-            "layers.experts.w_gate": ["stage", "expert", "fsdp", etp],  # [layers, experts, hidden, expert_ffn]
-            "layers.experts.w_up": ["stage", "expert", "fsdp", etp],
-            "layers.experts.w_down": ["stage", "expert", etp, "fsdp"],  # [layers, experts, expert_ffn, hidden]
-        })
+        w("layers.router", ["layers", "hidden", "experts"], ["stage", fs, None])
+        w("layers.experts.w_gate", ["layers", "experts", "hidden", "expert_ffn"], ["stage", "expert", "fsdp", etp])
+        w("layers.experts.w_up", ["layers", "experts", "hidden", "expert_ffn"], ["stage", "expert", "fsdp", etp])
+        w("layers.experts.w_down", ["layers", "experts", "expert_ffn", "hidden"], ["stage", "expert", etp, "fsdp"])
     if not m.tied_embeddings:
-        params["lm_head"] = ["fsdp", "tensor"]      # [hidden, vocab]
+        w("lm_head", ["hidden", "vocab"], [fs, "tensor"])
     batch = list(BATCH)
     seq = ["context", "tensor"] if p.sequence_parallel and p.tp > 1 else "context"
     acts = {
-        "tokens": [batch, "context"],                       # [batch, seq]
-        "residual": [batch, seq, None],                     # [batch, seq, hidden] (SP: seq over tensor too)
-        "attn_heads": [batch, "context", "tensor", None],   # [batch, seq, heads, head_dim]
-        "mlp_hidden": [batch, "context", "tensor"],         # [batch, seq, ffn]
-        "logits": [batch, "context", "tensor"],             # [batch, seq, vocab]
+        "tokens": {"shape": ["batch", "seq"], "spec": [batch, "context"]},
+        "residual": {"shape": ["batch", "seq", "hidden"], "spec": [batch, seq, None]},   # SP: seq over tensor too
+        "attn_out": {"shape": ["batch", "seq", "o_in"], "spec": [batch, "context", "tensor"]},
+        "mlp_hidden": {"shape": ["batch", "seq", "ffn"], "spec": [batch, "context", "tensor"]},
+        "logits": {"shape": ["batch", "seq", "vocab"], "spec": [batch, "context", "tensor"]},
     }
-    if m.moe is not None:
-        acts["expert_tokens"] = ["expert", None, None]      # [experts, capacity, hidden] after dispatch
-    return params, acts
+    return dims, params, acts
 
 
 def jax_mesh(job: Job) -> dict:
+    m, p = job.model, job.plan
+    if job.uneven or m.num_layers % p.pp:
+        raise Unsupported("a PartitionSpec splits the stacked layer dimension evenly over `stage`; "
+                          f"{m.num_layers} layers in stages of {p.first_stage_layers}/.../{p.last_stage_layers} "
+                          "are not expressible")
     deg = mesh_degrees(job)
     num_slices, ici, dcn = split_ici_dcn(job, deg)
-    params, acts = partition_specs(job)
+    dims, params, acts = partition_specs(job)
     return {
         "axis_names": list(AXES),
         "mesh_shape": [deg[a] for a in AXES],
@@ -132,6 +146,7 @@ def jax_mesh(job: Job) -> dict:
         "devices_per_slice": job.world // num_slices,
         "devices": job.world,
         "batch_axes": list(BATCH),
+        "dims": dims,
         "param_specs": params,
         "activation_specs": acts,
         "global_batch": job.train.global_batch,
