@@ -1,0 +1,1 @@
+"""Validation of emitted launch configs with the real consumer libraries (see docs/launchers.md)."""

@@ -1,0 +1,138 @@
+"""Plans used by the emitter tests: the consumer validators and the golden files.
+
+Model specs are written out here (numbers from the models' Hugging Face configs, as in
+shared/reference/known_runs_dev.yaml) so that the golden files do not move when a catalog changes;
+hardware comes from the project's cited `hardware_profiles/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import yaml
+
+from planner.data import data_dir
+from planner.specs import ClusterSpec, HardwareSpec, MLASpec, ModelSpec, MoESpec, ParallelPlan, TrainingSpec
+
+LLAMA31_8B = ModelSpec(name="llama-3.1-8b", family="llama", num_layers=32, hidden_size=4096, num_heads=32,
+                       num_kv_heads=8, head_dim=128, ffn_hidden_size=14336, vocab_size=128256,
+                       max_position_embeddings=131072)
+LLAMA31_70B = ModelSpec(name="llama-3.1-70b", family="llama", num_layers=80, hidden_size=8192, num_heads=64,
+                        num_kv_heads=8, head_dim=128, ffn_hidden_size=28672, vocab_size=128256,
+                        max_position_embeddings=131072)
+LLAMA31_405B = ModelSpec(name="llama-3.1-405b", family="llama", num_layers=126, hidden_size=16384, num_heads=128,
+                         num_kv_heads=8, head_dim=128, ffn_hidden_size=53248, vocab_size=128256,
+                         max_position_embeddings=131072)
+LLAMA2_70B = ModelSpec(name="llama-2-70b", family="llama", num_layers=80, hidden_size=8192, num_heads=64,
+                       num_kv_heads=8, head_dim=128, ffn_hidden_size=28672, vocab_size=32000,
+                       max_position_embeddings=4096)
+MIXTRAL_8X7B = ModelSpec(name="mixtral-8x7b", family="mixtral", num_layers=32, hidden_size=4096, num_heads=32,
+                         num_kv_heads=8, head_dim=128, ffn_hidden_size=14336, vocab_size=32000,
+                         max_position_embeddings=32768,
+                         moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=14336))
+DEEPSEEK_V3 = ModelSpec(name="deepseek-v3", family="deepseek_v3", num_layers=61, hidden_size=7168, num_heads=128,
+                        num_kv_heads=128, head_dim=192, ffn_hidden_size=18432, vocab_size=129280,
+                        max_position_embeddings=163840,
+                        mla=MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                                    v_head_dim=128),
+                        moe=MoESpec(num_experts=256, top_k=8, expert_ffn_hidden_size=2048, num_shared_experts=1,
+                                    shared_expert_ffn_hidden_size=2048, first_k_dense=3, router_bias=True))
+
+
+@lru_cache(maxsize=None)
+def hardware(hw_id: str) -> HardwareSpec:
+    with open(data_dir("hardware_profiles") / f"{hw_id}.yaml", encoding="utf-8") as f:
+        return HardwareSpec(**yaml.safe_load(f))
+
+
+def cluster(hw_id: str, count: int, **kw) -> ClusterSpec:
+    return ClusterSpec(hardware=hardware(hw_id), count=count, **kw)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    train: TrainingSpec
+    plan: ParallelPlan
+    prediction: dict | None = None
+    # launchers that must emit / must refuse (with a reason containing the given text)
+    expect_emit: tuple[str, ...] = ()
+    expect_skip: dict[str, str] = field(default_factory=dict)
+
+    def emit(self, launchers=None):
+        from planner.emit import emit_all
+        return emit_all(self.model, self.cluster, self.train, self.plan, self.prediction, launchers)
+
+
+def _pred(plan: ParallelPlan, run_id: str, step_time_s: float) -> dict:
+    """A fixed stand-in for the cost model's output, so the golden files do not move with the model."""
+    return {"plan": plan.knobs(), "step_time_s": step_time_s, "source_run": run_id}
+
+
+# --------------------------------------------------------------------------- consumer-test plans
+CONSUMER_CASES = [
+    Case("llama70b-tp8pp4vpp5-sp-cp2-128xh100", LLAMA31_70B, cluster("h100-sxm-80gb", 128),
+         TrainingSpec(seq_len=8192, global_batch=512),
+         ParallelPlan(tp=8, pp=4, vpp=5, cp=2, dp=2, micro_batch=1, recompute="full", zero_stage=1,
+                      sequence_parallel=True, schedule="interleaved"),
+         expect_emit=("megatron", "maxtext", "jax", "torchtitan"),
+         expect_skip={"deepspeed": "context parallelism"}),
+    Case("llama8b-fsdp-zero3-dp8-8xh100", LLAMA31_8B, cluster("h100-sxm-80gb", 8),
+         TrainingSpec(seq_len=8192, global_batch=16),
+         ParallelPlan(dp=8, zero_stage=3, micro_batch=2, recompute="selective"),
+         expect_emit=("megatron", "deepspeed", "maxtext", "jax", "torchtitan")),
+    Case("llama8b-zero1-offload-tp2-16xa100", LLAMA31_8B, cluster("a100-sxm-80gb", 16),
+         TrainingSpec(seq_len=4096, global_batch=64, dtype="fp16"),
+         ParallelPlan(tp=2, dp=8, zero_stage=1, micro_batch=2, offload_optimizer=True, recompute="full",
+                      recompute_layers=8),
+         expect_emit=("megatron", "deepspeed", "maxtext", "jax"),
+         expect_skip={"torchtitan": "fp16"}),
+    Case("mixtral-ep8-pp2-64xh100", MIXTRAL_8X7B, cluster("h100-sxm-80gb", 64),
+         TrainingSpec(seq_len=4096, global_batch=256),
+         ParallelPlan(pp=2, dp=32, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"),
+         expect_emit=("megatron", "maxtext", "jax"),
+         expect_skip={"deepspeed": "expert parallelism", "torchtitan": "config_registry"}),
+    Case("deepseek-v3-ep16-pp4-uneven-64xh800", DEEPSEEK_V3, cluster("h800-sxm-80gb", 64),
+         TrainingSpec(seq_len=4096, global_batch=256),
+         ParallelPlan(pp=4, dp=16, ep=16, etp=1, micro_batch=1, zero_stage=1, recompute="selective",
+                      first_stage_layers=13, last_stage_layers=16),
+         expect_emit=("megatron", "jax", "torchtitan"),
+         expect_skip={"deepspeed": "expert parallelism", "maxtext": "evenly"}),
+    Case("llama8b-tp4-hsdp-2x32-tpu-v5p", LLAMA31_8B, cluster("tpu-v5p", 64, domain_size=32),
+         TrainingSpec(seq_len=4096, global_batch=256),
+         ParallelPlan(tp=4, dp=16, zero_stage=3, zero_shard_size=8, micro_batch=2, recompute="full"),
+         expect_emit=("maxtext", "jax"),
+         expect_skip={"megatron": "tpu", "deepspeed": "tpu", "torchtitan": "tpu"}),
+    Case("llama8b-tp4-pp2-fsdp8-2x32-tpu-v5p", LLAMA31_8B, cluster("tpu-v5p", 64, domain_size=32),
+         TrainingSpec(seq_len=4096, global_batch=64),
+         ParallelPlan(tp=4, pp=2, dp=8, zero_stage=3, micro_batch=2, recompute="selective", schedule="1f1b"),
+         expect_emit=("maxtext", "jax")),
+]
+
+# --------------------------------------------------------------------------- golden plans (published runs)
+GOLDEN_CASES = [
+    Case("nemo2407-llama2-70b-64gpu", LLAMA2_70B, cluster("h100-sxm-80gb", 64),
+         TrainingSpec(seq_len=4096, global_batch=128, dtype="fp8"),
+         ParallelPlan(tp=4, pp=4, vpp=20, dp=4, micro_batch=1, zero_stage=1, sequence_parallel=True,
+                      schedule="interleaved")),
+    Case("dgxc-llama31-405b-bf16-1152xh100", LLAMA31_405B, cluster("h100-sxm-80gb", 1152),
+         TrainingSpec(seq_len=8192, global_batch=504),
+         ParallelPlan(tp=8, pp=9, vpp=7, cp=2, dp=8, micro_batch=1, zero_stage=1, sequence_parallel=True,
+                      schedule="interleaved")),
+    Case("deepseek-v3-2048xh800", DEEPSEEK_V3, cluster("h800-sxm-80gb", 2048),
+         TrainingSpec(seq_len=4096, global_batch=15360, dtype="fp8"),
+         ParallelPlan(pp=16, dp=128, ep=64, micro_batch=1, zero_stage=1, recompute="selective",
+                      first_stage_layers=3, last_stage_layers=2)),
+    Case("torchtitan-llama31-8b-8xh100-fsdp", LLAMA31_8B, cluster("h100-sxm-80gb", 8),
+         TrainingSpec(seq_len=8192, global_batch=16),
+         ParallelPlan(dp=8, zero_stage=3, micro_batch=2, recompute="selective")),
+]
+_MEASURED = {"nemo2407-llama2-70b-64gpu": 4.7407407407407405, "dgxc-llama31-405b-bf16-1152xh100": 17.52,
+             "deepseek-v3-2048xh800": 19.906687402799378, "torchtitan-llama31-8b-8xh100-fsdp": 2.8434571329399514}
+GOLDEN_CASES = [Case(c.name, c.model, c.cluster, c.train, c.plan, _pred(c.plan, c.name, _MEASURED[c.name]))
+                for c in GOLDEN_CASES]
+
+ALL_CASES = {c.name: c for c in CONSUMER_CASES + GOLDEN_CASES}

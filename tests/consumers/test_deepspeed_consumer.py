@@ -1,0 +1,73 @@
+"""Emitted ds_config.json loaded by DeepSpeed's own DeepSpeedConfig (real library, CPU, no launch)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES
+from consumers.conftest import accepted, rejected, require, run_checker
+
+pytestmark = pytest.mark.consumers
+
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES if "ds_config.json" in c.emit(["deepspeed"])[0]]
+
+
+def _cfg(case) -> dict:
+    return json.loads(case.emit(["deepspeed"])[0]["ds_config.json"])
+
+
+def _bad_requests() -> list[dict]:
+    base = CASES[0]
+    cfg = _cfg(base)
+    out = []
+    wrong = copy.deepcopy(cfg)
+    wrong["gradient_accumulation_steps"] += 1          # breaks tbs = mbs * gas * dp
+    out.append({"id": "bad-batch-triangle", "config": wrong, "dp": base.plan.dp})
+    out.append({"id": "bad-world-as-all-gpus", "config": cfg, "dp": base.cluster.count * 2})  # dp counted wrong
+    stage4 = copy.deepcopy(cfg)
+    stage4["zero_optimization"]["stage"] = 4
+    out.append({"id": "bad-zero-stage-4", "config": stage4, "dp": base.plan.dp})
+    gpu = copy.deepcopy(cfg)
+    gpu["zero_optimization"]["offload_optimizer"] = {"device": "gpu"}
+    out.append({"id": "bad-offload-device", "config": gpu, "dp": base.plan.dp})
+    both = copy.deepcopy(cfg)
+    both["fp16"] = {"enabled": True}
+    out.append({"id": "bad-bf16-and-fp16", "config": both, "dp": base.plan.dp})
+    return out
+
+
+@pytest.fixture(scope="module")
+def results():
+    require("deepspeed", "torch")
+    reqs = [{"id": c.name, "config": _cfg(c), "dp": c.plan.dp} for c in CASES] + _bad_requests()
+    return run_checker("check_deepspeed.py", reqs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_deepspeed_accepts_emitted_config(results, case):
+    r = accepted(results, case.name)
+    assert r["world_size"] == case.plan.dp
+    assert r["train_batch_size"] == case.train.global_batch
+    assert r["micro_batch"] * r["grad_accum"] * case.plan.dp == case.train.global_batch
+    assert r["zero_stage"] == case.plan.zero_stage
+    assert (r["offload_optimizer"] is not None and "cpu" in r["offload_optimizer"]) == case.plan.offload_optimizer
+    assert r["fp16"] == (case.train.dtype == "fp16")
+
+
+def test_deepspeed_cases_cover_zero_stages():
+    assert {c.plan.zero_stage for c in CASES} >= {1, 3}
+    assert any(c.plan.offload_optimizer for c in CASES)
+
+
+def test_deepspeed_rejects_wrong_batch_triangle(results):
+    rejected(results, "bad-batch-triangle", "train_batch_size is not equal to")
+    rejected(results, "bad-world-as-all-gpus", "train_batch_size is not equal to")
+
+
+def test_deepspeed_rejects_bad_zero_and_precision(results):
+    rejected(results, "bad-zero-stage-4", "stage")
+    rejected(results, "bad-offload-device", "offload_optimizer")
+    rejected(results, "bad-bf16-and-fp16", "fp16")
