@@ -190,10 +190,16 @@ def emit_doc(doc: dict, as_json: bool) -> None:
               help="launchers to write (default: all that can express the plan)")
 @click.option("--rank", type=click.IntRange(1, 100), default=1, show_default=True, help="which ranked plan --out writes")
 @click.option("--force", is_flag=True, help="overwrite a non-empty --out directory")
+@click.option("--tokens", help="total training tokens (e.g. 15T): adds wall-clock days, goodput and cost")
+@click.option("--price-per-device-hour", type=click.FloatRange(0, None), help="price of one device-hour")
+@click.option("--device-mtbf-hours", type=click.FloatRange(0, None, min_open=True),
+              help="mean time between failures per device (default: Llama 3's 16k-H100 run)")
+@click.option("--restart-min", type=click.FloatRange(0, None), default=10.0, show_default=True,
+              help="minutes to restart after a failure (Daly 2006 uses 10 min in his examples)")
 @click.version_option(__version__, "--version", prog_name="plan")
 @click.pass_context
 @_handle_errors
-def main(cctx, as_json, out_dir, emit, rank, force, **kw):
+def main(cctx, as_json, out_dir, emit, rank, force, tokens, price_per_device_hour, device_mtbf_hours, restart_min, **kw):
     """Plan the parallel layout of a training run: `plan --model llama-70b --cluster a100x64`."""
     if cctx.invoked_subcommand is not None:
         return
@@ -201,9 +207,34 @@ def main(cctx, as_json, out_dir, emit, rank, force, **kw):
         click.echo(cctx.get_help())
         return
     ctx, res, doc = run_search(kw | {"top_k": max(kw["top_k"], rank)})
+    if tokens:
+        doc["training_estimate"] = training_estimate(doc, tokens, price_per_device_hour, device_mtbf_hours, restart_min)
     if out_dir:
         _write_out(ctx, doc, out_dir, rank, set(emit) or None, force, quiet=as_json)
     emit_doc(doc, as_json)
+    if tokens and not as_json:
+        click.echo(estimate_text(doc["training_estimate"]))
+
+
+def training_estimate(doc, tokens, price, mtbf_h, restart_min) -> dict:
+    from planner.goodput import estimate_for_plan
+
+    kw = {"price_per_device_hour": price}
+    if mtbf_h:
+        kw["device_mtbf_h"] = mtbf_h
+    est = estimate_for_plan(doc["plans"][0], tokens, params_total=doc["model"]["params_total"],
+                            restart_s=restart_min * 60.0, **kw)
+    return est.to_dict()
+
+
+def estimate_text(e: dict) -> str:
+    line = (f"Training: {e['days']:.1f} days without failures, {e['effective_days']:.1f} days expected "
+            f"(goodput {100 * e['goodput']:.1f}%: ~{e['failures_expected']:.0f} failures, checkpoint every "
+            f"{e['checkpoint_interval_s'] / 60:.0f} min taking {e['checkpoint_s']:.0f} s); "
+            f"{e['device_hours']:,.0f} device-hours")
+    if e.get("cost") is not None:
+        line += f", cost {e['cost']:,.0f}"
+    return line
 
 
 def _write_out(ctx, doc, out_dir, rank, emit, force, quiet):
@@ -311,6 +342,80 @@ def explain_cmd(as_json, **kw):
     click.echo("\nWhy not:")
     for a in alts:
         click.echo(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}")
+
+
+@main.command("report")
+@plan_options
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True, help="HTML file to write")
+@click.option("--tokens", help="total training tokens: adds the training-time estimate")
+@_handle_errors
+def report_cmd(out_file, tokens, **kw):
+    """A self-contained HTML report: ranked plans, Pareto front, pipeline timeline, breakdowns."""
+    from planner.emit import atomic_write_text
+    from planner.report import render_report
+    from planner.search import SearchOptions, search
+
+    ctx, res, doc = run_search(kw)
+    fixed = fixed_knobs(kw)
+    every = search(ctx, SearchOptions(fixed=fixed, top_k=100000, max_tp=kw.get("max_tp"),
+                                      memory_headroom_gib=kw.get("memory_headroom") or 0.0))
+    candidates = [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
+                   "fits": e.fits} for e in every.plans]
+    est = None
+    if tokens:
+        from planner.goodput import estimate_for_plan
+        est = estimate_for_plan(doc["plans"][0], tokens, params_total=doc["model"]["params_total"], restart_s=600.0)
+    atomic_write_text(out_file, render_report(doc, candidates, estimate=est))
+    click.echo(f"wrote {out_file} ({len(candidates)} feasible candidates on the Pareto chart)")
+
+
+@main.command("compare")
+@click.option("--model", "model_arg", required=True, metavar="NAME|FILE")
+@click.option("--cluster", "clusters", multiple=True, required=True, metavar="HWxN|FILE", help="repeat to compare")
+@click.option("--seq-len", "seq_lens", type=int, multiple=True, help="repeat to compare")
+@click.option("--gbs", type=int, callback=_positive)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16")
+@click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]), default="megatron")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--debug", is_flag=True)
+@_handle_errors
+def compare_cmd(model_arg, clusters, seq_lens, gbs, dtype, framework, as_json, debug):
+    """The same model on several clusters or sequence lengths, side by side (best plan of each)."""
+    from rich.table import Table
+
+    from planner.errors import PlannerError
+    from planner.render import plan_label
+
+    rows = []
+    for cl in clusters:
+        for seq in (seq_lens or (None,)):
+            kw = {"model_arg": model_arg, "cluster_arg": cl, "seq_len": seq, "gbs": gbs, "dtype": dtype,
+                  "framework": framework, "top_k": 1}
+            try:
+                _, _, doc = run_search(kw)
+                best = doc["plans"][0]
+                rows.append({"cluster": doc["cluster"]["name"], "seq_len": doc["training"]["seq_len"],
+                             "global_batch": doc["training"]["global_batch"], "plan": best["plan"],
+                             "step_time_s": best["step_time_s"], "tokens_per_s_per_device": best["tokens_per_s_per_device"],
+                             "tokens_per_s": best["tokens_per_s_per_device"] * doc["cluster"]["count"],
+                             "mfu": best["mfu"], "peak_gib": best["memory"]["peak_gib"], "error": None})
+            except PlannerError as e:
+                rows.append({"cluster": cl, "seq_len": seq, "error": str(e)})
+    if as_json:
+        click.echo(json.dumps({"model": model_arg, "rows": rows}, indent=2, sort_keys=True, default=float))
+        return
+    t = Table(title=f"{model_arg}: best plan per setting")
+    for col in ("cluster", "seq", "layout", "step s", "tok/s total", "tok/s/dev", "MFU", "peak GiB"):
+        t.add_column(col, no_wrap=True)
+    for r in rows:
+        if r["error"]:
+            t.add_row(r["cluster"], str(r["seq_len"] or ""), "no plan: " + r["error"][:60], "", "", "", "", "")
+            continue
+        t.add_row(r["cluster"], str(r["seq_len"]), plan_label(r["plan"]), f"{r['step_time_s']:.3f}",
+                  f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}", f"{100 * r['mfu']:.1f}%",
+                  f"{r['peak_gib']:.1f}")
+    from planner.render import make_console
+    make_console().print(t)
 
 
 def main_entry():  # pragma: no cover

@@ -34,7 +34,7 @@ def recompute_label(p: dict) -> str:
 def plans_table(doc: dict) -> Table:
     t = Table(title=f"{doc['model']['name']} on {doc['cluster']['name']}: best plans", show_lines=False)
     for col in ("#", "layout", "mbs", "ZeRO", "recompute", "SP", "step s", "tok/s/dev", "MFU", "peak GiB"):
-        t.add_column(col, justify="right" if col not in ("layout", "recompute") else "left")
+        t.add_column(col, justify="right" if col not in ("layout", "recompute") else "left", no_wrap=True)
     for i, r in enumerate(doc["plans"], 1):
         p = r["plan"]
         mem = r["memory"]
@@ -63,8 +63,14 @@ def bars(title: str, parts: dict[str, float], keys: tuple[str, ...], unit: str, 
     return t
 
 
+def make_console() -> Console:
+    """rich degrades colour to plain text when piped; give piped output room for the wide tables."""
+    c = Console()
+    return c if c.is_terminal else Console(width=140)
+
+
 def print_plan_doc(doc: dict, console: Console | None = None) -> None:
-    c = console or Console()
+    c = console or make_console()
     c.print(plans_table(doc))
     if not doc["plans"]:
         return
