@@ -1,0 +1,176 @@
+"""End-to-end tests of the `plan` CLI (click CliRunner + one real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
+         "sequence_parallel", "schedule")
+
+
+def run(*args):
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:  # click >= 8.2 always separates stderr
+        runner = CliRunner()
+    return runner.invoke(main, list(args), catch_exceptions=False)
+
+
+def plan_json(*args):
+    r = run(*args, "--json")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout), r.stdout
+
+
+def assert_input_error(r, code=2):
+    assert r.exit_code == code, (r.exit_code, r.stdout, r.stderr)
+    err = r.stderr.strip()
+    assert "Traceback" not in r.stderr + r.stdout
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error:"), err
+    return err
+
+
+@pytest.fixture(scope="module")
+def llama70b():
+    return plan_json("--model", "llama-70b", "--cluster", "a100x64")
+
+
+def test_json_schema(llama70b):
+    doc, _ = llama70b
+    assert doc["model"]["params_total"] > 6e10
+    assert 0 < doc["model"]["params_active"] <= doc["model"]["params_total"]
+    assert doc["cluster"]["count"] == 64
+    plans = doc["plans"]
+    assert plans
+    times = [p["step_time_s"] for p in plans]
+    # best first; plans within the search's 0.5% tie band rank simplest-first (planner.search.TIE_BAND)
+    from planner.search import TIE_BAND
+    assert times[0] <= min(times) * TIE_BAND
+    assert all(a <= b * TIE_BAND for a, b in zip(times, times[1:]))
+    for p in plans:
+        for k in KNOBS:
+            assert k in p["plan"], k
+        q = p["plan"]
+        assert q["tp"] * q["pp"] * q["cp"] * q["dp"] == 64
+        assert p["step_time_s"] > 0 and p["tokens_per_s_per_device"] > 0 and 0 < p["mfu"] < 1
+        assert p["memory"]["peak_gib"] > 0
+        assert isinstance(p["time_breakdown"], dict) and p["time_breakdown"]
+        assert p["fits"] is True
+        assert isinstance(p["warnings"], list)
+
+
+def test_deterministic(llama70b):
+    _, out = llama70b
+    _, out2 = plan_json("--model", "llama-70b", "--cluster", "a100x64")
+    assert out == out2
+
+
+@pytest.mark.parametrize("flags,expect", [
+    (["--tp", "8", "--pp", "2"], {"tp": 8, "pp": 2}),
+    (["--tp", "4", "--mbs", "1", "--recompute", "full"], {"tp": 4, "micro_batch": 1, "recompute": "full"}),
+    (["--pp", "4", "--vpp", "2"], {"pp": 4, "vpp": 2, "schedule": "interleaved"}),
+    (["--dp", "8", "--zero", "1", "--no-sp"], {"dp": 8, "zero_stage": 1, "sequence_parallel": False}),
+])
+def test_fixed_flags_honoured(flags, expect):
+    doc, _ = plan_json("--model", "llama-70b", "--cluster", "a100x64", *flags)
+    assert doc["plans"]
+    for p in doc["plans"]:
+        for k, v in expect.items():
+            assert p["plan"][k] == v, (k, p["plan"])
+        q = p["plan"]
+        assert q["tp"] * q["pp"] * q["cp"] * q["dp"] == 64
+
+
+def test_moe_fixed_ep():
+    doc, _ = plan_json("--model", "mixtral-8x7b", "--cluster", "h100x64", "--ep", "8")
+    assert all(p["plan"]["ep"] == 8 for p in doc["plans"])
+
+
+def test_models_and_clusters_lists():
+    for cmd, must in (("models", "llama"), ("clusters", "a100")):
+        r = run(cmd)
+        assert r.exit_code == 0
+        lines = [l for l in r.stdout.splitlines() if l.strip()]
+        assert len(lines) >= 3
+        assert any(must in l for l in lines)
+        first = [l.split()[0] for l in lines]
+        assert len(set(first)) == len(first)  # one entry per line
+
+
+def test_version():
+    r = run("--version")
+    assert r.exit_code == 0
+    assert "plan" in r.stdout and any(ch.isdigit() for ch in r.stdout)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "llama-70", "--cluster", "a100x64"], "did you mean"),
+    (["--model", "llama-70b", "--cluster", "zz999x64"], ""),
+    (["--model", "llama-70b", "--cluster", "a100x0"], ""),
+    (["--model", "llama-70b", "--cluster", "a100x-5"], ""),
+    (["--model", "llama-70b", "--cluster", "a100x1000000000"], ""),
+    (["--model", "llama-70b", "--cluster", "a100x64", "--tp", "8", "--pp", "8", "--dp", "8"], ""),
+])
+def test_bad_inputs(args, needle):
+    err = assert_input_error(run(*args))
+    assert needle in err.lower()
+
+
+BAD_FILES = {
+    "malformed.yaml": b"name: x\n  num_layers: [1, 2\n: : :\n",
+    "empty.yaml": b"",
+    "binary.bin": bytes(range(256)) * 4,
+    "unknown_type.json": json.dumps({"model_type": "no_such_arch_xyz", "hidden_size": 64}).encode(),
+    "zero_layers.yaml": b"name: z\nnum_layers: 0\nhidden_size: 64\nnum_heads: 4\nnum_kv_heads: 4\nhead_dim: 16\n"
+                        b"ffn_hidden_size: 128\nvocab_size: 1000\n",
+    "bad_heads.json": json.dumps({"model_type": "llama", "hidden_size": 100, "num_attention_heads": 7,
+                                  "num_key_value_heads": 7, "num_hidden_layers": 2, "intermediate_size": 256,
+                                  "vocab_size": 1000}).encode(),
+}
+
+
+@pytest.mark.parametrize("fname", sorted(BAD_FILES))
+def test_bad_model_files(tmp_path, fname):
+    f = tmp_path / fname
+    f.write_bytes(BAD_FILES[fname])
+    assert_input_error(run("--model", str(f), "--cluster", "a100x8"))
+
+
+def test_directory_as_model(tmp_path):
+    assert_input_error(run("--model", str(tmp_path), "--cluster", "a100x8"))
+
+
+def test_no_feasible_plan():
+    r = run("--model", "llama-405b", "--cluster", "a100x8")
+    err = assert_input_error(r, code=3)
+    assert "GiB" in err and "smallest" in err
+    assert "more devices" in err
+
+
+def test_validate_bad_runs(tmp_path):
+    f = tmp_path / "runs.yaml"
+    f.write_text("runs: [ {model: 1, \n")
+    assert_input_error(run("validate", "--runs", str(f)))
+
+
+def test_subprocess_entry_point():
+    exe = shutil.which("plan")
+    cmd = [exe] if exe else [sys.executable, "-m", "planner.cli"]
+    out = subprocess.run(cmd + ["--model", "llama-70b", "--cluster", "a100x64", "--json", "--top", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["plans"]
+    bad = subprocess.run(cmd + ["--model", "nonexistent-model", "--cluster", "a100x64"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
