@@ -1,0 +1,104 @@
+"""Checker (own interpreter): Megatron-LM 0.19.2's own argument parser and validation on emitted args.
+
+For each request: sys.argv = pretrain_gpt.py + args, WORLD_SIZE = world, the emitted env only;
+`megatron.training.arguments.parse_args()` + `validate_args()`, then the TransformerConfig that
+pretrain_gpt builds (`core_transformer_config_from_args`, whose __post_init__ checks the model-parallel
+layout), then the process groups of `megatron.core.parallel_state.RankGenerator` for the world size.
+Shims (shared/reference/launchers.md sec. 1): typing.override for Python 3.11; the GPU arch that
+validate_args reads from CUDA is the target's (9 Hopper, 10 Blackwell); torch.cuda.get_device_capability
+likewise for --moe-grouped-gemm; Transformer Engine's version (2.14, for TransformerConfig's version gates)
+and the presence of its fused RoPE kernel.
+usage: check_megatron.py requests.json results.json
+request: {"id", "args": [...], "env": {...}, "world": int, "arch": int}
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import traceback
+import typing
+
+typing.override = getattr(typing, "override", lambda f: f)  # megatron.training needs Python >= 3.12's override
+
+ENV_KEYS = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+
+
+def groups(rg, name):
+    return [list(g) for g in rg.get_ranks(name)]
+
+
+def main(req_path: str, out_path: str) -> None:
+    import torch
+
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    import megatron.training.arguments as A
+    from megatron.core.parallel_state import RankGenerator
+    from megatron.training.argument_utils import core_transformer_config_from_args
+
+    # Transformer Engine is on the target GPU nodes, not here: report TE 2.14 to the config checks
+    # (version gates only) and a stand-in for TE's fused RoPE kernel, which is only tested for None.
+    import megatron.core.models.common.embeddings.rope_utils as rope_utils
+    import megatron.core.transformer.transformer_config as tc
+    from packaging.version import Version
+    tc.is_te_min_version = lambda v, check_equality=True: Version("2.14.0") >= Version(str(v))
+    tc.get_te_version = lambda: Version("2.14.0")
+    if rope_utils.fused_apply_rotary_pos_emb is None:
+        rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
+
+    arch = {"v": 9}
+    A.get_device_arch_version = lambda: arch["v"]
+    torch.cuda.get_device_capability = lambda *a, **k: (arch["v"], 0)
+
+    results = {}
+    for r in json.load(open(req_path)):
+        arch["v"] = r.get("arch", 9)
+        os.environ["WORLD_SIZE"] = str(r["world"])
+        for k in ENV_KEYS:
+            os.environ.pop(k, None)
+        os.environ.update(r.get("env", {}))
+        sys.argv = ["pretrain_gpt.py"] + r["args"]
+        log = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                args = A.parse_args()
+                A.validate_args(args)
+                cfg = core_transformer_config_from_args(args)
+        except SystemExit as e:  # argparse: unknown flag / bad choice
+            err = [line for line in log.getvalue().splitlines() if "error" in line.lower()]
+            results[r["id"]] = {"ok": False, "error": f"argparse exit {e.code}: {' '.join(err[-2:])}"}
+            continue
+        except Exception as e:
+            results[r["id"]] = {"ok": False, "error": f"{type(e).__name__}: {e}",
+                                "trace": traceback.format_exc(limit=4)}
+            continue
+        tp, pp, cp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size
+        ep, etp, dp = args.expert_model_parallel_size, args.expert_tensor_parallel_size, args.data_parallel_size
+        out = {"ok": True, "error": "", "tp": tp, "pp": pp, "cp": cp, "dp": dp, "ep": ep, "etp": etp,
+               "vpp": args.virtual_pipeline_model_parallel_size,
+               "num_microbatches": args.global_batch_size // (args.micro_batch_size * dp),
+               "sequence_parallel": bool(args.sequence_parallel),
+               "config_class": type(cfg).__name__,
+               "recompute": [cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers],
+               "moe_layer_freq": cfg.moe_layer_freq if isinstance(cfg.moe_layer_freq, int)
+               else list(cfg.moe_layer_freq),
+               "first_last": [cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage],
+               "distributed_optimizer": bool(args.use_distributed_optimizer),
+               "megatron_fsdp": bool(getattr(args, "use_megatron_fsdp", False)),
+               "fp8": [args.fp8, args.fp8_recipe] if args.fp8 else None}
+        # process groups for the whole world, as parallel_state.initialize_model_parallel builds them
+        try:
+            rg = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
+            erg = RankGenerator(tp=etp, ep=ep, dp=(tp * cp * dp) // (etp * ep), pp=pp, cp=1, order="tp-ep-dp-pp")
+            out["groups"] = {name: groups(rg, name) for name in ("tp", "pp", "dp", "cp", "tp-pp")}
+            out["groups"].update({"ep": groups(erg, "ep"), "etp": groups(erg, "tp"), "edp": groups(erg, "dp")})
+        except Exception as e:
+            out.update(ok=False, error=f"RankGenerator: {type(e).__name__}: {e}")
+        results[r["id"]] = out
+    json.dump(results, open(out_path, "w"))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

@@ -1,0 +1,115 @@
+"""Emitted Megatron-LM args through megatron-core 0.19.2's own parse_args + validate_args, the
+TransformerConfig pretrain_gpt builds from them, and RankGenerator's process groups."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, cluster
+from consumers.conftest import accepted, rejected, require, run_checker
+from planner.specs import ParallelPlan, TrainingSpec
+
+pytestmark = pytest.mark.consumers
+
+B200_CASE = Case("llama8b-tp2-cp2-16xb200", LLAMA31_8B, cluster("b200-sxm-180gb", 16),
+                 TrainingSpec(seq_len=16384, global_batch=32),
+                 ParallelPlan(tp=2, cp=2, dp=4, micro_batch=1, zero_stage=1, recompute="full", recompute_layers=4))
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE]
+         if "megatron_args.json" in c.emit(["megatron"])[0]]
+BY_NAME = {c.name: c for c in CASES}
+
+
+def _doc(case) -> dict:
+    return json.loads(case.emit(["megatron"])[0]["megatron_args.json"])
+
+
+def _req(case, rid=None, args=None, env=None, world=None, arch=None) -> dict:
+    d = _doc(case)
+    return {"id": rid or case.name, "args": d["args"] if args is None else args,
+            "env": d["env"] if env is None else env, "world": world or case.cluster.count,
+            "arch": arch or (10 if case.cluster.hardware.id.startswith(("b200", "gb200")) else 9)}
+
+
+def _set(args: list[str], flag: str, value) -> list[str]:
+    out = list(args)
+    out[out.index(flag) + 1] = str(value)
+    return out
+
+
+def _bad_requests() -> list[dict]:
+    dense = BY_NAME["llama70b-tp8pp4vpp5-sp-cp2-128xh100"]
+    moe = BY_NAME["mixtral-ep8-pp2-64xh100"]
+    fsdp = BY_NAME["llama8b-fsdp-zero3-dp8-8xh100"]
+    a = _doc(dense)["args"]
+    return [
+        _req(dense, "bad-world-size", world=100),
+        _req(dense, "bad-missing-cuda-max-connections", env={}),
+        _req(dense, "bad-unknown-flag", args=a + ["--virtual-pipeline-model-parallel-size", "5"]),
+        _req(dense, "bad-vpp-split", args=_set(a, "--num-layers-per-virtual-pipeline-stage", 3)),
+        _req(dense, "bad-recompute-method", args=_set(a, "--recompute-method", "random")),
+        _req(dense, "bad-heads-vs-tp", args=_set(a, "--tensor-model-parallel-size", 3), world=48),
+        _req(moe, "bad-experts-vs-ep", args=_set(_doc(moe)["args"], "--expert-model-parallel-size", 16)),
+        _req(fsdp, "bad-fsdp-with-max-connections-1", env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    ]
+
+
+@pytest.fixture(scope="module")
+def results():
+    require("megatron.core", "megatron.training", "torch", "triton")
+    return run_checker("check_megatron.py", [_req(c) for c in CASES] + _bad_requests())
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_megatron_accepts_emitted_args(results, case):
+    r = accepted(results, case.name)
+    p = case.plan
+    assert (r["tp"], r["pp"], r["cp"], r["dp"], r["ep"]) == (p.tp, p.pp, p.cp, p.dp, p.ep)
+    if case.model.moe is not None:
+        assert r["etp"] == p.etp
+    assert (r["vpp"] or 1) == p.vpp
+    assert r["num_microbatches"] == case.train.global_batch // (p.micro_batch * p.dp)
+    assert r["sequence_parallel"] == (p.tp > 1 and p.sequence_parallel)
+    assert r["config_class"] == ("MLATransformerConfig" if case.model.mla else "TransformerConfig")
+    assert r["distributed_optimizer"] == (p.zero_stage >= 1)
+    assert r["megatron_fsdp"] == (p.zero_stage == 3)
+    assert r["first_last"] == [p.first_stage_layers, p.last_stage_layers]
+    gran = {"none": None, "selective": "selective", "full": "full"}[p.recompute]
+    assert r["recompute"][0] == gran
+    if case.model.moe is not None and case.model.moe.first_k_dense:
+        assert r["moe_layer_freq"] == [int(case.model.is_moe_layer(i)) for i in range(case.model.num_layers)]
+    if case.train.dtype == "fp8":
+        assert r["fp8"][0] == "hybrid"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_megatron_process_groups_partition_the_world(results, case):
+    r = accepted(results, case.name)
+    world, p = case.cluster.count, case.plan
+    etp = r["etp"]  # = tp for a dense model (Megatron's default)
+    sizes = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "tp-pp": p.tp * p.pp, "ep": p.ep, "etp": etp,
+             "edp": p.tp * p.cp * p.dp // (p.ep * etp)}
+    for name, size in sizes.items():
+        gs = r["groups"][name]
+        assert all(len(g) == size for g in gs), name
+        assert sorted(x for g in gs for x in g) == list(range(world)), f"{name} groups do not partition the world"
+    node = case.cluster.node_size
+    if p.tp <= node:  # TP stays inside a node (NVLink): consecutive ranks
+        assert all(len({x // node for x in g}) == 1 for g in r["groups"]["tp"])
+
+
+def test_megatron_blackwell_needs_no_max_connections(results):
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in _doc(B200_CASE)["env"]
+    accepted(results, B200_CASE.name)
+
+
+def test_megatron_rejects_broken_args(results):
+    rejected(results, "bad-world-size", "not divisible")
+    rejected(results, "bad-missing-cuda-max-connections", "CUDA_DEVICE_MAX_CONNECTIONS")
+    rejected(results, "bad-unknown-flag", "unrecognized arguments")
+    rejected(results, "bad-vpp-split", "divisible")
+    rejected(results, "bad-recompute-method", "invalid choice")
+    rejected(results, "bad-heads-vs-tp")
+    rejected(results, "bad-experts-vs-ep", "experts")
+    rejected(results, "bad-fsdp-with-max-connections-1", "CUDA_DEVICE_MAX_CONNECTIONS")
