@@ -1,0 +1,42 @@
+"""Whole-process wall time of representative searches (issue 4 targets), printed as a table.
+
+Run: python benchmarks/search_speed.py   (uses the installed `plan`, or `python -m planner.cli`)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+
+CASES = [
+    ("llama-70b on a100x64", ["--model", "llama-70b", "--cluster", "a100x64"], 1.0),
+    ("llama-3.1-405b on h100x16384", ["--model", "llama-3.1-405b", "--cluster", "h100x16384", "--seq-len", "8192",
+                                      "--gbs", "2048"], 2.0),
+    ("deepseek-v3 on h800x2048", ["--model", "deepseek-v3", "--cluster", "h800-sxm-80gbx2048", "--seq-len", "4096",
+                                  "--gbs", "15360"], 5.0),
+    ("llama-405b on h100x100000", ["--model", "llama-405b", "--cluster", "h100x100000", "--seq-len", "8192",
+                                   "--gbs", "12500"], 10.0),
+]
+
+
+def main(repeats: int = 3) -> int:
+    cmd = [shutil.which("plan")] if shutil.which("plan") else [sys.executable, "-m", "planner.cli"]
+    print(f"{'case':<32} {'best of ' + str(repeats):>10} {'target':>8}  ok")
+    bad = 0
+    for name, args, target in CASES:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            subprocess.run(cmd + args + ["--json"], check=True, capture_output=True)
+            times.append(time.perf_counter() - t0)
+        best = min(times)
+        ok = best <= target
+        bad += not ok
+        print(f"{name:<32} {best:>9.2f}s {target:>7.1f}s  {'yes' if ok else 'NO'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
