@@ -56,7 +56,9 @@ def group_link(cluster: ClusterSpec, size: int, stride: int, kind: Kind = "all_g
     # reduces hierarchically, so busbw grows with the group's ranks per domain, capped by the scale-up
     # fabric (specs.md 1.3: 4x8 B200 all-reduce 382 GB/s with 8x50 GB/s NICs per node).
     inter = per_domain * so.unidir_GBps_per_device * so.achievable_fraction * 1e9
-    return Link(min(intra, inter), so.latency_us * 1e-6, True, per_domain)
+    # one rank per domain: the scale-up fabric carries none of this group's traffic (on an xGMI mesh the
+    # scaled intra rate above is 0 there, which divided by zero)
+    return Link(inter if per_domain == 1 else min(intra, inter), so.latency_us * 1e-6, True, per_domain)
 
 
 def collective_time(kind: Kind, nbytes: float, size: int, link: Link) -> float:
