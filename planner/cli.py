@@ -28,11 +28,26 @@ def _positive(ctx, param, value):
     return value
 
 
+def _complete_model(ctx, param, incomplete):
+    from planner.model_catalog import list_models
+    names = []
+    for name, aliases, _ in list_models():
+        names += [name, *aliases]
+    return sorted(n for n in set(names) if n.startswith(incomplete))
+
+
+def _complete_cluster(ctx, param, incomplete):
+    from planner.hardware_catalog import list_hardware
+    return sorted(f"{hw.id}x" for hw in list_hardware() if f"{hw.id}x".startswith(incomplete))
+
+
 def plan_options(f):
     """Options shared by every command that builds a plan."""
     opts = [
-        click.option("--model", "model_arg", metavar="NAME|FILE", help="catalog name/alias, model spec YAML/JSON, or HF config.json"),
-        click.option("--cluster", "cluster_arg", metavar="HWxN|FILE", help="<hardware>x<count> (a100x64) or a cluster spec file"),
+        click.option("--model", "model_arg", metavar="NAME|FILE", shell_complete=_complete_model,
+                     help="catalog name/alias, model spec YAML/JSON, or HF config.json"),
+        click.option("--cluster", "cluster_arg", metavar="HWxN|FILE", shell_complete=_complete_cluster,
+                     help="<hardware>x<count> (a100x64) or a cluster spec file"),
         click.option("--seq-len", type=int, callback=_positive, help="sequence length in tokens (default 4096)"),
         click.option("--gbs", type=int, callback=_positive, help="global batch in sequences (default: ~4M tokens)"),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
