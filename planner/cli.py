@@ -175,7 +175,7 @@ def run_search(kw: dict):
                         "framework": train.framework},
            "plans": plans,
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
-                      "pruned": res.pruned}}  # no wall-clock time: --json must be byte-identical run to run
+                      "pruned": res.pruned, "seconds": seconds}}  # emit_doc drops "seconds" from --json
     return ctx, res, doc
 
 
@@ -365,7 +365,7 @@ def explain_cmd(as_json, **kw):
     alts = why_not(ctx, best, cap)
     doc["why_not"] = alts
     if as_json:
-        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=float))
+        emit_doc(doc, True)
         return
     emit_doc(doc, False)
     click.echo("\nWhy not:")

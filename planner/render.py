@@ -84,4 +84,4 @@ def print_plan_doc(doc: dict, console: Console | None = None) -> None:
     s = doc.get("search")
     if s:
         c.print(f"[dim]searched {s['structures']} layouts, scored {s['evaluated']} plans "
-                f"({s['feasible']} fit) in {s['seconds']:.2f} s[/dim]")
+                f"({s['feasible']} fit)" + (f" in {s['seconds']:.2f} s" if "seconds" in s else "") + "[/dim]")

@@ -20,7 +20,13 @@ REQUIRE = os.environ.get("PLANNER_REQUIRE_CONSUMERS") == "1"
 
 def require(*modules: str) -> None:
     """Skip when a consumer library is not installed; fail instead under PLANNER_REQUIRE_CONSUMERS=1."""
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    def absent(m: str) -> bool:
+        try:
+            return importlib.util.find_spec(m) is None
+        except ModuleNotFoundError:  # a dotted name whose parent package is missing
+            return True
+
+    missing = [m for m in modules if absent(m)]
     if missing:
         msg = f"consumer library not installed: {', '.join(missing)} (bash .ci/install_validators.sh)"
         if REQUIRE:
