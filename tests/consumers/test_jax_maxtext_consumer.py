@@ -1,0 +1,118 @@
+"""Emitted jax_mesh.json (a real mesh on fake CPU devices + two jitted sharded training steps of a tiny
+model with the emitted PartitionSpecs) and maxtext.yml (MaxText 0.2.5's own pyconfig.initialize)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES
+from consumers.conftest import accepted, rejected, require, run_checker
+
+pytestmark = pytest.mark.consumers
+
+MAX_DEVICES = 128  # fake CPU devices for the mesh/step checks (bigger golden worlds: MaxText config only)
+JAX_CASES = [c for c in CONSUMER_CASES if "jax_mesh.json" in c.emit(["jax"])[0]]
+MT_CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES if "maxtext.yml" in c.emit(["maxtext"])[0]]
+BY_NAME = {c.name: c for c in JAX_CASES}
+
+
+def _mesh(case) -> dict:
+    return json.loads(case.emit(["jax"])[0]["jax_mesh.json"])
+
+
+def _yml(case) -> str:
+    return case.emit(["maxtext"])[0]["maxtext.yml"]
+
+
+def _bad_requests() -> list[dict]:
+    fsdp = BY_NAME["llama8b-fsdp-zero3-dp8-8xh100"]
+    tpu = BY_NAME["llama8b-tp4-hsdp-2x32-tpu-v5p"]
+    m = _mesh(fsdp)
+    wrong_axis = copy.deepcopy(m)
+    wrong_axis["param_specs"]["layers.wq"]["spec"] = ["stage", "fsdp", "model"]
+    y = _yml(tpu)
+    return [
+        {"id": "jax-bad-mesh-product", "kind": "jax", "mesh": m,
+         "mesh_shape_override": [1, 1, 4, 1, 1, 1]},                   # 4 != 8 devices
+        {"id": "jax-bad-indivisible", "kind": "jax", "mesh": m, "tiny": {"hidden": 12}},  # 12 over fsdp=8
+        {"id": "jax-bad-axis-name", "kind": "jax", "mesh": wrong_axis},
+        {"id": "mt-bad-ici-product", "kind": "maxtext", "world": tpu.cluster.count,
+         "yml": y.replace("ici_tensor_parallelism: 4", "ici_tensor_parallelism: 3")},
+        {"id": "mt-bad-unknown-key", "kind": "maxtext", "world": tpu.cluster.count,
+         "yml": y + "ici_tensr_parallelism: 2\n"},
+        {"id": "mt-bad-dcn-one-slice", "kind": "maxtext", "world": tpu.cluster.count,
+         "yml": y.replace("num_slices: 2", "num_slices: 1")},
+    ]
+
+
+@pytest.fixture(scope="module")
+def results():
+    require("jax", "maxtext")
+    reqs = [{"id": "jax:" + c.name, "kind": "jax", "mesh": _mesh(c)} for c in JAX_CASES]
+    reqs += [{"id": "mt:" + c.name, "kind": "maxtext", "yml": _yml(c), "world": c.cluster.count} for c in MT_CASES]
+    reqs += _bad_requests()
+    assert max(c.cluster.count for c in JAX_CASES) <= MAX_DEVICES
+    # XLA reads the fake device count once, when jax is first imported: set it for the checker's interpreter
+    return run_checker("check_jax.py", reqs,
+                       env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={MAX_DEVICES}",
+                            "JAX_PLATFORMS": "cpu"})
+
+
+@pytest.mark.parametrize("case", JAX_CASES, ids=lambda c: c.name)
+def test_jax_mesh_and_sharded_step(results, case):
+    r = accepted(results, "jax:" + case.name)
+    doc = _mesh(case)
+    assert r["mesh_shape"] == dict(zip(doc["axis_names"], doc["mesh_shape"]))
+    assert r["ici_in_slice"], "an axis without a DCN factor crosses slices"
+    assert r["finite"] and r["param_specs_kept"]
+    p = case.plan
+    assert r["mesh_shape"]["tensor"] == p.tp and r["mesh_shape"]["stage"] == p.pp
+    assert r["mesh_shape"]["context"] == p.cp and r["mesh_shape"]["expert"] == p.ep
+    assert r["mesh_shape"]["data"] * r["mesh_shape"]["fsdp"] * r["mesh_shape"]["expert"] == p.dp
+
+
+@pytest.mark.parametrize("case", MT_CASES, ids=lambda c: c.name)
+def test_maxtext_accepts_emitted_config(results, case):
+    r = accepted(results, "mt:" + case.name)
+    p, t = case.plan, case.train
+    assert r["global_batch"] == t.global_batch
+    assert r["micro_batch"] * r["grad_accum"] == t.global_batch
+    if p.pp > 1:
+        assert r["pipeline_microbatches"] == t.global_batch // (p.micro_batch * p.dp)
+    else:
+        assert r["grad_accum"] == t.global_batch // (p.micro_batch * p.dp)
+    ici = dict(zip(r["mesh_axes"], r["ici"]))
+    dcn = dict(zip(r["mesh_axes"], r["dcn"]))
+    deg = {a: ici[a] * dcn[a] for a in r["mesh_axes"]}
+    assert (deg["tensor"], deg["stage"], deg["context"], deg["expert"]) == (p.tp, p.pp, p.cp, p.ep)
+    assert deg["data"] * deg["fsdp"] * deg["expert"] == p.dp
+    assert r["num_slices"] * ici["tensor"] * ici["fsdp"] * ici["data"] * ici["stage"] * ici["context"] * \
+        ici["expert"] == case.cluster.count
+    # MaxText reads remat_policy "none" as None: no jax.checkpoint at all
+    assert r["remat_policy"] in {"none": ("none", "None"), "selective": ("minimal",), "full": ("full",)}[p.recompute]
+    assert r["num_decoder_layers"] == case.model.num_layers and r["emb_dim"] == case.model.hidden_size
+    if case.cluster.count <= MAX_DEVICES:
+        assert r["mesh_shape"] == deg
+
+
+def test_tpu_multislice_puts_only_data_or_stage_on_dcn(results):
+    for name in ("llama8b-tp4-hsdp-2x32-tpu-v5p", "llama8b-tp4-pp2-fsdp8-2x32-tpu-v5p"):
+        r = accepted(results, "mt:" + name)
+        dcn = dict(zip(r["mesh_axes"], r["dcn"]))
+        assert r["num_slices"] == 2 and dcn["tensor"] == 1 and dcn["fsdp"] == 1
+        assert dcn["data"] * dcn["stage"] == 2
+
+
+def test_jax_rejects_broken_meshes(results):
+    rejected(results, "jax-bad-mesh-product", "mesh")
+    rejected(results, "jax-bad-indivisible")
+    rejected(results, "jax-bad-axis-name", "not found in mesh")
+
+
+def test_maxtext_rejects_broken_configs(results):
+    rejected(results, "mt-bad-ici-product", "ici")
+    rejected(results, "mt-bad-unknown-key", "ici_tensr_parallelism")
+    rejected(results, "mt-bad-dcn-one-slice")
