@@ -1,0 +1,96 @@
+"""Emitted torchtitan 0.3.0 arguments through torchtitan's ConfigManager (tyro + Trainer.Config) and
+ParallelDims, and the model table of the emitter against torchtitan's own config registry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES
+from consumers.conftest import accepted, rejected, require, run_checker
+from planner.emit.torchtitan import FLAVORS, _MODULE_OF
+
+pytestmark = pytest.mark.consumers
+
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES if "torchtitan_args.json" in c.emit(["torchtitan"])[0]]
+BY_NAME = {c.name: c for c in CASES}
+REGISTRY = sorted({(mod or _MODULE_OF[cfg8], cfg) for key, (mod, cfg16, cfg8) in FLAVORS.items()
+                   for cfg in (cfg16, cfg8) if cfg})
+
+
+def _args(case) -> list[str]:
+    return json.loads(case.emit(["torchtitan"])[0]["torchtitan_args.json"])["args"]
+
+
+def _without(args: list[str], flag: str) -> list[str]:
+    return [a for a in args if a != flag]
+
+
+def _set(args: list[str], flag: str, value) -> list[str]:
+    out = list(args)
+    out[out.index(flag) + 1] = str(value)
+    return out
+
+
+def _bad_requests() -> list[dict]:
+    dense = BY_NAME["llama70b-tp8pp4vpp5-sp-cp2-128xh100"]
+    a = _args(dense)
+    return [
+        {"id": "bad-world", "args": a, "world": 96},
+        {"id": "bad-cuda-graphs-with-pp", "args": _without(a, "--training.disable_cuda_graphs"), "world": 128},
+        {"id": "bad-unknown-option", "args": ["--parallelism.tensor_paralel_degree", "8"] + a, "world": 128},
+        {"id": "bad-schedule-layers", "args": _set(a, "--parallelism.pipeline_parallel_layers_per_stage", 80),
+         "world": 128},
+        {"id": "bad-ac-mode", "args": a[:-1] + ["activation-checkpoint:sometimes"], "world": 128},
+    ]
+
+
+@pytest.fixture(scope="module")
+def results():
+    require("torchtitan", "torch", "triton")
+    reqs = [{"id": c.name, "args": _args(c), "world": c.cluster.count} for c in CASES] + _bad_requests()
+    reqs += [{"id": f"flavor:{m}:{cfg}", "flavor": [m, cfg]} for m, cfg in REGISTRY]
+    return run_checker("check_torchtitan.py", reqs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_torchtitan_accepts_emitted_args(results, case):
+    r = accepted(results, case.name)
+    p, t = case.plan, case.train
+    assert (r["tp"], r["pp"], r["cp"]) == (p.tp, p.pp, p.cp)
+    assert r["dp_replicate"] * r["dp_shard"] == p.dp
+    if case.model.moe is not None:
+        assert r["ep"] == p.ep
+    dp = r["dp_replicate"] * r["dp_shard"]
+    # Trainer.__init__ (GPU-only) derives grad accumulation as global / (local * dp) and asserts it is whole
+    assert t.global_batch % (r["local_batch_size"] * dp) == 0
+    if p.pp > 1:
+        assert r["disable_cuda_graphs"]
+        assert r["local_batch_size"] // r["microbatch"] == t.global_batch // (p.micro_batch * p.dp)
+        assert r["num_stages"] == p.pp * p.vpp
+        lps = r["layers_per_stage"]
+        if p.first_stage_layers is not None:
+            assert lps[0] == p.first_stage_layers
+        if p.last_stage_layers is not None:
+            assert lps[-1] == p.last_stage_layers
+        assert sum(lps) == case.model.num_layers
+    else:
+        assert r["local_batch_size"] * dp * (t.global_batch // (p.micro_batch * p.dp)) == t.global_batch
+    ac = {"none": "NoAC", "selective": "SelectiveAC", "full": "FullAC"}[p.recompute]
+    assert r["activation_checkpoint"].startswith(ac) or (p.recompute == "none" and "AC" not in r["activation_checkpoint"])
+
+
+@pytest.mark.parametrize("module,config", REGISTRY)
+def test_torchtitan_flavor_table_matches_registry(results, module, config):
+    r = accepted(results, f"flavor:{module}:{config}")
+    key = next(k for k, v in FLAVORS.items() if config in v)
+    assert (r["n_layers"], r["dim"], r["vocab_size"]) == (key[0], key[1], key[5])
+
+
+def test_torchtitan_rejects_broken_args(results):
+    rejected(results, "bad-world", "world_size")
+    rejected(results, "bad-cuda-graphs-with-pp", "disable_cuda_graphs")
+    rejected(results, "bad-unknown-option", "tensor_paralel_degree")
+    rejected(results, "bad-schedule-layers", "stage")
+    rejected(results, "bad-ac-mode")
