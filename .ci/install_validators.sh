@@ -60,10 +60,14 @@ if [ "$(have deepspeed)" != "${DEEPSPEED}" ]; then
   DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 pip_ --no-build-isolation "deepspeed==${DEEPSPEED}"
 fi
 
-step "torchtitan ${TORCHTITAN}"
+step "torchtitan ${TORCHTITAN} + torchao (its Float8 configs import it)"
 if [ "$(have torchtitan)" != "${TORCHTITAN}" ]; then
   pip_ "torchtitan==${TORCHTITAN}"
 fi
+[ -n "$(have torchao)" ] || pip_ torchao
+
+step "transformers (Hugging Face config checks; must not touch torch)"
+[ -n "$(have transformers)" ] || pip_ transformers
 
 step "jax ${JAX} + MaxText ${MAXTEXT} (--no-deps; its runtime deps listed by hand)"
 pip_ "jax==${JAX}" "jaxlib==${JAX}" flax orbax-checkpoint etils pathwaysutils absl-py omegaconf pydantic jinja2 pyyaml
@@ -71,11 +75,11 @@ if [ "$(have maxtext)" != "${MAXTEXT}" ]; then
   pip_ --no-deps --ignore-requires-python "maxtext==${MAXTEXT}"
 fi
 
-step "check"
+step "check (versions, and that each consumer imports)"
 "$PY" - <<'PYEOF'
 import importlib.metadata as m
 want = {"torch": "2.13.0", "megatron-core": "0.19.2", "deepspeed": "0.19.8",
-        "torchtitan": "0.3.0", "jax": "0.10.2", "maxtext": "0.2.5"}
+        "torchtitan": "0.3.0", "jax": "0.10.2", "maxtext": "0.2.5", "torchao": "", "transformers": ""}
 bad = []
 for name, v in want.items():
     got = m.version(name)
@@ -83,6 +87,8 @@ for name, v in want.items():
     if not got.startswith(v):
         bad.append(f"{name} {got} (want {v})")
 import torch
+import deepspeed, jax, megatron.core, torchtitan, transformers  # noqa: F401,E401
+from maxtext.configs import pyconfig  # noqa: F401
 if torch.version.cuda is not None:
     bad.append(f"torch is a CUDA build ({torch.__version__})")
 if bad:
