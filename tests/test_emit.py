@@ -12,14 +12,14 @@ import subprocess
 import pytest
 import yaml
 
-from consumers.cases import CONSUMER_CASES, DEEPSEEK_V3, GOLDEN_CASES, LLAMA31_8B, LLAMA31_70B, MIXTRAL_8X7B, \
+from consumers.cases import CONSUMER_CASES, DEEPSEEK_V3, catalog_cases, GOLDEN_CASES, LLAMA31_8B, LLAMA31_70B, MIXTRAL_8X7B, \
     Case, cluster
 from planner.emit import LAUNCHERS, emit_all, write_launch_configs
 from planner.emit.common import run_length_expr
 from planner.errors import InputError
 from planner.specs import ParallelPlan, TrainingSpec
 
-ALL = CONSUMER_CASES + GOLDEN_CASES
+ALL = CONSUMER_CASES + GOLDEN_CASES + catalog_cases()
 
 
 def files_of(case, launchers=None):

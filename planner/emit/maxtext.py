@@ -70,7 +70,10 @@ def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str
     weights carry a leading layer dimension split over `stage`.
     """
     m, p = job.model, job.plan
-    dims = {"layers": m.num_layers, "hidden": m.hidden_size, "vocab": m.vocab_size, "ffn": m.ffn_hidden_size,
+    # the vocabulary padded as Megatron pads it (multiple of 128 * tp) so the vocab-parallel split is even
+    unit = 128 * p.tp
+    vocab = -(-m.vocab_size // unit) * unit
+    dims = {"layers": m.num_layers, "hidden": m.hidden_size, "vocab": vocab, "ffn": m.ffn_hidden_size,
             "batch": job.train.global_batch, "seq": job.train.seq_len}
     fs = ["fsdp", "expert"] if p.zero_stage == 3 and p.ep > 1 else "fsdp"
     params: dict[str, dict] = {}
@@ -146,6 +149,7 @@ def jax_mesh(job: Job) -> dict:
         "devices_per_slice": job.world // num_slices,
         "devices": job.world,
         "batch_axes": list(BATCH),
+        "vocab_size": job.model.vocab_size,  # dims["vocab"] is padded to a multiple of 128*tp (as Megatron pads)
         "dims": dims,
         "param_specs": params,
         "activation_specs": acts,
@@ -158,20 +162,25 @@ def jax_mesh(job: Job) -> dict:
 
 # ------------------------------------------------------------------------------------------- MaxText
 
+# planner family (Hugging Face model_type) -> MaxText decoder_block
+_BLOCKS = {"llama": "llama2", "mistral": "mistral", "mixtral": "mixtral", "deepseek_v2": "deepseek",
+           "deepseek_v3": "deepseek", "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3", "qwen2": "qwen2",
+           "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "gpt_oss": "gpt_oss", "gpt2": "gpt3", "gpt3": "gpt3"}
+
+
 def _decoder_block(job: Job) -> str:
     m = job.model
-    fam = m.family.lower()
-    if fam.startswith("deepseek"):
-        return "deepseek"
-    if fam in ("mixtral",):
-        return "mixtral"
-    if fam in ("qwen3_moe",):
-        return "qwen3_moe"
-    if fam in ("qwen3", "gpt_oss"):
-        return fam
+    if m.position_embedding == "alibi":
+        raise Unsupported("MaxText has no ALiBi position embedding")
+    if m.parallel_attn_mlp:
+        raise Unsupported("MaxText has no parallel attention+MLP decoder block")
+    block = _BLOCKS.get(m.family.lower())
+    if block is not None:
+        return block
+    # an unnamed family: the generic blocks, when the architecture is theirs
     if m.mlp_type == "gated" and m.norm_type == "rmsnorm" and m.position_embedding == "rope" and m.moe is None:
         return "llama2"
-    if m.mlp_type == "plain" and m.norm_type == "layernorm" and m.moe is None:
+    if m.mlp_type == "plain" and m.norm_type == "layernorm" and m.position_embedding == "learned" and m.moe is None:
         return "gpt3"
     raise Unsupported(f"no MaxText decoder block matches the {m.family} architecture of {m.name}")
 

@@ -142,3 +142,27 @@ GOLDEN_CASES = [Case(c.name, c.model, c.cluster, c.train, c.plan, _pred(c.plan, 
                 for c in GOLDEN_CASES]
 
 ALL_CASES = {c.name: c for c in CONSUMER_CASES + GOLDEN_CASES}
+
+
+# --------------------------------------------------------------------------- every catalog model
+def catalog_cases(world: int = 64, hw: str = "h100x64") -> list[Case]:
+    """One ordinary plan per model of the project's catalog (TP8, PP2 when the layers split, EP over DP),
+    so the consumers see every architecture family the planner knows. Empty if the catalog is absent."""
+    try:
+        from planner.hardware_catalog import parse_cluster
+        from planner.model_catalog import list_models
+    except ImportError:
+        return []
+    cl = parse_cluster(hw)
+    out = []
+    for name, _aliases, m in list_models():
+        tp = 8 if m.num_heads % 8 == 0 else 1
+        pp = 2 if m.num_layers % 2 == 0 else 1
+        dp = world // (tp * pp)
+        ep = 1
+        if m.moe is not None:
+            ep = max(e for e in (1, 2, 4, 8) if m.moe.num_experts % e == 0 and dp % e == 0)
+        plan = ParallelPlan(tp=tp, pp=pp, dp=dp, ep=ep, etp=1, micro_batch=1, zero_stage=1,
+                            recompute="selective")
+        out.append(Case(f"catalog-{name}", m, cl, TrainingSpec(seq_len=4096, global_batch=dp * 8), plan))
+    return out

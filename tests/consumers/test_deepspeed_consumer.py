@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from consumers.cases import CONSUMER_CASES, GOLDEN_CASES
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
 from consumers.conftest import accepted, rejected, require, run_checker
 
 pytestmark = pytest.mark.consumers
 
-CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES if "ds_config.json" in c.emit(["deepspeed"])[0]]
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() if "ds_config.json" in c.emit(["deepspeed"])[0]]
 
 
 def _cfg(case) -> dict:

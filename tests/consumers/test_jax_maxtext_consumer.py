@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from consumers.cases import CONSUMER_CASES, GOLDEN_CASES
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
 from consumers.conftest import accepted, rejected, require, run_checker
 
 pytestmark = pytest.mark.consumers
 
 MAX_DEVICES = 128  # fake CPU devices for the mesh/step checks (bigger golden worlds: MaxText config only)
 JAX_CASES = [c for c in CONSUMER_CASES if "jax_mesh.json" in c.emit(["jax"])[0]]
-MT_CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES if "maxtext.yml" in c.emit(["maxtext"])[0]]
+MT_CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() if "maxtext.yml" in c.emit(["maxtext"])[0]]
 BY_NAME = {c.name: c for c in JAX_CASES}
 
 

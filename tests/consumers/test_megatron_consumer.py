@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, cluster
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster
 from consumers.conftest import accepted, rejected, require, run_checker
 from planner.specs import ParallelPlan, TrainingSpec
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.consumers
 B200_CASE = Case("llama8b-tp2-cp2-16xb200", LLAMA31_8B, cluster("b200-sxm-180gb", 16),
                  TrainingSpec(seq_len=16384, global_batch=32),
                  ParallelPlan(tp=2, cp=2, dp=4, micro_batch=1, zero_stage=1, recompute="full", recompute_layers=4))
-CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE]
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases()
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
 

@@ -7,13 +7,17 @@ import json
 
 import pytest
 
-from consumers.cases import CONSUMER_CASES, GOLDEN_CASES
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster
 from consumers.conftest import accepted, rejected, require, run_checker
 from planner.emit.torchtitan import FLAVORS, _MODULE_OF
+from planner.specs import ParallelPlan, TrainingSpec
 
 pytestmark = pytest.mark.consumers
 
-CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES if "torchtitan_args.json" in c.emit(["torchtitan"])[0]]
+NO_SP = Case("llama8b-tp2-no-sp-zero0-16xh100", LLAMA31_8B, cluster("h100-sxm-80gb", 16),
+             TrainingSpec(seq_len=8192, global_batch=32),
+             ParallelPlan(tp=2, dp=8, zero_stage=0, sequence_parallel=False, micro_batch=2))
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [NO_SP] + catalog_cases() if "torchtitan_args.json" in c.emit(["torchtitan"])[0]]
 BY_NAME = {c.name: c for c in CASES}
 REGISTRY = sorted({(mod or _MODULE_OF[cfg8], cfg) for key, (mod, cfg16, cfg8) in FLAVORS.items()
                    for cfg in (cfg16, cfg8) if cfg})
@@ -59,6 +63,7 @@ def test_torchtitan_accepts_emitted_args(results, case):
     r = accepted(results, case.name)
     p, t = case.plan, case.train
     assert (r["tp"], r["pp"], r["cp"]) == (p.tp, p.pp, p.cp)
+    assert r["sequence_parallel"] == (p.sequence_parallel or p.tp == 1)
     assert r["dp_replicate"] * r["dp_shard"] == p.dp
     if case.model.moe is not None:
         assert r["ep"] == p.ep
