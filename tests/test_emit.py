@@ -12,8 +12,8 @@ import subprocess
 import pytest
 import yaml
 
-from consumers.cases import CONSUMER_CASES, DEEPSEEK_V3, catalog_cases, GOLDEN_CASES, LLAMA31_8B, LLAMA31_70B, MIXTRAL_8X7B, \
-    Case, cluster
+from consumers.cases import CONSUMER_CASES, DEEPSEEK_V3, GOLDEN_CASES, LLAMA31_8B, LLAMA31_70B, MIXTRAL_8X7B, \
+    Case, catalog_cases, cluster
 from planner.emit import LAUNCHERS, emit_all, write_launch_configs
 from planner.emit.common import run_length_expr
 from planner.errors import InputError
@@ -411,3 +411,21 @@ def test_write_launch_configs(tmp_path):
         write_launch_configs(afile, files)
     with pytest.raises(InputError, match="refusing"):
         write_launch_configs(tmp_path / "x", {"../evil": "x"})
+
+
+def test_hybrid_sharding_for_zero1_and_expert_tp_limits():
+    z1 = tt_args(case_with(ParallelPlan(dp=16, zero_stage=1, zero_shard_size=8), model=LLAMA31_8B,
+                           train=TrainingSpec(global_batch=64)))
+    assert flag(z1, "--parallelism.data_parallel_shard_degree") == "8"
+    assert flag(z1, "--parallelism.data_parallel_replicate_degree") == "2"
+    assert flag(z1, "--parallelism.fsdp_reshard_after_forward") == "never"
+    mg = mg_args(case_with(ParallelPlan(dp=16, zero_stage=1, zero_shard_size=8), model=LLAMA31_8B,
+                           train=TrainingSpec(global_batch=64)))
+    assert flag(mg, "--num-distributed-optimizer-instances") == "2"
+    etp2 = case_with(ParallelPlan(tp=4, dp=16, ep=8, etp=2), model=MIXTRAL_8X7B, train=TrainingSpec(global_batch=64))
+    _, skipped = etp2.emit({"maxtext", "jax", "torchtitan"})
+    assert "etp=2" in skipped["maxtext"] and "etp=2" in skipped["jax"] and "expert tensor" in skipped["torchtitan"]
+    same = case_with(ParallelPlan(tp=4, dp=16, ep=8, etp=4), model=MIXTRAL_8X7B, train=TrainingSpec(global_batch=64))
+    files, _ = same.emit({"maxtext", "jax"})
+    doc = json.loads(files["jax_mesh.json"])
+    assert doc["param_specs"]["layers.experts.w_gate"]["spec"] == ["stage", "expert", "fsdp", "tensor"]

@@ -133,6 +133,9 @@ def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str
 
 def jax_mesh(job: Job) -> dict:
     m, p = job.model, job.plan
+    if m.moe is not None and p.etp not in (1, p.tp):
+        raise Unsupported(f"a PartitionSpec shards expert weights over all of `tensor` (tp={p.tp}) or none of it, "
+                          f"not over etp={p.etp}")
     if job.uneven or m.num_layers % p.pp:
         raise Unsupported("a PartitionSpec splits the stacked layer dimension evenly over `stage`; "
                           f"{m.num_layers} layers in stages of {p.first_stage_layers}/.../{p.last_stage_layers} "
@@ -194,11 +197,9 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
         raise Unsupported("MaxText has no zero-bubble pipeline schedule")
     if job.uneven:
         raise Unsupported("MaxText splits layers evenly over pipeline stages (no first/last stage sizes)")
-    if m.moe is not None and p.etp not in (1, p.tp):
-        raise Unsupported(f"MaxText shards expert weights over the whole tensor axis or not at all, not etp={p.etp}")
-    if m.moe is not None and p.etp == 1 and p.tp > 1:
-        raise Unsupported("MaxText shards expert weights over the tensor axis (expert TP = TP); etp=1 with "
-                          f"tp={p.tp} is not expressible")
+    if m.moe is not None and p.etp != p.tp:
+        raise Unsupported("MaxText shards expert weights over the tensor axis like the dense ones (expert TP = TP); "
+                          f"etp={p.etp} with tp={p.tp} is not expressible")
     if p.zero_shard_size and p.zero_stage < 3 and p.zero_shard_size < p.dp:
         raise Unsupported("MaxText shards the optimizer over all of `data` (shard_optimizer_over_data); "
                           "a zero_shard_size needs zero_stage 3 (fsdp axis)")

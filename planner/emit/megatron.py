@@ -1,6 +1,6 @@
 """Megatron-LM (megatron-core >= 0.17 `pretrain_gpt.py`) arguments and a torchrun launch script.
 
-Flag names are the 0.19.2 parser's (checked by tests/consumers/test_megatron.py with the real
+Flag names are the 0.19.2 parser's (checked by tests/consumers/test_megatron_consumer.py with the real
 `parse_args` + `validate_args`). Files: `megatron_args.json` ({"args": [...], "env": {...},
 "notes": [...]}) and `launch_megatron.sh`.
 """
@@ -11,7 +11,7 @@ import shlex
 
 from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_length_expr
 
-# uneven 'interleaved' with vpp == 1 and 1f1b with vpp > 1 are both what Megatron runs; these it has not
+# Megatron runs 1F1B, interleaved when vpp > 1 (so '1f1b' and 'interleaved' both map to the degrees); not these:
 _SCHEDULES_NOT_IN_MEGATRON = {
     "gpipe": "Megatron-LM has no GPipe schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",
     "zb": "Megatron-LM has no zero-bubble schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",
@@ -200,7 +200,8 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
             flag("--overlap-param-gather")
     if p.offload_optimizer:
         if p.zero_stage < 1:
-            raise Unsupported("Megatron-LM offloads the optimizer only with the distributed optimizer (zero_stage >= 1)")
+            raise Unsupported("Megatron-LM offloads the optimizer only with the distributed optimizer "
+                              "(zero_stage >= 1)")
         flag("--optimizer-cpu-offload")
         flag("--use-precision-aware-optimizer")
         flag("--optimizer-offload-fraction", "1.0")

@@ -116,11 +116,9 @@ def torchtitan_args(job: Job) -> list[str]:
                           "(training.enable_cpu_offload), not the optimizer alone")
     module, config = registry_config(job)
 
-    if p.zero_stage == 0:
-        replicate, shard = p.dp, 1
-    else:
-        shard = p.zero_shard_size or p.dp if p.zero_stage == 3 else p.dp
-        replicate = p.dp // shard
+    # ZeRO >= 1 shards over zero_shard_size ranks (all of dp by default) and replicates across groups (HSDP)
+    shard = 1 if p.zero_stage == 0 else (p.zero_shard_size or p.dp)
+    replicate = p.dp // shard
     if m.moe is not None and p.ep > 1 and (shard * p.cp * p.tp) % p.ep:
         raise Unsupported(f"torchtitan borrows expert parallelism from dp_shard*cp*tp = {shard * p.cp * p.tp}, "
                           f"which ep={p.ep} does not divide")
