@@ -51,6 +51,7 @@ from planner.names import did_you_mean
 from planner.specs import MLASpec, ModelSpec, MoESpec
 
 _REQUIRED = object()
+MAX_LAYERS = 100_000  # the ModelSpec.num_layers bound, enforced before any per-layer loop
 
 # config.json `architectures` class name -> model_type (used when `model_type` is absent)
 _ARCHITECTURES = {
@@ -116,7 +117,7 @@ class _Reader:
         return k0, v0
 
     def int(self, key: str, default: Any = _REQUIRED, *, aliases: tuple[str, ...] = (), minimum: int = 1,
-            what: str = "", null: Any = _REQUIRED) -> Any:
+            maximum: int | None = None, what: str = "", null: Any = _REQUIRED) -> Any:
         """Integer field. Absent -> `default` (the HF default; _REQUIRED: error). Present as null ->
         `null` (e.g. None: "no window" / "derive it"), or `default` when `null` is not given."""
         k, v = self._lookup(key, aliases)
@@ -133,6 +134,8 @@ class _Reader:
             raise self._err(k, f"must be an integer, got {type(v).__name__} {_fmt(v)}: fix the config")
         if v < minimum:
             raise self._err(k, f"must be >= {minimum}, got {v}: fix the config")
+        if maximum is not None and v > maximum:
+            raise self._err(k, f"must be <= {maximum}, got {v}: fix the config")
         return v
 
     def bool(self, key: str, default: bool) -> bool:
@@ -248,7 +251,7 @@ _LLAMA_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def _llama_like(r: _Reader, mt: str) -> dict:
     d = _LLAMA_DEFAULTS[mt]
-    L = r.int("num_hidden_layers", what="number of decoder layers")
+    L = r.int("num_hidden_layers", maximum=MAX_LAYERS, what="number of decoder layers")
     h = r.int("hidden_size", what="model width")
     nh = r.int("num_attention_heads", what="attention heads per layer")
     ffn = r.int("intermediate_size", what="FFN width per matrix")
@@ -292,11 +295,11 @@ def _llama_like(r: _Reader, mt: str) -> dict:
     if mt in ("mistral", "mixtral", "phi3"):
         kw.update(_window_all_layers(r.int("sliding_window", d["window"], null=None), L))
     elif mt in ("qwen2", "qwen2_moe", "qwen3"):
-        window = r.int("sliding_window", 4096) if r.bool("use_sliding_window", False) else None
+        window = r.int("sliding_window", 4096, null=None) if r.bool("use_sliding_window", False) else None
         mwl = r.int("max_window_layers", 28, minimum=0)
         kw.update(_window_layer_types(r, L, window, lambda i: i >= mwl))
     elif mt == "qwen3_moe":
-        window = r.int("sliding_window", 4096) if r.bool("use_sliding_window", False) else None
+        window = r.int("sliding_window", 4096, null=None) if r.bool("use_sliding_window", False) else None
         kw.update(_window_all_layers(window, L))
     elif mt in ("gemma2", "gpt_oss"):
         kw.update(_window_layer_types(r, L, r.int("sliding_window", d["window"], null=None), lambda i: i % 2 == 0))
@@ -375,7 +378,7 @@ def _deepseek(r: _Reader, mt: str, L: int, nh: int) -> dict:
 
 def _gpt2(r: _Reader) -> dict:
     h = r.int("n_embd", aliases=("hidden_size",), what="model width")
-    L = r.int("n_layer", aliases=("num_hidden_layers",), what="number of layers")
+    L = r.int("n_layer", aliases=("num_hidden_layers",), maximum=MAX_LAYERS, what="number of layers")
     nh = r.int("n_head", aliases=("num_attention_heads",), what="attention heads")
     if r.bool("add_cross_attention", False):
         raise r._err("add_cross_attention", "= true (encoder-decoder cross-attention) is not supported: "
@@ -393,7 +396,7 @@ def _gpt2(r: _Reader) -> dict:
 
 def _bloom(r: _Reader) -> dict:
     h = r.int("hidden_size", aliases=("n_embed",), what="model width")
-    L = r.int("n_layer", aliases=("num_hidden_layers",), what="number of layers")
+    L = r.int("n_layer", aliases=("num_hidden_layers",), maximum=MAX_LAYERS, what="number of layers")
     nh = r.int("n_head", aliases=("num_attention_heads",), what="attention heads")
     return dict(
         family="bloom", num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nh,
@@ -408,7 +411,7 @@ def _bloom(r: _Reader) -> dict:
 
 def _falcon(r: _Reader) -> dict:
     h = r.int("hidden_size", aliases=("n_embed",), what="model width")
-    L = r.int("num_hidden_layers", aliases=("n_layer",), what="number of layers")
+    L = r.int("num_hidden_layers", aliases=("n_layer",), maximum=MAX_LAYERS, what="number of layers")
     nh = r.int("num_attention_heads", aliases=("n_head",), what="attention heads")
     new_arch = r.bool("new_decoder_architecture", False)
     mqa = r.bool("multi_query", True)
@@ -435,7 +438,7 @@ def _falcon(r: _Reader) -> dict:
 
 def _gpt_neox(r: _Reader) -> dict:
     h = r.int("hidden_size", what="model width")
-    L = r.int("num_hidden_layers", what="number of layers")
+    L = r.int("num_hidden_layers", maximum=MAX_LAYERS, what="number of layers")
     nh = r.int("num_attention_heads", what="attention heads")
     bias = r.bool("attention_bias", True)
     return dict(
@@ -452,7 +455,7 @@ def _gpt_neox(r: _Reader) -> dict:
 
 def _mpt(r: _Reader) -> dict:
     h = r.int("d_model", aliases=("hidden_size",), what="model width")
-    L = r.int("n_layers", aliases=("num_hidden_layers",), what="number of layers")
+    L = r.int("n_layers", aliases=("num_hidden_layers",), maximum=MAX_LAYERS, what="number of layers")
     nh = r.int("n_heads", aliases=("num_attention_heads",), what="attention heads")
     attn = _Reader(r.dict("attn_config"), "mpt", "mpt config attn_config")
     kind = attn.str("attn_type", "multihead_attention")
