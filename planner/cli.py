@@ -62,7 +62,7 @@ def plan_options(f):
         click.option("--recompute", type=click.Choice(["none", "selective", "full"])),
         click.option("--recompute-layers", type=click.IntRange(0, None), help="with full: layers per stage recomputed"),
         click.option("--sp/--no-sp", default=None, help="sequence parallelism (with TP)"),
-        click.option("--schedule", type=click.Choice(["1f1b", "interleaved", "gpipe", "zb"])),
+        click.option("--schedule", type=click.Choice(["1f1b", "interleaved", "gpipe", "zb", "dualpipe"])),
         click.option("--cp-comm", type=click.Choice(["ring", "a2a"])),
         click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
         click.option("--max-tp", type=int, callback=_positive, help="largest TP to consider (default: scale-up domain)"),

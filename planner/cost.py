@@ -269,6 +269,10 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         stage_rec.append(rc)
         stage_tp.append(2 * ttp)  # forward + backward
         stage_cp.append(2 * tcp)
+        if plan.schedule == "dualpipe" and pp > 1:
+            # DualPipe pairs one micro-batch's forward with another's backward and hides the EP
+            # all-to-all under that computation (DeepSeek-V3 report sec. 3.2.1): only the excess shows
+            tep = max(0.0, tep - 0.5 * (f + b))
         stage_ep.append(2 * tep)
         stage_comm.append(2 * ((0.0 if plan.tp_comm_overlap else ttp) + tcp + tep))
     stage_mb = [stage_fwd[s] + stage_bwd[s] + stage_rec[s] + stage_comm[s] for s in range(pp)]
@@ -354,6 +358,8 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         w = dn * st.weights / (z_dense if st.weights_sharded else 1) + ex * st.weights / (z_expert if st.weights_sharded else 1)
         g = dn * st.grads / (z_dense if st.grads_sharded else 1) + ex * st.grads / (z_expert if st.grads_sharded else 1)
         o = dn * st.optimizer / (z_dense if st.optimizer_sharded else 1) + ex * st.optimizer / (z_expert if st.optimizer_sharded else 1)
+        if plan.schedule == "dualpipe" and pp > 1:
+            w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
         n_layers, hc, tc = split[s]
         inflight = inflight_microbatches(plan.schedule if pp > 1 else "1f1b", pp, s, nmb, vpp)
         per_mb = 0.0

@@ -18,6 +18,8 @@ def bubble_fraction(schedule: str, pp: int, m: int, vpp: int = 1) -> float:
         return base / max(1, vpp)
     if schedule == "zb":
         return base / 3.0
+    if schedule == "dualpipe":
+        return base * dualpipe_fill_fraction(pp)
     return base
 
 
@@ -37,7 +39,15 @@ def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1
         frac = 1.0 / max(1, vpp)
     elif schedule == "zb":
         frac = 1.0 / 3.0
+    elif schedule == "dualpipe":
+        frac = dualpipe_fill_fraction(p)
     return m * slowest + frac * fill
+
+
+def dualpipe_fill_fraction(pp: int) -> float:
+    """DualPipe's bubble relative to 1F1B's: (PP/2 - 1) vs (PP - 1) stage-times (DeepSeek-V3 report,
+    arXiv 2412.19437, sec. 3.2.1 Table 2; its F&B - 3W refinement is ignored, an upper bound)."""
+    return max(0.0, pp / 2 - 1) / (pp - 1) if pp > 1 else 0.0
 
 
 def inflight_microbatches(schedule: str, pp: int, stage: int, m: int, vpp: int = 1) -> float:
@@ -48,6 +58,8 @@ def inflight_microbatches(schedule: str, pp: int, stage: int, m: int, vpp: int =
         return 1.0
     if schedule == "gpipe":
         return float(m)
+    if schedule == "dualpipe":
+        return float(min(m, pp + 1))  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations
     if schedule == "interleaved" and vpp > 1:
         chunks = min(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
         return chunks / vpp

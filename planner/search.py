@@ -154,7 +154,7 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     out = []
     if sched in (None, "1f1b") and vpp_fixed in (None, 1):
         out.append((1, "1f1b"))
-    if sched in ("gpipe", "zb") and vpp_fixed in (None, 1):
+    if sched in ("gpipe", "zb", "dualpipe") and vpp_fixed in (None, 1):
         out.append((1, sched))
     if sched in (None, "interleaved") and vpp_fixed != 1:
         units = L if L % pp == 0 else L + 2  # + embedding and loss as pipeline "layers" (Megatron)

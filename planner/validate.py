@@ -35,7 +35,7 @@ def infer_framework(run: dict) -> str:
         return "fsdp"
     if "maxtext" in text:
         return "maxtext"
-    if "deepspeed" in text or "zero3" in text or "zero-3" in text:
+    if "deepspeed" in text or "zero3" in str(run.get("id", "")).lower():
         return "deepspeed"
     return "megatron"
 
@@ -114,6 +114,15 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
             str(fixed["schedule"]).lower(), None)
     if fixed.get("vpp", 1) > 1:
         fixed.setdefault("schedule", "interleaved")
+    src = str(run.get("source", "")).lower()
+    if "deepseek-v3 technical report" in src and (fixed.get("pp") or 1) > 1:
+        fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
+    if train.attention_impl == "unfused":
+        # stacks before mid-2022 had neither sequence parallelism nor Megatron's distributed optimizer
+        # (both arrived with Korthikanti et al. 2022, arXiv 2205.05198, and Megatron-LM after it)
+        fixed.setdefault("sequence_parallel", False)
+        if train.framework == "megatron":
+            fixed.setdefault("zero_stage", 0)
     return Context(model, cluster, train), fixed
 
 

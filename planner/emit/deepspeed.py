@@ -50,7 +50,7 @@ def ds_config(job: Job) -> dict:
                               f"stage {p.zero_stage}, with pipeline parallelism")
         if p.vpp > 1:
             raise Unsupported("DeepSpeed's pipeline engine has no interleaved (virtual-stage) schedule")
-        if p.schedule in ("gpipe", "zb"):
+        if p.schedule in ("gpipe", "zb", "dualpipe"):
             raise Unsupported(f"DeepSpeed's pipeline engine runs 1F1B only, not {p.schedule}")
         if job.uneven:
             raise Unsupported("DeepSpeed's pipeline engine partitions layers itself (partition_method), "

@@ -193,8 +193,8 @@ _REMAT = {"none": "none", "selective": "minimal", "full": "full"}
 
 def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     m, p, t = job.model, job.plan, job.train
-    if p.schedule == "zb" and p.pp > 1:
-        raise Unsupported("MaxText has no zero-bubble pipeline schedule")
+    if p.schedule in ("zb", "dualpipe") and p.pp > 1:
+        raise Unsupported(f"MaxText has no {'zero-bubble' if p.schedule == 'zb' else 'DualPipe'} pipeline schedule")
     if job.uneven:
         raise Unsupported("MaxText splits layers evenly over pipeline stages (no first/last stage sizes)")
     if m.moe is not None and p.etp != p.tp:

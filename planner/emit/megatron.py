@@ -15,6 +15,7 @@ from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_
 _SCHEDULES_NOT_IN_MEGATRON = {
     "gpipe": "Megatron-LM has no GPipe schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",
     "zb": "Megatron-LM has no zero-bubble schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",
+    "dualpipe": "Megatron-LM has no DualPipe schedule (DeepSeek's own framework; it runs 1F1B or interleaved)",
 }
 
 

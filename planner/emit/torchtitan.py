@@ -53,6 +53,8 @@ def registry_config(job: Job) -> tuple[str, str]:
 def pp_schedule(job: Job) -> str:
     """torch.distributed.pipelining schedule name for the plan."""
     p = job.plan
+    if p.schedule == "dualpipe":
+        raise Unsupported("torchtitan 0.3.0 is not validated here with a DualPipe schedule")
     if p.schedule == "zb":
         if p.vpp == 2:
             return "ZBVZeroBubble"

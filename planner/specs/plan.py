@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved", "gpipe", "zb"]
+Schedule = Literal["1f1b", "interleaved", "gpipe", "zb", "dualpipe"]
 CpComm = Literal["ring", "a2a"]
 
 
@@ -33,7 +33,8 @@ class ParallelPlan(BaseModel):
     recompute: Recompute = Field("none", description="activation recompute: none, selective (attention core), full")
     recompute_layers: int | None = Field(None, ge=0, description="with full: layers per stage recomputed (None = all)")
     sequence_parallel: bool = Field(True, description="Megatron sequence parallelism (only meaningful with tp > 1)")
-    schedule: Schedule = "1f1b"
+    schedule: Schedule = Field("1f1b", description="1f1b, interleaved (vpp > 1), gpipe, zb (ZB-H1), dualpipe "
+                               "(DeepSeek-V3: bidirectional, overlaps EP all-to-all with compute)")
     cp_comm: CpComm = Field("ring", description="ring = p2p K/V rotation; a2a = Ulysses all-to-all")
     first_stage_layers: int | None = Field(None, ge=0, description="uneven PP: layers on the first stage")
     last_stage_layers: int | None = Field(None, ge=0, description="uneven PP: layers on the last stage")
