@@ -207,6 +207,9 @@ def emit_doc(doc: dict, as_json: bool) -> None:
               help="launchers to write (default: all that can express the plan)")
 @click.option("--rank", type=click.IntRange(1, 100), default=1, show_default=True, help="which ranked plan --out writes")
 @click.option("--force", is_flag=True, help="overwrite a non-empty --out directory")
+@click.option("--min-devices", is_flag=True, help="find the fewest devices (whole nodes, up to the --cluster count) "
+              "on which a plan fits (and meets --target-step-s)")
+@click.option("--target-step-s", type=click.FloatRange(0, None, min_open=True), help="with --min-devices: required step time")
 @click.option("--tokens", help="total training tokens (e.g. 15T): adds wall-clock days, goodput and cost")
 @click.option("--price-per-device-hour", type=click.FloatRange(0, None), help="price of one device-hour")
 @click.option("--device-mtbf-hours", type=click.FloatRange(0, None, min_open=True),
@@ -216,13 +219,18 @@ def emit_doc(doc: dict, as_json: bool) -> None:
 @click.version_option(__version__, "--version", prog_name="plan")
 @click.pass_context
 @_handle_errors
-def main(cctx, as_json, out_dir, emit, rank, force, tokens, price_per_device_hour, device_mtbf_hours, restart_min, **kw):
+def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, tokens, price_per_device_hour, device_mtbf_hours, restart_min, **kw):
     """Plan the parallel layout of a training run: `plan --model llama-70b --cluster a100x64`."""
     if cctx.invoked_subcommand is not None:
         return
     if not kw.get("model_arg") and not kw.get("cluster_arg"):
         click.echo(cctx.get_help())
         return
+    if min_devices:
+        kw = kw | {"cluster_arg": _min_devices_cluster(kw, target_step_s)}
+    elif target_step_s:
+        from planner.errors import InputError
+        raise InputError("--target-step-s needs --min-devices")
     ctx, res, doc = run_search(kw | {"top_k": max(kw["top_k"], rank)})
     if tokens:
         doc["training_estimate"] = training_estimate(doc, tokens, price_per_device_hour, device_mtbf_hours, restart_min)
@@ -231,6 +239,24 @@ def main(cctx, as_json, out_dir, emit, rank, force, tokens, price_per_device_hou
     emit_doc(doc, as_json)
     if tokens and not as_json:
         click.echo(estimate_text(doc["training_estimate"]))
+
+
+def _min_devices_cluster(kw, target_step_s) -> str:
+    """The smallest <hw>x<n> (n <= the --cluster count) that fits; the normal search then runs on it."""
+    from planner.errors import NoFeasiblePlan
+    from planner.search import SearchOptions, min_devices
+
+    model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
+                                         kw["dtype"], kw["framework"])
+    opts = SearchOptions(fixed=fixed_knobs(kw), top_k=1, max_tp=kw.get("max_tp"),
+                         memory_headroom_gib=kw.get("memory_headroom") or 0.0)
+    n, _ = min_devices(model, cluster, train, opts, target_step_s)
+    if n is None:
+        goal = f" at <= {target_step_s:g} s per step" if target_step_s else ""
+        raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
+                             "raise the --cluster count, relax --target-step-s, or pick a bigger accelerator")
+    click.echo(f"fewest devices: {n} x {cluster.hardware.id}", err=True)
+    return f"{cluster.hardware.id}x{n}"
 
 
 def training_estimate(doc, tokens, price, mtbf_h, restart_min) -> dict:

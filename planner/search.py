@@ -85,8 +85,11 @@ def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
     fx = opts.fixed
     max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
     out = []
+    torus_ok = torus_group_sizes(ctx.cluster) if ctx.cluster.hardware.torus else None
     for tp in _fixed_or(opts, "tp", [d for d in divisors(n) if d <= max_tp]):
         if n % tp or m.num_heads % tp or (m.num_kv_heads % tp and tp % m.num_kv_heads):
+            continue
+        if torus_ok is not None and tp not in torus_ok and "tp" not in fx:
             continue
         rest_tp = n // tp
         # CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)
@@ -118,6 +121,37 @@ def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
                     for ep in ep_list:
                         out.append(dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp))
     return out
+
+
+def slice_shape(cluster) -> tuple[int, ...]:
+    """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
+    v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
+    t = cluster.hardware.torus
+    n = min(cluster.count, t.max_slice_chips)
+    best: tuple[int, ...] | None = None
+    def consider(shape):
+        nonlocal best
+        if all(a <= t.max_axis for a in shape) and (best is None or max(shape) < max(best)):
+            best = shape
+    for a in divisors(n):
+        if t.dims == 2:
+            consider(tuple(sorted((a, n // a))))
+        else:
+            for b in divisors(n // a):
+                consider(tuple(sorted((a, b, n // (a * b)))))
+    return best or (n,)
+
+
+def torus_group_sizes(cluster) -> set[int]:
+    """Innermost-group sizes (TP) that map onto whole torus axes: a divisor of the first axis, or the
+    first axis times a divisor of the second, and so on (a JAX device mesh cannot split an ICI axis
+    any other way without leaving the torus)."""
+    shape = slice_shape(cluster)
+    sizes, prefix = set(), 1
+    for a in shape:
+        sizes |= {prefix * d for d in divisors(a)}
+        prefix *= a
+    return sizes
 
 
 def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarray) -> np.ndarray:
@@ -165,8 +199,50 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     return out
 
 
+BEAM_THRESHOLD = 600  # (layout, ZeRO) pairs above which the outer knobs are beam-searched
+BEAM_WIDTH = 150  # pairs kept by the beam, ranked by a one-plan probe each
+
+
 def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
+    """The fastest fitting plans. When none fits and offload was not pinned, the search is repeated
+    with optimizer states offloaded to the host (ZeRO-Offload) and the plans carry a warning."""
     opts = opts or SearchOptions()
+    res = _search(ctx, opts)
+    if not res.plans and opts.require_fit and "offload_optimizer" not in opts.fixed:
+        off = _search(ctx, SearchOptions(**{**opts.__dict__, "fixed": {**opts.fixed, "offload_optimizer": True}}))
+        for e in off.plans:
+            e.warnings.append("fits only with optimizer states offloaded to the host (ZeRO-Offload): "
+                              "the optimizer step runs on the CPU over PCIe")
+        if off.plans:
+            off.evaluated += res.evaluated
+            return off
+    return res
+
+
+def _probe(ctx: Context, r: dict, z: int, cap: float) -> float:
+    """Cheap rank of a (layout, ZeRO) pair for the beam: step time of its most memory-frugal plan
+    (micro-batch 1, full recompute, no interleaving); infinity if even that does not fit."""
+    try:
+        plan = ParallelPlan(**r, micro_batch=1, zero_stage=z, recompute="full", sequence_parallel=r["tp"] > 1)
+    except ValueError:
+        return math.inf
+    if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
+        return math.inf
+    ev = evaluate(ctx, plan)
+    return ev.step_time_s if ev.memory["peak_gib"] <= cap else math.inf
+
+
+def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[int | None]:
+    """ZeRO/FSDP shard group: all of dp*cp, or (HSDP, FSDP frameworks) one scale-up domain."""
+    if "zero_shard_size" in opts.fixed:
+        return [opts.fixed["zero_shard_size"]]
+    group, node = r["dp"] * r["cp"], ctx.cluster.scale_up_size // max(1, r["tp"])
+    if z == 3 and ctx.train.framework in ("fsdp", "maxtext") and 1 < node < group and group % node == 0:
+        return [None, node]
+    return [None]
+
+
+def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     m, tr, cl = ctx.model, ctx.train, ctx.cluster
     fx = opts.fixed
     cap = cl.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - opts.memory_headroom_gib
@@ -183,6 +259,11 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
         # nothing can hold the model states: still score the best-sharded pairs to explain why
         order = np.argsort(lb)[: max(1, opts.top_k)]
         keep = [pairs[i] for i in order]
+    if len(keep) > BEAM_THRESHOLD:
+        # beam over the outer knobs: probe each pair once, expand only the most promising
+        probes = [(_probe(ctx, r, z, cap), i) for i, (r, z) in enumerate(keep)]
+        ranked = sorted(probes)[:BEAM_WIDTH]
+        keep = [keep[i] for t, i in ranked if math.isfinite(t)] or [keep[i] for _, i in ranked]
 
     evaluated = 0
     results: list[Evaluation] = []
@@ -191,9 +272,9 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     sps = _fixed_or(opts, "sequence_parallel", [True])
     cp_comms = _fixed_or(opts, "cp_comm", ["ring"])
     offloads = _fixed_or(opts, "offload_optimizer", [False])
-    base_fixed = {k: v for k, v in fx.items() if k in ("zero_shard_size", "first_stage_layers", "last_stage_layers",
+    base_fixed = {k: v for k, v in fx.items() if k in ("first_stage_layers", "last_stage_layers",
                                                           "tp_comm_overlap") and v is not None}
-    for r, z in keep:
+    for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
         per_rank = tr.global_batch // r["dp"]
         mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
         mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
@@ -208,7 +289,7 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
                                     plan = ParallelPlan(**r, vpp=vpp, schedule=sched, micro_batch=mb, zero_stage=z,
                                                         recompute=rc, sequence_parallel=sp and r["tp"] > 1, cp_comm=cpc,
                                                         offload_optimizer=off, recompute_layers=fx.get("recompute_layers") if rc == "full" else None,
-                                                        **base_fixed)
+                                                        zero_shard_size=shard, **base_fixed)
                                 except ValueError:
                                     continue
                                 if plan_errors(m, tr, cl.count, plan):
@@ -262,3 +343,45 @@ def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:
     return (f"no valid parallel layout of {ctx.model.name} on {ctx.cluster.count} devices with {pinned}: "
             f"check that tp*pp*cp*dp = {ctx.cluster.count}, heads ({ctx.model.num_heads}) divide by tp, "
             f"and global batch ({ctx.train.global_batch}) divides by dp")
+
+
+def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float | None = None):
+    """The fewest devices of the cluster's hardware (whole nodes, up to the cluster's count) on which a
+    plan fits (and, with `target_step_s`, steps at least that fast): doubling to the first feasible
+    count, then bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
+    from planner.specs import ClusterSpec
+
+    node = cluster.node_size
+    limit = cluster.count
+
+    def ok(n: int):
+        cl = ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
+                         devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size)
+        try:
+            res = search(Context(model, cl, train), opts)
+        except InputError:
+            return None
+        good = bool(res.plans) and (target_step_s is None or res.plans[0].step_time_s <= target_step_s)
+        return res if good else None
+
+    n, found, last_bad = node, None, 0
+    while n <= limit:
+        res = ok(n)
+        if res is not None:
+            found = (n, res)
+            break
+        last_bad, n = n, n * 2
+    if found is None:
+        if limit != last_bad and limit % node == 0 and (res := ok(limit)) is not None:
+            found = (limit, res)
+        else:
+            return None, None
+    lo, hi = last_bad // node + 1, found[0] // node - 1  # node multiples strictly between
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        res = ok(mid * node)
+        if res is not None:
+            found, hi = (mid * node, res), mid - 1
+        else:
+            lo = mid + 1
+    return found

@@ -114,6 +114,9 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
             str(fixed["schedule"]).lower(), None)
     if fixed.get("vpp", 1) > 1:
         fixed.setdefault("schedule", "interleaved")
+    fixed["offload_optimizer"] = False  # the schema has no offload field; none of the published runs offloads
+    if fixed.get("zero_stage") == 3:
+        fixed["zero_shard_size"] = None  # the schema: zero_stage 3 is FSDP *full* sharding, not hybrid
     src = str(run.get("source", "")).lower()
     if "deepseek-v3 technical report" in src and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
