@@ -1,0 +1,72 @@
+"""Search features of issue 4: offload fallback, HSDP, beam search, TPU torus rules, --min-devices."""
+
+import pytest
+
+import planner.search as S
+from planner.cost import Context
+from planner.hardware_catalog import parse_cluster
+from planner.model_catalog import get_model
+from planner.search import SearchOptions, min_devices, search, slice_shape, torus_group_sizes
+from planner.space import plan_errors
+from planner.specs import TrainingSpec
+
+
+def ctx_for(model, cluster, **train):
+    return Context(get_model(model), parse_cluster(cluster), TrainingSpec(**({"global_batch": 64} | train)))
+
+
+def test_offload_only_when_nothing_else_fits():
+    ctx = ctx_for("llama-70b", "h100x8", seq_len=4096, global_batch=64)
+    assert not search(ctx, SearchOptions(fixed={"offload_optimizer": False})).plans
+    res = search(ctx)
+    assert res.plans and all(e.plan.offload_optimizer for e in res.plans)
+    assert any("offloaded" in w for w in res.plans[0].warnings)
+    big = ctx_for("llama-8b", "h100x8", global_batch=64)
+    assert not any(e.plan.offload_optimizer for e in search(big).plans)
+
+
+def test_hsdp_candidates_for_fsdp():
+    ctx = ctx_for("llama-8b", "h100x64", framework="fsdp", global_batch=256, seq_len=8192)
+    res = search(ctx, SearchOptions(top_k=200))
+    shards = {e.plan.zero_shard_size for e in res.plans}
+    assert None in shards and 8 in shards  # full shard and shard-within-node both scored
+    for e in res.plans:
+        assert not plan_errors(ctx.model, ctx.train, 64, e.plan)
+
+
+def test_beam_matches_exhaustive_closely(monkeypatch):
+    ctx = ctx_for("llama-70b", "h100x512", seq_len=8192, global_batch=512)
+    full = search(ctx, SearchOptions(top_k=1))
+    monkeypatch.setattr(S, "BEAM_THRESHOLD", 10)
+    monkeypatch.setattr(S, "BEAM_WIDTH", 8)
+    beam = search(Context(ctx.model, ctx.cluster, ctx.train), SearchOptions(top_k=1))
+    assert beam.evaluated < full.evaluated
+    assert beam.plans[0].step_time_s <= full.plans[0].step_time_s * 1.05
+
+
+@pytest.mark.parametrize("cluster,shape", [("tpu-v5ex256", (16, 16)), ("tpu-v5ex64", (8, 8)),
+                                           ("tpu-v5px256", (4, 8, 8)), ("tpu-v4x64", (4, 4, 4))])
+def test_slice_shapes(cluster, shape):
+    assert slice_shape(parse_cluster(cluster)) == shape
+
+
+def test_tp_fits_the_torus():
+    cl = parse_cluster("tpu-v5ex256")  # 16 x 16: TP must be a divisor of 16 or 16 x a divisor of 16
+    sizes = torus_group_sizes(cl)
+    assert {1, 2, 4, 8, 16, 32, 256} <= sizes and 12 not in sizes
+    ctx = Context(get_model("llama-8b"), cl, TrainingSpec(global_batch=256))
+    for r in S.structures(ctx, SearchOptions()):
+        assert r["tp"] in sizes
+
+
+def test_min_devices_is_minimal():
+    model, cluster = get_model("llama-70b"), parse_cluster("h100x256")
+    train = TrainingSpec(global_batch=512, seq_len=4096)
+    opts = SearchOptions(fixed={"offload_optimizer": False}, top_k=1)
+    n, res = min_devices(model, cluster, train, opts)
+    assert n is not None and n % 8 == 0 and res.plans
+    smaller = parse_cluster(f"h100x{n - 8}") if n > 8 else None
+    if smaller:
+        assert not search(Context(model, smaller, train), opts).plans
+    n5, res5 = min_devices(model, cluster, train, opts, target_step_s=20.0)
+    assert res5.plans[0].step_time_s <= 20.0 and n5 >= n
