@@ -1,0 +1,363 @@
+"""Pipeline stage balancing: contiguous layers -> stages, and how many layers each stage recomputes.
+
+`assign_stages` solves, with OR-tools CP-SAT, the problem Megatron's uneven-pipeline flags
+(--decoder-first/last-pipeline-num-layers) and per-stage activation recompute leave to the user:
+
+    minimise   max_s time_s
+    time_s   = sum of layer_time_s over the stage's layers + sum of layer_recompute_s over its
+               recomputed layers + (first_extra_time_s on stage 0) + (last_extra_time_s on stage pp-1)
+    bytes_s  = sum of layer_state_bytes over its layers
+               + inflight_s * (sum of layer_act_bytes over its stored layers
+                               + sum of layer_act_bytes_recompute over its recomputed layers)
+               + (max layer_act_bytes if the stage recomputes anything: one layer's full activations
+                  exist while it is re-run, as in planner.cost)
+               + (first_extra_bytes on stage 0) + (last_extra_bytes on stage pp-1)  <=  capacity_bytes
+    with n_s >= 1 layers per stage (contiguous, in order) and 0 <= r_s <= n_s recomputed layers,
+    the first r_s of the stage (Megatron's --recompute-method block).
+
+The model is exact over the per-layer tuples: stage boundaries b_s are integer variables and each
+per-layer quantity enters through its prefix sum. Where a tuple is uniform (dense models) the prefix
+sum is linear in the boundary and the model reduces to integer layer counts; where it is not (MoE models
+with leading dense layers, sliding-window mixes) the prefix sums are CP-SAT element constraints.
+With `contiguous=False` layer order is ignored: every per-layer cost is replaced by its mean (layers
+treated as interchangeable), which is the fast integer-count model.
+
+Ties on the slowest stage are broken by the least total stage time, i.e. the least recompute, so a stage
+that is not memory-bound never recomputes. Floats are scaled to integers: time to about 1e-7 of the
+total work, bytes to about 1e-6 of the capacity, rounded up so an accepted assignment never exceeds
+the capacity by rounding. Reported times and bytes are recomputed in floats from the tuples.
+
+Measured on 2 cores: uniform layers, 126 x 16 in ~25-110 ms (proved optimal), 128 x 64 at the 0.5 s limit
+(best found). Non-uniform tuples (element constraints) are slower: 126 x 16 is not improved past the
+default split within 0.5 s and needs a few seconds (`time_limit_s`) to prove the optimum; pass
+`contiguous=False` for the fast mean-cost model instead.
+
+ortools is imported inside `assign_stages` (it costs ~0.3 s), so importing this module is free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from planner.pipeline import stage_layer_counts
+
+_TIME_UNITS = 10_000_000  # integer resolution of the whole model's time (stage times <= this)
+_BYTE_UNITS = 1_000_000  # integer resolution of the capacity
+
+
+@dataclass(frozen=True)
+class StageProblem:
+    num_layers: int
+    pp: int
+    layer_time_s: tuple[float, ...]  # per layer, fwd+bwd of one micro-batch, no recompute
+    layer_recompute_s: tuple[float, ...]  # extra time if that layer is fully recomputed
+    layer_act_bytes: tuple[float, ...]  # activation bytes held per in-flight micro-batch, no recompute
+    layer_act_bytes_recompute: tuple[float, ...]  # same with full recompute (layer input only)
+    layer_state_bytes: tuple[float, ...]  # weights+grads+optimizer bytes of the layer on one device
+    first_extra_time_s: float  # embedding (stage 0)
+    last_extra_time_s: float  # LM head + loss (stage pp-1)
+    first_extra_bytes: float  # embedding weights etc.
+    last_extra_bytes: float  # LM head weights, logits
+    inflight: tuple[float, ...]  # in-flight micro-batches per stage (1F1B: pp - s)
+    capacity_bytes: float  # per-device memory limit for states + activations
+    contiguous: bool = True  # False: ignore layer order, use mean per-layer costs
+    uniform_recompute: bool = False  # one count R for every stage, r_s = min(R, n_s) (Megatron's flag)
+
+    def __post_init__(self) -> None:
+        if self.num_layers < 1 or self.pp < 1:
+            raise ValueError(f"need num_layers >= 1 and pp >= 1, got {self.num_layers}, {self.pp}")
+        for name in ("layer_time_s", "layer_recompute_s", "layer_act_bytes", "layer_act_bytes_recompute",
+                     "layer_state_bytes"):
+            v = getattr(self, name)
+            if len(v) != self.num_layers:
+                raise ValueError(f"{name} has {len(v)} entries for {self.num_layers} layers")
+            if any(not math.isfinite(x) or x < 0 for x in v):
+                raise ValueError(f"{name} must be finite and >= 0")
+        if len(self.inflight) != self.pp:
+            raise ValueError(f"inflight has {len(self.inflight)} entries for pp={self.pp}")
+        if any(not math.isfinite(x) or x < 0 for x in self.inflight):
+            raise ValueError("inflight must be finite and >= 0")
+        for name in ("first_extra_time_s", "last_extra_time_s", "first_extra_bytes", "last_extra_bytes"):
+            x = getattr(self, name)
+            if not math.isfinite(x) or x < 0:
+                raise ValueError(f"{name} must be finite and >= 0")
+        if not (self.capacity_bytes > 0 and math.isfinite(self.capacity_bytes)):
+            raise ValueError("capacity_bytes must be finite and > 0")
+
+    @classmethod
+    def uniform(cls, num_layers: int, pp: int, *, layer_time_s: float, layer_recompute_s: float,
+                layer_act_bytes: float, layer_act_bytes_recompute: float, layer_state_bytes: float,
+                capacity_bytes: float, first_extra_time_s: float = 0.0, last_extra_time_s: float = 0.0,
+                first_extra_bytes: float = 0.0, last_extra_bytes: float = 0.0,
+                inflight: Sequence[float] | None = None, **kw) -> StageProblem:
+        """Identical layers; inflight defaults to 1F1B's pp - s."""
+        rep = lambda x: (float(x),) * num_layers  # noqa: E731
+        return cls(num_layers, pp, rep(layer_time_s), rep(layer_recompute_s), rep(layer_act_bytes),
+                   rep(layer_act_bytes_recompute), rep(layer_state_bytes), first_extra_time_s, last_extra_time_s,
+                   first_extra_bytes, last_extra_bytes,
+                   tuple(float(x) for x in (inflight if inflight is not None else range(pp, 0, -1))),
+                   capacity_bytes, **kw)
+
+
+@dataclass(frozen=True)
+class StageAssignment:
+    layers_per_stage: tuple[int, ...]
+    recompute_per_stage: tuple[int, ...]  # layers fully recomputed on each stage (the first ones)
+    slowest_stage_s: float
+    stage_time_s: tuple[float, ...]
+    stage_bytes: tuple[float, ...]
+    optimal: bool  # CP-SAT proved optimality
+
+
+# ---- exact float evaluation ------------------------------------------------------------------------
+
+def _mean_problem(p: StageProblem) -> StageProblem:
+    n = p.num_layers
+    mean = lambda v: (sum(v) / n,) * n  # noqa: E731
+    return replace(p, layer_time_s=mean(p.layer_time_s), layer_recompute_s=mean(p.layer_recompute_s),
+                   layer_act_bytes=mean(p.layer_act_bytes),
+                   layer_act_bytes_recompute=mean(p.layer_act_bytes_recompute),
+                   layer_state_bytes=mean(p.layer_state_bytes))
+
+
+def stage_costs(p: StageProblem, layers: Sequence[int], recompute: Sequence[int]) -> tuple[list[float], list[float]]:
+    """(time per stage, bytes per stage) of a split, in floats, by the module's cost model."""
+    if not p.contiguous:
+        p = _mean_problem(p)
+    if len(layers) != p.pp or len(recompute) != p.pp or sum(layers) != p.num_layers:
+        raise ValueError(f"split {list(layers)} / {list(recompute)} does not cover {p.num_layers} layers on {p.pp} stages")
+    peak_act = max(p.layer_act_bytes)
+    times, mem = [], []
+    start = 0
+    for s, (n, r) in enumerate(zip(layers, recompute)):
+        if not 0 <= r <= n:
+            raise ValueError(f"stage {s}: {r} recomputed of {n} layers")
+        idx = range(start, start + n)
+        t = sum(p.layer_time_s[i] for i in idx) + sum(p.layer_recompute_s[i] for i in idx[:r])
+        b = sum(p.layer_state_bytes[i] for i in idx)
+        b += p.inflight[s] * (sum(p.layer_act_bytes_recompute[i] for i in idx[:r])
+                              + sum(p.layer_act_bytes[i] for i in idx[r:]))
+        if r:
+            b += peak_act
+        if s == 0:
+            t += p.first_extra_time_s
+            b += p.first_extra_bytes
+        if s == p.pp - 1:
+            t += p.last_extra_time_s
+            b += p.last_extra_bytes
+        times.append(t)
+        mem.append(b)
+        start += n
+    return times, mem
+
+
+def _fewest_recompute(p: StageProblem, layers: Sequence[int]) -> list[int] | None:
+    """Per stage, the fewest recomputed layers that fit (None if a stage cannot fit)."""
+    rec = [0] * p.pp
+    for s in range(p.pp):
+        while True:
+            _, mem = stage_costs(p, layers, rec)
+            if mem[s] <= p.capacity_bytes:
+                break
+            if rec[s] == layers[s]:
+                return None
+            rec[s] += 1
+    return rec
+
+
+def uniform_assignment(p: StageProblem) -> StageAssignment | None:
+    """The default split (planner.pipeline.stage_layer_counts: even, the first/last stages short when pp
+    does not divide the layers) with the fewest recomputed layers per stage that fit; None if it cannot fit."""
+    if p.pp > p.num_layers:
+        return None
+    layers = stage_layer_counts(p.num_layers, p.pp)
+    if p.uniform_recompute:
+        rec = None
+        for r in range(max(layers) + 1):
+            cand = [min(r, n) for n in layers]
+            if max(stage_costs(p, layers, cand)[1]) <= p.capacity_bytes:
+                rec = cand
+                break
+    else:
+        rec = _fewest_recompute(p, layers)
+    if rec is None:
+        return None
+    return _assignment(p, layers, rec, optimal=False)
+
+
+def _assignment(p: StageProblem, layers: Sequence[int], rec: Sequence[int], optimal: bool) -> StageAssignment:
+    times, mem = stage_costs(p, layers, rec)
+    return StageAssignment(tuple(int(x) for x in layers), tuple(int(x) for x in rec), max(times), tuple(times),
+                           tuple(mem), optimal)
+
+
+def megatron_flags(a: StageAssignment) -> tuple[int | None, int | None] | None:
+    """(first_stage_layers, last_stage_layers) for ParallelPlan / Megatron's
+    --decoder-first/last-pipeline-num-layers that reproduce the assignment's layer counts (None for a flag
+    not needed), or None when the counts are not expressible (middle stages not all equal)."""
+    counts = list(a.layers_per_stage)
+    pp, n = len(counts), sum(counts)
+    if pp == 1 or counts == stage_layer_counts(n, pp):
+        return (None, None)
+    for first, last in ((counts[0], None), (None, counts[-1]), (counts[0], counts[-1])):
+        try:
+            if stage_layer_counts(n, pp, first, last) == counts:
+                return (first, last)
+        except ValueError:
+            continue
+    return None
+
+
+# ---- CP-SAT model ----------------------------------------------------------------------------------
+
+def _is_uniform(v: Sequence[float]) -> bool:
+    hi, lo = max(v), min(v)
+    return hi - lo <= 1e-12 * max(abs(hi), 1e-300)
+
+
+def _inflight_scale(inflight: Sequence[float]) -> int:
+    """Smallest Q <= 840 with every inflight * Q integral (else 840, rounded up)."""
+    for q in range(1, 841):
+        if all(abs(x * q - round(x * q)) <= 1e-9 * max(1.0, x * q) for x in inflight):
+            return q
+    return 840
+
+
+def assign_stages(p: StageProblem, time_limit_s: float = 0.5) -> StageAssignment | None:
+    """Contiguous layers -> stages, and per-stage counts of fully recomputed layers, minimising the
+    slowest stage's time subject to each stage's memory <= capacity. None if infeasible.
+
+    `optimal` is True when CP-SAT proved the optimum within `time_limit_s`; otherwise the best split it
+    found (or, if it found none in time, the default split when that fits) is returned."""
+    if p.pp > p.num_layers:
+        return None
+    if not p.contiguous:
+        p = _mean_problem(p)
+    from ortools.sat.python import cp_model
+
+    L, pp = p.num_layers, p.pp
+    # ---- scales ----
+    total_t = sum(p.layer_time_s) + sum(p.layer_recompute_s) + p.first_extra_time_s + p.last_extra_time_s
+    t_scale = _TIME_UNITS / total_t if total_t > 0 else 1.0
+    unit = p.capacity_bytes / _BYTE_UNITS  # bytes per integer unit
+    Q = _inflight_scale(p.inflight)
+    q = [math.ceil(x * Q - 1e-9 * max(1.0, x * Q)) for x in p.inflight]
+    cap = math.floor(p.capacity_bytes / unit * Q)
+    up = lambda x: math.ceil(x / unit - 1e-12 * x / unit)  # noqa: E731  (bytes -> units, rounded up)
+    big_m = max(q) * up(sum(p.layer_act_bytes)) + Q * up(sum(p.layer_state_bytes))
+    if big_m > 2**52:  # coefficients this large mean the layers dwarf the capacity: nothing fits
+        return None
+
+    model = cp_model.CpModel()
+    b = [model.new_constant(0)]
+    b += [model.new_int_var(s, L - (pp - s), f"b{s}") for s in range(1, pp)]
+    b.append(model.new_constant(L))
+    for s in range(pp):
+        model.add(b[s + 1] >= b[s] + 1)
+    n = [b[s + 1] - b[s] for s in range(pp)]
+
+    if p.uniform_recompute:
+        R = model.new_int_var(0, L - pp + 1, "R")
+    r, e, z = [], [], []
+    for s in range(pp):
+        rs = model.new_int_var(0, L - pp + 1, f"r{s}")
+        model.add(rs <= n[s])
+        if p.uniform_recompute:
+            model.add_min_equality(rs, [R, n[s]])
+        es = model.new_int_var(0, L, f"e{s}")
+        model.add(es == b[s] + rs)
+        zs = model.new_bool_var(f"z{s}")
+        model.add(rs == 0).only_enforce_if(zs.Not())
+        r.append(rs)
+        e.append(es)
+        z.append(zs)
+
+    def prefix(values: Sequence[float], to_int) -> tuple:
+        """(kind, payload): ('lin', coef) when uniform, else ('tab', integer prefix table)."""
+        if _is_uniform(values):
+            return ("lin", to_int(values[0]))
+        table, acc = [0], 0
+        for x in values:
+            acc += to_int(x)
+            table.append(acc)
+        return ("tab", table)
+
+    elem_cache: dict[tuple[int, int], object] = {}
+
+    def at(pref: tuple, var, key: tuple[int, int]):
+        kind, payload = pref
+        if kind == "lin":
+            return payload * var
+        v = elem_cache.get(key)
+        if v is None:
+            v = model.new_int_var(0, payload[-1], f"el{key}")
+            model.add_element(var, payload, v)
+            elem_cache[key] = v
+        return v
+
+    t_int = lambda x: round(x * t_scale)  # noqa: E731
+    PT = prefix(p.layer_time_s, t_int)
+    PR = prefix(p.layer_recompute_s, t_int)
+    PS = prefix(p.layer_state_bytes, up)
+    PA = prefix(p.layer_act_bytes, up)
+    PAR = prefix(p.layer_act_bytes_recompute, up)
+    peak_act = up(max(p.layer_act_bytes))
+    # element-variable keys: (table id, variable id); boundaries shared by neighbours share the element
+    bid = lambda s: ("b", s)  # noqa: E731
+    eid = lambda s: ("e", s)  # noqa: E731
+
+    times = []
+    t_max = model.new_int_var(0, _TIME_UNITS + 2, "tmax")
+    for s in range(pp):
+        t = at(PT, b[s + 1], (0, bid(s + 1))) - at(PT, b[s], (0, bid(s)))
+        t += at(PR, e[s], (1, eid(s))) - at(PR, b[s], (1, bid(s)))
+        extra_t = (p.first_extra_time_s if s == 0 else 0.0) + (p.last_extra_time_s if s == pp - 1 else 0.0)
+        t += t_int(extra_t)
+        times.append(t)
+        model.add(t_max >= t)
+        mem = Q * (at(PS, b[s + 1], (2, bid(s + 1))) - at(PS, b[s], (2, bid(s))))
+        mem += q[s] * (at(PA, b[s + 1], (3, bid(s + 1))) - at(PA, e[s], (3, eid(s))))
+        mem += q[s] * (at(PAR, e[s], (4, eid(s))) - at(PAR, b[s], (4, bid(s))))
+        mem += Q * peak_act * z[s]
+        extra_b = (p.first_extra_bytes if s == 0 else 0.0) + (p.last_extra_bytes if s == pp - 1 else 0.0)
+        mem += Q * up(extra_b)
+        model.add(mem <= cap)
+    # lexicographic: the slowest stage first, then the total stage time (= the least recompute), then
+    # the fewest middle stages off a common count (so Megatron's first/last flags can express the split),
+    # then the smallest common count (the most even split among the ties)
+    primary = (_TIME_UNITS + 2 * pp + 2) * t_max + sum(times)  # sum(times) <= units + rounding
+    if pp > 2:
+        mid = model.new_int_var(1, L, "mid")
+        dev = []
+        for s in range(1, pp - 1):
+            d = model.new_bool_var(f"d{s}")
+            model.add(n[s] == mid).only_enforce_if(d.Not())
+            dev.append(d)
+        model.minimize((pp + 1) * (L + 1) * primary + (L + 1) * sum(dev) + mid)
+    else:
+        model.minimize(primary)
+
+    # hint: the default split with the fewest recomputed layers that fit
+    hint = uniform_assignment(p)
+    if hint is not None:
+        acc = 0
+        for s in range(pp):
+            acc += hint.layers_per_stage[s]
+            if s + 1 < pp:
+                model.add_hint(b[s + 1], acc)
+            model.add_hint(r[s], hint.recompute_per_stage[s])
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = 2  # measured fastest on 2 cores; 8 (the default) oversubscribes
+    status = solver.solve(model)
+    if status == cp_model.INFEASIBLE or status == cp_model.MODEL_INVALID:
+        return None
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return hint  # nothing found in time: the default split if it fits
+    bounds = [0] + [solver.value(b[s]) for s in range(1, pp)] + [L]
+    layers = [bounds[s + 1] - bounds[s] for s in range(pp)]
+    rec = [solver.value(r[s]) for s in range(pp)]
+    return _assignment(p, layers, rec, optimal=status == cp_model.OPTIMAL)
