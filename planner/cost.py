@@ -236,7 +236,8 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         key = (k.moe, k.sliding, tp, sp, mode, etp)
         v = ctx.act_cache.get(key)
         if v is None:
-            v = ctx.act_cache[key] = activation_elems_per_token(m, k.moe, tp, sp, mode, fw, etp)
+            v = ctx.act_cache[key] = activation_elems_per_token(
+                m, k.moe, tp, sp, mode, fw, etp, fp8_gemm_inputs=(tr.dtype == "fp8" and fw == "megatron"))
         return v
 
     split = ctx.stage_kind_counts(pp, plan.first_stage_layers, plan.last_stage_layers,

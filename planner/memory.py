@@ -55,7 +55,8 @@ def state_bytes_per_param(framework: str, zero_stage: int, offload_optimizer: bo
 
 
 def activation_elems_per_token(
-    m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1
+    m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
+    fp8_gemm_inputs: bool = False,
 ) -> float:
     """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
     this device (tokens already divided by CP), sharded by TP as Megatron shards them."""
@@ -73,20 +74,26 @@ def activation_elems_per_token(
     else:
         qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim / tp
         attn_out = m.num_heads * m.head_dim / tp
+    # Transformer Engine FP8 linears save their GEMM inputs for backward as FP8 (1 byte, half an element)
+    g = 0.5 if fp8_gemm_inputs else 1.0
     # attention block: norm input + qkv input (norm output) + q,k,v + softmax stats (fp32 per head) + O
-    attn = 2 * hs + qkv + attn_out + 2.0 * m.num_heads / tp
+    # (the attention output O stays saved in bf16 for the attention backward; with FP8 the output
+    # projection saves its own FP8 copy on top)
+    attn = hs + g * hs + qkv + attn_out * (2.0 - g if g < 1 else 1.0) + 2.0 * m.num_heads / tp
     if moe_layer:
         e = m.moe
         fe = e.expert_ffn_hidden_size
-        per_expert_token = h + (3 * fe if m.mlp_type == "gated" else 2 * fe) / etp  # dispatched input + fc1/act
+        # dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)
+        per_expert_token = g * h + ((2 + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
         shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
-        shared = (3 * shared_w if m.mlp_type == "gated" else 2 * shared_w) / tp if e.num_shared_experts else 0.0
+        shared = ((2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w) / tp if e.num_shared_experts else 0.0
         # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
-        mlp = 2 * hs + e.top_k * per_expert_token / tp + shared + e.num_experts / tp
+        mlp = hs + g * hs + e.top_k * per_expert_token / tp + shared + e.num_experts / tp
     else:
         f = m.ffn_hidden_size
-        inter = 3 * f if m.mlp_type == "gated" else 2 * f  # gated: gate, up, act(gate)*up; plain: fc1, act
-        mlp = 2 * hs + inter / tp
+        # gated: gate, up, act(gate)*up (fc2 input); plain: fc1 out, act (fc2 input)
+        inter = (2 + g) * f if m.mlp_type == "gated" else (1 + g) * f
+        mlp = hs + g * hs + inter / tp
     total = attn + mlp
     if recompute == "selective" and framework in ("fsdp", "maxtext"):
         # torchtitan "op" selective AC saves every other matmul output and the attention output,
