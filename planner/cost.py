@@ -437,3 +437,54 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
                   "layers_per_stage": counts,
                   "fwd_s_per_microbatch": stage_fwd, "bwd_s_per_microbatch": [stage_bwd[s] + stage_rec[s] for s in range(pp)]},
     )
+
+
+def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
+    """The layer -> stage balancing problem of `plan` (planner.stages.StageProblem), built from the same
+    per-layer costs `evaluate` uses: fwd+bwd time and exposed collectives per layer, the extra time of a
+    fully recomputed layer, activation bytes per in-flight micro-batch with and without full recompute,
+    model-state bytes per layer, the embedding / LM head + loss extras and in-flight micro-batches per
+    stage. Capacity = usable memory less the framework overhead, over the allocator fragmentation."""
+    from planner.stages import StageProblem
+
+    ev = evaluate(ctx, plan)  # fills the per-kind caches read below
+    m, tr = ctx.model, ctx.train
+    tp, cp, ep, etp, pp = plan.tp, plan.cp, plan.ep, plan.etp, plan.pp
+    sp = plan.sequence_parallel and tp > 1
+    tokens = plan.micro_batch * tr.seq_len / cp
+    tkey = (tp, cp, plan.micro_batch, sp, ep, etp, plan.cp_comm)
+    st = state_bytes_per_param(tr.framework, plan.zero_stage, plan.offload_optimizer)
+    z_dense = plan.zero_shard_size or plan.dp * cp
+    z_exp = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
+    per = lambda Z: ((st.weights / (Z if st.weights_sharded else 1)) + (st.grads / (Z if st.grads_sharded else 1))  # noqa: E731
+                     + (st.optimizer / (Z if st.optimizer_sharded else 1)))
+    base_mode = plan.recompute if plan.recompute != "full" else "none"
+    t, rc, act, act_rc, state = [], [], [], [], []
+    for k in ctx.layer_kinds:
+        lf, lb, la, lt, lc, le = ctx.layer_time_cache[(k.moe, k.sliding) + tkey]
+        comm = 2 * ((0.0 if plan.tp_comm_overlap else lt) + lc + le)
+        t.append(lf + lb + comm + (la if plan.recompute == "selective" else 0.0))
+        rc.append(lf + lt + lc + le)
+        act.append(ctx.act_cache[(k.moe, k.sliding, tp, sp, base_mode, etp)] * tokens * 2.0)
+        act_rc.append(ctx.act_cache[(k.moe, k.sliding, tp, sp, "full", etp)] * tokens * 2.0
+                      if (k.moe, k.sliding, tp, sp, "full", etp) in ctx.act_cache
+                      else activation_elems_per_token(m, k.moe, tp, sp, "full", tr.framework, etp) * tokens * 2.0)
+        dense = (k.params.total - k.params.routed_experts) / tp
+        state.append(dense * per(z_dense) + k.params.routed_experts / (ep * etp) * per(z_exp))
+    head_s = tokens * lm_head_flops_per_token(m) / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size, m.vocab_size / tp))
+    emb_state = ctx.params.embedding / tp * per(z_dense)
+    head_state = (ctx.params.lm_head or ctx.params.embedding) / tp * per(z_dense)
+    nmb = _num_microbatches(plan, tr)
+    inflight = tuple(inflight_microbatches(plan.schedule, pp, s, nmb, plan.vpp) for s in range(pp))
+    overhead = cal.FRAMEWORK_OVERHEAD_GIB.get(tr.framework, 2.0) * GIB
+    cap = max(1.0, (capacity_gib * GIB - overhead) / cal.ALLOCATOR_FRAGMENTATION)
+    del ev
+    return StageProblem(
+        num_layers=m.num_layers, pp=pp, layer_time_s=tuple(t), layer_recompute_s=tuple(rc),
+        layer_act_bytes=tuple(act), layer_act_bytes_recompute=tuple(act_rc), layer_state_bytes=tuple(state),
+        first_extra_time_s=0.0, last_extra_time_s=3 * head_s,
+        first_extra_bytes=emb_state + tokens * m.hidden_size * 2.0 * inflight[0],
+        last_extra_bytes=head_state + tokens * logits_bytes_per_token(m, tp),
+        inflight=inflight, capacity_bytes=cap,
+        uniform_recompute=plan.recompute == "full",
+    )

@@ -96,3 +96,27 @@ def stage_layer_counts(num_layers: int, pp: int, first: int | None = None, last:
     for k in range(excess):
         counts[order[k % len(order)]] -= 1
     return counts
+
+
+def megatron_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:
+    """First/last stage sizes for layers that pp does not divide, in the only form Megatron accepts
+    (--decoder-first/last-pipeline-num-layers: equal middle stages; with virtual stages every stage's
+    count divisible by vpp): the split whose largest stage is smallest, the last stage (LM head) not
+    larger than the first. None when no such split exists."""
+    L = num_layers
+    if pp < 2:
+        return None
+    best = None
+    mids = [0] if pp == 2 else range(vpp, L // (pp - 2) + 1, vpp)
+    for mid in mids:
+        rest = L - (pp - 2) * mid
+        if rest < 2 * vpp:
+            continue
+        last = (rest // 2) // vpp * vpp
+        first = rest - last
+        if last < vpp or first % vpp:
+            continue
+        key = (max(mid, first, last), first - last)
+        if best is None or key < best[0]:
+            best = (key, (first, last))
+    return best[1] if best else None

@@ -21,6 +21,7 @@ from planner import calibration as cal
 from planner.cost import Context, Evaluation, evaluate
 from planner.errors import InputError
 from planner.memory import GIB, state_bytes_per_param
+from planner.pipeline import megatron_split
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 
@@ -179,25 +180,40 @@ def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarra
     return out
 
 
-def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, str]]:
+def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, str, int | None, int | None]]:
+    """(vpp, schedule, first_stage_layers, last_stage_layers) for a pipeline depth. Layer splits are
+    proposed only in forms Megatron can state: even over pp (and vpp), or explicit first/last stage
+    sizes with equal middle stages (planner.pipeline.megatron_split); pinned sizes are kept."""
     L = ctx.model.num_layers
     if pp == 1:
-        return [(1, "1f1b")]
+        return [(1, "1f1b", None, None)]
     sched = opts.fixed.get("schedule")
     vpp_fixed = opts.fixed.get("vpp")
-    out = []
-    if sched in (None, "1f1b") and vpp_fixed in (None, 1):
-        out.append((1, "1f1b"))
-    if sched in ("gpipe", "zb", "dualpipe") and vpp_fixed in (None, 1):
-        out.append((1, sched))
-    if sched in (None, "interleaved") and vpp_fixed != 1:
-        units = L if L % pp == 0 else L + 2  # + embedding and loss as pipeline "layers" (Megatron)
-        vs = [v for v in divisors(units // pp) if 1 < v <= MAX_SEARCH_VPP] if units % pp == 0 else []
-        if vpp_fixed not in (None, 1):
-            vs = [vpp_fixed]
-        out.extend((v, "interleaved") for v in vs)
-    return out
+    pinned = "first_stage_layers" in opts.fixed or "last_stage_layers" in opts.fixed
 
+    def split(v: int) -> tuple[bool, int | None, int | None]:
+        if pinned:
+            return True, opts.fixed.get("first_stage_layers"), opts.fixed.get("last_stage_layers")
+        if L % pp == 0 and (L // pp) % v == 0:
+            return True, None, None
+        fl = megatron_split(L, pp, v)
+        return (fl is not None, *(fl or (None, None)))
+
+    out = []
+    single = [("1f1b", None)] if sched in (None, "1f1b") else ([(sched, None)] if sched in ("gpipe", "zb", "dualpipe") else [])
+    if vpp_fixed in (None, 1):
+        for name, _ in single:
+            ok, f, la = split(1)
+            if ok:
+                out.append((1, name, f, la))
+    if sched in (None, "interleaved") and vpp_fixed != 1:
+        vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
+                                                               if (L // pp) % v == 0 or L % pp]
+        for v in vs:
+            ok, f, la = split(v)
+            if ok or vpp_fixed not in (None, 1):
+                out.append((v, "interleaved", f, la))
+    return out
 
 BEAM_THRESHOLD = 600  # (layout, ZeRO) pairs above which the outer knobs are beam-searched
 BEAM_WIDTH = 150  # pairs kept by the beam, ranked by a one-plan probe each
@@ -272,13 +288,12 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     sps = _fixed_or(opts, "sequence_parallel", [True])
     cp_comms = _fixed_or(opts, "cp_comm", ["ring"])
     offloads = _fixed_or(opts, "offload_optimizer", [False])
-    base_fixed = {k: v for k, v in fx.items() if k in ("first_stage_layers", "last_stage_layers",
-                                                          "tp_comm_overlap") and v is not None}
+    base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap",) and v is not None}
     for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
         per_rank = tr.global_batch // r["dp"]
         mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
         mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
-        for vpp, sched in _vpp_choices(ctx, opts, r["pp"]):
+        for vpp, sched, first, last in _vpp_choices(ctx, opts, r["pp"]):
             for sp in sps:
                 for cpc in cp_comms:
                     for off in offloads:
@@ -289,7 +304,8 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
                                     plan = ParallelPlan(**r, vpp=vpp, schedule=sched, micro_batch=mb, zero_stage=z,
                                                         recompute=rc, sequence_parallel=sp and r["tp"] > 1, cp_comm=cpc,
                                                         offload_optimizer=off, recompute_layers=fx.get("recompute_layers") if rc == "full" else None,
-                                                        zero_shard_size=shard, **base_fixed)
+                                                        zero_shard_size=shard, first_stage_layers=first,
+                                                        last_stage_layers=last, **base_fixed)
                                 except ValueError:
                                     continue
                                 if plan_errors(m, tr, cl.count, plan):
@@ -312,6 +328,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
                             if not any_fit and opts.require_fit and "micro_batch" not in fx:
                                 break  # larger micro-batches only need more memory
     results.sort(key=_sort_key)
+    results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
     chosen = feasible if opts.require_fit else results
@@ -320,6 +337,55 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
         frontier=frontier,
     )
+
+
+STAGE_SOLVE_LIMIT_S = 0.3  # CP-SAT time per plan
+
+
+def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float) -> list[Evaluation]:
+    """For the leading plans whose layers do not split evenly over the pipeline (and have no pinned
+    stage sizes), let CP-SAT (planner.stages) choose the first/last stage sizes that minimise the
+    slowest stage within memory, where Megatron's --decoder-first/last-pipeline-num-layers can express
+    them; the re-scored plan replaces the original when it is valid and no slower."""
+    fx = opts.fixed
+    if "first_stage_layers" in fx or "last_stage_layers" in fx:
+        return results
+    from planner.cost import stage_problem
+    from planner.stages import assign_stages, megatron_flags
+
+    L = ctx.model.num_layers
+    out, done = list(results), 0
+    for i, ev in enumerate(results):
+        if done >= opts.top_k:
+            break
+        if not opts.require_fit or ev.memory["peak_gib"] > cap:
+            continue
+        done += 1
+        p = ev.plan
+        if p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe":
+            continue
+        try:
+            a = assign_stages(stage_problem(ctx, p, cap), time_limit_s=STAGE_SOLVE_LIMIT_S)
+        except ValueError:
+            continue
+        flags = megatron_flags(a) if a else None
+        if not flags or flags == (None, None):
+            continue
+        first, last = flags
+        try:
+            alt = ParallelPlan(**{**p.model_dump(), "first_stage_layers": first, "last_stage_layers": last})
+        except ValueError:
+            continue
+        if plan_errors(ctx.model, ctx.train, ctx.cluster.count, alt):
+            continue
+        new = evaluate(ctx, alt)
+        if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:
+            new.pipeline["stage_assignment"] = {"layers_per_stage": list(a.layers_per_stage),
+                                                "recompute_per_stage": list(a.recompute_per_stage),
+                                                "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}
+            out[i] = new
+    out.sort(key=_sort_key)
+    return out
 
 
 def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_ev: Evaluation) -> Evaluation:

@@ -63,6 +63,10 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
         if rest < 0 or (free and rest % free) or (not free and rest):
             errs.append(f"uneven stages first={p.first_stage_layers} last={p.last_stage_layers} do not split "
                         f"{model.num_layers} layers over pp={p.pp}")
+        elif p.vpp > 1 and any(c % p.vpp for c in (p.first_stage_layers, p.last_stage_layers, rest // free if free else 0)
+                               if c is not None):
+            errs.append(f"with vpp={p.vpp} every stage's layer count must divide into {p.vpp} virtual stages "
+                        "(Megatron rule for --decoder-first/last-pipeline-num-layers)")
     if train.global_batch % (p.dp * p.micro_batch):
         errs.append(f"global batch {train.global_batch} is not divisible by dp*micro_batch={p.dp * p.micro_batch}")
     if model.moe is None:

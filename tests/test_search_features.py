@@ -70,3 +70,38 @@ def test_min_devices_is_minimal():
         assert not search(Context(model, smaller, train), opts).plans
     n5, res5 = min_devices(model, cluster, train, opts, target_step_s=20.0)
     assert res5.plans[0].step_time_s <= 20.0 and n5 >= n
+
+
+@pytest.mark.parametrize("L,pp,vpp,expected", [(126, 16, 1, (7, 7)), (126, 16, 2, (8, 6)), (61, 16, 1, (3, 2)),
+                                              (80, 3, 1, (27, 27)), (61, 4, 4, None)])
+def test_megatron_split(L, pp, vpp, expected):
+    from planner.pipeline import megatron_split, stage_layer_counts
+
+    assert megatron_split(L, pp, vpp) == expected
+    if expected:
+        counts = stage_layer_counts(L, pp, *expected)
+        assert sum(counts) == L and len(set(counts[1:-1])) <= 1 and all(c % vpp == 0 for c in counts)
+
+
+@pytest.mark.parametrize("model,cluster,seq,gbs", [("llama-405b", "h100x1024", 8192, 1024),
+                                                   ("deepseek-v3", "h800x256", 4096, 1024),
+                                                   ("nemotron-4-340b", "h100x512", 4096, 512)])
+def test_search_plans_state_their_layer_split(model, cluster, seq, gbs):
+    """Every plan the search returns splits its layers in a form Megatron can be told: evenly over
+    pp and vpp, or with explicit first/last stage sizes (equal middle stages)."""
+    ctx = ctx_for(model, cluster, seq_len=seq, global_batch=gbs)
+    L = ctx.model.num_layers
+    for e in search(ctx, SearchOptions(top_k=10)).plans:
+        p = e.plan
+        if p.first_stage_layers is None and p.last_stage_layers is None:
+            assert L % p.pp == 0 and (L // p.pp) % p.vpp == 0, p
+        else:
+            assert not plan_errors(ctx.model, ctx.train, ctx.cluster.count, p)
+
+
+def test_cp_sat_balances_deepseek_stages():
+    ctx = ctx_for("deepseek-v3", "h800x256", seq_len=4096, global_batch=1024)
+    best = search(ctx, SearchOptions(top_k=1)).plans[0]
+    sa = best.pipeline.get("stage_assignment")
+    assert sa and sa["solver"].startswith("CP-SAT") and sum(sa["layers_per_stage"]) == 61
+    assert best.pipeline["layers_per_stage"] == sa["layers_per_stage"]

@@ -166,3 +166,31 @@ def catalog_cases(world: int = 64, hw: str = "h100x64") -> list[Case]:
                             recompute="selective")
         out.append(Case(f"catalog-{name}", m, cl, TrainingSpec(seq_len=4096, global_batch=dp * 8), plan))
     return out
+
+
+# --------------------------------------------------------------------------- the search's own choices
+SEARCH_INPUTS = [  # (model, cluster, seq_len, global_batch): the search picks every knob
+    ("llama-3.1-405b", "h100x1024", 8192, 1024),
+    ("deepseek-v3", "h800-sxm-80gbx256", 4096, 1024),
+    ("llama-3.1-70b", "a100-sxm-80gbx64", 4096, 1024),
+    ("mixtral-8x7b", "h100-sxm-80gbx64", 4096, 512),
+]
+
+
+def search_cases() -> list[Case]:
+    """The best plan `plan` itself chooses for a few representative inputs, so the real consumers
+    check what the search actually emits (uneven CP-SAT stage splits, interleaving, EP/ETP)."""
+    try:
+        from planner.cost import Context
+        from planner.hardware_catalog import parse_cluster
+        from planner.model_catalog import get_model
+        from planner.search import SearchOptions, search
+    except ImportError:
+        return []
+    out = []
+    for name, cl, seq, gbs in SEARCH_INPUTS:
+        model, cluster = get_model(name), parse_cluster(cl)
+        train = TrainingSpec(seq_len=seq, global_batch=gbs)
+        best = search(Context(model, cluster, train), SearchOptions(top_k=1)).plans[0]
+        out.append(Case(f"search-{name}-{cl}", model, cluster, train, best.plan))
+    return out

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster, search_cases
 from consumers.conftest import accepted, rejected, require, run_checker
 from planner.specs import ParallelPlan, TrainingSpec
 
@@ -16,7 +16,8 @@ pytestmark = pytest.mark.consumers
 B200_CASE = Case("llama8b-tp2-cp2-16xb200", LLAMA31_8B, cluster("b200-sxm-180gb", 16),
                  TrainingSpec(seq_len=16384, global_batch=32),
                  ParallelPlan(tp=2, cp=2, dp=4, micro_batch=1, zero_stage=1, recompute="full", recompute_layers=4))
-CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases()
+SEARCH_CASES = search_cases()
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases() + SEARCH_CASES
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -113,3 +114,8 @@ def test_megatron_rejects_broken_args(results):
     rejected(results, "bad-heads-vs-tp")
     rejected(results, "bad-experts-vs-ep", "experts")
     rejected(results, "bad-fsdp-with-max-connections-1", "CUDA_DEVICE_MAX_CONNECTIONS")
+
+
+def test_search_choices_are_expressible_in_megatron():
+    """Every plan the search chooses for the representative inputs must be written for Megatron."""
+    assert SEARCH_CASES and all(c.name in BY_NAME for c in SEARCH_CASES)
