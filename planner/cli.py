@@ -383,17 +383,23 @@ def validate_cmd(runs_file, as_json, write_docs, search_quality, debug):
 def explain_cmd(as_json, **kw):
     """Every number of one plan with its formula, and why each neighbouring plan loses."""
     from planner import calibration as cal
-    from planner.explain import why_not
+    from planner.explain import derivation, why_not
 
     ctx, res, doc = run_search(kw | {"top_k": 1})
     best = res.plans[0]
     cap = ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - (kw.get("memory_headroom") or 0.0)
     alts = why_not(ctx, best, cap)
     doc["why_not"] = alts
+    doc["derivation"] = derivation(ctx, best)
     if as_json:
         emit_doc(doc, True)
         return
     emit_doc(doc, False)
+    click.echo("\nHow each number was computed (docs/cost-model.md names the sources):")
+    for r in doc["derivation"]:
+        v = r["value"]
+        val = f"{v:.4g}" if isinstance(v, float) else str(v)
+        click.echo(f"  {r['name']:<44} {val:>12} {r['unit']:<8} {r['formula']}")
     click.echo("\nWhy not:")
     for a in alts:
         click.echo(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}")

@@ -1,0 +1,33 @@
+"""`plan explain`: the numbers of the chosen plan with their formulas, and why not its neighbours."""
+
+import json
+import math
+
+from click.testing import CliRunner
+
+from planner.cli import main
+
+
+def test_explain_json_derivation_matches_the_plan():
+    r = CliRunner().invoke(main, ["explain", "--model", "llama-70b", "--cluster", "a100x64", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    best = doc["plans"][0]
+    rows = {d["name"]: d for d in doc["derivation"]}
+    assert rows["step time"]["value"] == best["step_time_s"]
+    assert rows["peak memory"]["value"] == best["memory"]["peak_gib"]
+    assert rows["micro-batches per step"]["value"] == best["pipeline"]["num_microbatches"]
+    assert rows["MFU"]["value"] == best["mfu"]
+    for d in doc["derivation"]:
+        assert d["formula"]
+        if isinstance(d["value"], float):
+            assert math.isfinite(d["value"])
+    # every neighbour has a verdict; at least one does not fit and one is slower on this cluster
+    verdicts = {a["verdict"] for a in doc["why_not"]}
+    assert {"does not fit", "slower"} <= verdicts
+
+
+def test_explain_table_shows_formulas():
+    r = CliRunner().invoke(main, ["explain", "--model", "llama-70b", "--cluster", "a100x64", "--tp", "8"])
+    assert r.exit_code == 0, r.output
+    assert "How each number was computed" in r.output and "gbs / (dp x mbs)" in r.output and "Why not" in r.output
