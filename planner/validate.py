@@ -114,19 +114,27 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
             str(fixed["schedule"]).lower(), None)
     if fixed.get("vpp", 1) > 1:
         fixed.setdefault("schedule", "interleaved")
-    fixed["offload_optimizer"] = False  # the schema has no offload field; none of the published runs offloads
     if fixed.get("zero_stage") == 3:
         fixed["zero_shard_size"] = None  # the schema: zero_stage 3 is FSDP *full* sharding, not hybrid
     src = str(run.get("source", "")).lower()
     if "deepseek-v3 technical report" in src and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
+    for k, v in stack_constraints(run, train).items():
+        fixed.setdefault(k, v)
+    return Context(model, cluster, train), fixed
+
+
+def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
+    """What the run's software stack could do at all, independent of the plan chosen: applied to the
+    published plan and to the unconstrained search it is compared with."""
+    env: dict[str, Any] = {"offload_optimizer": False}  # no offload field in the schema; none of the runs offloads
     if train.attention_impl == "unfused":
         # stacks before mid-2022 had neither sequence parallelism nor Megatron's distributed optimizer
         # (both arrived with Korthikanti et al. 2022, arXiv 2205.05198, and Megatron-LM after it)
-        fixed.setdefault("sequence_parallel", False)
+        env["sequence_parallel"] = False
         if train.framework == "megatron":
-            fixed.setdefault("zero_stage", 0)
-    return Context(model, cluster, train), fixed
+            env["zero_stage"] = 0
+    return env
 
 
 def _one_line(e: Exception) -> str:
@@ -228,7 +236,7 @@ def search_quality(run: dict) -> dict | None:
     if not pub_fits:
         pub = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=False))
     published = pub.plans[0]
-    free = search(ctx, SearchOptions(top_k=1))
+    free = search(ctx, SearchOptions(fixed=stack_constraints(run, ctx.train), top_k=1))
     best = free.plans[0] if free.plans else None
     rank = 1 + sum(1 for t, _ in free.frontier if t < published.step_time_s - 1e-12) if pub_fits else None
     return {
