@@ -180,39 +180,42 @@ def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarra
     return out
 
 
-def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, str, int | None, int | None]]:
-    """(vpp, schedule, first_stage_layers, last_stage_layers) for a pipeline depth. Layer splits are
-    proposed only in forms Megatron can state: even over pp (and vpp), or explicit first/last stage
-    sizes with equal middle stages (planner.pipeline.megatron_split); pinned sizes are kept."""
+def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, str, int | None, int | None, bool]]:
+    """(vpp, schedule, first_stage_layers, last_stage_layers, account_embedding_loss) for a pipeline
+    depth. Layer splits are proposed only in forms Megatron can state: even over pp (and vpp), the
+    embedding and loss counted as layers, or explicit first/last stage sizes with equal middle stages
+    (planner.pipeline.megatron_split); pinned sizes are kept."""
     L = ctx.model.num_layers
     if pp == 1:
-        return [(1, "1f1b", None, None)]
+        return [(1, "1f1b", None, None, False)]
     sched = opts.fixed.get("schedule")
     vpp_fixed = opts.fixed.get("vpp")
     pinned = "first_stage_layers" in opts.fixed or "last_stage_layers" in opts.fixed
 
-    def split(v: int) -> tuple[bool, int | None, int | None]:
+    def split(v: int) -> tuple[bool, int | None, int | None, bool]:
         if pinned:
-            return True, opts.fixed.get("first_stage_layers"), opts.fixed.get("last_stage_layers")
+            return True, opts.fixed.get("first_stage_layers"), opts.fixed.get("last_stage_layers"), False
         if L % pp == 0 and (L // pp) % v == 0:
-            return True, None, None
+            return True, None, None, False
+        if (L + 2) % pp == 0 and ((L + 2) // pp) % v == 0:
+            return True, None, None, True
         fl = megatron_split(L, pp, v)
-        return (fl is not None, *(fl or (None, None)))
+        return (fl is not None, *(fl or (None, None)), False)
 
     out = []
     single = [("1f1b", None)] if sched in (None, "1f1b") else ([(sched, None)] if sched in ("gpipe", "zb", "dualpipe") else [])
     if vpp_fixed in (None, 1):
         for name, _ in single:
-            ok, f, la = split(1)
+            ok, f, la, acc = split(1)
             if ok:
-                out.append((1, name, f, la))
+                out.append((1, name, f, la, acc))
     if sched in (None, "interleaved") and vpp_fixed != 1:
         vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
                                                                if (L // pp) % v == 0 or L % pp]
         for v in vs:
-            ok, f, la = split(v)
+            ok, f, la, acc = split(v)
             if ok or vpp_fixed not in (None, 1):
-                out.append((v, "interleaved", f, la))
+                out.append((v, "interleaved", f, la, acc))
     return out
 
 BEAM_THRESHOLD = 600  # (layout, ZeRO) pairs above which the outer knobs are beam-searched
@@ -268,6 +271,10 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     zeros = _zero_choices(ctx, opts)
     # prune (structure, zero) pairs whose model states alone exceed the capacity
     pairs = [(r, z) for r in rows for z in zeros]
+    if tr.framework == "megatron" and "zero_stage" not in fx:
+        # Megatron-FSDP (ZeRO-3) where the whole model-replica group sits in one NVLink domain: the
+        # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network
+        pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
     keep = [pr for pr, b in zip(pairs, lb) if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
     pruned = len(pairs) - len(keep)
@@ -293,7 +300,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         per_rank = tr.global_batch // r["dp"]
         mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
         mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
-        for vpp, sched, first, last in _vpp_choices(ctx, opts, r["pp"]):
+        for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):
             for sp in sps:
                 for cpc in cp_comms:
                     for off in offloads:
@@ -305,6 +312,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
                                                         recompute=rc, sequence_parallel=sp and r["tp"] > 1, cp_comm=cpc,
                                                         offload_optimizer=off, recompute_layers=fx.get("recompute_layers") if rc == "full" else None,
                                                         zero_shard_size=shard, first_stage_layers=first,
+                                                        account_embedding_loss=acc,
                                                         last_stage_layers=last, **base_fixed)
                                 except ValueError:
                                     continue
@@ -362,7 +370,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
             continue
         done += 1
         p = ev.plan
-        if p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe":
+        if p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss:
             continue
         try:
             a = assign_stages(stage_problem(ctx, p, cap), time_limit_s=STAGE_SOLVE_LIMIT_S)
@@ -373,7 +381,8 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
             continue
         first, last = flags
         try:
-            alt = ParallelPlan(**{**p.model_dump(), "first_stage_layers": first, "last_stage_layers": last})
+            alt = ParallelPlan(**{**p.model_dump(), "first_stage_layers": first, "last_stage_layers": last,
+                                  "account_embedding_loss": False})
         except ValueError:
             continue
         if plan_errors(ctx.model, ctx.train, ctx.cluster.count, alt):

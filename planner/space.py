@@ -67,6 +67,13 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
                                if c is not None):
             errs.append(f"with vpp={p.vpp} every stage's layer count must divide into {p.vpp} virtual stages "
                         "(Megatron rule for --decoder-first/last-pipeline-num-layers)")
+    if p.account_embedding_loss:
+        units = model.num_layers + 2
+        if p.pp < 2 or units % p.pp or (units // p.pp) % p.vpp:
+            errs.append(f"counting the embedding and loss as layers needs pp > 1 and {units} divisible by pp={p.pp} "
+                        f"into stages divisible by vpp={p.vpp} (Megatron rule)")
+        if p.first_stage_layers is not None or p.last_stage_layers is not None:
+            errs.append("account_embedding_loss and first/last stage sizes are exclusive")
     if train.global_batch % (p.dp * p.micro_batch):
         errs.append(f"global batch {train.global_batch} is not divisible by dp*micro_batch={p.dp * p.micro_batch}")
     if model.moe is None:

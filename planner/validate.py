@@ -114,6 +114,9 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
             str(fixed["schedule"]).lower(), None)
     if fixed.get("vpp", 1) > 1:
         fixed.setdefault("schedule", "interleaved")
+    L, pp_pub = model.num_layers, fixed.get("pp") or 1
+    if pp_pub > 1 and L % pp_pub and (L + 2) % pp_pub == 0 and ((L + 2) // pp_pub) % (fixed.get("vpp") or 1) == 0:
+        fixed["account_embedding_loss"] = True  # the only even-ish split Megatron/NeMo state for these
     if fixed.get("zero_stage") == 3:
         fixed["zero_shard_size"] = None  # the schema: zero_stage 3 is FSDP *full* sharding, not hybrid
     src = str(run.get("source", "")).lower()

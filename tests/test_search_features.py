@@ -88,12 +88,14 @@ def test_megatron_split(L, pp, vpp, expected):
                                                    ("nemotron-4-340b", "h100x512", 4096, 512)])
 def test_search_plans_state_their_layer_split(model, cluster, seq, gbs):
     """Every plan the search returns splits its layers in a form Megatron can be told: evenly over
-    pp and vpp, or with explicit first/last stage sizes (equal middle stages)."""
+    pp and vpp, counting the embedding and loss as layers, or with explicit first/last stage sizes."""
     ctx = ctx_for(model, cluster, seq_len=seq, global_batch=gbs)
     L = ctx.model.num_layers
     for e in search(ctx, SearchOptions(top_k=10)).plans:
         p = e.plan
-        if p.first_stage_layers is None and p.last_stage_layers is None:
+        if p.account_embedding_loss:  # Megatron --account-for-embedding/loss-in-pipeline-split
+            assert (L + 2) % p.pp == 0 and ((L + 2) // p.pp) % p.vpp == 0, p
+        elif p.first_stage_layers is None and p.last_stage_layers is None:
             assert L % p.pp == 0 and (L // p.pp) % p.vpp == 0, p
         else:
             assert not plan_errors(ctx.model, ctx.train, ctx.cluster.count, p)

@@ -79,3 +79,18 @@ def test_bad_runs_file(tmp_path):
     p.write_text("- id: x\n  model: {model_type: nope}\n  hardware: h100\n  devices: 8\n  train: {global_batch: 8}\n")
     with pytest.raises(InputError):
         predict_run(load_runs(p)[0])
+
+
+@pytest.mark.slow
+def test_every_published_plan_is_inside_the_search_space():
+    """Issue 4: for every run whose layout is published and fits by this model, the unconstrained
+    search (with only the run's software-stack limits) finds a plan at least as fast."""
+    checked = 0
+    for run in RUNS:
+        q = search_quality(run)
+        if q is None or not q["published_fits"]:
+            continue
+        checked += 1
+        assert q["best_step_s"] <= q["published_step_s"] * (1 + 1e-9), run["id"]
+        assert q["published_rank"] >= 1
+    assert checked >= 45

@@ -51,6 +51,11 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
         if p.vpp > 1:
             # validate_args: with uneven stages the degree must be given as stages per rank
             flag("--num-virtual-stages-per-pipeline-rank", p.vpp)
+    elif p.account_embedding_loss:
+        flag("--account-for-embedding-in-pipeline-split")
+        flag("--account-for-loss-in-pipeline-split")
+        if p.vpp > 1:
+            flag("--num-layers-per-virtual-pipeline-stage", (m.num_layers + 2) // (p.pp * p.vpp))
     else:
         if m.num_layers % p.pp:
             raise Unsupported(f"{m.num_layers} layers do not split evenly over pp={p.pp} and the plan gives no "

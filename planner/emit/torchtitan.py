@@ -75,6 +75,11 @@ def stage_split(job: Job) -> tuple[int, int, int]:
     first (last) stage first_less (last_less) fewer transformer layers.
     """
     m, p = job.model, job.plan
+    if p.account_embedding_loss:  # embedding and loss as one layer each: the same split, stated this way
+        units = m.num_layers + 2
+        if units % (p.pp * p.vpp):
+            raise Unsupported(f"{units} layer units do not split into pp*vpp = {p.pp * p.vpp} equal stages")
+        return units // (p.pp * p.vpp), 1, 1
     if not job.uneven:
         if m.num_layers % (p.pp * p.vpp):
             raise Unsupported(f"{m.num_layers} layers do not split into pp*vpp = {p.pp * p.vpp} equal stages")

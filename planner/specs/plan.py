@@ -38,6 +38,9 @@ class ParallelPlan(BaseModel):
     cp_comm: CpComm = Field("ring", description="ring = p2p K/V rotation; a2a = Ulysses all-to-all")
     first_stage_layers: int | None = Field(None, ge=0, description="uneven PP: layers on the first stage")
     last_stage_layers: int | None = Field(None, ge=0, description="uneven PP: layers on the last stage")
+    account_embedding_loss: bool = Field(False, description="Megatron --account-for-embedding-in-pipeline-split "
+                                         "and --account-for-loss-in-pipeline-split: the embedding and the loss each "
+                                         "count as a layer, so first and last stages take one transformer layer fewer")
     offload_optimizer: bool = Field(False, description="optimizer states and step on the CPU (ZeRO-Offload)")
     tp_comm_overlap: bool = Field(False, description="overlap TP collectives with GEMMs (Megatron/TE userbuffers)")
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster, search_cases
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, LLAMA31_405B, Case, catalog_cases, cluster, search_cases
 from consumers.conftest import accepted, rejected, require, run_checker
 from planner.specs import ParallelPlan, TrainingSpec
 
@@ -16,8 +16,12 @@ pytestmark = pytest.mark.consumers
 B200_CASE = Case("llama8b-tp2-cp2-16xb200", LLAMA31_8B, cluster("b200-sxm-180gb", 16),
                  TrainingSpec(seq_len=16384, global_batch=32),
                  ParallelPlan(tp=2, cp=2, dp=4, micro_batch=1, zero_stage=1, recompute="full", recompute_layers=4))
+ACCOUNT_CASE = Case("llama405b-pp8vpp8-account-embedding-loss-128xgb200", LLAMA31_405B, cluster("gb200-nvl72", 128),
+                    TrainingSpec(seq_len=8192, global_batch=64, dtype="fp8"),
+                    ParallelPlan(tp=4, pp=8, vpp=8, cp=2, dp=2, micro_batch=1, zero_stage=1, schedule="interleaved",
+                                 account_embedding_loss=True))
 SEARCH_CASES = search_cases()
-CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases() + SEARCH_CASES
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases() + SEARCH_CASES + [ACCOUNT_CASE]
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
 
