@@ -62,7 +62,8 @@ class Context:
         hopper_plus = hw.vendor.upper().startswith("NVIDIA") and hw.peak_tflops.fp8 is not None
         if train.framework in ("fsdp",) and hopper_plus:
             self.gemm_eff_max *= cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
-            self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY)
+            # the same derate applies to every tensor-core kernel, attention included
+            self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY) * cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
         self.unfused_attention = train.attention_impl == "unfused"
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
         # caches shared by every candidate of a search (keys hold every input of the cached value)

@@ -32,9 +32,10 @@ def test_step_time_median_target(result):
 
 
 def test_step_time_p90_regression_guard(result):
-    # the target is p90 <= 25%; the model reaches 44% (docs/validation.md lists the outliers:
-    # SC21 ZeRO-3, DeepSeek-V3, Qwen3-MoE, torchtitan long-context CP). This guards against regressions.
-    assert result["summary"]["step_time"]["p90_abs_error"] <= 0.46
+    # the target is p90 <= 25%; the model reaches 31.6% (docs/validation.md lists the outliers:
+    # SC21 ZeRO-3 baselines, DeepSeek-V3 on GB200 (DGX Cloud), Qwen3-MoE, Nemotron-4 FP8, MT-NLG).
+    # This guards against regressions.
+    assert result["summary"]["step_time"]["p90_abs_error"] <= 0.33
 
 
 def test_peak_memory_median_target_torchtitan(result):
