@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from planner import calibration as cal
 from planner.collectives import collective_time, group_link

@@ -1,4 +1,5 @@
-"""Safe reading of user files: size-limited, YAML/JSON via safe loaders, one-line errors."""
+"""Safe reading of user files: size-limited, YAML/JSON via safe loaders, one-line errors.
+The one reader behind model specs, cluster specs and run files."""
 
 from __future__ import annotations
 
@@ -10,38 +11,48 @@ import yaml
 
 from planner.errors import InputError
 
-MAX_INPUT_BYTES = 8 * 2**20  # no spec or runs file is anywhere near this
+MIB = 2**20
+MAX_INPUT_BYTES = 8 * MIB  # run files; model and cluster specs pass 1 MiB
 
 
-def read_structured_file(path: str | Path, what: str = "file", max_bytes: int = MAX_INPUT_BYTES) -> Any:
-    """Parse a YAML or JSON file with safe loaders; every failure is an InputError of one line."""
+def _limit_text(n: int) -> str:
+    return f"{n // MIB} MiB" if n % MIB == 0 else f"{n} bytes"
+
+
+def read_structured_file(path: str | Path, what: str = "file", max_bytes: int = MAX_INPUT_BYTES,
+                         hint: str = "a YAML or JSON file") -> Any:
+    """Parse a YAML or JSON file with safe loaders (no code execution); every failure is an InputError
+    of one line naming the file (`what`) and what to do (`hint`)."""
     p = Path(path)
+    where = f"{what} {str(p)!r}"
     if p.is_dir():
-        raise InputError(f"{p} is a directory; give the path of a YAML or JSON {what}")
+        raise InputError(f"{where} is a directory: pass {hint}")
     if not p.exists():
-        raise InputError(f"{p}: no such {what}")
+        raise InputError(f"{where} does not exist: pass {hint}")
     try:
         size = p.stat().st_size
         if size > max_bytes:
-            raise InputError(f"{p} is {size} bytes; a {what} larger than {max_bytes} bytes is refused")
+            raise InputError(f"{where} is {size:,} bytes, over the {_limit_text(max_bytes)} limit: pass {hint}")
         raw = p.read_bytes()
     except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror})") from None
+        raise InputError(f"{where} cannot be read ({e.strerror or e})") from None
     if not raw.strip():
-        raise InputError(f"{p} is empty; expected a YAML or JSON {what}")
+        raise InputError(f"{where} is empty: it must hold {hint}")
     if b"\x00" in raw:
-        raise InputError(f"{p} looks binary; expected a YAML or JSON {what}")
+        raise InputError(f"{where} is binary: pass {hint}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise InputError(f"{p} is not UTF-8 text; expected a YAML or JSON {what}") from None
+        raise InputError(f"{where} is not UTF-8 text: pass {hint}") from None
+    kind = "JSON" if p.suffix.lower() == ".json" else "YAML"
     try:
-        if p.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+        return json.loads(text) if kind == "JSON" else yaml.safe_load(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise InputError(f"{where} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): fix the syntax") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise InputError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', None) or 'parse error'}") from None
+        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        msg = " ".join(str(getattr(e, "problem", None) or "parse error").split())
+        raise InputError(f"{where} is not valid YAML ({msg}{at}): fix the syntax") from None
+    except RecursionError:
+        raise InputError(f"{where} is nested too deeply: fix the file") from None

@@ -28,7 +28,6 @@ Every bad input raises `InputError` with one line saying what is wrong and what 
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +38,7 @@ from pydantic import ValidationError
 
 from planner.data import data_dir
 from planner.errors import InputError
+from planner.files import read_structured_file
 from planner.names import did_you_mean, normalise
 from planner.specs.cluster import MAX_DEVICES, ClusterSpec
 from planner.specs.hardware import HardwareSpec
@@ -230,32 +230,8 @@ def parse_cluster(text: str) -> ClusterSpec:
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
-    if path.is_dir():
-        raise InputError(f"{path} is a directory; give the path of a cluster YAML or JSON file")
-    try:
-        size = path.stat().st_size
-        if size > MAX_CLUSTER_FILE_BYTES:
-            raise InputError(f"cluster file {path} is {size:,} bytes; files over 1 MiB are refused (a cluster spec is a few lines)")
-        blob = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read cluster file {path}: {e.strerror or e}") from None
-    if not blob.strip():
-        raise InputError(f"cluster file {path} is empty; it needs at least `hardware:` and `count:`")
-    if b"\x00" in blob:
-        raise InputError(f"cluster file {path} looks binary; expected YAML or JSON text")
-    try:
-        body = blob.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"cluster file {path} is not UTF-8 text; expected YAML or JSON") from None
-    try:
-        data = json.loads(body) if path.suffix.lower() == ".json" else yaml.safe_load(body)
-    except json.JSONDecodeError as e:
-        raise InputError(f"cluster file {path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or "parse error"
-        raise InputError(f"cluster file {path}: malformed YAML{where}: {_one_line(problem)}") from None
+    data = read_structured_file(path, what="cluster file", max_bytes=MAX_CLUSTER_FILE_BYTES,
+                                hint="a cluster YAML or JSON file with `hardware:` and `count:`")
     if not isinstance(data, dict):
         kind = "empty" if data is None else type(data).__name__
         raise InputError(f"cluster file {path} must be a mapping with `hardware:` and `count:`, got {kind}")

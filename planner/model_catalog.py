@@ -16,16 +16,15 @@ config.json, a catalog-style entry, or a native `ModelSpec` mapping.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
 from pydantic import ValidationError
 
 from planner.data import data_dir
 from planner.errors import InputError
+from planner.files import read_structured_file
 from planner.hf_import import _validation_message, from_hf_config
 from planner.names import did_you_mean, normalise
 from planner.specs import ModelSpec
@@ -146,37 +145,9 @@ def get_model(name: str) -> ModelSpec:
 
 
 def _read_mapping(path: Path) -> Any:
-    """Parse a JSON or YAML file (<= 1 MiB). One-line InputError for anything unreadable."""
-    where = f"model file {str(path)!r}"
-    if path.is_dir():
-        raise InputError(f"{where} is a directory: pass a config.json or YAML file")
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise InputError(f"{where} is {size} bytes, over the 1 MiB limit: pass a model config, not weights")
-        raw = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{where} cannot be read: {e.strerror or e}") from None
-    if not raw.strip():
-        raise InputError(f"{where} is empty: it must hold a HF config.json, a catalog entry or a ModelSpec mapping")
-    if b"\x00" in raw:
-        raise InputError(f"{where} is binary: pass a JSON or YAML text file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{where} is not UTF-8 text: pass a JSON or YAML file") from None
-    try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else (f" line {e.lineno}" if hasattr(e, "lineno") else "")
-        kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
-        msg = (getattr(e, "problem", None) or getattr(e, "msg", None) or str(e)).splitlines()[0]
-        raise InputError(f"{where} is not valid {kind} ({msg} at{line or ' unknown line'}): fix the syntax") from None
-    except RecursionError:
-        raise InputError(f"{where} is nested too deeply: fix the file") from None
+    """Parse a JSON or YAML model file (<= 1 MiB) with the project's one safe reader."""
+    return read_structured_file(path, what="model file", max_bytes=MAX_FILE_BYTES,
+                                hint="a HF config.json, a catalog entry or a ModelSpec mapping (JSON or YAML)")
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

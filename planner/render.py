@@ -12,16 +12,18 @@ TIME_PARTS = ("compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", 
 
 
 def plan_label(p: dict) -> str:
-    s = f"TP{p['tp']} PP{p['pp']}"
-    if p["vpp"] > 1:
-        s += f"x{p['vpp']}"
-    if p["cp"] > 1:
-        s += f" CP{p['cp']}" + ("(a2a)" if p.get("cp_comm") == "a2a" else "")
-    s += f" DP{p['dp']}"
-    if p["ep"] > 1:
-        s += f" EP{p['ep']}"
-    if p["etp"] > 1:
-        s += f" ETP{p['etp']}"
+    """Short name of a plan's layout from its knobs: 'TP8 PP4x2 CP2 DP4 EP8' (x = virtual stages)."""
+    g = lambda k: p.get(k) or 1  # noqa: E731
+    s = f"TP{g('tp')} PP{g('pp')}"
+    if g("vpp") > 1:
+        s += f"x{g('vpp')}"
+    if g("cp") > 1:
+        s += f" CP{g('cp')}" + ("(a2a)" if p.get("cp_comm") == "a2a" else "")
+    s += f" DP{g('dp')}"
+    if g("ep") > 1:
+        s += f" EP{g('ep')}"
+    if g("etp") > 1:
+        s += f" ETP{g('etp')}"
     return s
 
 

@@ -121,13 +121,10 @@ def _knobs(plan: dict) -> dict:
 
 
 def plan_label(plan: dict) -> str:
-    """Short name of a plan: 'TP8 PP4 DP2', plus CP/EP/VPP when used."""
-    k = _knobs(plan)
-    parts = [f"TP{k.get('tp', 1)}", f"PP{k.get('pp', 1)}", f"DP{k.get('dp', 1)}"]
-    for key, name in (("cp", "CP"), ("ep", "EP"), ("vpp", "VPP")):
-        if k.get(key, 1) not in (1, None):
-            parts.append(f"{name}{k.get(key)}")
-    return " ".join(parts)
+    """Short name of a `--json` plan entry, as the terminal tables name it (planner.render)."""
+    from planner.render import plan_label as knob_label
+
+    return knob_label(_knobs(plan))
 
 
 def _plan_key(plan: dict) -> str:

@@ -309,7 +309,7 @@ def test_estimate_section():
 
 def test_plan_label():
     assert plan_label(make_plan(8, 4, 2)) == "TP8 PP4 DP2"
-    assert plan_label(make_plan(2, 4, 8, vpp=2, cp=2, ep=4)) == "TP2 PP4 DP8 CP2 EP4 VPP2"
+    assert plan_label(make_plan(2, 4, 8, vpp=2, cp=2, ep=4)) == "TP2 PP4x2 CP2 DP8 EP4"
 
 
 def test_deterministic():

@@ -75,7 +75,7 @@ def test_bad_runs_file(tmp_path):
     with pytest.raises(InputError, match="unknown field"):
         load_runs(p)
     p.write_text("[1, 2")
-    with pytest.raises(InputError, match="malformed"):
+    with pytest.raises(InputError, match="not valid YAML"):
         load_runs(p)
     p.write_text("- id: x\n  model: {model_type: nope}\n  hardware: h100\n  devices: 8\n  train: {global_batch: 8}\n")
     with pytest.raises(InputError):
