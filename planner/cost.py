@@ -134,7 +134,6 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
     mb = plan.micro_batch
     nmb = _num_microbatches(plan, tr)
     tokens = mb * tr.seq_len / cp  # tokens of one micro-batch on one device (along the sequence)
-    act_bytes = 1.0  # multiplier on 2-byte activations
     warnings: list[str] = []
 
     # ---- placement of each group (Megatron order tp -> cp -> ep/dp -> pp) ----
@@ -356,9 +355,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
     mem_parts_by_stage = []
     for s in range(pp):
         dn, ex = dense_stage[s], expert_stage[s]
-        w = dn * st.weights / (z_dense if st.weights_sharded else 1) + ex * st.weights / (z_expert if st.weights_sharded else 1)
-        g = dn * st.grads / (z_dense if st.grads_sharded else 1) + ex * st.grads / (z_expert if st.grads_sharded else 1)
-        o = dn * st.optimizer / (z_dense if st.optimizer_sharded else 1) + ex * st.optimizer / (z_expert if st.optimizer_sharded else 1)
+        w, g, o = (dn * d + ex * e for d, e in zip(st.per_param(z_dense), st.per_param(z_expert)))
         if plan.schedule == "dualpipe" and pp > 1:
             w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
         n_layers, hc, tc = split[s]
@@ -367,7 +364,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         worst_layer = 0.0
         for part, mode in ((hc, plan.recompute), (tc, "none")):
             for kid, cnt in part.items():
-                per_mb += cnt * act_elems(ctx.kinds[kid], mode) * tokens * act_elem * act_bytes
+                per_mb += cnt * act_elems(ctx.kinds[kid], mode) * tokens * act_elem
         layer_ids = set(hc) | set(tc)
         for kid in layer_ids:
             worst_layer = max(worst_layer, act_elems(ctx.kinds[kid], "none") * tokens * act_elem)
@@ -447,7 +444,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     stage. Capacity = usable memory less the framework overhead, over the allocator fragmentation."""
     from planner.stages import StageProblem
 
-    ev = evaluate(ctx, plan)  # fills the per-kind caches read below
+    evaluate(ctx, plan)  # makes sure the per-kind caches read below hold this plan's entries
     m, tr = ctx.model, ctx.train
     tp, cp, ep, etp, pp = plan.tp, plan.cp, plan.ep, plan.etp, plan.pp
     sp = plan.sequence_parallel and tp > 1
@@ -456,8 +453,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     st = state_bytes_per_param(tr.framework, plan.zero_stage, plan.offload_optimizer)
     z_dense = plan.zero_shard_size or plan.dp * cp
     z_exp = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
-    per = lambda Z: ((st.weights / (Z if st.weights_sharded else 1)) + (st.grads / (Z if st.grads_sharded else 1))  # noqa: E731
-                     + (st.optimizer / (Z if st.optimizer_sharded else 1)))
+    per = lambda Z: sum(st.per_param(Z))  # noqa: E731
     base_mode = plan.recompute if plan.recompute != "full" else "none"
     t, rc, act, act_rc, state = [], [], [], [], []
     for k in ctx.layer_kinds:
@@ -478,7 +474,6 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     inflight = tuple(inflight_microbatches(plan.schedule, pp, s, nmb, plan.vpp) for s in range(pp))
     overhead = cal.FRAMEWORK_OVERHEAD_GIB.get(tr.framework, 2.0) * GIB
     cap = max(1.0, (capacity_gib * GIB - overhead) / cal.ALLOCATOR_FRAGMENTATION)
-    del ev
     return StageProblem(
         num_layers=m.num_layers, pp=pp, layer_time_s=tuple(t), layer_recompute_s=tuple(rc),
         layer_act_bytes=tuple(act), layer_act_bytes_recompute=tuple(act_rc), layer_state_bytes=tuple(state),

@@ -36,6 +36,13 @@ class StateBytesPerParam:
     optimizer: float
     optimizer_sharded: bool
 
+    def per_param(self, shards):
+        """(weights, grads, optimizer) bytes per parameter when sharded over `shards` ranks (a number or a
+        numpy array): each part divides only if that ZeRO stage shards it."""
+        return (self.weights / (shards if self.weights_sharded else 1),
+                self.grads / (shards if self.grads_sharded else 1),
+                self.optimizer / (shards if self.optimizer_sharded else 1))
+
 
 def state_bytes_per_param(framework: str, zero_stage: int, offload_optimizer: bool) -> StateBytesPerParam:
     """Weights/grads/optimizer bytes per parameter (ZeRO paper sec. 3.1, K=12) for each framework."""

@@ -170,11 +170,7 @@ def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarra
     for z in np.unique(zero_stage):
         st = state_bytes_per_param(ctx.train.framework, int(z), False)
         zd, ze = dp * cp, np.maximum(1.0, dp * cp * tp / (ep * etp))
-        per = lambda b, sh, Z: b / np.where(sh, Z, 1.0)
-        dense = dense_total / (tp * pp)
-        exp = expert_total / (ep * etp * pp)
-        val = (dense * (per(st.weights, st.weights_sharded, zd) + per(st.grads, st.grads_sharded, zd) + per(st.optimizer, st.optimizer_sharded, zd))
-               + exp * (per(st.weights, st.weights_sharded, ze) + per(st.grads, st.grads_sharded, ze) + per(st.optimizer, st.optimizer_sharded, ze)))
+        val = dense_total / (tp * pp) * sum(st.per_param(zd)) + expert_total / (ep * etp * pp) * sum(st.per_param(ze))
         sel = zero_stage == z
         out[sel] = val[sel] / GIB
     return out

@@ -109,7 +109,7 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
     for k, v in (run.get("plan") or {}).items():
         if v is not None:
             fixed[PLAN_FIELDS[k]] = v
-    if fixed.get("schedule") not in (None, "1f1b", "interleaved", "gpipe", "zb"):
+    if fixed.get("schedule") not in (None, "1f1b", "interleaved", "gpipe", "zb", "dualpipe"):
         fixed["schedule"] = {"zero_bubble": "zb", "zbv": "zb", "interleaved_1f1b": "interleaved"}.get(
             str(fixed["schedule"]).lower(), None)
     if fixed.get("vpp", 1) > 1:
