@@ -61,15 +61,16 @@ def group_link(cluster: ClusterSpec, size: int, stride: int, kind: Kind = "all_g
     return Link(inter if per_domain == 1 else min(intra, inter), so.latency_us * 1e-6, True, per_domain)
 
 
-def collective_time(kind: Kind, nbytes: float, size: int, link: Link) -> float:
-    """Seconds for one collective over `size` ranks of a buffer of `nbytes` (full, unsharded)."""
+def collective_time(kind: Kind, nbytes: float, size: int, link: Link, count: float = 1.0) -> float:
+    """Seconds for a buffer of `nbytes` (full, unsharded) moved over `size` ranks as `count` separate
+    collectives of equal share: the bandwidth term is paid once, the latency term `count` times."""
     if size <= 1 or nbytes <= 0:
         return 0.0
     n = size
     if kind == "all_reduce":
-        return 2 * (n - 1) * link.alpha + 2.0 * (n - 1) / n * nbytes / link.busbw
+        return count * 2 * (n - 1) * link.alpha + 2.0 * (n - 1) / n * nbytes / link.busbw
     if kind in ("all_gather", "reduce_scatter"):
-        return (n - 1) * link.alpha + (n - 1) / n * nbytes / link.busbw
+        return count * (n - 1) * link.alpha + (n - 1) / n * nbytes / link.busbw
     if kind == "all_to_all":
         if link.crosses_domain:
             # the share addressed to ranks outside the domain goes over the NIC of the sender

@@ -16,7 +16,8 @@ from planner import calibration as cal
 from planner.collectives import collective_time, group_link
 from planner.flops import (LayerFlops, is_sliding_layer, layer_flops, lm_head_flops_per_token, model_flops_per_token,
                            qk_v_head_dims)
-from planner.memory import GIB, activation_elems_per_token, logits_bytes_per_token, state_bytes_per_param
+from planner.memory import (GIB, activation_elems_per_token, grad_bytes_per_param, logits_bytes_per_token,
+                            state_bytes_per_param)
 from planner.params import LayerParams, count_params, layer_params
 from planner.pipeline import inflight_microbatches, pipeline_step_time, stage_layer_counts
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
@@ -117,6 +118,33 @@ class Evaluation:
             "warnings": list(self.warnings),
             "pipeline": dict(self.pipeline),
         }
+
+
+def param_tensors_per_layer(m, moe: bool) -> int:
+    """Parameter tensors of one transformer layer in Megatron's fused layout (QKV one matrix, gate and
+    up one matrix; biases and norm weights separate tensors)."""
+    if m.mla is not None:
+        attn = 5 + (2 if m.mla.q_lora_rank else 0) - (1 if not m.mla.q_lora_rank else 0)
+    else:
+        attn = 2 + int(m.qkv_bias) + int(m.attn_out_bias) + 2 * int(m.qk_norm)
+    norms = m.norms_per_layer * (2 if m.norm_type == "layernorm" and m.norm_bias else 1)
+    if moe:
+        mlp = 1 + int(m.moe.router_bias) + 2 * (1 + int(m.moe.expert_bias)) + (2 if m.moe.num_shared_experts else 0)
+    else:
+        mlp = 2 * (1 + int(m.mlp_bias))
+    return attn + norms + mlp
+
+
+def zero3_collectives_per_pass(ctx: "Context", fw: str, stage_split) -> float:
+    """Separate all-gathers (and reduce-scatters) one forward or backward pass of a stage issues under
+    ZeRO-3/FSDP. DeepSpeed partitions and gathers every parameter tensor on its own (ZeRO-Infinity,
+    Rajbhandari et al. SC21, arXiv 2104.07857, sec. 6.1); FSDP2, Megatron-FSDP and XLA gather one
+    flat buffer per transformer block (torchtitan applies fully_shard per block)."""
+    _, hc, tc = stage_split
+    allc = hc + tc
+    if fw == "deepspeed":
+        return float(sum(n * param_tensors_per_layer(ctx.model, ctx.kinds[j].moe) for j, n in allc.items()))
+    return float(sum(allc.values()))
 
 
 def _num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
@@ -286,7 +314,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         t_p2p = 2 * (pp - 1) * collective_time("send_recv", p2p_bytes, 2, pp_link)
 
     # ---- data parallel: gradients and (ZeRO) parameters ----
-    st = state_bytes_per_param(fw, plan.zero_stage, plan.offload_optimizer)
+    st = state_bytes_per_param(tr, plan.zero_stage, plan.offload_optimizer)
     dense_stage, expert_stage = [], []
     for s in range(pp):
         _, hc, tc = split[s]
@@ -301,7 +329,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         expert_stage.append(experts)
     z_dense = plan.zero_shard_size or dp * cp
     z_expert = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
-    grad_bytes = 4.0 if fw in ("megatron", "fsdp", "maxtext") else 2.0  # fp32 reduction (Megatron, FSDP2 reduce_dtype)
+    grad_bytes = grad_bytes_per_param(tr)  # fp32 reduction by default (Megatron main grads, FSDP2 reduce_dtype)
     t_dp = 0.0
     dp_group = dp * cp
     p_dense, p_exp = dense_stage[slow], expert_stage[slow]
@@ -310,9 +338,10 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         if plan.zero_stage == 3:
             # FSDP/ZeRO-3: per micro-batch, all-gather params for forward and again for backward
             # (bf16), reduce-scatter grads; each overlaps with that micro-batch's compute (prefetch).
-            ag = collective_time("all_gather", p_dense * 2.0, z_dense, dp_link_rs)
+            n_ag = zero3_collectives_per_pass(ctx, fw, split[slow])
+            ag = collective_time("all_gather", p_dense * 2.0, z_dense, dp_link_rs, n_ag)
             ag += collective_time("all_gather", p_exp * 2.0, z_expert, edp_link)
-            rs = collective_time("reduce_scatter", p_dense * grad_bytes, z_dense, dp_link_rs)
+            rs = collective_time("reduce_scatter", p_dense * grad_bytes, z_dense, dp_link_rs, n_ag)
             rs += collective_time("reduce_scatter", p_exp * grad_bytes, z_expert, edp_link)
             fwd_mb, bwd_mb = stage_fwd[slow], stage_bwd[slow] + stage_rec[slow]
             if pp > 1 and fw in ("fsdp", "maxtext"):
@@ -450,7 +479,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     sp = plan.sequence_parallel and tp > 1
     tokens = plan.micro_batch * tr.seq_len / cp
     tkey = (tp, cp, plan.micro_batch, sp, ep, etp, plan.cp_comm)
-    st = state_bytes_per_param(tr.framework, plan.zero_stage, plan.offload_optimizer)
+    st = state_bytes_per_param(tr, plan.zero_stage, plan.offload_optimizer)
     z_dense = plan.zero_shard_size or plan.dp * cp
     z_exp = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
     per = lambda Z: sum(st.per_param(Z))  # noqa: E731

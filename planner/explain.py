@@ -141,7 +141,7 @@ def derivation(ctx: Context, ev: Evaluation) -> list[dict]:
     row("optimizer step", tb["optimizer_s"], "s", "~30 bytes per local parameter / HBM bandwidth (or PCIe when offloaded)")
     row("step time", ev.step_time_s, "s", "pipeline time (compute + recompute + bubble + exposed per-layer collectives) "
         "+ pipeline fill/drain p2p + exposed DP traffic + optimizer")
-    st = state_bytes_per_param(tr.framework, p.zero_stage, p.offload_optimizer)
+    st = state_bytes_per_param(tr, p.zero_stage, p.offload_optimizer)
     z = p.zero_shard_size or p.dp * p.cp
     mem = ev.memory
     row("weights", mem["weights_gib"], "GiB", f"params on the stage / tp x {st.weights:g} B" + (f" / {z}" if st.weights_sharded else ""))

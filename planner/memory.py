@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.specs import ModelSpec
+from planner.specs import ModelSpec, TrainingSpec
 
 GIB = float(2**30)
 
@@ -44,19 +44,32 @@ class StateBytesPerParam:
                 self.optimizer / (shards if self.optimizer_sharded else 1))
 
 
-def state_bytes_per_param(framework: str, zero_stage: int, offload_optimizer: bool) -> StateBytesPerParam:
-    """Weights/grads/optimizer bytes per parameter (ZeRO paper sec. 3.1, K=12) for each framework."""
-    opt = 0.0 if offload_optimizer else 12.0  # fp32 master + Adam m + v
-    if framework in ("fsdp", "maxtext") and zero_stage == 3:
-        # FSDP2 mixed precision: fp32 sharded params (4) and grads (4), fp32 Adam moments (8).
-        return StateBytesPerParam(4.0, True, 4.0, True, 0.0 if offload_optimizer else 8.0, True)
-    grad = 4.0 if framework == "megatron" else 2.0  # Megatron: fp32 main-grad buffer
+def grad_bytes_per_param(train: TrainingSpec) -> float:
+    """Bytes of one gradient element as it is kept and reduced over data parallelism: Megatron's fp32
+    main-grad buffer and FSDP2's fp32 reduce_dtype by default, the compute dtype for DeepSpeed."""
+    if train.grad_dtype is not None:
+        return 4.0 if train.grad_dtype == "fp32" else 2.0
+    return 4.0 if train.framework in ("megatron", "fsdp", "maxtext") else 2.0
+
+
+def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimizer: bool) -> StateBytesPerParam:
+    """Weights/grads/optimizer bytes per parameter (ZeRO paper sec. 3.1, K=12: fp32 master 4 + Adam m, v
+    4 each; 8 with bf16 moments) for each framework."""
+    moments = 8.0 if train.optimizer_dtype == "fp32" else 4.0
+    if train.framework in ("fsdp", "maxtext") and zero_stage == 3:
+        # FSDP2 mixed precision: fp32 sharded params (4), grads (fp32 unless stated), Adam moments.
+        return StateBytesPerParam(4.0, True, grad_bytes_per_param(train), True,
+                                  0.0 if offload_optimizer else moments, True)
+    if train.grad_dtype is not None:
+        grad = grad_bytes_per_param(train)
+    else:  # Megatron's fp32 main-grad buffer; DDP-style stacks keep .grad in the compute dtype
+        grad = 4.0 if train.framework == "megatron" else 2.0
     return StateBytesPerParam(
         weights=2.0,
         weights_sharded=zero_stage >= 3,
         grads=grad,
         grads_sharded=zero_stage >= 2,
-        optimizer=opt,
+        optimizer=0.0 if offload_optimizer else 4.0 + moments,
         optimizer_sharded=zero_stage >= 1,
     )
 

@@ -66,7 +66,10 @@ def _sort_key(e: Evaluation) -> tuple:
 
 
 def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
+    """The values to try for `knob`: the pinned one, the pinned tuple of allowed ones, or `default`."""
     v = opts.fixed.get(knob)
+    if isinstance(v, tuple):
+        return [d for d in default if d in v]
     return [v] if v is not None else default
 
 
@@ -168,7 +171,7 @@ def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarra
     etp = np.array([r["etp"] for r in rows], float)
     out = np.zeros(len(rows))
     for z in np.unique(zero_stage):
-        st = state_bytes_per_param(ctx.train.framework, int(z), False)
+        st = state_bytes_per_param(ctx.train, int(z), False)
         zd, ze = dp * cp, np.maximum(1.0, dp * cp * tp / (ep * etp))
         val = dense_total / (tp * pp) * sum(st.per_param(zd)) + expert_total / (ep * etp * pp) * sum(st.per_param(ze))
         sel = zero_stage == z

@@ -6,6 +6,11 @@ import pytest
 
 from planner.collectives import Link, collective_time, ring_allreduce_volume_fraction
 from planner.memory import korthikanti_activation_bytes_per_layer, state_bytes_per_param
+from planner.specs import TrainingSpec
+
+
+def _train(framework: str, **kw) -> TrainingSpec:
+    return TrainingSpec(global_batch=8, framework=framework, **kw)
 from planner.pipeline import bubble_fraction, inflight_microbatches, pipeline_step_time, stage_layer_counts
 
 
@@ -13,17 +18,27 @@ from planner.pipeline import bubble_fraction, inflight_microbatches, pipeline_st
 def test_zero_paper_figure1(stage, expected_gb):
     # ZeRO (Rajbhandari et al. 2020) Fig. 1: 7.5B params, N_d = 64, K = 12 -> 120 / 31.4 / 16.6 / 1.9 GB
     psi, nd = 7.5e9, 64
-    st = state_bytes_per_param("deepspeed", stage, offload_optimizer=False)
+    st = state_bytes_per_param(_train("deepspeed"), stage, offload_optimizer=False)
     per_param = (st.weights / (nd if st.weights_sharded else 1) + st.grads / (nd if st.grads_sharded else 1)
                  + st.optimizer / (nd if st.optimizer_sharded else 1))
     assert psi * per_param / 1e9 == pytest.approx(expected_gb, abs=0.06)
 
 
 def test_megatron_keeps_fp32_main_grads_and_fsdp_fp32_shards():
-    assert state_bytes_per_param("megatron", 1, False).grads == 4.0
-    fs = state_bytes_per_param("fsdp", 3, False)
+    assert state_bytes_per_param(_train("megatron"), 1, False).grads == 4.0
+    fs = state_bytes_per_param(_train("fsdp"), 3, False)
     assert (fs.weights, fs.grads, fs.optimizer) == (4.0, 4.0, 8.0)
-    assert state_bytes_per_param("megatron", 1, True).optimizer == 0.0
+    assert state_bytes_per_param(_train("megatron"), 1, True).optimizer == 0.0
+
+
+def test_bf16_grads_and_moments_follow_the_stated_dtypes():
+    # Megatron --grad-reduce-in-bf16: a 2-byte grad buffer; precision-aware optimizer with bf16
+    # exp_avg/exp_avg_sq: fp32 master 4 + 2 + 2 = 8 bytes instead of K = 12
+    st = state_bytes_per_param(_train("megatron", grad_dtype="bf16", optimizer_dtype="bf16"), 1, False)
+    assert (st.weights, st.grads, st.optimizer) == (2.0, 2.0, 8.0)
+    assert state_bytes_per_param(_train("deepspeed", grad_dtype="fp32"), 0, False).grads == 4.0
+    fs = state_bytes_per_param(_train("fsdp", optimizer_dtype="bf16"), 3, False)
+    assert (fs.weights, fs.grads, fs.optimizer) == (4.0, 4.0, 4.0)
 
 
 def test_korthikanti_formulas():
@@ -84,3 +99,22 @@ def test_stage_layer_counts():
     assert stage_layer_counts(80, 4, first=18, last=18) == [18, 22, 22, 18]
     with pytest.raises(ValueError):
         stage_layer_counts(80, 4, first=50, last=50)
+
+
+def test_split_collectives_pay_latency_per_collective():
+    link = Link(busbw=100e9, alpha=4e-6, crosses_domain=True, ranks_per_domain=8)
+    one = collective_time("all_gather", 1e9, 64, link)
+    split = collective_time("all_gather", 1e9, 64, link, count=100)
+    assert split - one == pytest.approx(99 * 63 * 4e-6)  # bandwidth term once, latency per collective
+
+
+def test_deepspeed_zero3_gathers_each_parameter_tensor():
+    # ZeRO-Infinity sec. 6.1: every parameter is partitioned and all-gathered on its own. A GPT-2 layer
+    # in Megatron's fused layout holds 12 tensors: QKV and proj weights+biases, 2 LayerNorms (w, b),
+    # fc1 and fc2 weights+biases.
+    from planner.cost import param_tensors_per_layer
+    from planner.hf_import import from_hf_config
+
+    gpt = from_hf_config({"model_type": "gpt2", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_inner": 1024,
+                          "vocab_size": 1000, "n_positions": 128}, name="t")
+    assert param_tensors_per_layer(gpt, False) == 12

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Dtype = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]
 AttentionImpl = Literal["flash", "unfused"]
+StateDtype = Literal["fp32", "bf16"]
 
 
 class TrainingSpec(BaseModel):
@@ -27,4 +28,15 @@ class TrainingSpec(BaseModel):
         "flash",
         description="flash: fused attention, no s x s matrix (Dao et al. 2022, arXiv 2205.14135); unfused: "
         "scores materialised and softmax/dropout memory-bound, as in every stack before mid-2022",
+    )
+    grad_dtype: StateDtype | None = Field(
+        None,
+        description="dtype of the gradient buffer and of its data-parallel reduction; None = the framework's "
+        "default (Megatron and FSDP2: fp32 main grads / reduce_dtype; DeepSpeed: the compute dtype). bf16 = "
+        "Megatron --grad-reduce-in-bf16, NeMo distributed optimizer grad_sync_dtype: bf16",
+    )
+    optimizer_dtype: StateDtype = Field(
+        "fp32",
+        description="dtype of Adam's two moments (the master weights stay fp32): bf16 = Megatron "
+        "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
     )
