@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from planner.cost import Context
+from planner.cost import Context, evaluate
 from planner.errors import InputError
 from planner.files import read_structured_file
 from planner.search import SearchOptions, search
@@ -51,6 +51,26 @@ def infer_attention_impl(run: dict) -> str:
     if (ids and max(ids) < 2205) or (not ids and years and max(years) < 2022) or "mtnlg" in text.lower():
         return "unfused"
     return "flash"
+
+
+# Precision of gradients and optimizer states that a cited recipe's own config file sets (the runs
+# schema has no field for it): (citation substrings that must all appear, TrainingSpec fields, config).
+RECIPE_PRECISION = (
+    (("dgxc-benchmarking", "nemo_megatron/readme_175b"), {"grad_dtype": "bf16"},
+     "NVIDIA/dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
+    (("dgxc-benchmarking", "nemotron/readme_340b"), {"grad_dtype": "bf16", "optimizer_dtype": "bf16"},
+     "NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml: optim distributed_fused_adam, grad_sync_dtype bf16, "
+     "dtype bf16 (NeMo-Framework-Launcher conf/training/nemotron/nemotron_340b.yaml sets the same)"),
+)
+
+
+def infer_precision(run: dict) -> dict[str, str]:
+    """Gradient / optimizer-state dtypes of the recipe the run cites, where its config states them."""
+    src = str(run.get("source", "")).lower()
+    for keys, fields, _config in RECIPE_PRECISION:
+        if all(k in src for k in keys):
+            return dict(fields)
+    return {}
 
 
 def load_runs(path: str | Path) -> list[dict]:
@@ -100,7 +120,7 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         t = run["train"]
         train = TrainingSpec(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
                              dtype=t.get("dtype", "bf16"), framework=infer_framework(run),
-                             attention_impl=infer_attention_impl(run))
+                             attention_impl=infer_attention_impl(run), **infer_precision(run))
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
     except (ValueError, KeyError, TypeError) as e:
@@ -137,6 +157,11 @@ def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
         env["sequence_parallel"] = False
         if train.framework == "megatron":
             env["zero_stage"] = 0
+        # nor selective recompute or recompute of only some layers (`--recompute-granularity`,
+        # `--recompute-method block` arrived with the same work): activation checkpointing then meant
+        # every transformer layer (Megatron-LM `--checkpoint-activations`, DeepSpeed checkpointing)
+        env["recompute"] = ("none", "full")
+        env["recompute_layers"] = None
     return env
 
 
@@ -147,11 +172,14 @@ def _one_line(e: Exception) -> str:
 def predict_run(run: dict) -> dict:
     ctx, fixed = run_inputs(run)
     res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
-    if not res.plans:  # nothing fits our capacity model: report the fastest plan anyway, flagged
-        res = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=False))
-    if not res.plans:
+    if res.plans:
+        ev = res.plans[0]
+    elif res.smallest_peak_plan is not None:
+        # nothing fits our capacity model, yet the run ran: score the plan closest to fitting (the
+        # memory-saving choices its authors must have made), flagged as not fitting
+        ev = evaluate(ctx, res.smallest_peak_plan)
+    else:
         raise InputError(f"run {run['id']}: no valid plan with the published knobs {fixed}")
-    ev = res.plans[0]
     meas = run.get("measured") or {}
     out = {
         "id": run["id"],

@@ -32,10 +32,42 @@ def test_step_time_median_target(result):
 
 
 def test_step_time_p90_regression_guard(result):
-    # the target is p90 <= 25%; the model reaches 31.6% (docs/validation.md lists the outliers:
-    # SC21 ZeRO-3 baselines, DeepSeek-V3 on GB200 (DGX Cloud), Qwen3-MoE, Nemotron-4 FP8, MT-NLG).
-    # This guards against regressions.
-    assert result["summary"]["step_time"]["p90_abs_error"] <= 0.33
+    # the target is p90 <= 25%; the model reaches ~25-26% (docs/validation.md lists the eight
+    # outliers beyond 25%: SC21 ZeRO-3 baselines, DeepSeek-V3 on GB200 (DGX Cloud), Qwen3-30B-A3B on
+    # H100/B200). This guards against regressions.
+    assert result["summary"]["step_time"]["p90_abs_error"] <= 0.27
+    assert sum(abs(r["step_time_error"]) > 0.25 for r in result["runs"]) <= 9
+
+
+def _row(result, run_id):
+    return next(r for r in result["runs"] if r["id"] == run_id)
+
+
+def test_pre_2022_stacks_recompute_every_layer_or_none(result):
+    # Megatron-LM / DeepSpeed before Korthikanti et al. 2022 checkpointed every layer or none: MT-NLG
+    # (recompute unpublished) is scored with full recompute of all its layers, not a partial one
+    row = _row(result, "mtnlg-530b-2240gpu")
+    assert row["plan"]["recompute"] in ("none", "full") and row["plan"]["recompute_layers"] is None
+    assert abs(row["step_time_error"]) < 0.25
+
+
+def test_recipe_precision_from_the_cited_config(result):
+    from planner.validate import infer_precision
+
+    run = next(r for r in RUNS if r["id"] == "dgxc-nemotron4-340b-bf16-128xh100")
+    assert infer_precision(run) == {"grad_dtype": "bf16", "optimizer_dtype": "bf16"}
+    assert infer_precision(next(r for r in RUNS if r["id"].startswith("torchtitan"))) == {}
+    # with the recipe's bf16 grads and moments the published plan fits without recompute, as it ran
+    row = _row(result, "dgxc-nemotron4-340b-bf16-128xh100")
+    assert row["fits"] and row["plan"]["recompute"] in ("none", "selective")
+    assert abs(row["step_time_error"]) < 0.10
+
+
+def test_nothing_fits_scores_the_plan_closest_to_fitting(result):
+    # SC21 529.6B ZeRO-3 on 640 GPUs at micro-batch 4 ran, but exceeds our capacity model either way:
+    # it is scored with the smallest-memory plan (full recompute), flagged as not fitting
+    row = _row(result, "sc21-t2-zero3-529.6b-640gpu")
+    assert not row["fits"] and row["plan"]["recompute"] == "full"
 
 
 def test_peak_memory_median_target_torchtitan(result):
