@@ -53,6 +53,10 @@ def plan_options(f):
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
         click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]), default="megatron",
                      show_default=True, help="whose memory/overlap behaviour to model"),
+        click.option("--grad-dtype", type=click.Choice(["fp32", "bf16"]),
+                     help="gradient buffer / reduction dtype (default: the framework's, fp32 for Megatron and FSDP)"),
+        click.option("--optimizer-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+                     help="Adam moment dtype (bf16: Megatron precision-aware optimizer); master weights stay fp32"),
         click.option("--tp", type=int, callback=_positive), click.option("--pp", type=int, callback=_positive),
         click.option("--dp", type=int, callback=_positive), click.option("--cp", type=int, callback=_positive),
         click.option("--ep", type=int, callback=_positive), click.option("--etp", type=int, callback=_positive),
@@ -101,7 +105,14 @@ def _handle_errors(f):
     return wrapper
 
 
-def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework):
+def grad_bytes_dtype(train) -> str:
+    """The gradient dtype the cost model used (the stated one, else the framework's default)."""
+    from planner.memory import grad_bytes_per_param
+
+    return train.grad_dtype or ("fp32" if grad_bytes_per_param(train) == 4.0 else "bf16")
+
+
+def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dtype=None, optimizer_dtype="fp32"):
     from planner.errors import InputError
     from planner.hardware_catalog import parse_cluster
     from planner.model_catalog import load_model
@@ -117,7 +128,8 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework):
     if gbs is None:
         gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
     try:
-        train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=dtype, framework=framework)
+        train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=dtype, framework=framework,
+                             grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype or "fp32")
     except ValueError as e:
         raise InputError(" ".join(str(e).split())) from None
     return model, cluster, train
@@ -150,7 +162,7 @@ def run_search(kw: dict):
     from planner.specs import ParallelPlan
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
-                                         kw["dtype"], kw["framework"])
+                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
     fixed = fixed_knobs(kw)
     try:
         ParallelPlan(**{k: v for k, v in fixed.items()})
@@ -172,7 +184,8 @@ def run_search(kw: dict):
         plans.append(d)
     doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
-                        "framework": train.framework},
+                        "framework": train.framework, "grad_dtype": grad_bytes_dtype(train),
+                        "optimizer_dtype": train.optimizer_dtype},
            "plans": plans,
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                       "pruned": res.pruned, "seconds": seconds}}  # emit_doc drops "seconds" from --json
@@ -247,7 +260,7 @@ def _min_devices_cluster(kw, target_step_s) -> str:
     from planner.search import SearchOptions, min_devices
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
-                                         kw["dtype"], kw["framework"])
+                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
     opts = SearchOptions(fixed=fixed_knobs(kw), top_k=1, max_tp=kw.get("max_tp"),
                          memory_headroom_gib=kw.get("memory_headroom") or 0.0)
     n, _ = min_devices(model, cluster, train, opts, target_step_s)

@@ -204,12 +204,23 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
         flag("--overlap-grad-reduce")
         if p.zero_stage >= 1:
             flag("--overlap-param-gather")
+    if t.grad_dtype == "bf16":
+        flag("--grad-reduce-in-bf16")
+    precision_aware = p.offload_optimizer
+    if t.optimizer_dtype == "bf16":
+        if p.zero_stage < 1:
+            raise Unsupported("Megatron-LM keeps bf16 Adam moments only in the distributed optimizer "
+                              "(--use-precision-aware-optimizer needs zero_stage >= 1)")
+        precision_aware = True
+        flag("--exp-avg-dtype", "bf16")
+        flag("--exp-avg-sq-dtype", "bf16")
+    if precision_aware:
+        flag("--use-precision-aware-optimizer")
     if p.offload_optimizer:
         if p.zero_stage < 1:
             raise Unsupported("Megatron-LM offloads the optimizer only with the distributed optimizer "
                               "(zero_stage >= 1)")
         flag("--optimizer-cpu-offload")
-        flag("--use-precision-aware-optimizer")
         flag("--optimizer-offload-fraction", "1.0")
 
     if (p.tp > 1 or p.cp > 1) and not job.blackwell_or_later and p.zero_stage != 3:

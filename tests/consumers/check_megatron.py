@@ -87,7 +87,11 @@ def main(req_path: str, out_path: str) -> None:
                "first_last": [cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage],
                "distributed_optimizer": bool(args.use_distributed_optimizer),
                "megatron_fsdp": bool(getattr(args, "use_megatron_fsdp", False)),
-               "fp8": [args.fp8, args.fp8_recipe] if args.fp8 else None}
+               "fp8": [args.fp8, args.fp8_recipe] if args.fp8 else None,
+               "grad_reduce_in_fp32": bool(args.accumulate_allreduce_grads_in_fp32),
+               "precision_aware_optimizer": bool(getattr(args, "use_precision_aware_optimizer", False)),
+               "exp_avg_dtype": str(getattr(args, "exp_avg_dtype", None)),
+               "exp_avg_sq_dtype": str(getattr(args, "exp_avg_sq_dtype", None))}
         # process groups for the whole world, as parallel_state.initialize_model_parallel builds them
         try:
             rg = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")

@@ -86,6 +86,16 @@ def test_megatron_accepts_emitted_args(results, case):
         assert r["moe_layer_freq"] == [int(case.model.is_moe_layer(i)) for i in range(case.model.num_layers)]
     if case.train.dtype == "fp8":
         assert r["fp8"][0] == "hybrid"
+    # gradients are reduced in fp32 unless bf16 was asked for; bf16 Adam moments via the
+    # precision-aware optimizer (master weights stay fp32)
+    assert r["grad_reduce_in_fp32"] == (case.train.grad_dtype != "bf16" and case.train.dtype != "fp16")
+    if case.train.optimizer_dtype == "bf16":
+        assert r["precision_aware_optimizer"]
+        assert "bfloat16" in r["exp_avg_dtype"] and "bfloat16" in r["exp_avg_sq_dtype"]
+
+
+def test_a_case_states_bf16_gradients_and_moments():
+    assert any(c.train.grad_dtype == "bf16" and c.train.optimizer_dtype == "bf16" for c in CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
