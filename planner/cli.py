@@ -105,13 +105,6 @@ def _handle_errors(f):
     return wrapper
 
 
-def grad_bytes_dtype(train) -> str:
-    """The gradient dtype the cost model used (the stated one, else the framework's default)."""
-    from planner.memory import grad_bytes_per_param
-
-    return train.grad_dtype or ("fp32" if grad_bytes_per_param(train) == 4.0 else "bf16")
-
-
 def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dtype=None, optimizer_dtype="fp32"):
     from planner.errors import InputError
     from planner.hardware_catalog import parse_cluster
@@ -158,6 +151,7 @@ def run_search(kw: dict):
     from planner.cost import Context
     from planner.errors import InputError, NoFeasiblePlan
     from planner.explain import reason
+    from planner.memory import grad_dtype
     from planner.search import SearchOptions, search
     from planner.specs import ParallelPlan
 
@@ -184,7 +178,7 @@ def run_search(kw: dict):
         plans.append(d)
     doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
-                        "framework": train.framework, "grad_dtype": grad_bytes_dtype(train),
+                        "framework": train.framework, "grad_dtype": grad_dtype(train),
                         "optimizer_dtype": train.optimizer_dtype},
            "plans": plans,
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,

@@ -124,7 +124,8 @@ def param_tensors_per_layer(m, moe: bool) -> int:
     """Parameter tensors of one transformer layer in Megatron's fused layout (QKV one matrix, gate and
     up one matrix; biases and norm weights separate tensors)."""
     if m.mla is not None:
-        attn = 5 + (2 if m.mla.q_lora_rank else 0) - (1 if not m.mla.q_lora_rank else 0)
+        # kv_a, kv_a_norm, kv_b, o, and q (or q_a, q_a_norm, q_b with a query LoRA rank)
+        attn = 4 + (3 if m.mla.q_lora_rank else 1) + int(m.qkv_bias) * 2 + int(m.attn_out_bias)
     else:
         attn = 2 + int(m.qkv_bias) + int(m.attn_out_bias) + 2 * int(m.qk_norm)
     norms = m.norms_per_layer * (2 if m.norm_type == "layernorm" and m.norm_bias else 1)
@@ -135,14 +136,14 @@ def param_tensors_per_layer(m, moe: bool) -> int:
     return attn + norms + mlp
 
 
-def zero3_collectives_per_pass(ctx: "Context", fw: str, stage_split) -> float:
+def zero3_collectives_per_pass(ctx: "Context", stage_split) -> float:
     """Separate all-gathers (and reduce-scatters) one forward or backward pass of a stage issues under
     ZeRO-3/FSDP. DeepSpeed partitions and gathers every parameter tensor on its own (ZeRO-Infinity,
     Rajbhandari et al. SC21, arXiv 2104.07857, sec. 6.1); FSDP2, Megatron-FSDP and XLA gather one
     flat buffer per transformer block (torchtitan applies fully_shard per block)."""
     _, hc, tc = stage_split
     allc = hc + tc
-    if fw == "deepspeed":
+    if ctx.train.framework == "deepspeed":
         return float(sum(n * param_tensors_per_layer(ctx.model, ctx.kinds[j].moe) for j, n in allc.items()))
     return float(sum(allc.values()))
 
@@ -338,7 +339,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
         if plan.zero_stage == 3:
             # FSDP/ZeRO-3: per micro-batch, all-gather params for forward and again for backward
             # (bf16), reduce-scatter grads; each overlaps with that micro-batch's compute (prefetch).
-            n_ag = zero3_collectives_per_pass(ctx, fw, split[slow])
+            n_ag = zero3_collectives_per_pass(ctx, split[slow])
             ag = collective_time("all_gather", p_dense * 2.0, z_dense, dp_link_rs, n_ag)
             ag += collective_time("all_gather", p_exp * 2.0, z_expert, edp_link)
             rs = collective_time("reduce_scatter", p_dense * grad_bytes, z_dense, dp_link_rs, n_ag)

@@ -44,12 +44,19 @@ class StateBytesPerParam:
                 self.optimizer / (shards if self.optimizer_sharded else 1))
 
 
-def grad_bytes_per_param(train: TrainingSpec) -> float:
-    """Bytes of one gradient element as it is kept and reduced over data parallelism: Megatron's fp32
-    main-grad buffer and FSDP2's fp32 reduce_dtype by default, the compute dtype for DeepSpeed."""
+def grad_dtype(train: TrainingSpec) -> str:
+    """The dtype gradients are reduced in over data parallelism: the stated one, else Megatron's fp32
+    main-grad buffer / FSDP2's fp32 reduce_dtype, else (DeepSpeed) the compute dtype."""
     if train.grad_dtype is not None:
-        return 4.0 if train.grad_dtype == "fp32" else 2.0
-    return 4.0 if train.framework in ("megatron", "fsdp", "maxtext") else 2.0
+        return train.grad_dtype
+    if train.framework in ("megatron", "fsdp", "maxtext"):
+        return "fp32"
+    return "fp16" if train.dtype == "fp16" else "bf16"
+
+
+def grad_bytes_per_param(train: TrainingSpec) -> float:
+    """Bytes of one gradient element as it is reduced over data parallelism."""
+    return 4.0 if grad_dtype(train) == "fp32" else 2.0
 
 
 def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimizer: bool) -> StateBytesPerParam:
@@ -60,10 +67,10 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
         # FSDP2 mixed precision: fp32 sharded params (4), grads (fp32 unless stated), Adam moments.
         return StateBytesPerParam(4.0, True, grad_bytes_per_param(train), True,
                                   0.0 if offload_optimizer else moments, True)
-    if train.grad_dtype is not None:
-        grad = grad_bytes_per_param(train)
-    else:  # Megatron's fp32 main-grad buffer; DDP-style stacks keep .grad in the compute dtype
-        grad = 4.0 if train.framework == "megatron" else 2.0
+    # the stored gradient: Megatron's main-grad buffer and DeepSpeed's buffer hold the reduction dtype;
+    # replicated (DDP-style) PyTorch keeps .grad in the compute dtype unless a dtype is stated
+    stored_as_reduced = train.grad_dtype is not None or train.framework in ("megatron", "deepspeed")
+    grad = grad_bytes_per_param(train) if stored_as_reduced else 2.0
     return StateBytesPerParam(
         weights=2.0,
         weights_sharded=zero_stage >= 3,

@@ -118,3 +118,19 @@ def test_deepspeed_zero3_gathers_each_parameter_tensor():
     gpt = from_hf_config({"model_type": "gpt2", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_inner": 1024,
                           "vocab_size": 1000, "n_positions": 128}, name="t")
     assert param_tensors_per_layer(gpt, False) == 12
+
+
+def test_mla_layer_tensor_count():
+    # MLA (DeepSeek-V3 layout): q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o = 7 attention tensors; without a
+    # query LoRA rank (DeepSeek-V2-Lite) q replaces q_a/q_a_norm/q_b: 5. Plus 2 RMSNorms and a gated MLP (2).
+    from planner.cost import param_tensors_per_layer
+    from planner.specs import MLASpec, ModelSpec
+
+    def spec(q_lora):
+        return ModelSpec(name="mla", family="deepseek_v3", num_layers=2, hidden_size=256, num_heads=4,
+                         num_kv_heads=4, head_dim=64, ffn_hidden_size=512, vocab_size=1000,
+                         max_position_embeddings=128,
+                         mla=MLASpec(q_lora_rank=q_lora, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                                     v_head_dim=32))
+    assert param_tensors_per_layer(spec(96), False) == 7 + 2 + 2
+    assert param_tensors_per_layer(spec(None), False) == 5 + 2 + 2
