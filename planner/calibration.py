@@ -65,6 +65,11 @@ EP_OVERLAP_FRACTION = 0.0
 # micro-batch's backward (Megatron --overlap-grad-reduce; FSDP2 per-layer reduce-scatter).
 DP_OVERLAP_FRACTION = 0.8
 
+# DeepSpeed ZeRO-3 keeps a gathered parameter for its next use only when that use comes within this many
+# parameters (`stage3_max_reuse_distance`, default 1e9 in the DeepSpeed config docs). A documented
+# default, not fitted.
+DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS = 1e9
+
 # --- memory ------------------------------------------------------------------------------------
 # CUDA context + NCCL buffers + allocator fragmentation, per device. NCCL allocates per-communicator
 # buffers (NCCL_BUFFSIZE 4 MiB x channels x peers) and the CUDA context takes ~0.5 GiB.

@@ -148,6 +148,24 @@ def zero3_collectives_per_pass(ctx: "Context", stage_split) -> float:
     return float(sum(allc.values()))
 
 
+def zero3_regather_fraction(ctx: "Context", plan: ParallelPlan, stage_split) -> float:
+    """Share of a layer's parameters DeepSpeed ZeRO-3 gathers a second time in backward when the layer is
+    fully recomputed: the recomputed forward gathers them, and DeepSpeed keeps a gathered parameter for its
+    backward use only when that use comes within `stage3_max_reuse_distance` parameters (DeepSpeed config
+    docs, default 1e9). With the layer's P parameters spread evenly over its modules, the parameter at
+    relative position x is next used after the 2 (1 - x) P parameters of the rest of the recompute and the
+    backward down to it, so the share beyond the window is max(0, 1 - W / 2P). FSDP2 unshards a block once
+    before its recompute (checkpointing inside fully_shard): 0 there."""
+    if ctx.train.framework != "deepspeed" or plan.recompute != "full":
+        return 0.0
+    _, hc, tc = stage_split
+    layer = max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
+                 + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp) for j in (hc + tc)), default=0.0)
+    if layer <= 0:
+        return 0.0
+    return max(0.0, 1.0 - cal.DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS / (2.0 * layer))
+
+
 def _num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
     per_rank = train.global_batch / (plan.dp * plan.micro_batch)
     return max(1, int(round(per_rank)))
@@ -345,12 +363,18 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
             rs = collective_time("reduce_scatter", p_dense * grad_bytes, z_dense, dp_link_rs, n_ag)
             rs += collective_time("reduce_scatter", p_exp * grad_bytes, z_expert, edp_link)
             fwd_mb, bwd_mb = stage_fwd[slow], stage_bwd[slow] + stage_rec[slow]
-            if pp > 1 and fw in ("fsdp", "maxtext"):
+            bwd_ag = (1.0 + zero3_regather_fraction(ctx, plan, split[slow])) * ag
+            if tr.legacy_deepspeed_zero3:
+                # blocking gathers (DeepSpeed PR #1188) and all-reduced gradients (issue #1173): all exposed
+                ar = collective_time("all_reduce", p_dense * grad_bytes, z_dense, dp_link_ar, n_ag)
+                ar += collective_time("all_reduce", p_exp * grad_bytes, z_expert, edp_link)
+                t_dp = nmb * (ag + bwd_ag + ar)
+            elif pp > 1 and fw in ("fsdp", "maxtext"):
                 # under pipelining the stage stays unsharded across micro-batches: one all-gather
                 # before the first forward, one reduce-scatter after the last backward
                 t_dp = max(0.0, ag - cal.DP_OVERLAP_FRACTION * fwd_mb) + max(0.0, rs - cal.DP_OVERLAP_FRACTION * bwd_mb)
             else:
-                per_mb = max(0.0, ag - cal.DP_OVERLAP_FRACTION * fwd_mb) + max(0.0, ag + rs - cal.DP_OVERLAP_FRACTION * bwd_mb)
+                per_mb = max(0.0, ag - cal.DP_OVERLAP_FRACTION * fwd_mb) + max(0.0, bwd_ag + rs - cal.DP_OVERLAP_FRACTION * bwd_mb)
                 t_dp = nmb * per_mb + ag * (1 - cal.DP_OVERLAP_FRACTION)
             if plan.zero_shard_size and plan.zero_shard_size < dp_group:  # HSDP: all-reduce across replicas
                 rep = dp_group // plan.zero_shard_size

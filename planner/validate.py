@@ -40,17 +40,34 @@ def infer_framework(run: dict) -> str:
     return "megatron"
 
 
-def infer_attention_impl(run: dict) -> str:
-    """FlashAttention appeared in May 2022 (arXiv 2205.14135); runs published before it (an arXiv id
-    or a year before 2022 in the citation) materialised the attention scores."""
+def stack_date(run: dict) -> tuple[int, int] | None:
+    """(year, month) of the software the run used, from its citation: the newest arXiv id (yymm), else
+    the newest year named (as December of it); None when the citation names neither."""
     import re
 
     text = f"{run.get('id', '')} {run.get('source', '')}"
-    ids = [int(a) for a in re.findall(r"arxiv\.org/abs/(\d{4})\.\d{4,5}", text)]
+    ids = [a for a in re.findall(r"arxiv\.org/abs/(\d{4})\.\d{4,5}", text)]
+    if ids:
+        yymm = max(int(a) for a in ids)
+        return 2000 + yymm // 100, yymm % 100
     years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", text)]
-    if (ids and max(ids) < 2205) or (not ids and years and max(years) < 2022) or "mtnlg" in text.lower():
+    return (max(years), 12) if years else None
+
+
+def infer_attention_impl(run: dict) -> str:
+    """FlashAttention appeared in May 2022 (arXiv 2205.14135); runs published before it materialised the
+    attention scores (MT-NLG, arXiv 2201.11990, was trained in 2021)."""
+    date = stack_date(run)
+    if (date is not None and date < (2022, 5)) or "mtnlg" in f"{run.get('id', '')} {run.get('source', '')}".lower():
         return "unfused"
     return "flash"
+
+
+def infer_legacy_deepspeed_zero3(run: dict, framework: str) -> bool:
+    """DeepSpeed ZeRO-3 runs published before its overlapped stage-3 rewrite (DeepSpeed PR #1453, merged
+    for v0.5.x in late 2021) had blocking parameter gathers (TrainingSpec.legacy_deepspeed_zero3)."""
+    date = stack_date(run)
+    return framework == "deepspeed" and date is not None and date < (2021, 11)
 
 
 # Precision of gradients and optimizer states that a cited recipe's own config file sets (the runs
@@ -118,9 +135,10 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         cluster = ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
                               devices_per_node=run.get("devices_per_node") or None)
         t = run["train"]
+        fw = infer_framework(run)
         train = TrainingSpec(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
-                             dtype=t.get("dtype", "bf16"), framework=infer_framework(run),
-                             attention_impl=infer_attention_impl(run), **infer_precision(run))
+                             dtype=t.get("dtype", "bf16"), framework=fw, attention_impl=infer_attention_impl(run),
+                             legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw), **infer_precision(run))
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
     except (ValueError, KeyError, TypeError) as e:

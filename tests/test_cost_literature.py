@@ -134,3 +134,55 @@ def test_mla_layer_tensor_count():
                                      v_head_dim=32))
     assert param_tensors_per_layer(spec(96), False) == 7 + 2 + 2
     assert param_tensors_per_layer(spec(None), False) == 5 + 2 + 2
+
+
+def test_deepspeed_recompute_regathers_beyond_the_reuse_window():
+    # GPT-3 175B layer: 12 h^2 + 13 h = 1.812e9 parameters (h = 12288). DeepSpeed keeps a gathered
+    # parameter only when reused within stage3_max_reuse_distance = 1e9 parameters; evenly spread, the
+    # share beyond it is 1 - 1e9 / (2 * 1.812e9) = 0.724. A Llama-3.1-8B layer (0.218e9) stays resident,
+    # and FSDP2 unshards a block once before its recompute.
+    from planner.cost import Context, zero3_regather_fraction
+    from planner.hardware_catalog import parse_cluster
+    from planner.model_catalog import get_model
+    from planner.specs import ParallelPlan
+
+    def frac(model, framework, recompute="full"):
+        ctx = Context(get_model(model), parse_cluster("a100x64"), _train(framework, seq_len=2048))
+        plan = ParallelPlan(dp=64, zero_stage=3, recompute=recompute)
+        return zero3_regather_fraction(ctx, plan, ctx.stage_kind_counts(1, None, None, None)[0])
+
+    h = 12288
+    assert frac("gpt3-175b", "deepspeed") == pytest.approx(1 - 1e9 / (2 * (12 * h * h + 13 * h)), rel=1e-6)
+    assert frac("gpt3-175b", "deepspeed") == pytest.approx(0.724, abs=1e-3)
+    assert frac("llama-3.1-8b", "deepspeed") == 0.0
+    assert frac("gpt3-175b", "fsdp") == 0.0 and frac("gpt3-175b", "deepspeed", "none") == 0.0
+
+
+def test_legacy_deepspeed_zero3_exposes_every_gather_and_all_reduces_gradients():
+    # DeepSpeed ZeRO-3 before v0.5.x: blocking all-gathers (PR #1188) and all-reduced gradients (issue
+    # #1173). Per micro-batch everything is exposed: the forward gather, 1 + f backward gathers and a ring
+    # all-reduce of the fp16 gradients, (2 + f + 2) (n-1)/n * 2 P / busbw, plus ring latency (n-1) alpha per
+    # step for each of the 12 tensors of each of the 96 layers (twice the steps for the all-reduce).
+    from planner.collectives import group_link
+    from planner.cost import Context, evaluate, zero3_regather_fraction
+    from planner.hardware_catalog import parse_cluster
+    from planner.model_catalog import get_model
+    from planner.specs import ParallelPlan
+
+    cl = parse_cluster("a100x384")
+    plan = ParallelPlan(dp=384, zero_stage=3, recompute="full", micro_batch=4)
+    legacy = Context(get_model("gpt3-175b"), cl, _train("deepspeed", seq_len=2048, dtype="fp16",
+                                                        legacy_deepspeed_zero3=True).model_copy(update={"global_batch": 1536}))
+    modern = Context(legacy.model, cl, legacy.train.model_copy(update={"legacy_deepspeed_zero3": False}))
+    old, new = evaluate(legacy, plan), evaluate(modern, plan)
+    f = zero3_regather_fraction(legacy, plan, legacy.stage_kind_counts(1, None, None, None)[0])
+    p_bytes = legacy.params.total * 2.0
+    link = group_link(cl, 384, 1, "all_gather")
+    assert not link.crosses_domain or link.busbw == pytest.approx(8 * 25e9 * 0.86)  # 8 HDR NICs per node
+    floor = (2 + f + 2) * (383 / 384) * p_bytes / link.busbw
+    latency = (2 + f + 2) * 96 * 12 * 383 * link.alpha
+    assert old.time_breakdown["dp_comm_s"] == pytest.approx(floor + latency, rel=1e-3)
+    # the same compute either way; with prefetch most of the traffic hides under it
+    assert old.step_time_s - new.step_time_s == pytest.approx(
+        old.time_breakdown["dp_comm_s"] - new.time_breakdown["dp_comm_s"], rel=1e-9)
+    assert new.time_breakdown["dp_comm_s"] < 0.25 * floor

@@ -31,12 +31,16 @@ def test_step_time_median_target(result):
     assert result["summary"]["step_time"]["median_abs_error"] <= 0.10
 
 
-def test_step_time_p90_regression_guard(result):
-    # the issue's target is p90 <= 25%; the model reaches ~25-26% (docs/validation.md lists the eight
-    # outliers beyond 25%: SC21 ZeRO-3 baselines, DeepSeek-V3 on GB200 (DGX Cloud), Qwen3-30B-A3B on
-    # H100/B200). This guards against regressions.
-    assert result["summary"]["step_time"]["p90_abs_error"] <= 0.27
-    assert sum(abs(r["step_time_error"]) > 0.25 for r in result["runs"]) <= 9
+def test_step_time_p90_target(result):
+    # issue target: p90 |step-time error| <= 25%, by the project's percentile (floor index) and by linear
+    # interpolation alike; at most 7 of 75 runs may lie beyond 25% for both to hold. The outliers left
+    # (docs/validation.md): DeepSeek-V3 on GB200 (DGX Cloud) x2, Qwen3-30B-A3B on H100/B200, SC21 ZeRO-3 2240.
+    import statistics
+
+    errs = [abs(r["step_time_error"]) for r in result["runs"]]
+    assert result["summary"]["step_time"]["p90_abs_error"] <= 0.25
+    assert statistics.quantiles(errs, n=10, method="inclusive")[-1] <= 0.25
+    assert sum(e > 0.25 for e in errs) <= 6
 
 
 def _row(result, run_id):
@@ -68,6 +72,23 @@ def test_nothing_fits_scores_the_plan_closest_to_fitting(result):
     # it is scored with the smallest-memory plan (full recompute), flagged as not fitting
     row = _row(result, "sc21-t2-zero3-529.6b-640gpu")
     assert not row["fits"] and row["plan"]["recompute"] == "full"
+
+
+def test_legacy_deepspeed_zero3_only_for_2021_deepspeed_runs(result):
+    # SC21's ZeRO-3 baselines (arXiv 2104) ran DeepSpeed before its overlapped stage-3 rewrite: blocking
+    # gathers, all-reduced gradients. Their Megatron rows and every later run are unaffected.
+    from planner.validate import infer_framework, infer_legacy_deepspeed_zero3, stack_date
+
+    legacy = {r["id"] for r in RUNS if infer_legacy_deepspeed_zero3(r, infer_framework(r))}
+    assert legacy == {r["id"] for r in RUNS if r["id"].startswith("sc21-t2-zero3")} and len(legacy) == 4
+    assert stack_date(next(r for r in RUNS if r["id"].startswith("sc21-t2-zero3"))) == (2021, 4)
+    modern = {"id": "x", "source": "DeepSpeed ZeRO-3 blog, 2023"}
+    assert not infer_legacy_deepspeed_zero3(modern, "deepspeed")
+    for rid in legacy:
+        row = _row(result, rid)
+        # nothing overlaps: the data-parallel traffic is a large exposed share of the step
+        assert row["time_breakdown"]["dp_comm_s"] > 0.15 * row["step_time_s"]
+        assert abs(row["step_time_error"]) < 0.35
 
 
 def test_peak_memory_median_target_torchtitan(result):

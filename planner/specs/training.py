@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Dtype = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]
@@ -40,3 +40,16 @@ class TrainingSpec(BaseModel):
         description="dtype of Adam's two moments (the master weights stay fp32): bf16 = Megatron "
         "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
     )
+    legacy_deepspeed_zero3: bool = Field(
+        False,
+        description="DeepSpeed ZeRO-3 as released before v0.5.x (2021): every parameter all-gather blocks (a "
+        "torch.cuda.synchronize() before each, DeepSpeed PR #1188; prefetch overlapping compute arrived with PR "
+        "#1453, Oct 2021) and gradients are averaged with all-reduce, not reduce-scatter (DeepSpeed issue "
+        "#1173). Nothing of ZeRO-3's traffic overlaps compute",
+    )
+
+    @model_validator(mode="after")
+    def _legacy_zero3_is_deepspeed(self) -> "TrainingSpec":
+        if self.legacy_deepspeed_zero3 and self.framework != "deepspeed":
+            raise ValueError("legacy_deepspeed_zero3 describes DeepSpeed; set framework to deepspeed or drop it")
+        return self
