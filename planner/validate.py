@@ -46,7 +46,7 @@ def stack_date(run: dict) -> tuple[int, int] | None:
     import re
 
     text = f"{run.get('id', '')} {run.get('source', '')}"
-    ids = [a for a in re.findall(r"arxiv\.org/abs/(\d{4})\.\d{4,5}", text)]
+    ids = re.findall(r"arxiv\.org/abs/(\d{4})\.\d{4,5}", text)
     if ids:
         yymm = max(int(a) for a in ids)
         return 2000 + yymm // 100, yymm % 100
