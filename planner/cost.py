@@ -148,6 +148,13 @@ def zero3_collectives_per_pass(ctx: "Context", stage_split) -> float:
     return float(sum(allc.values()))
 
 
+def largest_layer_params_per_device(ctx: "Context", plan: ParallelPlan, kind_ids) -> float:
+    """Parameters one device holds of the largest of these layer kinds, unsharded by ZeRO: dense parts
+    split by TP, routed experts by EP x ETP."""
+    return max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
+                + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp) for j in kind_ids), default=0.0)
+
+
 def zero3_regather_fraction(ctx: "Context", plan: ParallelPlan, stage_split) -> float:
     """Share of a layer's parameters DeepSpeed ZeRO-3 gathers a second time in backward when the layer is
     fully recomputed: the recomputed forward gathers them, and DeepSpeed keeps a gathered parameter for its
@@ -159,8 +166,7 @@ def zero3_regather_fraction(ctx: "Context", plan: ParallelPlan, stage_split) -> 
     if ctx.train.framework != "deepspeed" or plan.recompute != "full":
         return 0.0
     _, hc, tc = stage_split
-    layer = max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
-                 + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp) for j in (hc + tc)), default=0.0)
+    layer = largest_layer_params_per_device(ctx, plan, hc + tc)
     if layer <= 0:
         return 0.0
     return max(0.0, 1.0 - cal.DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS / (2.0 * layer))
@@ -360,15 +366,16 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
             n_ag = zero3_collectives_per_pass(ctx, split[slow])
             ag = collective_time("all_gather", p_dense * 2.0, z_dense, dp_link_rs, n_ag)
             ag += collective_time("all_gather", p_exp * 2.0, z_expert, edp_link)
-            rs = collective_time("reduce_scatter", p_dense * grad_bytes, z_dense, dp_link_rs, n_ag)
-            rs += collective_time("reduce_scatter", p_exp * grad_bytes, z_expert, edp_link)
+            # gradients: reduce-scatter, or all-reduce in DeepSpeed ZeRO-3 of 2021 (issue #1173)
+            legacy = tr.legacy_deepspeed_zero3
+            red_kind, red_link = ("all_reduce", dp_link_ar) if legacy else ("reduce_scatter", dp_link_rs)
+            rs = collective_time(red_kind, p_dense * grad_bytes, z_dense, red_link, n_ag)
+            rs += collective_time(red_kind, p_exp * grad_bytes, z_expert, edp_link)
             fwd_mb, bwd_mb = stage_fwd[slow], stage_bwd[slow] + stage_rec[slow]
             bwd_ag = (1.0 + zero3_regather_fraction(ctx, plan, split[slow])) * ag
-            if tr.legacy_deepspeed_zero3:
-                # blocking gathers (DeepSpeed PR #1188) and all-reduced gradients (issue #1173): all exposed
-                ar = collective_time("all_reduce", p_dense * grad_bytes, z_dense, dp_link_ar, n_ag)
-                ar += collective_time("all_reduce", p_exp * grad_bytes, z_expert, edp_link)
-                t_dp = nmb * (ag + bwd_ag + ar)
+            if legacy:
+                # blocking gathers (DeepSpeed PR #1188): nothing overlaps compute
+                t_dp = nmb * (ag + bwd_ag + rs)
             elif pp > 1 and fw in ("fsdp", "maxtext"):
                 # under pipelining the stage stays unsharded across micro-batches: one all-gather
                 # before the first forward, one reduce-scatter after the last backward
@@ -440,9 +447,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
             buffers = (dn + ex) * (2.0 + grad_bytes)
         elif plan.zero_stage == 3:
             # unsharded bf16 copies of the current and the prefetched layer, plus one layer's grads
-            biggest = max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / tp
-                           + ctx.kinds[j].params.routed_experts / (ep * etp) for j in layer_ids), default=0.0)
-            buffers = biggest * (2.0 * 2 + grad_bytes)
+            buffers = largest_layer_params_per_device(ctx, plan, layer_ids) * (2.0 * 2 + grad_bytes)
         overhead = cal.FRAMEWORK_OVERHEAD_GIB.get(fw, 2.0) * GIB
         allocated = w + g + o + acts + buffers
         frag = allocated * (cal.ALLOCATOR_FRAGMENTATION - 1.0)
