@@ -183,6 +183,11 @@ def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
     return env
 
 
+def _printable(text: str) -> str:
+    """Input-derived text for a terminal or markdown: control characters replaced."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())
 
@@ -225,7 +230,7 @@ def _pctl(xs: list[float], q: float) -> float:
     return xs[int(q * (len(xs) - 1))] if xs else float("nan")
 
 
-def summarise(rows: list[dict]) -> dict:
+def summarise(rows: list[dict], skipped: int = 0) -> dict:
     st = [abs(r["step_time_error"]) for r in rows if "step_time_error" in r]
     mem = [abs(r["peak_memory_error"]) for r in rows if "peak_memory_error" in r]
     worst = sorted((r for r in rows if "step_time_error" in r), key=lambda r: -abs(r["step_time_error"]))[:5]
@@ -236,12 +241,28 @@ def summarise(rows: list[dict]) -> dict:
         "peak_memory": {"n": len(mem), "median_abs_error": statistics.median(mem) if mem else None,
                         "p90_abs_error": _pctl(mem, 0.9) if mem else None},
         "worst": [{"id": r["id"], "step_time_error": r["step_time_error"]} for r in worst],
+        "skipped": skipped,
     }
 
 
 def validate_runs(runs: list[dict]) -> dict:
-    rows = [predict_run(r) for r in runs]
-    return {"runs": rows, "summary": summarise(rows)}
+    """Score every run that can be scored; the others are listed in `skipped` (id + one-line reason)
+    instead of refusing the whole file at its first unsupported record."""
+    rows, skipped = [], []
+    for run in runs:
+        try:
+            rows.append(predict_run(run))
+        except InputError as e:
+            skipped.append(skip_record(run, e))
+    return {"runs": rows, "skipped": skipped, "summary": summarise(rows, len(skipped))}
+
+
+def skip_record(run: dict, err: Exception) -> dict:
+    """One line saying why a run was not scored (the `run <id>: ` prefix of the error is dropped)."""
+    rid = _printable(str(run.get("id")))
+    reason = _printable(_one_line(err))
+    prefix = f"run {rid}: "
+    return {"id": rid, "reason": reason[len(prefix):] if reason.startswith(prefix) else reason}
 
 
 def markdown_table(result: dict) -> str:
@@ -266,6 +287,9 @@ def markdown_table(result: dict) -> str:
                       else f"- | {r['peak_memory_gib']:.1f} | - |")
     st, mem = s["step_time"], s["peak_memory"]
     fmt = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
+    if result.get("skipped"):
+        lines += ["", f"Not scored ({len(result['skipped'])}):"]
+        lines += [f"- {sk['id']}: {sk['reason']}" for sk in result["skipped"]]
     lines += ["", f"Step time: median |error| {fmt(st['median_abs_error'])}, p90 {fmt(st['p90_abs_error'])} "
                   f"over {st['n']} runs. Peak memory: median |error| {fmt(mem['median_abs_error'])}, "
                   f"p90 {fmt(mem['p90_abs_error'])} over {mem['n']} runs."]
