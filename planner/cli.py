@@ -183,6 +183,8 @@ def run_search(kw: dict):
            "plans": plans,
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                       "pruned": res.pruned, "seconds": seconds}}  # emit_doc drops "seconds" from --json
+    from planner.analysis.bands import attach_bands
+    attach_bands(ctx, doc)  # plans[i].step_time_band, band_note (issue 15)
     return ctx, res, doc
 
 

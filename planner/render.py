@@ -33,6 +33,11 @@ def recompute_label(p: dict) -> str:
     return p["recompute"]
 
 
+def band_label(plan: dict) -> str:
+    from planner.analysis.bands import band_label as label
+    return label(plan)
+
+
 def plans_table(doc: dict) -> Table:
     t = Table(title=f"{doc['model']['name']} on {doc['cluster']['name']}: best plans", show_lines=False)
     for col in ("#", "layout", "mbs", "ZeRO", "recompute", "SP", "step s", "tok/s/dev", "MFU", "peak GiB"):
@@ -43,7 +48,7 @@ def plans_table(doc: dict) -> Table:
         t.add_row(
             str(i), plan_label(p), str(p["micro_batch"]), str(p["zero_stage"]) + (" +off" if p.get("offload_optimizer") else ""),
             recompute_label(p), "y" if p["sequence_parallel"] and p["tp"] > 1 else "-",
-            f"{r['step_time_s']:.3f}", f"{r['tokens_per_s_per_device']:,.0f}", f"{100 * r['mfu']:.1f}%",
+            f"{r['step_time_s']:.3f}" + band_label(r), f"{r['tokens_per_s_per_device']:,.0f}", f"{100 * r['mfu']:.1f}%",
             f"{mem['peak_gib']:.1f}/{mem['capacity_gib']:.0f}" + ("" if r["fits"] else " !"),
         )
     return t
@@ -77,6 +82,8 @@ def print_plan_doc(doc: dict, console: Console | None = None) -> None:
     if not doc["plans"]:
         return
     best = doc["plans"][0]
+    if doc.get("band_note"):
+        c.print(f"[yellow]note:[/yellow] {doc['band_note']}")
     if best.get("reason"):
         c.print(f"[bold]Why #1:[/bold] {best['reason']}")
     c.print(bars("Memory per device (peak stage)", best["memory"], MEM_PARTS, "GiB", best["memory"]["peak_gib"]))
