@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from planner.pipeline import stage_layer_counts
+from planner.costmodel.pipeline import stage_layer_counts
 
 _TIME_UNITS = 10_000_000  # integer resolution of the whole model's time (stage times <= this)
 _BYTE_UNITS = 1_000_000  # integer resolution of the capacity

@@ -123,7 +123,7 @@ def _evaluation_doc(ev) -> dict:
 
 
 def _stage_problem_doc(ctx, plan) -> dict:
-    from planner.cost import stage_problem
+    from planner.costmodel.evaluate import stage_problem
 
     sp = stage_problem(ctx, plan, ctx.cluster.hardware.hbm_capacity_gib)
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(sp).items()}
@@ -140,7 +140,7 @@ def build_inputs(case: dict):
 
 def evaluate_case(case: dict, ctx_cache: dict | None = None) -> dict:
     """Every output number of the cost model for one case (fresh Context unless a cache is given)."""
-    from planner.cost import Context, evaluate
+    from planner.costmodel.evaluate import Context, evaluate
 
     model, cluster, train, plan = build_inputs(case)
     key = json.dumps([case["model"], case["cluster"], case["train"]], sort_keys=True)

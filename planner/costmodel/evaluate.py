@@ -12,14 +12,14 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from planner import calibration as cal
-from planner.collectives import collective_time, group_link
-from planner.flops import (LayerFlops, is_sliding_layer, layer_flops, lm_head_flops_per_token, model_flops_per_token,
+from planner.costmodel import calibration as cal
+from planner.costmodel.collectives import collective_time, group_link
+from planner.costmodel.flops import (LayerFlops, is_sliding_layer, layer_flops, lm_head_flops_per_token, model_flops_per_token,
                            qk_v_head_dims)
-from planner.memory import (GIB, activation_elems_per_token, grad_bytes_per_param, logits_bytes_per_token,
+from planner.costmodel.memory import (GIB, activation_elems_per_token, grad_bytes_per_param, logits_bytes_per_token,
                             state_bytes_per_param)
 from planner.params import LayerParams, count_params, layer_params
-from planner.pipeline import inflight_microbatches, pipeline_step_time, stage_layer_counts
+from planner.costmodel.pipeline import inflight_microbatches, pipeline_step_time, stage_layer_counts
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 
 

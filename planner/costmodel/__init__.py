@@ -1,0 +1,1 @@
+"""The cost model: one plan -> step time, memory and MFU."""
