@@ -148,7 +148,7 @@ def cluster_doc(ctx) -> dict:
 
 def run_search(kw: dict):
     """Search with the command's options; returns (ctx, result, doc)."""
-    from planner.costmodel.evaluate import Context
+    from planner.costmodel import Context
     from planner.errors import InputError, NoFeasiblePlan
     from planner.explain import reason
     from planner.costmodel.memory import grad_dtype

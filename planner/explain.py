@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.costmodel.evaluate import Context, Evaluation, evaluate
+from planner.costmodel import Context, Evaluation, evaluate
 from planner.space import plan_errors
 
 

@@ -1,5 +1,5 @@
 """The cost-model snapshot (issue 14): about 50 varied plans evaluated by the cost model, every output
-number stored in tests/data/cost_snapshot.json, so a refactor that moves code can show it moved no number.
+number stored in tests/data/snapshots/cost_snapshot.json, so a refactor that moves code can show it moved no number.
 
 Regenerate only when a commit changes a term on purpose (the commit says which and why):
     PYTHONPATH=$PWD python tests/snapshot_cost.py
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-SNAPSHOT = Path(__file__).parent / "data" / "cost_snapshot.json"
+SNAPSHOT = Path(__file__).parent / "data" / "snapshots" / "cost_snapshot.json"
 
 
 def _c(model, cluster, plan, **train):
@@ -123,7 +123,7 @@ def _evaluation_doc(ev) -> dict:
 
 
 def _stage_problem_doc(ctx, plan) -> dict:
-    from planner.costmodel.evaluate import stage_problem
+    from planner.costmodel.balance import stage_problem
 
     sp = stage_problem(ctx, plan, ctx.cluster.hardware.hbm_capacity_gib)
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(sp).items()}
@@ -140,7 +140,7 @@ def build_inputs(case: dict):
 
 def evaluate_case(case: dict, ctx_cache: dict | None = None) -> dict:
     """Every output number of the cost model for one case (fresh Context unless a cache is given)."""
-    from planner.costmodel.evaluate import Context, evaluate
+    from planner.costmodel import Context, evaluate
 
     model, cluster, train, plan = build_inputs(case)
     key = json.dumps([case["model"], case["cluster"], case["train"]], sort_keys=True)

@@ -1,12 +1,12 @@
 """`plan --json` snapshots (issue 14 refactor guard): the exact bytes of a few searches, stored in
-tests/data/plan_json/ before the cost model was restructured. Regenerate only with a commit that says
+tests/data/snapshots/plan_json/ before the cost model was restructured. Regenerate only with a commit that says
 which number changed and why:  PYTHONPATH=$PWD python tests/snapshot_plan_json.py"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-DIR = Path(__file__).parent / "data" / "plan_json"
+DIR = Path(__file__).parent / "data" / "snapshots" / "plan_json"
 
 # commands whose search needs no CP-SAT stage solve (layers divide over every pp tried), so the bytes do
 # not depend on a solver's time budget

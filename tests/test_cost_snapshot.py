@@ -1,4 +1,4 @@
-"""The cost model reproduces its stored snapshot (tests/data/cost_snapshot.json, made by
+"""The cost model reproduces its stored snapshot (tests/data/snapshots/cost_snapshot.json, made by
 tests/snapshot_cost.py before the issue-14 refactor): every number of about 50 varied plans, to a
 relative 1e-12, and every string exactly. A change here must come with a commit that names the term
 that moved and why, and regenerates the snapshot."""

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planner.costmodel.evaluate import Context, evaluate
+from planner.costmodel import Context, evaluate
 from planner.errors import InputError
 from planner.hardware_catalog import list_hardware, parse_cluster
 from planner.search import MAX_SEARCH_VPP, SearchOptions, _zero_choices, search

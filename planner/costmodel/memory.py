@@ -19,8 +19,13 @@ attention stores no s x s matrix, and modern recipes use no dropout.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from planner.specs import ModelSpec, TrainingSpec
+from planner.costmodel import calibration as cal
+from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
+from planner.costmodel.pipeline import inflight_microbatches, schedule_of
+from planner.costmodel.trace import Term, formula
+from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
 
 GIB = float(2**30)
 
@@ -152,3 +157,234 @@ def korthikanti_activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: in
     if sp:
         return sbh * (34.0 / t + 5.0 * a * s / (h * t))
     return sbh * (10 + 24.0 / t + 5.0 * a * s / (h * t))
+
+
+# ---- per-device memory of each pipeline stage ---------------------------------------------------------
+
+# Unfused attention saves the softmax output, the dropout mask and its output: 5 a s^2 b bytes per layer
+# (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1), i.e. 5 bytes per score element.
+UNFUSED_SCORE_BYTES = 5.0
+# Unsharded bf16 copies ZeRO-3/FSDP holds at once: the layer being computed and the prefetched next one.
+ZERO3_GATHERED_LAYERS = 2
+# Framework overhead of a framework without a calibrated figure (GiB).
+DEFAULT_FRAMEWORK_OVERHEAD_GIB = 2.0
+
+STATE = formula(
+    "memory.states",
+    "params on the stage per device (dense / tp, experts / (ep x etp)) x bytes per param / Z when this ZeRO "
+    "stage shards the part (Z = zero_shard_size or dp x cp; experts: the expert-data-parallel group)",
+    "Rajbhandari et al., ZeRO, SC20, arXiv 1910.02054, sec. 3.1 and 5; DualPipe keeps two parameter copies "
+    "(DeepSeek-V3 report, arXiv 2412.19437, Table 2)",
+)
+ACTIVATIONS = formula(
+    "memory.activations",
+    "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
+    "full activations under full recompute, + unfused scores 5 a s^2 b, + fp32 logits 12 B x V / tp on the "
+    "last stage, + the embedding output on the first)",
+    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1 eq. 1-2 and sec. 5; in-flight micro-batches: "
+    "Narayanan et al. SC21 sec. 2.2",
+)
+BUFFERS = formula(
+    "memory.buffers",
+    "ZeRO-3 / FSDP: 2 gathered bf16 layers + one layer's gradients; FSDP under PP: the stage's unsharded "
+    "parameters and gradients",
+    "ZeRO-3 prefetch (Rajbhandari et al. SC21, arXiv 2104.07857, sec. 6.1); torchtitan reshard_after_forward="
+    "False with PP",
+)
+OVERHEAD = formula(
+    "memory.overhead",
+    "framework overhead (CUDA context, NCCL buffers) + (allocator fragmentation - 1) x allocated",
+    "calibration.FRAMEWORK_OVERHEAD_GIB and ALLOCATOR_FRAGMENTATION (fitted on the torchtitan rows)",
+)
+PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum",
+               "the per-stage parts above; capacity from the hardware profile")
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one device of each stage holds before ZeRO sharding: dense (split by TP) and routed
+    experts (split by EP x ETP); the first stage adds the embedding, the last the LM head and final norm."""
+
+    dense: tuple[float, ...]
+    experts: tuple[float, ...]
+
+
+def stage_params(ctx: Context, plan: ParallelPlan, split: list[StageSplit]) -> StageParams:
+    tp, pp = plan.tp, plan.pp
+    dense_stage, expert_stage = [], []
+    for s in range(pp):
+        _, hc, tc = split[s]
+        allc = hc + tc
+        dense = sum(n * (ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) for j, n in allc.items()) / tp
+        experts = sum(n * ctx.kinds[j].params.routed_experts for j, n in allc.items()) / (plan.ep * plan.etp)
+        if s == 0:
+            dense += ctx.params.embedding / tp
+        if s == pp - 1:
+            dense += (ctx.params.lm_head or (ctx.params.embedding if pp > 1 else 0)) / tp + ctx.params.final_norm
+        dense_stage.append(dense)
+        expert_stage.append(experts)
+    return StageParams(tuple(dense_stage), tuple(expert_stage))
+
+
+def largest_layer_params_per_device(ctx: Context, plan: ParallelPlan, kind_ids) -> float:
+    """Parameters one device holds of the largest of these layer kinds, unsharded by ZeRO: dense parts
+    split by TP, routed experts by EP x ETP."""
+    return max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
+                + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp) for j in kind_ids), default=0.0)
+
+
+def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
+    """activation_elems_per_token of layer kind `k` under recompute `mode`, cached in the context."""
+    p, tr = shape.plan, ctx.train
+    key = (k.moe, k.sliding, p.tp, shape.sp, mode, p.etp)
+    v = ctx.act_cache.get(key)
+    if v is None:
+        v = ctx.act_cache[key] = activation_elems_per_token(
+            ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
+            fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"))
+    return v
+
+
+class StageMemory(NamedTuple):
+    """Bytes per device of one stage at its peak."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    buffers: float
+    overhead: float  # framework overhead + allocator fragmentation
+    inflight: float  # micro-batches whose activations the stage holds
+
+    @property
+    def total_gib(self) -> float:
+        return sum(self.parts_gib())
+
+    def parts_gib(self) -> tuple[float, ...]:
+        """MEMORY_PARTS order, in GiB."""
+        return (self.weights / GIB, self.grads / GIB, self.optimizer / GIB, self.activations / GIB,
+                self.buffers / GIB, self.overhead / GIB)
+
+
+def _layer_activations(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, float]:
+    """(bytes saved per micro-batch by the stage's layers, one layer's full activations at most)."""
+    _, hc, tc = split
+    tokens = shape.tokens
+    per_mb = 0.0
+    worst_layer = 0.0
+    for part, mode in ((hc, shape.plan.recompute), (tc, "none")):
+        for kid, cnt in part.items():
+            per_mb += cnt * act_elems(ctx, shape, ctx.kinds[kid], mode) * tokens * ACT_ELEM_BYTES
+    for kid in set(hc) | set(tc):
+        worst_layer = max(worst_layer, act_elems(ctx, shape, ctx.kinds[kid], "none") * tokens * ACT_ELEM_BYTES)
+    return per_mb, worst_layer
+
+
+def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: int, inflight: float) -> float:
+    """Activation bytes stage `s` holds at its peak (formula memory.activations)."""
+    p, m, tokens = shape.plan, ctx.model, shape.tokens
+    n_layers = split[s][0]
+    per_mb, worst_layer = _layer_activations(ctx, shape, split[s])
+    acts = per_mb * inflight
+    if p.recompute == "full":
+        acts += worst_layer  # one layer's full activations exist while it is recomputed
+    if ctx.unfused_attention and p.recompute != "full":
+        acts += inflight * n_layers * UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
+    if s == p.pp - 1:
+        acts += tokens * logits_bytes_per_token(m, p.tp)
+    if s == 0:
+        acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)  # embedding output kept for the first layer
+    return acts
+
+
+def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, split: StageSplit,
+                  grad_bytes: float) -> float:
+    """Bytes of the unsharded parameter and gradient buffers ZeRO-3 / FSDP adds (formula memory.buffers)."""
+    if plan.zero_stage == 3 and plan.pp > 1 and ctx.train.framework in ("fsdp", "maxtext"):
+        # FSDP under pipelining keeps the stage's parameters unsharded between micro-batches
+        # (torchtitan: reshard_after_forward=False with PP) and accumulates unsharded gradients
+        # until the last micro-batch (torch.distributed.pipelining backward_maybe_with_nosync).
+        return params_on_stage * (PARAM_GATHER_BYTES + grad_bytes)
+    if plan.zero_stage == 3:
+        # unsharded bf16 copies of the current and the prefetched layer, plus one layer's grads
+        _, hc, tc = split
+        return largest_layer_params_per_device(ctx, plan, set(hc) | set(tc)) * (
+            PARAM_GATHER_BYTES * ZERO3_GATHERED_LAYERS + grad_bytes)
+    return 0.0
+
+
+def framework_overhead_bytes(framework: str) -> float:
+    return cal.FRAMEWORK_OVERHEAD_GIB.get(framework, DEFAULT_FRAMEWORK_OVERHEAD_GIB) * GIB
+
+
+class StateLayout(NamedTuple):
+    """What every stage of one plan shares: bytes per parameter of each state, the ZeRO shard counts,
+    the gradient bytes and the framework overhead."""
+
+    states: StateBytesPerParam
+    z_dense: int
+    z_expert: int
+    grad_bytes: float
+    overhead_bytes: float
+
+
+def state_layout(ctx: Context, plan: ParallelPlan) -> StateLayout:
+    z_dense, z_expert = zero_shards(plan)
+    return StateLayout(state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer), z_dense, z_expert,
+                       grad_bytes_per_param(ctx.train), framework_overhead_bytes(ctx.train.framework))
+
+
+def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams, s: int,
+                 lay: StateLayout) -> StageMemory:
+    """Per-device bytes of stage `s`: model states, activations, ZeRO-3 buffers, overhead."""
+    p = shape.plan
+    dn, ex = params.dense[s], params.experts[s]
+    w, g, o = (dn * d + ex * e for d, e in zip(lay.states.per_param(lay.z_dense), lay.states.per_param(lay.z_expert)))
+    if p.schedule == "dualpipe" and p.pp > 1:
+        w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
+    inflight = inflight_microbatches(schedule_of(p), p.pp, s, shape.nmb, p.vpp)
+    acts = stage_activations(ctx, shape, split, s, inflight)
+    buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
+    allocated = w + g + o + acts + buffers
+    frag = allocated * (cal.ALLOCATOR_FRAGMENTATION - 1.0)
+    return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight)
+
+
+def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> list[StageMemory]:
+    lay = state_layout(ctx, shape.plan)
+    return [stage_memory(ctx, shape, split, params, s, lay) for s in range(shape.plan.pp)]
+
+
+def zero_shards(plan: ParallelPlan) -> tuple[int, int]:
+    """Ranks ZeRO shards over: dense states over zero_shard_size (HSDP) or all of dp x cp; expert states
+    over the expert-data-parallel group, capped by zero_shard_size."""
+    z_dense = plan.zero_shard_size or plan.dp * plan.cp
+    z_expert = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
+    return z_dense, z_expert
+
+
+def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tuple[Term, ...]:
+    """The peak stage's parts (MEMORY_PARTS order), its peak and the device capacity, as trace terms."""
+    p = shape.plan
+    st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
+    z_dense, z_expert = zero_shards(p)
+    w, g, o, a, b, ov = sm.parts_gib()
+    parts = (
+        STATE.term("weights_gib", w, "GiB", bytes_per_param=st.weights, sharded=str(st.weights_sharded),
+                   zero_shards=z_dense, expert_zero_shards=z_expert, stage=stage),
+        STATE.term("grads_gib", g, "GiB", bytes_per_param=st.grads, sharded=str(st.grads_sharded),
+                   zero_shards=z_dense, expert_zero_shards=z_expert, stage=stage),
+        STATE.term("optimizer_gib", o, "GiB", bytes_per_param=st.optimizer, sharded=str(st.optimizer_sharded),
+                   zero_shards=z_dense, expert_zero_shards=z_expert, offloaded=str(p.offload_optimizer)),
+        ACTIVATIONS.term("activations_gib", a, "GiB", inflight_microbatches=sm.inflight, tokens=shape.tokens,
+                         recompute=p.recompute, logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp)),
+        BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
+        OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(ctx.train.framework) / GIB,
+                      fragmentation=cal.ALLOCATOR_FRAGMENTATION),
+    )
+    peak = 0.0
+    for t in parts:  # the order of the original dict sum
+        peak += t.value
+    cap = ctx.cluster.hardware.hbm_capacity_gib
+    return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
+            PEAK.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id))
