@@ -31,8 +31,10 @@ def h100_runs():
 
 
 # The hidden profile: an H100 cluster whose BF16 and FP8 GEMMs reach less than the catalog's MAMF ceilings
-# (0.803 and 0.709).
-HIDDEN = {"gemm_efficiency_max": 0.70, "gemm_efficiency_max_fp8": 0.62}
+# (0.803 and 0.709), whose attention kernels reach 0.6 of GEMM efficiency (default 0.75) and which loses a
+# fixed 0.3 s per step.
+HIDDEN = {"gemm_efficiency_max": 0.70, "gemm_efficiency_max_fp8": 0.62, "calibration.attn_rel_efficiency": 0.60}
+HIDDEN_OVERHEAD_S = 0.3
 
 
 def synthetic(prepared, hidden_hw, noise=0.05, seed=7, seq_scale=(1,)):
@@ -48,18 +50,27 @@ def synthetic(prepared, hidden_hw, noise=0.05, seed=7, seq_scale=(1,)):
     return out
 
 
+@pytest.mark.slow
 def test_recovers_hidden_constants_within_5_percent_and_helps_held_out_runs(h100_runs):
     base = get_hardware("h100-sxm-80gb")
-    hidden = c.with_values(base, HIDDEN)
-    train = synthetic(h100_runs[::2], hidden, seq_scale=(1, 2))  # 2 x 12 configurations
-    held = synthetic(h100_runs[1::2], hidden, seed=11)  # the other 12 configurations
-    res = c.calibrate(train, base, leave_one_out=False)
-    for name, value in HIDDEN.items():
-        got = c.get_value(res.hardware, next(p for p in c.compute_params(base) if p.name == name))
-        assert abs(got / value - 1) < 0.05, (name, got, value)
-    before = statistics.median(abs(e) for e in (math.expm1(x) for x in c.log_errors(held, base)))
-    after = statistics.median(abs(e) for e in (math.expm1(x) for x in c.log_errors(held, res.hardware)))
-    assert after < before and after < 0.08  # noise is 5%: what remains is the noise
+    hidden = c.with_values(base, HIDDEN | {"calibration.step_overhead_s": HIDDEN_OVERHEAD_S})
+    params = {p.name: p for p in c.compute_params(base)}
+    # the 24 H100 configurations at 1x, 4x, 16x and 32x their sequence length (attention share varies) to
+    # fit; held out: the same configurations at 2x, with their own noise. Ten noise draws (seeds 1-10):
+    # recovery is a statistical property, so it is checked on all of them, not on one lucky draw.
+    held = synthetic(h100_runs, hidden, seed=99, seq_scale=(2,))
+    within_5 = 0
+    for seed in range(1, 11):
+        res = c.calibrate(synthetic(h100_runs, hidden, seed=seed, seq_scale=(1, 4, 16, 32)), base, leave_one_out=False)
+        worst = max(abs(c.get_value(res.hardware, params[n]) / v - 1) for n, v in HIDDEN.items())
+        within_5 += worst < 0.05
+        assert worst < 0.06, (seed, worst)
+        # a 0.3 s overhead under 2-200 s steps with 5% noise is not pinned to 5%: found within 0.25 s
+        assert abs(c.get_value(res.hardware, params["calibration.step_overhead_s"]) - HIDDEN_OVERHEAD_S) < 0.25
+        before = statistics.median(abs(math.expm1(x)) for x in c.log_errors(held, base))
+        after = statistics.median(abs(math.expm1(x)) for x in c.log_errors(held, res.hardware))
+        assert after < before / 2 and after < 0.06  # noise is 5%: what remains is the noise
+    assert within_5 >= 9  # measured: 9 of 10 (seed 7: attention 5.2% low, GEMM 3.4% high)
 
 
 def test_link_constants_recovered_from_noisy_nccl_tables():

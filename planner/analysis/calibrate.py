@@ -44,7 +44,7 @@ class Param:
 
 
 def compute_params(hw: HardwareSpec) -> tuple[Param, ...]:
-    from planner import calibration as cal
+    from planner.costmodel import calibration as cal
 
     fp8 = (Param("gemm_efficiency_max_fp8", 0.05, 1.0, hw.gemm_efficiency_max_fp8),) if hw.gemm_efficiency_max_fp8 else ()
     return fp8 + (
@@ -88,7 +88,7 @@ class PreparedRun:
     plan: ParallelPlan
 
     def predict(self, hw: HardwareSpec) -> float:
-        from planner.cost import Context, evaluate
+        from planner.costmodel import Context, evaluate
 
         ctx = Context(self.model, self.cluster.model_copy(update={"hardware": hw}), self.train)
         return evaluate(ctx, self.plan).step_time_s
@@ -96,7 +96,7 @@ class PreparedRun:
 
 def prepare_runs(runs: list[dict]) -> tuple[list[PreparedRun], list[dict]]:
     """Runs with a measured step, their plan chosen as plan validate does; the others as skipped."""
-    from planner.cost import evaluate
+    from planner.costmodel import evaluate
     from planner.search import SearchOptions, search
     from planner.validate import run_inputs, skip_record
 

@@ -21,7 +21,7 @@ import math
 import statistics
 from collections.abc import Iterator
 
-from planner import calibration as cal
+from planner.costmodel import calibration as cal
 from planner.analysis import calibrate as c
 from planner.analysis.bands import source_key
 

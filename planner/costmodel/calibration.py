@@ -84,3 +84,11 @@ FIT_RESERVE_GIB = 1.0
 # PCIe x16 per-direction rates (hardware.yaml links.pcie_x16_unidir_GBps: gen4 31, gen5 63), used for
 # optimizer offload traffic; A100 hosts are gen4, H100 and later gen5.
 PCIE_UNIDIR_GBPS = {"gen4": 31.0, "gen5": 63.0}
+
+
+def profile_constant(hw, name: str, default: float) -> float:
+    """A constant a calibrated hardware profile sets (`calibration:` block, written by `plan calibrate`),
+    else the development-run default above."""
+    k = getattr(hw, "calibration", None)
+    v = getattr(k, name, None) if k is not None else None
+    return default if v is None else float(v)

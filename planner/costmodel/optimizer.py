@@ -17,6 +17,12 @@ OPTIMIZER = formula(
     "local params x 30 B / HBM bandwidth (Adam reads and writes master, m, v; reads grads; writes bf16 params)",
     "Adam (Kingma & Ba 2015); state bytes per ZeRO, SC20, arXiv 1910.02054, sec. 3.1",
 )
+OPTIMIZER_AND_OVERHEAD = formula(
+    "optimizer.adam_and_overhead",
+    "local params x 30 B / HBM bandwidth + the fixed per-step overhead of a calibrated profile (data loading, "
+    "logging, host syncs: everything a step costs that does not scale with the model)",
+    "Adam as above; step_overhead_s fitted by plan calibrate (docs/calibrate.md)",
+)
 OPTIMIZER_OFFLOAD = formula(
     "optimizer.offload",
     "local params x (grad bytes + 2 B) / PCIe bandwidth: gradients to the host, bf16 parameters back",
@@ -42,5 +48,9 @@ def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -
         return OPTIMIZER_OFFLOAD.term("optimizer_s", n * (grad_bytes + PARAM_GATHER_BYTES) / bw, "s",
                                       local_params=n, bytes_per_param=grad_bytes + PARAM_GATHER_BYTES,
                                       pcie=gen, bandwidth_GBps=bw / 1e9)
+    if ctx.step_overhead_s > 0:  # a fixed per-step overhead fitted by `plan calibrate` rides with this term
+        return OPTIMIZER_AND_OVERHEAD.term(
+            "optimizer_s", n * ADAM_BYTES_PER_PARAM / ctx.hbm_bw + ctx.step_overhead_s, "s", local_params=n,
+            bytes_per_param=ADAM_BYTES_PER_PARAM, bandwidth_GBps=ctx.hbm_bw / 1e9, step_overhead_s=ctx.step_overhead_s)
     return OPTIMIZER.term("optimizer_s", n * ADAM_BYTES_PER_PARAM / ctx.hbm_bw, "s", local_params=n,
                           bytes_per_param=ADAM_BYTES_PER_PARAM, bandwidth_GBps=ctx.hbm_bw / 1e9)
