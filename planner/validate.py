@@ -132,8 +132,10 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         dev = run["devices"]
         if not isinstance(dev, int) or isinstance(dev, bool):
             raise InputError(f"devices must be an integer, got {dev!r}")
+        slices = tpu_slices(run) if hw.scale_up.kind == "ici_torus" else 1
         cluster = ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
-                              devices_per_node=run.get("devices_per_node") or None)
+                              devices_per_node=run.get("devices_per_node") or None,
+                              domain_size=dev // slices if slices > 1 and dev % slices == 0 else None)
         t = run["train"]
         fw = infer_framework(run)
         train = TrainingSpec(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
@@ -157,12 +159,35 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         fixed["account_embedding_loss"] = True  # the only even-ish split Megatron/NeMo state for these
     if fixed.get("zero_stage") == 3:
         fixed["zero_shard_size"] = None  # the schema: zero_stage 3 is FSDP *full* sharding, not hybrid
+        fixed.update(multislice_hsdp(run, cluster, fixed))
     src = str(run.get("source", "")).lower()
     if "deepseek-v3 technical report" in src and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     for k, v in stack_constraints(run, train).items():
         fixed.setdefault(k, v)
     return Context(model, cluster, train), fixed
+
+
+def tpu_slices(run: dict) -> int:
+    """TPU slices a MaxText run spans (the runs schema has no field for it): `dcn_data_parallelism=K` in
+    its notes (MaxText's multislice axis), else a `<K>x-<slice>` / `<K>xv4-128` prefix in its id; 1 if neither.
+    Slices talk over DCN, chips within a slice over ICI (known_runs_notes.md, TPU runs)."""
+    import re
+
+    m = re.search(r"dcn_data_parallelism\s*=\s*(\d+)", str(run.get("notes", "")))
+    if m is None:
+        m = re.search(r"-(\d+)x-?v\d", str(run.get("id", "")))
+    return max(1, int(m.group(1))) if m else 1
+
+
+def multislice_hsdp(run: dict, cluster: ClusterSpec, fixed: dict[str, Any]) -> dict[str, Any]:
+    """MaxText across K slices shards FSDP within a slice (ici_fsdp_parallelism) and replicates across
+    slices (dcn_data_parallelism): hybrid sharding with shard groups of dp*cp / K."""
+    slices = cluster.count // cluster.scale_up_size if cluster.hardware.scale_up.kind == "ici_torus" else 1
+    dp_cp = (fixed.get("dp") or 0) * (fixed.get("cp") or 1)
+    if slices > 1 and dp_cp and dp_cp % slices == 0:
+        return {"zero_shard_size": dp_cp // slices}
+    return {}
 
 
 def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
