@@ -69,3 +69,12 @@ def test_plan_json_and_table_carry_the_band():
     assert "band_note" in doc
     text = CliRunner().invoke(main, args).output
     assert f"±{100 * doc['plans'][0]['step_time_band']['rel']:.0f}%" in text
+
+
+def test_report_shows_the_band(tmp_path):
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["report", "--model", "llama-3.1-8b", "--cluster", "h100x8", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(CliRunner().invoke(main, ["--model", "llama-3.1-8b", "--cluster", "h100x8", "--json"]).output)
+    text = out.read_text()
+    assert f"±{100 * doc['plans'][0]['step_time_band']['rel']:.0f}%" in text and "error band" in text
