@@ -8,7 +8,7 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, plan_shape
 from planner.costmodel.compute import lm_head_fwd_s
 from planner.costmodel.layers import layer_times
 from planner.costmodel.memory import (GIB, act_elems, framework_overhead_bytes, logits_bytes_per_token,
-                                      state_bytes_per_param, zero_shards)
+                                      state_bytes_per_param)
 from planner.costmodel.pipeline import inflight_microbatches
 from planner.specs import ParallelPlan
 
@@ -17,7 +17,7 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
     """Per layer: (time, recompute time, activation bytes, activation bytes under full recompute, state bytes)."""
     shape = plan_shape(ctx, plan)
     st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
-    z_dense, z_exp = zero_shards(plan)
+    z_dense, z_exp = shape.dims.zero_shard, shape.dims.expert_zero_shard
     per_dense, per_exp = sum(st.per_param(z_dense)), sum(st.per_param(z_exp))
     base_mode = plan.recompute if plan.recompute != "full" else "none"
     rows = []
@@ -43,7 +43,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     shape = plan_shape(ctx, plan)
     t, rc, act, act_rc, state = _layer_rows(ctx, plan)
     st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
-    per_dense = sum(st.per_param(zero_shards(plan)[0]))
+    per_dense = sum(st.per_param(shape.dims.zero_shard))
     inflight = tuple(inflight_microbatches(plan.schedule, pp, s, shape.nmb, plan.vpp) for s in range(pp))
     overhead = framework_overhead_bytes(ctx.train.framework)
     cap = max(1.0, (capacity_gib * GIB - overhead) / cal.ALLOCATOR_FRAGMENTATION)

@@ -14,6 +14,7 @@ from planner.costmodel.flops import LayerFlops, is_sliding_layer, layer_flops, m
 from planner.costmodel.partition import stage_layer_counts
 from planner.params import LayerParams, count_params, layer_params
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+from planner.specs.dims import ParallelDims
 
 # Bytes per activation element as the layers exchange and save them (bf16), Korthikanti et al. 2022 sec. 4.1.
 ACT_ELEM_BYTES = 2.0
@@ -140,6 +141,7 @@ class Shape(NamedTuple):
     nmb: int  # micro-batches per step
     tokens: float  # tokens of one micro-batch on one device (along the sequence, split by CP)
     links: Links
+    dims: ParallelDims  # group sizes and ZeRO shard groups (planner.specs.dims)
 
     @property
     def time_key(self) -> tuple:
@@ -150,4 +152,5 @@ class Shape(NamedTuple):
 
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
     return Shape(plan=plan, sp=plan.sequence_parallel and plan.tp > 1, nmb=num_microbatches(plan, ctx.train),
-                 tokens=plan.micro_batch * ctx.train.seq_len / plan.cp, links=plan_links(ctx.cluster, plan))
+                 tokens=plan.micro_batch * ctx.train.seq_len / plan.cp, links=plan_links(ctx.cluster, plan),
+                 dims=ParallelDims.of(plan))

@@ -328,9 +328,10 @@ class StateLayout(NamedTuple):
     overhead_bytes: float
 
 
-def state_layout(ctx: Context, plan: ParallelPlan) -> StateLayout:
-    z_dense, z_expert = zero_shards(plan)
-    return StateLayout(state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer), z_dense, z_expert,
+def state_layout(ctx: Context, shape: Shape) -> StateLayout:
+    plan, dims = shape.plan, shape.dims
+    return StateLayout(state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer), dims.zero_shard,
+                       dims.expert_zero_shard,
                        grad_bytes_per_param(ctx.train), framework_overhead_bytes(ctx.train.framework))
 
 
@@ -351,23 +352,15 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
 
 
 def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> list[StageMemory]:
-    lay = state_layout(ctx, shape.plan)
+    lay = state_layout(ctx, shape)
     return [stage_memory(ctx, shape, split, params, s, lay) for s in range(shape.plan.pp)]
-
-
-def zero_shards(plan: ParallelPlan) -> tuple[int, int]:
-    """Ranks ZeRO shards over: dense states over zero_shard_size (HSDP) or all of dp x cp; expert states
-    over the expert-data-parallel group, capped by zero_shard_size."""
-    z_dense = plan.zero_shard_size or plan.dp * plan.cp
-    z_expert = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
-    return z_dense, z_expert
 
 
 def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tuple[Term, ...]:
     """The peak stage's parts (MEMORY_PARTS order), its peak and the device capacity, as trace terms."""
     p = shape.plan
     st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
-    z_dense, z_expert = zero_shards(p)
+    z_dense, z_expert = shape.dims.zero_shard, shape.dims.expert_zero_shard
     w, g, o, a, b, ov = sm.parts_gib()
     parts = (
         STATE.term("weights_gib", w, "GiB", bytes_per_param=st.weights, sharded=str(st.weights_sharded),
