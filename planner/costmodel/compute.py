@@ -118,6 +118,20 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     return LayerCompute(proj, mlp, exp, attn, elem, fwd, bwd)
 
 
+def kind_label(k: LayerKind) -> str:
+    return ("MoE" if k.moe else "dense") + (" sliding" if k.sliding else "")
+
+
+def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
+    """One layer's compute for one micro-batch on one device, with its parts and per-token FLOPs as inputs."""
+    f = k.flops
+    return LAYER_COMPUTE.term(
+        f"layer_compute_s[{kind_label(k)}]", c.fwd + c.bwd, "s", fwd_s=c.fwd, bwd_s=c.bwd, proj_s=c.proj,
+        mlp_s=c.mlp, experts_s=c.experts, attention_s=c.attention, elementwise_s=c.elementwise,
+        flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,
+        flops_per_token_experts=f.experts, flops_per_token_router=f.router, tp=shape.plan.tp, tokens=shape.tokens)
+
+
 def lm_head_fwd_s(ctx: Context, shape: Shape) -> float:
     """LM head GEMM h -> V over the micro-batch's tokens, vocabulary split by TP."""
     m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens

@@ -196,8 +196,9 @@ OVERHEAD = formula(
     "framework overhead (CUDA context, NCCL buffers) + (allocator fragmentation - 1) x allocated",
     "calibration.FRAMEWORK_OVERHEAD_GIB and ALLOCATOR_FRAGMENTATION (fitted on the torchtitan rows)",
 )
-PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum",
-               "the per-stage parts above; capacity from the hardware profile")
+PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
+CAPACITY = formula("memory.capacity", "HBM capacity of one device",
+                   "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
 
 
 @dataclass(frozen=True)
@@ -380,4 +381,4 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
         peak += t.value
     cap = ctx.cluster.hardware.hbm_capacity_gib
     return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
-            PEAK.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id))
+            CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id))
