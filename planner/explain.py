@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.trace import FORMULAS, Term, label
 from planner.space import plan_errors
+from planner.specs import ParallelPlan
 
 
 def reason(ctx: Context, ev: Evaluation) -> str:
@@ -26,13 +30,15 @@ def reason(ctx: Context, ev: Evaluation) -> str:
         parts.append({1: "ZeRO-1 shards optimizer states", 2: "ZeRO-2 shards optimizer and gradients",
                       3: "ZeRO-3/FSDP shards weights too"}[p.zero_stage])
     if p.recompute != "none":
-        parts.append(f"{p.recompute} recompute to fit" + (f" ({p.recompute_layers} layers/stage)" if p.recompute_layers is not None else ""))
+        layers = f" ({p.recompute_layers} layers/stage)" if p.recompute_layers is not None else ""
+        parts.append(f"{p.recompute} recompute to fit{layers}")
     mem = ev.memory
     parts.append(f"peak {mem['peak_gib']:.1f} of {mem['capacity_gib']:.1f} GiB")
     return "; ".join(parts)
 
 
-NEIGHBOURS = (
+Change = Callable[[ParallelPlan], "dict[str, Any] | None"]
+NEIGHBOURS: tuple[tuple[str, Change], ...] = (
     ("TP x2", lambda p: {"tp": p.tp * 2, "dp": p.dp // 2} if p.dp % 2 == 0 else None),
     ("TP /2", lambda p: {"tp": p.tp // 2, "dp": p.dp * 2} if p.tp % 2 == 0 else None),
     ("PP x2", lambda p: {"pp": p.pp * 2, "dp": p.dp // 2} if p.dp % 2 == 0 else None),
@@ -40,7 +46,8 @@ NEIGHBOURS = (
     ("ZeRO-3", lambda p: {"zero_stage": 3} if p.zero_stage != 3 else None),
     ("ZeRO-1", lambda p: {"zero_stage": 1} if p.zero_stage != 1 else None),
     ("no recompute", lambda p: {"recompute": "none", "recompute_layers": None} if p.recompute != "none" else None),
-    ("full recompute", lambda p: {"recompute": "full", "recompute_layers": None} if p.recompute != "full" or p.recompute_layers is not None else None),
+    ("full recompute", lambda p: {"recompute": "full", "recompute_layers": None}
+     if p.recompute != "full" or p.recompute_layers is not None else None),
     ("micro-batch x2", lambda p: {"micro_batch": p.micro_batch * 2}),
     ("micro-batch /2", lambda p: {"micro_batch": p.micro_batch // 2} if p.micro_batch % 2 == 0 else None),
     ("CP x2", lambda p: {"cp": p.cp * 2, "dp": p.dp // 2} if p.dp % 2 == 0 else None),
@@ -49,7 +56,7 @@ NEIGHBOURS = (
 
 def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
     """For each neighbour of the plan: does it break a rule, not fit, or run slower (and why)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for name, change in NEIGHBOURS:
         upd = change(ev.plan)
         if not upd:
@@ -69,8 +76,9 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
             continue
         a = evaluate(ctx, alt)
         if a.memory["peak_gib"] > cap_gib:
+            over = a.memory["peak_gib"] - cap_gib
             out.append({"change": name, "verdict": "does not fit",
-                        "detail": f"needs {a.memory['peak_gib']:.1f} GiB, {a.memory['peak_gib'] - cap_gib:.1f} GiB over"})
+                        "detail": f"needs {a.memory['peak_gib']:.1f} GiB, {over:.1f} GiB over"})
             continue
         d = a.step_time_s / ev.step_time_s - 1
         diffs = {k: a.time_breakdown[k] - ev.time_breakdown.get(k, 0.0) for k in a.time_breakdown}

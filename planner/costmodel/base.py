@@ -32,15 +32,16 @@ GEMM_CEILING = formula(
 )
 ATTN_EFFICIENCY = formula(
     "rates.attention_efficiency",
-    "MAMF ceiling x GEMM_SHAPE_DERATE x ATTN_REL_EFFICIENCY; FSDP stacks on Hopper+: min(that, FA2_HOPPER_ABS_EFFICIENCY)"
-    " x PYTORCH_NATIVE_HOPPER_EFFICIENCY",
+    "MAMF ceiling x GEMM_SHAPE_DERATE x ATTN_REL_EFFICIENCY; FSDP stacks on Hopper+: min(that, "
+    "FA2_HOPPER_ABS_EFFICIENCY) x PYTORCH_NATIVE_HOPPER_EFFICIENCY",
     "FlashAttention-2, Dao 2023, arXiv 2307.08691, sec. 4.1; FlashAttention-3, Shah et al. 2024, arXiv 2407.08608, "
     "sec. 1; calibration.py",
 )
 TOKENS = formula("shape.tokens", "mbs x seq / cp", "definition (CP splits the sequence)")
 MICROBATCHES = formula("shape.microbatches", "gbs / (dp x mbs)", "definition (gradient accumulation steps)")
 
-StageSplit = tuple[int, Counter, Counter]  # (layers, {kind: count} of the first n_full layers, {kind: count} of the rest)
+# (layers, {kind: count} of the first n_full layers, {kind: count} of the rest)
+StageSplit = tuple[int, Counter, Counter]
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class Context:
             key = (model.is_moe_layer(i), is_sliding_layer(model, i))
             if key not in kinds:
                 kinds[key] = len(self.kinds)
-                self.kinds.append(LayerKind(key[0], key[1], layer_params(model, i), layer_flops(model, i, train.seq_len)))
+                self.kinds.append(LayerKind(key[0], key[1], layer_params(model, i),
+                                            layer_flops(model, i, train.seq_len)))
             self.kind_of_layer.append(kinds[key])
         self.layer_kinds = [self.kinds[j] for j in self.kind_of_layer]
         self.params = count_params(model)

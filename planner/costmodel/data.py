@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape, StageSplit
-from planner.costmodel.collectives import Link, collective_time, group_link
+from planner.costmodel.collectives import Kind, Link, collective_time, group_link
 from planner.costmodel.layers import StageTimes
 from planner.costmodel.memory import StageParams, grad_bytes_per_param, largest_layer_params_per_device
 from planner.costmodel.trace import Term, formula
@@ -114,7 +114,8 @@ def _zero3_traffic(ctx: Context, shape: Shape, p_dense: float, p_exp: float, n_a
     ag += collective_time("all_gather", p_exp * PARAM_GATHER_BYTES, z_expert, e_link)
     # gradients: reduce-scatter, or all-reduce in DeepSpeed ZeRO-3 of 2021 (issue #1173)
     legacy = ctx.train.legacy_deepspeed_zero3
-    red_kind, red_link = ("all_reduce", links.dp_ar) if legacy else ("reduce_scatter", links.dp_rs)
+    red_kind: Kind = "all_reduce" if legacy else "reduce_scatter"
+    red_link = links.dp_ar if legacy else links.dp_rs
     rs = collective_time(red_kind, p_dense * grad_bytes, z_dense, red_link, n_ag)
     rs += collective_time(red_kind, p_exp * grad_bytes, z_expert, e_link)
     return ag, rs

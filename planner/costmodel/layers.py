@@ -114,6 +114,7 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
         if p.schedule == "dualpipe" and pp > 1:
             tep = dualpipe_exposed_ep_s(tep, f, b)
         comm = 2 * ((0.0 if p.tp_comm_overlap else ttp) + tcp + tep)
-        for col, v in zip(cols, (f, b, rc, 2 * ttp, 2 * tcp, 2 * tep, comm)):  # collectives: forward + backward
+        # collectives: forward + backward
+        for col, v in zip(cols, (f, b, rc, 2 * ttp, 2 * tcp, 2 * tep, comm), strict=True):
             col.append(v)
     return StageTimes(*(tuple(c) for c in cols))

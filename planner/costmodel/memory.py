@@ -113,12 +113,13 @@ def activation_elems_per_token(
     # projection saves its own FP8 copy on top)
     attn = hs + g * hs + qkv + attn_out * (2.0 - g if g < 1 else 1.0) + 2.0 * m.num_heads / tp
     if moe_layer:
-        e = m.moe
+        e = m.require_moe()
         fe = e.expert_ffn_hidden_size
         # dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)
         per_expert_token = g * h + ((2 + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
         shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
-        shared = ((2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w) / tp if e.num_shared_experts else 0.0
+        shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
+        shared = shared_inter / tp if e.num_shared_experts else 0.0
         # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
         mlp = hs + g * hs + e.top_k * per_expert_token / tp + shared + e.num_experts / tp
     else:
@@ -294,7 +295,8 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     if s == p.pp - 1:
         acts += tokens * logits_bytes_per_token(m, p.tp)
     if s == 0:
-        acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)  # embedding output kept for the first layer
+        # embedding output kept for the first layer
+        acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)
     return acts
 
 
@@ -341,7 +343,8 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     """Per-device bytes of stage `s`: model states, activations, ZeRO-3 buffers, overhead."""
     p = shape.plan
     dn, ex = params.dense[s], params.experts[s]
-    w, g, o = (dn * d + ex * e for d, e in zip(lay.states.per_param(lay.z_dense), lay.states.per_param(lay.z_expert)))
+    per_dense, per_expert = lay.states.per_param(lay.z_dense), lay.states.per_param(lay.z_expert)
+    w, g, o = (dn * d + ex * e for d, e in zip(per_dense, per_expert, strict=True))
     if p.schedule == "dualpipe" and p.pp > 1:
         w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
     inflight = inflight_microbatches(schedule_of(p), p.pp, s, shape.nmb, p.vpp)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape
 from planner.costmodel.memory import StageParams, grad_bytes_per_param, state_bytes_per_param
-from planner.specs.dims import ParallelDims
 from planner.costmodel.trace import Term, formula
+from planner.specs.dims import ParallelDims
 
 # Adam step bytes per parameter: read and write the fp32 master weight, m and v (24), read the gradient
 # (4), write the bf16 parameter (2): ~30 (ZeRO paper sec. 3.1 states; memory-bound).
