@@ -24,10 +24,8 @@ from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
+from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "zero_shard_size",
-         "recompute", "recompute_layers", "sequence_parallel", "schedule", "cp_comm",
-         "first_stage_layers", "last_stage_layers", "offload_optimizer", "tp_comm_overlap")
 RECOMPUTE_ORDER = ("none", "selective", "full")
 MIN_CP_CHUNK = 4096  # tokens per CP rank below which the search does not propose CP (ring steps too short to hide)
 MAX_SEARCH_VPP = 1000  # the search proposes every even interleaving (NeMo recipes use 1 layer per chunk)
