@@ -24,6 +24,7 @@ from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
+from planner.specs.dims import cp_splits_sequence, tp_splits_heads
 from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -89,13 +90,14 @@ def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
     out = []
     torus_ok = torus_group_sizes(ctx.cluster) if ctx.cluster.hardware.torus else None
     for tp in _fixed_or(opts, "tp", [d for d in divisors(n) if d <= max_tp]):
-        if n % tp or m.num_heads % tp or (m.num_kv_heads % tp and tp % m.num_kv_heads):
+        if n % tp or not tp_splits_heads(m, tp):
             continue
         if torus_ok is not None and tp not in torus_ok and "tp" not in fx:
             continue
         rest_tp = n // tp
         # CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)
-        cps = [c for c in divisors(rest_tp) if c == 1 or (tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= MIN_CP_CHUNK)]
+        cps = [c for c in divisors(rest_tp) if c == 1 or (cp_splits_sequence(tr.seq_len, c)
+                                                            and tr.seq_len // c >= MIN_CP_CHUNK)]
         for cp in _fixed_or(opts, "cp", cps):
             if rest_tp % cp:
                 continue

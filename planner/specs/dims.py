@@ -97,8 +97,13 @@ class ParallelDims:
 
 # ---- the rules, each a small function returning one-line messages ----------------------------------------
 
+def kv_heads_split(model: ModelSpec, tp: int) -> bool:
+    """KV heads divide over TP ranks, or each is replicated over tp / kv_heads ranks."""
+    return model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0
+
+
 def tp_splits_heads(model: ModelSpec, tp: int) -> bool:
-    return model.num_heads % tp == 0 and (model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0)
+    return model.num_heads % tp == 0 and kv_heads_split(model, tp)
 
 
 def cp_splits_sequence(seq_len: int, cp: int) -> bool:
@@ -116,7 +121,7 @@ def _tensor_context_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPla
     errs = []
     if model.num_heads % p.tp:
         errs.append(f"{model.num_heads} attention heads do not split over tp={p.tp}")
-    if model.num_kv_heads % p.tp and p.tp % model.num_kv_heads:
+    if not kv_heads_split(model, p.tp):
         errs.append(f"{model.num_kv_heads} KV heads neither divide nor are divisible by tp={p.tp}")
     if not cp_splits_sequence(train.seq_len, p.cp):
         errs.append(f"seq_len {train.seq_len} is not divisible by 2*cp={2 * p.cp}")
