@@ -7,8 +7,15 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from planner.analysis.bands import (Band, Residual, band_for, hardware_family, load_residuals, overlap_note,
-                                    residuals_from_validation)
+from planner.analysis.bands import (
+    Band,
+    Residual,
+    band_for,
+    hardware_family,
+    load_residuals,
+    overlap_note,
+    residuals_from_validation,
+)
 from planner.cli import main
 from planner.data import data_dir
 from planner.validate import load_runs, validate_runs
@@ -36,7 +43,9 @@ def test_shipped_residuals_are_current():
 
 
 def test_regime_fallback_and_band_shape():
-    mk = lambda i, fam, moe, fw, e: Residual(f"r{i}", "s", fam, moe, fw, e)
+    def mk(i, fam, moe, fw, e):
+        return Residual(f"r{i}", "s", fam, moe, fw, e)
+
     res = tuple(mk(i, "hopper", False, "megatron", e) for i, e in enumerate([0.1, -0.1, 0.05, 0.0, 0.2, -0.2]))
     res += (mk(9, "tpu", False, "maxtext", 1.0),)
     b = band_for(res, "hopper", False, "megatron")
@@ -55,7 +64,9 @@ def test_hardware_families():
 
 
 def test_overlap_note_only_when_leading_plans_overlap():
-    band = lambda t, rel: {"step_time_s": t, "step_time_band": Band(rel, "hopper", 20).around(t)}
+    def band(t, rel):
+        return {"step_time_s": t, "step_time_band": Band(rel, "hopper", 20).around(t)}
+
     assert overlap_note([band(10.0, 0.1), band(10.5, 0.1), band(13.0, 0.1)]).startswith("plans 1-2 ")
     assert overlap_note([band(10.0, 0.05), band(12.0, 0.05)]) is None
     assert overlap_note([band(10.0, 0.1)]) is None

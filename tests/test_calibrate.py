@@ -24,7 +24,8 @@ REF_NCCL = "/work/shared/reference/nccl_tests"
 @pytest.fixture(scope="module")
 def h100_runs():
     runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml")
-            if r["hardware"] == "h100-sxm-80gb" and "torchtitan" not in r["id"] and "foundry" not in r["source"].lower()]
+            if r["hardware"] == "h100-sxm-80gb" and "torchtitan" not in r["id"]
+            and "foundry" not in r["source"].lower()]
     prepared, skipped = c.prepare_runs(runs)
     assert not skipped and len(prepared) >= 20
     return prepared
@@ -46,7 +47,8 @@ def synthetic(prepared, hidden_hw, noise=0.05, seed=7, seq_scale=(1,)):
         for p in prepared:
             q = p if k == 1 else dataclasses.replace(p, id=f"{p.id}-seq{k}x",
                                                       train=p.train.model_copy(update={"seq_len": p.train.seq_len * k}))
-            out.append(dataclasses.replace(q, measured_s=q.predict(hidden_hw) * (1 + noise * float(rng.standard_normal()))))
+            noisy = q.predict(hidden_hw) * (1 + noise * float(rng.standard_normal()))
+            out.append(dataclasses.replace(q, measured_s=noisy))
     return out
 
 
@@ -125,7 +127,7 @@ def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path, h100_runs):
 
 def test_cli_refuses_mixed_accelerators(tmp_path):
     runs = load_runs(data_dir("runs") / "known_runs_dev.yaml")
-    mixed = [next(r for r in runs if r["hardware"] == "h100-sxm-80gb"), next(r for r in runs if r["hardware"] == "a100-sxm-80gb")]
+    mixed = [next(r for r in runs if r["hardware"] == hw) for hw in ("h100-sxm-80gb", "a100-sxm-80gb")]
     f = tmp_path / "mixed.yaml"
     f.write_text(yaml.safe_dump(mixed))
     r = CliRunner().invoke(main, ["calibrate", "--runs", str(f), "--out", str(tmp_path / "x.yaml")])

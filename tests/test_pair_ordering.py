@@ -35,4 +35,5 @@ def test_pairs_are_same_job_only(pairs):
             for r in load_runs(data_dir("runs") / name)}
     for p in pairs:
         a, b = runs[p["a"]], runs[p["b"]]
-        assert (a["hardware"], a["devices"], a["train"]["global_batch"]) == (b["hardware"], b["devices"], b["train"]["global_batch"])
+        key = lambda r: (r["hardware"], r["devices"], r["train"]["global_batch"])  # noqa: E731
+        assert key(a) == key(b)

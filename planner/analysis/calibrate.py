@@ -10,7 +10,8 @@ What is fitted, each a physical constant (never a per-run factor):
   per-step latency from single-node tables; scale-out achievable fraction of the NIC line rate and
   latency from multi-node tables;
 - compute, from the measured steps (scipy least squares on log(predicted / measured)): the GEMM ceilings
-  (`gemm_efficiency_max`, and `gemm_efficiency_max_fp8` for FP8 runs), attention-core efficiency relative to GEMMs and a fixed per-step overhead.
+  (`gemm_efficiency_max`, and `gemm_efficiency_max_fp8` for FP8 runs), attention-core efficiency relative
+  to GEMMs and a fixed per-step overhead.
   A constant the runs cannot move (|d log t / d log c| below SENSITIVITY_MIN on every run) is left
   at its default rather than fitted to noise.
 Each run's plan is the one `plan validate` scores (published knobs fixed, the rest chosen with the
@@ -46,7 +47,8 @@ class Param:
 def compute_params(hw: HardwareSpec) -> tuple[Param, ...]:
     from planner.costmodel import calibration as cal
 
-    fp8 = (Param("gemm_efficiency_max_fp8", 0.05, 1.0, hw.gemm_efficiency_max_fp8),) if hw.gemm_efficiency_max_fp8 else ()
+    fp8_eff = hw.gemm_efficiency_max_fp8
+    fp8 = (Param("gemm_efficiency_max_fp8", 0.05, 1.0, fp8_eff),) if fp8_eff else ()
     return fp8 + (
         Param("gemm_efficiency_max", 0.05, 1.0, hw.gemm_efficiency_max),
         Param("calibration.attn_rel_efficiency", 0.05, 2.0, cal.ATTN_REL_EFFICIENCY),
@@ -146,7 +148,7 @@ def _sensitive(prepared: list[PreparedRun], hw: HardwareSpec, params: tuple[Para
         else:
             probe = with_values(hw, {p.name: min(p.hi, v * 1.1) if v * 1.1 <= p.hi else v / 1.1})
             scale = abs(math.log(get_value(probe, p) / v))
-        moved = max(abs(a - b) for a, b in zip(log_errors(prepared, probe), base)) / scale
+        moved = max(abs(a - b) for a, b in zip(log_errors(prepared, probe), base, strict=True)) / scale
         if moved >= SENSITIVITY_MIN:
             keep.append(p)
     return tuple(keep)
@@ -184,7 +186,7 @@ def fit_compute(prepared: list[PreparedRun], hw: HardwareSpec, params: tuple[Par
     x0 = [((get_value(hw, p) - p.lo) / med if p.additive else math.log(get_value(hw, p))) for p in params]
     lo = [0.0 if p.additive else math.log(p.lo) for p in params]
     hi = [(p.hi - p.lo) / med if p.additive else math.log(p.hi) for p in params]
-    x0 = [min(max(v, a + 1e-9), b - 1e-9) for v, a, b in zip(x0, lo, hi)]
+    x0 = [min(max(v, a + 1e-9), b - 1e-9) for v, a, b in zip(x0, lo, hi, strict=True)]
     sol = least_squares(resid, x0, bounds=(lo, hi), x_scale=1.0, diff_step=1e-3)
     return with_values(hw, unpack(sol.x))
 

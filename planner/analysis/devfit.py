@@ -21,9 +21,9 @@ import math
 import statistics
 from collections.abc import Iterator
 
-from planner.costmodel import calibration as cal
 from planner.analysis import calibrate as c
 from planner.analysis.bands import source_key
+from planner.costmodel import calibration as cal
 
 # GPU constants refitted on the dev runs: name -> (low, high, value when no run shows the mechanism)
 GPU_CONSTANTS = {
@@ -62,7 +62,7 @@ def _identifiable(runs: list[c.PreparedRun], names: list[str]) -> list[str]:
     for n in names:
         v = getattr(cal, n)
         probe = _log_errs(runs, {n: v * 1.1})
-        if max(abs(a - b) for a, b in zip(probe, base)) / math.log(1.1) >= c.SENSITIVITY_MIN:
+        if max(abs(a - b) for a, b in zip(probe, base, strict=True)) / math.log(1.1) >= c.SENSITIVITY_MIN:
             keep.append(n)
     return keep
 
@@ -76,13 +76,13 @@ def fit_gpu(runs: list[c.PreparedRun]) -> dict[str, float]:
     x0 = [math.log(getattr(cal, n)) for n in names]
     lo = [math.log(GPU_CONSTANTS[n][0]) for n in names]
     hi = [math.log(GPU_CONSTANTS[n][1]) for n in names]
-    x0 = [min(max(x, a + 1e-6), b - 1e-6) for x, a, b in zip(x0, lo, hi)]
+    x0 = [min(max(x, a + 1e-6), b - 1e-6) for x, a, b in zip(x0, lo, hi, strict=True)]
 
     def resid(x):
-        return _log_errs(runs, fixed | {n: math.exp(v) for n, v in zip(names, x)})
+        return _log_errs(runs, fixed | {n: math.exp(v) for n, v in zip(names, x, strict=True)})
 
     sol = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3) if names else None
-    return fixed | ({n: math.exp(v) for n, v in zip(names, sol.x)} if sol is not None else {})
+    return fixed | ({n: math.exp(v) for n, v in zip(names, sol.x, strict=True)} if sol is not None else {})
 
 
 def fit_tpu(runs: list[c.PreparedRun], fallback_from: list[c.PreparedRun] | None = None) -> dict[str, float]:

@@ -24,7 +24,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendre
 MAX_LOG_BYTES = 8 << 20  # 8 MiB: a full sweep with rank listing is a few tens of KiB
 
 _PREFIX = re.compile(r"^\s*\d+:\s?")  # Slurm `srun --label` task prefix
-_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)$")
+_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)"
+                   r"\s+\[[^\]]*\]\s*(.*)$")
 _NTHREAD = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?(?<!warmup )\biters:\s*(\d+)")
 _VERSION = re.compile(r"^(NCCL|RCCL) version\s*:?\s*(\S+)")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)")
@@ -178,7 +179,8 @@ def fit_link(table: NcclTable, min_bytes: int = 1) -> LinkFit:
 
     rows = [r for r in table.rows if r.size_bytes >= min_bytes and r.time_us > 0]
     if len(rows) < 2:
-        raise InputError(f"{table.collective} table: at least two message sizes are needed to fit bandwidth and latency")
+        raise InputError(f"{table.collective} table: at least two message sizes are needed to fit bandwidth "
+                         "and latency")
     size = np.array([r.size_bytes for r in rows], dtype=float)
     t_us = np.array([r.time_us for r in rows], dtype=float)
     k, f = steps(table.collective, table.ranks), table.bus_factor
