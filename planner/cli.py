@@ -418,7 +418,7 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
     res = c.calibrate(prepared, c.with_values(hw, updates) if updates else hw)
     src = (f"plan calibrate: {len(prepared)} measured runs ({Path(runs_file).name})"
            + (f", nccl-tests {', '.join(Path(p).name for p in nccl_logs)}" if nccl_logs else ""))
-    doc = c.cluster_document(res.hardware, prepared, src)
+    doc = c.cluster_document(res.hardware, prepared, src, res.loo_errors)
     atomic_write_text(out_file, "# Written by `plan calibrate`; use it as --cluster. " + src + "\n"
                       + yaml.safe_dump(doc, sort_keys=False, width=120))
     out = {"out": out_file, "links": link_lines, "link_updates": updates,

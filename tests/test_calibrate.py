@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 
@@ -123,6 +124,10 @@ def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path, h100_runs):
     assert abs(cluster.hardware.scale_up.nvls_allreduce_busbw_GBps - 473.0) < 5
     r = CliRunner().invoke(main, ["--model", "llama-2-7b", "--cluster", str(out), "--json"])
     assert r.exit_code == 0, r.output
+    # predictions on the calibrated profile carry the calibration's own leave-one-out band
+    band = json.loads(r.output)["plans"][0]["step_time_band"]
+    assert band["regime"] == "calibrated profile (leave-one-out)" and band["runs"] == 7
+    assert band["rel"] == pytest.approx(cluster.hardware.calibration.error_band_rel)
 
 
 def test_cli_refuses_mixed_accelerators(tmp_path):

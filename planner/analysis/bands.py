@@ -115,8 +115,17 @@ def load_residuals(path: str | None = None) -> tuple[Residual, ...]:
 
 
 def band_for_context(ctx) -> Band:
+    """A calibrated profile's own leave-one-out band (plan calibrate) if it has one, else the dev runs'."""
     hw = ctx.cluster.hardware
+    k = hw.calibration
+    if k is not None and k.error_band_rel is not None:
+        return Band(k.error_band_rel, "calibrated profile (leave-one-out)", k.error_band_runs or 0)
     return band_for(load_residuals(), hardware_family(hw.id, hw.vendor), ctx.model.is_moe, ctx.train.framework)
+
+
+def band_from_errors(errors: list[float]) -> float:
+    """rel of a band from prediction errors (predicted/measured - 1), as for the dev-run regimes."""
+    return _quantile([max(1 + e, 1 / (1 + e)) - 1 for e in errors], BAND_QUANTILE)
 
 
 def attach_bands(ctx, doc: dict) -> None:

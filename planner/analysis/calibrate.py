@@ -249,9 +249,14 @@ def summary_line(errors: list[float]) -> str:
     return f"median |error| {100 * statistics.median(a):.1f}%, max {100 * a[-1]:.1f}% over {len(a)} runs"
 
 
-def cluster_document(hw: HardwareSpec, prepared: list[PreparedRun], source: str) -> dict:
-    """A cluster file (planner.hardware_catalog.load_cluster_file) with the fitted profile inline."""
-    cal = (hw.calibration or CalibrationSpec()).model_copy(update={"source": source})
+def cluster_document(hw: HardwareSpec, prepared: list[PreparedRun], source: str,
+                     loo_errors: list[float] | None = None) -> dict:
+    """A cluster file (planner.hardware_catalog.load_cluster_file) with the fitted profile inline; with
+    leave-one-out errors, its predictions carry that error band instead of the dev runs' one."""
+    from planner.analysis.bands import band_from_errors
+
+    band = {"error_band_rel": band_from_errors(loo_errors), "error_band_runs": len(loo_errors)} if loo_errors else {}
+    cal = (hw.calibration or CalibrationSpec()).model_copy(update={"source": source} | band)
     note = "Fitted by plan calibrate (calibration.source) where it differs from the figures cited: "
     prof = hw.model_copy(update={"calibration": cal, "aliases": (), "name": f"{hw.name or hw.id} (calibrated)",
                                  "source": note + hw.source,

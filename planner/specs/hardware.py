@@ -64,6 +64,9 @@ class CalibrationSpec(_Frozen):
     gemm_shape_derate: float | None = Field(None, gt=0, le=2, description="GEMM efficiency / MAMF ceiling")
     attn_rel_efficiency: float | None = Field(None, gt=0, le=2, description="attention core / GEMM efficiency")
     step_overhead_s: float | None = Field(None, ge=0, le=3600, description="fixed seconds per optimizer step")
+    error_band_rel: float | None = Field(None, ge=0, description="the calibration's own leave-one-out error band "
+                                         "(planner.analysis.bands); replaces the dev-run regime's band")
+    error_band_runs: int | None = Field(None, ge=1, description="runs behind error_band_rel")
     source: str = Field("", description="what the constants were fitted on")
 
 
