@@ -47,7 +47,8 @@ def plans_table(doc: dict) -> Table:
         t.add_row(
             str(i), plan_label(p), str(p["micro_batch"]), str(p["zero_stage"]) + (" +off" if p.get("offload_optimizer") else ""),
             recompute_label(p), "y" if p["sequence_parallel"] and p["tp"] > 1 else "-",
-            f"{r['step_time_s']:.3f}" + band_label(r), f"{r['tokens_per_s_per_device']:,.0f}", f"{100 * r['mfu']:.1f}%",
+            f"{r['step_time_s']:.3f}" + band_label(r), f"{r['tokens_per_s_per_device']:,.0f}",
+            f"{100 * r['mfu']:.1f}%",
             f"{mem['peak_gib']:.1f}/{mem['capacity_gib']:.0f}" + ("" if r["fits"] else " !"),
         )
     return t

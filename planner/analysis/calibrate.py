@@ -60,10 +60,10 @@ def get_value(hw: HardwareSpec, p: Param) -> float:
     if p.name.startswith("calibration."):
         v = getattr(hw.calibration, p.name.split(".", 1)[1]) if hw.calibration else None
         return p.default if v is None else v
-    obj = hw
+    obj: object = hw
     for part in p.name.split("."):
         obj = getattr(obj, part)
-    return float(obj)
+    return float(obj)  # type: ignore[arg-type]  # a numeric profile field by construction (compute_params)
 
 
 def with_values(hw: HardwareSpec, values: dict[str, float]) -> HardwareSpec:

@@ -104,7 +104,7 @@ def predict_tpu(run: c.PreparedRun, effs: dict[str, float]) -> float:
 
 def loso(runs: list[c.PreparedRun], sources: dict[str, str], tpu: bool) -> dict[str, float]:
     """run id -> predicted/measured - 1 when its source was left out of the fit."""
-    out = {}
+    out: dict[str, float] = {}
     for src in sorted(set(sources.values())):
         train = [r for r in runs if sources[r.id] != src]
         test = [r for r in runs if sources[r.id] == src]
