@@ -33,8 +33,8 @@ def infer_framework(run: dict) -> str:
     text = f"{run.get('id', '')} {run.get('source', '')}".lower()
     if "torchtitan" in text or "foundry" in text or "mpt" in text:
         return "fsdp"
-    if "maxtext" in text:
-        return "maxtext"
+    if "maxtext" in text or str(run.get("hardware", "")).lower().startswith("tpu"):
+        return "maxtext"  # TPUs train with JAX/XLA (MaxText and its kin) in every source here
     if "deepspeed" in text or "zero3" in str(run.get("id", "")).lower():
         return "deepspeed"
     return "megatron"
@@ -132,7 +132,10 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         dev = run["devices"]
         if not isinstance(dev, int) or isinstance(dev, bool):
             raise InputError(f"devices must be an integer, got {dev!r}")
-        slices = tpu_slices(run) if hw.scale_up.kind == "ici_torus" else 1
+        slices = 1
+        if hw.scale_up.kind == "ici_torus" and isinstance(dev, int) and hw.torus is not None:
+            # no slice is larger than the largest ICI slice (profile torus.max_slice_chips)
+            slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
         cluster = ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
                               devices_per_node=run.get("devices_per_node") or None,
                               domain_size=dev // slices if slices > 1 and dev % slices == 0 else None)

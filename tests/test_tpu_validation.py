@@ -52,3 +52,14 @@ def test_second_slice_costs_dcn_time(result):
     # measured 9.91 s vs 10.21 s: the cross-slice gradient all-reduce over DCN is the difference
     assert two["time_breakdown"]["dp_comm_s"] > one["time_breakdown"]["dp_comm_s"]
     assert two["step_time_s"] > one["step_time_s"]
+
+
+def test_slices_never_exceed_the_largest_ici_slice():
+    # a v6e run on 512 chips with nothing said about slices: v6e slices hold at most 256 chips
+    # (profile torus.max_slice_chips), so it is two slices over DCN, and a TPU run is a MaxText/JAX run
+    from planner.validate import infer_framework
+
+    run = dict(_run("tpurecipes-v6e-llama31-405b-2x-v6e-256"), id="v6e-512-anon", notes="", source="a blog")
+    ctx, fixed = run_inputs(run)
+    assert ctx.cluster.scale_up_size == 256 and fixed["zero_shard_size"] == 256
+    assert infer_framework(run) == "maxtext"
