@@ -44,3 +44,15 @@ def test_markdown_lists_skipped_runs():
     run = dict(load_runs(TPU_FILE)[0], id="skip-me", model={"model_type": "nope"})
     md = markdown_table(validate_runs([load_runs(TPU_FILE)[0], run]))
     assert "Not scored (1):" in md and "- skip-me: HF config: model_type 'nope'" in md
+
+
+def test_unpublished_vpp_is_searched():
+    # runs/known_runs_dev.yaml: vpp is null where the source does not publish it (SC21 Table 1 rows): validate
+    # fixes only published knobs, so the search picks the virtual stages (here an interleaved schedule)
+    from planner.validate import predict_run
+
+    runs = load_runs(data_dir("runs") / "known_runs_dev.yaml")
+    run = next(r for r in runs if r["id"] == "sc21-t1-gpt-145.6b-1536gpu")
+    assert run["plan"]["vpp"] is None and run["plan"]["pp"] == 8
+    row = predict_run(run)
+    assert row["plan"]["pp"] == 8 and row["plan"]["vpp"] > 1 and row["plan"]["schedule"] == "interleaved"
