@@ -13,6 +13,7 @@ import click
 
 from planner import __version__
 from planner.errors import PlannerError
+from planner.names import error_line, safe_line
 
 KNOB_FLAGS = {  # flag -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "vpp": "vpp",
@@ -88,7 +89,7 @@ def _handle_errors(f):
         except PlannerError as e:
             if debug:
                 raise
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {error_line(e)}", err=True)
             sys.exit(e.exit_code)
         except (KeyboardInterrupt, BrokenPipeError):
             sys.exit(130)
@@ -99,7 +100,7 @@ def _handle_errors(f):
         except Exception as e:  # never a traceback unless asked
             if debug:
                 raise
-            msg = " ".join(str(e).split())[:300]
+            msg = error_line(e, 300)
             click.echo(f"error: internal error ({type(e).__name__}: {msg}); rerun with --debug and report it", err=True)
             sys.exit(1)
     return wrapper
@@ -302,7 +303,7 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet):
     if not quiet:
         click.echo(f"wrote {', '.join(sorted(files))} to {out_dir}", err=True)
         for launcher, why in sorted(skipped.items()):
-            click.echo(f"not written for {launcher}: {why}", err=True)
+            click.echo(f"not written for {launcher}: {safe_line(why, 300)}", err=True)
 
 
 @main.command("models")

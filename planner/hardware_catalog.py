@@ -33,7 +33,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from planner.data import data_dir
@@ -79,10 +78,8 @@ def _catalog() -> tuple[tuple[str, HardwareSpec], ...]:
         raise InputError(f"no hardware profiles found in {folder}; reinstall the package")
     out: dict[str, HardwareSpec] = {}
     for f in files:
-        try:
-            data = yaml.safe_load(f.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise InputError(f"hardware profile {f.name} is unreadable: {_one_line(e)}") from None
+        data = read_structured_file(f, what="hardware profile", max_bytes=MAX_CLUSTER_FILE_BYTES,
+                                    hint="a HardwareSpec YAML mapping")
         if not isinstance(data, dict):
             raise InputError(f"hardware profile {f.name} must be a mapping of HardwareSpec fields")
         try:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from planner.names import check_name
 
 
 class _Frozen(BaseModel):
@@ -75,6 +77,16 @@ class HardwareSpec(_Frozen):
     torus: TorusSpec | None = None
     source: str = ""
     notes: str = ""
+
+    @field_validator("id", "name", "vendor")
+    @classmethod
+    def _one_line_name(cls, v: str, info) -> str:
+        return check_name(v, info.field_name)  # ids reach shell comments and YAML: no line breaks
+
+    @field_validator("aliases")
+    @classmethod
+    def _one_line_aliases(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_name(a, "alias") for a in v)
 
     @model_validator(mode="after")
     def _check(self) -> "HardwareSpec":

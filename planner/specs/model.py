@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from planner.names import check_name
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -100,6 +102,11 @@ class ModelSpec(_Frozen):
     mla: MLASpec | None = None
     moe: MoESpec | None = None
     source: str = Field("", description="where the architecture numbers come from")
+
+    @field_validator("name", "family", "activation")
+    @classmethod
+    def _one_line_name(cls, v: str, info) -> str:
+        return check_name(v, info.field_name)  # names reach shell comments and YAML: no line breaks
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
