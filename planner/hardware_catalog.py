@@ -44,6 +44,7 @@ from planner.specs.hardware import HardwareSpec
 
 MAX_CLUSTER_FILE_BYTES = 2**20  # 1 MiB: a cluster spec is a few lines
 CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name")
+MAX_CLUSTER_ARG_CHARS = 4096  # PATH_MAX on Linux: no shorthand or path is longer
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 # <hardware> <sep> <count>: the count part holds no separator character, so the split is always at the
 # LAST separator, and anything number-like after it is captured (so "a100x8.5" gets a clear error).
@@ -200,6 +201,8 @@ def parse_cluster(text: str) -> ClusterSpec:
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty cluster; {_USAGE}")
     raw = text.strip()
+    if len(raw) > MAX_CLUSTER_ARG_CHARS:
+        raise InputError(f"cluster argument is {len(raw):,} characters long, over {MAX_CLUSTER_ARG_CHARS}; {_USAGE}")
     split = _split_shorthand(raw)
     if split is not None:
         hw_part, count_part = split
@@ -207,7 +210,12 @@ def parse_cluster(text: str) -> ClusterSpec:
         if hw is not None:
             return _build_cluster(hw, _check_count(count_part))
     path = Path(raw).expanduser()
-    if path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as e:  # ENAMETOOLONG, an embedded NUL...
+        raise InputError(f"cluster {raw!r} is no known hardware and no readable file "
+                         f"({getattr(e, 'strerror', None) or e}); {_USAGE}") from None
+    if exists:
         return load_cluster_file(path)
     if _looks_like_path(raw):
         raise InputError(f"cluster file {raw} does not exist; {_USAGE}")
