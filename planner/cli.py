@@ -48,7 +48,7 @@ class OneLineGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        _exit_on_sigterm()
+        previous = _exit_on_sigterm()
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
@@ -60,14 +60,20 @@ class OneLineGroup(click.Group):
             sys.exit(130)
         except BrokenPipeError:
             _quiet_broken_pipe()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _exit_on_sigterm() -> None:
+def _exit_on_sigterm():
+    """SIGTERM raises SystemExit(143), so `finally`/`except BaseException` clean-ups (the temporary file of
+    an atomic write) run; returns the previous handler (None off the main thread, where it cannot be set)."""
     import threading
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _quiet_broken_pipe() -> None:
@@ -250,6 +256,7 @@ def run_search(kw: dict):
            "plans": plans,
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                       "pruned": res.pruned, "seconds": seconds}}  # emit_doc drops "seconds" from --json
+    require_finite(doc)
     return ctx, res, doc
 
 
@@ -293,15 +300,19 @@ def _non_finite_path(obj, path: str = "") -> str | None:
     return None
 
 
-def json_text(doc) -> str:
-    """The one place JSON reaches stdout: sorted keys, and never NaN/Infinity (which is not JSON): a
-    non-finite number is an input error naming its field."""
+def require_finite(doc) -> None:
+    """A non-finite number in a result (NaN/Infinity are not JSON) is an input error naming its field."""
     from planner.errors import InputError
 
     bad = _non_finite_path(doc)
     if bad:
         raise InputError(f"the result has a non-finite number at {bad}: an input value is out of range "
                          "(check the model, hardware and option figures)")
+
+
+def json_text(doc) -> str:
+    """The one place JSON reaches stdout: sorted keys, checked finite, allow_nan=False."""
+    require_finite(doc)
     return json.dumps(doc, indent=2, sort_keys=True, default=float, allow_nan=False)
 
 

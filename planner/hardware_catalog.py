@@ -68,7 +68,7 @@ def _validation_summary(e: ValidationError) -> str:
     first = errs[0]
     loc = ".".join(str(p) for p in first.get("loc", ())) or "spec"
     more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-    return _one_line(f"{loc}: {first.get('msg', 'invalid')}{more}")
+    return _one_line(f"{loc}: {first.get('msg', 'invalid').removeprefix('Value error, ')}{more}")
 
 
 @lru_cache(maxsize=1)

@@ -107,6 +107,8 @@ def load_runs(path: str | Path) -> list[dict]:
         for key in ("id", "model", "hardware", "devices", "train"):
             if run.get(key) in (None, ""):
                 raise InputError(f"{where} is missing required field '{key}'")
+        if not isinstance(run["id"], str):
+            raise InputError(f"{where}: 'id' must be a string, got {type(run['id']).__name__}")
         if run["id"] in seen:
             raise InputError(f"{where}: duplicate id {run['id']!r}")
         seen.add(run["id"])
