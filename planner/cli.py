@@ -216,8 +216,11 @@ def cluster_doc(ctx) -> dict:
 
 def run_search(kw: dict):
     """Search with the command's options; returns (ctx, result, doc)."""
+    from pydantic import ValidationError
+
     from planner.cost import Context
     from planner.errors import InputError, NoFeasiblePlan
+    from planner.hf_import import _validation_message
     from planner.explain import reason
     from planner.memory import grad_dtype
     from planner.search import SearchOptions, search
@@ -228,8 +231,8 @@ def run_search(kw: dict):
     fixed = fixed_knobs(kw)
     try:
         ParallelPlan(**{k: v for k, v in fixed.items()})
-    except ValueError as e:
-        raise InputError(" ".join(str(e).split())) from None
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "pinned knobs")) from None
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
     check_request(model, cluster, train, fixed, kw.get("memory_headroom") or 0.0)
@@ -441,12 +444,10 @@ def _write_out(ctx, doc, out_dir, rank, emit, force) -> dict:
     return {"dir": str(out_dir), "written": sorted(files), "not_written": dict(sorted(skipped.items()))}
 
 
-def write_text_file(path: str, option: str, text: str) -> None:
-    """Write an output file atomically; every OS failure (missing folder, read-only, full disk, a dangling
-    symlink) is one input-error line naming the option."""
+def check_output_path(path: str, option: str) -> None:
+    """Refuse an output path that cannot be written before any long computation (one input-error line)."""
     from pathlib import Path
 
-    from planner.emit import atomic_write_text
     from planner.errors import InputError
 
     p = Path(path)
@@ -455,6 +456,16 @@ def write_text_file(path: str, option: str, text: str) -> None:
         raise InputError(f"{option} {shown} is a symbolic link to a missing file: remove the link or give another path")
     if not p.parent.is_dir():
         raise InputError(f"{option} {shown}: the folder {safe_line(p.parent, 200)} does not exist: create it first")
+
+
+def write_text_file(path: str, option: str, text: str) -> None:
+    """Write an output file atomically; every OS failure (missing folder, read-only, full disk, a dangling
+    symlink) is one input-error line naming the option."""
+    from planner.emit import atomic_write_text
+    from planner.errors import InputError
+
+    check_output_path(path, option)
+    p, shown = path, safe_line(path, 200)
     try:
         atomic_write_text(p, text)
     except OSError as e:
@@ -518,6 +529,8 @@ def validate_cmd(runs_file, as_json, write_docs, search_quality, debug):
     from planner.validate import load_runs, markdown_table, validate_runs
 
     path = runs_file or str(data_dir("runs") / "known_runs_dev.yaml")
+    if write_docs:
+        check_output_path(write_docs, "--write-docs")
     runs = load_runs(path)
     result = validate_runs(runs)
     quality_md = ""
@@ -577,6 +590,7 @@ def report_cmd(out_file, tokens, **kw):
     from planner.report import render_report
     from planner.search import SearchOptions, search
 
+    check_output_path(out_file, "--out")
     ctx, res, doc = run_search(kw)
     fixed = fixed_knobs(kw)
     every = search(ctx, SearchOptions(fixed=fixed, top_k=100000, max_tp=kw.get("max_tp"),

@@ -15,6 +15,8 @@ A plan is valid when (Megatron-core / torchtitan rules):
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
 
 
@@ -134,8 +136,9 @@ def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: di
             knobs["schedule"] = "1f1b"
         try:
             probe = ParallelPlan(**knobs)
-        except ValueError as e:
-            return errs + [" ".join(str(e).split())]
+        except ValidationError as e:  # a pinned value out of the knob's range: name the knob, no pydantic URL
+            first = e.errors()[0]
+            return errs + [f"{'.'.join(map(str, first['loc']))}: {first['msg']}"]
         found = plan_errors(model, train, devices, probe)
         if not found:
             return errs

@@ -12,9 +12,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from planner.cost import Context, evaluate
 from planner.errors import InputError
 from planner.files import read_structured_file
+from planner.hf_import import _validation_message
 from planner.names import safe_line
 from planner.search import SearchOptions, search
 from planner.specs import ClusterSpec, TrainingSpec
@@ -197,6 +200,8 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
                              legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw), **infer_precision(run))
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
+    except ValidationError as e:  # pydantic's own text carries a URL and several lines
+        raise InputError(_validation_message(e, f"run {rid}")) from None
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(f"run {rid}: {_one_line(e)}") from None
     fixed = {}
