@@ -71,7 +71,7 @@ def yaml_quote(text: str) -> str:
 def error_line(message: object, limit: int = 600) -> str:
     """A terminal-safe one-line error: controls escaped, runs of blanks shrunk, every word longer than 80
     characters cut in its middle (so the 'what to do' tail survives a 100 KB name), at most `limit` chars."""
-    text = escape_controls(" ".join(str(message).split(" ")))
+    text = escape_controls(str(message))
     text = re.sub(r"\s{4,}", lambda m: f" [{len(m.group())} blanks] ", text)
     text = re.sub(r"\S{81,}", lambda m: f"{m.group()[:60]}…(+{len(m.group()) - 75} chars)…{m.group()[-15:]}", text)
     return text if len(text) <= limit else f"{text[:limit - 1]}…"
