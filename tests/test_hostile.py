@@ -450,3 +450,23 @@ def test_sigterm_removes_the_temporary_file(tmp_path):
                        capture_output=True, text=True, timeout=10, preexec_fn=_limits)
     assert p.returncode == 128 + signal.SIGTERM, p.stderr
     assert os.listdir(tmp_path) == []
+
+
+YAML_BITS = st.sampled_from(["a: &x [1, 2]\n", "b: *x\n", "c: [*x, *x, *x]\n", "a: 1\n", "- 1\n", "{", "}", "[",
+                             "]", ": ", "&y ", "*y ", "!!python/object:os.system\n", ".inf", ".nan", "1e400",
+                             "9" * 40, "\x00", "\ufeff", "\x1b[31m", "<<: *x\n", "? [1]\n", "\t", "'", '"'])
+
+
+@settings(max_examples=150, derandomize=True, deadline=None)
+@given(st.lists(YAML_BITS, max_size=12), st.sampled_from([".yaml", ".json"]))
+def test_fuzz_reader_only_raises_input_errors(tmp_path_factory, bits, suffix):
+    """Random YAML/JSON fragments, not from the repository: the reader returns data or one InputError line."""
+    from planner.errors import InputError
+    from planner.files import read_structured_file
+
+    f = tmp_path_factory.mktemp("rd") / f"x{suffix}"
+    f.write_text("".join(bits), encoding="utf-8")
+    try:
+        read_structured_file(f)
+    except InputError as e:
+        assert "\n" not in str(e)
