@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import math
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -13,6 +16,7 @@ import click
 
 from planner import __version__
 from planner.errors import PlannerError
+from planner.names import error_line, safe_line
 
 KNOB_FLAGS = {  # flag -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "vpp": "vpp",
@@ -23,9 +27,63 @@ KNOB_FLAGS = {  # flag -> ParallelPlan knob
 
 
 def _positive(ctx, param, value):
-    if value is not None and not isinstance(value, (bool, str, tuple)) and value < 1:
+    values = value if isinstance(value, tuple) else (value,)
+    if any(v is not None and not isinstance(v, (bool, str)) and v < 1 for v in values):
         raise click.BadParameter("must be a positive integer")
     return value
+
+
+def _finite(ctx, param, value):
+    """Refuse nan/inf (click's FloatRange lets them through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, got {value}")
+    return value
+
+
+class OneLineGroup(click.Group):
+    """click.Group whose usage errors are one line on stderr (exit 2), that ends quietly when its output
+    pipe closes (`plan models | head -1` exits 0), and that turns SIGTERM into an exit that runs the
+    clean-up of half-written files (SIGKILL cannot be caught: a killed run may leave a .NAME.XXXX.tmp)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        previous = _exit_on_sigterm()
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            where = f"; see `{e.ctx.command_path} --help`" if getattr(e, "ctx", None) else ""
+            click.echo(f"error: {error_line(e.format_message())}{where}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _exit_on_sigterm():
+    """SIGTERM raises SystemExit(143), so `finally`/`except BaseException` clean-ups (the temporary file of
+    an atomic write) run; returns the previous handler (None off the main thread, where it cannot be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of stdout went away (`| head`): stop writing, exit 0 without a message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)
 
 
 def _complete_model(ctx, param, incomplete):
@@ -70,7 +128,8 @@ def plan_options(f):
         click.option("--cp-comm", type=click.Choice(["ring", "a2a"])),
         click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
         click.option("--max-tp", type=int, callback=_positive, help="largest TP to consider (default: scale-up domain)"),
-        click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device"),
+        click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, callback=_finite,
+                     help="GiB to keep free per device"),
         click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True),
         click.option("--debug", is_flag=True, help="show a traceback on errors"),
     ]
@@ -88,10 +147,16 @@ def _handle_errors(f):
         except PlannerError as e:
             if debug:
                 raise
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {error_line(e)}", err=True)
             sys.exit(e.exit_code)
-        except (KeyboardInterrupt, BrokenPipeError):
+        except KeyboardInterrupt:
             sys.exit(130)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        except OSError as e:
+            if e.errno != errno.EPIPE:
+                raise
+            _quiet_broken_pipe()
         except click.exceptions.Exit:
             raise
         except click.ClickException:
@@ -99,32 +164,35 @@ def _handle_errors(f):
         except Exception as e:  # never a traceback unless asked
             if debug:
                 raise
-            msg = " ".join(str(e).split())[:300]
+            msg = error_line(e, 300)
             click.echo(f"error: internal error ({type(e).__name__}: {msg}); rerun with --debug and report it", err=True)
             sys.exit(1)
     return wrapper
 
 
 def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dtype=None, optimizer_dtype="fp32"):
+    from pydantic import ValidationError
+
     from planner.errors import InputError
+    from planner.hf_import import _validation_message
     from planner.hardware_catalog import parse_cluster
     from planner.model_catalog import load_model
-    from planner.specs import TrainingSpec
+    from planner.specs import ClusterSpec, TrainingSpec
 
     if not model_arg:
         raise InputError("missing --model: give a catalog name (see `plan models`), a spec file or a config.json")
     if not cluster_arg:
         raise InputError("missing --cluster: give <hardware>x<count> such as a100x64 (see `plan clusters`) or a file")
     model = load_model(model_arg)
-    cluster = parse_cluster(cluster_arg)
+    cluster = cluster_arg if isinstance(cluster_arg, ClusterSpec) else parse_cluster(cluster_arg)
     seq = seq_len or 4096
     if gbs is None:
         gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
     try:
         train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=dtype, framework=framework,
                              grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype or "fp32")
-    except ValueError as e:
-        raise InputError(" ".join(str(e).split())) from None
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "training settings")) from None
     return model, cluster, train
 
 
@@ -148,8 +216,11 @@ def cluster_doc(ctx) -> dict:
 
 def run_search(kw: dict):
     """Search with the command's options; returns (ctx, result, doc)."""
+    from pydantic import ValidationError
+
     from planner.cost import Context
     from planner.errors import InputError, NoFeasiblePlan
+    from planner.hf_import import _validation_message
     from planner.explain import reason
     from planner.memory import grad_dtype
     from planner.search import SearchOptions, search
@@ -160,15 +231,20 @@ def run_search(kw: dict):
     fixed = fixed_knobs(kw)
     try:
         ParallelPlan(**{k: v for k, v in fixed.items()})
-    except ValueError as e:
-        raise InputError(" ".join(str(e).split())) from None
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "pinned knobs")) from None
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
+    check_request(model, cluster, train, fixed, kw.get("memory_headroom") or 0.0)
     ctx = Context(model, cluster, train)
     t0 = time.perf_counter()
     res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),
                                     memory_headroom_gib=kw.get("memory_headroom") or 0.0))
     seconds = time.perf_counter() - t0
+    if not res.plans and not res.structures:
+        pins = " ".join(f"--{f.replace('_', '-')} {fixed[k]}" for f, k in KNOB_FLAGS.items() if k in fixed)
+        raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
+                         f"knobs ({pins or 'none'}): pin fewer knobs or change the device count")
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, kw.get("memory_headroom") or 0.0))
     plans = []
@@ -183,7 +259,21 @@ def run_search(kw: dict):
            "plans": plans,
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                       "pruned": res.pruned, "seconds": seconds}}  # emit_doc drops "seconds" from --json
+    require_finite(doc)
     return ctx, res, doc
+
+
+def check_request(model, cluster, train, fixed: dict, headroom_gib: float) -> None:
+    """Exit 2 with the reason when the request can never give a plan (pinned knobs, dtypes, headroom)."""
+    from planner.errors import InputError
+    from planner.request import request_errors
+
+    errs = request_errors(model, cluster, train, fixed)
+    if errs:
+        raise InputError("; ".join(dict.fromkeys(errs)))
+    if headroom_gib >= cluster.hardware.hbm_capacity_gib:
+        raise InputError(f"--memory-headroom {headroom_gib:g} GiB leaves nothing of the "
+                         f"{cluster.hardware.hbm_capacity_gib:g} GiB per {cluster.hardware.id}: give a smaller headroom")
 
 
 def nothing_fits_message(ctx, res, headroom: float) -> str:
@@ -196,17 +286,50 @@ def nothing_fits_message(ctx, res, headroom: float) -> str:
             f"--offload, a shorter --seq-len, or an accelerator with more memory")
 
 
+def _non_finite_path(obj, path: str = "") -> str | None:
+    """The key path of the first NaN/infinite number in a JSON-able document (None: all finite)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "(top)"
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return None
+    for k, v in items:
+        found = _non_finite_path(v, f"{path}.{k}" if path else str(k))
+        if found:
+            return found
+    return None
+
+
+def require_finite(doc) -> None:
+    """A non-finite number in a result (NaN/Infinity are not JSON) is an input error naming its field."""
+    from planner.errors import InputError
+
+    bad = _non_finite_path(doc)
+    if bad:
+        raise InputError(f"the result has a non-finite number at {bad}: an input value is out of range "
+                         "(check the model, hardware and option figures)")
+
+
+def json_text(doc) -> str:
+    """The one place JSON reaches stdout: sorted keys, checked finite, allow_nan=False."""
+    require_finite(doc)
+    return json.dumps(doc, indent=2, sort_keys=True, default=float, allow_nan=False)
+
+
 def emit_doc(doc: dict, as_json: bool) -> None:
     if as_json:
         # byte-identical output for identical input: leave the wall-clock timing out
         out = dict(doc, search={k: v for k, v in doc.get("search", {}).items() if k != "seconds"})
-        click.echo(json.dumps(out, indent=2, sort_keys=True, default=float))
+        click.echo(json_text(out))
     else:
         from planner.render import print_plan_doc
         print_plan_doc(doc)
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @plan_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of tables")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="write launch configs for the chosen plan here")
@@ -216,12 +339,13 @@ def emit_doc(doc: dict, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="overwrite a non-empty --out directory")
 @click.option("--min-devices", is_flag=True, help="find the fewest devices (whole nodes, up to the --cluster count) "
               "on which a plan fits (and meets --target-step-s)")
-@click.option("--target-step-s", type=click.FloatRange(0, None, min_open=True), help="with --min-devices: required step time")
+@click.option("--target-step-s", type=click.FloatRange(0, None, min_open=True), callback=_finite,
+              help="with --min-devices: required step time")
 @click.option("--tokens", help="total training tokens (e.g. 15T): adds wall-clock days, goodput and cost")
-@click.option("--price-per-device-hour", type=click.FloatRange(0, None), help="price of one device-hour")
-@click.option("--device-mtbf-hours", type=click.FloatRange(0, None, min_open=True),
+@click.option("--price-per-device-hour", type=click.FloatRange(0, None), callback=_finite, help="price of one device-hour")
+@click.option("--device-mtbf-hours", type=click.FloatRange(0, None, min_open=True), callback=_finite,
               help="mean time between failures per device (default: Llama 3's 16k-H100 run)")
-@click.option("--restart-min", type=click.FloatRange(0, None), default=10.0, show_default=True,
+@click.option("--restart-min", type=click.FloatRange(0, None), default=10.0, show_default=True, callback=_finite,
               help="minutes to restart after a failure (Daly 2006 uses 10 min in his examples)")
 @click.version_option(__version__, "--version", prog_name="plan")
 @click.pass_context
@@ -242,20 +366,25 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
     if tokens:
         doc["training_estimate"] = training_estimate(doc, tokens, price_per_device_hour, device_mtbf_hours, restart_min)
     if out_dir:
-        _write_out(ctx, doc, out_dir, rank, set(emit) or None, force, quiet=as_json)
+        doc["out"] = _write_out(ctx, doc, out_dir, rank, set(emit) or None, force)
     emit_doc(doc, as_json)
     if tokens and not as_json:
         click.echo(estimate_text(doc["training_estimate"]))
 
 
-def _min_devices_cluster(kw, target_step_s) -> str:
-    """The smallest <hw>x<n> (n <= the --cluster count) that fits; the normal search then runs on it."""
+def _min_devices_cluster(kw, target_step_s):
+    """The cluster cut to the fewest devices (n <= the --cluster count) that fit, keeping every setting of the
+    cluster (inline hardware, devices_per_node, domain_size); the normal search then runs on it."""
     from planner.errors import NoFeasiblePlan
     from planner.search import SearchOptions, min_devices
+    from planner.specs import ClusterSpec
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
-    opts = SearchOptions(fixed=fixed_knobs(kw), top_k=1, max_tp=kw.get("max_tp"),
+    fixed = fixed_knobs(kw)
+    check_request(model, cluster, train, {k: v for k, v in fixed.items() if k not in ("tp", "pp", "cp", "dp")},
+                  kw.get("memory_headroom") or 0.0)
+    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=kw.get("max_tp"),
                          memory_headroom_gib=kw.get("memory_headroom") or 0.0)
     n, _ = min_devices(model, cluster, train, opts, target_step_s)
     if n is None:
@@ -263,18 +392,28 @@ def _min_devices_cluster(kw, target_step_s) -> str:
         raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
                              "raise the --cluster count, relax --target-step-s, or pick a bigger accelerator")
     click.echo(f"fewest devices: {n} x {cluster.hardware.id}", err=True)
-    return f"{cluster.hardware.id}x{n}"
+    return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
+                       devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size)
 
 
 def training_estimate(doc, tokens, price, mtbf_h, restart_min) -> dict:
     from planner.goodput import estimate_for_plan
 
+    from planner.errors import InputError
+
     kw = {"price_per_device_hour": price}
     if mtbf_h:
         kw["device_mtbf_h"] = mtbf_h
-    est = estimate_for_plan(doc["plans"][0], tokens, params_total=doc["model"]["params_total"],
-                            restart_s=restart_min * 60.0, **kw)
-    return est.to_dict()
+    try:
+        est = estimate_for_plan(doc["plans"][0], tokens, params_total=doc["model"]["params_total"],
+                                restart_s=restart_min * 60.0, **kw).to_dict()
+    except (OverflowError, ZeroDivisionError):
+        est = None
+    if est is None or _non_finite_path(est):
+        raise InputError(f"--tokens {safe_line(tokens)} with --restart-min {restart_min:g}, --device-mtbf-hours "
+                         f"{mtbf_h if mtbf_h else 'default'} and --price-per-device-hour {price} gives no finite "
+                         "training time or cost (failures faster than restarts?): use realistic figures")
+    return est
 
 
 def estimate_text(e: dict) -> str:
@@ -287,7 +426,7 @@ def estimate_text(e: dict) -> str:
     return line
 
 
-def _write_out(ctx, doc, out_dir, rank, emit, force, quiet):
+def _write_out(ctx, doc, out_dir, rank, emit, force) -> dict:
     from planner.emit import emit_all, write_launch_configs
     from planner.errors import InputError
     from planner.specs import ParallelPlan
@@ -299,10 +438,38 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet):
     pred = dict(chosen) | {"model": doc["model"], "cluster": doc["cluster"], "training": doc["training"]}
     files, skipped = emit_all(ctx.model, ctx.cluster, ctx.train, plan, pred, emit)
     write_launch_configs(out_dir, files, force=force)
-    if not quiet:
-        click.echo(f"wrote {', '.join(sorted(files))} to {out_dir}", err=True)
-        for launcher, why in sorted(skipped.items()):
-            click.echo(f"not written for {launcher}: {why}", err=True)
+    click.echo(f"wrote {', '.join(sorted(files))} to {safe_line(out_dir, 200)}", err=True)
+    for launcher, why in sorted(skipped.items()):
+        click.echo(f"not written for {launcher}: {safe_line(why, 300)}", err=True)
+    return {"dir": str(out_dir), "written": sorted(files), "not_written": dict(sorted(skipped.items()))}
+
+
+def check_output_path(path: str, option: str) -> None:
+    """Refuse an output path that cannot be written before any long computation (one input-error line)."""
+    from pathlib import Path
+
+    from planner.errors import InputError
+
+    p = Path(path)
+    shown = safe_line(path, 200)
+    if p.is_symlink() and not p.exists():
+        raise InputError(f"{option} {shown} is a symbolic link to a missing file: remove the link or give another path")
+    if not p.parent.is_dir():
+        raise InputError(f"{option} {shown}: the folder {safe_line(p.parent, 200)} does not exist: create it first")
+
+
+def write_text_file(path: str, option: str, text: str) -> None:
+    """Write an output file atomically; every OS failure (missing folder, read-only, full disk, a dangling
+    symlink) is one input-error line naming the option."""
+    from planner.emit import atomic_write_text
+    from planner.errors import InputError
+
+    check_output_path(path, option)
+    p, shown = path, safe_line(path, 200)
+    try:
+        atomic_write_text(p, text)
+    except OSError as e:
+        raise InputError(f"{option} {shown} cannot be written ({e.strerror or e}): choose a writable path") from None
 
 
 @main.command("models")
@@ -362,6 +529,8 @@ def validate_cmd(runs_file, as_json, write_docs, search_quality, debug):
     from planner.validate import load_runs, markdown_table, validate_runs
 
     path = runs_file or str(data_dir("runs") / "known_runs_dev.yaml")
+    if write_docs:
+        check_output_path(write_docs, "--write-docs")
     runs = load_runs(path)
     result = validate_runs(runs)
     quality_md = ""
@@ -373,12 +542,11 @@ def validate_cmd(runs_file, as_json, write_docs, search_quality, debug):
                       "with only the training settings fixed; rank = position of the published plan among all "
                       "feasible plans the search scored.\n\n" + search_quality_table(result["search_quality"]))
     if write_docs:
-        from planner.emit import atomic_write_text
-        atomic_write_text(write_docs, "# Validation against published runs\n\n"
+        write_text_file(write_docs, "--write-docs", "# Validation against published runs\n\n"
                           "Generated by `plan validate --write-docs docs/validation.md --search-quality`.\n\n"
                           + markdown_table(result) + quality_md)
     if as_json:
-        click.echo(json.dumps(result, indent=2, sort_keys=True, default=float))
+        click.echo(json_text(result))
     else:
         click.echo(markdown_table(result))
 
@@ -419,10 +587,10 @@ def explain_cmd(as_json, **kw):
 @_handle_errors
 def report_cmd(out_file, tokens, **kw):
     """A self-contained HTML report: ranked plans, Pareto front, pipeline timeline, breakdowns."""
-    from planner.emit import atomic_write_text
     from planner.report import render_report
     from planner.search import SearchOptions, search
 
+    check_output_path(out_file, "--out")
     ctx, res, doc = run_search(kw)
     fixed = fixed_knobs(kw)
     every = search(ctx, SearchOptions(fixed=fixed, top_k=100000, max_tp=kw.get("max_tp"),
@@ -433,14 +601,14 @@ def report_cmd(out_file, tokens, **kw):
     if tokens:
         from planner.goodput import estimate_for_plan
         est = estimate_for_plan(doc["plans"][0], tokens, params_total=doc["model"]["params_total"], restart_s=600.0)
-    atomic_write_text(out_file, render_report(doc, candidates, estimate=est))
+    write_text_file(out_file, "--out", render_report(doc, candidates, estimate=est))
     click.echo(f"wrote {out_file} ({len(candidates)} feasible candidates on the Pareto chart)")
 
 
 @main.command("compare")
 @click.option("--model", "model_arg", required=True, metavar="NAME|FILE")
 @click.option("--cluster", "clusters", multiple=True, required=True, metavar="HWxN|FILE", help="repeat to compare")
-@click.option("--seq-len", "seq_lens", type=int, multiple=True, help="repeat to compare")
+@click.option("--seq-len", "seq_lens", type=int, multiple=True, callback=_positive, help="repeat to compare")
 @click.option("--gbs", type=int, callback=_positive)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16")
 @click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]), default="megatron")
@@ -451,10 +619,10 @@ def compare_cmd(model_arg, clusters, seq_lens, gbs, dtype, framework, as_json, d
     """The same model on several clusters or sequence lengths, side by side (best plan of each)."""
     from rich.table import Table
 
-    from planner.errors import PlannerError
-    from planner.render import plan_label
+    from planner.errors import NoFeasiblePlan
+    from planner.render import plan_label, shown
 
-    rows = []
+    rows, no_fit = [], []
     for cl in clusters:
         for seq in (seq_lens or (None,)):
             kw = {"model_arg": model_arg, "cluster_arg": cl, "seq_len": seq, "gbs": gbs, "dtype": dtype,
@@ -467,19 +635,25 @@ def compare_cmd(model_arg, clusters, seq_lens, gbs, dtype, framework, as_json, d
                              "step_time_s": best["step_time_s"], "tokens_per_s_per_device": best["tokens_per_s_per_device"],
                              "tokens_per_s": best["tokens_per_s_per_device"] * doc["cluster"]["count"],
                              "mfu": best["mfu"], "peak_gib": best["memory"]["peak_gib"], "error": None})
-            except PlannerError as e:
+            except NoFeasiblePlan as e:  # a valid setting without a fitting plan: a row of the table
                 rows.append({"cluster": cl, "seq_len": seq, "error": str(e)})
+                no_fit.append(e)
+            # any other PlannerError (unknown model/cluster, bad value) ends the command: exit 2, full line
+    if len(no_fit) == len(rows):
+        raise no_fit[0]  # nothing fits anywhere: exit 3 with the whole reason
+    for e in no_fit:
+        click.echo(f"no plan fits: {error_line(e)}", err=True)
     if as_json:
-        click.echo(json.dumps({"model": model_arg, "rows": rows}, indent=2, sort_keys=True, default=float))
+        click.echo(json_text({"model": model_arg, "rows": rows}))
         return
-    t = Table(title=f"{model_arg}: best plan per setting")
+    t = Table(title=f"{shown(model_arg)}: best plan per setting")
     for col in ("cluster", "seq", "layout", "step s", "tok/s total", "tok/s/dev", "MFU", "peak GiB"):
         t.add_column(col, no_wrap=True)
     for r in rows:
         if r["error"]:
-            t.add_row(r["cluster"], str(r["seq_len"] or ""), "no plan: " + r["error"][:60], "", "", "", "", "")
+            t.add_row(shown(r["cluster"]), str(r["seq_len"] or ""), "no plan fits (reason on stderr)", "", "", "", "", "")
             continue
-        t.add_row(r["cluster"], str(r["seq_len"]), plan_label(r["plan"]), f"{r['step_time_s']:.3f}",
+        t.add_row(shown(r["cluster"]), str(r["seq_len"]), plan_label(r["plan"]), f"{r['step_time_s']:.3f}",
                   f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}", f"{100 * r['mfu']:.1f}%",
                   f"{r['peak_gib']:.1f}")
     from planner.render import make_console

@@ -33,7 +33,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from planner.data import data_dir
@@ -45,6 +44,7 @@ from planner.specs.hardware import HardwareSpec
 
 MAX_CLUSTER_FILE_BYTES = 2**20  # 1 MiB: a cluster spec is a few lines
 CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name")
+MAX_CLUSTER_ARG_CHARS = 4096  # PATH_MAX on Linux: no shorthand or path is longer
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 # <hardware> <sep> <count>: the count part holds no separator character, so the split is always at the
 # LAST separator, and anything number-like after it is captured (so "a100x8.5" gets a clear error).
@@ -68,7 +68,7 @@ def _validation_summary(e: ValidationError) -> str:
     first = errs[0]
     loc = ".".join(str(p) for p in first.get("loc", ())) or "spec"
     more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-    return _one_line(f"{loc}: {first.get('msg', 'invalid')}{more}")
+    return _one_line(f"{loc}: {first.get('msg', 'invalid').removeprefix('Value error, ')}{more}")
 
 
 @lru_cache(maxsize=1)
@@ -79,10 +79,8 @@ def _catalog() -> tuple[tuple[str, HardwareSpec], ...]:
         raise InputError(f"no hardware profiles found in {folder}; reinstall the package")
     out: dict[str, HardwareSpec] = {}
     for f in files:
-        try:
-            data = yaml.safe_load(f.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise InputError(f"hardware profile {f.name} is unreadable: {_one_line(e)}") from None
+        data = read_structured_file(f, what="hardware profile", max_bytes=MAX_CLUSTER_FILE_BYTES,
+                                    hint="a HardwareSpec YAML mapping")
         if not isinstance(data, dict):
             raise InputError(f"hardware profile {f.name} must be a mapping of HardwareSpec fields")
         try:
@@ -203,6 +201,8 @@ def parse_cluster(text: str) -> ClusterSpec:
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty cluster; {_USAGE}")
     raw = text.strip()
+    if len(raw) > MAX_CLUSTER_ARG_CHARS:
+        raise InputError(f"cluster argument is {len(raw):,} characters long, over {MAX_CLUSTER_ARG_CHARS}; {_USAGE}")
     split = _split_shorthand(raw)
     if split is not None:
         hw_part, count_part = split
@@ -210,7 +210,12 @@ def parse_cluster(text: str) -> ClusterSpec:
         if hw is not None:
             return _build_cluster(hw, _check_count(count_part))
     path = Path(raw).expanduser()
-    if path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as e:  # ENAMETOOLONG, an embedded NUL...
+        raise InputError(f"cluster {raw!r} is no known hardware and no readable file "
+                         f"({getattr(e, 'strerror', None) or e}); {_USAGE}") from None
+    if exists:
         return load_cluster_file(path)
     if _looks_like_path(raw):
         raise InputError(f"cluster file {raw} does not exist; {_USAGE}")

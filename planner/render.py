@@ -4,11 +4,19 @@ Colour degrades to plain text when the output is not a terminal (rich's own dete
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from planner.names import safe_line
 
 MEM_PARTS = ("weights_gib", "grads_gib", "optimizer_gib", "activations_gib", "buffers_gib", "overhead_gib")
 TIME_PARTS = ("compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
               "dp_comm_s", "optimizer_s")
+
+
+def shown(name: object) -> str:
+    """Input text (a model or cluster name) as rich shows it: controls escaped, cut, no markup."""
+    return escape(safe_line(name, 120))
 
 
 def plan_label(p: dict) -> str:
@@ -34,7 +42,7 @@ def recompute_label(p: dict) -> str:
 
 
 def plans_table(doc: dict) -> Table:
-    t = Table(title=f"{doc['model']['name']} on {doc['cluster']['name']}: best plans", show_lines=False)
+    t = Table(title=f"{shown(doc['model']['name'])} on {shown(doc['cluster']['name'])}: best plans", show_lines=False)
     for col in ("#", "layout", "mbs", "ZeRO", "recompute", "SP", "step s", "tok/s/dev", "MFU", "peak GiB"):
         t.add_column(col, justify="right" if col not in ("layout", "recompute") else "left", no_wrap=True)
     for i, r in enumerate(doc["plans"], 1):

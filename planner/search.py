@@ -425,8 +425,8 @@ def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float
     count, then bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
     from planner.specs import ClusterSpec
 
-    node = cluster.node_size
     limit = cluster.count
+    node = min(cluster.node_size, limit)  # a cluster smaller than a node (h100x4) is its own step
 
     def ok(n: int):
         cl = ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from planner.emit.common import Job, Unsupported, dumps
+from planner.names import safe_line, yaml_quote
 
 AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")
 _DCN_ORDER = ("data", "stage", "fsdp", "expert", "context", "tensor")
@@ -298,18 +299,19 @@ def _yaml_scalar(v) -> str:
         return repr(v)
     if isinstance(v, list):
         return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return yaml_quote(str(v))  # one line whatever the value holds (planner.names)
 
 
 def maxtext_yaml(job: Job, cfg: dict, notes: list[str]) -> str:
     p = job.plan
     head = [
-        f"# MaxText config: {job.model.name} on {job.world} x {job.hw_id}, written by planner.",
+        f"# MaxText config: {safe_line(job.model.name, 200)} on {job.world} x {safe_line(job.hw_id, 200)}, "
+        "written by planner.",
         f"# plan: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} dp={p.dp} ep={p.ep} zero={p.zero_stage} "
         f"micro_batch={p.micro_batch} global_batch={job.train.global_batch} recompute={p.recompute}",
         "# run: python -m maxtext.trainers.pre_train.train maxtext.yml base_output_directory=... dataset_path=...",
     ]
-    head += [f"# note: {n}" for n in notes]
+    head += [f"# note: {safe_line(n, 1000)}" for n in notes]
     body = [f"{k}: {_yaml_scalar(v)}" for k, v in cfg.items()]
     return "\n".join(head + body) + "\n"
 
