@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.cost import Context, evaluate
+from planner.costmodel import Context, evaluate
 from planner.errors import InputError
 from planner.files import read_structured_file
 from planner.hf_import import _validation_message
