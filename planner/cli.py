@@ -71,7 +71,10 @@ def plan_options(f):
         click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
         click.option("--max-tp", type=int, callback=_positive, help="largest TP to consider (default: scale-up domain)"),
         click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device"),
-        click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True),
+        click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True,
+                     help="plans to show: distinct layouts, each its best variant"),
+        click.option("--all-variants", is_flag=True, help="also list other variants (micro-batch, ZeRO, recompute, "
+                     "virtual stages) of the same layout"),
         click.option("--debug", is_flag=True, help="show a traceback on errors"),
     ]
     for o in reversed(opts):
@@ -167,7 +170,8 @@ def run_search(kw: dict):
     ctx = Context(model, cluster, train)
     t0 = time.perf_counter()
     res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),
-                                    memory_headroom_gib=kw.get("memory_headroom") or 0.0))
+                                    memory_headroom_gib=kw.get("memory_headroom") or 0.0,
+                                    all_variants=bool(kw.get("all_variants"))))
     seconds = time.perf_counter() - t0
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, kw.get("memory_headroom") or 0.0))
@@ -426,7 +430,7 @@ def report_cmd(out_file, tokens, **kw):
     ctx, res, doc = run_search(kw)
     fixed = fixed_knobs(kw)
     every = search(ctx, SearchOptions(fixed=fixed, top_k=100000, max_tp=kw.get("max_tp"),
-                                      memory_headroom_gib=kw.get("memory_headroom") or 0.0))
+                                      memory_headroom_gib=kw.get("memory_headroom") or 0.0, all_variants=True))
     candidates = [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
                    "fits": e.fits} for e in every.plans]
     est = None
