@@ -175,39 +175,54 @@ def run_search(kw: dict):
     seconds = time.perf_counter() - t0
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, kw.get("memory_headroom") or 0.0))
+    usable = usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0)
     plans = []
     for ev in res.plans:
         d = ev.to_dict()
-        d["reason"] = reason(ctx, ev)
+        d["memory"] = dict(d["memory"], usable_gib=usable)
+        d["reason"] = reason(ctx, ev, usable)
         plans.append(d)
     doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
                         "framework": train.framework, "grad_dtype": grad_dtype(train),
                         "optimizer_dtype": train.optimizer_dtype},
            "plans": plans,
+           "ranking": ranking_doc(kw),
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                       "pruned": res.pruned, "seconds": seconds}}  # emit_doc drops "seconds" from --json
     return ctx, res, doc
 
 
-def nothing_fits_message(ctx, res, headroom: float) -> str:
+def ranking_doc(kw: dict) -> dict:
+    from planner.ranking import TIE_BAND_REL
+
+    return {"order": "step_time_s", "tie_band_rel": TIE_BAND_REL, "tie_break": ["memory.peak_gib", "simpler layout"],
+            "distinct_layouts": not kw.get("all_variants")}
+
+
+def usable_capacity_gib(ctx, headroom: float) -> float:
+    """The memory per device the search allows a plan: HBM less the fit reserve and the headroom."""
     from planner import calibration as cal
 
-    cap = ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
+    return ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
+
+
+def nothing_fits_message(ctx, res, headroom: float) -> str:
+    cap = usable_capacity_gib(ctx, headroom)
     low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
     return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
             f"smallest peak any plan reaches is {low}. Try more devices, --recompute full, --zero 3, "
             f"--offload, a shorter --seq-len, or an accelerator with more memory")
 
 
-def emit_doc(doc: dict, as_json: bool) -> None:
+def emit_doc(doc: dict, as_json: bool, rank: int = 1) -> None:
     if as_json:
         # byte-identical output for identical input: leave the wall-clock timing out
         out = dict(doc, search={k: v for k, v in doc.get("search", {}).items() if k != "seconds"})
         click.echo(json.dumps(out, indent=2, sort_keys=True, default=float))
     else:
         from planner.render import print_plan_doc
-        print_plan_doc(doc)
+        print_plan_doc(doc, rank=rank)
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
@@ -247,9 +262,10 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
         doc["training_estimate"] = training_estimate(doc, tokens, price_per_device_hour, device_mtbf_hours, restart_min)
     if out_dir:
         _write_out(ctx, doc, out_dir, rank, set(emit) or None, force, quiet=as_json)
-    emit_doc(doc, as_json)
+    emit_doc(doc, as_json, rank)
     if tokens and not as_json:
-        click.echo(estimate_text(doc["training_estimate"]))
+        from planner.ui.table import columns_for_text
+        click.echo(estimate_text(doc["training_estimate"], columns_for_text()))
 
 
 def _min_devices_cluster(kw, target_step_s) -> str:
@@ -281,14 +297,15 @@ def training_estimate(doc, tokens, price, mtbf_h, restart_min) -> dict:
     return est.to_dict()
 
 
-def estimate_text(e: dict) -> str:
+def estimate_text(e: dict, width: int | None = None) -> str:
     line = (f"Training: {e['days']:.1f} days without failures, {e['effective_days']:.1f} days expected "
             f"(goodput {100 * e['goodput']:.1f}%: ~{e['failures_expected']:.0f} failures, checkpoint every "
             f"{e['checkpoint_interval_s'] / 60:.0f} min taking {e['checkpoint_s']:.0f} s); "
             f"{e['device_hours']:,.0f} device-hours")
     if e.get("cost") is not None:
         line += f", cost {e['cost']:,.0f}"
-    return line
+    from planner.ui.table import wrapped
+    return wrapped(line, width, "  ") if width else line
 
 
 def _write_out(ctx, doc, out_dir, rank, emit, force, quiet):

@@ -6,8 +6,9 @@ from planner.cost import Context, Evaluation, evaluate
 from planner.space import plan_errors
 
 
-def reason(ctx: Context, ev: Evaluation) -> str:
-    """One line: what each non-trivial knob buys, from the evaluation's own numbers."""
+def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str:
+    """One line: what each non-trivial knob buys, from the evaluation's own numbers; memory is shown
+    against `usable_gib` (the capacity the search allowed) when given, else the device's HBM."""
     p, cl = ev.plan, ctx.cluster
     parts = []
     if p.tp > 1:
@@ -27,7 +28,8 @@ def reason(ctx: Context, ev: Evaluation) -> str:
     if p.recompute != "none":
         parts.append(f"{p.recompute} recompute to fit" + (f" ({p.recompute_layers} layers/stage)" if p.recompute_layers is not None else ""))
     mem = ev.memory
-    parts.append(f"peak {mem['peak_gib']:.1f} of {mem['capacity_gib']:.1f} GiB")
+    cap = usable_gib if usable_gib is not None else mem["capacity_gib"]
+    parts.append(f"peak {mem['peak_gib']:.1f} of {cap:.1f} GiB" + (" usable" if usable_gib is not None else ""))
     return "; ".join(parts)
 
 
