@@ -76,6 +76,10 @@ def plan_options(f):
         click.option("--schedule", type=click.Choice(["1f1b", "interleaved", "gpipe", "zb", "dualpipe"])),
         click.option("--cp-comm", type=click.Choice(["ring", "a2a"])),
         click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
+        click.option("--nic-bw", metavar="BW", help="NIC bandwidth per device and direction, with a unit: 400Gb "
+                     "(gigabits/s) or 50GB (gigabytes/s); replaces the hardware profile's"),
+        click.option("--scale-up-bw", metavar="BW", help="scale-up (NVLink/xGMI/ICI) bandwidth per device and direction, "
+                     "with a unit: 450GB or 3600Gb; measured busbw scales with it"),
         click.option("--max-tp", type=int, callback=_positive, help="largest TP to consider (default: scale-up domain)"),
         click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device"),
         click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True,
@@ -152,6 +156,12 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
     return model, cluster, train
 
 
+def cluster_overrides(cluster, kw: dict):
+    """--nic-bw and --scale-up-bw applied to the parsed cluster (planner.catalog.overrides)."""
+    from planner.catalog.overrides import with_bandwidths
+    return with_bandwidths(cluster, kw.get("nic_bw"), kw.get("scale_up_bw"))
+
+
 def fixed_knobs(kw: dict) -> dict[str, Any]:
     return {knob: kw[flag] for flag, knob in KNOB_FLAGS.items() if kw.get(flag) is not None}
 
@@ -179,6 +189,7 @@ def run_search(kw: dict, show_progress: bool = False):
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
+    cluster = cluster_overrides(cluster, kw)
     fixed = fixed_knobs(kw)
     try:
         ParallelPlan(**{k: v for k, v in fixed.items()})
@@ -191,7 +202,7 @@ def run_search(kw: dict, show_progress: bool = False):
     with progress(f"searching plans for {model.name} on {cluster.name}", show_progress):
         res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),
                                         memory_headroom_gib=kw.get("memory_headroom") or 0.0,
-                                        all_variants=bool(kw.get("all_variants"))))
+                                        distinct_layouts=not kw.get("all_variants")))
     seconds = time.perf_counter() - t0
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, kw.get("memory_headroom") or 0.0))
@@ -299,6 +310,7 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False) -> dict
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
+    cluster = cluster_overrides(cluster, kw)
     opts = SearchOptions(fixed=fixed_knobs(kw), top_k=1, max_tp=kw.get("max_tp"),
                          memory_headroom_gib=kw.get("memory_headroom") or 0.0)
     with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}", show_progress):
@@ -456,7 +468,7 @@ def report_cmd(**kw):
     fixed = fixed_knobs(kw)
     with progress("scoring every candidate for the Pareto chart", True):
         every = search(ctx, SearchOptions(fixed=fixed, top_k=100000, max_tp=kw.get("max_tp"),
-                                          memory_headroom_gib=kw.get("memory_headroom") or 0.0, all_variants=True))
+                                          memory_headroom_gib=kw.get("memory_headroom") or 0.0))
     candidates = [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
                    "fits": e.fits} for e in every.plans]
     est = estimate_doc(doc["plans"][0], doc["model"]["params_total"], cost) if cost["tokens"] else None

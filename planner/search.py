@@ -42,7 +42,7 @@ class SearchOptions:
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
-    all_variants: bool = False  # False: the top_k are distinct layouts, each its best variant (planner.ranking)
+    distinct_layouts: bool = False  # True: the top_k are distinct layouts, each its best variant (planner.ranking)
 
 
 @dataclass
@@ -339,7 +339,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
-    chosen = select(rank(feasible if opts.require_fit else results), opts.top_k, opts.all_variants)
+    chosen = select(rank(feasible if opts.require_fit else results), opts.top_k, not opts.distinct_layouts)
     return SearchResult(
         plans=chosen, evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
