@@ -182,8 +182,8 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
         c.print(escape(wrapped(f"warning: {w}", width, "  ")), style="yellow", soft_wrap=True)
     s = doc.get("search")
     if s:
-        line = (f"searched {s['structures']} layouts, scored {s['evaluated']} plans ({s['feasible']} fit)"
-                + (f" in {s['seconds']:.2f} s" if "seconds" in s else ""))
+        # no wall-clock time here: the same input prints the same bytes
+        line = f"searched {s['structures']} layouts, scored {s['evaluated']} plans ({s['feasible']} fit)"
         c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
 
 
