@@ -113,3 +113,12 @@ def test_error_documents(validator, args, code):
     assert doc["error"]["code"] == code
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1 and line == f"error: {doc['error']['message']}"
+
+
+def test_usage_error_document_for_the_group_hook(validator):
+    from planner.ui.jsondoc import usage_error_document
+
+    assert usage_error_document(["--model", "x", "--dtype", "fp64"], "bad") is None
+    doc = json.loads(usage_error_document(["compare", "--json", "--dtype", "fp64"], "Invalid value for '--dtype'\n"))
+    assert not list(validator.iter_errors(doc))
+    assert doc["command"] == "compare" and doc["error"] == {"code": 2, "message": "Invalid value for '--dtype'"}

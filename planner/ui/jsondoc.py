@@ -55,3 +55,12 @@ def cluster_object(cluster) -> dict:
             "devices_per_node": cluster.node_size, "scale_up_domain": cluster.scale_up_size,
             "hbm_capacity_gib": hw.hbm_capacity_gib, "peak_tflops_bf16": hw.peak_tflops.bf16,
             "scale_up_GBps": hw.scale_up.unidir_GBps, "nic_GBps": hw.scale_out.unidir_GBps_per_device}
+
+
+def usage_error_document(argv: list[str], message: str) -> str | None:
+    """For a click usage error (bad option value, unknown option) caught by the group's entry point:
+    the JSON error document to print on stdout when `--json` is among the arguments, else None."""
+    if "--json" not in argv:
+        return None
+    sub = next((a for a in argv if a in ("explain", "compare", "validate", "models", "clusters", "report")), "plan")
+    return dumps(error_doc("plan" if sub == "report" else sub, 2, " ".join(message.split())))
