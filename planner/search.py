@@ -6,7 +6,8 @@ computed for all of them at once (numpy). For each surviving structure the inner
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
-Ties break on the knob tuple, so results are deterministic.
+The final order and the top-k selection follow planner.ranking (fastest first, ties only within 0.2% of
+the fastest plan, one row per layout when distinct_layouts is set).
 """
 
 from __future__ import annotations
