@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -168,7 +169,6 @@ def test_progress_only_on_a_terminal_and_never_on_stdout():
 
     term = io.StringIO()
     with progress("working", True, Console(file=term, force_terminal=True), show_after_s=0.0):
-        import time
         deadline = time.monotonic() + 5
         while not term.getvalue() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -180,6 +180,12 @@ def test_progress_only_on_a_terminal_and_never_on_stdout():
     with progress("working", True, Console(file=piped, force_terminal=False), show_after_s=0.0):
         pass
     assert quiet.getvalue() == "" and piped.getvalue() == ""
+    hostile = io.StringIO()  # a name from a file is shown as text: no markup, no escape sequences
+    with progress("model [bold]x\x1b[31m", True, Console(file=hostile, force_terminal=True), show_after_s=0.0):
+        deadline = time.monotonic() + 5
+        while "model" not in hostile.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert "[bold]x?[31m" in hostile.getvalue() and "\x1b[31m" not in hostile.getvalue()
 
 
 def test_text_output_does_not_depend_on_timing():

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console
+from rich.markup import escape
 
 SHOW_AFTER_S = 1.0  # work shorter than this shows nothing
 
@@ -21,7 +22,8 @@ def progress(message: str, enabled: bool = True, console: Console | None = None,
     if not enabled or not con.is_terminal:
         yield
         return
-    status = con.status(message, spinner="dots")
+    shown = "".join(ch if ch.isprintable() else "?" for ch in message)[:200]  # names are data, not markup
+    status = con.status(escape(shown), spinner="dots")
     lock = threading.Lock()
     state = {"done": False}
 
