@@ -493,7 +493,7 @@ def report_cmd(**kw):
 def compare_cmd(**kw):
     """The same model on several clusters or sequence lengths, side by side (best plan of each)."""
     from planner.errors import InputError
-    from planner.ui.compare import compare_doc, compare_table
+    from planner.ui.compare import compare_doc, compare_tables
     from planner.ui.table import make_console
 
     kw = inherit_group_options(kw)
@@ -511,7 +511,8 @@ def compare_cmd(**kw):
         click.echo(dumps(versioned("compare", doc)))
         return
     console = make_console()
-    console.print(compare_table(doc, console.width))
+    for table in compare_tables(doc, console.width):
+        console.print(table)
 
 
 def main_entry():  # pragma: no cover

@@ -93,3 +93,22 @@ def test_piped_default_is_140_and_compact_below_81():
     assert "┃ # ┃" in wide and max(len(x) for x in wide.splitlines()) <= 140
     narrow = run(args, 80)
     assert "┃" not in narrow and "Z ZeRO stage" in narrow  # abbreviations explained in the footer
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_compare_fits_the_width(width):
+    args = ("compare", "--model", "llama-8b", "--cluster", "a100x8", "--cluster", "h100-sxm-80gbx16", "--seq-len",
+            "4096", "--seq-len", "8192", "--tokens", "1T", "--price-per-device-hour", "2", "--currency", "USD")
+    doc = json.loads(run(args + ("--json",)))
+    text = run(args, width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width and "…" not in text
+    for r in doc["rows"]:
+        name, seq = r["cluster"]["name"], str(r["seq_len"])
+        row = next(line for line in lines if re.search(rf"{re.escape(name)}\s+\S*\s*{seq}\s", line))
+        cells = row_cells(row) if "│" in row else row.split()
+        mem = r["memory"]
+        for w in (f"{r['step_time_s']:.3f}", f"{100 * r['mfu']:.1f}%", f"{mem['peak_gib']:.1f}/{mem['usable_gib']:.1f}"):
+            assert w in cells, (w, cells)
+        e = r["training_estimate"]
+        assert re.search(rf"{re.escape(name)}.*{seq}.*{e['effective_days']:.1f}.*{e['cost']:,.0f} USD", text)

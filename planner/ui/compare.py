@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -49,27 +50,55 @@ def _row(doc: dict, cost: dict) -> dict:
     return row
 
 
-def compare_table(doc: dict, width: int) -> Table:
-    compact = width <= COMPACT_MAX_COLUMNS
-    est = any(r.get("training_estimate") for r in doc["rows"])
-    cols = ["cluster", "seq", "layout", "step s"] + ([] if compact else ["tok/s total", "tok/s/dev"]) + ["MFU", "GiB"]
-    cols += ["days", "cost"] if est else []
-    t = Table(title=escape(f"{doc['model']['name']}: best plan per setting"))
-    for col in cols:
-        wrap = col in ("cluster", "layout")
-        t.add_column(col, no_wrap=not wrap, overflow="fold", justify="left" if wrap else "right")
-    for r in doc["rows"]:
-        if r["error"]:
-            t.add_row(escape(r["cluster"]["name"]), str(r.get("seq_len") or ""),
-                      escape("no plan fits (exit 3 alone)"), *[""] * (len(cols) - 3))
-            continue
-        cells = [escape(r["cluster"]["name"]), str(r["seq_len"]), plan_label(r["plan"]), f"{r['step_time_s']:.3f}"]
-        if not compact:
-            cells += [f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}"]
-        cells += [f"{100 * r['mfu']:.1f}%", memory_cell(r)]
-        if est:
-            e = r["training_estimate"]
-            cells += [f"{e['effective_days']:.1f}", cost_text(e)]
-        t.add_row(*cells)
+def _plan_cells(r: dict, compact: bool, seq: bool) -> list[str]:
+    head = [escape(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
+    if r["error"]:
+        return head + ["no plan fits"]
+    cells = head + [plan_label(r["plan"]), f"{r['step_time_s']:.3f}"]
+    if not compact:
+        cells += [f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}"]
+    return cells + [f"{100 * r['mfu']:.1f}%", memory_cell(r)]
+
+
+def _estimate_cells(r: dict, seq: bool) -> list[str]:
+    e = r.get("training_estimate")
+    head = [escape(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
+    return head + ([f"{e['effective_days']:.1f}", cost_text(e)] if e else ["", ""])
+
+
+def _table(title: str, cols: list[str], rows: list[list[str]], compact: bool, width: int) -> Table:
+    """Numbers and names keep their full width; the layout column takes what is left and folds."""
+    t = Table(title=title, box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, pad_edge=not compact,
+              show_edge=not compact, collapse_padding=compact)
+    rows = [r + [""] * (len(cols) - len(r)) for r in rows]
+    full = [max([len(c)] + [len(r[j]) for r in rows]) for j, c in enumerate(cols)]
+    gaps = 2 * (len(cols) - 1) if compact else 3 * (len(cols) - 1) + 4  # separators and padding
+    for j, col in enumerate(cols):
+        w = full[j]
+        if col == "layout":
+            words = max([len(col)] + [len(x) for r in rows for x in r[j].split()])
+            w = max(words, min(full[j], width - gaps - sum(full) + full[j]))
+        t.add_column(col, no_wrap=col != "layout", overflow="fold", width=w,
+                     justify="left" if col in ("cluster", "layout") else "right")
+    for r in rows:
+        t.add_row(*r)
     return t
 
+
+def compare_tables(doc: dict, width: int) -> list[Table]:
+    """The best plan per setting; with --tokens the days and cost too (a second table when compact)."""
+    compact = width <= COMPACT_MAX_COLUMNS
+    seq = len({r.get("seq_len") for r in doc["rows"]}) > 1
+    est = any(r.get("training_estimate") for r in doc["rows"])
+    head = ["cluster"] + (["seq"] if seq else [])
+    cols = head + ["layout", "step s"] + ([] if compact else ["tok/s total", "tok/s/dev"]) + ["MFU", "GiB"]
+    rows = [_plan_cells(r, compact, seq) for r in doc["rows"]]
+    title = escape(f"{doc['model']['name']}: best plan per setting")
+    if est and not compact:
+        return [_table(title, cols + ["days", "cost"], [a + _estimate_cells(r, seq)[len(head):]
+                                                         for a, r in zip(rows, doc["rows"])], compact, width)]
+    out = [_table(title, cols, rows, compact, width)]
+    if est:
+        out.append(_table("training time and cost", head + ["days", "cost"],
+                          [_estimate_cells(r, seq) for r in doc["rows"]], compact, width))
+    return out
