@@ -438,14 +438,8 @@ def explain_cmd(**kw):
         emit_doc(doc, True, command="explain")
         return
     emit_doc(doc, False)
-    click.echo("\nHow each number was computed (docs/cost-model.md names the sources):")
-    for r in doc["derivation"]:
-        v = r["value"]
-        val = f"{v:.4g}" if isinstance(v, float) else str(v)
-        click.echo(f"  {r['name']:<44} {val:>12} {r['unit']:<8} {r['formula']}")
-    click.echo("\nWhy not:")
-    for a in alts:
-        click.echo(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}")
+    from planner.ui.table import explain_text
+    click.echo(explain_text(doc))
 
 
 @main.command("report")

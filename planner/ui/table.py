@@ -30,10 +30,10 @@ DISTINCT_NOTE = " One row per layout (--all-variants lists the other variants)."
 
 
 def columns_from_env(default: int = PIPED_DEFAULT_COLUMNS) -> int:
-    """COLUMNS when it is a sensible whole number, else `default`."""
+    """COLUMNS (clamped to 40..1000) when it is a whole number, else `default`."""
     raw = os.environ.get("COLUMNS", "").strip()
-    if raw.isdigit() and int(raw) >= MIN_COLUMNS:
-        return min(int(raw), 1000)
+    if raw.isdigit() and int(raw) > 0:
+        return max(MIN_COLUMNS, min(int(raw), 1000))  # narrower than 40 columns is drawn at 40
     return default
 
 
@@ -190,3 +190,17 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
 def columns_for_text() -> int:
     """The width plain text lines are wrapped to: the console's (terminal or COLUMNS)."""
     return make_console().width
+
+
+def explain_text(doc: dict, width: int | None = None) -> str:
+    """`plan explain`'s derivation and why-not lists, each entry wrapped at word boundaries."""
+    width = width or columns_for_text()
+    lines = ["", "How each number was computed (docs/cost-model.md names the sources):"]
+    for r in doc["derivation"]:
+        v = r["value"]
+        val = f"{v:.4g}" if isinstance(v, float) else str(v)
+        lines.append(wrapped(f"  {r['name']:<44} {val:>12} {r['unit']:<8} {r['formula']}", width, " " * 6))
+    lines += ["", "Why not:"]
+    for a in doc["why_not"]:
+        lines.append(wrapped(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}", width, " " * 6))
+    return "\n".join(lines)
