@@ -86,6 +86,18 @@ def select(ranked: Sequence[T], top_k: int, all_variants: bool = False) -> list[
     return out
 
 
+def leaders_first(evals: Sequence[T]) -> list[T]:
+    """The first plan of each layout (in the given order), then the others: so that work spent on the
+    leading plans (the stage solver) goes to the rows a distinct-layout table will show."""
+    seen: set[tuple[int, ...]] = set()
+    lead, rest = [], []
+    for e in evals:
+        key = layout_key(e.plan)
+        (rest if key in seen else lead).append(e)
+        seen.add(key)
+    return lead + rest
+
+
 def dominated_by_later(rows: Sequence[tuple[float, float]]) -> list[int]:
     """Indices of (step_s, peak_gib) rows that a LATER row beats on both (strictly faster and strictly
     smaller): empty for any list `rank` produced. Used by the tests."""

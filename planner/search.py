@@ -23,7 +23,7 @@ from planner.cost import Context, Evaluation, evaluate
 from planner.errors import InputError
 from planner.memory import GIB, state_bytes_per_param
 from planner.pipeline import megatron_split
-from planner.ranking import TIE_BAND_REL, complexity, rank, select
+from planner.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 
@@ -337,6 +337,8 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
                             if not any_fit and opts.require_fit and "micro_batch" not in fx:
                                 break  # larger micro-batches only need more memory
     results.sort(key=_sort_key)
+    if opts.distinct_layouts:  # balance the stages of the plans a distinct-layout table shows
+        results = leaders_first(results)
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]

@@ -112,3 +112,9 @@ def test_out_writes_rank_one(tmp_path):
     p = doc["plans"][0]["plan"]
     assert f"--tensor-model-parallel-size {p['tp']}" in text
     assert f"--pipeline-model-parallel-size {p['pp']}" in text
+
+
+def test_leaders_first_keeps_order_within_groups():
+    from planner.ranking import leaders_first
+    evs = [ev(1.0, 1, tp=4, pp=4, dp=4, vpp=2), ev(1.1, 1, tp=4, pp=4, dp=4, vpp=4), ev(1.2, 1, tp=8, pp=2, dp=4)]
+    assert [e.step_time_s for e in leaders_first(evs)] == [1.0, 1.2, 1.1]
