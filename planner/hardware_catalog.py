@@ -281,5 +281,7 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     if not isinstance(name, str):
         raise InputError(f"cluster file {p}: `name:` must be a string, got {name!r}")
     count = _check_count(data["count"], f"count in {p}")
+    if not name and isinstance(hw_field, dict) and "base" in hw_field:
+        name = f"{hw.id}x{count} (changed by {p.name})"  # never mistaken for the catalog profile
     return _build_cluster(hw, count, _optional_positive(data, "devices_per_node", p),
                           _optional_positive(data, "domain_size", p), name)

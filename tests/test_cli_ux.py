@@ -93,6 +93,7 @@ def test_cluster_file_with_only_the_differences(tmp_path):
     b = json.loads(run("--model", "llama-70b", "--cluster", "h100x64", "--nic-bw", "12.5GB", "--top", "1",
                        "--json").stdout)
     assert a["cluster"]["nic_GBps"] == 12.5 and a["cluster"]["hbm_capacity_gib"] == 79.65
+    assert a["cluster"]["name"] == "h100-sxm-80gbx64 (changed by c.yaml)"
     assert a["plans"][0]["step_time_s"] == b["plans"][0]["step_time_s"]
     f.write_text("hardware: {base: h100, scale_out: {nic: 1}}\ncount: 64\n")
     assert "unknown hardware field 'nic'" in one_line_error(run("--model", "llama-70b", "--cluster", str(f)))
