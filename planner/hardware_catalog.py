@@ -18,7 +18,8 @@ a known accelerator it is shorthand, even if a file of that name exists; otherwi
 read as a cluster file.
 
 Cluster file (YAML or JSON, at most 1 MiB), a mapping with:
-    hardware: <id or alias>            # or an inline HardwareSpec mapping (a full profile)
+    hardware: <id or alias>            # or an inline HardwareSpec mapping (a full profile), or
+                                       # {base: <id or alias>, <only the fields that differ>}
     count: <devices>                   # whole number, 1 .. 1_000_000
     devices_per_node: <int>            # optional override of the profile's node size
     domain_size: <int>                 # optional override of the scale-up domain size
@@ -266,6 +267,14 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
             hw = get_hardware(hw_field)
         except InputError as e:
             raise InputError(f"cluster file {p}: {e}") from None
+    elif isinstance(hw_field, dict) and "base" in hw_field:
+        # only the fields that differ from a catalog profile (planner.catalog.overrides)
+        from planner.catalog.overrides import derive_hardware
+        try:
+            base = get_hardware(str(hw_field["base"]))
+        except InputError as e:
+            raise InputError(f"cluster file {p}: hardware.base: {e}") from None
+        hw = derive_hardware(base, hw_field, f"cluster file {p}: hardware")
     elif isinstance(hw_field, dict):
         try:
             hw = HardwareSpec(**{str(k): v for k, v in hw_field.items()})
@@ -277,5 +286,7 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     if not isinstance(name, str):
         raise InputError(f"cluster file {p}: `name:` must be a string, got {name!r}")
     count = _check_count(data["count"], f"count in {p}")
+    if not name and isinstance(hw_field, dict) and "base" in hw_field:
+        name = f"{hw.id}x{count} (changed by {p.name})"  # never mistaken for the catalog profile
     return _build_cluster(hw, count, _optional_positive(data, "devices_per_node", p),
                           _optional_positive(data, "domain_size", p), name)

@@ -558,7 +558,8 @@ def _estimate_table(estimate) -> str:
         ("expected wall-clock (failures, checkpoints, restarts)", _fmt(d.get("effective_days"), 3, " days")),
         ("goodput", _pct(d.get("goodput"))),
         ("device-hours", _fmt(d.get("device_hours"), 4)),
-        ("cost", _fmt(d.get("cost"), 4) if d.get("cost") is not None else "– (no price given)"),
+        ("cost", _fmt(d.get("cost"), 4) + (f" {d['currency']}" if d.get("currency") else "")
+         if d.get("cost") is not None else "– (no price given)"),
         ("checkpoint size", _fmt((_num(d.get("checkpoint_bytes")) or 0) / 1e12, 3, " TB")),
         ("checkpoint blocking time", _seconds(d.get("checkpoint_s"))),
         ("checkpoint interval", _fmt((_num(d.get("checkpoint_interval_s")) or 0) / 60, 3, " min")

@@ -134,6 +134,14 @@ def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str
     return dims, params, acts
 
 
+def uneven_split_text(num_layers: int, p) -> str:
+    """'61 layers over 16 stages as 3, 4, ..., 4, 2' (never 'None' for an unset first/last size)."""
+    from planner.costmodel.partition import stage_layer_counts
+    counts = list(stage_layer_counts(num_layers, p.pp, p.first_stage_layers, p.last_stage_layers))
+    shown = counts if len(counts) <= 4 else [counts[0], counts[1], "...", counts[-2], counts[-1]]
+    return f"{num_layers} layers over {p.pp} stages as {', '.join(str(c) for c in shown)}"
+
+
 def jax_mesh(job: Job) -> dict:
     m, p = job.model, job.plan
     if m.moe is not None and p.etp not in (1, p.tp):
@@ -141,8 +149,7 @@ def jax_mesh(job: Job) -> dict:
                           f"not over etp={p.etp}")
     if job.uneven or m.num_layers % p.pp:
         raise Unsupported("a PartitionSpec splits the stacked layer dimension evenly over `stage`; "
-                          f"{m.num_layers} layers in stages of {p.first_stage_layers}/.../{p.last_stage_layers} "
-                          "are not expressible")
+                          f"{uneven_split_text(m.num_layers, p)} is not expressible")
     deg = mesh_degrees(job)
     num_slices, ici, dcn = split_ici_dcn(job, deg)
     dims, params, acts = partition_specs(job)
