@@ -346,7 +346,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     )
 
 
-STAGE_SOLVE_LIMIT_S = 0.3  # CP-SAT time per plan
+STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not seconds: load-independent)
 
 
 def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float) -> list[Evaluation]:
@@ -372,7 +372,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         if p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss:
             continue
         try:
-            a = assign_stages(stage_problem(ctx, p, cap), time_limit_s=STAGE_SOLVE_LIMIT_S)
+            a = assign_stages(stage_problem(ctx, p, cap), deterministic_time=STAGE_SOLVE_BUDGET)
         except ValueError:
             continue
         flags = megatron_flags(a) if a else None
