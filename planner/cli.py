@@ -421,14 +421,12 @@ def report_cmd(out_file, tokens, **kw):
     """A self-contained HTML report: ranked plans, Pareto front, pipeline timeline, breakdowns."""
     from planner.emit import atomic_write_text
     from planner.report import render_report
-    from planner.search import SearchOptions, search
 
+    # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
+    # only the leading plans get a stage solve, as in `plan`
     ctx, res, doc = run_search(kw)
-    fixed = fixed_knobs(kw)
-    every = search(ctx, SearchOptions(fixed=fixed, top_k=100000, max_tp=kw.get("max_tp"),
-                                      memory_headroom_gib=kw.get("memory_headroom") or 0.0))
     candidates = [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
-                   "fits": e.fits} for e in every.plans]
+                   "fits": e.fits} for e in res.ranked]
     est = None
     if tokens:
         from planner.goodput import estimate_for_plan

@@ -41,6 +41,10 @@ class SearchOptions:
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
+    # how many of the leading fitting plans get a CP-SAT stage solve (planner.stages); None: top_k.
+    # Separate from top_k so a caller that wants every scored plan (the report's scatter reads
+    # SearchResult.ranked) does not multiply the solves.
+    stage_solves: int | None = None
 
 
 @dataclass
@@ -53,6 +57,7 @@ class SearchResult:
     smallest_peak_gib: float | None = None
     smallest_peak_plan: ParallelPlan | None = None
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (step_s, peak_gib) of feasible plans
+    ranked: list[Evaluation] = field(default_factory=list)  # every scored plan kept, best first (plans = its head)
 
 
 TIE_BAND = 1.005  # plans within 0.5% of each other count as equally fast: the simpler one ranks first
@@ -342,7 +347,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     return SearchResult(
         plans=chosen[: opts.top_k], evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
-        frontier=frontier,
+        frontier=frontier, ranked=chosen,
     )
 
 
@@ -362,8 +367,9 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
 
     L = ctx.model.num_layers
     out, done = list(results), 0
+    solves = opts.top_k if opts.stage_solves is None else opts.stage_solves
     for i, ev in enumerate(results):
-        if done >= opts.top_k:
+        if done >= solves:
             break
         if not opts.require_fit or ev.memory["peak_gib"] > cap:
             continue
