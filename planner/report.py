@@ -323,16 +323,30 @@ def _stage_times(pipe: dict) -> tuple[list[float], list[float]]:
 
 def _scored_bubble_s(best: dict, pipe: dict, m_draw: int, fwd: list[float], bwd: list[float]) -> float:
     """The scored bubble (time_breakdown.bubble_s); for a chart drawn with fewer micro-batches, the same
-    closed form (planner.pipeline.pipeline_step_time) at that count."""
+    closed form (planner.costmodel.pipeline.pipeline_step_time) at that count."""
     m = int(pipe["num_microbatches"])
     if m_draw == m:
         return float(best["time_breakdown"]["bubble_s"])
-    from planner.pipeline import pipeline_step_time
+    from planner.costmodel.pipeline import pipeline_step_time
 
     stage = [f + b for f, b in zip(fwd, bwd)]
     sched = str(pipe.get("schedule", "1f1b"))
-    return max(0.0, pipeline_step_time(stage, m_draw, sched if sched != "none" else "1f1b", int(pipe.get("vpp", 1)))
-               - m_draw * max(stage))
+    return max(0.0, pipeline_step_time(stage, m_draw, sched if sched != "none" else "1f1b", int(pipe.get("vpp", 1)),
+                                       fwd) - m_draw * max(stage))
+
+
+def scored_timeline(best: dict, m_draw: int | None = None) -> tuple[list[tl.Event], float, float]:
+    """(events, hand-off slack s, scored bubble s) of a `--json` plan's pipeline drawn with m_draw
+    micro-batches (default all): the schedule simulated with the scored stage times and conformed to
+    the scored bubble (timeline.conformed_events), so tl.critical_bubble_s(events) equals it."""
+    pipe = best["pipeline"]
+    pp, vpp, m = int(pipe.get("pp", 1)), int(pipe.get("vpp", 1)), int(pipe["num_microbatches"])
+    sched_name = tl.resolve_schedule(pp, vpp, m, str(pipe.get("schedule", "1f1b")))
+    fwd, bwd = _stage_times(pipe)
+    m_draw = m if m_draw is None else m_draw
+    bubble = _scored_bubble_s(best, pipe, m_draw, fwd, bwd)
+    events, slack = tl.conformed_events(pp, vpp, m_draw, sched_name, fwd, bwd, bubble)
+    return events, slack, bubble
 
 
 def _timeline_section(best: dict | None) -> str:
@@ -351,8 +365,7 @@ def _timeline_section(best: dict | None) -> str:
         per_op = 3 if sched_name == "zb" else 2
         fwd, bwd = _stage_times(pipe)
         m_draw = _drawn_microbatches(pp, vpp, m, per_op)
-        draw_events, slack = tl.conformed_events(pp, vpp, m_draw, sched_name, fwd, bwd,
-                                                 _scored_bubble_s(best, pipe, m_draw, fwd, bwd))
+        draw_events, slack, _ = scored_timeline(best, m_draw)
         full_ops = pp * vpp * m * per_op
         plain = tl.schedule_events(pp, vpp, m, sched_name, fwd, bwd) if full_ops <= MAX_SIMULATED_OPS else None
     except (PlannerError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:

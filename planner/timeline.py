@@ -193,7 +193,7 @@ def schedule_events(
     fwd_s: float | Sequence[float],
     bwd_s: float | Sequence[float],
     *,
-    w_fraction: float = 0.5,
+    w_fraction: float = 0.5,  # = planner.costmodel.pipeline.ZB_W_FRACTION (Qi et al. 2023: T_B ~ T_W)
     p2p_s: float = 0.0,
 ) -> list[Event]:
     """Simulate one optimizer step's pipeline; events sorted by (start, stage)."""
@@ -346,7 +346,7 @@ def conformed_events(pp: int, vpp: int, num_microbatches: int, schedule: str, fw
                      rel_tol: float = 1e-12) -> tuple[list[Event], float]:
     """The schedule drawn in the scored model's time: (events, hand-off slack s).
 
-    The scored pipeline model (planner.pipeline.pipeline_step_time) is the closed form of Narayanan et
+    The scored pipeline model (planner.costmodel.pipeline.pipeline_step_time) is the closed form of Narayanan et
     al. 2021 (sec. 2.2: (p-1)/m, (p-1)/(v m)) and Qi et al. 2023 (ZB-H1), generalised to uneven stages
     as Alpa's latency sum_s t_s + (m-1) max_s t_s (Zheng et al. OSDI'22, eq. 2). The dependency
     simulation reproduces it exactly for uniform stages and when the slowest stage is the last one; when

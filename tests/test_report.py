@@ -13,7 +13,7 @@ import pytest
 
 from planner.errors import InputError
 from planner.goodput import estimate_for_plan
-from planner.pipeline import pipeline_step_time
+from planner.costmodel.pipeline import pipeline_step_time
 from planner.report import CHART_IDS, pareto_front, plan_label, render_report
 
 # --- hand-written fixtures ---------------------------------------------------------------------
@@ -24,7 +24,7 @@ def make_plan(tp=8, pp=4, dp=2, *, vpp=1, cp=1, ep=1, mb=1, zero=1, recompute="s
     """One entry of the `--json` "plans" list; memory and time parts are fixed shares of the totals."""
     fwd = [round(step * 0.22 / m * (1.1 if s == 0 else 1.0), 6) for s in range(pp)]  # first stage has the embedding
     stage = [3 * f for f in fwd]  # backward = 2 x forward
-    bubble = pipeline_step_time(stage, m, schedule, vpp) - m * max(stage)  # the scored model's bubble
+    bubble = pipeline_step_time(stage, m, schedule, vpp, fwd) - m * max(stage)  # the scored model's bubble
     return {
         "plan": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": 1, "vpp": vpp, "micro_batch": mb,
                  "zero_stage": zero, "zero_shard_size": None, "recompute": recompute, "recompute_layers": None,

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import planner.search
 import planner.stages
 from planner.cli import build_inputs, main
-from planner.cost import Context
+from planner.costmodel import Context
 from planner.search import SearchOptions, search
 
 ARGS = ["--model", "deepseek-v3", "--cluster", "h100x1024", "--pp", "8", "--schedule", "1f1b"]

@@ -51,11 +51,9 @@ class FitResult:
 
 
 def _calibration_module():
-    # the module whose attributes the cost model reads at call time (moved by the costmodel refactor)
-    try:
-        from planner.costmodel import calibration as cal  # type: ignore[attr-defined]
-    except ImportError:
-        from planner import calibration as cal
+    # the module whose attributes the cost model reads at call time (cal.NAME, never bound at import)
+    from planner.costmodel import calibration as cal
+
     return cal
 
 
@@ -100,7 +98,7 @@ def prepare(runs: Sequence[dict]) -> list[RunCase]:
 
 def predict_step_s(case: RunCase) -> float:
     """The case's step time under the constants in force now."""
-    from planner.cost import Context, evaluate
+    from planner.costmodel import Context, evaluate
 
     return evaluate(Context(case.model, case.cluster, case.train), case.plan).step_time_s
 
