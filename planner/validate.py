@@ -286,7 +286,8 @@ def search_quality(run: dict) -> dict | None:
         pub = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=False))
     published = pub.plans[0]
     free = search(ctx, SearchOptions(fixed=stack_constraints(run, ctx.train), top_k=1))
-    best = free.plans[0] if free.plans else None
+    # the fastest feasible plan the search scored (its top-ranked plan may be a simpler one within the tie band)
+    best = min(free.ranked, key=lambda e: e.step_time_s) if free.ranked else None
     rank = 1 + sum(1 for t, _ in free.frontier if t < published.step_time_s - 1e-12) if pub_fits else None
     return {
         "id": run["id"],

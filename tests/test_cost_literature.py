@@ -194,3 +194,31 @@ def test_legacy_deepspeed_zero3_exposes_every_gather_and_all_reduces_gradients()
     assert old.step_time_s - new.step_time_s == pytest.approx(
         old.time_breakdown["dp_comm_s"] - new.time_breakdown["dp_comm_s"], rel=1e-9)
     assert new.time_breakdown["dp_comm_s"] < 0.25 * floor
+
+
+def test_adam_step_bytes_follow_the_stated_dtypes():
+    # read + write the fp32 master (8) and m, v (2 x their bytes), read the stored gradient, write the
+    # 2-byte compute copy (ZeRO SC20 sec. 3.1 states): 30 B with fp32 moments and grads
+    from planner.costmodel.optimizer import adam_bytes_per_param
+
+    assert adam_bytes_per_param(state_bytes_per_param(_train("megatron"), 1, False)) == 30.0
+    assert adam_bytes_per_param(state_bytes_per_param(_train("fsdp"), 3, False)) == 30.0  # fp32 params are the master
+    assert adam_bytes_per_param(state_bytes_per_param(_train("megatron", optimizer_dtype="bf16"), 1, False)) == 22.0
+    assert adam_bytes_per_param(state_bytes_per_param(_train("deepspeed"), 1, False)) == 28.0  # bf16 gradients
+
+
+@pytest.mark.parametrize("cluster,gbps", [("a100x8", 31.0), ("h100x8", 63.0), ("mi300xx8", 63.0),
+                                          ("tpu-v5px8", 31.0)])
+def test_offload_crosses_the_profiles_host_link(cluster, gbps):
+    # hardware_profiles/*.yaml host_link_unidir_GBps (PCIe Gen4 / Gen5 x16, hardware.yaml links), the
+    # slowest listed x16 rate where a profile states none (TPUs)
+    from planner.costmodel import Context, evaluate
+    from planner.hardware_catalog import parse_cluster
+    from planner.model_catalog import load_model
+    from planner.specs import ParallelPlan
+
+    ctx = Context(load_model("llama-3.1-8b"), parse_cluster(cluster), TrainingSpec(global_batch=8, framework="megatron"))
+    ev = evaluate(ctx, ParallelPlan(tp=1, dp=8, zero_stage=1, offload_optimizer=True))
+    term = next(t for t in ev.trace.time if t.name == "optimizer_s")
+    assert term.inputs["bandwidth_GBps"] == gbps
+    assert term.value == pytest.approx(term.inputs["local_params"] * (4 + 2) / (gbps * 1e9))  # fp32 grads + bf16 params
