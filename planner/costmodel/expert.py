@@ -32,7 +32,7 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
         return 0.0
     m, ep = ctx.model, p.ep
     elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
-    a2a_bytes = shape.tokens / p.tp * m.moe.top_k * m.hidden_size * elem * ep
+    a2a_bytes = shape.tokens / p.tp * m.require_moe().top_k * m.hidden_size * elem * ep
     t = 2 * collective_time("all_to_all", a2a_bytes / ep, ep, shape.links.ep)
     return t * (1.0 - cal.EP_OVERLAP_FRACTION)
 

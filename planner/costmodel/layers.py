@@ -7,10 +7,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
-from planner.costmodel.compute import layer_compute, lm_head_fwd_s
+from planner.costmodel.compute import kind_label, layer_compute, layer_compute_term, lm_head_fwd_s
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
 from planner.costmodel.tensor import tp_comm_fwd_s
+from planner.costmodel.trace import Term, formula
+
+LAYER_COMM = formula(
+    "layers.comm", "forward TP + CP + EP collectives of one layer for one micro-batch (backward repeats them)",
+    "planner.costmodel.tensor / context / expert (Korthikanti et al. 2022; Ring Attention; GShard)",
+)
 
 # LM head backward: input and weight gradients, 2x its forward (Narayanan et al. SC21 sec. 5.1).
 LM_HEAD_BWD_RATIO = 2
@@ -28,19 +34,35 @@ class LayerTimes(NamedTuple):
     ep: float
 
 
-def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
+def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, tuple[Term, ...]]:
     c = layer_compute(ctx, shape, k)
-    return LayerTimes(c.fwd, c.bwd, c.attention, tp_comm_fwd_s(ctx, shape, k),
-                      cp_comm_fwd_s(ctx, shape, c.attention), ep_comm_fwd_s(ctx, shape, k))
+    t = LayerTimes(c.fwd, c.bwd, c.attention, tp_comm_fwd_s(ctx, shape, k),
+                   cp_comm_fwd_s(ctx, shape, c.attention), ep_comm_fwd_s(ctx, shape, k))
+    comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,
+                           ep_s=t.ep, tp=shape.plan.tp, cp=shape.plan.cp, ep=shape.plan.ep)
+    return t, (layer_compute_term(shape, k, c), comm)
+
+
+def _cached(ctx: Context, shape: Shape, k: LayerKind) -> tuple:
+    key = (k.moe, k.sliding) + shape.time_key
+    v = ctx.layer_time_cache.get(key)
+    if v is None:
+        v, ctx.layer_term_cache[key] = _layer_times(ctx, shape, k)
+        ctx.layer_time_cache[key] = v
+    return key, v
 
 
 def layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
     """`_layer_times`, cached in the context under every knob it depends on."""
-    key = (k.moe, k.sliding) + shape.time_key
-    v = ctx.layer_time_cache.get(key)
-    if v is None:
-        v = ctx.layer_time_cache[key] = _layer_times(ctx, shape, k)
-    return v
+    return _cached(ctx, shape, k)[1]
+
+
+def layer_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
+    """The compute and collective terms of every layer kind of the model under this plan."""
+    out: list[Term] = []
+    for k in ctx.kinds:
+        out.extend(ctx.layer_term_cache[_cached(ctx, shape, k)[0]])
+    return tuple(out)
 
 
 class StageTimes(NamedTuple):
@@ -92,6 +114,7 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
         if p.schedule == "dualpipe" and pp > 1:
             tep = dualpipe_exposed_ep_s(tep, f, b)
         comm = 2 * ((0.0 if p.tp_comm_overlap else ttp) + tcp + tep)
-        for col, v in zip(cols, (f, b, rc, 2 * ttp, 2 * tcp, 2 * tep, comm)):  # collectives: forward + backward
+        # collectives: forward + backward
+        for col, v in zip(cols, (f, b, rc, 2 * ttp, 2 * tcp, 2 * tep, comm), strict=True):
             col.append(v)
     return StageTimes(*(tuple(c) for c in cols))

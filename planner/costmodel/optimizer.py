@@ -4,9 +4,9 @@ gradient and parameter transfers over PCIe (ZeRO-Offload, Ren et al. 2021, arXiv
 from __future__ import annotations
 
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape
-from planner.costmodel.memory import (StageParams, StateBytesPerParam, grad_bytes_per_param, state_bytes_per_param,
-                                      zero_shards)
+from planner.costmodel.memory import StageParams, StateBytesPerParam, grad_bytes_per_param, state_bytes_per_param
 from planner.costmodel.trace import Term, formula
+from planner.specs.dims import ParallelDims
 
 # PCIe Gen4 x16 per direction (hardware.yaml links.pcie_x16_unidir_GBps.gen4, STAS PCIe table): the host link
 # assumed for offload traffic when a hardware profile states none (the slowest x16 rate the reference lists).
@@ -34,9 +34,9 @@ OPTIMIZER_OFFLOAD = formula(
 )
 
 
-def local_params(plan, params: StageParams, slow: int, optimizer_sharded: bool) -> float:
+def local_params(dims: ParallelDims, params: StageParams, slow: int, optimizer_sharded: bool) -> float:
     """Parameters whose optimizer state one device of the slowest stage updates."""
-    z_dense, z_expert = zero_shards(plan)
+    z_dense, z_expert = dims.zero_shard, dims.expert_zero_shard
     return (params.dense[slow] / (z_dense if optimizer_sharded else 1)
             + params.experts[slow] / (z_expert if optimizer_sharded else 1))
 
@@ -44,7 +44,7 @@ def local_params(plan, params: StageParams, slow: int, optimizer_sharded: bool) 
 def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -> Term:
     p, hw = shape.plan, ctx.cluster.hardware
     st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
-    n = local_params(p, params, slow, st.optimizer_sharded)
+    n = local_params(shape.dims, params, slow, st.optimizer_sharded)
     if p.offload_optimizer:
         grad_bytes = grad_bytes_per_param(ctx.train)
         bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from planner.errors import InputError
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+from planner.specs.dims import ParallelDims
 
 
 class Unsupported(Exception):
@@ -93,8 +94,9 @@ def make_job(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, plan: 
             f"global batch {train.global_batch} is not a multiple of micro_batch*dp = "
             f"{plan.micro_batch}*{plan.dp} = {plan.micro_batch * plan.dp}"
         )
-    if plan.zero_shard_size is not None and plan.dp % plan.zero_shard_size:
-        raise InputError(f"zero_shard_size {plan.zero_shard_size} does not divide dp {plan.dp}")
+    zero_error = ParallelDims.of(plan).zero_shard_error()
+    if zero_error:
+        raise InputError(zero_error)
     if model.moe is None and (plan.ep > 1 or plan.etp > 1):
         raise InputError(f"ep={plan.ep}/etp={plan.etp} set for the dense model {model.name}")
     return Job(model=model, cluster=cluster, train=train, plan=plan, notes=[])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 
 from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_length_expr
+from planner.specs.dims import ParallelDims
 
 # Megatron runs 1F1B, interleaved when vpp > 1 (so '1f1b' and 'interleaved' both map to the degrees); not these:
 _SCHEDULES_NOT_IN_MEGATRON = {
@@ -185,7 +186,7 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
 
     # ---- data parallelism / optimizer sharding
     env: dict[str, str] = {}
-    instances = p.dp // p.zero_shard_size if p.zero_shard_size else 1
+    instances = ParallelDims.of(p).zero_replicas  # shard groups of the dp*cp group (planner.specs.dims)
     if p.zero_stage == 3:
         flag("--use-megatron-fsdp")
         flag("--data-parallel-sharding-strategy", "optim_grads_params")
