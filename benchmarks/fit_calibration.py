@@ -40,7 +40,8 @@ DEFAULT = ("GEMM_SHAPE_DERATE", "GEMM_DIM_HALF", "MOE_GROUPED_GEMM_REL_EFFICIENC
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", default=str(ROOT / "runs" / "known_runs_dev.yaml"))
-    ap.add_argument("--const", action="append", choices=sorted(BOUNDS), help=f"repeatable; default {', '.join(DEFAULT)}")
+    ap.add_argument("--const", action="append", choices=sorted(BOUNDS),
+                    help=f"repeatable; default {', '.join(DEFAULT)}")
     ap.add_argument("--loo", choices=("none", "run", "source"), default="run")
     args = ap.parse_args(argv)
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = prepare(load_runs(args.runs))
     print(f"{len(cases)} runs with a measured step time; fitting {', '.join(names)}")
     fit = fit_constants(cases, names, bounds)
-    for n, a, b in zip(names, fit.initial, fit.values):
+    for n, a, b in zip(names, fit.initial, fit.values, strict=True):
         print(f"  {n:<36} {a:>10.4g} -> {b:.4g}")
     pct = lambda s: f"median {100 * s['median_abs_error']:.1f}%, p90 {100 * s['p90_abs_error']:.1f}%"  # noqa: E731
     print(f"in-sample |error| before: {pct(summary(fit.initial_log_errors))}")

@@ -318,7 +318,8 @@ def _stage_times(pipe: dict) -> tuple[list[float], list[float]]:
     fwd = [float(x) for x in pipe["fwd_s_per_microbatch"]]
     bwd = [float(x) for x in pipe["bwd_s_per_microbatch"]]
     comm = [float(x) for x in pipe.get("comm_s_per_microbatch") or [0.0] * len(fwd)]
-    return [f + c / 2 for f, c in zip(fwd, comm)], [b + c / 2 for b, c in zip(bwd, comm)]
+    return ([f + c / 2 for f, c in zip(fwd, comm, strict=True)],
+            [b + c / 2 for b, c in zip(bwd, comm, strict=True)])
 
 
 def _scored_bubble_s(best: dict, pipe: dict, m_draw: int, fwd: list[float], bwd: list[float]) -> float:
@@ -329,7 +330,7 @@ def _scored_bubble_s(best: dict, pipe: dict, m_draw: int, fwd: list[float], bwd:
         return float(best["time_breakdown"]["bubble_s"])
     from planner.costmodel.pipeline import pipeline_step_time
 
-    stage = [f + b for f, b in zip(fwd, bwd)]
+    stage = [f + b for f, b in zip(fwd, bwd, strict=True)]
     sched = str(pipe.get("schedule", "1f1b"))
     return max(0.0, pipeline_step_time(stage, m_draw, sched if sched != "none" else "1f1b", int(pipe.get("vpp", 1)),
                                        fwd) - m_draw * max(stage))
@@ -379,7 +380,7 @@ def _timeline_section(best: dict | None) -> str:
         f"{m} micro-batches",
         f"bubble {_seconds(bubble_s)} = {_pct(bubble_s / step_s if step_s else 0.0)} of the step "
         f"(the slowest stage's idle time, as scored)",
-        f"pipeline phase {_seconds(m * max(f + b for f, b in zip(fwd, bwd)) + bubble_s)}",
+        f"pipeline phase {_seconds(m * max(f + b for f, b in zip(fwd, bwd, strict=True)) + bubble_s)}",
     ]
     if plain is not None:
         peaks = tl.peak_in_flight(plain, pp)

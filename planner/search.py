@@ -382,7 +382,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         except ValueError:
             continue
         flags = megatron_flags(a) if a else None
-        if not flags or flags == (None, None):
+        if a is None or not flags or flags == (None, None):
             continue
         first, last = flags
         try:

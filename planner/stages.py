@@ -132,11 +132,12 @@ def stage_costs(p: StageProblem, layers: Sequence[int], recompute: Sequence[int]
     if not p.contiguous:
         p = _mean_problem(p)
     if len(layers) != p.pp or len(recompute) != p.pp or sum(layers) != p.num_layers:
-        raise ValueError(f"split {list(layers)} / {list(recompute)} does not cover {p.num_layers} layers on {p.pp} stages")
+        raise ValueError(f"split {list(layers)} / {list(recompute)} does not cover {p.num_layers} layers "
+                         f"on {p.pp} stages")
     peak_act = max(p.layer_act_bytes)
     times, mem = [], []
     start = 0
-    for s, (n, r) in enumerate(zip(layers, recompute)):
+    for s, (n, r) in enumerate(zip(layers, recompute, strict=True)):
         if not 0 <= r <= n:
             raise ValueError(f"stage {s}: {r} recomputed of {n} layers")
         idx = range(start, start + n)
@@ -290,9 +291,9 @@ def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUD
             table.append(acc)
         return ("tab", table)
 
-    elem_cache: dict[tuple[int, int], object] = {}
+    elem_cache: dict[tuple[int, tuple[str, int]], object] = {}
 
-    def at(pref: tuple, var, key: tuple[int, int]):
+    def at(pref: tuple, var, key: tuple[int, tuple[str, int]]):
         kind, payload = pref
         if kind == "lin":
             return payload * var

@@ -167,7 +167,7 @@ def resolve_schedule(pp: int, vpp: int, num_microbatches: int, schedule: str) ->
 
 
 def _per_stage(name: str, x: float | Sequence[float], pp: int) -> list[float]:
-    vals = [x] * pp if isinstance(x, (int, float)) and not isinstance(x, bool) else list(x)
+    vals: list = [x] * pp if isinstance(x, (int, float)) and not isinstance(x, bool) else list(x)  # type: ignore[arg-type]
     if len(vals) != pp:
         raise InputError(f"{name} has {len(vals)} entries for {pp} pipeline stages")
     out = []

@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CMD = ["--model", "deepseek-v3", "--cluster", "h100x1024", "--pp", "8", "--schedule", "1f1b", "--json"]
 LOAD_SEARCHES = (["--model", "deepseek-v3", "--cluster", "h800x256", "--json"],
-                 ["--model", "llama-3.1-405b", "--cluster", "h100x16384", "--seq-len", "8192", "--gbs", "2048", "--json"])
+                 ["--model", "llama-3.1-405b", "--cluster", "h100x16384", "--seq-len", "8192", "--gbs", "2048",
+                  "--json"])
 BUSY_LOOP = "while True:\n    pass\n"
 
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from planner.costmodel import calibration as cal
 from planner.analysis.fit import calibrated, fit_constants, leave_one_out, predict_step_s, prepare, summary
+from planner.costmodel import calibration as cal
 from planner.data import data_dir
 from planner.validate import load_runs
 

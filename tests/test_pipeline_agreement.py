@@ -49,7 +49,7 @@ def test_timeline_bubble_equals_scored_bubble(model, cluster, gbs, knobs, exact)
     # the drawn step's pipeline phase is the scored one: m x slowest stage + bubble
     pipe = d["pipeline"]
     stage = [f + b + c for f, b, c in zip(pipe["fwd_s_per_microbatch"], pipe["bwd_s_per_microbatch"],
-                                          pipe["comm_s_per_microbatch"])]
+                                          pipe["comm_s_per_microbatch"], strict=True)]
     assert tl.makespan_s(events) == pytest.approx(pipe["num_microbatches"] * max(stage) + bubble, rel=1e-9)
     if exact:  # two independent models, one number: the plain simulation needs no slack
         assert slack == 0.0

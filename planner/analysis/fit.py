@@ -47,7 +47,7 @@ class FitResult:
 
     @property
     def constants(self) -> dict[str, float]:
-        return dict(zip(self.names, self.values))
+        return dict(zip(self.names, self.values, strict=True))
 
 
 def _calibration_module():
@@ -75,8 +75,8 @@ def prepare(runs: Sequence[dict]) -> list[RunCase]:
     """Runs with a measured step time -> cases whose plan `plan validate` picks with today's constants.
     Runs whose plan cannot be scored are left out (`plan validate` reports them)."""
     from planner.errors import PlannerError
-    from planner.validate import run_inputs
     from planner.search import SearchOptions, search
+    from planner.validate import run_inputs
 
     cases = []
     for run in runs:
@@ -106,7 +106,7 @@ def predict_step_s(case: RunCase) -> float:
 def log_errors(cases: Sequence[RunCase], names: Sequence[str], x: Sequence[float],
                predict: Callable[[RunCase], float] = predict_step_s) -> list[float]:
     """log(predicted / measured) of every case with the named constants set to x."""
-    with calibrated(dict(zip(names, x))):
+    with calibrated(dict(zip(names, x, strict=True))):
         return [math.log(predict(c) / c.measured_step_s) for c in cases]
 
 
@@ -120,7 +120,7 @@ def fit_constants(cases: Sequence[RunCase], names: Sequence[str], bounds: Sequen
     cal = _calibration_module()
     initial = tuple(float(getattr(cal, n)) for n in names)
     lo, hi = [b[0] for b in bounds], [b[1] for b in bounds]
-    start = [min(max(v, a), b) for v, a, b in zip(x0 or initial, lo, hi)]
+    start = [min(max(v, a), b) for v, a, b in zip(x0 or initial, lo, hi, strict=True)]
     fun = lambda x: log_errors(cases, names, x, predict)  # noqa: E731
     res = least_squares(fun, start, bounds=(lo, hi), method="trf", diff_step=1e-3, xtol=1e-10, ftol=1e-10)
     values = tuple(float(v) for v in res.x)
@@ -139,7 +139,7 @@ def leave_one_out(cases: Sequence[RunCase], names: Sequence[str], bounds: Sequen
         held = [c for c in cases if (c.group if by_group else c.id) == u]
         rest = [c for c in cases if c not in held]
         fit = fit_constants(rest, names, bounds, x0=start, predict=predict)
-        for c, e in zip(held, log_errors(held, names, fit.values, predict)):
+        for c, e in zip(held, log_errors(held, names, fit.values, predict), strict=True):
             out[c.id] = e
     return out
 

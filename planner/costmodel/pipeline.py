@@ -46,7 +46,7 @@ def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1
     elif schedule == "zb":
         if fwd_s is None:
             raise ValueError("the zb schedule needs the forward part of each stage time (fwd_s)")
-        fill_s = [f + (1.0 - 2.0 * ZB_W_FRACTION) * (t - f) for t, f in zip(stage_s, fwd_s)]
+        fill_s = [f + (1.0 - 2.0 * ZB_W_FRACTION) * (t - f) for t, f in zip(stage_s, fwd_s, strict=True)]
     elif schedule == "dualpipe":
         frac = dualpipe_fill_fraction(p)
     return m * stage_s[slow] + frac * (sum(fill_s) - fill_s[slow])
