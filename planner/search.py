@@ -84,46 +84,67 @@ def _zero_choices(ctx: Context, opts: SearchOptions) -> list[int]:
 
 def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
     """Every valid (tp, cp, pp, dp, ep, etp) for the device count and fixed knobs."""
-    m, tr, n = ctx.model, ctx.train, ctx.cluster.count
-    fx = opts.fixed
-    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
+    n = ctx.cluster.count
     out = []
+    for tp in _tp_choices(ctx, opts):
+        rest_tp = n // tp
+        for cp in _fixed_or(opts, "cp", _cp_candidates(ctx, rest_tp)):
+            if rest_tp % cp:
+                continue
+            for pp, dp in _pp_dp_choices(ctx, opts, rest_tp // cp):
+                out += [dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+                        for ep, etp in _expert_choices(ctx, opts, tp, cp, dp)]
+    return out
+
+
+def _tp_choices(ctx: Context, opts: SearchOptions) -> list[int]:
+    """TP degrees: divisors of the device count up to the scale-up domain (or --max-tp) that split the heads
+    (and, on a torus, form a ring of the torus)."""
+    m, n, fx = ctx.model, ctx.cluster.count, opts.fixed
+    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
     torus_ok = torus_group_sizes(ctx.cluster) if ctx.cluster.hardware.torus else None
+    out = []
     for tp in _fixed_or(opts, "tp", [d for d in divisors(n) if d <= max_tp]):
         if n % tp or not tp_splits_heads(m, tp):
             continue
         if torus_ok is not None and tp not in torus_ok and "tp" not in fx:
             continue
-        rest_tp = n // tp
-        # CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)
-        cps = [c for c in divisors(rest_tp) if c == 1 or (cp_splits_sequence(tr.seq_len, c)
-                                                            and tr.seq_len // c >= MIN_CP_CHUNK)]
-        for cp in _fixed_or(opts, "cp", cps):
-            if rest_tp % cp:
-                continue
-            rest = rest_tp // cp
-            pps = [p for p in divisors(rest) if p <= m.num_layers]
-            for pp in _fixed_or(opts, "pp", pps):
-                if rest % pp or pp > m.num_layers:
-                    continue
-                dp = rest // pp
-                if fx.get("dp") is not None and fx["dp"] != dp:
-                    continue
-                if tr.global_batch % dp:
-                    continue
-                if m.moe is None:
-                    eps, etps = [1], [1]
-                else:
-                    etps = _fixed_or(opts, "etp", sorted({1, tp}))
-                    eps = None
-                for etp in etps:
-                    if eps is None:
-                        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
-                        ep_list = _fixed_or(opts, "ep", cand)
-                    else:
-                        ep_list = _fixed_or(opts, "ep", eps)
-                    for ep in ep_list:
-                        out.append(dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp))
+        out.append(tp)
+    return out
+
+
+def _cp_candidates(ctx: Context, rest_tp: int) -> list[int]:
+    """CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)."""
+    seq = ctx.train.seq_len
+    return [c for c in divisors(rest_tp) if c == 1 or (cp_splits_sequence(seq, c) and seq // c >= MIN_CP_CHUNK)]
+
+
+def _pp_dp_choices(ctx: Context, opts: SearchOptions, rest: int) -> list[tuple[int, int]]:
+    """(pp, dp) splits of the devices left after TP and CP: pp up to the layer count, dp dividing the batch."""
+    m, tr, fx = ctx.model, ctx.train, opts.fixed
+    out = []
+    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers]):
+        if rest % pp or pp > m.num_layers:
+            continue
+        dp = rest // pp
+        if fx.get("dp") is not None and fx["dp"] != dp:
+            continue
+        if tr.global_batch % dp:
+            continue
+        out.append((pp, dp))
+    return out
+
+
+def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for a (tp, cp, dp) layout: EP over divisors of the expert count that ep * etp carves out
+    of tp * cp * dp (Megatron), ETP 1 or tp; (1, 1) for a dense model."""
+    m = ctx.model
+    if m.moe is None:
+        return [(ep, 1) for ep in _fixed_or(opts, "ep", [1])]
+    out = []
+    for etp in _fixed_or(opts, "etp", sorted({1, tp})):
+        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
+        out += [(ep, etp) for ep in _fixed_or(opts, "ep", cand)]
     return out
 
 
