@@ -65,3 +65,14 @@ def test_regression_same_answer_with_and_without_out(tmp_path):
     assert tt[tt.index("--parallelism.context_parallel_degree") + 1] == "4"
     mg = json.loads((tmp_path / "o" / "megatron_args.json").read_text())["args"]
     assert mg[mg.index("--num-distributed-optimizer-instances") + 1] == "2"
+
+
+def test_knob_names_come_from_one_list():
+    """Issue 14: knob names were listed three times. ParallelPlan's fields are the list; the CLI flags and
+    the run-file keys map onto it."""
+    from planner.cli import KNOB_FLAGS
+    from planner.specs.plan import KNOBS
+    from planner.validate import PLAN_FIELDS
+
+    assert KNOBS == tuple(ParallelPlan.model_fields) and len(KNOBS) == len(set(KNOBS))
+    assert set(KNOB_FLAGS.values()) <= set(KNOBS) and set(PLAN_FIELDS.values()) <= set(KNOBS)

@@ -61,3 +61,7 @@ class ParallelPlan(BaseModel):
 
     def knobs(self) -> dict:
         return self.model_dump()
+
+
+# Every knob of a plan, in declaration order: the one list (the CLI flags and run-file keys map onto it).
+KNOBS: tuple[str, ...] = tuple(ParallelPlan.model_fields)
