@@ -97,8 +97,13 @@ class ParallelDims:
 
 # ---- the rules, each a small function returning one-line messages ----------------------------------------
 
+def kv_heads_split(model: ModelSpec, tp: int) -> bool:
+    """KV heads divide over TP ranks, or each is replicated over tp / kv_heads ranks."""
+    return model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0
+
+
 def tp_splits_heads(model: ModelSpec, tp: int) -> bool:
-    return model.num_heads % tp == 0 and (model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0)
+    return model.num_heads % tp == 0 and kv_heads_split(model, tp)
 
 
 def cp_splits_sequence(seq_len: int, cp: int) -> bool:
@@ -106,7 +111,7 @@ def cp_splits_sequence(seq_len: int, cp: int) -> bool:
     return cp == 1 or seq_len % (2 * cp) == 0
 
 
-def _size_errors(devices: int, p: ParallelPlan) -> list[str]:
+def size_errors(devices: int, p: ParallelPlan) -> list[str]:
     if p.tp * p.pp * p.cp * p.dp != devices:
         return [f"tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {p.tp * p.pp * p.cp * p.dp}, not the {devices} devices"]
     return []
@@ -116,7 +121,7 @@ def _tensor_context_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPla
     errs = []
     if model.num_heads % p.tp:
         errs.append(f"{model.num_heads} attention heads do not split over tp={p.tp}")
-    if model.num_kv_heads % p.tp and p.tp % model.num_kv_heads:
+    if not kv_heads_split(model, p.tp):
         errs.append(f"{model.num_kv_heads} KV heads neither divide nor are divisible by tp={p.tp}")
     if not cp_splits_sequence(train.seq_len, p.cp):
         errs.append(f"seq_len {train.seq_len} is not divisible by 2*cp={2 * p.cp}")
@@ -173,13 +178,13 @@ def _embedding_loss_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
     return errs
 
 
-def _batch_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
+def batch_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
     if train.global_batch % (p.dp * p.micro_batch):
         return [f"global batch {train.global_batch} is not divisible by dp*micro_batch={p.dp * p.micro_batch}"]
     return []
 
 
-def _expert_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
+def expert_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
     if model.moe is None:
         return ["ep/etp > 1 need a mixture-of-experts model"] if p.ep > 1 or p.etp > 1 else []
     errs = []
@@ -196,13 +201,13 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
     """Every rule the plan breaks, as one-line messages (empty = valid)."""
     zero = ParallelDims.of(p).zero_shard_error()
     return [
-        *_size_errors(devices, p),
+        *size_errors(devices, p),
         *_tensor_context_errors(model, train, p),
         *_pipeline_errors(model, train, p),
         *_stage_split_errors(model, p),
         *_embedding_loss_errors(model, p),
-        *_batch_errors(train, p),
-        *_expert_errors(model, p),
+        *batch_errors(train, p),
+        *expert_errors(model, p),
         *([zero] if zero else []),
         *([f"zero_shard_size={p.zero_shard_size} needs ZeRO (zero_stage >= 1): with zero_stage 0 nothing is sharded"]
           if p.zero_shard_size is not None and p.zero_stage == 0 else []),

@@ -79,6 +79,10 @@ class HardwareSpec(_Frozen):
     gemm_efficiency_max_fp8: float | None = Field(None, gt=0, le=1)
     hbm_capacity_gib: float = Field(..., gt=0, le=GIB_MAX, description="usable HBM as the driver reports it")
     hbm_bandwidth_GBps: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1])
+    host_link_unidir_GBps: float | None = Field(
+        None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
+        description="per-direction device-host link (PCIe x16) rate: optimizer offload traffic; "
+        "None = not known (offload then assumes PCIe Gen4 x16, the slowest the reference lists)")
     devices_per_node: int = Field(..., ge=1, description="devices per OS node / host")
     scale_up: ScaleUp
     scale_out: ScaleOut
