@@ -6,7 +6,8 @@ computed for all of them at once (numpy). For each surviving structure the inner
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
-Ties break on the knob tuple, so results are deterministic.
+The final order and the top-k selection follow planner.ranking (fastest first, ties only within 0.2% of
+the fastest plan, one row per layout when distinct_layouts is set).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from planner.costmodel import Context, Evaluation, evaluate
 from planner.errors import InputError
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
+from planner.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import cp_splits_sequence, tp_splits_heads
@@ -40,6 +42,11 @@ class SearchOptions:
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
+    distinct_layouts: bool = False  # True: the top_k are distinct layouts, each its best variant (planner.ranking)
+    # how many of the leading fitting plans get a CP-SAT stage solve (planner.stages); None: top_k.
+    # Separate from top_k so a caller that wants every scored plan (the report's scatter reads
+    # SearchResult.ranked) does not multiply the solves.
+    stage_solves: int | None = None
 
 
 @dataclass
@@ -52,16 +59,16 @@ class SearchResult:
     smallest_peak_gib: float | None = None
     smallest_peak_plan: ParallelPlan | None = None
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (step_s, peak_gib) of feasible plans
+    ranked: list[Evaluation] = field(default_factory=list)  # every scored plan kept, best first (plans = its head)
 
 
-TIE_BAND = 1.005  # plans within 0.5% of each other count as equally fast: the simpler one ranks first
+TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equally fast (planner.ranking)
 
 
 def _sort_key(e: Evaluation) -> tuple:
-    p = e.plan
-    complexity = (p.cp, p.pp, p.vpp, p.ep, p.tp, p.zero_stage, RECOMPUTE_ORDER.index(p.recompute), -p.micro_batch)
-    return (math.floor(math.log(e.step_time_s) / math.log(TIE_BAND)), complexity, round(e.step_time_s, 9),
-            tuple(str(getattr(p, k)) for k in KNOBS))
+    """Fastest first (the working order before the final ranking of planner.ranking)."""
+    return (round(e.step_time_s, 12), e.memory["peak_gib"], complexity(e.plan),
+            tuple(str(getattr(e.plan, k)) for k in KNOBS))
 
 
 def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
@@ -84,46 +91,67 @@ def _zero_choices(ctx: Context, opts: SearchOptions) -> list[int]:
 
 def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
     """Every valid (tp, cp, pp, dp, ep, etp) for the device count and fixed knobs."""
-    m, tr, n = ctx.model, ctx.train, ctx.cluster.count
-    fx = opts.fixed
-    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
+    n = ctx.cluster.count
     out = []
+    for tp in _tp_choices(ctx, opts):
+        rest_tp = n // tp
+        for cp in _fixed_or(opts, "cp", _cp_candidates(ctx, rest_tp)):
+            if rest_tp % cp:
+                continue
+            for pp, dp in _pp_dp_choices(ctx, opts, rest_tp // cp):
+                out += [dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+                        for ep, etp in _expert_choices(ctx, opts, tp, cp, dp)]
+    return out
+
+
+def _tp_choices(ctx: Context, opts: SearchOptions) -> list[int]:
+    """TP degrees: divisors of the device count up to the scale-up domain (or --max-tp) that split the heads
+    (and, on a torus, form a ring of the torus)."""
+    m, n, fx = ctx.model, ctx.cluster.count, opts.fixed
+    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
     torus_ok = torus_group_sizes(ctx.cluster) if ctx.cluster.hardware.torus else None
+    out = []
     for tp in _fixed_or(opts, "tp", [d for d in divisors(n) if d <= max_tp]):
         if n % tp or not tp_splits_heads(m, tp):
             continue
         if torus_ok is not None and tp not in torus_ok and "tp" not in fx:
             continue
-        rest_tp = n // tp
-        # CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)
-        cps = [c for c in divisors(rest_tp) if c == 1 or (cp_splits_sequence(tr.seq_len, c)
-                                                            and tr.seq_len // c >= MIN_CP_CHUNK)]
-        for cp in _fixed_or(opts, "cp", cps):
-            if rest_tp % cp:
-                continue
-            rest = rest_tp // cp
-            pps = [p for p in divisors(rest) if p <= m.num_layers]
-            for pp in _fixed_or(opts, "pp", pps):
-                if rest % pp or pp > m.num_layers:
-                    continue
-                dp = rest // pp
-                if fx.get("dp") is not None and fx["dp"] != dp:
-                    continue
-                if tr.global_batch % dp:
-                    continue
-                if m.moe is None:
-                    eps, etps = [1], [1]
-                else:
-                    etps = _fixed_or(opts, "etp", sorted({1, tp}))
-                    eps = None
-                for etp in etps:
-                    if eps is None:
-                        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
-                        ep_list = _fixed_or(opts, "ep", cand)
-                    else:
-                        ep_list = _fixed_or(opts, "ep", eps)
-                    for ep in ep_list:
-                        out.append(dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp))
+        out.append(tp)
+    return out
+
+
+def _cp_candidates(ctx: Context, rest_tp: int) -> list[int]:
+    """CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)."""
+    seq = ctx.train.seq_len
+    return [c for c in divisors(rest_tp) if c == 1 or (cp_splits_sequence(seq, c) and seq // c >= MIN_CP_CHUNK)]
+
+
+def _pp_dp_choices(ctx: Context, opts: SearchOptions, rest: int) -> list[tuple[int, int]]:
+    """(pp, dp) splits of the devices left after TP and CP: pp up to the layer count, dp dividing the batch."""
+    m, tr, fx = ctx.model, ctx.train, opts.fixed
+    out = []
+    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers]):
+        if rest % pp or pp > m.num_layers:
+            continue
+        dp = rest // pp
+        if fx.get("dp") is not None and fx["dp"] != dp:
+            continue
+        if tr.global_batch % dp:
+            continue
+        out.append((pp, dp))
+    return out
+
+
+def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for a (tp, cp, dp) layout: EP over divisors of the expert count that ep * etp carves out
+    of tp * cp * dp (Megatron), ETP 1 or tp; (1, 1) for a dense model."""
+    m = ctx.model
+    if m.moe is None:
+        return [(ep, 1) for ep in _fixed_or(opts, "ep", [1])]
+    out = []
+    for etp in _fixed_or(opts, "etp", sorted({1, tp})):
+        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
+        out += [(ep, etp) for ep in _fixed_or(opts, "ep", cand)]
     return out
 
 
@@ -363,18 +391,20 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         _scan_layout(ctx, opts, cap, scan, r, z, shard)
     results, evaluated, best_peak = scan.results, scan.evaluated, scan.best_peak
     results.sort(key=_sort_key)
+    if opts.distinct_layouts:  # balance the stages of the plans a distinct-layout table shows
+        results = leaders_first(results)
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
-    chosen = feasible if opts.require_fit else results
+    chosen = select(rank(feasible if opts.require_fit else results), opts.top_k, not opts.distinct_layouts)
     return SearchResult(
-        plans=chosen[: opts.top_k], evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
+        plans=chosen, evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
-        frontier=frontier,
+        frontier=frontier, ranked=chosen,
     )
 
 
-STAGE_SOLVE_LIMIT_S = 0.3  # CP-SAT time per plan
+STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not seconds: load-independent)
 
 
 def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float) -> list[Evaluation]:
@@ -390,8 +420,9 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
 
     L = ctx.model.num_layers
     out, done = list(results), 0
+    solves = opts.top_k if opts.stage_solves is None else opts.stage_solves
     for i, ev in enumerate(results):
-        if done >= opts.top_k:
+        if done >= solves:
             break
         if not opts.require_fit or ev.memory["peak_gib"] > cap:
             continue
@@ -400,11 +431,11 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         if p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss:
             continue
         try:
-            a = assign_stages(stage_problem(ctx, p, cap), time_limit_s=STAGE_SOLVE_LIMIT_S)
+            a = assign_stages(stage_problem(ctx, p, cap), deterministic_time=STAGE_SOLVE_BUDGET)
         except ValueError:
             continue
         flags = megatron_flags(a) if a else None
-        if not flags or flags == (None, None):
+        if a is None or not flags or flags == (None, None):
             continue
         first, last = flags
         try:
@@ -453,8 +484,8 @@ def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float
     count, then bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
     from planner.specs import ClusterSpec
 
-    node = cluster.node_size
     limit = cluster.count
+    node = min(cluster.node_size, limit)  # a cluster smaller than a node (h100x4) is its own step
 
     def ok(n: int):
         cl = ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
