@@ -12,14 +12,17 @@
   uninformed value (NO_EFFECT: the mechanism is absent), never to the shipped value that was fitted
   with the held-out source. Each run's plan is the one plan validate scores with the shipped constants
   and stays fixed during the refits.
+
+Relation to issue 14a's planner.analysis.fit (which arrived on main after this was written): the constants
+are set through its `calibrated` context manager; `loso` differs from `fit.leave_one_out(by_group=True)` in
+grouping by publication (bands.source_key, not the full citation) and in setting unidentifiable constants
+to NO_EFFECT instead of the shipped values.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
-from collections.abc import Iterator
 
 from planner.analysis import calibrate as c
 from planner.analysis.bands import source_key
@@ -37,18 +40,12 @@ GPU_CONSTANTS = {
 }
 
 
-@contextlib.contextmanager
-def constants(values: dict[str, float]) -> Iterator[None]:
-    """planner.calibration with some constants replaced for the duration (offline analysis only; the
-    cost model reads them at call time). Restored on exit."""
-    old = {k: getattr(cal, k) for k in values}
-    try:
-        for k, v in values.items():
-            setattr(cal, k, v)
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(cal, k, v)
+def constants(values: dict[str, float]):
+    """planner.costmodel.calibration with some constants replaced for the duration (offline analysis only;
+    the cost model reads them at call time): issue 14a's planner.analysis.fit.calibrated."""
+    from planner.analysis.fit import calibrated
+
+    return calibrated(values)
 
 
 def _log_errs(runs: list[c.PreparedRun], values: dict[str, float]) -> list[float]:
