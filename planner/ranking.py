@@ -90,7 +90,8 @@ def leaders_first(evals: Sequence[T]) -> list[T]:
     """The first plan of each layout (in the given order), then the others: so that work spent on the
     leading plans (the stage solver) goes to the rows a distinct-layout table will show."""
     seen: set[tuple[int, ...]] = set()
-    lead, rest = [], []
+    lead: list[T] = []
+    rest: list[T] = []
     for e in evals:
         key = layout_key(e.plan)
         (rest if key in seen else lead).append(e)
