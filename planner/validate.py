@@ -200,13 +200,7 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         dev = run["devices"]
         if not isinstance(dev, int) or isinstance(dev, bool):
             raise InputError(f"devices must be an integer, got {dev!r}")
-        slices = 1
-        if hw.scale_up.kind == "ici_torus" and isinstance(dev, int) and hw.torus is not None:
-            # no slice is larger than the largest ICI slice (profile torus.max_slice_chips)
-            slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
-        cluster = ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
-                              devices_per_node=run.get("devices_per_node") or None,
-                              domain_size=dev // slices if slices > 1 and dev % slices == 0 else None)
+        cluster = run_cluster(run, hw, dev)
         t = run["train"]
         fw = infer_framework(run)
         train = TrainingSpec(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
@@ -238,6 +232,17 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
     for k, v in stack_constraints(run, train).items():
         fixed.setdefault(k, v)
     return Context(model, cluster, train), fixed
+
+
+def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
+    """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
+    torus.max_slice_chips), slices joined by DCN."""
+    slices = 1
+    if hw.scale_up.kind == "ici_torus" and hw.torus is not None:
+        slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
+    return ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
+                       devices_per_node=run.get("devices_per_node") or None,
+                       domain_size=dev // slices if slices > 1 and dev % slices == 0 else None)
 
 
 def tpu_slices(run: dict) -> int:
