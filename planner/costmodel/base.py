@@ -173,12 +173,7 @@ class Shape(NamedTuple):
     tokens: float  # tokens of one micro-batch on one device (along the sequence, split by CP)
     links: Links
     dims: ParallelDims  # group sizes and ZeRO shard groups (planner.specs.dims)
-
-    @property
-    def time_key(self) -> tuple:
-        """Every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)."""
-        p = self.plan
-        return (p.tp, p.cp, p.micro_batch, self.sp, p.ep, p.etp, p.cp_comm)
+    time_key: tuple  # every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)
 
 
 def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
@@ -188,6 +183,8 @@ def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
 
 
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
-    return Shape(plan=plan, sp=plan.sequence_parallel and plan.tp > 1, nmb=num_microbatches(plan, ctx.train),
+    sp = plan.sequence_parallel and plan.tp > 1
+    return Shape(plan=plan, sp=sp, nmb=num_microbatches(plan, ctx.train),
                  tokens=plan.micro_batch * ctx.train.seq_len / plan.cp, links=plan_links(ctx.cluster, plan),
-                 dims=ParallelDims.of(plan))
+                 dims=ParallelDims.of(plan),
+                 time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm))
