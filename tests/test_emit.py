@@ -297,8 +297,10 @@ def test_maxtext_mapping_details():
     cfg = mt_cfg(tpu)
     assert cfg["hardware"] == "tpu" and cfg["num_slices"] == 2
     assert (cfg["dcn_data_parallelism"], cfg["ici_fsdp_parallelism"], cfg["ici_tensor_parallelism"]) == (2, 8, 4)
-    uly = mt_cfg(case_with(ParallelPlan(tp=8, cp=4, dp=4, cp_comm="a2a")))
+    uly = mt_cfg(case_with(ParallelPlan(tp=4, cp=4, dp=8, cp_comm="a2a"), hw="tpu-v5p", domain_size=32))
     assert uly["context_parallel_strategy"] == "ulysses"
+    _, gpu = case_with(ParallelPlan(tp=8, cp=4, dp=4, cp_comm="a2a")).emit({"maxtext"})
+    assert "tpu only" in gpu["maxtext"].lower()  # MT:configs/types.py:4071-4130
     z1 = mt_cfg(case_with(ParallelPlan(tp=8, dp=16, zero_stage=1)))
     assert z1["shard_optimizer_over_data"] is True and z1["hardware"] == "gpu"
     ds = mt_cfg(case_with(ParallelPlan(dp=64, ep=16), model=DEEPSEEK_V3, train=TrainingSpec(global_batch=256)))

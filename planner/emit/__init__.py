@@ -56,7 +56,7 @@ def emit_all(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, plan: 
         if name not in wanted:
             continue
         try:
-            if name != "megatron" and (train.grad_dtype is not None or train.optimizer_dtype != "fp32"):
+            if name == "jax" and (train.grad_dtype is not None or train.optimizer_dtype != "fp32"):
                 # only Megatron-LM's flags (--grad-reduce-in-bf16, precision-aware optimizer) are emitted
                 raise Unsupported("--grad-dtype / --optimizer-dtype are written for Megatron-LM only; "
                                   f"{name} would train with its default gradient and Adam-state dtypes")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
 
 AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")
@@ -193,16 +194,7 @@ _REMAT = {"none": "none", "selective": "minimal", "full": "full"}
 
 def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     m, p, t = job.model, job.plan, job.train
-    if p.schedule in ("zb", "dualpipe") and p.pp > 1:
-        raise Unsupported(f"MaxText has no {'zero-bubble' if p.schedule == 'zb' else 'DualPipe'} pipeline schedule")
-    if job.uneven:
-        raise Unsupported("MaxText splits layers evenly over pipeline stages (no first/last stage sizes)")
-    if m.moe is not None and p.etp != p.tp:
-        raise Unsupported("MaxText shards expert weights over the tensor axis like the dense ones (expert TP = TP); "
-                          f"etp={p.etp} with tp={p.tp} is not expressible")
-    if p.zero_shard_size and p.zero_stage < 3 and p.zero_shard_size < p.dp:
-        raise Unsupported("MaxText shards the optimizer over all of `data` (shard_optimizer_over_data); "
-                          "a zero_shard_size needs zero_stage 3 (fsdp axis)")
+    refuse(job, "maxtext")  # planner/emit/capabilities/maxtext.py
     notes: list[str] = []
     deg = mesh_degrees(job)
     num_slices, ici, dcn = split_ici_dcn(job, deg)

@@ -8,6 +8,7 @@ or a dtype that no registry function provides cannot be expressed.
 
 from __future__ import annotations
 
+from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
 
 # (module, config, float8 config or None): registry functions of torchtitan 0.3.0 and the model they build.
@@ -106,29 +107,15 @@ def stage_split(job: Job) -> tuple[int, int, int]:
 
 def torchtitan_args(job: Job) -> list[str]:
     p, t, m = job.plan, job.train, job.model
-    if job.is_tpu:
-        raise Unsupported(f"torchtitan runs on GPUs, not on {job.hw_id}")
-    if m.moe is not None and p.etp > 1:
-        raise Unsupported("torchtitan 0.3.0 has no expert tensor parallelism (experts are split by ep and "
-                          "sharded by FSDP only)")
-    if p.cp > 1 and p.cp_comm == "a2a":
-        raise Unsupported("torchtitan's context parallelism is ring attention only, not all-to-all (Ulysses)")
-    if job.uneven and p.vpp > 1:
-        raise Unsupported("torchtitan 0.3.0 cannot give first/last stage sizes with virtual stages")
+    refuse(job, "torchtitan")  # planner/emit/capabilities/torchtitan.py
     if p.zero_stage in (1, 2) and p.dp > 1:
         job.note(f"zero_stage {p.zero_stage} maps to FSDP2 with reshard_after_forward=never (ZeRO-2; torchtitan "
                  "has no ZeRO-1)")
-    if p.offload_optimizer:
-        raise Unsupported("torchtitan offloads parameters, gradients and optimizer states together "
-                          "(training.enable_cpu_offload), not the optimizer alone")
     module, config = registry_config(job)
 
     # ZeRO >= 1 shards over zero_shard_size ranks (all of dp by default) and replicates across groups (HSDP)
     shard = 1 if p.zero_stage == 0 else (p.zero_shard_size or p.dp)
     replicate = p.dp // shard
-    if m.moe is not None and p.ep > 1 and (shard * p.cp * p.tp) % p.ep:
-        raise Unsupported(f"torchtitan borrows expert parallelism from dp_shard*cp*tp = {shard * p.cp * p.tp}, "
-                          f"which ep={p.ep} does not divide")
 
     a = ["--module", module, "--config", config]
 
