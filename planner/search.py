@@ -22,6 +22,7 @@ from planner.cost import Context, Evaluation, evaluate
 from planner.errors import InputError
 from planner.memory import GIB, state_bytes_per_param
 from planner.pipeline import megatron_split
+from planner.emit.capabilities import launcher_errors
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 
@@ -41,6 +42,7 @@ class SearchOptions:
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
+    launcher: str | None = None  # target stack: only plans it can run (planner.emit.capabilities)
 
 
 @dataclass
@@ -63,6 +65,13 @@ def _sort_key(e: Evaluation) -> tuple:
     complexity = (p.cp, p.pp, p.vpp, p.ep, p.tp, p.zero_stage, RECOMPUTE_ORDER.index(p.recompute), -p.micro_batch)
     return (math.floor(math.log(e.step_time_s) / math.log(TIE_BAND)), complexity, round(e.step_time_s, 9),
             tuple(str(getattr(p, k)) for k in KNOBS))
+
+
+def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> bool:
+    """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities."""
+    if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
+        return True
+    return bool(opts.launcher) and bool(launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster))
 
 
 def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
@@ -237,14 +246,14 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     return res
 
 
-def _probe(ctx: Context, r: dict, z: int, cap: float) -> float:
+def _probe(ctx: Context, opts: SearchOptions, r: dict, z: int, cap: float) -> float:
     """Cheap rank of a (layout, ZeRO) pair for the beam: step time of its most memory-frugal plan
     (micro-batch 1, full recompute, no interleaving); infinity if even that does not fit."""
     try:
         plan = ParallelPlan(**r, micro_batch=1, zero_stage=z, recompute="full", sequence_parallel=r["tp"] > 1)
     except ValueError:
         return math.inf
-    if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
+    if _invalid(ctx, opts, plan):
         return math.inf
     ev = evaluate(ctx, plan)
     return ev.step_time_s if ev.memory["peak_gib"] <= cap else math.inf
@@ -272,8 +281,10 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     pairs = [(r, z) for r in rows for z in zeros]
     if tr.framework == "megatron" and "zero_stage" not in fx:
         # Megatron-FSDP (ZeRO-3) where the whole model-replica group sits in one NVLink domain: the
-        # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network
-        pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1]
+        # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network. Only layouts that
+        # Megatron-FSDP is known to run (planner/emit/capabilities/megatron.py: not with PP > 1, unverified)
+        pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
+                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), m, tr, "megatron")]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
     keep = [pr for pr, b in zip(pairs, lb) if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
     pruned = len(pairs) - len(keep)
@@ -283,7 +294,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         keep = [pairs[i] for i in order]
     if len(keep) > BEAM_THRESHOLD:
         # beam over the outer knobs: probe each pair once, expand only the most promising
-        probes = [(_probe(ctx, r, z, cap), i) for i, (r, z) in enumerate(keep)]
+        probes = [(_probe(ctx, opts, r, z, cap), i) for i, (r, z) in enumerate(keep)]
         ranked = sorted(probes)[:BEAM_WIDTH]
         keep = [keep[i] for t, i in ranked if math.isfinite(t)] or [keep[i] for _, i in ranked]
 
@@ -315,7 +326,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
                                                         last_stage_layers=last, **base_fixed)
                                 except ValueError:
                                     continue
-                                if plan_errors(m, tr, cl.count, plan):
+                                if _invalid(ctx, opts, plan):
                                     continue
                                 ev = evaluate(ctx, plan)
                                 evaluated += 1
@@ -384,7 +395,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
                                   "account_embedding_loss": False})
         except ValueError:
             continue
-        if plan_errors(ctx.model, ctx.train, ctx.cluster.count, alt):
+        if _invalid(ctx, opts, alt):
             continue
         new = evaluate(ctx, alt)
         if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:

@@ -21,6 +21,11 @@ from planner.emit.common import Job, Unsupported
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 
 
+# rule ids (shared by the launcher tables) that depend on the model, dtype or hardware only
+PLAN_FREE_RULES = frozenset({"gpu-only", "registry", "decoder-block", "alibi", "parallel-block", "mla", "moe",
+                             "sliding-window", "no-fp16", "no-fp8", "state-dtypes", "fp8-hardware"})
+
+
 @dataclass(frozen=True)
 class Rule:
     """One thing the launcher cannot run: `breaks(job)` is True when the plan/model/hardware does it."""
@@ -32,6 +37,11 @@ class Rule:
     needs_cluster: bool = False  # reads the hardware (skipped when no cluster is given)
     verified: bool = True  # False: the reference marks the combination unverified; excluded all the same
     detail: Callable[[Job], dict] | None = None
+
+    @property
+    def plan_free(self) -> bool:
+        """Holds whatever the plan: the launcher cannot run this model, dtype or hardware at all."""
+        return self.id in PLAN_FREE_RULES
 
     def message(self, job: Job) -> str:
         text = self.why.format(**self.detail(job)) if self.detail else self.why
@@ -93,6 +103,12 @@ def launcher_errors(plan: ParallelPlan, model: ModelSpec, training: TrainingSpec
     """Why `launcher` cannot run this plan of this model (empty: it can). Hardware rules need `cluster`."""
     job = Job(model=model, cluster=cluster, train=training, plan=plan, notes=[])  # type: ignore[arg-type]
     return job_errors(job, launcher)
+
+
+def model_errors(model: ModelSpec, training: TrainingSpec, launcher: str, cluster: ClusterSpec) -> list[str]:
+    """The rules no plan can satisfy (model architecture, dtype, hardware): why the target cannot run at all."""
+    job = Job(model=model, cluster=cluster, train=training, plan=ParallelPlan(), notes=[])
+    return [r.message(job) for r in capabilities(launcher).rules if r.plan_free and r.breaks(job)]
 
 
 def refuse(job: Job, launcher: str) -> None:
