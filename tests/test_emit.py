@@ -14,7 +14,8 @@ import yaml
 
 from consumers.cases import CONSUMER_CASES, DEEPSEEK_V3, GOLDEN_CASES, LLAMA31_8B, LLAMA31_70B, MIXTRAL_8X7B, \
     Case, catalog_cases, cluster
-from planner.emit import LAUNCHERS, emit_all, write_launch_configs
+import planner.emit as emit_mod
+from planner.emit import LAUNCHERS, MANIFEST, emit_all, write_launch_configs
 from planner.emit.common import run_length_expr
 from planner.errors import InputError
 from planner.specs import ParallelPlan, TrainingSpec
@@ -393,7 +394,8 @@ def test_write_launch_configs(tmp_path):
     out = tmp_path / "cfg"
     written = write_launch_configs(out, files)
     assert sorted(p.name for p in written) == sorted(files)
-    assert sorted(os.listdir(out)) == sorted(files)  # no temp files left behind
+    assert sorted(os.listdir(out)) == sorted([*files, MANIFEST])  # no temp files left behind
+    assert json.loads((out / MANIFEST).read_text()) == sorted(files)
     for name, text in files.items():
         assert (out / name).read_text() == text
     assert os.stat(out / "launch_megatron.sh").st_mode & stat.S_IXUSR
@@ -413,6 +415,47 @@ def test_write_launch_configs(tmp_path):
         write_launch_configs(afile, files)
     with pytest.raises(InputError, match="refusing"):
         write_launch_configs(tmp_path / "x", {"../evil": "x"})
+
+
+def _tree(root) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(root.iterdir()) if p.is_file()}
+
+
+def test_force_over_a_different_plan_leaves_no_old_file(tmp_path):
+    """An 8B Megatron set, then a 70B DeepSpeed-only set with --force: nothing of the first survives;
+    a file the user put there stays; no staging directory is left beside the target."""
+    out = tmp_path / "cfg"
+    small = case_with(ParallelPlan(tp=2, dp=4), model=LLAMA31_8B, train=TrainingSpec(global_batch=64))
+    write_launch_configs(out, small.emit({"megatron"})[0])
+    assert "launch_megatron.sh" in os.listdir(out)
+    (out / "my_notes.txt").write_text("mine")
+    big_files, _ = case_with(ParallelPlan(tp=8, dp=8, zero_stage=1)).emit({"deepspeed"})
+    write_launch_configs(out, big_files, force=True)
+    assert sorted(os.listdir(out)) == sorted([*big_files, MANIFEST, "my_notes.txt"])
+    assert json.loads((out / "plan.json").read_text())["model_name"] == "llama-3.1-70b"
+    assert os.listdir(tmp_path) == ["cfg"]
+
+
+def test_write_failure_leaves_the_previous_set_whole(tmp_path, monkeypatch):
+    out = tmp_path / "cfg"
+    old_files, _ = case_with(ParallelPlan(tp=2, dp=4), model=LLAMA31_8B, train=TrainingSpec(global_batch=64)).emit()
+    write_launch_configs(out, old_files)
+    before = _tree(out)
+    real, calls = emit_mod._write_file, []
+
+    def disk_full_on_third(path, text, mode):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real(path, text, mode)
+
+    monkeypatch.setattr(emit_mod, "_write_file", disk_full_on_third)
+    new_files, _ = DENSE.emit()
+    with pytest.raises(InputError, match="No space left on device") as e:
+        write_launch_configs(out, new_files, force=True)
+    assert "\n" not in str(e.value) and len(calls) == 3
+    assert _tree(out) == before  # every old file, byte for byte; none of the new set
+    assert os.listdir(tmp_path) == ["cfg"]  # no staging or backup directory left
 
 
 def test_hybrid_sharding_for_zero1_and_expert_tp_limits():
