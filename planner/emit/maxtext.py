@@ -262,7 +262,16 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     else:
         cfg["mlp_activations"] = [{"gelu_new": "gelu", "gelu_tanh": "gelu"}.get(m.activation, m.activation)]
     cfg["logits_via_embedding"] = m.tied_embeddings
-    cfg["enable_dropout"] = False
+    cfg["enable_dropout"] = False  # as planned (no dropout)
+    cfg["dropout_rate"] = 0.0
+    cfg.update(_rope_keys(job, notes))
+    if m.qkv_bias:
+        cfg["attention_bias"] = True
+    if m.qk_norm:
+        cfg["use_qk_norm"] = True
+    if m.sliding_window is not None:
+        notes.append(f"sliding-window attention ({m.sliding_window} tokens on {m.num_sliding_layers} layers) is "
+                     f"the {block} decoder block's own, not set here")
     if m.moe is not None:
         e = m.moe
         cfg["num_experts"] = e.num_experts
@@ -283,6 +292,28 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     return cfg, notes
 
 
+def _rope_keys(job: Job, notes: list[str]) -> dict:
+    """RoPE base and scaling (MaxText base.yml rope_*; LLaMARotaryEmbedding hard-codes Llama 3.1's factor 8,
+    low 1, high 4, original 8192: maxtext layers/embeddings.py _apply_scaling_factor)."""
+    m = job.model
+    if m.position_embedding != "rope":
+        return {}
+    out: dict = {"rope_max_timescale": int(m.rope_theta)}
+    sc = m.rope_scaling
+    if sc is None:
+        out["rope_type"] = "default"
+    elif sc.rope_type == "llama3" and sc.factor == 8.0 and (sc.low_freq_factor, sc.high_freq_factor,
+                                                            sc.original_max_position_embeddings) in ((1.0, 4.0, 8192), (None, None, None)):
+        out.update(rope_type="llama3.1", rope_use_scale=True)
+    elif sc.rope_type == "yarn" and sc.original_max_position_embeddings:
+        out.update(rope_type="yarn", rope_factor=sc.factor,
+                   original_max_position_embeddings=sc.original_max_position_embeddings)
+    else:
+        notes.append(f"rope_scaling {sc.rope_type} (factor {sc.factor:g}) has no MaxText key: RoPE runs unscaled")
+        out["rope_type"] = "default"
+    return out
+
+
 def _yaml_scalar(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -299,7 +330,9 @@ def maxtext_yaml(job: Job, cfg: dict, notes: list[str]) -> str:
         f"# MaxText config: {job.model.name} on {job.world} x {job.hw_id}, written by planner.",
         f"# plan: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} dp={p.dp} ep={p.ep} zero={p.zero_stage} "
         f"micro_batch={p.micro_batch} global_batch={job.train.global_batch} recompute={p.recompute}",
-        "# run: python -m maxtext.trainers.pre_train.train maxtext.yml base_output_directory=... dataset_path=...",
+        "# run: python -m maxtext.trainers.pre_train.train maxtext.yml base_output_directory=CHECKPOINTS "
+        "dataset_path=DATA tokenizer_path=TOKENIZER",
+        "# PLACEHOLDERS (give them at launch): DATA, TOKENIZER (the vocabulary below is the planned size), CHECKPOINTS.",
     ]
     head += [f"# note: {n}" for n in notes]
     body = [f"{k}: {_yaml_scalar(v)}" for k, v in cfg.items()]

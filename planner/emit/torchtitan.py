@@ -21,6 +21,10 @@ FLAVORS: dict[tuple, tuple[str, str, str | None]] = {
     (61, 7168, 128, 128, 18432, 129280, 256): ("deepseek_v3", "deepseek_v3_671b", "deepseek_v3_671b_float8"),
 }
 _MODULE_OF = {"llama3_405b": "llama3", "deepseek_v3_671b_float8": "deepseek_v3"}
+# the RoPE each registry function builds: (theta, scaling kind or None, factor); tests/consumers checks it
+ROPE = {"llama3_8b": (500000.0, "llama3", 8.0), "llama3_70b": (500000.0, "llama3", 8.0),
+        "llama3_405b": (500000.0, "llama3", 8.0), "deepseek_v3_671b": (10000.0, "yarn", 40.0),
+        "deepseek_v3_671b_float8": (10000.0, "yarn", 40.0)}
 
 _SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb": "ZBVZeroBubble"}
 
@@ -29,6 +33,20 @@ def flavor_key(job: Job) -> tuple:
     m = job.model
     return (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.vocab_size,
             m.moe.num_experts if m.moe else 0)
+
+
+def _check_rope(job: Job, config: str) -> None:
+    """The registry's RoPE must be the planned model's: its base exactly (an Unsupported otherwise); a
+    different scaling is noted (it changes neither memory nor time)."""
+    m = job.model
+    theta, kind, factor = ROPE[config]
+    if m.position_embedding != "rope" or m.rope_theta != theta:
+        raise Unsupported(f"torchtitan's {config} uses RoPE base {theta:g}; {m.name} has "
+                          f"{m.rope_theta:g} (a custom model needs its own config function)")
+    sc = m.rope_scaling
+    if ((sc.rope_type, sc.factor) if sc else None) != (kind, factor):
+        job.note(f"{config} applies {kind} RoPE scaling (factor {factor:g}); the planned model has "
+                 f"{f'{sc.rope_type} (factor {sc.factor:g})' if sc else 'none'}")
 
 
 def registry_config(job: Job) -> tuple[str, str]:
@@ -44,10 +62,12 @@ def registry_config(job: Job) -> tuple[str, str]:
         if fp8_cfg is None:
             raise Unsupported(f"torchtitan 0.3.0 has no Float8 config for {job.model.name} (converters are "
                               "set in config_registry functions, not on the command line)")
+        _check_rope(job, fp8_cfg)
         return _MODULE_OF.get(fp8_cfg, module), fp8_cfg
     if bf16_cfg is None:
         raise Unsupported(f"torchtitan 0.3.0's only config for {job.model.name} ({fp8_cfg}) converts Linear "
                           "layers to Float8, which the command line cannot turn off")
+    _check_rope(job, bf16_cfg)
     return module, bf16_cfg
 
 
@@ -169,6 +189,9 @@ def emit(job: Job) -> dict[str, str]:
         "nnodes": job.nodes,
         "nproc_per_node": job.procs_per_node,
         "args": args,
+        "placeholders": "give at launch as overrides: DATA (the registry config's dataloader dataset), TOKENIZER "
+                        "(hf_assets_path; the registry model's vocabulary is the planned one), CHECKPOINTS "
+                        "(checkpoint folder)",
         "notes": list(job.notes),
     }
     return {"torchtitan_args.json": dumps(doc)}
