@@ -83,10 +83,8 @@ def _model_args(job: Job) -> list[str]:
         a.append("--no-position-embedding")
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
-    if not (m.mlp_bias or m.attn_out_bias or m.qkv_bias):
+    if not (m.mlp_bias or m.attn_out_bias or m.qkv_bias):  # all or none: capabilities rule partial-bias
         a.append("--disable-bias-linear")
-    elif not (m.mlp_bias and m.attn_out_bias and m.qkv_bias):
-        job.note("biases on some but not all linear layers: Megatron-DeepSpeed adds them everywhere")
     if m.qk_norm:
         job.note("qk-norm has no Megatron-DeepSpeed flag")
     # no dropout, as planned (Megatron-DeepSpeed's defaults are 0.1)

@@ -265,6 +265,8 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     cfg["enable_dropout"] = False  # as planned (no dropout)
     cfg["dropout_rate"] = 0.0
     cfg.update(_rope_keys(job, notes))
+    if m.position_embedding == "learned":  # MaxText adds a learned position table only when this is > 0
+        cfg["trainable_position_size"] = max(m.max_position_embeddings, t.seq_len)
     if m.qkv_bias:
         cfg["attention_bias"] = True
     if m.qk_norm:

@@ -208,7 +208,7 @@ def model_fields(cfg):
              "logits_via_embedding", "rope_max_timescale", "rope_type", "rope_use_scale", "enable_dropout",
              "dropout_rate", "attention_bias", "use_qk_norm", "num_experts", "num_experts_per_tok", "moe_mlp_dim",
              "first_num_dense_layers", "shared_experts", "attention_type", "q_lora_rank", "kv_lora_rank",
-             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_target_length")
+             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_target_length", "trainable_position_size")
     out = {n: getattr(cfg, n, None) for n in names}
     out = {k: (str(getattr(v, "value", v)) if k in ("rope_type", "attention_type") else v) for k, v in out.items()}
     out["mlp_activations"] = list(cfg.mlp_activations)

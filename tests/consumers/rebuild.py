@@ -87,7 +87,8 @@ def maxtext_spec(f: dict) -> ModelSpec:
         mlp_type="gated" if len(acts) == 2 and acts[1] == "linear" else "plain", activation=acts[0],
         norm_type=norm, qkv_bias=bias or bool(f["attention_bias"]), attn_out_bias=bias, mlp_bias=bias,
         qk_norm=bool(f["use_qk_norm"]), tied_embeddings=bool(f["logits_via_embedding"]),
-        position_embedding="learned" if f["decoder_block"] == "gpt3" else "rope",
+        position_embedding="learned" if (f["trainable_position_size"] or 0) > 0 else "rope",
+        max_position_embeddings=max(1, f["trainable_position_size"] or f["max_target_length"]),
         rope_theta=float(f["rope_max_timescale"]), rope_scaling=scaling, mla=mla, moe=moe)
 
 
@@ -146,7 +147,8 @@ def same_model(rebuilt: ModelSpec, planned: ModelSpec, params_total: int) -> lis
     n = count_params(rebuilt).total
     if n != params_total:
         diffs.append(f"parameters {n:,} != planned {params_total:,}")
-    for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
+    dense_ffn = () if planned.num_dense_layers == 0 else ("ffn_hidden_size",)  # unused when every layer is MoE
+    for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", *dense_ffn, "vocab_size",
                   "mlp_type", "activation", "norm_type", "qkv_bias", "attn_out_bias", "mlp_bias", "tied_embeddings",
                   "position_embedding", "qk_norm"):
         a, b = getattr(rebuilt, field), getattr(planned, field)

@@ -52,6 +52,7 @@ SCENARIOS = [
 CANNOT = {
     ("gpt3-175b-a100x64-fp16", "torchtitan"): "fp16",
     ("qwen2.5-72b-h100x64", "torchtitan"): "config_registry",
+    ("qwen2.5-72b-h100x64", "deepspeed"): "some only",
     ("mistral7b-h100x16", "torchtitan"): "config_registry",
     ("mistral7b-h100x16", "deepspeed"): "sliding-window",
     ("mixtral8x7b-h100x32", "torchtitan"): "config_registry",
@@ -59,7 +60,6 @@ CANNOT = {
     ("qwen3-30b-a3b-h100x32", "torchtitan"): "config_registry",
     ("qwen3-30b-a3b-h100x32", "deepspeed"): "moe",
     ("deepseek-v3-h800x256", "deepspeed"): "moe",
-    ("deepseek-v3-h800x256", "torchtitan"): "float8",
     ("llama70b-h100x64-fp8", "torchtitan"): "float8",
     ("llama70b-h100x64-fp8", "deepspeed"): "fp8",
     ("llama405b-h100x512-fp8", "deepspeed"): "fp8",

@@ -59,6 +59,10 @@ RULES = (
          "MDS:megatron/arguments.py _add_network_size_args", lambda j: j.model.position_embedding == "alibi"),
     Rule("parallel-block", "Megatron-DeepSpeed's GPT has no parallel attention+MLP block",
          "MDS:megatron/model/transformer.py ParallelTransformerLayer", lambda j: j.model.parallel_attn_mlp),
+    Rule("partial-bias", "Megatron-DeepSpeed has biases on all linear layers or none (--disable-bias-linear); "
+         "{name} has them on some only", "MDS:megatron/arguments.py _add_training_args (--disable-bias-linear)",
+         lambda j: len({j.model.qkv_bias, j.model.attn_out_bias, j.model.mlp_bias}) > 1,
+         detail=lambda j: {"name": j.model.name}),
     Rule("sliding-window", "Megatron-DeepSpeed has no sliding-window attention flag",
          "MDS:megatron/arguments.py (no window flag)", lambda j: j.model.sliding_window is not None),
 )
