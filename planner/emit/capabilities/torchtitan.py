@@ -6,6 +6,8 @@ Citations: TT = torchtitan 0.3.0:torchtitan/, TORCH = torch 2.13.0 pipelining sc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches, non_default_state_dtypes
 from planner.emit.common import Job, Unsupported
 
@@ -14,7 +16,7 @@ def _no_registry_config(job: Job) -> bool:
     from planner.emit.torchtitan import registry_config
 
     try:
-        registry_config(job)
+        registry_config(replace(job, notes=[]))  # a probe: its notes are not the emitter's
     except Unsupported:
         return True
     return False
@@ -24,7 +26,7 @@ def _registry_reason(job: Job) -> dict:
     from planner.emit.torchtitan import registry_config
 
     try:
-        registry_config(job)
+        registry_config(replace(job, notes=[]))
     except Unsupported as e:
         return {"why": str(e)}
     return {"why": ""}
@@ -36,7 +38,7 @@ def _stage_split_impossible(job: Job) -> bool:
     from planner.emit.torchtitan import stage_split
 
     try:
-        stage_split(job)
+        stage_split(replace(job, notes=[]))
     except Unsupported:
         return True
     return False
