@@ -376,7 +376,8 @@ def test_torchtitan_cannot_express():
         "expert tensor parallelism": case_with(ParallelPlan(pp=4, dp=16, ep=16, etp=2, tp=1), model=DEEPSEEK_V3,
                                                count=64, train=TrainingSpec(global_batch=256)),
         "ring attention only": case_with(ParallelPlan(tp=8, cp=4, dp=4, cp_comm="a2a")),
-        "config_registry": case_with(ParallelPlan(dp=8), model=MIXTRAL_8X7B, train=TrainingSpec(global_batch=64)),
+        "config_registry": case_with(ParallelPlan(dp=8), model=LLAMA31_8B.model_copy(update={"qkv_bias": True}),
+                                     train=TrainingSpec(global_batch=64)),
         "fp16": case_with(ParallelPlan(tp=8, dp=16), train=TrainingSpec(global_batch=512, dtype="fp16")),
         "float8": case_with(ParallelPlan(tp=8, dp=16), train=TrainingSpec(global_batch=512, dtype="fp8")),
         "tpu": case_with(ParallelPlan(tp=4, dp=16), hw="tpu-v5p"),
@@ -384,6 +385,25 @@ def test_torchtitan_cannot_express():
     for why, c in cases.items():
         _, skipped = c.emit({"torchtitan"})
         assert why.lower() in skipped["torchtitan"].lower(), (why, skipped)
+
+
+def test_torchtitan_own_module_for_a_model_without_registry_config():
+    """Mixtral has no torchtitan 0.3.0 registry function: the planner writes torchtitan_model.py (the consumer
+    test builds it with torchtitan and counts the planner's exact parameters)."""
+    c = case_with(ParallelPlan(dp=8, ep=8, zero_stage=3), model=MIXTRAL_8X7B, train=TrainingSpec(global_batch=64))
+    files, skipped = c.emit({"torchtitan"})
+    assert "torchtitan" not in skipped
+    args = json.loads(files["torchtitan_args.json"])["args"]
+    assert args[:4] == ["--module", "torchtitan_model", "--config", "planner_model"]
+    assert "--training.disable_cuda_graphs" in args  # EP with the default all-to-all dispatcher
+    text = files["torchtitan_model.py"]
+    compile(text, "torchtitan_model.py", "exec")
+    for const in ("NUM_LAYERS = 32", "EXPERTS = 8", "TOP_K = 2", "EXPERT_FFN = 14336", "N_KV_HEADS = 8",
+                  "VOCAB = 32000", "TIED = False", 'MODEL_NAME = "mixtral-8x7b"', "theta=1000000.0"):
+        assert const in text, const
+    weird = MIXTRAL_8X7B.model_copy(update={"name": 'x"\nimport os'})
+    t2 = case_with(ParallelPlan(dp=8, ep=8, zero_stage=3), model=weird, train=TrainingSpec(global_batch=64))
+    compile(t2.emit({"torchtitan"})[0]["torchtitan_model.py"], "m.py", "exec")  # the name stays a string literal
 
 
 # ----------------------------------------------------------------------------------------- writing

@@ -34,13 +34,16 @@ def test_step_time_median_target(result):
 def test_step_time_p90_target(result):
     # issue target: p90 |step-time error| <= 25%, by the project's percentile (floor index) and by linear
     # interpolation alike; at most 7 of 75 runs may lie beyond 25% for both to hold. The outliers left
-    # (docs/validation.md): DeepSeek-V3 on GB200 (DGX Cloud) x2, Qwen3-30B-A3B on H100/B200, SC21 ZeRO-3 2240.
+    # (docs/validation.md): DeepSeek-V3 on GB200 (DGX Cloud) x2, Qwen3-30B-A3B on H100/B200, SC21 ZeRO-3 2240,
+    # and since issue 13 Megatron-Bridge's DeepSeek-V3 on 256 GB200 (zero_stage unpublished): the search no longer
+    # fills it with Megatron-FSDP + PP4 (unverified in Megatron-LM, planner/emit/capabilities/megatron.py) but
+    # with the distributed optimizer and partial recompute, which Megatron runs: error 24% -> 32%.
     import statistics
 
     errs = [abs(r["step_time_error"]) for r in result["runs"]]
     assert result["summary"]["step_time"]["p90_abs_error"] <= 0.25
     assert statistics.quantiles(errs, n=10, method="inclusive")[-1] <= 0.25
-    assert sum(e > 0.25 for e in errs) <= 6
+    assert sum(e > 0.25 for e in errs) <= 7
 
 
 def _row(result, run_id):

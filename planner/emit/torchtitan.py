@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
+from planner.emit.torchtitan_model import CONFIG, MODULE, custom_model_errors, module_text
 
 # (module, config, float8 config or None): registry functions of torchtitan 0.3.0 and the model they build.
 # Keyed by (layers, hidden, heads, kv_heads, ffn, vocab, experts); tests/consumers checks it against the
@@ -50,14 +51,30 @@ def _check_rope(job: Job, config: str) -> None:
 
 
 def registry_config(job: Job) -> tuple[str, str]:
+    """(--module, --config): the registry function that builds the model, else the planner's own module
+    (torchtitan_model.py, planner.emit.torchtitan_model) when torchtitan's config helpers can build it."""
+    if job.train.dtype == "fp16":
+        raise Unsupported("torchtitan trains in bf16 or fp32 (mixed_precision_param), not fp16")
+    try:
+        return _registry_function(job)
+    except Unsupported as e:
+        why = custom_model_errors(job.model)
+        if job.train.dtype == "fp8":
+            why.append("bf16 (the Float8 converters are set in registry functions)")
+        if why:
+            raise Unsupported(f"{e}; the planner's own config module needs {', '.join(why)}") from None
+        return MODULE, CONFIG
+
+
+def _registry_function(job: Job) -> tuple[str, str]:
     hit = FLAVORS.get(flavor_key(job))
-    if hit is None:
-        raise Unsupported(f"no torchtitan 0.3.0 config_registry function builds {job.model.name} "
-                          "(a custom model needs its own config function)")
+    m = job.model
+    # the registry models (Llama 3, DeepSeek-V3) are bias-free, untied, RMSNorm + SwiGLU, global attention
+    if hit is None or m.qkv_bias or m.attn_out_bias or m.mlp_bias or m.tied_embeddings or m.qk_norm \
+            or m.norm_type != "rmsnorm" or m.mlp_type != "gated" or m.sliding_window is not None:
+        raise Unsupported(f"no torchtitan 0.3.0 config_registry function builds {m.name}")
     module, bf16_cfg, fp8_cfg = hit
     dtype = job.train.dtype
-    if dtype == "fp16":
-        raise Unsupported("torchtitan trains in bf16 or fp32 (mixed_precision_param), not fp16")
     if dtype == "fp8":
         if fp8_cfg is None:
             raise Unsupported(f"torchtitan 0.3.0 has no Float8 config for {job.model.name} (converters are "
@@ -170,8 +187,9 @@ def torchtitan_args(job: Job) -> list[str]:
     opt("training.global_batch_size", t.global_batch)
     opt("training.seq_len", t.seq_len)
     opt("training.mixed_precision_param", "bfloat16")
-    if p.pp > 1:
-        a.append("--training.disable_cuda_graphs")  # Trainer.Config rejects CUDA graphs with PP
+    if p.pp > 1 or p.ep > 1:
+        # Trainer.Config rejects CUDA graphs with PP, and with EP unless a sync-free dispatcher is configured
+        a.append("--training.disable_cuda_graphs")
     # activation checkpointing is a tyro subcommand: it must come last
     if p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < m.num_layers // p.pp:
         job.note(f"partial recompute ({p.recompute_layers} layers per stage) has no torchtitan 0.3.0 equivalent: "
@@ -183,9 +201,11 @@ def torchtitan_args(job: Job) -> list[str]:
 
 def emit(job: Job) -> dict[str, str]:
     args = torchtitan_args(job)
+    own = args[1] == MODULE
     doc = {
         "torchtitan": "0.3.0",
-        "launch": f"torchrun --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} -m torchtitan.train ARGS",
+        "launch": ("PYTHONPATH=<this directory> " if own else "")
+        + f"torchrun --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} -m torchtitan.train ARGS",
         "nnodes": job.nodes,
         "nproc_per_node": job.procs_per_node,
         "args": args,
@@ -194,4 +214,7 @@ def emit(job: Job) -> dict[str, str]:
                         "(checkpoint folder)",
         "notes": list(job.notes),
     }
-    return {"torchtitan_args.json": dumps(doc)}
+    files = {"torchtitan_args.json": dumps(doc)}
+    if own:
+        files["torchtitan_model.py"] = module_text(job)
+    return files

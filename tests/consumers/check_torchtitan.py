@@ -27,6 +27,8 @@ def check_args(r):
     from torchtitan.config.manager import ConfigManager
     from torchtitan.distributed.parallel_dims import ParallelDims
 
+    if r.get("pythonpath"):  # the directory holding an emitted torchtitan_model.py (its launch puts it on PYTHONPATH)
+        sys.path.insert(0, r["pythonpath"])
     cfg = ConfigManager().parse_args(list(r["args"]))
     pd = ParallelDims.from_config(cfg.parallelism, r["world"])
     par, tr = cfg.parallelism, cfg.training

@@ -51,13 +51,11 @@ SCENARIOS = [
 # launchers that cannot run the model at all (plan-free capability rules): the CLI must say so, exit 2
 CANNOT = {
     ("gpt3-175b-a100x64-fp16", "torchtitan"): "fp16",
-    ("qwen2.5-72b-h100x64", "torchtitan"): "config_registry",
+    ("qwen2.5-72b-h100x64", "torchtitan"): "no linear biases",
     ("qwen2.5-72b-h100x64", "deepspeed"): "some only",
-    ("mistral7b-h100x16", "torchtitan"): "config_registry",
+    ("mistral7b-h100x16", "torchtitan"): "sliding windows",
     ("mistral7b-h100x16", "deepspeed"): "sliding-window",
-    ("mixtral8x7b-h100x32", "torchtitan"): "config_registry",
     ("mixtral8x7b-h100x32", "deepspeed"): "moe",
-    ("qwen3-30b-a3b-h100x32", "torchtitan"): "config_registry",
     ("qwen3-30b-a3b-h100x32", "deepspeed"): "moe",
     ("deepseek-v3-h800x256", "deepspeed"): "moe",
     ("llama70b-h100x64-fp8", "torchtitan"): "float8",

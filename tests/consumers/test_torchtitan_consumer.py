@@ -59,7 +59,7 @@ def results():
     reqs = [{"id": c.name, "args": _args(c), "world": c.cluster.count} for c in CASES] + _bad_requests()
     reqs += [{"id": f"flavor:{m}:{cfg}", "flavor": [m, cfg]} for m, cfg in REGISTRY]
     reqs += [{"id": run.id, "args": json.loads(run.files["torchtitan_args.json"])["args"],
-              "world": run.plan_doc["devices"], "count_params": True} for run in RUNS]
+              "world": run.plan_doc["devices"], "count_params": True, "pythonpath": str(run.out)} for run in RUNS]
     return run_checker("check_torchtitan.py", reqs)
 
 
