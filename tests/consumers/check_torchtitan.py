@@ -14,7 +14,9 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import sys
+import tempfile
 import traceback
 
 
@@ -27,9 +29,22 @@ def check_args(r):
     from torchtitan.config.manager import ConfigManager
     from torchtitan.distributed.parallel_dims import ParallelDims
 
-    if r.get("pythonpath"):  # the directory holding an emitted torchtitan_model.py (its launch puts it on PYTHONPATH)
-        sys.path.insert(0, r["pythonpath"])
-    cfg = ConfigManager().parse_args(list(r["args"]))
+    # an emitted torchtitan_model.py: its directory on sys.path (as its launch line puts it on PYTHONPATH);
+    # every request imports its own copy (they share the module name)
+    sys.modules.pop("torchtitan_model", None)
+    importlib.invalidate_caches()
+    path = r.get("pythonpath")
+    if r.get("module_text"):
+        path = tempfile.mkdtemp(prefix="tt-module-")
+        with open(os.path.join(path, "torchtitan_model.py"), "w") as f:
+            f.write(r["module_text"])
+    if path:
+        sys.path.insert(0, path)
+    try:
+        cfg = ConfigManager().parse_args(list(r["args"]))
+    finally:
+        if path:
+            sys.path.remove(path)
     pd = ParallelDims.from_config(cfg.parallelism, r["world"])
     par, tr = cfg.parallelism, cfg.training
     out = {"dp_replicate": pd.dp_replicate, "dp_shard": pd.dp_shard, "cp": pd.cp, "tp": pd.tp, "pp": pd.pp,

@@ -56,7 +56,8 @@ def _bad_requests() -> list[dict]:
 @pytest.fixture(scope="module")
 def results():
     require("torchtitan", "torch", "triton")
-    reqs = [{"id": c.name, "args": _args(c), "world": c.cluster.count} for c in CASES] + _bad_requests()
+    reqs = [{"id": c.name, "args": _args(c), "world": c.cluster.count,
+             "module_text": c.emit(["torchtitan"])[0].get("torchtitan_model.py")} for c in CASES] + _bad_requests()
     reqs += [{"id": f"flavor:{m}:{cfg}", "flavor": [m, cfg]} for m, cfg in REGISTRY]
     reqs += [{"id": run.id, "args": json.loads(run.files["torchtitan_args.json"])["args"],
               "world": run.plan_doc["devices"], "count_params": True, "pythonpath": str(run.out)} for run in RUNS]
