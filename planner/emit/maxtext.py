@@ -247,7 +247,14 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
         if not job.fp8_in_hardware:
             raise Unsupported(f"{job.hw_id} has no FP8 matmul units")
         cfg["quantization"] = "fp8"
-    # model
+    cfg.update(_model_keys(job, block, notes))
+    return cfg, notes
+
+
+def _model_keys(job: Job, block: str, notes: list[str]) -> dict:
+    """The architecture as MaxText keys (the decoder block fixes norm and bias layout)."""
+    m, t = job.model, job.train
+    cfg: dict = {}
     cfg["decoder_block"] = block
     cfg["base_emb_dim"] = m.hidden_size
     cfg["base_num_query_heads"] = m.num_heads
@@ -291,7 +298,7 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
         cfg["qk_nope_head_dim"] = m.mla.qk_nope_head_dim
         cfg["qk_rope_head_dim"] = m.mla.qk_rope_head_dim
         cfg["v_head_dim"] = m.mla.v_head_dim
-    return cfg, notes
+    return cfg
 
 
 def _rope_keys(job: Job, notes: list[str]) -> dict:
