@@ -301,8 +301,13 @@ def _min_devices_cluster(kw, target_step_s) -> str:
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
-    opts = SearchOptions(fixed=fixed_knobs(kw), top_k=1, max_tp=kw.get("max_tp"),
-                         memory_headroom_gib=kw.get("memory_headroom") or 0.0)
+    fixed = fixed_knobs(kw)
+    if kw.get("launcher"):
+        from planner.emit.capabilities import capabilities
+        check_launcher_hardware(kw["launcher"], cluster)
+        fixed = capabilities(kw["launcher"]).search_defaults | fixed
+    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=kw.get("max_tp"),
+                         memory_headroom_gib=kw.get("memory_headroom") or 0.0, launcher=kw.get("launcher"))
     n, _ = min_devices(model, cluster, train, opts, target_step_s)
     if n is None:
         goal = f" at <= {target_step_s:g} s per step" if target_step_s else ""
