@@ -82,8 +82,13 @@ def _attention_args(job: Job, a: _Args) -> None:
         a.flag("--v-head-dim", m.mla.v_head_dim)
     if m.qk_norm:
         a.flag("--qk-layernorm")
-    if m.sliding_window is not None:
-        job.note(f"sliding-window attention ({m.sliding_window} tokens on {m.num_sliding_layers} layers) not emitted")
+    if m.sliding_window is not None and m.num_sliding_layers == m.num_layers:
+        # TE window (left, right): a query sees keys [i - left, i + right]; HF's window of W tokens counts the
+        # query itself (transformers masking_utils sliding_window_overlay: kv_idx > q_idx - W), so left = W - 1
+        a.flag("--window-size", f"({m.sliding_window - 1},0)")
+    elif m.sliding_window is not None:
+        job.note(f"sliding-window attention ({m.sliding_window} tokens on {m.num_sliding_layers} of "
+                 f"{m.num_layers} layers) not emitted: the spec does not say which layers")
     if m.attention_sinks:
         job.note("attention sinks not emitted")
     # the plan (memory, numerics) assumes no dropout; Megatron's defaults are 0.1

@@ -41,6 +41,7 @@ def model_fields(args, cfg) -> dict:
     out = {n: getattr(cfg, n, None) for n in names}
     freq = cfg.moe_layer_freq
     out["moe_layer_freq"] = freq if isinstance(freq, int) else list(freq)
+    out["window_size"] = list(cfg.window_size) if cfg.window_size is not None else None
     out["activation"] = getattr(cfg.activation_func, "__name__", str(cfg.activation_func))
     out.update(vocab_size=args.vocab_size, max_position_embeddings=args.max_position_embeddings,
                position_embedding_type=args.position_embedding_type, rotary_base=args.rotary_base,

@@ -98,6 +98,8 @@ def test_scenario_megatron_files_run_and_reproduce_the_model(results, run):
     assert f["use_rope_scaling"] == (planned.rope_scaling is not None)
     if planned.rope_scaling is not None:
         assert f["rope_scaling_factor"] == planned.rope_scaling.factor
+    if planned.sliding_window is not None and planned.num_sliding_layers == planned.num_layers:
+        assert f["window_size"] == [planned.sliding_window - 1, 0]
     # the launch script passes exactly the checked arguments
     assert argv_of_script(run.files["launch_megatron.sh"]) == json.loads(run.files["megatron_args.json"])["args"]
 
