@@ -125,7 +125,7 @@ def launch_script(job: Job, args: list[str]) -> str:
     p = job.plan
     out = [
         "#!/usr/bin/env bash",
-        f"# DeepSpeed (Megatron-DeepSpeed) launch: {job.world} x {job.hw_id} ({job.nodes} node(s) x "
+        f"# DeepSpeed (Megatron-DeepSpeed) launch: {job.world} x {' '.join(job.hw_id.split())} ({job.nodes} node(s) x "
         f"{job.procs_per_node}), written by planner.",
         f"# tp={p.tp} pp={p.pp} dp={p.dp} zero={p.zero_stage} micro_batch={p.micro_batch} "
         f"global_batch={job.train.global_batch} grad_accum={job.grad_accum}",
