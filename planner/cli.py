@@ -169,14 +169,14 @@ def run_search(kw: dict):
         cannot = model_errors(model, train, launcher, cluster)
         if cannot:
             raise InputError(f"--launcher {launcher} cannot run {model.name} on {cluster.hardware.id}: {cannot[0]}")
-        for knob, value in capabilities(launcher).search_defaults.items():
-            fixed.setdefault(knob, value)
     try:
         ParallelPlan(**{k: v for k, v in fixed.items()})
     except ValueError as e:
         raise InputError(" ".join(str(e).split())) from None
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
+    if launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
+        fixed = capabilities(launcher).search_defaults | fixed
     ctx = Context(model, cluster, train)
     t0 = time.perf_counter()
     res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),

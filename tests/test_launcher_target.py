@@ -118,3 +118,19 @@ def test_every_rule_cites_its_source_and_every_table_its_version():
         assert caps.version and caps.checked_against and caps.hardware
         assert caps.rules and all(r.source and r.why for r in caps.rules)
         assert len({r.id for r in caps.rules}) == len(caps.rules)
+
+
+def test_maxtext_target_pipelines_with_gpipe_unless_interleaving_is_pinned():
+    base = ["--model", "llama-3.1-8b", "--cluster", "h100x16", "--launcher", "maxtext", "--pp", "2", "--json"]
+    res = _cli(*base)
+    assert res.exit_code == 0 and json.loads(res.output)["plans"][0]["plan"]["schedule"] == "gpipe"
+    res = _cli(*base, "--vpp", "2")  # MaxText's circular repeats
+    assert res.exit_code == 0 and json.loads(res.output)["plans"][0]["plan"]["schedule"] == "interleaved"
+
+
+def test_min_devices_respects_the_target():
+    res = _cli("--model", "llama-3.1-8b", "--cluster", "h100x16", "--seq-len", "8192", "--gbs", "64", "--launcher", "deepspeed",
+               "--min-devices", "--json")
+    assert res.exit_code == 0
+    p = json.loads(res.stdout)["plans"][0]["plan"]  # stderr says the device count
+    assert p["cp"] == 1 and p["vpp"] == 1 and not (p["pp"] > 1 and p["zero_stage"] > 1)
