@@ -6,7 +6,8 @@ computed for all of them at once (numpy). For each surviving structure the inner
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
-Ties break on the knob tuple, so results are deterministic.
+The final order and the top-k selection follow planner.ranking (fastest first, ties only within 0.2% of
+the fastest plan, one row per layout when distinct_layouts is set).
 """
 
 from __future__ import annotations
@@ -17,18 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from planner import calibration as cal
-from planner.cost import Context, Evaluation, evaluate
+from planner.costmodel import calibration as cal
+from planner.costmodel import Context, Evaluation, evaluate
 from planner.errors import InputError
-from planner.memory import GIB, state_bytes_per_param
-from planner.pipeline import megatron_split
+from planner.costmodel.memory import GIB, state_bytes_per_param
+from planner.costmodel.partition import megatron_split
+from planner.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.emit.capabilities import launcher_errors
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
+from planner.specs.dims import cp_splits_sequence, tp_splits_heads
+from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "zero_shard_size",
-         "recompute", "recompute_layers", "sequence_parallel", "schedule", "cp_comm",
-         "first_stage_layers", "last_stage_layers", "offload_optimizer", "tp_comm_overlap")
 RECOMPUTE_ORDER = ("none", "selective", "full")
 MIN_CP_CHUNK = 4096  # tokens per CP rank below which the search does not propose CP (ring steps too short to hide)
 MAX_SEARCH_VPP = 1000  # the search proposes every even interleaving (NeMo recipes use 1 layer per chunk)
@@ -42,6 +43,11 @@ class SearchOptions:
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
+    distinct_layouts: bool = False  # True: the top_k are distinct layouts, each its best variant (planner.ranking)
+    # how many of the leading fitting plans get a CP-SAT stage solve (planner.stages); None: top_k.
+    # Separate from top_k so a caller that wants every scored plan (the report's scatter reads
+    # SearchResult.ranked) does not multiply the solves.
+    stage_solves: int | None = None
     launcher: str | None = None  # target stack: only plans it can run (planner.emit.capabilities)
 
 
@@ -55,23 +61,16 @@ class SearchResult:
     smallest_peak_gib: float | None = None
     smallest_peak_plan: ParallelPlan | None = None
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (step_s, peak_gib) of feasible plans
+    ranked: list[Evaluation] = field(default_factory=list)  # every scored plan kept, best first (plans = its head)
 
 
-TIE_BAND = 1.005  # plans within 0.5% of each other count as equally fast: the simpler one ranks first
+TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equally fast (planner.ranking)
 
 
 def _sort_key(e: Evaluation) -> tuple:
-    p = e.plan
-    complexity = (p.cp, p.pp, p.vpp, p.ep, p.tp, p.zero_stage, RECOMPUTE_ORDER.index(p.recompute), -p.micro_batch)
-    return (math.floor(math.log(e.step_time_s) / math.log(TIE_BAND)), complexity, round(e.step_time_s, 9),
-            tuple(str(getattr(p, k)) for k in KNOBS))
-
-
-def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> bool:
-    """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities."""
-    if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
-        return True
-    return bool(opts.launcher) and bool(launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster))
+    """Fastest first (the working order before the final ranking of planner.ranking)."""
+    return (round(e.step_time_s, 12), e.memory["peak_gib"], complexity(e.plan),
+            tuple(str(getattr(e.plan, k)) for k in KNOBS))
 
 
 def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
@@ -94,45 +93,67 @@ def _zero_choices(ctx: Context, opts: SearchOptions) -> list[int]:
 
 def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
     """Every valid (tp, cp, pp, dp, ep, etp) for the device count and fixed knobs."""
-    m, tr, n = ctx.model, ctx.train, ctx.cluster.count
-    fx = opts.fixed
-    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
+    n = ctx.cluster.count
     out = []
+    for tp in _tp_choices(ctx, opts):
+        rest_tp = n // tp
+        for cp in _fixed_or(opts, "cp", _cp_candidates(ctx, rest_tp)):
+            if rest_tp % cp:
+                continue
+            for pp, dp in _pp_dp_choices(ctx, opts, rest_tp // cp):
+                out += [dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+                        for ep, etp in _expert_choices(ctx, opts, tp, cp, dp)]
+    return out
+
+
+def _tp_choices(ctx: Context, opts: SearchOptions) -> list[int]:
+    """TP degrees: divisors of the device count up to the scale-up domain (or --max-tp) that split the heads
+    (and, on a torus, form a ring of the torus)."""
+    m, n, fx = ctx.model, ctx.cluster.count, opts.fixed
+    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
     torus_ok = torus_group_sizes(ctx.cluster) if ctx.cluster.hardware.torus else None
+    out = []
     for tp in _fixed_or(opts, "tp", [d for d in divisors(n) if d <= max_tp]):
-        if n % tp or m.num_heads % tp or (m.num_kv_heads % tp and tp % m.num_kv_heads):
+        if n % tp or not tp_splits_heads(m, tp):
             continue
         if torus_ok is not None and tp not in torus_ok and "tp" not in fx:
             continue
-        rest_tp = n // tp
-        # CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)
-        cps = [c for c in divisors(rest_tp) if c == 1 or (tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= MIN_CP_CHUNK)]
-        for cp in _fixed_or(opts, "cp", cps):
-            if rest_tp % cp:
-                continue
-            rest = rest_tp // cp
-            pps = [p for p in divisors(rest) if p <= m.num_layers]
-            for pp in _fixed_or(opts, "pp", pps):
-                if rest % pp or pp > m.num_layers:
-                    continue
-                dp = rest // pp
-                if fx.get("dp") is not None and fx["dp"] != dp:
-                    continue
-                if tr.global_batch % dp:
-                    continue
-                if m.moe is None:
-                    eps, etps = [1], [1]
-                else:
-                    etps = _fixed_or(opts, "etp", sorted({1, tp}))
-                    eps = None
-                for etp in etps:
-                    if eps is None:
-                        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
-                        ep_list = _fixed_or(opts, "ep", cand)
-                    else:
-                        ep_list = _fixed_or(opts, "ep", eps)
-                    for ep in ep_list:
-                        out.append(dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp))
+        out.append(tp)
+    return out
+
+
+def _cp_candidates(ctx: Context, rest_tp: int) -> list[int]:
+    """CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)."""
+    seq = ctx.train.seq_len
+    return [c for c in divisors(rest_tp) if c == 1 or (cp_splits_sequence(seq, c) and seq // c >= MIN_CP_CHUNK)]
+
+
+def _pp_dp_choices(ctx: Context, opts: SearchOptions, rest: int) -> list[tuple[int, int]]:
+    """(pp, dp) splits of the devices left after TP and CP: pp up to the layer count, dp dividing the batch."""
+    m, tr, fx = ctx.model, ctx.train, opts.fixed
+    out = []
+    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers]):
+        if rest % pp or pp > m.num_layers:
+            continue
+        dp = rest // pp
+        if fx.get("dp") is not None and fx["dp"] != dp:
+            continue
+        if tr.global_batch % dp:
+            continue
+        out.append((pp, dp))
+    return out
+
+
+def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for a (tp, cp, dp) layout: EP over divisors of the expert count that ep * etp carves out
+    of tp * cp * dp (Megatron), ETP 1 or tp; (1, 1) for a dense model."""
+    m = ctx.model
+    if m.moe is None:
+        return [(ep, 1) for ep in _fixed_or(opts, "ep", [1])]
+    out = []
+    for etp in _fixed_or(opts, "etp", sorted({1, tp})):
+        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
+        out += [(ep, etp) for ep in _fixed_or(opts, "ep", cand)]
     return out
 
 
@@ -192,7 +213,7 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     """(vpp, schedule, first_stage_layers, last_stage_layers, account_embedding_loss) for a pipeline
     depth. Layer splits are proposed only in forms Megatron can state: even over pp (and vpp), the
     embedding and loss counted as layers, or explicit first/last stage sizes with equal middle stages
-    (planner.pipeline.megatron_split); pinned sizes are kept."""
+    (planner.costmodel.partition.megatron_split); pinned sizes are kept."""
     L = ctx.model.num_layers
     if pp == 1:
         return [(1, "1f1b", None, None, False)]
@@ -246,6 +267,13 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     return res
 
 
+def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> bool:
+    """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities."""
+    if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
+        return True
+    return bool(opts.launcher) and bool(launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster))
+
+
 def _probe(ctx: Context, opts: SearchOptions, r: dict, z: int, cap: float) -> float:
     """Cheap rank of a (layout, ZeRO) pair for the beam: step time of its most memory-frugal plan
     (micro-batch 1, full recompute, no interleaving); infinity if even that does not fit."""
@@ -269,13 +297,10 @@ def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[i
     return [None]
 
 
-def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
-    m, tr, cl = ctx.model, ctx.train, ctx.cluster
+def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: float) -> tuple[list, int]:
+    """(structure, ZeRO stage) pairs worth scoring, and how many were pruned by the model-state bound."""
+    tr, cl = ctx.train, ctx.cluster
     fx = opts.fixed
-    cap = cl.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - opts.memory_headroom_gib
-    rows = structures(ctx, opts)
-    if not rows:
-        raise InputError(_no_structure_reason(ctx, opts))
     zeros = _zero_choices(ctx, opts)
     # prune (structure, zero) pairs whose model states alone exceed the capacity
     pairs = [(r, z) for r in rows for z in zeros]
@@ -284,7 +309,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network. Only layouts that
         # Megatron-FSDP is known to run (planner/emit/capabilities/megatron.py: not with PP > 1, unverified)
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
-                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), m, tr, "megatron")]
+                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, "megatron")]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
     keep = [pr for pr, b in zip(pairs, lb) if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
     pruned = len(pairs) - len(keep)
@@ -293,71 +318,104 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         order = np.argsort(lb)[: max(1, opts.top_k)]
         keep = [pairs[i] for i in order]
     if len(keep) > BEAM_THRESHOLD:
-        # beam over the outer knobs: probe each pair once, expand only the most promising
-        probes = [(_probe(ctx, opts, r, z, cap), i) for i, (r, z) in enumerate(keep)]
-        ranked = sorted(probes)[:BEAM_WIDTH]
-        keep = [keep[i] for t, i in ranked if math.isfinite(t)] or [keep[i] for _, i in ranked]
+        keep = _beam(ctx, opts, keep, cap)
+    return keep, pruned
 
-    evaluated = 0
-    results: list[Evaluation] = []
+
+def _beam(ctx: Context, opts: SearchOptions, keep: list, cap: float) -> list:
+    """Beam over the outer knobs: probe each pair once, expand only the most promising."""
+    probes = [(_probe(ctx, opts, r, z, cap), i) for i, (r, z) in enumerate(keep)]
+    ranked = sorted(probes)[:BEAM_WIDTH]
+    return [keep[i] for t, i in ranked if math.isfinite(t)] or [keep[i] for _, i in ranked]
+
+
+@dataclass
+class _Scan:
+    """What scoring the candidates accumulates."""
+
+    evaluated: int = 0
+    results: list[Evaluation] = field(default_factory=list)
     best_peak: tuple[float, ParallelPlan] | None = None
-    recomputes = _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER))
-    sps = _fixed_or(opts, "sequence_parallel", [True])
-    cp_comms = _fixed_or(opts, "cp_comm", ["ring"])
-    offloads = _fixed_or(opts, "offload_optimizer", [False])
+
+
+def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, knobs: dict[str, Any]) -> bool:
+    """Score one micro-batch's plans from the least recompute up, stopping at the first that fits; True if one fits."""
+    m, tr, cl = ctx.model, ctx.train, ctx.cluster
+    fx = opts.fixed
+    for rc in _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER)):
+        try:
+            plan = ParallelPlan(**knobs, recompute=rc,
+                                recompute_layers=fx.get("recompute_layers") if rc == "full" else None)
+        except ValueError:
+            continue
+        if _invalid(ctx, opts, plan):
+            continue
+        ev = evaluate(ctx, plan)
+        scan.evaluated += 1
+        peak = ev.memory["peak_gib"]
+        if scan.best_peak is None or peak < scan.best_peak[0]:
+            scan.best_peak = (peak, plan)
+        fits = peak <= cap
+        if fits or not opts.require_fit:
+            if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
+                    and plan.recompute_layers is None):
+                ev = _refine_partial_recompute(ctx, plan, cap, ev)
+                scan.evaluated += 1
+            scan.results.append(ev)
+        if fits:
+            return True  # more recompute only costs time at this micro-batch
+    return False
+
+
+def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: dict, z: int,
+                 shard: int | None) -> None:
+    """Score every variant of one (structure, ZeRO stage, shard group): interleaving, SP, CP comm, offload,
+    micro-batch, recompute."""
+    fx, tr = opts.fixed, ctx.train
     base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap",) and v is not None}
+    per_rank = tr.global_batch // r["dp"]
+    mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
+    mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
+    for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):
+        for sp in _fixed_or(opts, "sequence_parallel", [True]):
+            for cpc in _fixed_or(opts, "cp_comm", ["ring"]):
+                for off in _fixed_or(opts, "offload_optimizer", [False]):
+                    for mb in mbs_list:
+                        knobs = dict(**r, vpp=vpp, schedule=sched, micro_batch=mb, zero_stage=z,
+                                     sequence_parallel=sp and r["tp"] > 1, cp_comm=cpc, offload_optimizer=off,
+                                     zero_shard_size=shard, first_stage_layers=first, account_embedding_loss=acc,
+                                     last_stage_layers=last, **base_fixed)
+                        if not _scan_recomputes(ctx, opts, cap, scan, knobs) and opts.require_fit and \
+                                "micro_batch" not in fx:
+                            break  # larger micro-batches only need more memory
+
+
+def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
+    cl = ctx.cluster
+    cap = cl.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - opts.memory_headroom_gib
+    rows = structures(ctx, opts)
+    if not rows:
+        raise InputError(_no_structure_reason(ctx, opts))
+    keep, pruned = _candidate_pairs(ctx, opts, rows, cap)
+    scan = _Scan()
     for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
-        per_rank = tr.global_batch // r["dp"]
-        mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
-        mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
-        for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):
-            for sp in sps:
-                for cpc in cp_comms:
-                    for off in offloads:
-                        for mb in mbs_list:
-                            any_fit = False
-                            for rc in recomputes:
-                                try:
-                                    plan = ParallelPlan(**r, vpp=vpp, schedule=sched, micro_batch=mb, zero_stage=z,
-                                                        recompute=rc, sequence_parallel=sp and r["tp"] > 1, cp_comm=cpc,
-                                                        offload_optimizer=off, recompute_layers=fx.get("recompute_layers") if rc == "full" else None,
-                                                        zero_shard_size=shard, first_stage_layers=first,
-                                                        account_embedding_loss=acc,
-                                                        last_stage_layers=last, **base_fixed)
-                                except ValueError:
-                                    continue
-                                if _invalid(ctx, opts, plan):
-                                    continue
-                                ev = evaluate(ctx, plan)
-                                evaluated += 1
-                                peak = ev.memory["peak_gib"]
-                                if best_peak is None or peak < best_peak[0]:
-                                    best_peak = (peak, plan)
-                                fits = peak <= cap
-                                if fits or not opts.require_fit:
-                                    if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
-                                            and plan.recompute_layers is None):
-                                        ev = _refine_partial_recompute(ctx, plan, cap, ev)
-                                        evaluated += 1
-                                    results.append(ev)
-                                if fits:
-                                    any_fit = True
-                                    break  # more recompute only costs time at this micro-batch
-                            if not any_fit and opts.require_fit and "micro_batch" not in fx:
-                                break  # larger micro-batches only need more memory
+        _scan_layout(ctx, opts, cap, scan, r, z, shard)
+    results, evaluated, best_peak = scan.results, scan.evaluated, scan.best_peak
     results.sort(key=_sort_key)
+    if opts.distinct_layouts:  # balance the stages of the plans a distinct-layout table shows
+        results = leaders_first(results)
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
-    chosen = feasible if opts.require_fit else results
+    chosen = select(rank(feasible if opts.require_fit else results), opts.top_k, not opts.distinct_layouts)
     return SearchResult(
-        plans=chosen[: opts.top_k], evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
+        plans=chosen, evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
-        frontier=frontier,
+        frontier=frontier, ranked=chosen,
     )
 
 
-STAGE_SOLVE_LIMIT_S = 0.3  # CP-SAT time per plan
+STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not seconds: load-independent)
 
 
 def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float) -> list[Evaluation]:
@@ -368,13 +426,14 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     fx = opts.fixed
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
-    from planner.cost import stage_problem
+    from planner.costmodel.balance import stage_problem
     from planner.stages import assign_stages, megatron_flags
 
     L = ctx.model.num_layers
     out, done = list(results), 0
+    solves = opts.top_k if opts.stage_solves is None else opts.stage_solves
     for i, ev in enumerate(results):
-        if done >= opts.top_k:
+        if done >= solves:
             break
         if not opts.require_fit or ev.memory["peak_gib"] > cap:
             continue
@@ -383,11 +442,11 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         if p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss:
             continue
         try:
-            a = assign_stages(stage_problem(ctx, p, cap), time_limit_s=STAGE_SOLVE_LIMIT_S)
+            a = assign_stages(stage_problem(ctx, p, cap), deterministic_time=STAGE_SOLVE_BUDGET)
         except ValueError:
             continue
         flags = megatron_flags(a) if a else None
-        if not flags or flags == (None, None):
+        if a is None or not flags or flags == (None, None):
             continue
         first, last = flags
         try:
@@ -409,7 +468,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
 
 def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_ev: Evaluation) -> Evaluation:
     """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k)."""
-    from planner.pipeline import stage_layer_counts
+    from planner.costmodel.partition import stage_layer_counts
     n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, plan.first_stage_layers, plan.last_stage_layers))
     lo, hi, best = 1, n - 1, full_ev  # k = 0 is "none", already scored
     while lo <= hi:
@@ -436,8 +495,8 @@ def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float
     count, then bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
     from planner.specs import ClusterSpec
 
-    node = cluster.node_size
     limit = cluster.count
+    node = min(cluster.node_size, limit)  # a cluster smaller than a node (h100x4) is its own step
 
     def ok(n: int):
         cl = ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,

@@ -141,6 +141,8 @@ def write_launch_configs(out_dir: str | os.PathLike, files: dict[str, str], forc
     replaced by the new set with renames. A failure leaves the previous set whole and no temporary
     directory behind. Refuses a non-empty existing directory unless `force`; other files are kept."""
     out = Path(out_dir)
+    if out.is_symlink() and not out.exists():
+        raise InputError(f"--out {out} is a symbolic link to a missing folder: remove the link or give another folder")
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:

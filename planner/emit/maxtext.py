@@ -2,7 +2,8 @@
 
 Mesh: the plan's degrees become named mesh axes, outermost first
     stage (pp), data (replicated dp), fsdp (sharded dp), expert (ep, carved out of dp), context (cp), tensor (tp)
-- zero_stage 3 shards parameters: fsdp = zero_shard_size or dp, data = dp / fsdp (HSDP when data > 1).
+- zero_stage 3 shards parameters over fsdp x context: fsdp = zero_shard_size / cp or dp (ParallelDims.dp_shard),
+  data = dp / fsdp (HSDP when data > 1).
 - zero_stage 0-2 keep parameters replicated over `data` (MaxText `shard_optimizer_over_data` = ZeRO-1 for 1-2).
 - ep is carved out of dp as in Megatron: data*fsdp*expert = dp.
 Each axis is split into an ICI part (inside one slice / NVLink domain) and a DCN part (across slices):
@@ -17,6 +18,8 @@ import math
 
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
+from planner.names import safe_line, yaml_quote
+from planner.specs.dims import ParallelDims
 
 AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")
 _DCN_ORDER = ("data", "stage", "fsdp", "expert", "context", "tensor")
@@ -28,7 +31,7 @@ BATCH = ("data", "fsdp", "expert")  # activations' batch dimension is split over
 
 def mesh_degrees(job: Job) -> dict[str, int]:
     p = job.plan
-    shard = (p.zero_shard_size or p.dp) if p.zero_stage == 3 else 1
+    shard = ParallelDims.of(p).dp_shard if p.zero_stage == 3 else 1  # fsdp axis; the context axis shards too
     replicate = p.dp // shard
     # ep is carved out of the data-parallel ranks: first out of the sharded axis, then the replicated one
     g = math.gcd(shard, p.ep)
@@ -132,6 +135,14 @@ def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str
     return dims, params, acts
 
 
+def uneven_split_text(num_layers: int, p) -> str:
+    """'61 layers over 16 stages as 3, 4, ..., 4, 2' (never 'None' for an unset first/last size)."""
+    from planner.costmodel.partition import stage_layer_counts
+    counts = list(stage_layer_counts(num_layers, p.pp, p.first_stage_layers, p.last_stage_layers))
+    shown = counts if len(counts) <= 4 else [counts[0], counts[1], "...", counts[-2], counts[-1]]
+    return f"{num_layers} layers over {p.pp} stages as {', '.join(str(c) for c in shown)}"
+
+
 def jax_mesh(job: Job) -> dict:
     m, p = job.model, job.plan
     if m.moe is not None and p.etp not in (1, p.tp):
@@ -139,8 +150,7 @@ def jax_mesh(job: Job) -> dict:
                           f"not over etp={p.etp}")
     if job.uneven or m.num_layers % p.pp:
         raise Unsupported("a PartitionSpec splits the stacked layer dimension evenly over `stage`; "
-                          f"{m.num_layers} layers in stages of {p.first_stage_layers}/.../{p.last_stage_layers} "
-                          "are not expressible")
+                          f"{uneven_split_text(m.num_layers, p)} is not expressible")
     deg = mesh_degrees(job)
     num_slices, ici, dcn = split_ici_dcn(job, deg)
     dims, params, acts = partition_specs(job)
@@ -330,20 +340,21 @@ def _yaml_scalar(v) -> str:
         return repr(v)
     if isinstance(v, list):
         return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return yaml_quote(str(v))  # one line whatever the value holds (planner.names)
 
 
 def maxtext_yaml(job: Job, cfg: dict, notes: list[str]) -> str:
     p = job.plan
     head = [
-        f"# MaxText config: {job.model.name} on {job.world} x {job.hw_id}, written by planner.",
+        f"# MaxText config: {safe_line(job.model.name, 200)} on {job.world} x {safe_line(job.hw_id, 200)}, "
+        "written by planner.",
         f"# plan: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} dp={p.dp} ep={p.ep} zero={p.zero_stage} "
         f"micro_batch={p.micro_batch} global_batch={job.train.global_batch} recompute={p.recompute}",
         "# run: python -m maxtext.trainers.pre_train.train maxtext.yml base_output_directory=CHECKPOINTS "
         "dataset_path=DATA tokenizer_path=TOKENIZER",
         "# PLACEHOLDERS (give them at launch): DATA, TOKENIZER (the vocabulary below is the planned size), CHECKPOINTS.",
     ]
-    head += [f"# note: {n}" for n in notes]
+    head += [f"# note: {safe_line(n, 1000)}" for n in notes]
     body = [f"{k}: {_yaml_scalar(v)}" for k, v in cfg.items()]
     return "\n".join(head + body) + "\n"
 

@@ -11,6 +11,8 @@ import shlex
 
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, arg_lines, dumps, moe_layer_pattern, run_length_expr
+from planner.names import safe_line
+from planner.specs.dims import ParallelDims
 
 class _Args(list):
     """argv being built: `flag(name, value)` appends `--name [value]`."""
@@ -215,7 +217,7 @@ def _recompute_args(job: Job, a: _Args) -> None:
 def _optimizer_args(job: Job, a: _Args) -> dict[str, str]:
     """Data parallelism and optimizer sharding flags; returns the environment the launch needs."""
     p, t = job.plan, job.train
-    instances = p.dp // p.zero_shard_size if p.zero_shard_size else 1
+    instances = ParallelDims.of(p).zero_replicas  # shard groups of the dp*cp group (planner.specs.dims)
     if p.zero_stage == 3:
         a.flag("--use-megatron-fsdp")
         a.flag("--data-parallel-sharding-strategy", "optim_grads_params")
@@ -259,7 +261,7 @@ def launch_script(job: Job, args: list[str], env: dict[str, str]) -> str:
     p = job.plan
     out = [
         "#!/usr/bin/env bash",
-        f"# Megatron-LM launch: {job.model.name} on {job.world} x {job.hw_id} "
+        f"# Megatron-LM launch: {safe_line(job.model.name, 200)} on {job.world} x {safe_line(job.hw_id, 200)} "
         f"({job.nodes} node(s) x {job.procs_per_node}), written by planner.",
         f"# tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} dp={p.dp} ep={p.ep} etp={p.etp} "
         f"micro_batch={p.micro_batch} global_batch={job.train.global_batch} grad_accum={job.grad_accum}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
 from planner.emit.torchtitan_model import CONFIG, MODULE, custom_model_errors, module_text
+from planner.specs.dims import ParallelDims
 
 # (module, config, float8 config or None): registry functions of torchtitan 0.3.0 and the model they build.
 # Keyed by (layers, hidden, heads, kv_heads, ffn, vocab, experts); tests/consumers checks it against the
@@ -150,8 +151,10 @@ def torchtitan_args(job: Job) -> list[str]:
                  "has no ZeRO-1)")
     module, config = registry_config(job)
 
-    # ZeRO >= 1 shards over zero_shard_size ranks (all of dp by default) and replicates across groups (HSDP)
-    shard = 1 if p.zero_stage == 0 else (p.zero_shard_size or p.dp)
+    # ZeRO >= 1 shards over dp_shard * cp = zero_shard_size ranks (all of dp * cp by default) and replicates
+    # across groups (HSDP); planner.specs.dims owns the split
+    dims = ParallelDims.of(p)
+    shard = 1 if p.zero_stage == 0 else dims.dp_shard
     replicate = p.dp // shard
 
     a = ["--module", module, "--config", config]

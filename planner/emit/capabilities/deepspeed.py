@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from planner.emit.capabilities import Capabilities, Rule, is_tpu, non_default_state_dtypes
 from planner.emit.common import Job
+from planner.specs.dims import ParallelDims
 
 
 def _partial_recompute(job: Job) -> bool:
@@ -41,7 +42,7 @@ RULES = (
          detail=lambda j: {"L": j.model.num_layers, "pp": j.plan.pp}),
     Rule("no-hybrid-shard", "DeepSpeed shards ZeRO over all data-parallel ranks: its hybrid sharding (MiCS) was removed "
          "in 0.19, and ZeRO++ hpZ still shards optimizer states over every rank", "DS:runtime/zero/config.py (no mics_shard_size in 0.19.8)",
-         lambda j: j.plan.zero_shard_size is not None and j.plan.zero_shard_size < j.plan.dp),
+         lambda j: ParallelDims.of(j.plan).zero_replicas > 1),
     Rule("offload-needs-zero", "DeepSpeed offloads the optimizer only with ZeRO stage >= 1",
          "DS:runtime/zero/offload_config.py:56", lambda j: j.plan.offload_optimizer and j.plan.zero_stage == 0),
     Rule("no-fp8", "ds_config has no FP8 training switch (FP8 GEMMs come from Transformer Engine in model code)",

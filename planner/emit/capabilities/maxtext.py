@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches, non_default_state_dtypes
 from planner.emit.common import Job, Unsupported
+from planner.specs.dims import ParallelDims
 
 
 def _mesh_impossible(job: Job) -> bool:
@@ -51,7 +52,8 @@ RULES = (
          detail=lambda j: {"etp": j.plan.etp, "tp": j.plan.tp}),
     Rule("no-zero12-hybrid", "MaxText shards the optimizer over all of `data`; a zero_shard_size needs zero_stage 3 "
          "(fsdp axis)", "MT:configs/base.yml shard_optimizer_over_data [absent: ZeRO-1/2 groups]",
-         lambda j: j.plan.zero_shard_size is not None and j.plan.zero_stage < 3 and j.plan.zero_shard_size < j.plan.dp),
+         lambda j: j.plan.zero_shard_size is not None and j.plan.zero_stage < 3
+         and ParallelDims.of(j.plan).dp_replicate > 1),
     Rule("ulysses-tpu-only", "MaxText's ulysses context parallelism runs on TPU only",
          "MT:configs/types.py:4071-4130 [assert]",
          lambda j: j.plan.cp > 1 and j.plan.cp_comm == "a2a" and not is_tpu(j), needs_cluster=True),

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches, non_default_state_dtypes
 from planner.emit.common import Job, Unsupported
+from planner.specs.dims import ParallelDims
 
 
 def _no_registry_config(job: Job) -> bool:
@@ -48,7 +49,7 @@ def _ep_not_from_shard(job: Job) -> bool:
     p = job.plan
     if job.model.moe is None or p.ep == 1:
         return False
-    shard = 1 if p.zero_stage == 0 else (p.zero_shard_size or p.dp)
+    shard = 1 if p.zero_stage == 0 else ParallelDims.of(p).dp_shard
     return (shard * p.cp * p.tp) % p.ep != 0
 
 

@@ -1,0 +1,56 @@
+"""The optimizer step: memory-bound Adam over the local shard of the parameters, or, offloaded, the
+gradient and parameter transfers over PCIe (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, sec. 4)."""
+
+from __future__ import annotations
+
+from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape
+from planner.costmodel.memory import StageParams, StateBytesPerParam, grad_bytes_per_param, state_bytes_per_param
+from planner.costmodel.trace import Term, formula
+from planner.specs.dims import ParallelDims
+
+# PCIe Gen4 x16 per direction (hardware.yaml links.pcie_x16_unidir_GBps.gen4, STAS PCIe table): the host link
+# assumed for offload traffic when a hardware profile states none (the slowest x16 rate the reference lists).
+UNKNOWN_HOST_LINK_GBPS = 31.0
+
+
+def adam_bytes_per_param(st: StateBytesPerParam) -> float:
+    """HBM bytes one Adam step moves per parameter (memory-bound; ZeRO, SC20, arXiv 1910.02054, sec. 3.1 states):
+    read and write the fp32 master (2 x 4) and both moments (2 x the moments' bytes), read the stored gradient,
+    write the 2-byte compute copy. fp32 moments and fp32 gradients: 8 + 16 + 4 + 2 = 30 B."""
+    master_in_optimizer = st.weights < 4.0  # bf16 weights (Megatron, DeepSpeed): the fp32 master is optimizer state
+    moments = st.optimizer - (4.0 if master_in_optimizer else 0.0)  # m and v in optimizer_dtype
+    return 2 * 4.0 + 2 * moments + st.grads + 2.0
+
+OPTIMIZER = formula(
+    "optimizer.adam",
+    "local params x (2 x 4 + 2 x moment bytes + grad bytes + 2) B / HBM bandwidth (Adam reads and writes the "
+    "fp32 master, m, v; reads grads; writes bf16 params: 30 B with fp32 moments and grads)",
+    "Adam (Kingma & Ba 2015); state bytes per ZeRO, SC20, arXiv 1910.02054, sec. 3.1",
+)
+OPTIMIZER_OFFLOAD = formula(
+    "optimizer.offload",
+    "local params x (grad bytes + 2 B) / PCIe bandwidth: gradients to the host, bf16 parameters back",
+    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, sec. 4; host link: the hardware profile's host_link_unidir_GBps",
+)
+
+
+def local_params(dims: ParallelDims, params: StageParams, slow: int, optimizer_sharded: bool) -> float:
+    """Parameters whose optimizer state one device of the slowest stage updates."""
+    z_dense, z_expert = dims.zero_shard, dims.expert_zero_shard
+    return (params.dense[slow] / (z_dense if optimizer_sharded else 1)
+            + params.experts[slow] / (z_expert if optimizer_sharded else 1))
+
+
+def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -> Term:
+    p, hw = shape.plan, ctx.cluster.hardware
+    st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
+    n = local_params(shape.dims, params, slow, st.optimizer_sharded)
+    if p.offload_optimizer:
+        grad_bytes = grad_bytes_per_param(ctx.train)
+        bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9
+        return OPTIMIZER_OFFLOAD.term("optimizer_s", n * (grad_bytes + PARAM_GATHER_BYTES) / bw, "s",
+                                      local_params=n, bytes_per_param=grad_bytes + PARAM_GATHER_BYTES,
+                                      bandwidth_GBps=bw / 1e9)
+    adam = adam_bytes_per_param(st)
+    return OPTIMIZER.term("optimizer_s", n * adam / ctx.hbm_bw, "s", local_params=n,
+                          bytes_per_param=adam, bandwidth_GBps=ctx.hbm_bw / 1e9)

@@ -1,0 +1,120 @@
+"""Pipeline schedules: step time with the bubble, and in-flight micro-batches per stage.
+
+References: GPipe (Huang et al. 2019, arXiv 1811.06965); 1F1B / PipeDream-Flush and interleaved 1F1B
+(Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2: bubble (p-1)/m and (p-1)/(v m)); zero-bubble
+ZB-H1 (Qi et al. 2023, arXiv 2401.10241, sec. 3: bubble (p-1)(T_F + T_B - T_W) at 1F1B memory);
+uneven stages: Alpa (Zheng et al. OSDI'22, eq. 2). planner.timeline draws the same model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.costmodel.base import ACT_ELEM_BYTES, Context, Shape
+from planner.costmodel.collectives import collective_time
+from planner.costmodel.trace import Term, formula
+from planner.specs import ParallelPlan
+
+if TYPE_CHECKING:
+    from planner.costmodel.layers import StageTimes
+
+
+# ZB-H1 splits the backward into B (input gradient) and W (weight gradient) of about equal time
+# (Qi et al. 2023, arXiv 2401.10241, sec. 2: T_B ~ T_W); planner.timeline draws the same split.
+ZB_W_FRACTION = 0.5
+
+
+def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1,
+                       fwd_s: list[float] | None = None) -> float:
+    """Time of m micro-batches through stages taking stage_s[i] (fwd+bwd of one micro-batch each).
+
+    Uniform stages give (m + p - 1) t, the 1F1B/GPipe makespan (Narayanan et al. SC21 sec. 2.2); with
+    uneven stages the slowest stage sets the steady state and the others fill and drain:
+    sum(stage) + (m - 1) max(stage) (Alpa, Zheng et al. OSDI'22, eq. 2). Interleaving shrinks the
+    fill/drain by v. ZB-H1 (needs `fwd_s`, the forward part of each stage time) fills with
+    T_F + T_B - T_W of each other stage (Qi et al. 2023 sec. 3: bubble (p-1)(T_F + T_B - T_W)), with
+    T_W = ZB_W_FRACTION of the backward. DualPipe: (p/2 - 1)/(p - 1) of 1F1B's fill (DeepSeek-V3 Table 2).
+    """
+    p = len(stage_s)
+    slow = max(range(p), key=stage_s.__getitem__)
+    if p == 1:
+        return m * stage_s[slow]
+    fill_s = list(stage_s)
+    frac = 1.0
+    if schedule == "interleaved":
+        frac = 1.0 / max(1, vpp)
+    elif schedule == "zb":
+        if fwd_s is None:
+            raise ValueError("the zb schedule needs the forward part of each stage time (fwd_s)")
+        fill_s = [f + (1.0 - 2.0 * ZB_W_FRACTION) * (t - f) for t, f in zip(stage_s, fwd_s, strict=True)]
+    elif schedule == "dualpipe":
+        frac = dualpipe_fill_fraction(p)
+    return m * stage_s[slow] + frac * (sum(fill_s) - fill_s[slow])
+
+
+def dualpipe_fill_fraction(pp: int) -> float:
+    """DualPipe's bubble relative to 1F1B's: (PP/2 - 1) vs (PP - 1) stage-times (DeepSeek-V3 report,
+    arXiv 2412.19437, sec. 3.2.1 Table 2; its F&B - 3W refinement is ignored, an upper bound)."""
+    return max(0.0, pp / 2 - 1) / (pp - 1) if pp > 1 else 0.0
+
+
+def inflight_microbatches(schedule: str, pp: int, stage: int, m: int, vpp: int = 1) -> float:
+    """Micro-batches whose activations a stage holds at its peak, in units of the stage's full
+    layer set. 1F1B: p - stage (first stage holds p; SC21 sec. 2.2.1); GPipe: all m; interleaved:
+    Megatron's warm-up count ((p - stage - 1) * 2 + (v - 1) * p + 1) chunks of 1/v of the stage."""
+    if pp <= 1:
+        return 1.0
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "dualpipe":
+        return float(min(m, pp + 1))  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations
+    if schedule == "interleaved" and vpp > 1:
+        chunks = min(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
+        return chunks / vpp
+    return float(min(m, pp - stage))
+
+
+# ---- terms of the step: the schedule's makespan, its bubble and the fill/drain transfers ----------------
+
+BUBBLE = formula(
+    "pipeline.bubble",
+    "max(0, makespan - m x t_slowest), makespan = m x t_slowest + f x (sum of the other stages' t); f = 1 for "
+    "1F1B/GPipe, 1/v interleaved, (p/2 - 1)/(p - 1) DualPipe; ZB-H1: the other stages' T_F + T_B - T_W "
+    "(T_W = half the backward)",
+    "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 ((p-1)/m, (p-1)/(v m)); Alpa, Zheng et al. OSDI'22, eq. 2 "
+    "(uneven stages); Qi et al. 2023, arXiv 2401.10241, sec. 3; DeepSeek-V3 report, arXiv 2412.19437, Table 2",
+)
+P2P = formula(
+    "pipeline.p2p",
+    "2 (p - 1) x (alpha + tokens x h x 2 B / (tp if SP) / busbw): the fill and drain activation transfers",
+    "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 (the p - 1 fill and drain steps)",
+)
+
+
+def schedule_of(plan: ParallelPlan) -> str:
+    return plan.schedule if plan.pp > 1 else "1f1b"
+
+
+def makespan_s(shape: Shape, st: StageTimes) -> float:
+    """Time of the step's micro-batches through the pipeline stages (pipeline_step_time)."""
+    p = shape.plan
+    # the forward pass carries half of the exposed per-layer collectives (they are counted fwd + bwd)
+    fwd = [st.fwd[s] + st.comm[s] / 2 for s in range(p.pp)]
+    return pipeline_step_time([st.microbatch_s(s) for s in range(p.pp)], shape.nmb, schedule_of(p), p.vpp, fwd)
+
+
+def bubble_term(shape: Shape, st: StageTimes, makespan: float, slow: int) -> Term:
+    p = shape.plan
+    return BUBBLE.term("bubble_s", max(0.0, makespan - shape.nmb * st.microbatch_s(slow)), "s",
+                       makespan_s=makespan, microbatches=shape.nmb, slowest_stage_s=st.microbatch_s(slow),
+                       schedule=schedule_of(p) if p.pp > 1 else "none", pp=p.pp, vpp=p.vpp)
+
+
+def p2p_term(ctx: Context, shape: Shape) -> Term:
+    p = shape.plan
+    if p.pp <= 1:
+        return P2P.term("pp_comm_s", 0.0, "s", pp=p.pp)
+    nbytes = shape.tokens * ctx.model.hidden_size * ACT_ELEM_BYTES / (p.tp if shape.sp else 1)
+    t = 2 * (p.pp - 1) * collective_time("send_recv", nbytes, 2, shape.links.pp)
+    return P2P.term("pp_comm_s", t, "s", pp=p.pp, bytes_per_transfer=nbytes,
+                    busbw_GBps=shape.links.pp.busbw / 1e9, alpha_s=shape.links.pp.alpha)
