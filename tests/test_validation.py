@@ -121,7 +121,9 @@ def test_summary_matches_rows(result):
     assert s["n"] == len(errs) == 75
     assert s["median_abs_error"] == pytest.approx(errs[37])
     assert s["p90_abs_error"] == pytest.approx(errs[int(0.9 * 74)])
-    assert s["median_abs_error"] == pytest.approx(0.084, abs=0.0005)  # docs/validation.md: 8.4%
+    # docs/validation.md: 9.2% (8.4% before issue 13: six Megatron rows with an unpublished ZeRO stage were filled
+    # with Megatron-FSDP + PP, which Megatron-LM does not verify; now with its distributed optimizer)
+    assert s["median_abs_error"] == pytest.approx(0.0916, abs=0.0005)
 
 
 @pytest.mark.slow
