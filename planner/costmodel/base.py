@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.collectives import Link, group_link
@@ -73,7 +73,7 @@ class Context:
         self.model_flops_per_token = model_flops_per_token(model, train.seq_len)
         self._rates(cluster, train)
         # caches shared by every candidate of a search (keys hold every input of the cached value)
-        self.layer_time_cache: dict[tuple, tuple] = {}
+        self.layer_time_cache: dict[tuple, Any] = {}  # -> planner.costmodel.layers.LayerTimes
         self.layer_term_cache: dict[tuple, tuple[Term, ...]] = {}
         self.act_cache: dict[tuple, float] = {}
         self.split_cache: dict[tuple, list] = {}
@@ -177,12 +177,7 @@ class Shape(NamedTuple):
     tokens: float  # tokens of one micro-batch on one device (along the sequence, split by CP)
     links: Links
     dims: ParallelDims  # group sizes and ZeRO shard groups (planner.specs.dims)
-
-    @property
-    def time_key(self) -> tuple:
-        """Every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)."""
-        p = self.plan
-        return (p.tp, p.cp, p.micro_batch, self.sp, p.ep, p.etp, p.cp_comm)
+    time_key: tuple  # every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)
 
 
 def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
@@ -192,6 +187,8 @@ def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
 
 
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
-    return Shape(plan=plan, sp=plan.sequence_parallel and plan.tp > 1, nmb=num_microbatches(plan, ctx.train),
+    sp = plan.sequence_parallel and plan.tp > 1
+    return Shape(plan=plan, sp=sp, nmb=num_microbatches(plan, ctx.train),
                  tokens=plan.micro_batch * ctx.train.seq_len / plan.cp, links=plan_links(ctx.cluster, plan),
-                 dims=ParallelDims.of(plan))
+                 dims=ParallelDims.of(plan),
+                 time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm))

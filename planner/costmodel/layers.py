@@ -43,25 +43,22 @@ def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, 
     return t, (layer_compute_term(shape, k, c), comm)
 
 
-def _cached(ctx: Context, shape: Shape, k: LayerKind) -> tuple:
+def layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
+    """`_layer_times`, cached in the context under every knob it depends on (with its terms)."""
     key = (k.moe, k.sliding) + shape.time_key
     v = ctx.layer_time_cache.get(key)
     if v is None:
         v, ctx.layer_term_cache[key] = _layer_times(ctx, shape, k)
         ctx.layer_time_cache[key] = v
-    return key, v
-
-
-def layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
-    """`_layer_times`, cached in the context under every knob it depends on."""
-    return _cached(ctx, shape, k)[1]
+    return v
 
 
 def layer_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
     """The compute and collective terms of every layer kind of the model under this plan."""
     out: list[Term] = []
     for k in ctx.kinds:
-        out.extend(ctx.layer_term_cache[_cached(ctx, shape, k)[0]])
+        layer_times(ctx, shape, k)
+        out.extend(ctx.layer_term_cache[(k.moe, k.sliding) + shape.time_key])
     return tuple(out)
 
 
@@ -104,17 +101,21 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
 def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTimes:
     p = shape.plan
     pp = p.pp
-    cols: list[list[float]] = [[] for _ in range(7)]
+    dualpipe = p.schedule == "dualpipe" and pp > 1
+    fwd, bwd, rec, tp, cp, ep, comm = [], [], [], [], [], [], []
     for s in range(pp):
         f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
         if s == pp - 1:  # LM head + loss
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head
             b += LM_HEAD_BWD_RATIO * t_head
-        if p.schedule == "dualpipe" and pp > 1:
+        if dualpipe:
             tep = dualpipe_exposed_ep_s(tep, f, b)
-        comm = 2 * ((0.0 if p.tp_comm_overlap else ttp) + tcp + tep)
-        # collectives: forward + backward
-        for col, v in zip(cols, (f, b, rc, 2 * ttp, 2 * tcp, 2 * tep, comm), strict=True):
-            col.append(v)
-    return StageTimes(*(tuple(c) for c in cols))
+        fwd.append(f)
+        bwd.append(b)
+        rec.append(rc)
+        tp.append(2 * ttp)  # collectives: forward + backward
+        cp.append(2 * tcp)
+        ep.append(2 * tep)
+        comm.append(2 * ((0.0 if p.tp_comm_overlap else ttp) + tcp + tep))
+    return StageTimes(tuple(fwd), tuple(bwd), tuple(rec), tuple(tp), tuple(cp), tuple(ep), tuple(comm))

@@ -311,13 +311,17 @@ class StateLayout(NamedTuple):
     z_expert: int
     grad_bytes: float
     overhead_bytes: float
+    per_dense: tuple[float, float, float]  # (weights, grads, optimizer) bytes per dense parameter, sharded
+    per_expert: tuple[float, float, float]  # the same per routed-expert parameter
+    schedule: str  # the pipeline schedule in effect
 
 
 def state_layout(ctx: Context, shape: Shape) -> StateLayout:
     plan, dims = shape.plan, shape.dims
-    return StateLayout(state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer), dims.zero_shard,
-                       dims.expert_zero_shard,
-                       grad_bytes_per_param(ctx.train), framework_overhead_bytes(ctx.train.framework))
+    st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
+    return StateLayout(st, dims.zero_shard, dims.expert_zero_shard, grad_bytes_per_param(ctx.train),
+                       framework_overhead_bytes(ctx.train.framework), st.per_param(dims.zero_shard),
+                       st.per_param(dims.expert_zero_shard), schedule_of(plan))
 
 
 def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams, s: int,
@@ -325,11 +329,11 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     """Per-device bytes of stage `s`: model states, activations, ZeRO-3 buffers, overhead."""
     p = shape.plan
     dn, ex = params.dense[s], params.experts[s]
-    per_dense, per_expert = lay.states.per_param(lay.z_dense), lay.states.per_param(lay.z_expert)
-    w, g, o = (dn * d + ex * e for d, e in zip(per_dense, per_expert, strict=True))
+    (dw, dg, do), (ew, eg, eo) = lay.per_dense, lay.per_expert
+    w, g, o = dn * dw + ex * ew, dn * dg + ex * eg, dn * do + ex * eo
     if p.schedule == "dualpipe" and p.pp > 1:
         w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
-    inflight = inflight_microbatches(schedule_of(p), p.pp, s, shape.nmb, p.vpp)
+    inflight = inflight_microbatches(lay.schedule, p.pp, s, shape.nmb, p.vpp)
     acts = stage_activations(ctx, shape, split, s, inflight)
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
     allocated = w + g + o + acts + buffers
