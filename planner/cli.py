@@ -57,6 +57,9 @@ def plan_options(f):
                      help="gradient buffer / reduction dtype (default: the framework's, fp32 for Megatron and FSDP)"),
         click.option("--optimizer-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
                      help="Adam moment dtype (bf16: Megatron precision-aware optimizer); master weights stay fp32"),
+        click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
+                     help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
+                     "(scores materialised, as in stacks before mid-2022)"),
         click.option("--tp", type=int, callback=_positive), click.option("--pp", type=int, callback=_positive),
         click.option("--dp", type=int, callback=_positive), click.option("--cp", type=int, callback=_positive),
         click.option("--ep", type=int, callback=_positive), click.option("--etp", type=int, callback=_positive),
@@ -105,7 +108,8 @@ def _handle_errors(f):
     return wrapper
 
 
-def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dtype=None, optimizer_dtype="fp32"):
+def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dtype=None, optimizer_dtype="fp32",
+                 attention=None):
     from planner.errors import InputError
     from planner.hardware_catalog import parse_cluster
     from planner.model_catalog import load_model
@@ -122,7 +126,8 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
         gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
     try:
         train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=dtype, framework=framework,
-                             grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype or "fp32")
+                             grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype or "fp32",
+                             attention_impl=attention or "flash")
     except ValueError as e:
         raise InputError(" ".join(str(e).split())) from None
     return model, cluster, train
@@ -156,7 +161,8 @@ def run_search(kw: dict):
     from planner.specs import ParallelPlan
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
-                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
+                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
+                                         kw.get("attention"))
     fixed = fixed_knobs(kw)
     try:
         ParallelPlan(**{k: v for k, v in fixed.items()})
@@ -179,7 +185,7 @@ def run_search(kw: dict):
     doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
                         "framework": train.framework, "grad_dtype": grad_dtype(train),
-                        "optimizer_dtype": train.optimizer_dtype},
+                        "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl},
            "plans": plans,
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                       "pruned": res.pruned, "seconds": seconds}}  # emit_doc drops "seconds" from --json
@@ -254,7 +260,8 @@ def _min_devices_cluster(kw, target_step_s) -> str:
     from planner.search import SearchOptions, min_devices
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
-                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
+                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
+                                         kw.get("attention"))
     opts = SearchOptions(fixed=fixed_knobs(kw), top_k=1, max_tp=kw.get("max_tp"),
                          memory_headroom_gib=kw.get("memory_headroom") or 0.0)
     n, _ = min_devices(model, cluster, train, opts, target_step_s)

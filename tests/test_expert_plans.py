@@ -233,3 +233,22 @@ def test_dualpipe_hides_deepseek_v3_all_to_all():
     res = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=False))
     e = res.plans[0]
     assert e.time_breakdown["ep_comm_s"] < 0.2 * e.time_breakdown["compute_s"]
+
+
+def test_cli_chooses_the_attention_implementation():
+    # the CLI maps --attention to TrainingSpec.attention_impl: unfused attention keeps the s x s scores,
+    # so the same pinned plan needs more activation memory without recompute
+    from click.testing import CliRunner
+    import json
+    from planner.cli import main
+    args = ["--model", "gpt3-175b", "--cluster", "a100-sxm-80gbx64", "--seq-len", "2048", "--gbs", "64",
+            "--dtype", "fp16", "--tp", "8", "--pp", "8", "--mbs", "1", "--recompute", "none", "--zero", "1",
+            "--json"]
+    docs = {}
+    for impl in ("flash", "unfused"):
+        r = CliRunner().invoke(main, [*args, "--attention", impl])
+        assert r.exit_code == 0, r.output
+        docs[impl] = json.loads(r.output)
+    assert docs["unfused"]["training"]["attention"] == "unfused"
+    act = {k: d["plans"][0]["memory"]["activations_gib"] for k, d in docs.items()}
+    assert act["unfused"] > 1.5 * act["flash"]
