@@ -107,3 +107,13 @@ def test_tpu_group_shape_sets_its_bandwidth():
     seg = placement(cl, ParallelPlan(tp=4, dp=64, zero_stage=3), "maxtext")["tp"]
     assert seg.ici_axes == (IciAxis(4, 16, False),)
     assert ici_group_busbw_GBps(cl, seg.ici_axes) == pytest.approx(50.0)
+
+
+def test_group_limited_routing_is_imported():
+    # DeepSeek-V3 config: n_group 8, topk_group 4 (each token to at most 4 nodes, report sec. 2.1.2);
+    # DeepSeek-V2: 8 groups, 3 devices (group_limited_greedy)
+    from planner.model_catalog import get_model
+    v3, v2 = get_model("deepseek-v3").moe, get_model("deepseek-v2").moe
+    assert (v3.route_groups, v3.route_topk_groups) == (8, 4)
+    assert (v2.route_groups, v2.route_topk_groups) == (8, 3)
+    assert get_model("mixtral-8x7b").moe.route_topk_groups is None
