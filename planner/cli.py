@@ -153,10 +153,10 @@ def cluster_doc(ctx) -> dict:
 
 def run_search(kw: dict):
     """Search with the command's options; returns (ctx, result, doc)."""
-    from planner.cost import Context
+    from planner.costmodel import Context
     from planner.errors import InputError, NoFeasiblePlan
     from planner.explain import reason
-    from planner.memory import grad_dtype
+    from planner.costmodel.memory import grad_dtype
     from planner.search import SearchOptions, search
     from planner.specs import ParallelPlan
 
@@ -193,7 +193,7 @@ def run_search(kw: dict):
 
 
 def nothing_fits_message(ctx, res, headroom: float) -> str:
-    from planner import calibration as cal
+    from planner.costmodel import calibration as cal
 
     cap = ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
     low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
@@ -396,7 +396,7 @@ def validate_cmd(runs_file, as_json, write_docs, search_quality, debug):
 @_handle_errors
 def explain_cmd(as_json, **kw):
     """Every number of one plan with its formula, and why each neighbouring plan loses."""
-    from planner import calibration as cal
+    from planner.costmodel import calibration as cal
     from planner.explain import derivation, why_not
 
     ctx, res, doc = run_search(kw | {"top_k": 1})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.cost import Context, Evaluation, evaluate
+from planner.costmodel import Context, Evaluation, evaluate
 from planner.space import plan_errors
 
 
@@ -83,10 +83,10 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
 def derivation(ctx: Context, ev: Evaluation) -> list[dict]:
     """The numbers behind one evaluation, each with the formula and inputs that produced it
     (docs/cost-model.md names the sources)."""
-    from planner import calibration as cal
-    from planner.collectives import group_link
-    from planner.flops import lm_head_flops_per_token
-    from planner.memory import GIB, logits_bytes_per_token, state_bytes_per_param
+    from planner.costmodel import calibration as cal
+    from planner.costmodel.collectives import group_link
+    from planner.costmodel.flops import lm_head_flops_per_token
+    from planner.costmodel.memory import GIB, logits_bytes_per_token, state_bytes_per_param
 
     p, m, tr, hw = ev.plan, ctx.model, ctx.train, ctx.cluster.hardware
     rows: list[dict] = []

@@ -6,9 +6,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-MEM_PARTS = ("weights_gib", "grads_gib", "optimizer_gib", "activations_gib", "buffers_gib", "overhead_gib")
-TIME_PARTS = ("compute_s", "recompute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
-              "dp_comm_s", "optimizer_s")
+from planner.costmodel.trace import MEMORY_PARTS as MEM_PARTS
+from planner.costmodel.trace import TIME_TERMS as TIME_PARTS
 
 
 def plan_label(p: dict) -> str:

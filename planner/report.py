@@ -21,31 +21,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, is_dataclass
 
 from planner import timeline as tl
+from planner.costmodel import trace as terms
 from planner.errors import InputError, PlannerError
 
 __all__ = ["render_report", "pareto_front", "plan_label", "CHART_IDS"]
 
 CHART_IDS = ("plans-table", "pareto", "timeline", "memory-breakdown", "time-breakdown")
 
-MEMORY_PARTS = [  # key, label, colour
-    ("weights_gib", "weights", "#4e79a7"),
-    ("grads_gib", "gradients", "#f28e2b"),
-    ("optimizer_gib", "optimizer", "#e15759"),
-    ("activations_gib", "activations", "#76b7b2"),
-    ("buffers_gib", "buffers", "#59a14f"),
-    ("overhead_gib", "overhead", "#bab0ac"),
-]
-TIME_PARTS = [
-    ("compute_s", "compute", "#4e79a7"),
-    ("recompute_s", "recompute", "#a0cbe8"),
-    ("bubble_s", "pipeline bubble", "#bab0ac"),
-    ("tp_comm_s", "TP comm", "#f28e2b"),
-    ("cp_comm_s", "CP comm", "#ffbe7d"),
-    ("ep_comm_s", "EP comm", "#e15759"),
-    ("pp_comm_s", "PP comm", "#b07aa1"),
-    ("dp_comm_s", "DP comm", "#59a14f"),
-    ("optimizer_s", "optimizer step", "#edc948"),
-]
+# chart colours of the breakdown terms (their keys, order and labels: planner.costmodel.trace)
+PART_COLOUR = {
+    "weights_gib": "#4e79a7", "grads_gib": "#f28e2b", "optimizer_gib": "#e15759", "activations_gib": "#76b7b2",
+    "buffers_gib": "#59a14f", "overhead_gib": "#bab0ac",
+    "compute_s": "#4e79a7", "recompute_s": "#a0cbe8", "bubble_s": "#bab0ac", "tp_comm_s": "#f28e2b",
+    "cp_comm_s": "#ffbe7d", "ep_comm_s": "#e15759", "pp_comm_s": "#b07aa1", "dp_comm_s": "#59a14f",
+    "optimizer_s": "#edc948",
+}
+MEMORY_PARTS = [(k, terms.LABELS[k], PART_COLOUR[k]) for k in terms.MEMORY_PARTS]  # key, label, colour
+TIME_PARTS = [(k, terms.LABELS[k], PART_COLOUR[k]) for k in terms.TIME_TERMS]
 KIND_COLOUR = {"F": "#4e79a7", "B": "#59a14f", "W": "#b07aa1"}
 KIND_LABEL = {"F": "forward", "B": "backward", "W": "weight-gradient (W)"}
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from planner import calibration as cal
-from planner.cost import Context, Evaluation, evaluate
+from planner.costmodel import calibration as cal
+from planner.costmodel import Context, Evaluation, evaluate
 from planner.errors import InputError
-from planner.memory import GIB, state_bytes_per_param
-from planner.pipeline import megatron_split
+from planner.costmodel.memory import GIB, state_bytes_per_param
+from planner.costmodel.partition import megatron_split
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 
@@ -183,7 +183,7 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     """(vpp, schedule, first_stage_layers, last_stage_layers, account_embedding_loss) for a pipeline
     depth. Layer splits are proposed only in forms Megatron can state: even over pp (and vpp), the
     embedding and loss counted as layers, or explicit first/last stage sizes with equal middle stages
-    (planner.pipeline.megatron_split); pinned sizes are kept."""
+    (planner.costmodel.partition.megatron_split); pinned sizes are kept."""
     L = ctx.model.num_layers
     if pp == 1:
         return [(1, "1f1b", None, None, False)]
@@ -357,7 +357,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     fx = opts.fixed
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
-    from planner.cost import stage_problem
+    from planner.costmodel.balance import stage_problem
     from planner.stages import assign_stages, megatron_flags
 
     L = ctx.model.num_layers
@@ -398,7 +398,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
 
 def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_ev: Evaluation) -> Evaluation:
     """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k)."""
-    from planner.pipeline import stage_layer_counts
+    from planner.costmodel.partition import stage_layer_counts
     n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, plan.first_stage_layers, plan.last_stage_layers))
     lo, hi, best = 1, n - 1, full_ev  # k = 0 is "none", already scored
     while lo <= hi:

@@ -10,7 +10,7 @@
                + inflight_s * (sum of layer_act_bytes over its stored layers
                                + sum of layer_act_bytes_recompute over its recomputed layers)
                + (max layer_act_bytes if the stage recomputes anything: one layer's full activations
-                  exist while it is re-run, as in planner.cost)
+                  exist while it is re-run, as in planner.costmodel)
                + (first_extra_bytes on stage 0) + (last_extra_bytes on stage pp-1)  <=  capacity_bytes
     with n_s >= 1 layers per stage (contiguous, in order) and 0 <= r_s <= n_s recomputed layers,
     the first r_s of the stage (Megatron's --recompute-method block).
@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from planner.pipeline import stage_layer_counts
+from planner.costmodel.partition import stage_layer_counts
 
 _TIME_UNITS = 10_000_000  # integer resolution of the whole model's time (stage times <= this)
 _BYTE_UNITS = 1_000_000  # integer resolution of the capacity
@@ -168,7 +168,7 @@ def _fewest_recompute(p: StageProblem, layers: Sequence[int]) -> list[int] | Non
 
 
 def uniform_assignment(p: StageProblem) -> StageAssignment | None:
-    """The default split (planner.pipeline.stage_layer_counts: even, the first/last stages short when pp
+    """The default split (planner.costmodel.partition.stage_layer_counts: even, the first/last stages short when pp
     does not divide the layers) with the fewest recomputed layers per stage that fit; None if it cannot fit."""
     if p.pp > p.num_layers:
         return None

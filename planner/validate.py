@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from planner.cost import Context, evaluate
+from planner.costmodel import Context, evaluate
 from planner.errors import InputError
 from planner.files import read_structured_file
 from planner.search import SearchOptions, search

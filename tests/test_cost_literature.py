@@ -4,14 +4,15 @@ import math
 
 import pytest
 
-from planner.collectives import Link, collective_time, ring_allreduce_volume_fraction
-from planner.memory import korthikanti_activation_bytes_per_layer, state_bytes_per_param
+from planner.costmodel.collectives import Link, collective_time, ring_allreduce_volume_fraction
+from planner.costmodel.memory import korthikanti_activation_bytes_per_layer, state_bytes_per_param
 from planner.specs import TrainingSpec
 
 
 def _train(framework: str, **kw) -> TrainingSpec:
     return TrainingSpec(global_batch=8, framework=framework, **kw)
-from planner.pipeline import bubble_fraction, inflight_microbatches, pipeline_step_time, stage_layer_counts
+from planner.costmodel.partition import stage_layer_counts
+from planner.costmodel.pipeline import bubble_fraction, inflight_microbatches, pipeline_step_time
 
 
 @pytest.mark.parametrize("stage,expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
@@ -112,7 +113,7 @@ def test_deepspeed_zero3_gathers_each_parameter_tensor():
     # ZeRO-Infinity sec. 6.1: every parameter is partitioned and all-gathered on its own. A GPT-2 layer
     # in Megatron's fused layout holds 12 tensors: QKV and proj weights+biases, 2 LayerNorms (w, b),
     # fc1 and fc2 weights+biases.
-    from planner.cost import param_tensors_per_layer
+    from planner.costmodel.data import param_tensors_per_layer
     from planner.hf_import import from_hf_config
 
     gpt = from_hf_config({"model_type": "gpt2", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_inner": 1024,
@@ -123,7 +124,7 @@ def test_deepspeed_zero3_gathers_each_parameter_tensor():
 def test_mla_layer_tensor_count():
     # MLA (DeepSeek-V3 layout): q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o = 7 attention tensors; without a
     # query LoRA rank (DeepSeek-V2-Lite) q replaces q_a/q_a_norm/q_b: 5. Plus 2 RMSNorms and a gated MLP (2).
-    from planner.cost import param_tensors_per_layer
+    from planner.costmodel.data import param_tensors_per_layer
     from planner.specs import MLASpec, ModelSpec
 
     def spec(q_lora):
@@ -141,7 +142,8 @@ def test_deepspeed_recompute_regathers_beyond_the_reuse_window():
     # parameter only when reused within stage3_max_reuse_distance = 1e9 parameters; evenly spread, the
     # share beyond it is 1 - 1e9 / (2 * 1.812e9) = 0.724. A Llama-3.1-8B layer (0.218e9) stays resident,
     # and FSDP2 unshards a block once before its recompute.
-    from planner.cost import Context, zero3_regather_fraction
+    from planner.costmodel import Context
+    from planner.costmodel.data import zero3_regather_fraction
     from planner.hardware_catalog import parse_cluster
     from planner.model_catalog import get_model
     from planner.specs import ParallelPlan
@@ -163,8 +165,9 @@ def test_legacy_deepspeed_zero3_exposes_every_gather_and_all_reduces_gradients()
     # #1173). Per micro-batch everything is exposed: the forward gather, 1 + f backward gathers and a ring
     # all-reduce of the fp16 gradients, (2 + f + 2) (n-1)/n * 2 P / busbw, plus ring latency (n-1) alpha per
     # step for each of the 12 tensors of each of the 96 layers (twice the steps for the all-reduce).
-    from planner.collectives import group_link
-    from planner.cost import Context, evaluate, zero3_regather_fraction
+    from planner.costmodel.collectives import group_link
+    from planner.costmodel import Context, evaluate
+    from planner.costmodel.data import zero3_regather_fraction
     from planner.hardware_catalog import parse_cluster
     from planner.model_catalog import get_model
     from planner.specs import ParallelPlan

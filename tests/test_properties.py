@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planner.cost import Context, evaluate
+from planner.costmodel import Context, evaluate
 from planner.errors import InputError
 from planner.hardware_catalog import list_hardware, parse_cluster
 from planner.search import MAX_SEARCH_VPP, SearchOptions, _zero_choices, search
 from planner.space import divisors, plan_errors
-from planner import calibration as cal
+from planner.costmodel import calibration as cal
 from planner.specs import ModelSpec, MoESpec, ParallelPlan, TrainingSpec
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))

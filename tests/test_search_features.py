@@ -3,7 +3,7 @@
 import pytest
 
 import planner.search as S
-from planner.cost import Context
+from planner.costmodel import Context
 from planner.hardware_catalog import parse_cluster
 from planner.model_catalog import get_model
 from planner.search import SearchOptions, min_devices, search, slice_shape, torus_group_sizes
@@ -75,7 +75,7 @@ def test_min_devices_is_minimal():
 @pytest.mark.parametrize("L,pp,vpp,expected", [(126, 16, 1, (7, 7)), (126, 16, 2, (8, 6)), (61, 16, 1, (3, 2)),
                                               (80, 3, 1, (27, 27)), (61, 4, 4, None)])
 def test_megatron_split(L, pp, vpp, expected):
-    from planner.pipeline import megatron_split, stage_layer_counts
+    from planner.costmodel.partition import megatron_split, stage_layer_counts
 
     assert megatron_split(L, pp, vpp) == expected
     if expected:

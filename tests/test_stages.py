@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from planner.pipeline import stage_layer_counts
+from planner.costmodel.partition import stage_layer_counts
 from planner.stages import (StageAssignment, StageProblem, assign_stages, megatron_flags, stage_costs,
                             uniform_assignment)
 

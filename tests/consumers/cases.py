@@ -187,7 +187,7 @@ def search_cases() -> list[Case]:
     """The best plan `plan` itself chooses for a few representative inputs, so the real consumers
     check what the search actually emits (uneven CP-SAT stage splits, interleaving, EP/ETP)."""
     try:
-        from planner.cost import Context
+        from planner.costmodel import Context
         from planner.hardware_catalog import parse_cluster
         from planner.model_catalog import get_model
         from planner.search import SearchOptions, search

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from planner import calibration as cal
+from planner.costmodel import calibration as cal
 from planner.specs import ClusterSpec
 
 Kind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]

@@ -7,6 +7,16 @@ ZB-H1 (Qi et al. 2023, arXiv 2401.10241, sec. 3: bubble about a third of 1F1B's 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from planner.costmodel.base import ACT_ELEM_BYTES, Context, Shape
+from planner.costmodel.collectives import collective_time
+from planner.costmodel.trace import Term, formula
+from planner.specs import ParallelPlan
+
+if TYPE_CHECKING:
+    from planner.costmodel.layers import StageTimes
+
 
 def bubble_fraction(schedule: str, pp: int, m: int, vpp: int = 1) -> float:
     """Idle time over ideal time for uniform stages: (p-1)/m for GPipe/1F1B, (p-1)/(v m) interleaved
@@ -66,57 +76,44 @@ def inflight_microbatches(schedule: str, pp: int, stage: int, m: int, vpp: int =
     return float(min(m, pp - stage))
 
 
-def stage_layer_counts(num_layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
-    """Layers per pipeline stage. Even when pp divides the layers; otherwise (or with Megatron's
-    --decoder-first/last-pipeline-num-layers) the first/last stages, which also hold the embedding
-    and the LM head, take fewer."""
-    if pp == 1:
-        return [num_layers]
-    if first is not None or last is not None:
-        f = first if first is not None else None
-        la = last if last is not None else None
-        fixed = (f or 0) + (la or 0)
-        free = pp - (f is not None) - (la is not None)
-        rest = num_layers - fixed
-        if rest < 0 or (free == 0 and rest != 0) or (free and rest % free):
-            raise ValueError(f"cannot split {num_layers} layers as first={first} last={last} over {pp} stages")
-        mid = rest // free if free else 0
-        counts = [mid] * pp
-        if f is not None:
-            counts[0] = f
-        if la is not None:
-            counts[-1] = la
-        return counts
-    q, r = divmod(num_layers, pp)
-    if r == 0:
-        return [q] * pp
-    counts = [q + 1] * pp
-    excess = (q + 1) * pp - num_layers
-    order = [pp - 1, 0] + list(range(pp - 2, 0, -1))  # trim last, first, then from the back
-    for k in range(excess):
-        counts[order[k % len(order)]] -= 1
-    return counts
+# ---- terms of the step: the schedule's makespan, its bubble and the fill/drain transfers ----------------
+
+BUBBLE = formula(
+    "pipeline.bubble",
+    "max(0, makespan - m x t_slowest), makespan = m x t_slowest + f x (sum of the other stages' t); f = 1 for "
+    "1F1B/GPipe, 1/v interleaved, 1/3 ZB-H1, (p/2 - 1)/(p - 1) DualPipe",
+    "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 ((p-1)/m, (p-1)/(v m)); Qi et al. 2023, arXiv 2401.10241, "
+    "sec. 3; DeepSeek-V3 report, arXiv 2412.19437, Table 2",
+)
+P2P = formula(
+    "pipeline.p2p",
+    "2 (p - 1) x (alpha + tokens x h x 2 B / (tp if SP) / busbw): the fill and drain activation transfers",
+    "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 (the p - 1 fill and drain steps)",
+)
 
 
-def megatron_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:
-    """First/last stage sizes for layers that pp does not divide, in the only form Megatron accepts
-    (--decoder-first/last-pipeline-num-layers: equal middle stages; with virtual stages every stage's
-    count divisible by vpp): the split whose largest stage is smallest, the last stage (LM head) not
-    larger than the first. None when no such split exists."""
-    L = num_layers
-    if pp < 2:
-        return None
-    best = None
-    mids = [0] if pp == 2 else range(vpp, L // (pp - 2) + 1, vpp)
-    for mid in mids:
-        rest = L - (pp - 2) * mid
-        if rest < 2 * vpp:
-            continue
-        last = (rest // 2) // vpp * vpp
-        first = rest - last
-        if last < vpp or first % vpp:
-            continue
-        key = (max(mid, first, last), first - last)
-        if best is None or key < best[0]:
-            best = (key, (first, last))
-    return best[1] if best else None
+def schedule_of(plan: ParallelPlan) -> str:
+    return plan.schedule if plan.pp > 1 else "1f1b"
+
+
+def makespan_s(shape: Shape, st: StageTimes) -> float:
+    """Time of the step's micro-batches through the pipeline stages (pipeline_step_time)."""
+    p = shape.plan
+    return pipeline_step_time([st.microbatch_s(s) for s in range(p.pp)], shape.nmb, schedule_of(p), p.vpp)
+
+
+def bubble_term(shape: Shape, st: StageTimes, makespan: float, slow: int) -> Term:
+    p = shape.plan
+    return BUBBLE.term("bubble_s", max(0.0, makespan - shape.nmb * st.microbatch_s(slow)), "s",
+                       makespan_s=makespan, microbatches=shape.nmb, slowest_stage_s=st.microbatch_s(slow),
+                       schedule=schedule_of(p) if p.pp > 1 else "none", pp=p.pp, vpp=p.vpp)
+
+
+def p2p_term(ctx: Context, shape: Shape) -> Term:
+    p = shape.plan
+    if p.pp <= 1:
+        return P2P.term("pp_comm_s", 0.0, "s", pp=p.pp)
+    nbytes = shape.tokens * ctx.model.hidden_size * ACT_ELEM_BYTES / (p.tp if shape.sp else 1)
+    t = 2 * (p.pp - 1) * collective_time("send_recv", nbytes, 2, shape.links.pp)
+    return P2P.term("pp_comm_s", t, "s", pp=p.pp, bytes_per_transfer=nbytes,
+                    busbw_GBps=shape.links.pp.busbw / 1e9, alpha_s=shape.links.pp.alpha)

@@ -3,7 +3,7 @@
 A matmul of an (m x k) by (k x n) matrix costs 2mkn FLOPs (Kaplan et al. 2020, arXiv 2001.08361,
 sec. 2.1). Backward costs 2x forward (one matmul for the input gradient, one for the weight
 gradient: Narayanan et al. SC21, arXiv 2104.04473, sec. 5.1). Sharding divides these by the
-parallel degree; `planner.cost` does that.
+parallel degree; `planner.costmodel.compute` does that.
 """
 
 from __future__ import annotations

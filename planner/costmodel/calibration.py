@@ -47,7 +47,7 @@ UNFUSED_ATTN_BYTES_PER_SCORE_FWD = 13.0
 # FP8 GEMMs: fraction of the FP8 MAMF ceiling reached by real shapes relative to BF16 (per-tensor
 # scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted.
 FP8_DERATE = 0.80
-# Scale on the memory-bound elementwise traffic per token per layer that planner.cost counts from the
+# Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
 # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
 # Not fitted (the dev runs cannot separate it from GEMM efficiency).
 ELEMENTWISE_BYTES_FACTOR = 1.0

@@ -1,0 +1,59 @@
+"""The layer -> stage balancing problem of a plan (planner.stages.StageProblem), built from the same
+per-layer costs `evaluate` uses."""
+
+from __future__ import annotations
+
+from planner.costmodel import calibration as cal
+from planner.costmodel.base import ACT_ELEM_BYTES, Context, plan_shape
+from planner.costmodel.compute import lm_head_fwd_s
+from planner.costmodel.layers import layer_times
+from planner.costmodel.memory import (GIB, act_elems, framework_overhead_bytes, logits_bytes_per_token,
+                                      state_bytes_per_param, zero_shards)
+from planner.costmodel.pipeline import inflight_microbatches
+from planner.specs import ParallelPlan
+
+
+def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ...]:
+    """Per layer: (time, recompute time, activation bytes, activation bytes under full recompute, state bytes)."""
+    shape = plan_shape(ctx, plan)
+    st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
+    z_dense, z_exp = zero_shards(plan)
+    per_dense, per_exp = sum(st.per_param(z_dense)), sum(st.per_param(z_exp))
+    base_mode = plan.recompute if plan.recompute != "full" else "none"
+    rows = []
+    for k in ctx.layer_kinds:
+        lf, lb, la, lt, lc, le = layer_times(ctx, shape, k)
+        comm = 2 * ((0.0 if plan.tp_comm_overlap else lt) + lc + le)
+        dense = (k.params.total - k.params.routed_experts) / plan.tp
+        rows.append((lf + lb + comm + (la if plan.recompute == "selective" else 0.0), lf + lt + lc + le,
+                     act_elems(ctx, shape, k, base_mode) * shape.tokens * ACT_ELEM_BYTES,
+                     act_elems(ctx, shape, k, "full") * shape.tokens * ACT_ELEM_BYTES,
+                     dense * per_dense + k.params.routed_experts / (plan.ep * plan.etp) * per_exp))
+    return tuple(zip(*rows))
+
+
+def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
+    """The balancing problem of `plan`: fwd+bwd time and exposed collectives per layer, the extra time of a
+    fully recomputed layer, activation bytes per in-flight micro-batch with and without full recompute,
+    model-state bytes per layer, the embedding / LM head + loss extras and in-flight micro-batches per
+    stage. Capacity = usable memory less the framework overhead, over the allocator fragmentation."""
+    from planner.stages import StageProblem
+
+    m, pp, tp = ctx.model, plan.pp, plan.tp
+    shape = plan_shape(ctx, plan)
+    t, rc, act, act_rc, state = _layer_rows(ctx, plan)
+    st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
+    per_dense = sum(st.per_param(zero_shards(plan)[0]))
+    inflight = tuple(inflight_microbatches(plan.schedule, pp, s, shape.nmb, plan.vpp) for s in range(pp))
+    overhead = framework_overhead_bytes(ctx.train.framework)
+    cap = max(1.0, (capacity_gib * GIB - overhead) / cal.ALLOCATOR_FRAGMENTATION)
+    return StageProblem(
+        num_layers=m.num_layers, pp=pp, layer_time_s=t, layer_recompute_s=rc,
+        layer_act_bytes=act, layer_act_bytes_recompute=act_rc, layer_state_bytes=state,
+        first_extra_time_s=0.0, last_extra_time_s=3 * lm_head_fwd_s(ctx, shape),
+        first_extra_bytes=ctx.params.embedding / tp * per_dense + shape.tokens * m.hidden_size * ACT_ELEM_BYTES * inflight[0],
+        last_extra_bytes=(ctx.params.lm_head or ctx.params.embedding) / tp * per_dense
+        + shape.tokens * logits_bytes_per_token(m, tp),
+        inflight=inflight, capacity_bytes=cap,
+        uniform_recompute=plan.recompute == "full",
+    )

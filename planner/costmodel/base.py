@@ -1,0 +1,153 @@
+"""What every cost module shares: the plan-independent `Context` (model, cluster, training, layer kinds,
+rates; computed once per search) and the per-plan `Shape` (tokens per micro-batch, micro-batch count,
+the fabric each parallel group runs on)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from planner.costmodel import calibration as cal
+from planner.costmodel.collectives import Link, group_link
+from planner.costmodel.flops import LayerFlops, is_sliding_layer, layer_flops, model_flops_per_token
+from planner.costmodel.partition import stage_layer_counts
+from planner.params import LayerParams, count_params, layer_params
+from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+
+# Bytes per activation element as the layers exchange and save them (bf16), Korthikanti et al. 2022 sec. 4.1.
+ACT_ELEM_BYTES = 2.0
+# Bytes per parameter element of the bf16 copies ZeRO-3/FSDP gathers (mixed precision, ZeRO paper sec. 3.1).
+PARAM_GATHER_BYTES = 2.0
+
+StageSplit = tuple[int, Counter, Counter]  # (layers, {kind: count} of the first n_full layers, {kind: count} of the rest)
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    moe: bool
+    sliding: bool
+    params: LayerParams
+    flops: LayerFlops  # forward, per token, unsharded
+
+
+def _kind_name(k: LayerKind) -> str:
+    return ("moe" if k.moe else "dense") + ("-sliding" if k.sliding else "")
+
+
+class Context:
+    """Everything about (model, cluster, training) that does not depend on the plan: computed once
+    per search, shared by every candidate."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec):
+        self.model, self.cluster, self.train = model, cluster, train
+        kinds: dict[tuple[bool, bool], int] = {}
+        self.kinds: list[LayerKind] = []  # the distinct layer kinds (dense/MoE x global/sliding)
+        self.kind_of_layer: list[int] = []  # layer index -> kind index
+        for i in range(model.num_layers):
+            key = (model.is_moe_layer(i), is_sliding_layer(model, i))
+            if key not in kinds:
+                kinds[key] = len(self.kinds)
+                self.kinds.append(LayerKind(key[0], key[1], layer_params(model, i), layer_flops(model, i, train.seq_len)))
+            self.kind_of_layer.append(kinds[key])
+        self.layer_kinds = [self.kinds[j] for j in self.kind_of_layer]
+        self.params = count_params(model)
+        self.model_flops_per_token = model_flops_per_token(model, train.seq_len)
+        self._rates(cluster, train)
+        # caches shared by every candidate of a search (keys hold every input of the cached value)
+        self.layer_time_cache: dict[tuple, tuple] = {}
+        self.act_cache: dict[tuple, float] = {}
+        self.split_cache: dict[tuple, list] = {}
+
+    def _rates(self, cluster: ClusterSpec, train: TrainingSpec) -> None:
+        """Peak rates and kernel efficiency ceilings of this hardware for this training recipe."""
+        hw = cluster.hardware
+        self.peak = hw.peak_flops(train.dtype)
+        self.peak_bf16 = hw.peak_flops("bf16")
+        eff = hw.gemm_efficiency_max
+        if train.dtype == "fp8" and hw.peak_tflops.fp8:
+            eff = (hw.gemm_efficiency_max_fp8 or eff) * cal.FP8_DERATE
+        self.gemm_eff_max = eff * cal.GEMM_SHAPE_DERATE
+        self.attn_peak = self.peak_bf16  # attention core runs in bf16 even in FP8 recipes
+        self.attn_eff = hw.gemm_efficiency_max * cal.GEMM_SHAPE_DERATE * cal.ATTN_REL_EFFICIENCY
+        # NVIDIA parts with FP8 tensor cores = Hopper and later, where kernel generation matters most
+        hopper_plus = hw.vendor.upper().startswith("NVIDIA") and hw.peak_tflops.fp8 is not None
+        if train.framework in ("fsdp",) and hopper_plus:
+            self.gemm_eff_max *= cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
+            # the same derate applies to every tensor-core kernel, attention included
+            self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY) * cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
+        self.unfused_attention = train.attention_impl == "unfused"
+        self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
+
+    def stage_kind_counts(self, pp: int, first: int | None, last: int | None, n_full: int | None) -> list[StageSplit]:
+        """Per stage: (layer counts, {kind: count} of the first n_full layers, {kind: count} of the rest)."""
+        key = (pp, first, last, n_full)
+        v = self.split_cache.get(key)
+        if v is None:
+            counts = stage_layer_counts(self.model.num_layers, pp, first, last)
+            v, start = [], 0
+            for c in counts:
+                ids = self.kind_of_layer[start:start + c]
+                nf = c if n_full is None else min(c, n_full)
+                v.append((c, Counter(ids[:nf]), Counter(ids[nf:])))
+                start += c
+            self.split_cache[key] = v
+        return v
+
+    def gemm_eff(self, *dims: float) -> float:
+        """GEMM efficiency falls as the smallest matrix dimension shrinks: eff_max x d / (d + d_half)."""
+        d = max(1.0, min(dims))
+        return self.gemm_eff_max * d / (d + cal.GEMM_DIM_HALF)
+
+    def kind_name(self, kind_id: int) -> str:
+        return _kind_name(self.kinds[kind_id])
+
+
+def num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
+    """Micro-batches per step per data-parallel rank: global batch / (dp x micro-batch)."""
+    per_rank = train.global_batch / (plan.dp * plan.micro_batch)
+    return max(1, int(round(per_rank)))
+
+
+class Links(NamedTuple):
+    """The fabric each group of the plan runs on (Megatron rank order tp -> cp -> ep/dp -> pp)."""
+
+    tp: Link
+    cp: Link
+    ep: Link
+    dp_rs: Link  # dp x cp ranks, reduce-scatter / all-gather
+    dp_ar: Link  # dp x cp ranks, all-reduce
+    pp: Link
+
+
+def plan_links(cluster: ClusterSpec, plan: ParallelPlan) -> Links:
+    tp, cp, dp, ep, etp = plan.tp, plan.cp, plan.dp, plan.ep, plan.etp
+    return Links(
+        tp=group_link(cluster, tp, 1),
+        cp=group_link(cluster, cp, tp),
+        ep=group_link(cluster, ep, etp, "all_to_all"),
+        dp_rs=group_link(cluster, dp * cp, tp, "reduce_scatter"),
+        dp_ar=group_link(cluster, dp * cp, tp, "all_reduce"),
+        pp=group_link(cluster, 2, tp * cp * dp, "send_recv"),
+    )
+
+
+class Shape(NamedTuple):
+    """The per-plan quantities every cost module reads."""
+
+    plan: ParallelPlan
+    sp: bool  # sequence parallelism in effect (needs tp > 1)
+    nmb: int  # micro-batches per step
+    tokens: float  # tokens of one micro-batch on one device (along the sequence, split by CP)
+    links: Links
+
+    @property
+    def time_key(self) -> tuple:
+        """Every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)."""
+        p = self.plan
+        return (p.tp, p.cp, p.micro_batch, self.sp, p.ep, p.etp, p.cp_comm)
+
+
+def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
+    return Shape(plan=plan, sp=plan.sequence_parallel and plan.tp > 1, nmb=num_microbatches(plan, ctx.train),
+                 tokens=plan.micro_batch * ctx.train.seq_len / plan.cp, links=plan_links(ctx.cluster, plan))

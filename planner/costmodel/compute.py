@@ -1,0 +1,146 @@
+"""Compute time of one layer for one micro-batch on one device: GEMMs (projections, MLP, experts, router)
+at a shape-dependent efficiency, the attention core, and memory-bound elementwise work.
+
+A matmul costs 2mkn FLOPs (Kaplan et al. 2020, arXiv 2001.08361, sec. 2.1; planner.costmodel.flops);
+time = FLOPs / (peak x efficiency). Backward runs 2x the forward GEMM FLOPs (Narayanan et al. SC21,
+arXiv 2104.04473, sec. 5.1); FlashAttention-2 backward takes about 2.5x its forward (Dao 2023,
+arXiv 2307.08691, sec. 4.1).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from planner.costmodel import calibration as cal
+from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
+from planner.costmodel.flops import lm_head_flops_per_token, qk_v_head_dims
+from planner.costmodel.trace import Term, formula
+
+# Backward / forward time ratios: GEMMs 2 (Narayanan et al. SC21 sec. 5.1), FlashAttention-2 ~2.5
+# (Dao 2023, arXiv 2307.08691, sec. 4.1), memory-bound elementwise work 2 (read the saved input and the
+# incoming gradient, write the outgoing one).
+BWD_GEMM_RATIO = 2.0
+BWD_ATTN_RATIO = 2.5
+BWD_ELEMENTWISE_RATIO = 2.0
+# Elementwise activation elements read+written per token per layer in forward: 2 norms (4h) and 2 residual
+# adds (6h) in the hidden width, the MLP activation (3 x intermediate width); Korthikanti et al. 2022 sec. 4.1
+# lists the tensors.
+ELEMENTWISE_HIDDEN_ELEMS = 10
+ELEMENTWISE_INTER_ELEMS = 3
+# MoE token permute + unpermute: read and write top_k copies of each hidden state, twice.
+MOE_PERMUTE_PASSES = 4
+
+LAYER_COMPUTE = formula(
+    "compute.layer",
+    "fwd = proj + mlp + experts + attention + elementwise; bwd = 2 x GEMMs + 2.5 x attention + 2 x elementwise",
+    "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
+    "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1)",
+)
+
+
+class LayerCompute(NamedTuple):
+    """Seconds of one layer's forward parts for one micro-batch on one device, and fwd / bwd totals."""
+
+    proj: float
+    mlp: float
+    experts: float
+    attention: float
+    elementwise: float
+    fwd: float
+    bwd: float
+
+
+def attn_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """q/k/v/o (or MLA) projections: FLOPs / tp at the efficiency of (tokens, h, heads x v_dim / tp)."""
+    m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
+    attn_dims = (tokens, m.hidden_size, (m.num_heads * (m.head_dim if m.mla is None else m.mla.v_head_dim)) / tp)
+    return tokens * k.flops.attn_proj / tp / (ctx.peak * ctx.gemm_eff(*attn_dims))
+
+
+def mlp_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Dense FFN (or the shared experts of an MoE layer) at the efficiency of (tokens, h, width / tp)."""
+    if not k.flops.mlp:
+        return 0.0
+    m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
+    width = m.ffn_hidden_size if not k.moe else (
+        (m.moe.shared_expert_ffn_hidden_size or m.moe.expert_ffn_hidden_size) * max(1, m.moe.num_shared_experts))
+    return tokens * k.flops.mlp / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size, width / tp))
+
+
+def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Routed experts as grouped GEMMs over the tokens each expert receives, plus the router GEMM."""
+    if not k.flops.experts:
+        return 0.0
+    m, p, tokens = ctx.model, shape.plan, shape.tokens
+    e, tp, ep, etp = m.moe, p.tp, p.ep, p.etp
+    tok_per_expert = tokens / tp * ep * e.top_k / e.num_experts * (etp if etp > 1 else 1)
+    t = tokens * k.flops.experts / tp / (ctx.peak * ctx.gemm_eff(tok_per_expert, m.hidden_size,
+                                                                 e.expert_ffn_hidden_size / etp)
+                                         * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
+    return t + tokens * k.flops.router / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size))
+
+
+def attention_core_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Attention core (QK^T, softmax, AV) forward. Unfused: the s x s scores are materialised, the batched
+    GEMMs run over all of them and softmax/dropout are memory-bound (Korthikanti et al. 2022 sec. 4.1)."""
+    m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
+    if ctx.unfused_attention:
+        seq = ctx.train.seq_len
+        dqk, dv = qk_v_head_dims(m)
+        scores = tokens * seq * m.num_heads / tp  # elements of s x s per device
+        t = 2.0 * scores * (dqk + dv) / (ctx.peak * ctx.gemm_eff(seq, dqk))
+        return t + scores * cal.UNFUSED_ATTN_BYTES_PER_SCORE_FWD / ctx.hbm_bw
+    return tokens * k.flops.attn_core / tp / (ctx.attn_peak * ctx.attn_eff)
+
+
+def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; MoE
+    layers add the token permute and unpermute."""
+    m, tp, tokens, h = ctx.model, shape.plan.tp, shape.tokens, ctx.model.hidden_size
+    inter = m.ffn_hidden_size if not k.moe else m.moe.expert_ffn_hidden_size * m.moe.top_k
+    elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * h / (tp if shape.sp else 1) + ELEMENTWISE_INTER_ELEMS * inter / tp)
+            * ACT_ELEM_BYTES * cal.ELEMENTWISE_BYTES_FACTOR)
+    if k.moe:
+        elem += tokens / tp * m.moe.top_k * h * ACT_ELEM_BYTES * MOE_PERMUTE_PASSES
+    return elem / ctx.hbm_bw
+
+
+def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
+    """Forward and backward compute seconds of one layer of kind `k` (formula compute.layer)."""
+    proj, mlp, exp = attn_proj_s(ctx, shape, k), mlp_s(ctx, shape, k), experts_s(ctx, shape, k)
+    attn, elem = attention_core_s(ctx, shape, k), elementwise_s(ctx, shape, k)
+    fwd = proj + mlp + exp + attn + elem
+    bwd = BWD_GEMM_RATIO * (proj + mlp + exp) + BWD_ATTN_RATIO * attn + BWD_ELEMENTWISE_RATIO * elem
+    if k.moe and ctx.train.framework == "megatron":
+        # the dispatcher's device-to-host sync per MoE layer, a third in forward, two in backward
+        fwd += cal.MOE_DISPATCH_SYNC_S / 3
+        bwd += 2 * cal.MOE_DISPATCH_SYNC_S / 3
+    return LayerCompute(proj, mlp, exp, attn, elem, fwd, bwd)
+
+
+def lm_head_fwd_s(ctx: Context, shape: Shape) -> float:
+    """LM head GEMM h -> V over the micro-batch's tokens, vocabulary split by TP."""
+    m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
+    return tokens * lm_head_flops_per_token(m) / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size, m.vocab_size / tp))
+
+
+COMPUTE = formula(
+    "compute.step", "m x (fwd + bwd) of the slowest stage per micro-batch",
+    "per-layer sum of GEMM, attention and elementwise time (Calculon, Isaev et al. SC23); compute.layer",
+)
+RECOMPUTE = formula(
+    "compute.recompute",
+    "m x recompute of the slowest stage: full = the recomputed layers' forward with its collectives, "
+    "selective = their attention core",
+    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5",
+)
+
+
+def compute_term(shape: Shape, stage_fwd_s: float, stage_bwd_s: float, stage: int) -> Term:
+    return COMPUTE.term("compute_s", shape.nmb * (stage_fwd_s + stage_bwd_s), "s", microbatches=shape.nmb,
+                        fwd_s=stage_fwd_s, bwd_s=stage_bwd_s, stage=stage)
+
+
+def recompute_term(shape: Shape, stage_rec_s: float) -> Term:
+    return RECOMPUTE.term("recompute_s", shape.nmb * stage_rec_s, "s", microbatches=shape.nmb,
+                          recompute_per_microbatch_s=stage_rec_s, mode=shape.plan.recompute)

@@ -1,0 +1,49 @@
+"""Context parallelism: the per-layer attention traffic of one micro-batch over the cp ranks that split
+the sequence.
+
+Ring (Megatron CP, Liu et al. 2023 Ring Attention, arXiv 2310.01889): cp - 1 rotations of this rank's K and
+V, each overlapped with the attention block of the chunk already held. All-to-all (DeepSpeed-Ulysses,
+Jacobs et al. 2023, arXiv 2309.14509): q, k, v in and o out, four all-to-alls of the hidden state.
+"""
+
+from __future__ import annotations
+
+from planner.costmodel.base import ACT_ELEM_BYTES, Context, Shape
+from planner.costmodel.collectives import collective_time
+from planner.costmodel.trace import Term, formula
+
+ULYSSES_ALL_TO_ALLS = 4  # q, k, v in, o out (Jacobs et al. 2023, sec. 3)
+
+CP_COMM = formula(
+    "context.cp_comm",
+    "m x 2 (fwd + bwd) x sum over the slowest stage's layers of: ring max(0, (cp-1) x send(K,V) - (cp-1)/cp x "
+    "attention), a2a 4 all-to-alls of tokens x h / tp x 2 B x cp",
+    "Liu et al. 2023, Ring Attention, arXiv 2310.01889; Jacobs et al. 2023, DeepSpeed-Ulysses, arXiv 2309.14509",
+)
+
+
+def kv_width(ctx: Context, tp: int) -> float:
+    """K and V elements per token on one TP rank (MLA: the up-projected per-head K and V)."""
+    m = ctx.model
+    if m.mla is not None:
+        return m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / tp
+    return 2 * m.num_kv_heads * m.head_dim / tp
+
+
+def cp_comm_fwd_s(ctx: Context, shape: Shape, attention_fwd_s: float) -> float:
+    """Exposed forward CP traffic of one layer for one micro-batch, given its attention-core time."""
+    p = shape.plan
+    tp, cp, tokens, link = p.tp, p.cp, shape.tokens, shape.links.cp
+    if cp <= 1:
+        return 0.0
+    if p.cp_comm == "a2a":
+        h = ctx.model.hidden_size
+        return ULYSSES_ALL_TO_ALLS * collective_time("all_to_all", tokens * h / tp * ACT_ELEM_BYTES * cp, cp, link)
+    step = collective_time("send_recv", tokens * kv_width(ctx, tp) * ACT_ELEM_BYTES, 2, link)
+    return max(0.0, (cp - 1) * step - attention_fwd_s * (cp - 1) / cp)
+
+
+def cp_comm_term(shape: Shape, stage_cp_s: float) -> Term:
+    p = shape.plan
+    return CP_COMM.term("cp_comm_s", shape.nmb * stage_cp_s, "s", microbatches=shape.nmb,
+                        cp_per_microbatch_s=stage_cp_s, cp=p.cp, cp_comm=p.cp_comm)

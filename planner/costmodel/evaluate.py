@@ -1,0 +1,153 @@
+"""Evaluate one plan: step time with its breakdown, peak memory with its parts, MFU, warnings, every number
+a term of one typed trace (planner.costmodel.trace).
+
+The model is an explicit per-layer sum (in the manner of Calculon, Isaev et al. SC23): for each pipeline
+stage, each layer's forward/backward GEMM, attention and memory-bound time on one device
+(planner.costmodel.compute), plus the exposed part of each collective (tensor, context, expert); the
+pipeline schedule turns per-stage micro-batch times into a step (pipeline); data-parallel gradient
+traffic (data) and the optimizer step (optimizer) close it. Memory per stage: planner.costmodel.memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.costmodel import calibration as cal
+from planner.costmodel.base import Context, Shape, plan_shape
+from planner.costmodel.compute import compute_term, recompute_term
+from planner.costmodel.context import cp_comm_term
+from planner.costmodel.data import dp_comm_term
+from planner.costmodel.expert import ep_comm_term, ep_warnings
+from planner.costmodel.layers import StageTimes, stage_times
+from planner.costmodel.memory import memory_terms, stage_memories, stage_params
+from planner.costmodel.optimizer import optimizer_term
+from planner.costmodel.pipeline import bubble_term, makespan_s, p2p_term
+from planner.costmodel.tensor import tp_comm_term, tp_warnings
+from planner.costmodel.trace import CostTrace, Term, formula
+from planner.specs import ParallelPlan
+
+STEP = formula("evaluate.step", "pipeline makespan (compute + recompute + bubble + exposed per-layer collectives) "
+               "+ pipeline fill/drain p2p + exposed DP traffic + optimizer step", "the terms it sums")
+THROUGHPUT = formula("evaluate.throughput", "global batch x seq_len / step / devices", "definition")
+MFU = formula(
+    "evaluate.mfu", "model FLOPs per token x tokens per step / (step x devices x BF16 dense peak)",
+    "PaLM, Chowdhery et al. 2022, arXiv 2204.02311, app. B (6N + 12 l h s); Narayanan et al. SC21 eq. 3",
+)
+HFU = formula("evaluate.hfu", "MFU x (1 + recompute forward share / 3)",
+              "PaLM, Chowdhery et al. 2022, app. B (hardware FLOPs count the recompute)")
+
+
+@dataclass
+class Evaluation:
+    """One evaluated plan. Every number is read from `trace`; `warnings` and `pipeline` (schedule,
+    layers per stage, per-stage micro-batch times; the search adds a stage assignment) travel beside it."""
+
+    plan: ParallelPlan
+    trace: CostTrace
+    peak_stage: int
+    warnings: list[str] = field(default_factory=list)
+    pipeline: dict = field(default_factory=dict)
+
+    @property
+    def step_time_s(self) -> float:
+        return self.trace.value("step_time_s")
+
+    @property
+    def time_breakdown(self) -> dict[str, float]:
+        return {t.name: t.value for t in self.trace.time}
+
+    @property
+    def memory(self) -> dict[str, float]:
+        return {t.name: t.value for t in self.trace.memory}
+
+    @property
+    def peak_gib(self) -> float:
+        return self.trace.value("peak_gib")
+
+    @property
+    def fits(self) -> bool:
+        return self.trace.value("peak_gib") <= self.trace.value("capacity_gib") - cal.FIT_RESERVE_GIB
+
+    @property
+    def tokens_per_s_per_device(self) -> float:
+        return self.trace.value("tokens_per_s_per_device")
+
+    @property
+    def mfu(self) -> float:
+        return self.trace.value("mfu")
+
+    @property
+    def hfu(self) -> float:
+        return self.trace.value("hfu")
+
+    def to_dict(self) -> dict:
+        return {
+            "plan": self.plan.knobs(),
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory": self.memory,
+            "time_breakdown": self.time_breakdown,
+            "fits": self.fits,
+            "warnings": list(self.warnings),
+            "pipeline": dict(self.pipeline),
+        }
+
+
+def _rate_terms(ctx: Context, shape: Shape, st: StageTimes, step: float) -> tuple[Term, ...]:
+    tr, n_dev = ctx.train, shape.plan.devices
+    total_tokens = tr.global_batch * tr.seq_len
+    mfu = ctx.model_flops_per_token * total_tokens / (step * n_dev * ctx.peak_bf16)
+    rec_flops_frac = sum(st.rec) / max(1e-30, sum(st.fwd))
+    return (
+        THROUGHPUT.term("tokens_per_s_per_device", total_tokens / step / n_dev, "tokens/s",
+                        tokens_per_step=total_tokens, step_time_s=step, devices=n_dev),
+        MFU.term("mfu", mfu, "", model_flops_per_token=ctx.model_flops_per_token, tokens_per_step=total_tokens,
+                 step_time_s=step, devices=n_dev, peak_bf16_flops=ctx.peak_bf16),
+        HFU.term("hfu", mfu * (1 + rec_flops_frac / 3.0), "", mfu=mfu, recompute_fwd_share=rec_flops_frac),
+    )
+
+
+def _pipeline_doc(shape: Shape, st: StageTimes, counts: list[int]) -> dict:
+    p = shape.plan
+    return {"pp": p.pp, "vpp": p.vpp, "num_microbatches": shape.nmb, "schedule": p.schedule if p.pp > 1 else "none",
+            "layers_per_stage": counts, "fwd_s_per_microbatch": list(st.fwd),
+            "bwd_s_per_microbatch": [st.bwd[s] + st.rec[s] for s in range(p.pp)]}
+
+
+def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> list[str]:
+    out = tp_warnings(ctx, shape) + ep_warnings(ctx, shape)
+    if not ev.fits:
+        out.append(f"does not fit: needs {ev.peak_gib:.1f} GiB of {ctx.cluster.hardware.hbm_capacity_gib:.1f} GiB "
+                   f"(stage {ev.peak_stage})")
+    if shape.plan.pp > 1 and max(counts) != min(counts):
+        out.append(f"uneven pipeline stages: layers per stage {counts}")
+    return out
+
+
+def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
+    """Predict one training step of `plan` (all knobs set). Pure; never raises on a valid plan."""
+    shape = plan_shape(ctx, plan)
+    split = ctx.stage_kind_counts(plan.pp, plan.first_stage_layers, plan.last_stage_layers,
+                                  plan.recompute_layers if plan.recompute == "full" else None)
+    st = stage_times(ctx, shape, split)
+    makespan = makespan_s(shape, st)
+    slow = max(range(plan.pp), key=st.microbatch_s)
+    params = stage_params(ctx, plan, split)
+    p2p, dp = p2p_term(ctx, shape), dp_comm_term(ctx, shape, st, split, slow, params)
+    opt = optimizer_term(ctx, shape, params, slow)
+    time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(shape, st.rec[slow]),
+            bubble_term(shape, st, makespan, slow), tp_comm_term(shape, st.tp[slow]),
+            cp_comm_term(shape, st.cp[slow]), ep_comm_term(shape, st.ep[slow]), p2p, dp, opt)
+    step = makespan + p2p.value + dp.value + opt.value
+    step_term = STEP.term("step_time_s", step, "s", makespan_s=makespan, pp_comm_s=p2p.value, dp_comm_s=dp.value,
+                          optimizer_s=opt.value)
+    mems = stage_memories(ctx, shape, split, params)
+    peak_stage = max(range(plan.pp), key=lambda s: mems[s].total_gib)
+    trace = CostTrace(time=time, memory=memory_terms(ctx, shape, mems[peak_stage], peak_stage),
+                      factors=(step_term, *_rate_terms(ctx, shape, st, step)))
+    counts = [c for c, _, _ in split]
+    ev = Evaluation(plan=plan, trace=trace, peak_stage=peak_stage, pipeline=_pipeline_doc(shape, st, counts))
+    ev.warnings.extend(_warnings(ctx, shape, ev, counts))
+    return ev

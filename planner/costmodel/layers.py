@@ -1,0 +1,97 @@
+"""Per-layer and per-stage time of one micro-batch: the compute of each layer kind
+(planner.costmodel.compute) plus its TP, CP and EP collectives, summed over the layers of each pipeline
+stage (Calculon's explicit per-layer sum, Isaev et al. SC23)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
+from planner.costmodel.compute import layer_compute, lm_head_fwd_s
+from planner.costmodel.context import cp_comm_fwd_s
+from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
+from planner.costmodel.tensor import tp_comm_fwd_s
+
+# LM head backward: input and weight gradients, 2x its forward (Narayanan et al. SC21 sec. 5.1).
+LM_HEAD_BWD_RATIO = 2
+
+
+class LayerTimes(NamedTuple):
+    """Seconds of one layer for one micro-batch on one device: forward and backward compute, the attention
+    core's forward, and the forward TP / CP / EP collectives (backward repeats each)."""
+
+    fwd: float
+    bwd: float
+    attention: float
+    tp: float
+    cp: float
+    ep: float
+
+
+def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
+    c = layer_compute(ctx, shape, k)
+    return LayerTimes(c.fwd, c.bwd, c.attention, tp_comm_fwd_s(ctx, shape, k),
+                      cp_comm_fwd_s(ctx, shape, c.attention), ep_comm_fwd_s(ctx, shape, k))
+
+
+def layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
+    """`_layer_times`, cached in the context under every knob it depends on."""
+    key = (k.moe, k.sliding) + shape.time_key
+    v = ctx.layer_time_cache.get(key)
+    if v is None:
+        v = ctx.layer_time_cache[key] = _layer_times(ctx, shape, k)
+    return v
+
+
+class StageTimes(NamedTuple):
+    """Per pipeline stage, seconds of one micro-batch: forward and backward compute, recompute, the TP,
+    CP and EP collectives (forward + backward; EP after DualPipe hiding) and the exposed communication."""
+
+    fwd: tuple[float, ...]
+    bwd: tuple[float, ...]
+    rec: tuple[float, ...]
+    tp: tuple[float, ...]
+    cp: tuple[float, ...]
+    ep: tuple[float, ...]
+    comm: tuple[float, ...]
+
+    def microbatch_s(self, s: int) -> float:
+        return self.fwd[s] + self.bwd[s] + self.rec[s] + self.comm[s]
+
+
+def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, ...]:
+    """(fwd, bwd, recompute, tp, cp, ep) forward sums over one stage's layers."""
+    recompute = shape.plan.recompute
+    f = b = rc = ttp = tcp = tep = 0.0
+    _, head_counts, tail_counts = split
+    for part, full_part in ((head_counts, True), (tail_counts, False)):
+        for kid, cnt in part.items():
+            lf, lb, la, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
+            f += cnt * lf
+            b += cnt * lb
+            ttp += cnt * lt
+            tcp += cnt * lc
+            tep += cnt * le
+            if recompute == "full" and full_part:
+                rc += cnt * (lf + lt + lc + le)  # re-run the forward, collectives included
+            elif recompute == "selective":
+                rc += cnt * la  # re-run the attention core (Korthikanti sec. 5)
+    return f, b, rc, ttp, tcp, tep
+
+
+def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTimes:
+    p = shape.plan
+    pp = p.pp
+    cols: list[list[float]] = [[] for _ in range(7)]
+    for s in range(pp):
+        f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
+        if s == pp - 1:  # LM head + loss
+            t_head = lm_head_fwd_s(ctx, shape)
+            f += t_head
+            b += LM_HEAD_BWD_RATIO * t_head
+        if p.schedule == "dualpipe" and pp > 1:
+            tep = dualpipe_exposed_ep_s(tep, f, b)
+        comm = 2 * ((0.0 if p.tp_comm_overlap else ttp) + tcp + tep)
+        for col, v in zip(cols, (f, b, rc, 2 * ttp, 2 * tcp, 2 * tep, comm)):  # collectives: forward + backward
+            col.append(v)
+    return StageTimes(*(tuple(c) for c in cols))

@@ -1,0 +1,390 @@
+"""Per-device memory of a training step: model states and activations.
+
+Model states (Rajbhandari et al., ZeRO, SC20, arXiv 1910.02054, sec. 3.1 and 5): mixed-precision Adam
+keeps 2 bytes of fp16/bf16 weights, 2 bytes of gradients and K = 12 bytes of fp32 master weights,
+momentum and variance per parameter; stages 1/2/3 shard the optimizer, + gradients, + weights over
+the N_d data-parallel ranks. Megatron-LM accumulates and reduces gradients in an fp32 main-grad buffer
+(4 bytes; `--accumulate-allreduce-grads-in-fp32`, default with bf16) and its distributed optimizer is
+ZeRO-1. PyTorch FSDP2 (torchtitan, llm-foundry) keeps the sharded parameters in fp32 (4 bytes),
+fp32 sharded gradients and the two Adam moments: 16 bytes / N_d, plus unsharded bf16 copies of the
+layers being computed.
+
+Activations generalise Korthikanti et al. 2022 (arXiv 2205.05198, sec. 4.1, eq. 1-2): a GPT layer
+saves sbh(34 + 5as/h) bytes at 2 bytes/element (34 = 11 attention + 19 MLP + 4 LayerNorm elements per
+token x 2 bytes, with dropout masks; 5as/h the attention scores); sequence parallelism divides all of it
+by t. Here each saved tensor is listed for the layer's real shapes (GQA, gated MLP, MoE, MLA), flash
+attention stores no s x s matrix, and modern recipes use no dropout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from planner.costmodel import calibration as cal
+from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
+from planner.costmodel.pipeline import inflight_microbatches, schedule_of
+from planner.costmodel.trace import Term, formula
+from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
+
+GIB = float(2**30)
+
+
+@dataclass(frozen=True)
+class StateBytesPerParam:
+    """Bytes per parameter resident on the device, before dividing by any sharding degree."""
+
+    weights: float
+    weights_sharded: bool
+    grads: float
+    grads_sharded: bool
+    optimizer: float
+    optimizer_sharded: bool
+
+    def per_param(self, shards):
+        """(weights, grads, optimizer) bytes per parameter when sharded over `shards` ranks (a number or a
+        numpy array): each part divides only if that ZeRO stage shards it."""
+        return (self.weights / (shards if self.weights_sharded else 1),
+                self.grads / (shards if self.grads_sharded else 1),
+                self.optimizer / (shards if self.optimizer_sharded else 1))
+
+
+def grad_dtype(train: TrainingSpec) -> str:
+    """The dtype gradients are reduced in over data parallelism: the stated one, else Megatron's fp32
+    main-grad buffer / FSDP2's fp32 reduce_dtype, else (DeepSpeed) the compute dtype."""
+    if train.grad_dtype is not None:
+        return train.grad_dtype
+    if train.framework in ("megatron", "fsdp", "maxtext"):
+        return "fp32"
+    return "fp16" if train.dtype == "fp16" else "bf16"
+
+
+def grad_bytes_per_param(train: TrainingSpec) -> float:
+    """Bytes of one gradient element as it is reduced over data parallelism."""
+    return 4.0 if grad_dtype(train) == "fp32" else 2.0
+
+
+def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimizer: bool) -> StateBytesPerParam:
+    """Weights/grads/optimizer bytes per parameter (ZeRO paper sec. 3.1, K=12: fp32 master 4 + Adam m, v
+    4 each; 8 with bf16 moments) for each framework."""
+    moments = 8.0 if train.optimizer_dtype == "fp32" else 4.0
+    if train.framework in ("fsdp", "maxtext") and zero_stage == 3:
+        # FSDP2 mixed precision: fp32 sharded params (4), grads (fp32 unless stated), Adam moments.
+        return StateBytesPerParam(4.0, True, grad_bytes_per_param(train), True,
+                                  0.0 if offload_optimizer else moments, True)
+    # the stored gradient: Megatron's main-grad buffer and DeepSpeed's buffer hold the reduction dtype;
+    # replicated (DDP-style) PyTorch keeps .grad in the compute dtype unless a dtype is stated
+    stored_as_reduced = train.grad_dtype is not None or train.framework in ("megatron", "deepspeed")
+    grad = grad_bytes_per_param(train) if stored_as_reduced else 2.0
+    return StateBytesPerParam(
+        weights=2.0,
+        weights_sharded=zero_stage >= 3,
+        grads=grad,
+        grads_sharded=zero_stage >= 2,
+        optimizer=0.0 if offload_optimizer else 4.0 + moments,
+        optimizer_sharded=zero_stage >= 1,
+    )
+
+
+def activation_elems_per_token(
+    m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
+    fp8_gemm_inputs: bool = False,
+) -> float:
+    """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
+    this device (tokens already divided by CP), sharded by TP as Megatron shards them."""
+    h = m.hidden_size
+    hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
+    if recompute == "full":
+        return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
+    if m.mla is not None:
+        a = m.mla
+        dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        q_lat = a.q_lora_rank or 0
+        # MLA saves the latents (q: qr, kv: kvr + rope) and the up-projected q, k, v for the core.
+        qkv = (q_lat + a.kv_lora_rank + a.qk_rope_head_dim) + m.num_heads * (2 * dqk + a.v_head_dim) / tp
+        attn_out = m.num_heads * a.v_head_dim / tp
+    else:
+        qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim / tp
+        attn_out = m.num_heads * m.head_dim / tp
+    # Transformer Engine FP8 linears save their GEMM inputs for backward as FP8 (1 byte, half an element)
+    g = 0.5 if fp8_gemm_inputs else 1.0
+    # attention block: norm input + qkv input (norm output) + q,k,v + softmax stats (fp32 per head) + O
+    # (the attention output O stays saved in bf16 for the attention backward; with FP8 the output
+    # projection saves its own FP8 copy on top)
+    attn = hs + g * hs + qkv + attn_out * (2.0 - g if g < 1 else 1.0) + 2.0 * m.num_heads / tp
+    if moe_layer:
+        e = m.moe
+        fe = e.expert_ffn_hidden_size
+        # dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)
+        per_expert_token = g * h + ((2 + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
+        shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
+        shared = ((2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w) / tp if e.num_shared_experts else 0.0
+        # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
+        mlp = hs + g * hs + e.top_k * per_expert_token / tp + shared + e.num_experts / tp
+    else:
+        f = m.ffn_hidden_size
+        # gated: gate, up, act(gate)*up (fc2 input); plain: fc1 out, act (fc2 input)
+        inter = (2 + g) * f if m.mlp_type == "gated" else (1 + g) * f
+        mlp = hs + g * hs + inter / tp
+    total = attn + mlp
+    if recompute == "selective" and framework in ("fsdp", "maxtext"):
+        # torchtitan "op" selective AC saves every other matmul output and the attention output,
+        # recomputing the rest from the layer input: roughly half the per-layer tensors.
+        return hs + 0.5 * (total - hs)
+    return total
+
+
+def logits_bytes_per_token(m: ModelSpec, tp: int) -> float:
+    """Peak of the loss on fp32-upcast logits (torch cross_entropy on .float() logits): at the start of
+    backward the saved fp32 log-softmax output (4 B), its incoming fp32 gradient (4 B) and the fp32
+    input gradient (4 B) coexist, before the cast back to bf16; vocab split by TP (loss parallel)."""
+    return 12.0 * m.vocab_size / tp
+
+
+def korthikanti_activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                                           recompute: str = "none") -> float:
+    """The paper's own per-layer formulas (Korthikanti et al. 2022, arXiv 2205.05198, eqs. 1-4 and
+    Table 2), for a GPT layer with dropout and materialised attention scores, 2-byte activations:
+    none, no TP: sbh(34 + 5as/h); TP: sbh(10 + 24/t + 5as/(ht)); TP+SP: sbh(34/t + 5as/(ht));
+    selective recompute (TP+SP): 34 sbh / t; full recompute: 2 sbh (the layer input)."""
+    sbh = float(s) * b * h
+    if recompute == "full":
+        return 2.0 * sbh
+    if recompute == "selective":
+        return sbh * 34.0 / t if sp else sbh * (10 + 24.0 / t)
+    if t == 1:
+        return sbh * (34 + 5.0 * a * s / h)
+    if sp:
+        return sbh * (34.0 / t + 5.0 * a * s / (h * t))
+    return sbh * (10 + 24.0 / t + 5.0 * a * s / (h * t))
+
+
+# ---- per-device memory of each pipeline stage ---------------------------------------------------------
+
+# Unfused attention saves the softmax output, the dropout mask and its output: 5 a s^2 b bytes per layer
+# (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1), i.e. 5 bytes per score element.
+UNFUSED_SCORE_BYTES = 5.0
+# Unsharded bf16 copies ZeRO-3/FSDP holds at once: the layer being computed and the prefetched next one.
+ZERO3_GATHERED_LAYERS = 2
+# Framework overhead of a framework without a calibrated figure (GiB).
+DEFAULT_FRAMEWORK_OVERHEAD_GIB = 2.0
+
+STATE = formula(
+    "memory.states",
+    "params on the stage per device (dense / tp, experts / (ep x etp)) x bytes per param / Z when this ZeRO "
+    "stage shards the part (Z = zero_shard_size or dp x cp; experts: the expert-data-parallel group)",
+    "Rajbhandari et al., ZeRO, SC20, arXiv 1910.02054, sec. 3.1 and 5; DualPipe keeps two parameter copies "
+    "(DeepSeek-V3 report, arXiv 2412.19437, Table 2)",
+)
+ACTIVATIONS = formula(
+    "memory.activations",
+    "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
+    "full activations under full recompute, + unfused scores 5 a s^2 b, + fp32 logits 12 B x V / tp on the "
+    "last stage, + the embedding output on the first)",
+    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1 eq. 1-2 and sec. 5; in-flight micro-batches: "
+    "Narayanan et al. SC21 sec. 2.2",
+)
+BUFFERS = formula(
+    "memory.buffers",
+    "ZeRO-3 / FSDP: 2 gathered bf16 layers + one layer's gradients; FSDP under PP: the stage's unsharded "
+    "parameters and gradients",
+    "ZeRO-3 prefetch (Rajbhandari et al. SC21, arXiv 2104.07857, sec. 6.1); torchtitan reshard_after_forward="
+    "False with PP",
+)
+OVERHEAD = formula(
+    "memory.overhead",
+    "framework overhead (CUDA context, NCCL buffers) + (allocator fragmentation - 1) x allocated",
+    "calibration.FRAMEWORK_OVERHEAD_GIB and ALLOCATOR_FRAGMENTATION (fitted on the torchtitan rows)",
+)
+PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum",
+               "the per-stage parts above; capacity from the hardware profile")
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one device of each stage holds before ZeRO sharding: dense (split by TP) and routed
+    experts (split by EP x ETP); the first stage adds the embedding, the last the LM head and final norm."""
+
+    dense: tuple[float, ...]
+    experts: tuple[float, ...]
+
+
+def stage_params(ctx: Context, plan: ParallelPlan, split: list[StageSplit]) -> StageParams:
+    tp, pp = plan.tp, plan.pp
+    dense_stage, expert_stage = [], []
+    for s in range(pp):
+        _, hc, tc = split[s]
+        allc = hc + tc
+        dense = sum(n * (ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) for j, n in allc.items()) / tp
+        experts = sum(n * ctx.kinds[j].params.routed_experts for j, n in allc.items()) / (plan.ep * plan.etp)
+        if s == 0:
+            dense += ctx.params.embedding / tp
+        if s == pp - 1:
+            dense += (ctx.params.lm_head or (ctx.params.embedding if pp > 1 else 0)) / tp + ctx.params.final_norm
+        dense_stage.append(dense)
+        expert_stage.append(experts)
+    return StageParams(tuple(dense_stage), tuple(expert_stage))
+
+
+def largest_layer_params_per_device(ctx: Context, plan: ParallelPlan, kind_ids) -> float:
+    """Parameters one device holds of the largest of these layer kinds, unsharded by ZeRO: dense parts
+    split by TP, routed experts by EP x ETP."""
+    return max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
+                + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp) for j in kind_ids), default=0.0)
+
+
+def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
+    """activation_elems_per_token of layer kind `k` under recompute `mode`, cached in the context."""
+    p, tr = shape.plan, ctx.train
+    key = (k.moe, k.sliding, p.tp, shape.sp, mode, p.etp)
+    v = ctx.act_cache.get(key)
+    if v is None:
+        v = ctx.act_cache[key] = activation_elems_per_token(
+            ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
+            fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"))
+    return v
+
+
+class StageMemory(NamedTuple):
+    """Bytes per device of one stage at its peak."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    buffers: float
+    overhead: float  # framework overhead + allocator fragmentation
+    inflight: float  # micro-batches whose activations the stage holds
+
+    @property
+    def total_gib(self) -> float:
+        return sum(self.parts_gib())
+
+    def parts_gib(self) -> tuple[float, ...]:
+        """MEMORY_PARTS order, in GiB."""
+        return (self.weights / GIB, self.grads / GIB, self.optimizer / GIB, self.activations / GIB,
+                self.buffers / GIB, self.overhead / GIB)
+
+
+def _layer_activations(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, float]:
+    """(bytes saved per micro-batch by the stage's layers, one layer's full activations at most)."""
+    _, hc, tc = split
+    tokens = shape.tokens
+    per_mb = 0.0
+    worst_layer = 0.0
+    for part, mode in ((hc, shape.plan.recompute), (tc, "none")):
+        for kid, cnt in part.items():
+            per_mb += cnt * act_elems(ctx, shape, ctx.kinds[kid], mode) * tokens * ACT_ELEM_BYTES
+    for kid in set(hc) | set(tc):
+        worst_layer = max(worst_layer, act_elems(ctx, shape, ctx.kinds[kid], "none") * tokens * ACT_ELEM_BYTES)
+    return per_mb, worst_layer
+
+
+def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: int, inflight: float) -> float:
+    """Activation bytes stage `s` holds at its peak (formula memory.activations)."""
+    p, m, tokens = shape.plan, ctx.model, shape.tokens
+    n_layers = split[s][0]
+    per_mb, worst_layer = _layer_activations(ctx, shape, split[s])
+    acts = per_mb * inflight
+    if p.recompute == "full":
+        acts += worst_layer  # one layer's full activations exist while it is recomputed
+    if ctx.unfused_attention and p.recompute != "full":
+        acts += inflight * n_layers * UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
+    if s == p.pp - 1:
+        acts += tokens * logits_bytes_per_token(m, p.tp)
+    if s == 0:
+        acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)  # embedding output kept for the first layer
+    return acts
+
+
+def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, split: StageSplit,
+                  grad_bytes: float) -> float:
+    """Bytes of the unsharded parameter and gradient buffers ZeRO-3 / FSDP adds (formula memory.buffers)."""
+    if plan.zero_stage == 3 and plan.pp > 1 and ctx.train.framework in ("fsdp", "maxtext"):
+        # FSDP under pipelining keeps the stage's parameters unsharded between micro-batches
+        # (torchtitan: reshard_after_forward=False with PP) and accumulates unsharded gradients
+        # until the last micro-batch (torch.distributed.pipelining backward_maybe_with_nosync).
+        return params_on_stage * (PARAM_GATHER_BYTES + grad_bytes)
+    if plan.zero_stage == 3:
+        # unsharded bf16 copies of the current and the prefetched layer, plus one layer's grads
+        _, hc, tc = split
+        return largest_layer_params_per_device(ctx, plan, set(hc) | set(tc)) * (
+            PARAM_GATHER_BYTES * ZERO3_GATHERED_LAYERS + grad_bytes)
+    return 0.0
+
+
+def framework_overhead_bytes(framework: str) -> float:
+    return cal.FRAMEWORK_OVERHEAD_GIB.get(framework, DEFAULT_FRAMEWORK_OVERHEAD_GIB) * GIB
+
+
+class StateLayout(NamedTuple):
+    """What every stage of one plan shares: bytes per parameter of each state, the ZeRO shard counts,
+    the gradient bytes and the framework overhead."""
+
+    states: StateBytesPerParam
+    z_dense: int
+    z_expert: int
+    grad_bytes: float
+    overhead_bytes: float
+
+
+def state_layout(ctx: Context, plan: ParallelPlan) -> StateLayout:
+    z_dense, z_expert = zero_shards(plan)
+    return StateLayout(state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer), z_dense, z_expert,
+                       grad_bytes_per_param(ctx.train), framework_overhead_bytes(ctx.train.framework))
+
+
+def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams, s: int,
+                 lay: StateLayout) -> StageMemory:
+    """Per-device bytes of stage `s`: model states, activations, ZeRO-3 buffers, overhead."""
+    p = shape.plan
+    dn, ex = params.dense[s], params.experts[s]
+    w, g, o = (dn * d + ex * e for d, e in zip(lay.states.per_param(lay.z_dense), lay.states.per_param(lay.z_expert)))
+    if p.schedule == "dualpipe" and p.pp > 1:
+        w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
+    inflight = inflight_microbatches(schedule_of(p), p.pp, s, shape.nmb, p.vpp)
+    acts = stage_activations(ctx, shape, split, s, inflight)
+    buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
+    allocated = w + g + o + acts + buffers
+    frag = allocated * (cal.ALLOCATOR_FRAGMENTATION - 1.0)
+    return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight)
+
+
+def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> list[StageMemory]:
+    lay = state_layout(ctx, shape.plan)
+    return [stage_memory(ctx, shape, split, params, s, lay) for s in range(shape.plan.pp)]
+
+
+def zero_shards(plan: ParallelPlan) -> tuple[int, int]:
+    """Ranks ZeRO shards over: dense states over zero_shard_size (HSDP) or all of dp x cp; expert states
+    over the expert-data-parallel group, capped by zero_shard_size."""
+    z_dense = plan.zero_shard_size or plan.dp * plan.cp
+    z_expert = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
+    return z_dense, z_expert
+
+
+def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tuple[Term, ...]:
+    """The peak stage's parts (MEMORY_PARTS order), its peak and the device capacity, as trace terms."""
+    p = shape.plan
+    st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
+    z_dense, z_expert = zero_shards(p)
+    w, g, o, a, b, ov = sm.parts_gib()
+    parts = (
+        STATE.term("weights_gib", w, "GiB", bytes_per_param=st.weights, sharded=str(st.weights_sharded),
+                   zero_shards=z_dense, expert_zero_shards=z_expert, stage=stage),
+        STATE.term("grads_gib", g, "GiB", bytes_per_param=st.grads, sharded=str(st.grads_sharded),
+                   zero_shards=z_dense, expert_zero_shards=z_expert, stage=stage),
+        STATE.term("optimizer_gib", o, "GiB", bytes_per_param=st.optimizer, sharded=str(st.optimizer_sharded),
+                   zero_shards=z_dense, expert_zero_shards=z_expert, offloaded=str(p.offload_optimizer)),
+        ACTIVATIONS.term("activations_gib", a, "GiB", inflight_microbatches=sm.inflight, tokens=shape.tokens,
+                         recompute=p.recompute, logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp)),
+        BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
+        OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(ctx.train.framework) / GIB,
+                      fragmentation=cal.ALLOCATOR_FRAGMENTATION),
+    )
+    peak = 0.0
+    for t in parts:  # the order of the original dict sum
+        peak += t.value
+    cap = ctx.cluster.hardware.hbm_capacity_gib
+    return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
+            PEAK.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id))

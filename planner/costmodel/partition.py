@@ -1,0 +1,60 @@
+"""How the layers split over pipeline stages: even splits, Megatron's explicit first/last stage sizes
+(--decoder-first/last-pipeline-num-layers)."""
+
+from __future__ import annotations
+
+
+def stage_layer_counts(num_layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[int]:
+    """Layers per pipeline stage. Even when pp divides the layers; otherwise (or with Megatron's
+    --decoder-first/last-pipeline-num-layers) the first/last stages, which also hold the embedding
+    and the LM head, take fewer."""
+    if pp == 1:
+        return [num_layers]
+    if first is not None or last is not None:
+        f = first if first is not None else None
+        la = last if last is not None else None
+        fixed = (f or 0) + (la or 0)
+        free = pp - (f is not None) - (la is not None)
+        rest = num_layers - fixed
+        if rest < 0 or (free == 0 and rest != 0) or (free and rest % free):
+            raise ValueError(f"cannot split {num_layers} layers as first={first} last={last} over {pp} stages")
+        mid = rest // free if free else 0
+        counts = [mid] * pp
+        if f is not None:
+            counts[0] = f
+        if la is not None:
+            counts[-1] = la
+        return counts
+    q, r = divmod(num_layers, pp)
+    if r == 0:
+        return [q] * pp
+    counts = [q + 1] * pp
+    excess = (q + 1) * pp - num_layers
+    order = [pp - 1, 0] + list(range(pp - 2, 0, -1))  # trim last, first, then from the back
+    for k in range(excess):
+        counts[order[k % len(order)]] -= 1
+    return counts
+
+
+def megatron_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:
+    """First/last stage sizes for layers that pp does not divide, in the only form Megatron accepts
+    (--decoder-first/last-pipeline-num-layers: equal middle stages; with virtual stages every stage's
+    count divisible by vpp): the split whose largest stage is smallest, the last stage (LM head) not
+    larger than the first. None when no such split exists."""
+    L = num_layers
+    if pp < 2:
+        return None
+    best = None
+    mids = [0] if pp == 2 else range(vpp, L // (pp - 2) + 1, vpp)
+    for mid in mids:
+        rest = L - (pp - 2) * mid
+        if rest < 2 * vpp:
+            continue
+        last = (rest // 2) // vpp * vpp
+        first = rest - last
+        if last < vpp or first % vpp:
+            continue
+        key = (max(mid, first, last), first - last)
+        if best is None or key < best[0]:
+            best = (key, (first, last))
+    return best[1] if best else None
