@@ -22,6 +22,7 @@ worst over all groups of that kind.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -70,7 +71,9 @@ class GroupSpan:
         return not self.aligned
 
 
-def _linear_span(group: str, size: int, stride: int, world: int, domain: int, up: str, out: str) -> GroupSpan:
+@functools.lru_cache(maxsize=4096)
+def linear_span(group: str, size: int, stride: int, world: int, domain: int, up: str = "scale-up",
+                out: str = "scale-out") -> GroupSpan:
     """Groups of `size` ranks `stride` apart in a linear rank order (block = size * stride ranks holds
     `stride` interleaved groups), on domains of `domain` consecutive ranks."""
     if size <= 1:
@@ -78,18 +81,19 @@ def _linear_span(group: str, size: int, stride: int, world: int, domain: int, up
     block = size * stride
     # the pattern repeats every lcm(domain, block) ranks when the domain divides the world
     n = world if world % domain else min(world, math.lcm(domain, block))
-    n -= n % block
+    n = max(block, n - n % block)
     ranks = np.arange(n, dtype=np.int64).reshape(n // block, size, stride).transpose(0, 2, 1).reshape(-1, size)
     dom = ranks // domain
     gid = np.repeat(np.arange(ranks.shape[0]), size)
-    pairs, counts = np.unique(gid * (world // domain + 2) + dom.ravel(), return_counts=True)
-    pair_gid = pairs // (world // domain + 2)
+    base = n // domain + 2
+    pairs, counts = np.unique(gid * base + dom.ravel(), return_counts=True)
+    pair_gid = pairs // base
     per_group_domains = np.bincount(pair_gid, minlength=ranks.shape[0])
     crossing = per_group_domains > 1
     if not crossing.any():
         return GroupSpan(group, size, True, 1, size, size, 0, (up,))
     cross_pairs = crossing[pair_gid]
-    per_dom = np.bincount((pairs % (world // domain + 2))[cross_pairs])
+    per_dom = np.bincount((pairs % base)[cross_pairs])
     return GroupSpan(group, size, False, int(per_group_domains.max()), int(counts[cross_pairs].min()),
                      int(counts.max()), int(per_dom.max()), (up, out))
 
@@ -130,11 +134,28 @@ def split_ici_dcn(deg: dict[str, int], world: int, slice_size: int) -> tuple[dic
     return ici, dcn
 
 
+def placement_domain(cluster: ClusterSpec, world: int) -> int:
+    """Consecutive ranks that share one scale-up domain as a job of `world` devices is laid out. A domain of
+    one node (HGX 8-GPU, xGMI) is the node. A multi-node domain (GB200 NVL72: 18 trays of 4 GPUs; a TPU
+    slice) holds a whole small job; a larger job is allocated in equal segments of whole nodes inside a
+    domain: the largest multiple of the node size up to the domain that divides the job (Slurm
+    topology/block `--segment`: NVIDIA recommends 16-tray segments, 64 GPUs of an NVL72, for jobs of 128+
+    GPUs; NVIDIA technical blog "Achieving Peak System and Workload Efficiency on NVIDIA GB200 NVL72 with
+    Slurm Block Scheduling"; MaxText multislice uses equal slices)."""
+    dom, node = cluster.scale_up_size, cluster.node_size
+    if dom <= node or world <= dom:
+        return max(1, min(dom, world))
+    for d in range(dom - dom % node, node - 1, -node):
+        if world % d == 0:
+            return d
+    return dom
+
+
 def slice_shape(cluster: ClusterSpec) -> tuple[int, ...]:
     """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
     v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
     t = cluster.hardware.torus
-    n = min(cluster.count, t.max_slice_chips)
+    n = min(placement_domain(cluster, cluster.count), t.max_slice_chips)
     best: tuple[int, ...] | None = None
     for a in _divisors(n):
         shapes = [(a, n // a)] if t.dims == 2 else [(a, b, n // (a * b)) for b in _divisors(n // a)]
@@ -226,10 +247,11 @@ def placement(cluster: ClusterSpec, plan: ParallelPlan, framework: str) -> dict[
     mesh (and a torus mapping) on TPU or with framework maxtext, the linear tp-cp-ep-dp-pp order else."""
     hw = cluster.hardware
     up, out = _SCALE_UP_LINK[hw.scale_up.kind], hw.scale_out.kind
-    world, domain = plan.devices, cluster.scale_up_size
+    world = plan.devices
+    domain = placement_domain(cluster, world)
     if framework == "maxtext" or hw.torus is not None:
         ici, dcn = split_ici_dcn(mesh_degrees(plan), world, domain)
         torus = torus_assignment(ici, slice_shape(cluster), hw.torus.cube) if hw.torus is not None else None
         return {g: _mesh_span(g, axes, ici, dcn, torus, domain, up, out) for g, axes in _mesh_groups(plan).items()}
-    return {g: _linear_span(g, size, stride, world, domain, up, out)
+    return {g: linear_span(g, size, stride, world, domain, up, out)
             for g, (size, stride) in linear_strides(plan).items()}

@@ -3,7 +3,7 @@
 import pytest
 
 from planner.hardware_catalog import parse_cluster
-from planner.placement import (IciAxis, _linear_span, ici_group_busbw_GBps, placement, slice_shape,
+from planner.placement import (IciAxis, linear_span, placement_domain, ici_group_busbw_GBps, placement, slice_shape,
                                split_ici_dcn, torus_assignment, mesh_degrees)
 from planner.specs import ParallelPlan
 
@@ -38,12 +38,23 @@ def test_cp_group_when_tp_times_cp_does_not_divide_the_node():
 
 def test_64_rank_groups_on_nvl72_starting_at_rank_64():
     # two NVL72 racks: ranks 0-63 stay in rack 0, ranks 64-127 put 8 ranks in rack 0 and 56 in rack 1
-    span = _linear_span("ep", 64, 1, 128, 72, "nvlink", "ib")
+    span = linear_span("ep", 64, 1, 128, 72, "nvlink", "ib")
     assert not span.aligned and span.domains == 2 and span.min_per_domain == 8 and span.max_per_domain == 64
-    cl = parse_cluster("gb200-nvl72x144")
-    assert cl.scale_up_size == 72
+    cl = parse_cluster("gb200-nvl72x144")  # two full racks: ranks 64-127 straddle them
+    assert cl.scale_up_size == 72 and placement_domain(cl, 144) == 72
+    assert not placement(cl, ParallelPlan(ep=64, dp=144), "megatron")["ep"].aligned
     # a 72-rank group tiles the rack
-    assert _linear_span("ep", 72, 1, 144, 72, "nvlink", "ib").aligned
+    assert linear_span("ep", 72, 1, 144, 72, "nvlink", "ib").aligned
+
+
+def test_nvl72_jobs_are_placed_in_whole_segments():
+    # Slurm block scheduling on NVL72: jobs of 128+ GPUs in 16-tray (64-GPU) segments, so EP64 stays in a rack
+    cl = parse_cluster("gb200-nvl72x256")
+    assert placement_domain(cl, 256) == 64 and placement_domain(cl, 128) == 64
+    assert placement_domain(cl, 48) == 48  # a small job sits in one rack
+    assert placement(cl, ParallelPlan(ep=64, dp=256), "megatron")["ep"].aligned
+    # HGX nodes: the domain is the node whatever the job
+    assert placement_domain(parse_cluster("h100x64"), 64) == 8
 
 
 def test_dp_and_pp_groups_cross_nodes_with_one_rank_per_node():
