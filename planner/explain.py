@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 from planner.costmodel import Context, Evaluation, evaluate
+from planner.placement import placement
 from planner.space import plan_errors
+
+_SCALE_UP_NAME = {"nvswitch": "NVLink", "xgmi_mesh": "xGMI", "ici_torus": "ICI"}
 
 
 def reason(ctx: Context, ev: Evaluation) -> str:
     """One line: what each non-trivial knob buys, from the evaluation's own numbers."""
     p, cl = ev.plan, ctx.cluster
     parts = []
+    span = placement(cl, p, ctx.train.framework)
     if p.tp > 1:
-        where = "NVLink/ICI" if p.tp <= cl.scale_up_size else "the network (crosses the domain)"
-        parts.append(f"TP={p.tp} keeps per-layer collectives on {where}")
+        where = (_SCALE_UP_NAME.get(cl.hardware.scale_up.kind, "the scale-up fabric") if span["tp"].aligned else
+                 f"{cl.hardware.scale_out.kind.upper()} (its groups span {span['tp'].domains} scale-up domains)")
+        parts.append(f"TP={p.tp} runs per-layer collectives on {where}")
     if p.pp > 1:
         bub = ev.time_breakdown["bubble_s"] / ev.step_time_s if ev.step_time_s else 0.0
         parts.append(f"PP={p.pp}{' x' + str(p.vpp) + ' virtual' if p.vpp > 1 else ''} "
                      f"({p.schedule}, bubble {100 * bub:.0f}%)")
     if p.cp > 1:
-        parts.append(f"CP={p.cp} splits the {ctx.train.seq_len}-token sequence")
+        parts.append(f"CP={p.cp} splits the {ctx.train.seq_len}-token sequence"
+                     + ("" if span["cp"].aligned else f" (its K/V exchange crosses {cl.hardware.scale_out.kind.upper()})"))
     if p.ep > 1:
         parts.append(f"EP={p.ep} spreads the experts")
     if p.zero_stage:
@@ -53,7 +59,7 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
         upd = change(ev.plan)
         if not upd:
             continue
-        if upd.get("pp", 1) == 1:
+        if upd.get("pp", ev.plan.pp) == 1:  # a neighbour that keeps PP keeps its schedule
             upd.update(vpp=1, schedule="1f1b")
         if upd.get("tp", ev.plan.tp) == 1:
             upd["sequence_parallel"] = False
@@ -150,7 +156,8 @@ def derivation(ctx: Context, ev: Evaluation) -> list[dict]:
         f"params on the stage / tp x {st.optimizer:g} B (fp32 master + Adam m, v)" + (f" / {z}" if st.optimizer_sharded else ""))
     row("activations", mem["activations_gib"], "GiB",
         f"per-layer saved tensors x tokens x 2 B x layers x in-flight micro-batches ({p.schedule}); last stage + logits "
-        f"{logits_bytes_per_token(m, p.tp) * tokens / GIB:.2f} GiB (12 B per logit / tp)")
+        f"{logits_bytes_per_token(m, p.tp, ctx.train.framework) * tokens / GIB:.2f} GiB "
+        f"({logits_bytes_per_token(m, 1, ctx.train.framework) / m.vocab_size:g} B per logit / tp)")
     row("peak memory", mem["peak_gib"], "GiB", f"weights + grads + optimizer + activations + buffers + overhead "
         f"(framework {cal.FRAMEWORK_OVERHEAD_GIB.get(tr.framework, 2.0):g} GiB + {100 * (cal.ALLOCATOR_FRAGMENTATION - 1):.0f}% fragmentation)")
     row("MFU", ev.mfu, "", f"model FLOPs per token {ctx.model_flops_per_token:.3g} (6 N_active + non-causal attention, "

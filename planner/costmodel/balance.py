@@ -53,7 +53,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
         first_extra_time_s=0.0, last_extra_time_s=3 * lm_head_fwd_s(ctx, shape),
         first_extra_bytes=ctx.params.embedding / tp * per_dense + shape.tokens * m.hidden_size * ACT_ELEM_BYTES * inflight[0],
         last_extra_bytes=(ctx.params.lm_head or ctx.params.embedding) / tp * per_dense
-        + shape.tokens * logits_bytes_per_token(m, tp),
+        + shape.tokens * logits_bytes_per_token(m, tp, ctx.train.framework),
         inflight=inflight, capacity_bytes=cap,
         uniform_recompute=plan.recompute == "full",
     )

@@ -84,3 +84,12 @@ FIT_RESERVE_GIB = 1.0
 # PCIe x16 per-direction rates (hardware.yaml links.pcie_x16_unidir_GBps: gen4 31, gen5 63), used for
 # optimizer offload traffic; A100 hosts are gen4, H100 and later gen5.
 PCIE_UNIDIR_GBPS = {"gen4": 31.0, "gen5": 63.0}
+
+# --- host (optimizer offload) ---------------------------------------------------------------------
+# DeepSpeed CPU-Adam throughput of one host, parameters updated per second with all its cores (ZeRO-Offload,
+# Ren et al., USENIX ATC 2021, arXiv 2101.06840, Table 3: 10B parameters in about 2.6 s on a DGX-2 host's two
+# 24-core Xeon Platinum 8168 sockets, as read from the paper; the table text could not be re-retrieved in this
+# pass). DeepSpeed's tutorial: DeepSpeedCPUAdam is 5-7x faster than PyTorch's CPU Adam. CPU Adam streams ~30
+# bytes per parameter through host DRAM, so the rate is the host's memory bandwidth, shared by all GPUs of the
+# host: one host updates the optimizer shards of all its GPUs. A documented measurement, not fitted.
+CPU_ADAM_PARAMS_PER_S_PER_HOST = 3.9e9

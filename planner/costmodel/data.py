@@ -98,17 +98,11 @@ def zero3_regather_fraction(ctx: Context, plan: ParallelPlan, stage_split: Stage
     return max(0.0, 1.0 - cal.DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS / (2.0 * layer))
 
 
-def edp_link(cluster: ClusterSpec, plan: ParallelPlan) -> Link:
-    """Fabric of the expert-data-parallel group (replicas of one expert shard)."""
-    tp, cp, dp, edp = plan.tp, plan.cp, plan.dp, plan.edp
-    return group_link(cluster, edp, tp * cp * dp // max(1, edp) if edp < dp * cp else tp, "reduce_scatter")
-
-
 def _zero3_traffic(ctx: Context, shape: Shape, p_dense: float, p_exp: float, n_ag: float) -> tuple[float, float]:
     """(all-gather of the bf16 parameters, gradient reduction) seconds of one pass of the slowest stage."""
     plan, links = shape.plan, shape.links
     z_dense, z_expert = zero_shards(plan)
-    e_link = edp_link(ctx.cluster, plan)
+    e_link = links.edp
     grad_bytes = grad_bytes_per_param(ctx.train)
     ag = collective_time("all_gather", p_dense * PARAM_GATHER_BYTES, z_dense, links.dp_rs, n_ag)
     ag += collective_time("all_gather", p_exp * PARAM_GATHER_BYTES, z_expert, e_link)
@@ -159,7 +153,7 @@ def _zero012_term(ctx: Context, shape: Shape, st: StageTimes, slow: int, params:
     micro-batch's backward / the next step's first forward."""
     plan, links, f_ov = shape.plan, shape.links, cal.DP_OVERLAP_FRACTION
     p_dense, p_exp = params.dense[slow], params.experts[slow]
-    dp_group, e_link = plan.dp * plan.cp, edp_link(ctx.cluster, plan)
+    dp_group, e_link = plan.dp * plan.cp, shape.links.edp
     grad_bytes = grad_bytes_per_param(ctx.train)
     if plan.zero_stage == 0:
         red = collective_time("all_reduce", p_dense * grad_bytes, dp_group, links.dp_ar)

@@ -19,8 +19,11 @@ OPTIMIZER = formula(
 )
 OPTIMIZER_OFFLOAD = formula(
     "optimizer.offload",
-    "local params x (grad bytes + 2 B) / PCIe bandwidth: gradients to the host, bf16 parameters back",
-    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, sec. 4; PCIe rates: calibration.PCIE_UNIDIR_GBPS",
+    "host params / CPU-Adam rate + local params x (grad bytes + 2 B) / PCIe: the GPUs of a host share its CPUs "
+    "and memory (host params = local params x GPUs per host); gradients cross PCIe to the host, bf16 "
+    "parameters back, each GPU over its own x16 link",
+    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, sec. 4 and Table 3 (CPU-Adam); PCIe rates: "
+    "calibration.PCIE_UNIDIR_GBPS; CPU-Adam rate: calibration.CPU_ADAM_PARAMS_PER_S_PER_HOST",
 )
 
 
@@ -39,8 +42,12 @@ def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -
         gen = "gen4" if hw.id.startswith("a100") else "gen5"
         grad_bytes = grad_bytes_per_param(ctx.train)
         bw = cal.PCIE_UNIDIR_GBPS[gen] * 1e9
-        return OPTIMIZER_OFFLOAD.term("optimizer_s", n * (grad_bytes + PARAM_GATHER_BYTES) / bw, "s",
-                                      local_params=n, bytes_per_param=grad_bytes + PARAM_GATHER_BYTES,
-                                      pcie=gen, bandwidth_GBps=bw / 1e9)
+        per_host = min(ctx.cluster.node_size, p.devices)
+        t_cpu = n * per_host / cal.CPU_ADAM_PARAMS_PER_S_PER_HOST
+        t_pcie = n * (grad_bytes + PARAM_GATHER_BYTES) / bw
+        return OPTIMIZER_OFFLOAD.term("optimizer_s", t_cpu + t_pcie, "s", local_params=n, gpus_per_host=per_host,
+                                      cpu_adam_params_per_s=cal.CPU_ADAM_PARAMS_PER_S_PER_HOST, cpu_adam_s=t_cpu,
+                                      bytes_per_param=grad_bytes + PARAM_GATHER_BYTES, pcie=gen,
+                                      bandwidth_GBps=bw / 1e9, pcie_s=t_pcie)
     return OPTIMIZER.term("optimizer_s", n * ADAM_BYTES_PER_PARAM / ctx.hbm_bw, "s", local_params=n,
                           bytes_per_param=ADAM_BYTES_PER_PARAM, bandwidth_GBps=ctx.hbm_bw / 1e9)
