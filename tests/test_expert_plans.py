@@ -173,15 +173,37 @@ def test_no_offload_when_a_device_plan_fits():
 
 # ---- 5. published recipes fit as published ---------------------------------------------------------------
 
-@pytest.mark.parametrize("run_id", [pytest.param("mbridge2511-dgx-h100-gpt-oss-120b-bf16-64gpu", marks=PENDING),
-                                    pytest.param("deepseek-v3-2048xh800", marks=PENDING)])
-def test_published_moe_recipe_fits_without_offload_or_full_recompute(run_id):
-    ctx, fixed = run_inputs(_run(run_id))
-    fixed = {**fixed, "offload_optimizer": False}
-    if fixed.get("recompute") is None:
-        fixed["recompute"] = ("none", "selective")
-    res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
+def test_gpt_oss_recipe_fits_as_published():
+    # Megatron-Bridge scripts/performance/configs/gpt_oss (GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1): 64 H100,
+    # TP1 PP4 EP8, micro-batch 1 (BASE_GPT_OSS_120B_CONFIG), GBS 512, selective recompute of
+    # ["layernorm", "moe_act"]; the loss is Megatron's vocab-parallel cross entropy (no 12 B fp32 logits)
+    ctx, _ = run_inputs(_run("mbridge2511-dgx-h100-gpt-oss-120b-bf16-64gpu"))
+    plan = ParallelPlan(tp=1, pp=4, dp=16, ep=8, micro_batch=1, recompute="selective", zero_stage=1)
+    ev = evaluate(ctx, plan)
+    assert ev.fits, ev.memory
+    assert ev.memory["peak_gib"] < 0.9 * ev.memory["capacity_gib"]
+
+
+@pytest.mark.xfail(strict=True, reason="DeepSeek-V3 caches the SwiGLU inputs in FP8 (report sec. 3.3.3), which "
+                   "Megatron FP8 does not: the planner models Megatron and needs ~85 GiB for the published plan")
+def test_deepseek_v3_plan_fits_with_its_own_recompute():
+    # DeepSeek-V3 (arXiv 2412.19437): PP16 DualPipe, EP64, FP8, recomputing only RMSNorm and the MLA
+    # up-projections (sec. 3.3.3), BF16 Adam moments (sec. 3.3.3)
+    ctx, fixed = run_inputs(_run("deepseek-v3-2048xh800"))
+    ctx = Context(ctx.model, ctx.cluster, ctx.train.model_copy(update={"optimizer_dtype": "bf16"}))
+    res = search(ctx, SearchOptions(fixed={**fixed, "offload_optimizer": False}, top_k=1))
     assert res.plans, f"smallest peak {res.smallest_peak_gib:.1f} GiB"
+
+
+def test_deepseek_v3_selective_recompute_is_deepseeks_own():
+    # selective for an MLA + MoE model = Megatron --recompute-modules core_attn layernorm moe_act mla_up_proj:
+    # it saves far less than keeping everything, and far more than full recompute
+    from planner.costmodel.memory import activation_elems_per_token, selective_recompute_modules
+    m = get_model("deepseek-v3")
+    assert selective_recompute_modules(m) == ("core_attn", "layernorm", "moe_act", "mla_up_proj")
+    args = dict(m=m, moe_layer=True, tp=1, sp=False, framework="megatron", fp8_gemm_inputs=True)
+    none, sel, full = (activation_elems_per_token(recompute=r, **args) for r in ("none", "selective", "full"))
+    assert full < sel < 0.75 * none
 
 
 @pytest.mark.parametrize("model,devices,pp,gbs", [("gpt3-175b", 64, 8, 64), ("megatron-gpt-1t", 512, 64, 512)])

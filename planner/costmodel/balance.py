@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, plan_shape
-from planner.costmodel.compute import lm_head_fwd_s
+from planner.costmodel.compute import lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.layers import layer_times
 from planner.costmodel.memory import (GIB, act_elems, framework_overhead_bytes, logits_bytes_per_token,
                                       state_bytes_per_param, zero_shards)
@@ -25,7 +25,7 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
         lf, lb, la, lt, lc, le = layer_times(ctx, shape, k)
         comm = 2 * ((0.0 if plan.tp_comm_overlap else lt) + lc + le)
         dense = (k.params.total - k.params.routed_experts) / plan.tp
-        rows.append((lf + lb + comm + (la if plan.recompute == "selective" else 0.0), lf + lt + lc + le,
+        rows.append((lf + lb + comm + (la + mla_up_proj_s(ctx, shape, k) if plan.recompute == "selective" else 0.0), lf + lt + lc + le,
                      act_elems(ctx, shape, k, base_mode) * shape.tokens * ACT_ELEM_BYTES,
                      act_elems(ctx, shape, k, "full") * shape.tokens * ACT_ELEM_BYTES,
                      dense * per_dense + k.params.routed_experts / (plan.ep * plan.etp) * per_exp))

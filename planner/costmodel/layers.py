@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
-from planner.costmodel.compute import layer_compute, lm_head_fwd_s
+from planner.costmodel.compute import layer_compute, lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
 from planner.costmodel.tensor import tp_comm_fwd_s
@@ -75,7 +75,9 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
             if recompute == "full" and full_part:
                 rc += cnt * (lf + lt + lc + le)  # re-run the forward, collectives included
             elif recompute == "selective":
-                rc += cnt * la  # re-run the attention core (Korthikanti sec. 5)
+                # re-run the attention core (Korthikanti sec. 5) and, for MLA, the up-projections; the norms
+                # and expert activations it also recomputes are memory-bound elementwise work, not charged
+                rc += cnt * (la + mla_up_proj_s(ctx, shape, ctx.kinds[kid]))
     return f, b, rc, ttp, tcp, tep
 
 

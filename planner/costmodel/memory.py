@@ -86,6 +86,34 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
     )
 
 
+def selective_recompute_modules(m: ModelSpec) -> tuple[str, ...]:
+    """Megatron-core `--recompute-modules` that "selective" means for this model: the attention core
+    (the default, Korthikanti et al. 2022 sec. 5); MoE models add the norms and the expert activation
+    (Megatron-Bridge gpt-oss-120b recipes: recompute_modules=["layernorm", "moe_act"]); MLA models add the
+    MLA up-projections (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3: RMSNorm and MLA up-projections are
+    recomputed, the SwiGLU output too)."""
+    mods = ["core_attn"]
+    if m.moe is not None or m.mla is not None:
+        mods += ["layernorm", "moe_act"] if m.moe is not None else ["layernorm"]
+    if m.mla is not None:
+        mods.append("mla_up_proj")
+    return tuple(mods)
+
+
+def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: float, etp: int) -> float:
+    """Elements per token the extra selective modules do not save (their outputs are recomputed)."""
+    mods = selective_recompute_modules(m)
+    dropped = 0.0
+    if "layernorm" in mods:
+        dropped += 2 * g * hs  # the two norm outputs (inputs of the QKV and FC1 GEMMs)
+    if "moe_act" in mods and moe_layer:
+        dropped += m.moe.top_k * g * m.moe.expert_ffn_hidden_size / etp / tp  # expert activation output (FC2 input)
+    if "mla_up_proj" in mods:
+        a = m.mla
+        dropped += m.num_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim) / tp  # q, k, v
+    return dropped
+
+
 def activation_elems_per_token(
     m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
     fp8_gemm_inputs: bool = False,
@@ -131,6 +159,8 @@ def activation_elems_per_token(
         # torchtitan "op" selective AC saves every other matmul output and the attention output,
         # recomputing the rest from the layer input: roughly half the per-layer tensors.
         return hs + 0.5 * (total - hs)
+    if recompute == "selective":
+        return total - _selective_dropped(m, moe_layer, tp, hs, g, etp)
     return total
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 
+from planner.costmodel.memory import selective_recompute_modules
 from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_length_expr
 
 # Megatron runs 1F1B, interleaved when vpp > 1 (so '1f1b' and 'interleaved' both map to the degrees); not these:
@@ -167,6 +168,10 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
     # ---- activation recompute
     if p.recompute == "selective":
         flag("--recompute-granularity", "selective")
+        modules = selective_recompute_modules(m)
+        if modules != ("core_attn",):  # the cost model's "selective" for MoE / MLA models
+            a.append("--recompute-modules")
+            a.extend(modules)
     elif p.recompute == "full" and p.recompute_layers != 0:
         flag("--recompute-granularity", "full")
         per_stage = (job.layers_per_stage or max(p.first_stage_layers or 0, p.last_stage_layers or 0)
