@@ -23,7 +23,6 @@ from planner.search import TIE_BAND, SearchOptions, search
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.validate import run_inputs
 
-PENDING = pytest.mark.xfail(strict=True, reason="issue 12: waits on the cost-model change")
 
 RUNS = Path(__file__).resolve().parents[1] / "runs" / "known_runs_dev.yaml"
 
@@ -229,7 +228,12 @@ MFU_SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("model,cluster,train", [pytest.param(*s, marks=PENDING) if i < 2 else s
+MFU_GAP = pytest.mark.xfail(strict=True, reason="single-node 7-8B plans: the fitted per-layer overhead brings "
+                            "#1 to 0.69 (A100) / 0.62 (H100 BF16) MFU, above the best published 0.64 / 0.54 + 3 "
+                            "points; a larger fixed cost makes the dev runs' p90 worse, so it is not forced")
+
+
+@pytest.mark.parametrize("model,cluster,train", [pytest.param(*s, marks=MFU_GAP) if i < 2 else s
                                                  for i, s in enumerate(MFU_SCENARIOS)])
 def test_first_plan_mfu_under_best_published(model, cluster, train):
     ctx, plans = best(model, cluster, **train)
@@ -249,7 +253,9 @@ def test_first_plan_is_not_slower_and_larger_than_a_later_row(model, cluster, tr
 
 # ---- 7. MoE ---------------------------------------------------------------------------------------------
 
-@PENDING
+@pytest.mark.xfail(strict=True, reason="EP1 + Megatron-FSDP inside the node with PP2 still scores faster than EP8: "
+                   "the model hides the per-micro-batch expert all-gathers under compute and charges EP8's NVLink "
+                   "all-to-alls in full; the contention that makes experts prefer EP is not modelled")
 def test_many_expert_model_uses_expert_parallelism():
     _, plans = best("qwen3-30b-a3b", "h100x16", seq_len=4096, global_batch=256)
     assert plans[0].plan.ep > 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
+from planner.costmodel import calibration as cal
 from planner.costmodel.compute import layer_compute, lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
@@ -67,8 +68,9 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
     for part, full_part in ((head_counts, True), (tail_counts, False)):
         for kid, cnt in part.items():
             lf, lb, la, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
-            f += cnt * lf
-            b += cnt * lb
+            # + the fixed host/launch cost of running a layer (calibration.LAYER_OVERHEAD_S), 1/3 forward
+            f += cnt * (lf + cal.LAYER_OVERHEAD_S / 3)
+            b += cnt * (lb + 2 * cal.LAYER_OVERHEAD_S / 3)
             ttp += cnt * lt
             tcp += cnt * lc
             tep += cnt * le
@@ -87,6 +89,8 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
     cols: list[list[float]] = [[] for _ in range(7)]
     for s in range(pp):
         f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
+        f += cal.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
+        b += 2 * cal.MICROBATCH_OVERHEAD_S / 3
         if s == pp - 1:  # LM head + loss
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head

@@ -87,14 +87,15 @@ BUBBLE = formula(
 )
 P2P = formula(
     "pipeline.p2p",
-    "exposed transfers x t_p2p, t_p2p = alpha + tokens x h x 2 B (/ tp with SP) / busbw. Blocking schedules (1F1B, "
+    "exposed transfers x t_p2p, t_p2p = alpha + tokens x h x 2 B (/ tp with SP or Megatron scatter/gather) / busbw. Blocking schedules (1F1B, "
     "GPipe, ZB): 2 (m + w) transfers, w = p - 1 warm-up steps; interleaved (Megatron overlap_p2p_comm) and "
     "DualPipe: only the 2 w warm-up / flush transfers (w = 2 (p - 1) + (v - 1) p interleaved) plus, per "
     "steady-state transfer, max(0, t_p2p - chunk compute)",
     "NeMo docs, Communication Overlap, 'Pipeline-parallel Communication Overlap' (PP traffic grows with the virtual "
     "pipeline size; overlapped in the 1F1B phase only with virtual pipelining; fill and flush exposed); Megatron-LM "
     "--no-overlap-p2p-communication (overlap off for non-interleaved schedules); Megatron-core interleaved "
-    "warm-up count; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1 (DualPipe hides PP communication)",
+    "warm-up count; Narayanan et al. SC21 sec. 4.1 (scatter/gather); DeepSeek-V3 report, arXiv 2412.19437, "
+    "sec. 3.2.1 (DualPipe hides PP communication)",
 )
 
 
@@ -132,7 +133,10 @@ def p2p_term(ctx: Context, shape: Shape, st: StageTimes) -> Term:
     p = shape.plan
     if p.pp <= 1:
         return P2P.term("pp_comm_s", 0.0, "s", pp=p.pp)
-    nbytes = shape.tokens * ctx.model.hidden_size * ACT_ELEM_BYTES / (p.tp if shape.sp else 1)
+    # each TP rank sends its 1/tp of the activation: sequence parallelism shards it, and without it Megatron's
+    # scatter/gather optimisation does (Narayanan et al. SC21, arXiv 2104.04473, sec. 4.1)
+    split = p.tp if (shape.sp or ctx.train.framework == "megatron") else 1
+    nbytes = shape.tokens * ctx.model.hidden_size * ACT_ELEM_BYTES / split
     t_one = collective_time("send_recv", nbytes, 2, shape.links.pp)
     exposed, steady = p2p_transfer_counts(schedule_of(p), p.pp, p.vpp, shape.nmb)
     chunk_s = min(min(st.fwd), min(st.bwd)) / max(1, p.vpp)  # the shortest compute a transfer hides under
