@@ -409,7 +409,7 @@ def explain_cmd(as_json, **kw):
         emit_doc(doc, True)
         return
     emit_doc(doc, False)
-    click.echo("\nHow each number was computed (docs/cost-model.md names the sources):")
+    click.echo("\nHow each number was computed (formula [inputs]; --json adds each source):")
     for r in doc["derivation"]:
         v = r["value"]
         val = f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -24,10 +24,9 @@ from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
+from planner.specs.dims import cp_splits_sequence, tp_splits_heads
+from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "zero_shard_size",
-         "recompute", "recompute_layers", "sequence_parallel", "schedule", "cp_comm",
-         "first_stage_layers", "last_stage_layers", "offload_optimizer", "tp_comm_overlap")
 RECOMPUTE_ORDER = ("none", "selective", "full")
 MIN_CP_CHUNK = 4096  # tokens per CP rank below which the search does not propose CP (ring steps too short to hide)
 MAX_SEARCH_VPP = 1000  # the search proposes every even interleaving (NeMo recipes use 1 layer per chunk)
@@ -85,45 +84,67 @@ def _zero_choices(ctx: Context, opts: SearchOptions) -> list[int]:
 
 def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
     """Every valid (tp, cp, pp, dp, ep, etp) for the device count and fixed knobs."""
-    m, tr, n = ctx.model, ctx.train, ctx.cluster.count
-    fx = opts.fixed
-    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
+    n = ctx.cluster.count
     out = []
+    for tp in _tp_choices(ctx, opts):
+        rest_tp = n // tp
+        for cp in _fixed_or(opts, "cp", _cp_candidates(ctx, rest_tp)):
+            if rest_tp % cp:
+                continue
+            for pp, dp in _pp_dp_choices(ctx, opts, rest_tp // cp):
+                out += [dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+                        for ep, etp in _expert_choices(ctx, opts, tp, cp, dp)]
+    return out
+
+
+def _tp_choices(ctx: Context, opts: SearchOptions) -> list[int]:
+    """TP degrees: divisors of the device count up to the scale-up domain (or --max-tp) that split the heads
+    (and, on a torus, form a ring of the torus)."""
+    m, n, fx = ctx.model, ctx.cluster.count, opts.fixed
+    max_tp = fx.get("tp") or opts.max_tp or ctx.cluster.scale_up_size
     torus_ok = torus_group_sizes(ctx.cluster) if ctx.cluster.hardware.torus else None
+    out = []
     for tp in _fixed_or(opts, "tp", [d for d in divisors(n) if d <= max_tp]):
-        if n % tp or m.num_heads % tp or (m.num_kv_heads % tp and tp % m.num_kv_heads):
+        if n % tp or not tp_splits_heads(m, tp):
             continue
         if torus_ok is not None and tp not in torus_ok and "tp" not in fx:
             continue
-        rest_tp = n // tp
-        # CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)
-        cps = [c for c in divisors(rest_tp) if c == 1 or (tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= MIN_CP_CHUNK)]
-        for cp in _fixed_or(opts, "cp", cps):
-            if rest_tp % cp:
-                continue
-            rest = rest_tp // cp
-            pps = [p for p in divisors(rest) if p <= m.num_layers]
-            for pp in _fixed_or(opts, "pp", pps):
-                if rest % pp or pp > m.num_layers:
-                    continue
-                dp = rest // pp
-                if fx.get("dp") is not None and fx["dp"] != dp:
-                    continue
-                if tr.global_batch % dp:
-                    continue
-                if m.moe is None:
-                    eps, etps = [1], [1]
-                else:
-                    etps = _fixed_or(opts, "etp", sorted({1, tp}))
-                    eps = None
-                for etp in etps:
-                    if eps is None:
-                        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
-                        ep_list = _fixed_or(opts, "ep", cand)
-                    else:
-                        ep_list = _fixed_or(opts, "ep", eps)
-                    for ep in ep_list:
-                        out.append(dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp))
+        out.append(tp)
+    return out
+
+
+def _cp_candidates(ctx: Context, rest_tp: int) -> list[int]:
+    """CP pays off for long sequences only: keep >= MIN_CP_CHUNK tokens per rank (unless pinned)."""
+    seq = ctx.train.seq_len
+    return [c for c in divisors(rest_tp) if c == 1 or (cp_splits_sequence(seq, c) and seq // c >= MIN_CP_CHUNK)]
+
+
+def _pp_dp_choices(ctx: Context, opts: SearchOptions, rest: int) -> list[tuple[int, int]]:
+    """(pp, dp) splits of the devices left after TP and CP: pp up to the layer count, dp dividing the batch."""
+    m, tr, fx = ctx.model, ctx.train, opts.fixed
+    out = []
+    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers]):
+        if rest % pp or pp > m.num_layers:
+            continue
+        dp = rest // pp
+        if fx.get("dp") is not None and fx["dp"] != dp:
+            continue
+        if tr.global_batch % dp:
+            continue
+        out.append((pp, dp))
+    return out
+
+
+def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for a (tp, cp, dp) layout: EP over divisors of the expert count that ep * etp carves out
+    of tp * cp * dp (Megatron), ETP 1 or tp; (1, 1) for a dense model."""
+    m = ctx.model
+    if m.moe is None:
+        return [(ep, 1) for ep in _fixed_or(opts, "ep", [1])]
+    out = []
+    for etp in _fixed_or(opts, "etp", sorted({1, tp})):
+        cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
+        out += [(ep, etp) for ep in _fixed_or(opts, "ep", cand)]
     return out
 
 
@@ -260,13 +281,10 @@ def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[i
     return [None]
 
 
-def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
-    m, tr, cl = ctx.model, ctx.train, ctx.cluster
+def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: float) -> tuple[list, int]:
+    """(structure, ZeRO stage) pairs worth scoring, and how many were pruned by the model-state bound."""
+    tr, cl = ctx.train, ctx.cluster
     fx = opts.fixed
-    cap = cl.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - opts.memory_headroom_gib
-    rows = structures(ctx, opts)
-    if not rows:
-        raise InputError(_no_structure_reason(ctx, opts))
     zeros = _zero_choices(ctx, opts)
     # prune (structure, zero) pairs whose model states alone exceed the capacity
     pairs = [(r, z) for r in rows for z in zeros]
@@ -282,58 +300,89 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         order = np.argsort(lb)[: max(1, opts.top_k)]
         keep = [pairs[i] for i in order]
     if len(keep) > BEAM_THRESHOLD:
-        # beam over the outer knobs: probe each pair once, expand only the most promising
-        probes = [(_probe(ctx, r, z, cap), i) for i, (r, z) in enumerate(keep)]
-        ranked = sorted(probes)[:BEAM_WIDTH]
-        keep = [keep[i] for t, i in ranked if math.isfinite(t)] or [keep[i] for _, i in ranked]
+        keep = _beam(ctx, keep, cap)
+    return keep, pruned
 
-    evaluated = 0
-    results: list[Evaluation] = []
+
+def _beam(ctx: Context, keep: list, cap: float) -> list:
+    """Beam over the outer knobs: probe each pair once, expand only the most promising."""
+    probes = [(_probe(ctx, r, z, cap), i) for i, (r, z) in enumerate(keep)]
+    ranked = sorted(probes)[:BEAM_WIDTH]
+    return [keep[i] for t, i in ranked if math.isfinite(t)] or [keep[i] for _, i in ranked]
+
+
+@dataclass
+class _Scan:
+    """What scoring the candidates accumulates."""
+
+    evaluated: int = 0
+    results: list[Evaluation] = field(default_factory=list)
     best_peak: tuple[float, ParallelPlan] | None = None
-    recomputes = _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER))
-    sps = _fixed_or(opts, "sequence_parallel", [True])
-    cp_comms = _fixed_or(opts, "cp_comm", ["ring"])
-    offloads = _fixed_or(opts, "offload_optimizer", [False])
+
+
+def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, knobs: dict[str, Any]) -> bool:
+    """Score one micro-batch's plans from the least recompute up, stopping at the first that fits; True if one fits."""
+    m, tr, cl = ctx.model, ctx.train, ctx.cluster
+    fx = opts.fixed
+    for rc in _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER)):
+        try:
+            plan = ParallelPlan(**knobs, recompute=rc,
+                                recompute_layers=fx.get("recompute_layers") if rc == "full" else None)
+        except ValueError:
+            continue
+        if plan_errors(m, tr, cl.count, plan):
+            continue
+        ev = evaluate(ctx, plan)
+        scan.evaluated += 1
+        peak = ev.memory["peak_gib"]
+        if scan.best_peak is None or peak < scan.best_peak[0]:
+            scan.best_peak = (peak, plan)
+        fits = peak <= cap
+        if fits or not opts.require_fit:
+            if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
+                    and plan.recompute_layers is None):
+                ev = _refine_partial_recompute(ctx, plan, cap, ev)
+                scan.evaluated += 1
+            scan.results.append(ev)
+        if fits:
+            return True  # more recompute only costs time at this micro-batch
+    return False
+
+
+def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: dict, z: int,
+                 shard: int | None) -> None:
+    """Score every variant of one (structure, ZeRO stage, shard group): interleaving, SP, CP comm, offload,
+    micro-batch, recompute."""
+    fx, tr = opts.fixed, ctx.train
     base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap",) and v is not None}
+    per_rank = tr.global_batch // r["dp"]
+    mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
+    mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
+    for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):
+        for sp in _fixed_or(opts, "sequence_parallel", [True]):
+            for cpc in _fixed_or(opts, "cp_comm", ["ring"]):
+                for off in _fixed_or(opts, "offload_optimizer", [False]):
+                    for mb in mbs_list:
+                        knobs = dict(**r, vpp=vpp, schedule=sched, micro_batch=mb, zero_stage=z,
+                                     sequence_parallel=sp and r["tp"] > 1, cp_comm=cpc, offload_optimizer=off,
+                                     zero_shard_size=shard, first_stage_layers=first, account_embedding_loss=acc,
+                                     last_stage_layers=last, **base_fixed)
+                        if not _scan_recomputes(ctx, opts, cap, scan, knobs) and opts.require_fit and \
+                                "micro_batch" not in fx:
+                            break  # larger micro-batches only need more memory
+
+
+def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
+    cl = ctx.cluster
+    cap = cl.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - opts.memory_headroom_gib
+    rows = structures(ctx, opts)
+    if not rows:
+        raise InputError(_no_structure_reason(ctx, opts))
+    keep, pruned = _candidate_pairs(ctx, opts, rows, cap)
+    scan = _Scan()
     for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
-        per_rank = tr.global_batch // r["dp"]
-        mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
-        mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
-        for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):
-            for sp in sps:
-                for cpc in cp_comms:
-                    for off in offloads:
-                        for mb in mbs_list:
-                            any_fit = False
-                            for rc in recomputes:
-                                try:
-                                    plan = ParallelPlan(**r, vpp=vpp, schedule=sched, micro_batch=mb, zero_stage=z,
-                                                        recompute=rc, sequence_parallel=sp and r["tp"] > 1, cp_comm=cpc,
-                                                        offload_optimizer=off, recompute_layers=fx.get("recompute_layers") if rc == "full" else None,
-                                                        zero_shard_size=shard, first_stage_layers=first,
-                                                        account_embedding_loss=acc,
-                                                        last_stage_layers=last, **base_fixed)
-                                except ValueError:
-                                    continue
-                                if plan_errors(m, tr, cl.count, plan):
-                                    continue
-                                ev = evaluate(ctx, plan)
-                                evaluated += 1
-                                peak = ev.memory["peak_gib"]
-                                if best_peak is None or peak < best_peak[0]:
-                                    best_peak = (peak, plan)
-                                fits = peak <= cap
-                                if fits or not opts.require_fit:
-                                    if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
-                                            and plan.recompute_layers is None):
-                                        ev = _refine_partial_recompute(ctx, plan, cap, ev)
-                                        evaluated += 1
-                                    results.append(ev)
-                                if fits:
-                                    any_fit = True
-                                    break  # more recompute only costs time at this micro-batch
-                            if not any_fit and opts.require_fit and "micro_batch" not in fx:
-                                break  # larger micro-batches only need more memory
+        _scan_layout(ctx, opts, cap, scan, r, z, shard)
+    results, evaluated, best_peak = scan.results, scan.evaluated, scan.best_peak
     results.sort(key=_sort_key)
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]

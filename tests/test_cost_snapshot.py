@@ -30,7 +30,7 @@ def _diff(path: str, want, got, out: list[str]) -> None:
         if not isinstance(got, (list, tuple)) or len(want) != len(got):
             out.append(f"{path}: {want} != {got}")
             return
-        for i, (w, g) in enumerate(zip(want, got)):
+        for i, (w, g) in enumerate(zip(want, got, strict=True)):
             _diff(f"{path}[{i}]", w, g, out)
     elif isinstance(want, bool) or want is None or isinstance(want, str):
         if want != got or type(want) is not type(got):

@@ -7,8 +7,13 @@ from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, plan_shape
 from planner.costmodel.compute import lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.layers import layer_times
-from planner.costmodel.memory import (GIB, act_elems, framework_overhead_bytes, logits_bytes_per_token,
-                                      state_bytes_per_param, zero_shards)
+from planner.costmodel.memory import (
+    GIB,
+    act_elems,
+    framework_overhead_bytes,
+    logits_bytes_per_token,
+    state_bytes_per_param,
+)
 from planner.costmodel.pipeline import inflight_microbatches
 from planner.specs import ParallelPlan
 
@@ -17,7 +22,7 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
     """Per layer: (time, recompute time, activation bytes, activation bytes under full recompute, state bytes)."""
     shape = plan_shape(ctx, plan)
     st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
-    z_dense, z_exp = zero_shards(plan)
+    z_dense, z_exp = shape.dims.zero_shard, shape.dims.expert_zero_shard
     per_dense, per_exp = sum(st.per_param(z_dense)), sum(st.per_param(z_exp))
     base_mode = plan.recompute if plan.recompute != "full" else "none"
     rows = []
@@ -29,7 +34,7 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
                      act_elems(ctx, shape, k, base_mode) * shape.tokens * ACT_ELEM_BYTES,
                      act_elems(ctx, shape, k, "full") * shape.tokens * ACT_ELEM_BYTES,
                      dense * per_dense + k.params.routed_experts / (plan.ep * plan.etp) * per_exp))
-    return tuple(zip(*rows))
+    return tuple(zip(*rows, strict=True))
 
 
 def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
@@ -43,7 +48,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     shape = plan_shape(ctx, plan)
     t, rc, act, act_rc, state = _layer_rows(ctx, plan)
     st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
-    per_dense = sum(st.per_param(zero_shards(plan)[0]))
+    per_dense = sum(st.per_param(shape.dims.zero_shard))
     inflight = tuple(inflight_microbatches(plan.schedule, pp, s, shape.nmb, plan.vpp) for s in range(pp))
     overhead = framework_overhead_bytes(ctx.train.framework)
     cap = max(1.0, (capacity_gib * GIB - overhead) / cal.ALLOCATOR_FRAGMENTATION)
@@ -51,7 +56,8 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
         num_layers=m.num_layers, pp=pp, layer_time_s=t, layer_recompute_s=rc,
         layer_act_bytes=act, layer_act_bytes_recompute=act_rc, layer_state_bytes=state,
         first_extra_time_s=0.0, last_extra_time_s=3 * lm_head_fwd_s(ctx, shape),
-        first_extra_bytes=ctx.params.embedding / tp * per_dense + shape.tokens * m.hidden_size * ACT_ELEM_BYTES * inflight[0],
+        first_extra_bytes=ctx.params.embedding / tp * per_dense
+        + shape.tokens * m.hidden_size * ACT_ELEM_BYTES * inflight[0],
         last_extra_bytes=(ctx.params.lm_head or ctx.params.embedding) / tp * per_dense
         + shape.tokens * logits_bytes_per_token(m, tp, ctx.train.framework),
         inflight=inflight, capacity_bytes=cap,

@@ -13,15 +13,36 @@ from planner.costmodel.collectives import Link, span_link
 from planner.placement import placement
 from planner.costmodel.flops import LayerFlops, is_sliding_layer, layer_flops, model_flops_per_token
 from planner.costmodel.partition import stage_layer_counts
+from planner.costmodel.trace import Term, formula
 from planner.params import LayerParams, count_params, layer_params
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+from planner.specs.dims import ParallelDims
 
 # Bytes per activation element as the layers exchange and save them (bf16), Korthikanti et al. 2022 sec. 4.1.
 ACT_ELEM_BYTES = 2.0
 # Bytes per parameter element of the bf16 copies ZeRO-3/FSDP gathers (mixed precision, ZeRO paper sec. 3.1).
 PARAM_GATHER_BYTES = 2.0
 
-StageSplit = tuple[int, Counter, Counter]  # (layers, {kind: count} of the first n_full layers, {kind: count} of the rest)
+PEAK = formula("rates.peak", "dense tensor-core peak of the compute dtype (attention core: BF16)",
+               "hardware profile peak_tflops (vendor datasheet, hardware_profiles/*.yaml)")
+GEMM_CEILING = formula(
+    "rates.gemm_ceiling",
+    "measured MAMF ceiling (FP8: fp8 ceiling x FP8_DERATE) x GEMM_SHAPE_DERATE (x PYTORCH_NATIVE_HOPPER_EFFICIENCY for "
+    "FSDP stacks on Hopper+); a GEMM of smallest dimension d reaches ceiling x d / (d + GEMM_DIM_HALF)",
+    "hardware profile measured_gemm (MAMF); calibration.py (fitted on the dev runs)",
+)
+ATTN_EFFICIENCY = formula(
+    "rates.attention_efficiency",
+    "MAMF ceiling x GEMM_SHAPE_DERATE x ATTN_REL_EFFICIENCY; FSDP stacks on Hopper+: min(that, "
+    "FA2_HOPPER_ABS_EFFICIENCY) x PYTORCH_NATIVE_HOPPER_EFFICIENCY",
+    "FlashAttention-2, Dao 2023, arXiv 2307.08691, sec. 4.1; FlashAttention-3, Shah et al. 2024, arXiv 2407.08608, "
+    "sec. 1; calibration.py",
+)
+TOKENS = formula("shape.tokens", "mbs x seq / cp", "definition (CP splits the sequence)")
+MICROBATCHES = formula("shape.microbatches", "gbs / (dp x mbs)", "definition (gradient accumulation steps)")
+
+# (layers, {kind: count} of the first n_full layers, {kind: count} of the rest)
+StageSplit = tuple[int, Counter, Counter]
 
 
 @dataclass(frozen=True)
@@ -30,10 +51,6 @@ class LayerKind:
     sliding: bool
     params: LayerParams
     flops: LayerFlops  # forward, per token, unsharded
-
-
-def _kind_name(k: LayerKind) -> str:
-    return ("moe" if k.moe else "dense") + ("-sliding" if k.sliding else "")
 
 
 class Context:
@@ -49,7 +66,8 @@ class Context:
             key = (model.is_moe_layer(i), is_sliding_layer(model, i))
             if key not in kinds:
                 kinds[key] = len(self.kinds)
-                self.kinds.append(LayerKind(key[0], key[1], layer_params(model, i), layer_flops(model, i, train.seq_len)))
+                self.kinds.append(LayerKind(key[0], key[1], layer_params(model, i),
+                                            layer_flops(model, i, train.seq_len)))
             self.kind_of_layer.append(kinds[key])
         self.layer_kinds = [self.kinds[j] for j in self.kind_of_layer]
         self.params = count_params(model)
@@ -57,6 +75,7 @@ class Context:
         self._rates(cluster, train)
         # caches shared by every candidate of a search (keys hold every input of the cached value)
         self.layer_time_cache: dict[tuple, tuple] = {}
+        self.layer_term_cache: dict[tuple, tuple[Term, ...]] = {}
         self.act_cache: dict[tuple, float] = {}
         self.split_cache: dict[tuple, list] = {}
 
@@ -79,6 +98,22 @@ class Context:
             self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY) * cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
         self.unfused_attention = train.attention_impl == "unfused"
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
+        self.rate_terms = self._rate_terms(hw, train)
+
+    def _rate_terms(self, hw, train: TrainingSpec) -> tuple[Term, ...]:
+        fsdp_hopper = str(train.framework == "fsdp" and hw.vendor.upper().startswith("NVIDIA")
+                          and hw.peak_tflops.fp8 is not None)
+        return (
+            PEAK.term("peak_flops", self.peak, "FLOP/s", hardware=hw.id, dtype=train.dtype),
+            GEMM_CEILING.term("gemm_efficiency_ceiling", self.gemm_eff_max, "", mamf=hw.gemm_efficiency_max,
+                              shape_derate=cal.GEMM_SHAPE_DERATE, dim_half=cal.GEMM_DIM_HALF, dtype=train.dtype,
+                              fsdp_on_hopper=fsdp_hopper, pytorch_native=cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY),
+            ATTN_EFFICIENCY.term("attention_efficiency", self.attn_eff, "", mamf=hw.gemm_efficiency_max,
+                                 shape_derate=cal.GEMM_SHAPE_DERATE, rel=cal.ATTN_REL_EFFICIENCY,
+                                 fa2_abs=cal.FA2_HOPPER_ABS_EFFICIENCY, fsdp_on_hopper=fsdp_hopper,
+                                 pytorch_native=cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY,
+                                 attention_impl=train.attention_impl),
+        )
 
     def stage_kind_counts(self, pp: int, first: int | None, last: int | None, n_full: int | None) -> list[StageSplit]:
         """Per stage: (layer counts, {kind: count} of the first n_full layers, {kind: count} of the rest)."""
@@ -99,9 +134,6 @@ class Context:
         """GEMM efficiency falls as the smallest matrix dimension shrinks: eff_max x d / (d + d_half)."""
         d = max(1.0, min(dims))
         return self.gemm_eff_max * d / (d + cal.GEMM_DIM_HALF)
-
-    def kind_name(self, kind_id: int) -> str:
-        return _kind_name(self.kinds[kind_id])
 
 
 def num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
@@ -145,14 +177,20 @@ class Shape(NamedTuple):
     nmb: int  # micro-batches per step
     tokens: float  # tokens of one micro-batch on one device (along the sequence, split by CP)
     links: Links
+    dims: ParallelDims  # group sizes and ZeRO shard groups (planner.specs.dims)
+    time_key: tuple  # every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)
 
-    @property
-    def time_key(self) -> tuple:
-        """Every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)."""
-        p = self.plan
-        return (p.tp, p.cp, p.micro_batch, self.sp, p.ep, p.etp, p.cp_comm)
+
+def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
+    p, tr = shape.plan, ctx.train
+    return (TOKENS.term("tokens_per_microbatch", shape.tokens, "tokens", mbs=p.micro_batch, seq=tr.seq_len, cp=p.cp),
+            MICROBATCHES.term("num_microbatches", shape.nmb, "", gbs=tr.global_batch, dp=p.dp, mbs=p.micro_batch))
 
 
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
-    return Shape(plan=plan, sp=plan.sequence_parallel and plan.tp > 1, nmb=num_microbatches(plan, ctx.train),
-                 tokens=plan.micro_batch * ctx.train.seq_len / plan.cp, links=plan_links(ctx.cluster, plan, ctx.train.framework))
+    sp = plan.sequence_parallel and plan.tp > 1
+    return Shape(plan=plan, sp=sp, nmb=num_microbatches(plan, ctx.train),
+                 tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
+                 links=plan_links(ctx.cluster, plan, ctx.train.framework),
+                 dims=ParallelDims.of(plan),
+                 time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm))

@@ -62,8 +62,11 @@ def mlp_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     if not k.flops.mlp:
         return 0.0
     m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
-    width = m.ffn_hidden_size if not k.moe else (
-        (m.moe.shared_expert_ffn_hidden_size or m.moe.expert_ffn_hidden_size) * max(1, m.moe.num_shared_experts))
+    if k.moe:
+        e = m.require_moe()
+        width = (e.shared_expert_ffn_hidden_size or e.expert_ffn_hidden_size) * max(1, e.num_shared_experts)
+    else:
+        width = m.ffn_hidden_size
     return tokens * k.flops.mlp / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size, width / tp))
 
 
@@ -72,7 +75,7 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     if not k.flops.experts:
         return 0.0
     m, p, tokens = ctx.model, shape.plan, shape.tokens
-    e, tp, ep, etp = m.moe, p.tp, p.ep, p.etp
+    e, tp, ep, etp = m.require_moe(), p.tp, p.ep, p.etp
     tok_per_expert = tokens / tp * ep * e.top_k / e.num_experts * (etp if etp > 1 else 1)
     t = tokens * k.flops.experts / tp / (ctx.peak * ctx.gemm_eff(tok_per_expert, m.hidden_size,
                                                                  e.expert_ffn_hidden_size / etp)
@@ -110,11 +113,12 @@ def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; MoE
     layers add the token permute and unpermute."""
     m, tp, tokens, h = ctx.model, shape.plan.tp, shape.tokens, ctx.model.hidden_size
-    inter = m.ffn_hidden_size if not k.moe else m.moe.expert_ffn_hidden_size * m.moe.top_k
+    top_k = m.require_moe().top_k if k.moe else 0
+    inter = m.require_moe().expert_ffn_hidden_size * top_k if k.moe else m.ffn_hidden_size
     elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * h / (tp if shape.sp else 1) + ELEMENTWISE_INTER_ELEMS * inter / tp)
             * ACT_ELEM_BYTES * cal.ELEMENTWISE_BYTES_FACTOR)
     if k.moe:
-        elem += tokens / tp * m.moe.top_k * h * ACT_ELEM_BYTES * MOE_PERMUTE_PASSES
+        elem += tokens / tp * top_k * h * ACT_ELEM_BYTES * MOE_PERMUTE_PASSES
     return elem / ctx.hbm_bw
 
 
@@ -131,10 +135,25 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     return LayerCompute(proj, mlp, exp, attn, elem, fwd, bwd)
 
 
+def kind_label(k: LayerKind) -> str:
+    return ("MoE" if k.moe else "dense") + (" sliding" if k.sliding else "")
+
+
+def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
+    """One layer's compute for one micro-batch on one device, with its parts and per-token FLOPs as inputs."""
+    f = k.flops
+    return LAYER_COMPUTE.term(
+        f"layer_compute_s[{kind_label(k)}]", c.fwd + c.bwd, "s", fwd_s=c.fwd, bwd_s=c.bwd, proj_s=c.proj,
+        mlp_s=c.mlp, experts_s=c.experts, attention_s=c.attention, elementwise_s=c.elementwise,
+        flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,
+        flops_per_token_experts=f.experts, flops_per_token_router=f.router, tp=shape.plan.tp, tokens=shape.tokens)
+
+
 def lm_head_fwd_s(ctx: Context, shape: Shape) -> float:
     """LM head GEMM h -> V over the micro-batch's tokens, vocabulary split by TP."""
     m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
-    return tokens * lm_head_flops_per_token(m) / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size, m.vocab_size / tp))
+    eff = ctx.gemm_eff(tokens, m.hidden_size, m.vocab_size / tp)
+    return tokens * lm_head_flops_per_token(m) / tp / (ctx.peak * eff)
 
 
 COMPUTE = formula(

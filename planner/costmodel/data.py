@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape, StageSplit
-from planner.costmodel.collectives import Link, collective_time, group_link
+from planner.costmodel.collectives import Kind, Link, collective_time, group_link
 from planner.costmodel.layers import StageTimes
-from planner.costmodel.memory import (StageParams, grad_bytes_per_param, largest_layer_params_per_device,
-                                      zero_shards)
+from planner.costmodel.memory import StageParams, grad_bytes_per_param, largest_layer_params_per_device
 from planner.costmodel.trace import Term, formula
 from planner.specs import ClusterSpec, ParallelPlan
+from planner.specs.dims import ParallelDims
 
 DP_NONE = formula("data.none", "no data-parallel replicas: 0", "-")
 DP_ALL_REDUCE = formula(
@@ -100,29 +100,28 @@ def zero3_regather_fraction(ctx: Context, plan: ParallelPlan, stage_split: Stage
 
 def _zero3_traffic(ctx: Context, shape: Shape, p_dense: float, p_exp: float, n_ag: float) -> tuple[float, float]:
     """(all-gather of the bf16 parameters, gradient reduction) seconds of one pass of the slowest stage."""
-    plan, links = shape.plan, shape.links
-    z_dense, z_expert = zero_shards(plan)
+    links, dims = shape.links, shape.dims
+    z_dense, z_expert = dims.zero_shard, dims.expert_zero_shard
     e_link = links.edp
     grad_bytes = grad_bytes_per_param(ctx.train)
     ag = collective_time("all_gather", p_dense * PARAM_GATHER_BYTES, z_dense, links.dp_rs, n_ag)
     ag += collective_time("all_gather", p_exp * PARAM_GATHER_BYTES, z_expert, e_link)
     # gradients: reduce-scatter, or all-reduce in DeepSpeed ZeRO-3 of 2021 (issue #1173)
     legacy = ctx.train.legacy_deepspeed_zero3
-    red_kind, red_link = ("all_reduce", links.dp_ar) if legacy else ("reduce_scatter", links.dp_rs)
+    red_kind: Kind = "all_reduce" if legacy else "reduce_scatter"
+    red_link = links.dp_ar if legacy else links.dp_rs
     rs = collective_time(red_kind, p_dense * grad_bytes, z_dense, red_link, n_ag)
     rs += collective_time(red_kind, p_exp * grad_bytes, z_expert, e_link)
     return ag, rs
 
 
-def _hsdp_all_reduce_s(ctx: Context, plan: ParallelPlan, p_dense: float) -> float:
+def _hsdp_all_reduce_s(ctx: Context, dims: ParallelDims, p_dense: float) -> float:
     """HSDP: gradients of the dense shard all-reduced across the dp x cp / zero_shard_size replicas."""
-    dp_group, shard = plan.dp * plan.cp, plan.zero_shard_size
-    if not (shard and shard < dp_group):
+    if dims.zero_shard >= dims.dp_cp:
         return 0.0
-    z_dense, _ = zero_shards(plan)
-    rep = dp_group // shard
-    return collective_time("all_reduce", (p_dense / z_dense) * grad_bytes_per_param(ctx.train), rep,
-                           group_link(ctx.cluster, rep, plan.tp * shard, "all_reduce"))
+    rep = dims.zero_replicas
+    return collective_time("all_reduce", (p_dense / dims.zero_shard) * grad_bytes_per_param(ctx.train), rep,
+                           group_link(ctx.cluster, rep, dims.tp * dims.zero_shard, "all_reduce"))
 
 
 def _zero3_term(ctx: Context, shape: Shape, st: StageTimes, split: list[StageSplit], slow: int,
@@ -141,43 +140,43 @@ def _zero3_term(ctx: Context, shape: Shape, st: StageTimes, split: list[StageSpl
     else:
         per_mb = max(0.0, ag - f_ov * fwd_mb) + max(0.0, bwd_ag + rs - f_ov * bwd_mb)
         form, t_dp = DP_ZERO3, nmb * per_mb + ag * (1 - f_ov)
-    hsdp = _hsdp_all_reduce_s(ctx, plan, p_dense)
+    hsdp = _hsdp_all_reduce_s(ctx, shape.dims, p_dense)
     t_dp += hsdp
     return form.term("dp_comm_s", t_dp, "s", all_gather_s=ag, grad_reduce_s=rs, regather_fraction=regather,
                      collectives_per_pass=n_ag, overlap_fraction=f_ov, fwd_s=fwd_mb, bwd_s=bwd_mb,
-                     microbatches=nmb, hsdp_all_reduce_s=hsdp, zero_shards=zero_shards(plan)[0])
+                     microbatches=nmb, hsdp_all_reduce_s=hsdp, zero_shards=shape.dims.zero_shard)
 
 
 def _zero012_term(ctx: Context, shape: Shape, st: StageTimes, slow: int, params: StageParams) -> Term:
     """ZeRO 0-2: one reduction (and, sharded, one parameter all-gather) per step, overlapped with the last
     micro-batch's backward / the next step's first forward."""
-    plan, links, f_ov = shape.plan, shape.links, cal.DP_OVERLAP_FRACTION
+    plan, links, dims, f_ov = shape.plan, shape.links, shape.dims, cal.DP_OVERLAP_FRACTION
     p_dense, p_exp = params.dense[slow], params.experts[slow]
-    dp_group, e_link = plan.dp * plan.cp, shape.links.edp
+    dp_group, edp, e_link = dims.dp_cp, dims.edp, links.edp
     grad_bytes = grad_bytes_per_param(ctx.train)
     if plan.zero_stage == 0:
         red = collective_time("all_reduce", p_dense * grad_bytes, dp_group, links.dp_ar)
-        red += collective_time("all_reduce", p_exp * grad_bytes, plan.edp, e_link)
+        red += collective_time("all_reduce", p_exp * grad_bytes, edp, e_link)
         gather, form = 0.0, DP_ALL_REDUCE
     else:
         red = collective_time("reduce_scatter", p_dense * grad_bytes, dp_group, links.dp_rs)
-        red += collective_time("reduce_scatter", p_exp * grad_bytes, plan.edp, e_link)
+        red += collective_time("reduce_scatter", p_exp * grad_bytes, edp, e_link)
         gather = collective_time("all_gather", p_dense * PARAM_GATHER_BYTES, dp_group, links.dp_rs)
-        gather += collective_time("all_gather", p_exp * PARAM_GATHER_BYTES, plan.edp, e_link)
+        gather += collective_time("all_gather", p_exp * PARAM_GATHER_BYTES, edp, e_link)
         form = DP_REDUCE_SCATTER
     bwd_last = st.bwd[0] + st.rec[0]
     t_dp = max(0.0, red - f_ov * bwd_last) + max(0.0, gather - f_ov * st.fwd[0])
     return form.term("dp_comm_s", t_dp, "s", grad_reduce_s=red, all_gather_s=gather, overlap_fraction=f_ov,
-                     bwd_s=bwd_last, fwd_s=st.fwd[0], dp_group=dp_group, edp=plan.edp,
+                     bwd_s=bwd_last, fwd_s=st.fwd[0], dp_group=dp_group, edp=edp,
                      busbw_GBps=links.dp_rs.busbw / 1e9)
 
 
 def dp_comm_term(ctx: Context, shape: Shape, st: StageTimes, split: list[StageSplit], slow: int,
                  params: StageParams) -> Term:
     """Exposed data-parallel traffic of one step (the slowest stage's parameters)."""
-    plan = shape.plan
-    if not (plan.dp * plan.cp > 1 or plan.edp > 1):
-        return DP_NONE.term("dp_comm_s", 0.0, "s", dp_group=plan.dp * plan.cp, edp=plan.edp)
+    plan, dims = shape.plan, shape.dims
+    if not (dims.dp_cp > 1 or dims.edp > 1):
+        return DP_NONE.term("dp_comm_s", 0.0, "s", dp_group=dims.dp_cp, edp=dims.edp)
     if plan.zero_stage == 3:
         return _zero3_term(ctx, shape, st, split, slow, params)
     return _zero012_term(ctx, shape, st, slow, params)

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.costmodel import calibration as cal
-from planner.costmodel.base import Context, Shape, plan_shape
+from planner.costmodel.base import Context, Shape, plan_shape, shape_terms
 from planner.costmodel.compute import compute_term, recompute_term
 from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
 from planner.costmodel.expert import ep_comm_term, ep_warnings
-from planner.costmodel.layers import StageTimes, stage_times
+from planner.costmodel.layers import StageTimes, layer_terms, stage_times
 from planner.costmodel.memory import memory_terms, stage_memories, stage_params
 from planner.costmodel.optimizer import optimizer_term
 from planner.costmodel.pipeline import bubble_term, makespan_s, p2p_term
@@ -146,7 +146,8 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
     mems = stage_memories(ctx, shape, split, params)
     peak_stage = max(range(plan.pp), key=lambda s: mems[s].total_gib)
     trace = CostTrace(time=time, memory=memory_terms(ctx, shape, mems[peak_stage], peak_stage),
-                      factors=(step_term, *_rate_terms(ctx, shape, st, step)))
+                      factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
+                               *_rate_terms(ctx, shape, st, step)))
     counts = [c for c, _, _ in split]
     ev = Evaluation(plan=plan, trace=trace, peak_stage=peak_stage, pipeline=_pipeline_doc(shape, st, counts))
     ev.warnings.extend(_warnings(ctx, shape, ev, counts))

@@ -36,7 +36,7 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     m, ep = ctx.model, p.ep
     elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
     link = shape.links.ep
-    a2a_bytes = shape.tokens / p.tp * m.moe.top_k * m.hidden_size * elem * ep
+    a2a_bytes = shape.tokens / p.tp * m.require_moe().top_k * m.hidden_size * elem * ep
     t = collective_time("all_to_all", a2a_bytes / ep, ep, link)
     if link.crosses_domain and m.moe.route_topk_groups:
         t = min(t, node_limited_dispatch_s(ctx, shape, elem))

@@ -40,7 +40,8 @@ def attn_proj_flops_per_token(m: ModelSpec) -> float:
         dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
         # DeepSeek-V2 paper eq. 9-14 (arXiv 2405.04434): q down/up, kv down (+ shared rope key), kv up, output.
         q = (h * a.q_lora_rank + a.q_lora_rank * m.num_heads * dqk) if a.q_lora_rank else h * m.num_heads * dqk
-        kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
+        kv = (h * (a.kv_lora_rank + a.qk_rope_head_dim)
+              + a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim))
         o = m.num_heads * a.v_head_dim * h
         return 2.0 * (q + kv + o)
     # GQA/MQA/MHA: q and o are nh*hd wide, k and v nkv*hd (Ainslie et al. 2023, arXiv 2305.13245).
@@ -89,7 +90,7 @@ def layer_flops(m: ModelSpec, i: int, seq_len: int) -> LayerFlops:
     proj = attn_proj_flops_per_token(m)
     core = attn_core_flops_per_token(m, seq_len, sliding)
     if m.is_moe_layer(i):
-        e = m.moe
+        e = m.require_moe()
         shared_w = e.shared_expert_ffn_hidden_size or e.expert_ffn_hidden_size
         return LayerFlops(
             attn_proj=proj,

@@ -8,10 +8,16 @@ from typing import NamedTuple
 
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
 from planner.costmodel import calibration as cal
-from planner.costmodel.compute import layer_compute, lm_head_fwd_s, mla_up_proj_s
+from planner.costmodel.compute import kind_label, layer_compute, layer_compute_term, lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
 from planner.costmodel.tensor import tp_comm_fwd_s
+from planner.costmodel.trace import Term, formula
+
+LAYER_COMM = formula(
+    "layers.comm", "forward TP + CP + EP collectives of one layer for one micro-batch (backward repeats them)",
+    "planner.costmodel.tensor / context / expert (Korthikanti et al. 2022; Ring Attention; GShard)",
+)
 
 # LM head backward: input and weight gradients, 2x its forward (Narayanan et al. SC21 sec. 5.1).
 LM_HEAD_BWD_RATIO = 2
@@ -29,19 +35,32 @@ class LayerTimes(NamedTuple):
     ep: float
 
 
-def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
+def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, tuple[Term, ...]]:
     c = layer_compute(ctx, shape, k)
-    return LayerTimes(c.fwd, c.bwd, c.attention, tp_comm_fwd_s(ctx, shape, k),
-                      cp_comm_fwd_s(ctx, shape, c.attention), ep_comm_fwd_s(ctx, shape, k))
+    t = LayerTimes(c.fwd, c.bwd, c.attention, tp_comm_fwd_s(ctx, shape, k),
+                   cp_comm_fwd_s(ctx, shape, c.attention), ep_comm_fwd_s(ctx, shape, k))
+    comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,
+                           ep_s=t.ep, tp=shape.plan.tp, cp=shape.plan.cp, ep=shape.plan.ep)
+    return t, (layer_compute_term(shape, k, c), comm)
 
 
 def layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
-    """`_layer_times`, cached in the context under every knob it depends on."""
+    """`_layer_times`, cached in the context under every knob it depends on (with its terms)."""
     key = (k.moe, k.sliding) + shape.time_key
     v = ctx.layer_time_cache.get(key)
     if v is None:
-        v = ctx.layer_time_cache[key] = _layer_times(ctx, shape, k)
+        v, ctx.layer_term_cache[key] = _layer_times(ctx, shape, k)
+        ctx.layer_time_cache[key] = v
     return v
+
+
+def layer_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
+    """The compute and collective terms of every layer kind of the model under this plan."""
+    out: list[Term] = []
+    for k in ctx.kinds:
+        layer_times(ctx, shape, k)
+        out.extend(ctx.layer_term_cache[(k.moe, k.sliding) + shape.time_key])
+    return tuple(out)
 
 
 class StageTimes(NamedTuple):
@@ -86,7 +105,8 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
 def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTimes:
     p = shape.plan
     pp = p.pp
-    cols: list[list[float]] = [[] for _ in range(7)]
+    dualpipe = p.schedule == "dualpipe" and pp > 1
+    fwd, bwd, rec, tp, cp, ep, comm = [], [], [], [], [], [], []
     for s in range(pp):
         f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
         f += cal.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
@@ -95,9 +115,13 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head
             b += LM_HEAD_BWD_RATIO * t_head
-        if p.schedule == "dualpipe" and pp > 1:
+        if dualpipe:
             tep = dualpipe_exposed_ep_s(tep, f, b)
-        comm = 2 * ((0.0 if p.tp_comm_overlap else ttp) + tcp + tep)
-        for col, v in zip(cols, (f, b, rc, 2 * ttp, 2 * tcp, 2 * tep, comm)):  # collectives: forward + backward
-            col.append(v)
-    return StageTimes(*(tuple(c) for c in cols))
+        fwd.append(f)
+        bwd.append(b)
+        rec.append(rc)
+        tp.append(2 * ttp)  # collectives: forward + backward
+        cp.append(2 * tcp)
+        ep.append(2 * tep)
+        comm.append(2 * ((0.0 if p.tp_comm_overlap else ttp) + tcp + tep))
+    return StageTimes(tuple(fwd), tuple(bwd), tuple(rec), tuple(tp), tuple(cp), tuple(ep), tuple(comm))

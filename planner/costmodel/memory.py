@@ -141,12 +141,13 @@ def activation_elems_per_token(
     # projection saves its own FP8 copy on top)
     attn = hs + g * hs + qkv + attn_out * (2.0 - g if g < 1 else 1.0) + 2.0 * m.num_heads / tp
     if moe_layer:
-        e = m.moe
+        e = m.require_moe()
         fe = e.expert_ffn_hidden_size
         # dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)
         per_expert_token = g * h + ((2 + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
         shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
-        shared = ((2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w) / tp if e.num_shared_experts else 0.0
+        shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
+        shared = shared_inter / tp if e.num_shared_experts else 0.0
         # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
         mlp = hs + g * hs + e.top_k * per_expert_token / tp + shared + e.num_experts / tp
     else:
@@ -234,8 +235,9 @@ OVERHEAD = formula(
     "framework overhead (CUDA context, NCCL buffers) + (allocator fragmentation - 1) x allocated",
     "calibration.FRAMEWORK_OVERHEAD_GIB and ALLOCATOR_FRAGMENTATION (fitted on the torchtitan rows)",
 )
-PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum",
-               "the per-stage parts above; capacity from the hardware profile")
+PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
+CAPACITY = formula("memory.capacity", "HBM capacity of one device",
+                   "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
 
 
 @dataclass(frozen=True)
@@ -336,7 +338,8 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     if s == p.pp - 1:
         acts += tokens * logits_bytes_per_token(m, p.tp, ctx.train.framework)
     if s == 0:
-        acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)  # embedding output kept for the first layer
+        # embedding output kept for the first layer
+        acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)
     return acts
 
 
@@ -369,12 +372,17 @@ class StateLayout(NamedTuple):
     z_expert: int
     grad_bytes: float
     overhead_bytes: float
+    per_dense: tuple[float, float, float]  # (weights, grads, optimizer) bytes per dense parameter, sharded
+    per_expert: tuple[float, float, float]  # the same per routed-expert parameter
+    schedule: str  # the pipeline schedule in effect
 
 
-def state_layout(ctx: Context, plan: ParallelPlan) -> StateLayout:
-    z_dense, z_expert = zero_shards(plan)
-    return StateLayout(state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer), z_dense, z_expert,
-                       grad_bytes_per_param(ctx.train), framework_overhead_bytes(ctx.train.framework))
+def state_layout(ctx: Context, shape: Shape) -> StateLayout:
+    plan, dims = shape.plan, shape.dims
+    st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
+    return StateLayout(st, dims.zero_shard, dims.expert_zero_shard, grad_bytes_per_param(ctx.train),
+                       framework_overhead_bytes(ctx.train.framework), st.per_param(dims.zero_shard),
+                       st.per_param(dims.expert_zero_shard), schedule_of(plan))
 
 
 def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams, s: int,
@@ -382,10 +390,11 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     """Per-device bytes of stage `s`: model states, activations, ZeRO-3 buffers, overhead."""
     p = shape.plan
     dn, ex = params.dense[s], params.experts[s]
-    w, g, o = (dn * d + ex * e for d, e in zip(lay.states.per_param(lay.z_dense), lay.states.per_param(lay.z_expert)))
+    (dw, dg, do), (ew, eg, eo) = lay.per_dense, lay.per_expert
+    w, g, o = dn * dw + ex * ew, dn * dg + ex * eg, dn * do + ex * eo
     if p.schedule == "dualpipe" and p.pp > 1:
         w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
-    inflight = inflight_microbatches(schedule_of(p), p.pp, s, shape.nmb, p.vpp)
+    inflight = inflight_microbatches(lay.schedule, p.pp, s, shape.nmb, p.vpp)
     acts = stage_activations(ctx, shape, split, s, inflight)
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
     allocated = w + g + o + acts + buffers
@@ -394,23 +403,15 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
 
 
 def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> list[StageMemory]:
-    lay = state_layout(ctx, shape.plan)
+    lay = state_layout(ctx, shape)
     return [stage_memory(ctx, shape, split, params, s, lay) for s in range(shape.plan.pp)]
-
-
-def zero_shards(plan: ParallelPlan) -> tuple[int, int]:
-    """Ranks ZeRO shards over: dense states over zero_shard_size (HSDP) or all of dp x cp; expert states
-    over the expert-data-parallel group, capped by zero_shard_size."""
-    z_dense = plan.zero_shard_size or plan.dp * plan.cp
-    z_expert = min(z_dense, plan.edp) if plan.zero_shard_size else plan.edp
-    return z_dense, z_expert
 
 
 def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tuple[Term, ...]:
     """The peak stage's parts (MEMORY_PARTS order), its peak and the device capacity, as trace terms."""
     p = shape.plan
     st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
-    z_dense, z_expert = zero_shards(p)
+    z_dense, z_expert = shape.dims.zero_shard, shape.dims.expert_zero_shard
     w, g, o, a, b, ov = sm.parts_gib()
     parts = (
         STATE.term("weights_gib", w, "GiB", bytes_per_param=st.weights, sharded=str(st.weights_sharded),
@@ -430,4 +431,4 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
         peak += t.value
     cap = ctx.cluster.hardware.hbm_capacity_gib
     return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
-            PEAK.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id))
+            CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id))

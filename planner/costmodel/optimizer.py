@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape
-from planner.costmodel.memory import StageParams, grad_bytes_per_param, state_bytes_per_param, zero_shards
+from planner.costmodel.memory import StageParams, grad_bytes_per_param, state_bytes_per_param
 from planner.costmodel.trace import Term, formula
+from planner.specs.dims import ParallelDims
 
 # Adam step bytes per parameter: read and write the fp32 master weight, m and v (24), read the gradient
 # (4), write the bf16 parameter (2): ~30 (ZeRO paper sec. 3.1 states; memory-bound).
@@ -27,9 +28,9 @@ OPTIMIZER_OFFLOAD = formula(
 )
 
 
-def local_params(plan, params: StageParams, slow: int, optimizer_sharded: bool) -> float:
+def local_params(dims: ParallelDims, params: StageParams, slow: int, optimizer_sharded: bool) -> float:
     """Parameters whose optimizer state one device of the slowest stage updates."""
-    z_dense, z_expert = zero_shards(plan)
+    z_dense, z_expert = dims.zero_shard, dims.expert_zero_shard
     return (params.dense[slow] / (z_dense if optimizer_sharded else 1)
             + params.experts[slow] / (z_expert if optimizer_sharded else 1))
 
@@ -37,7 +38,7 @@ def local_params(plan, params: StageParams, slow: int, optimizer_sharded: bool) 
 def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -> Term:
     p, hw = shape.plan, ctx.cluster.hardware
     st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
-    n = local_params(p, params, slow, st.optimizer_sharded)
+    n = local_params(shape.dims, params, slow, st.optimizer_sharded)
     if p.offload_optimizer:
         gen = "gen4" if hw.id.startswith("a100") else "gen5"
         grad_bytes = grad_bytes_per_param(ctx.train)

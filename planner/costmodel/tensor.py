@@ -29,7 +29,8 @@ def tp_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     n_pairs = 1 if (k.moe and p.ep > 1) else 2
     if shape.sp:
         link = shape.links.tp
-        return n_pairs * (collective_time("all_gather", buf, tp, link) + collective_time("reduce_scatter", buf, tp, link))
+        ag_rs = collective_time("all_gather", buf, tp, link) + collective_time("reduce_scatter", buf, tp, link)
+        return n_pairs * ag_rs
     return n_pairs * collective_time("all_reduce", buf, tp, shape.links.tp_ar)
 
 

@@ -28,7 +28,20 @@ LABELS: Mapping[str, str] = MappingProxyType({
     "optimizer_s": "optimizer step", "weights_gib": "weights", "grads_gib": "gradients",
     "optimizer_gib": "optimizer", "activations_gib": "activations", "buffers_gib": "buffers",
     "overhead_gib": "overhead",
+    "step_time_s": "step time", "peak_gib": "peak memory", "capacity_gib": "device memory",
+    "tokens_per_microbatch": "tokens per micro-batch per device", "num_microbatches": "micro-batches per step",
+    "peak_flops": "dense peak per device", "gemm_efficiency_ceiling": "GEMM efficiency ceiling",
+    "attention_efficiency": "attention-core efficiency", "layer_compute_s": "layer compute (fwd + bwd) per micro-batch",
+    "layer_comm_fwd_s": "layer collectives (forward) per micro-batch",
+    "tokens_per_s_per_device": "tokens per second per device", "mfu": "MFU", "hfu": "HFU",
 })
+
+
+def label(name: str) -> str:
+    """Human label of a term name; `base[kind]` names (per layer kind) read '<base label> (<kind>)'."""
+    base, _, kind = name.partition("[")
+    text = LABELS.get(base, base)
+    return f"{text} ({kind.rstrip(']')})" if kind else text
 
 
 @dataclass(frozen=True, slots=True)

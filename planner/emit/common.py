@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from planner.errors import InputError
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+from planner.specs.dims import ParallelDims, batch_errors, expert_errors, size_errors
 
 
 class Unsupported(Exception):
@@ -82,21 +83,13 @@ class Job:
 
 
 def make_job(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, plan: ParallelPlan) -> Job:
-    """Check the plan is internally consistent for this cluster and batch; raise InputError if not."""
-    if plan.devices != cluster.count:
-        raise InputError(
-            f"plan uses tp*pp*cp*dp = {plan.tp}*{plan.pp}*{plan.cp}*{plan.dp} = {plan.devices} devices "
-            f"but the cluster has {cluster.count}"
-        )
-    if train.global_batch % (plan.micro_batch * plan.dp):
-        raise InputError(
-            f"global batch {train.global_batch} is not a multiple of micro_batch*dp = "
-            f"{plan.micro_batch}*{plan.dp} = {plan.micro_batch * plan.dp}"
-        )
-    if plan.zero_shard_size is not None and plan.dp % plan.zero_shard_size:
-        raise InputError(f"zero_shard_size {plan.zero_shard_size} does not divide dp {plan.dp}")
-    if model.moe is None and (plan.ep > 1 or plan.etp > 1):
-        raise InputError(f"ep={plan.ep}/etp={plan.etp} set for the dense model {model.name}")
+    """Check the plan is internally consistent for this cluster and batch (the rules of planner.specs.dims:
+    devices, batch, ZeRO shard group, experts); raise InputError with the first broken one."""
+    zero_error = ParallelDims.of(plan).zero_shard_error()
+    errs = [*size_errors(cluster.count, plan), *batch_errors(train, plan), *([zero_error] if zero_error else []),
+            *expert_errors(model, plan)]
+    if errs:
+        raise InputError(errs[0])
     return Job(model=model, cluster=cluster, train=train, plan=plan, notes=[])
 
 

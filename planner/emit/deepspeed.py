@@ -9,6 +9,7 @@ train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps 
 from __future__ import annotations
 
 from planner.emit.common import Job, Unsupported, dumps
+from planner.specs.dims import ParallelDims
 
 
 def _zero_block(job: Job) -> dict:
@@ -55,7 +56,7 @@ def ds_config(job: Job) -> dict:
         if job.uneven:
             raise Unsupported("DeepSpeed's pipeline engine partitions layers itself (partition_method), "
                               "not to given first/last stage sizes")
-    if p.zero_shard_size and p.zero_shard_size < p.dp:
+    if ParallelDims.of(p).zero_replicas > 1:
         raise Unsupported("DeepSpeed shards ZeRO over all data-parallel ranks; its hybrid sharding (MiCS, "
                           "mics_shard_size) was removed in 0.19, and ZeRO++ hpZ still shards optimizer states "
                           "over every rank")

@@ -2,7 +2,8 @@
 
 Mesh: the plan's degrees become named mesh axes, outermost first
     stage (pp), data (replicated dp), fsdp (sharded dp), expert (ep, carved out of dp), context (cp), tensor (tp)
-- zero_stage 3 shards parameters: fsdp = zero_shard_size or dp, data = dp / fsdp (HSDP when data > 1).
+- zero_stage 3 shards parameters over fsdp x context: fsdp = zero_shard_size / cp or dp (ParallelDims.dp_shard),
+  data = dp / fsdp (HSDP when data > 1).
 - zero_stage 0-2 keep parameters replicated over `data` (MaxText `shard_optimizer_over_data` = ZeRO-1 for 1-2).
 - ep is carved out of dp as in Megatron: data*fsdp*expert = dp.
 Each axis is split into an ICI part (inside one slice / NVLink domain) and a DCN part (across slices):
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 
 from planner.emit.common import Job, Unsupported, dumps
+from planner.specs.dims import ParallelDims
 
 AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")
 _DCN_ORDER = ("data", "stage", "fsdp", "expert", "context", "tensor")
@@ -27,7 +29,7 @@ BATCH = ("data", "fsdp", "expert")  # activations' batch dimension is split over
 
 def mesh_degrees(job: Job) -> dict[str, int]:
     p = job.plan
-    shard = (p.zero_shard_size or p.dp) if p.zero_stage == 3 else 1
+    shard = ParallelDims.of(p).dp_shard if p.zero_stage == 3 else 1  # fsdp axis; the context axis shards too
     replicate = p.dp // shard
     # ep is carved out of the data-parallel ranks: first out of the sharded axis, then the replicated one
     g = math.gcd(shard, p.ep)
@@ -200,7 +202,7 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     if m.moe is not None and p.etp != p.tp:
         raise Unsupported("MaxText shards expert weights over the tensor axis like the dense ones (expert TP = TP); "
                           f"etp={p.etp} with tp={p.tp} is not expressible")
-    if p.zero_shard_size and p.zero_stage < 3 and p.zero_shard_size < p.dp:
+    if p.zero_shard_size and p.zero_stage < 3 and ParallelDims.of(p).dp_replicate > 1:
         raise Unsupported("MaxText shards the optimizer over all of `data` (shard_optimizer_over_data); "
                           "a zero_shard_size needs zero_stage 3 (fsdp axis)")
     notes: list[str] = []

@@ -8,9 +8,11 @@ Flag names are the 0.19.2 parser's (checked by tests/consumers/test_megatron_con
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 
 from planner.costmodel.memory import selective_recompute_modules
 from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_length_expr
+from planner.specs.dims import ParallelDims
 
 # Megatron runs 1F1B, interleaved when vpp > 1 (so '1f1b' and 'interleaved' both map to the degrees); not these:
 _SCHEDULES_NOT_IN_MEGATRON = {
@@ -20,9 +22,12 @@ _SCHEDULES_NOT_IN_MEGATRON = {
 }
 
 
-def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
-    """(argv list, env) for `pretrain_gpt.py`; raises Unsupported when a knob has no Megatron flag."""
-    m, p, t = job.model, job.plan, job.train
+Flag = Callable[..., None]  # flag(name, value=None): append `--name [value]` (a tuple: several values) to the argv
+
+
+def _check_expressible(job: Job) -> None:
+    """Refuse plans and models Megatron-LM cannot run at all."""
+    m, p = job.model, job.plan
     if job.is_tpu:
         raise Unsupported(f"Megatron-LM runs on NVIDIA/AMD GPUs, not on {job.hw_id}")
     if p.pp > 1 and p.schedule in _SCHEDULES_NOT_IN_MEGATRON:
@@ -32,16 +37,10 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
     if m.parallel_attn_mlp:
         raise Unsupported("Megatron-LM's GPT model has no parallel attention+MLP block")
 
-    a: list[str] = []
 
-    def flag(name: str, value=None) -> None:
-        a.append(name)
-        if value is not None:
-            a.append(str(value))
-
-    # ---- parallelism
-    flag("--tensor-model-parallel-size", p.tp)
-    flag("--pipeline-model-parallel-size", p.pp)
+def _pipeline_split_flags(job: Job, flag: Flag) -> None:
+    """How the layers split over pipeline stages (even, uneven first/last, embedding/loss counted)."""
+    m, p = job.model, job.plan
     if job.uneven:
         if p.pp < 2:
             raise Unsupported("uneven first/last stage layers need pipeline parallelism")
@@ -66,6 +65,15 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
             if per_rank % p.vpp:
                 raise Unsupported(f"{per_rank} layers per pipeline rank do not split into vpp={p.vpp} virtual stages")
             flag("--num-layers-per-virtual-pipeline-stage", per_rank // p.vpp)
+
+
+def _parallelism_flags(job: Job, flag: Flag) -> None:
+    """TP / PP / SP / CP degrees and options."""
+    p = job.plan
+    # ---- parallelism
+    flag("--tensor-model-parallel-size", p.tp)
+    flag("--pipeline-model-parallel-size", p.pp)
+    _pipeline_split_flags(job, flag)
     if p.tp > 1 and p.sequence_parallel:
         flag("--sequence-parallel")
     if p.tp > 1 and p.tp_comm_overlap:
@@ -76,11 +84,10 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
         flag("--context-parallel-size", p.cp)
         flag("--cp-comm-type", {"ring": "p2p", "a2a": "a2a"}[p.cp_comm])
 
-    # ---- model shape
-    flag("--num-layers", m.num_layers)
-    flag("--hidden-size", m.hidden_size)
-    flag("--ffn-hidden-size", m.ffn_hidden_size)
-    flag("--num-attention-heads", m.num_heads)
+
+def _attention_flags(job: Job, flag: Flag) -> None:
+    """Attention shape: heads, GQA, or multi-latent attention."""
+    m = job.model
     if m.mla is None:
         flag("--kv-channels", m.head_dim)
         if m.num_kv_heads != m.num_heads:
@@ -94,8 +101,11 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
         flag("--qk-head-dim", m.mla.qk_nope_head_dim)
         flag("--qk-pos-emb-head-dim", m.mla.qk_rope_head_dim)
         flag("--v-head-dim", m.mla.v_head_dim)
-    flag("--seq-length", t.seq_len)
-    flag("--max-position-embeddings", max(m.max_position_embeddings, t.seq_len))
+
+
+def _activation_flags(job: Job, flag: Flag) -> None:
+    """The MLP activation (gated or not)."""
+    m = job.model
     if m.mlp_type == "gated":
         if m.activation in ("silu", "swish"):
             flag("--swiglu")
@@ -108,6 +118,20 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
         flag("--squared-relu")
     elif m.activation not in ("gelu", "gelu_new", "gelu_tanh"):
         job.note(f"activation {m.activation} not expressible; Megatron's default GeLU is used")
+
+
+def _model_flags(job: Job, flag: Flag) -> None:
+    """Model shape, norms, embeddings, biases, tokenizer."""
+    m, t = job.model, job.train
+    # ---- model shape
+    flag("--num-layers", m.num_layers)
+    flag("--hidden-size", m.hidden_size)
+    flag("--ffn-hidden-size", m.ffn_hidden_size)
+    flag("--num-attention-heads", m.num_heads)
+    _attention_flags(job, flag)
+    flag("--seq-length", t.seq_len)
+    flag("--max-position-embeddings", max(m.max_position_embeddings, t.seq_len))
+    _activation_flags(job, flag)
     flag("--normalization", "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm")
     flag("--position-embedding-type",
          {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding])
@@ -128,6 +152,10 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
     flag("--tokenizer-type", "NullTokenizer")
     flag("--vocab-size", m.vocab_size)
 
+
+def _moe_flags(job: Job, flag: Flag) -> None:
+    """Mixture-of-experts layers, router and expert parallelism."""
+    m, p = job.model, job.plan
     # ---- mixture of experts
     if m.moe is not None:
         e = m.moe
@@ -150,10 +178,10 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
         flag("--moe-token-dispatcher-type", "alltoall")
         flag("--moe-grouped-gemm")
 
-    # ---- batch
-    flag("--micro-batch-size", p.micro_batch)
-    flag("--global-batch-size", t.global_batch)
 
+def _precision_flags(job: Job, flag: Flag) -> None:
+    """Compute precision (bf16 / fp16 / fp8 recipe)."""
+    t = job.train
     # ---- precision
     if t.dtype == "fp16":
         flag("--fp16")
@@ -165,13 +193,16 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
         flag("--fp8-format", "hybrid")
         flag("--fp8-recipe", "mxfp8" if job.blackwell_or_later else "tensorwise")
 
+
+def _recompute_flags(job: Job, flag: Flag) -> None:
+    """Activation recompute (selective, full uniform or block)."""
+    m, p = job.model, job.plan
     # ---- activation recompute
     if p.recompute == "selective":
         flag("--recompute-granularity", "selective")
         modules = selective_recompute_modules(m)
         if modules != ("core_attn",):  # the cost model's "selective" for MoE / MLA models
-            a.append("--recompute-modules")
-            a.extend(modules)
+            flag("--recompute-modules", modules)
     elif p.recompute == "full" and p.recompute_layers != 0:
         flag("--recompute-granularity", "full")
         per_stage = (job.layers_per_stage or max(p.first_stage_layers or 0, p.last_stage_layers or 0)
@@ -188,27 +219,10 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
             flag("--recompute-method", "block")
             flag("--recompute-num-layers", per_chunk)
 
-    # ---- data parallelism / optimizer sharding
-    env: dict[str, str] = {}
-    instances = p.dp // p.zero_shard_size if p.zero_shard_size else 1
-    if p.zero_stage == 3:
-        flag("--use-megatron-fsdp")
-        flag("--data-parallel-sharding-strategy", "optim_grads_params")
-        flag("--ckpt-format", "fsdp_dtensor")  # validate_args requires it with Megatron-FSDP
-        flag("--use-distributed-optimizer")
-    elif p.zero_stage >= 1:
-        flag("--use-distributed-optimizer")
-        if p.zero_stage == 2:
-            job.note("zero_stage 2 maps to the distributed optimizer (optimizer states sharded; gradients are "
-                     "reduce-scattered into fp32 buffers that stay full size)")
-    elif p.zero_shard_size:
-        raise Unsupported("zero_shard_size needs ZeRO stage >= 1 in Megatron-LM")
-    if instances > 1:
-        flag("--num-distributed-optimizer-instances", instances)
-    if p.dp > 1 or p.cp > 1:
-        flag("--overlap-grad-reduce")
-        if p.zero_stage >= 1:
-            flag("--overlap-param-gather")
+
+def _optimizer_flags(job: Job, flag: Flag) -> None:
+    """Gradient-reduction and optimizer-state dtypes, optimizer offload."""
+    p, t = job.plan, job.train
     if t.grad_dtype == "bf16":
         flag("--grad-reduce-in-bf16")
     precision_aware = p.offload_optimizer
@@ -228,9 +242,61 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
         flag("--optimizer-cpu-offload")
         flag("--optimizer-offload-fraction", "1.0")
 
+
+def _data_parallel_flags(job: Job, flag: Flag) -> dict[str, str]:
+    """Data parallelism and ZeRO / Megatron-FSDP sharding; returns the environment."""
+    p = job.plan
+    # ---- data parallelism / optimizer sharding
+    env: dict[str, str] = {}
+    instances = ParallelDims.of(p).zero_replicas  # shard groups of the dp*cp group (planner.specs.dims)
+    if p.zero_stage == 3:
+        flag("--use-megatron-fsdp")
+        flag("--data-parallel-sharding-strategy", "optim_grads_params")
+        flag("--ckpt-format", "fsdp_dtensor")  # validate_args requires it with Megatron-FSDP
+        flag("--use-distributed-optimizer")
+    elif p.zero_stage >= 1:
+        flag("--use-distributed-optimizer")
+        if p.zero_stage == 2:
+            job.note("zero_stage 2 maps to the distributed optimizer (optimizer states sharded; gradients are "
+                     "reduce-scattered into fp32 buffers that stay full size)")
+    elif p.zero_shard_size:
+        raise Unsupported("zero_shard_size needs ZeRO stage >= 1 in Megatron-LM")
+    if instances > 1:
+        flag("--num-distributed-optimizer-instances", instances)
+    if p.dp > 1 or p.cp > 1:
+        flag("--overlap-grad-reduce")
+        if p.zero_stage >= 1:
+            flag("--overlap-param-gather")
+    _optimizer_flags(job, flag)
+
     if (p.tp > 1 or p.cp > 1) and not job.blackwell_or_later and p.zero_stage != 3:
         # validate_args asserts it before Blackwell; Megatron-FSDP asserts the opposite (it warns instead)
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return env
+
+def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
+    """(argv list, env) for `pretrain_gpt.py`; raises Unsupported when a knob has no Megatron flag."""
+    _check_expressible(job)
+    p, t = job.plan, job.train
+    a: list[str] = []
+
+    def flag(name: str, value=None) -> None:
+        a.append(name)
+        if isinstance(value, tuple):  # nargs="+" flags
+            a.extend(str(v) for v in value)
+        elif value is not None:
+            a.append(str(value))
+
+    _parallelism_flags(job, flag)
+    _model_flags(job, flag)
+    _moe_flags(job, flag)
+    # ---- batch
+    flag("--micro-batch-size", p.micro_batch)
+    flag("--global-batch-size", t.global_batch)
+
+    _precision_flags(job, flag)
+    _recompute_flags(job, flag)
+    env = _data_parallel_flags(job, flag)
     return a, env
 
 

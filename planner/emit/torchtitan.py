@@ -9,6 +9,7 @@ or a dtype that no registry function provides cannot be expressed.
 from __future__ import annotations
 
 from planner.emit.common import Job, Unsupported, dumps
+from planner.specs.dims import ParallelDims
 
 # (module, config, float8 config or None): registry functions of torchtitan 0.3.0 and the model they build.
 # Keyed by (layers, hidden, heads, kv_heads, ffn, vocab, experts); tests/consumers checks it against the
@@ -123,8 +124,10 @@ def torchtitan_args(job: Job) -> list[str]:
                           "(training.enable_cpu_offload), not the optimizer alone")
     module, config = registry_config(job)
 
-    # ZeRO >= 1 shards over zero_shard_size ranks (all of dp by default) and replicates across groups (HSDP)
-    shard = 1 if p.zero_stage == 0 else (p.zero_shard_size or p.dp)
+    # ZeRO >= 1 shards over dp_shard * cp = zero_shard_size ranks (all of dp * cp by default) and replicates
+    # across groups (HSDP); planner.specs.dims owns the split
+    dims = ParallelDims.of(p)
+    shard = 1 if p.zero_stage == 0 else dims.dp_shard
     replicate = p.dp // shard
     if m.moe is not None and p.ep > 1 and (shard * p.cp * p.tp) % p.ep:
         raise Unsupported(f"torchtitan borrows expert parallelism from dp_shard*cp*tp = {shard * p.cp * p.tp}, "

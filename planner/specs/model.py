@@ -83,7 +83,8 @@ class ModelSpec(_Frozen):
     hidden_size: int = Field(..., ge=1, le=1_000_000)
     num_heads: int = Field(..., ge=1, le=100_000)
     num_kv_heads: int = Field(..., ge=1, le=100_000, description="= num_heads for MHA, 1 for MQA, between for GQA")
-    head_dim: int = Field(..., ge=1, le=100_000, description="per-head q/k/v width (not hidden/heads for Qwen3, Gemma 2, gpt-oss)")
+    head_dim: int = Field(..., ge=1, le=100_000,
+                          description="per-head q/k/v width (not hidden/heads for Qwen3, Gemma 2, gpt-oss)")
     ffn_hidden_size: int = Field(..., ge=1, le=10_000_000, description="dense FFN width (per matrix)")
     vocab_size: int = Field(..., ge=1, le=100_000_000)
     max_position_embeddings: int = Field(4096, ge=1)
@@ -127,6 +128,12 @@ class ModelSpec(_Frozen):
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+    def require_moe(self) -> MoESpec:
+        """The MoE spec, for code reached only through an MoE layer."""
+        if self.moe is None:
+            raise ValueError(f"{self.name} is not a mixture-of-experts model")
+        return self.moe
 
     def is_moe_layer(self, i: int) -> bool:
         """Layer i (0-based) has an MoE FFN (HF DeepSeek/Qwen-MoE rule)."""

@@ -54,8 +54,14 @@ class ParallelPlan(BaseModel):
 
     @property
     def edp(self) -> int:
-        """Expert-data-parallel size: replicas of each expert shard (Megatron: dp*cp*tp/(ep*etp))."""
-        return max(1, (self.dp * self.cp * self.tp) // (self.ep * self.etp))
+        """Expert-data-parallel size (planner.specs.dims.ParallelDims.edp owns the rule)."""
+        from planner.specs.dims import ParallelDims
+
+        return ParallelDims.of(self).edp
 
     def knobs(self) -> dict:
         return self.model_dump()
+
+
+# Every knob of a plan, in declaration order: the one list (the CLI flags and run-file keys map onto it).
+KNOBS: tuple[str, ...] = tuple(ParallelPlan.model_fields)

@@ -1,0 +1,214 @@
+"""One owner of every parallel degree, derived group size and divisibility rule of a plan (in the manner of
+torchtitan's `ParallelDims` and Megatron-core's `ModelParallelConfig.__post_init__`). The search, the cost
+model and every emitter read group sizes and rules from here.
+
+Degrees (Megatron rank order tp -> cp -> ep/dp -> pp): world = tp * pp * cp * dp. ZeRO / FSDP shards the
+dense model states over `zero_shard` ranks of the dp * cp group (all of it by default; HSDP when
+`zero_shard_size` is smaller), and always over whole CP groups: torchtitan's FSDP mesh is
+`dp_shard_cp` = dp_shard * cp (torchtitan/distributed/parallel_dims.py, build_mesh), Megatron's distributed
+optimizer instances split the data-parallel-with-CP group, MaxText shards weights over its fsdp and context
+axes. So zero_shard = dp_shard * cp, dp = dp_replicate * dp_shard (torchtitan: dp_replicate * dp_shard * cp
+* tp * pp == world_size).
+
+Rules (Megatron-core / torchtitan):
+  tp * pp * cp * dp == devices;              ep * etp divides tp * cp * dp, experts % ep == 0
+  heads % tp == 0; kv_heads % tp == 0 or tp % kv_heads == 0 (KV heads replicated)
+  seq_len % (2 * cp) == 0 (load-balanced causal CP chunks); a2a CP needs heads % (tp * cp) == 0
+  pp * vpp chunks each get a layer; the search proposes only even splits (counting the embedding and loss
+  as a layer each where that makes it even: Megatron --account-for-*-in-pipeline-split), a user-fixed
+  uneven split is allowed (Megatron --pipeline-model-parallel-layout); explicit first/last stage sizes too
+  global_batch % (dp * micro_batch) == 0
+  zero_shard_size: a multiple of cp dividing dp * cp (whole CP groups, whole replicas)
+  sequence parallelism only with tp > 1; interleaving only with pp > 1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs.model import ModelSpec
+from planner.specs.plan import ParallelPlan
+from planner.specs.training import TrainingSpec
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """The degrees of a plan and the group sizes derived from them."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    zero_shard_size: int | None = None
+
+    @classmethod
+    def of(cls, plan: ParallelPlan) -> ParallelDims:
+        return cls(plan.tp, plan.pp, plan.dp, plan.cp, plan.ep, plan.etp, plan.zero_shard_size)
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def dp_cp(self) -> int:
+        """The data-parallel group with CP (Megatron), over which gradients are reduced."""
+        return self.dp * self.cp
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel size: replicas of each expert shard (Megatron: dp*cp*tp/(ep*etp))."""
+        return max(1, (self.dp * self.cp * self.tp) // (self.ep * self.etp))
+
+    @property
+    def zero_shard(self) -> int:
+        """Ranks ZeRO / FSDP shards the dense model states over (torchtitan dp_shard_cp)."""
+        return self.zero_shard_size or self.dp * self.cp
+
+    @property
+    def expert_zero_shard(self) -> int:
+        """Ranks the expert states are sharded over: the expert-data-parallel group, capped by zero_shard_size."""
+        return min(self.zero_shard, self.edp) if self.zero_shard_size else self.edp
+
+    @property
+    def dp_shard(self) -> int:
+        """Data-parallel ranks of one shard group, CP excluded (torchtitan data_parallel_shard_degree, MaxText
+        fsdp axis)."""
+        return self.zero_shard // self.cp
+
+    @property
+    def dp_replicate(self) -> int:
+        """Replicas of the sharded states (HSDP; torchtitan data_parallel_replicate_degree)."""
+        return self.dp // self.dp_shard
+
+    @property
+    def zero_replicas(self) -> int:
+        """Shard groups in dp * cp (Megatron --num-distributed-optimizer-instances)."""
+        return self.dp_cp // self.zero_shard
+
+    def zero_shard_error(self) -> str | None:
+        z = self.zero_shard_size
+        if z is None or (z % self.cp == 0 and self.dp_cp % z == 0):
+            return None
+        return (f"zero_shard_size={z} must be a multiple of cp={self.cp} that divides dp*cp={self.dp_cp}: ZeRO/FSDP "
+                "shards over whole context-parallel groups (torchtitan dp_shard*cp)")
+
+
+# ---- the rules, each a small function returning one-line messages ----------------------------------------
+
+def kv_heads_split(model: ModelSpec, tp: int) -> bool:
+    """KV heads divide over TP ranks, or each is replicated over tp / kv_heads ranks."""
+    return model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0
+
+
+def tp_splits_heads(model: ModelSpec, tp: int) -> bool:
+    return model.num_heads % tp == 0 and kv_heads_split(model, tp)
+
+
+def cp_splits_sequence(seq_len: int, cp: int) -> bool:
+    """Load-balanced causal CP cuts the sequence into 2 cp chunks."""
+    return cp == 1 or seq_len % (2 * cp) == 0
+
+
+def size_errors(devices: int, p: ParallelPlan) -> list[str]:
+    if p.tp * p.pp * p.cp * p.dp != devices:
+        return [f"tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {p.tp * p.pp * p.cp * p.dp}, not the {devices} devices"]
+    return []
+
+
+def _tensor_context_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+    errs = []
+    if model.num_heads % p.tp:
+        errs.append(f"{model.num_heads} attention heads do not split over tp={p.tp}")
+    if not kv_heads_split(model, p.tp):
+        errs.append(f"{model.num_kv_heads} KV heads neither divide nor are divisible by tp={p.tp}")
+    if not cp_splits_sequence(train.seq_len, p.cp):
+        errs.append(f"seq_len {train.seq_len} is not divisible by 2*cp={2 * p.cp}")
+    if p.cp > 1 and p.cp_comm == "a2a" and model.num_heads % (p.tp * p.cp):
+        errs.append(f"all-to-all CP needs heads ({model.num_heads}) divisible by tp*cp={p.tp * p.cp}")
+    return errs
+
+
+def _pipeline_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+    errs = []
+    if p.pp > model.num_layers:
+        errs.append(f"pp={p.pp} exceeds the {model.num_layers} layers")
+    if p.vpp > 1 and p.pp == 1:
+        errs.append("virtual pipeline stages (vpp > 1) need pp > 1")
+    if p.schedule == "interleaved" and p.vpp == 1 and p.pp > 1:
+        errs.append("the interleaved schedule needs vpp > 1")
+    per_step = p.dp * p.micro_batch
+    if (p.schedule == "interleaved" and p.pp > 1 and per_step and train.global_batch % per_step == 0
+            and (train.global_batch // per_step) % p.pp):
+        errs.append(f"the interleaved schedule needs the micro-batch count "
+                    f"({train.global_batch // per_step}) divisible by pp={p.pp} (Megatron rule)")
+    if p.vpp > 1 and p.schedule != "interleaved":
+        errs.append("vpp > 1 needs the interleaved schedule")
+    return errs
+
+
+def _stage_split_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
+    first, last = p.first_stage_layers, p.last_stage_layers
+    if first is None and last is None:
+        if p.pp * p.vpp > model.num_layers + 2:
+            return [f"{model.num_layers} layers cannot fill pp*vpp={p.pp * p.vpp} pipeline chunks"]
+        return []
+    fixed = (first or 0) + (last or 0)
+    free = p.pp - (first is not None) - (last is not None)
+    rest = model.num_layers - fixed
+    if rest < 0 or (free and rest % free) or (not free and rest):
+        return [f"uneven stages first={first} last={last} do not split {model.num_layers} layers over pp={p.pp}"]
+    if p.vpp > 1 and any(c % p.vpp for c in (first, last, rest // free if free else 0) if c is not None):
+        return [f"with vpp={p.vpp} every stage's layer count must divide into {p.vpp} virtual stages "
+                "(Megatron rule for --decoder-first/last-pipeline-num-layers)"]
+    return []
+
+
+def _embedding_loss_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
+    if not p.account_embedding_loss:
+        return []
+    errs = []
+    units = model.num_layers + 2
+    if p.pp < 2 or units % p.pp or (units // p.pp) % p.vpp:
+        errs.append(f"counting the embedding and loss as layers needs pp > 1 and {units} divisible by pp={p.pp} "
+                    f"into stages divisible by vpp={p.vpp} (Megatron rule)")
+    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+        errs.append("account_embedding_loss and first/last stage sizes are exclusive")
+    return errs
+
+
+def batch_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
+    if train.global_batch % (p.dp * p.micro_batch):
+        return [f"global batch {train.global_batch} is not divisible by dp*micro_batch={p.dp * p.micro_batch}"]
+    return []
+
+
+def expert_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
+    if model.moe is None:
+        return ["ep/etp > 1 need a mixture-of-experts model"] if p.ep > 1 or p.etp > 1 else []
+    errs = []
+    if model.moe.num_experts % p.ep:
+        errs.append(f"{model.moe.num_experts} experts do not split over ep={p.ep}")
+    if (p.tp * p.cp * p.dp) % (p.ep * p.etp):
+        errs.append(f"ep*etp={p.ep * p.etp} does not divide tp*cp*dp={p.tp * p.cp * p.dp}")
+    if p.etp > 1 and model.moe.expert_ffn_hidden_size % p.etp:
+        errs.append(f"expert FFN width {model.moe.expert_ffn_hidden_size} does not split over etp={p.etp}")
+    return errs
+
+
+def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: ParallelPlan) -> list[str]:
+    """Every rule the plan breaks, as one-line messages (empty = valid)."""
+    zero = ParallelDims.of(p).zero_shard_error()
+    return [
+        *size_errors(devices, p),
+        *_tensor_context_errors(model, train, p),
+        *_pipeline_errors(model, train, p),
+        *_stage_split_errors(model, p),
+        *_embedding_loss_errors(model, p),
+        *batch_errors(train, p),
+        *expert_errors(model, p),
+        *([zero] if zero else []),
+        *(["recompute_layers applies only to full recompute"]
+          if p.recompute_layers is not None and p.recompute != "full" else []),
+    ]
