@@ -303,3 +303,20 @@ def test_why_not_neighbours_keep_the_plans_schedule():
                                                                               "schedule": "1f1b"})), 1e9)
                 if r["change"] == "PP /2")
     assert flat["verdict"] in ("slower", "faster or equal", "does not fit")
+
+
+def test_node_limited_routing_cuts_the_network_share_of_the_dispatch():
+    # DeepSeek-V3 sends each token to at most 4 of the 8 nodes of an EP64 group (report sec. 3.2.2), once per
+    # node over IB; the same model without group-limited routing sends all top_k = 8 copies
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.expert import ep_comm_fwd_s
+    ctx = ctx_for("deepseek-v3", "h800x512", seq_len=4096, global_batch=512)
+    plan = ParallelPlan(tp=1, pp=8, dp=64, ep=64, micro_batch=1, recompute="selective")
+    k = next(k for k in ctx.kinds if k.moe)
+    limited = ep_comm_fwd_s(ctx, plan_shape(ctx, plan), k)
+    free = get_model("deepseek-v3").model_copy(
+        update={"moe": get_model("deepseek-v3").moe.model_copy(update={"route_topk_groups": None})})
+    ctx_free = Context(free, ctx.cluster, ctx.train)
+    k_free = next(k for k in ctx_free.kinds if k.moe)
+    unlimited = ep_comm_fwd_s(ctx_free, plan_shape(ctx_free, plan), k_free)
+    assert 0 < limited < 0.6 * unlimited
