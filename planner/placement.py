@@ -249,9 +249,13 @@ def placement(cluster: ClusterSpec, plan: ParallelPlan, framework: str) -> dict[
     up, out = _SCALE_UP_LINK[hw.scale_up.kind], hw.scale_out.kind
     world = plan.devices
     domain = placement_domain(cluster, world)
+    linear = linear_strides(plan)
     if framework == "maxtext" or hw.torus is not None:
         ici, dcn = split_ici_dcn(mesh_degrees(plan), world, domain)
         torus = torus_assignment(ici, slice_shape(cluster), hw.torus.cube) if hw.torus is not None else None
-        return {g: _mesh_span(g, axes, ici, dcn, torus, domain, up, out) for g, axes in _mesh_groups(plan).items()}
-    return {g: linear_span(g, size, stride, world, domain, up, out)
-            for g, (size, stride) in linear_strides(plan).items()}
+        spans = {g: _mesh_span(g, axes, ici, dcn, torus, domain, up, out) for g, axes in _mesh_groups(plan).items()}
+        # a group the mesh cannot express with the cost model's size (ep not carvable from dp, expert replicas
+        # with tp): the linear order stands in
+        return {g: sp if sp.size == linear[g][0] else linear_span(g, *linear[g], world, domain, up, out)
+                for g, sp in spans.items()}
+    return {g: linear_span(g, size, stride, world, domain, up, out) for g, (size, stride) in linear.items()}

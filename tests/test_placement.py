@@ -128,3 +128,12 @@ def test_group_limited_routing_is_imported():
     assert (v3.route_groups, v3.route_topk_groups) == (8, 4)
     assert (v2.route_groups, v2.route_topk_groups) == (8, 3)
     assert get_model("mixtral-8x7b").moe.route_topk_groups is None
+
+
+def test_mesh_groups_the_mesh_cannot_express_fall_back_to_the_linear_order():
+    # MaxText carves ep out of the data axes only; with tp=2, etp=1 the expert replicas (edp = dp*tp/ep) are not
+    # one mesh axis product: the span keeps the cost model's group size
+    cl = parse_cluster("mi300xx16")
+    plan = ParallelPlan(tp=2, dp=8, ep=4, zero_stage=3)
+    sp = placement(cl, plan, "maxtext")
+    assert sp["edp"].size == plan.edp and sp["ep"].size == 4 and sp["dp"].size == 8

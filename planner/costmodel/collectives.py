@@ -51,7 +51,7 @@ def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, ici_axes: tu
         intra = su.nvls_allreduce_busbw_GBps * 1e9  # NVLink SHARP does the reduction in the switch
     if su.kind == "xgmi_mesh" and per_domain < domain:
         # fully connected mesh without a switch: a rank reaches a peer over one link only
-        intra *= (per_domain - 1) / max(1, domain - 1)
+        intra *= max(1, per_domain - 1) / max(1, domain - 1)
     return intra
 
 
