@@ -29,7 +29,8 @@ def reason(ctx: Context, ev: Evaluation) -> str:
                      f"({p.schedule}, bubble {100 * bub:.0f}%)")
     if p.cp > 1:
         parts.append(f"CP={p.cp} splits the {ctx.train.seq_len}-token sequence"
-                     + ("" if span["cp"].aligned else f" (its K/V exchange crosses {cl.hardware.scale_out.kind.upper()})"))
+                     + ("" if span["cp"].aligned else
+                        f" (its K/V exchange crosses {cl.hardware.scale_out.kind.upper()})"))
     if p.ep > 1:
         parts.append(f"EP={p.ep} spreads the experts")
     if p.zero_stage:

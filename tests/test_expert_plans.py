@@ -23,7 +23,6 @@ from planner.search import TIE_BAND, SearchOptions, search
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.validate import run_inputs
 
-
 RUNS = Path(__file__).resolve().parents[1] / "runs" / "known_runs_dev.yaml"
 
 
@@ -273,8 +272,10 @@ def test_dualpipe_hides_deepseek_v3_all_to_all():
 def test_cli_chooses_the_attention_implementation():
     # the CLI maps --attention to TrainingSpec.attention_impl: unfused attention keeps the s x s scores,
     # so the same pinned plan needs more activation memory without recompute
-    from click.testing import CliRunner
     import json
+
+    from click.testing import CliRunner
+
     from planner.cli import main
     args = ["--model", "gpt3-175b", "--cluster", "a100-sxm-80gbx64", "--seq-len", "2048", "--gbs", "64",
             "--dtype", "fp16", "--tp", "8", "--pp", "8", "--mbs", "1", "--recompute", "none", "--zero", "1",

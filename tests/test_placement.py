@@ -3,8 +3,17 @@
 import pytest
 
 from planner.hardware_catalog import parse_cluster
-from planner.placement import (IciAxis, linear_span, placement_domain, ici_group_busbw_GBps, placement, slice_shape,
-                               split_ici_dcn, torus_assignment, mesh_degrees)
+from planner.placement import (
+    IciAxis,
+    ici_group_busbw_GBps,
+    linear_span,
+    mesh_degrees,
+    placement,
+    placement_domain,
+    slice_shape,
+    split_ici_dcn,
+    torus_assignment,
+)
 from planner.specs import ParallelPlan
 
 

@@ -30,7 +30,8 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
         lf, lb, la, lt, lc, le = layer_times(ctx, shape, k)
         comm = 2 * ((0.0 if plan.tp_comm_overlap else lt) + lc + le)
         dense = (k.params.total - k.params.routed_experts) / plan.tp
-        rows.append((lf + lb + comm + (la + mla_up_proj_s(ctx, shape, k) if plan.recompute == "selective" else 0.0), lf + lt + lc + le,
+        selective = la + mla_up_proj_s(ctx, shape, k) if plan.recompute == "selective" else 0.0
+        rows.append((lf + lb + comm + selective, lf + lt + lc + le,
                      act_elems(ctx, shape, k, base_mode) * shape.tokens * ACT_ELEM_BYTES,
                      act_elems(ctx, shape, k, "full") * shape.tokens * ACT_ELEM_BYTES,
                      dense * per_dense + k.params.routed_experts / (plan.ep * plan.etp) * per_exp))

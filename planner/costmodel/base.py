@@ -10,11 +10,11 @@ from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.collectives import Link, span_link
-from planner.placement import placement
 from planner.costmodel.flops import LayerFlops, is_sliding_layer, layer_flops, model_flops_per_token
 from planner.costmodel.partition import stage_layer_counts
 from planner.costmodel.trace import Term, formula
 from planner.params import LayerParams, count_params, layer_params
+from planner.placement import placement
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from planner.specs.dims import ParallelDims
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape, StageSplit
-from planner.costmodel.collectives import Kind, Link, collective_time, group_link
+from planner.costmodel.collectives import Kind, collective_time, group_link
 from planner.costmodel.layers import StageTimes
 from planner.costmodel.memory import StageParams, grad_bytes_per_param, largest_layer_params_per_device
 from planner.costmodel.trace import Term, formula
-from planner.specs import ClusterSpec, ParallelPlan
+from planner.specs import ParallelPlan
 from planner.specs.dims import ParallelDims
 
 DP_NONE = formula("data.none", "no data-parallel replicas: 0", "-")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
 from planner.costmodel import calibration as cal
+from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
 from planner.costmodel.compute import kind_label, layer_compute, layer_compute_term, lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s

@@ -87,7 +87,8 @@ BUBBLE = formula(
 )
 P2P = formula(
     "pipeline.p2p",
-    "exposed transfers x t_p2p, t_p2p = alpha + tokens x h x 2 B (/ tp with SP or Megatron scatter/gather) / busbw. Blocking schedules (1F1B, "
+    "exposed transfers x t_p2p, t_p2p = alpha + tokens x h x 2 B (/ tp with SP or Megatron scatter/gather) / busbw. "
+    "Blocking schedules (1F1B, "
     "GPipe, ZB): 2 (m + w) transfers, w = p - 1 warm-up steps; interleaved (Megatron overlap_p2p_comm) and "
     "DualPipe: only the 2 w warm-up / flush transfers (w = 2 (p - 1) + (v - 1) p interleaved) plus, per "
     "steady-state transfer, max(0, t_p2p - chunk compute)",
