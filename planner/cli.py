@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import functools
-import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -12,7 +13,11 @@ from typing import Any
 import click
 
 from planner import __version__
+from planner.ui.inherit import inherit_group_options
+from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
 from planner.errors import PlannerError
+from planner.names import error_line, safe_line
+from planner.ui.jsondoc import require_finite
 
 KNOB_FLAGS = {  # flag -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "vpp": "vpp",
@@ -23,9 +28,69 @@ KNOB_FLAGS = {  # flag -> ParallelPlan knob
 
 
 def _positive(ctx, param, value):
-    if value is not None and not isinstance(value, (bool, str, tuple)) and value < 1:
+    values = value if isinstance(value, tuple) else (value,)
+    if any(v is not None and not isinstance(v, (bool, str)) and v < 1 for v in values):
         raise click.BadParameter("must be a positive integer")
     return value
+
+
+_finite = finite  # the one click callback refusing nan/inf (planner.ui.costopts)
+
+
+class OneLineGroup(click.Group):
+    """click.Group whose usage errors are one line on stderr (exit 2), that ends quietly when its output
+    pipe closes (`plan models | head -1` exits 0), and that turns SIGTERM into an exit that runs the
+    clean-up of half-written files (SIGKILL cannot be caught: a killed run may leave a .NAME.XXXX.tmp)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        previous = _exit_on_sigterm()
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            where = f"; see `{e.ctx.command_path} --help`" if getattr(e, "ctx", None) else ""
+            click.echo(f"error: {error_line(e.format_message())}{where}", err=True)
+            from planner.ui.jsondoc import usage_error_document
+            doc = usage_error_document(list(sys.argv[1:] if args is None else args), error_line(e.format_message()))
+            if doc is not None:  # --json: the error document on stdout too
+                click.echo(doc)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _exit_on_sigterm():
+    """SIGTERM raises SystemExit(143), so `finally`/`except BaseException` clean-ups (the temporary file of
+    an atomic write) run; returns the previous handler (None off the main thread, where it cannot be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of stdout went away (`| head`): stop writing, exit 0 without a message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)
+
+
+def _positive_each(ctx, param, values):
+    if any(v < 1 for v in values or ()):
+        raise click.BadParameter("must be a positive integer")
+    return values
 
 
 def _complete_model(ctx, param, incomplete):
@@ -72,9 +137,17 @@ def plan_options(f):
         click.option("--schedule", type=click.Choice(["1f1b", "interleaved", "gpipe", "zb", "dualpipe"])),
         click.option("--cp-comm", type=click.Choice(["ring", "a2a"])),
         click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
+        click.option("--nic-bw", metavar="BW", help="NIC bandwidth per device and direction, with a unit: 400Gb "
+                     "(gigabits/s) or 50GB (gigabytes/s); replaces the hardware profile's"),
+        click.option("--scale-up-bw", metavar="BW", help="scale-up (NVLink/xGMI/ICI) bandwidth per device and direction, "
+                     "with a unit: 450GB or 3600Gb; measured busbw scales with it"),
         click.option("--max-tp", type=int, callback=_positive, help="largest TP to consider (default: scale-up domain)"),
-        click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device"),
-        click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True),
+        click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, callback=_finite,
+                     help="GiB to keep free per device"),
+        click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True,
+                     help="plans to show: distinct layouts, each its best variant"),
+        click.option("--all-variants", is_flag=True, help="also list other variants (micro-batch, ZeRO, recompute, "
+                     "virtual stages) of the same layout"),
         click.option("--debug", is_flag=True, help="show a traceback on errors"),
     ]
     for o in reversed(opts):
@@ -91,10 +164,17 @@ def _handle_errors(f):
         except PlannerError as e:
             if debug:
                 raise
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {error_line(e)}", err=True)
+            _json_error(f, kwargs, e.exit_code, error_line(e))
             sys.exit(e.exit_code)
-        except (KeyboardInterrupt, BrokenPipeError):
+        except KeyboardInterrupt:
             sys.exit(130)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        except OSError as e:
+            if e.errno != errno.EPIPE:
+                raise
+            _quiet_broken_pipe()
         except click.exceptions.Exit:
             raise
         except click.ClickException:
@@ -102,25 +182,41 @@ def _handle_errors(f):
         except Exception as e:  # never a traceback unless asked
             if debug:
                 raise
-            msg = " ".join(str(e).split())[:300]
-            click.echo(f"error: internal error ({type(e).__name__}: {msg}); rerun with --debug and report it", err=True)
+            msg = error_line(e, 300)
+            line = f"internal error ({type(e).__name__}: {msg}); rerun with --debug and report it"
+            click.echo(f"error: {line}", err=True)
+            _json_error(f, kwargs, 1, line)
             sys.exit(1)
     return wrapper
 
 
+def _json_error(f, kwargs: dict, code: int, message: str) -> None:
+    """With --json (on the command or before it), the error also goes to stdout as a JSON document."""
+    cctx = click.get_current_context(silent=True)
+    parent = cctx.parent.params if cctx is not None and cctx.parent is not None else {}
+    if kwargs.get("as_json") or parent.get("as_json"):
+        from planner.ui.jsondoc import dumps, error_doc
+        command = {"main": "plan", "models_cmd": "models", "clusters_cmd": "clusters", "validate_cmd": "validate",
+                   "explain_cmd": "explain", "report_cmd": "plan", "compare_cmd": "compare"}.get(f.__name__, "plan")
+        click.echo(dumps(error_doc(command, code, " ".join(message.split()))))
+
+
 def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dtype=None, optimizer_dtype="fp32",
                  attention=None):
+    from pydantic import ValidationError
+
     from planner.errors import InputError
+    from planner.hf_import import _validation_message
     from planner.hardware_catalog import parse_cluster
     from planner.model_catalog import load_model
-    from planner.specs import TrainingSpec
+    from planner.specs import ClusterSpec, TrainingSpec
 
     if not model_arg:
         raise InputError("missing --model: give a catalog name (see `plan models`), a spec file or a config.json")
     if not cluster_arg:
         raise InputError("missing --cluster: give <hardware>x<count> such as a100x64 (see `plan clusters`) or a file")
     model = load_model(model_arg)
-    cluster = parse_cluster(cluster_arg)
+    cluster = cluster_arg if isinstance(cluster_arg, ClusterSpec) else parse_cluster(cluster_arg)
     seq = seq_len or 4096
     if gbs is None:
         gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
@@ -128,9 +224,15 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
         train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=dtype, framework=framework,
                              grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype or "fp32",
                              attention_impl=attention or "flash")
-    except ValueError as e:
-        raise InputError(" ".join(str(e).split())) from None
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "training settings")) from None
     return model, cluster, train
+
+
+def cluster_overrides(cluster, kw: dict):
+    """--nic-bw and --scale-up-bw applied to the parsed cluster (planner.catalog.overrides)."""
+    from planner.catalog.overrides import with_bandwidths
+    return with_bandwidths(cluster, kw.get("nic_bw"), kw.get("scale_up_bw"))
 
 
 def fixed_knobs(kw: dict) -> dict[str, Any]:
@@ -138,23 +240,24 @@ def fixed_knobs(kw: dict) -> dict[str, Any]:
 
 
 def model_doc(ctx) -> dict:
-    m, p = ctx.model, ctx.params
-    return {"name": m.name, "family": m.family, "params_total": p.total, "params_active": p.active,
-            "params_embedding": p.embedding, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
-            "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads, "moe": m.moe is not None}
+    from planner.ui.jsondoc import model_object
+    return model_object(ctx.model, ctx.params)
 
 
 def cluster_doc(ctx) -> dict:
-    c, hw = ctx.cluster, ctx.cluster.hardware
-    return {"name": c.name or f"{hw.id}x{c.count}", "hardware": hw.id, "count": c.count,
-            "devices_per_node": c.node_size, "scale_up_domain": c.scale_up_size,
-            "hbm_capacity_gib": hw.hbm_capacity_gib, "peak_tflops_bf16": hw.peak_tflops.bf16}
+    from planner.ui.jsondoc import cluster_object
+    return cluster_object(ctx.cluster)
 
 
-def run_search(kw: dict):
-    """Search with the command's options; returns (ctx, result, doc)."""
+def run_search(kw: dict, show_progress: bool = False):
+    """Search with the command's options; returns (ctx, result, doc). `show_progress`: a spinner on
+    stderr (planner.ui.progress) when the search takes over a second and stderr is a terminal."""
+    from pydantic import ValidationError
+
     from planner.costmodel import Context
+    from planner.ui.progress import progress
     from planner.errors import InputError, NoFeasiblePlan
+    from planner.hf_import import _validation_message
     from planner.explain import reason
     from planner.costmodel.memory import grad_dtype
     from planner.search import SearchOptions, search
@@ -163,56 +266,101 @@ def run_search(kw: dict):
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
                                          kw.get("attention"))
+    cluster = cluster_overrides(cluster, kw)
     fixed = fixed_knobs(kw)
     try:
         ParallelPlan(**{k: v for k, v in fixed.items()})
-    except ValueError as e:
-        raise InputError(" ".join(str(e).split())) from None
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "pinned knobs")) from None
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
+    check_request(model, cluster, train, fixed, kw.get("memory_headroom") or 0.0)
     ctx = Context(model, cluster, train)
     t0 = time.perf_counter()
-    res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),
-                                    memory_headroom_gib=kw.get("memory_headroom") or 0.0))
+    with progress(f"searching plans for {model.name} on {cluster.name}", show_progress):
+        res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),
+                                        memory_headroom_gib=kw.get("memory_headroom") or 0.0,
+                                        distinct_layouts=not kw.get("all_variants")))
     seconds = time.perf_counter() - t0
+    if not res.plans and not res.structures:
+        pins = " ".join(f"--{f.replace('_', '-')} {fixed[k]}" for f, k in KNOB_FLAGS.items() if k in fixed)
+        raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
+                         f"knobs ({pins or 'none'}): pin fewer knobs or change the device count")
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, kw.get("memory_headroom") or 0.0))
+    usable = usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0)
     plans = []
     for ev in res.plans:
         d = ev.to_dict()
-        d["reason"] = reason(ctx, ev)
+        d["memory"] = dict(d["memory"], usable_gib=usable)
+        d["reason"] = reason(ctx, ev, usable)
         plans.append(d)
     doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
                         "framework": train.framework, "grad_dtype": grad_dtype(train),
                         "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl},
            "plans": plans,
+           "ranking": ranking_doc(kw),
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
-                      "pruned": res.pruned, "seconds": seconds}}  # emit_doc drops "seconds" from --json
+                      "pruned": res.pruned, "memory_headroom_gib": kw.get("memory_headroom") or 0.0,
+                      "seconds": seconds}}  # emit_doc drops "seconds" from --json
+    require_finite(doc)
     return ctx, res, doc
 
 
-def nothing_fits_message(ctx, res, headroom: float) -> str:
+def check_request(model, cluster, train, fixed: dict, headroom_gib: float) -> None:
+    """Exit 2 with the reason when the request can never give a plan (pinned knobs, dtypes, headroom)."""
+    from planner.errors import InputError
+    from planner.request import request_errors
+
+    errs = request_errors(model, cluster, train, fixed)
+    if errs:
+        raise InputError("; ".join(dict.fromkeys(errs)))
+    if headroom_gib >= cluster.hardware.hbm_capacity_gib:
+        raise InputError(f"--memory-headroom {headroom_gib:g} GiB leaves nothing of the "
+                         f"{cluster.hardware.hbm_capacity_gib:g} GiB per {cluster.hardware.id}: give a smaller headroom")
+
+
+def ranking_doc(kw: dict) -> dict:
+    from planner.ranking import TIE_BAND_REL
+
+    return {"order": "step_time_s", "tie_band_rel": TIE_BAND_REL, "tie_break": ["memory.peak_gib", "simpler layout"],
+            "distinct_layouts": not kw.get("all_variants")}
+
+
+def usable_capacity_gib(ctx, headroom: float) -> float:
+    """The memory per device the search allows a plan: HBM less the fit reserve and the headroom."""
     from planner.costmodel import calibration as cal
 
-    cap = ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
+    return ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
+
+
+def nothing_fits_message(ctx, res, headroom: float) -> str:
+    cap = usable_capacity_gib(ctx, headroom)
     low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
     return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
             f"smallest peak any plan reaches is {low}. Try more devices, --recompute full, --zero 3, "
             f"--offload, a shorter --seq-len, or an accelerator with more memory")
 
 
-def emit_doc(doc: dict, as_json: bool) -> None:
+def json_text(doc) -> str:
+    """The one place JSON reaches stdout (planner.ui.jsondoc.dumps: sorted keys, checked finite)."""
+    from planner.ui.jsondoc import dumps
+    return dumps(doc)
+
+
+def emit_doc(doc: dict, as_json: bool, rank: int = 1, command: str = "plan") -> None:
     if as_json:
+        from planner.ui.jsondoc import dumps, versioned
         # byte-identical output for identical input: leave the wall-clock timing out
         out = dict(doc, search={k: v for k, v in doc.get("search", {}).items() if k != "seconds"})
-        click.echo(json.dumps(out, indent=2, sort_keys=True, default=float))
+        click.echo(dumps(versioned(command, out)))
     else:
         from planner.render import print_plan_doc
-        print_plan_doc(doc)
+        print_plan_doc(doc, rank=rank)
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @plan_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of tables")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="write launch configs for the chosen plan here")
@@ -222,79 +370,75 @@ def emit_doc(doc: dict, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="overwrite a non-empty --out directory")
 @click.option("--min-devices", is_flag=True, help="find the fewest devices (whole nodes, up to the --cluster count) "
               "on which a plan fits (and meets --target-step-s)")
-@click.option("--target-step-s", type=click.FloatRange(0, None, min_open=True), help="with --min-devices: required step time")
-@click.option("--tokens", help="total training tokens (e.g. 15T): adds wall-clock days, goodput and cost")
-@click.option("--price-per-device-hour", type=click.FloatRange(0, None), help="price of one device-hour")
-@click.option("--device-mtbf-hours", type=click.FloatRange(0, None, min_open=True),
-              help="mean time between failures per device (default: Llama 3's 16k-H100 run)")
-@click.option("--restart-min", type=click.FloatRange(0, None), default=10.0, show_default=True,
-              help="minutes to restart after a failure (Daly 2006 uses 10 min in his examples)")
+@click.option("--target-step-s", type=click.FloatRange(0, None, min_open=True), callback=_finite,
+              help="with --min-devices: required step time")
+@cost_options
 @click.version_option(__version__, "--version", prog_name="plan")
 @click.pass_context
 @_handle_errors
-def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, tokens, price_per_device_hour, device_mtbf_hours, restart_min, **kw):
+def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, **kw):
     """Plan the parallel layout of a training run: `plan --model llama-70b --cluster a100x64`."""
     if cctx.invoked_subcommand is not None:
         return
     if not kw.get("model_arg") and not kw.get("cluster_arg"):
         click.echo(cctx.get_help())
         return
-    if min_devices:
-        kw = kw | {"cluster_arg": _min_devices_cluster(kw, target_step_s)}
-    elif target_step_s:
+    cost = {k: kw.pop(k, None) for k in COST_KEYS}
+    check_cost_options(cost)
+    if target_step_s and not min_devices:
         from planner.errors import InputError
         raise InputError("--target-step-s needs --min-devices")
-    ctx, res, doc = run_search(kw | {"top_k": max(kw["top_k"], rank)})
-    if tokens:
-        doc["training_estimate"] = training_estimate(doc, tokens, price_per_device_hour, device_mtbf_hours, restart_min)
+    fewest = None
+    if min_devices:
+        fewest_cluster, fewest = _min_devices_cluster(kw, target_step_s, show_progress=not as_json)
+        kw = kw | {"cluster_arg": fewest_cluster}
+    ctx, res, doc = run_search(kw | {"top_k": max(kw["top_k"], rank)}, show_progress=not as_json)
+    if fewest:
+        doc["min_devices"] = fewest
+    if cost["tokens"]:
+        doc["training_estimate"] = estimate_doc(doc["plans"][min(rank, len(doc["plans"])) - 1],
+                                                doc["model"]["params_total"], cost)
     if out_dir:
-        _write_out(ctx, doc, out_dir, rank, set(emit) or None, force, quiet=as_json)
-    emit_doc(doc, as_json)
-    if tokens and not as_json:
-        click.echo(estimate_text(doc["training_estimate"]))
+        doc["out"] = _write_out(ctx, doc, out_dir, rank, set(emit) or None, force, quiet=as_json)
+    emit_doc(doc, as_json, rank)
+    if cost["tokens"] and not as_json:
+        from planner.ui.table import columns_for_text
+        click.echo(estimate_text(doc["training_estimate"], columns_for_text()))
 
 
-def _min_devices_cluster(kw, target_step_s) -> str:
-    """The smallest <hw>x<n> (n <= the --cluster count) that fits; the normal search then runs on it."""
+def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
+    """The cluster cut to the fewest devices (n <= the --cluster count) that fit, keeping every setting of the
+    cluster (inline hardware, devices_per_node, domain_size, overrides); the normal search then runs on it.
+    Returns (that cluster, the summary `--json` reports as `min_devices`)."""
     from planner.errors import NoFeasiblePlan
     from planner.search import SearchOptions, min_devices
+    from planner.specs import ClusterSpec
+    from planner.ui.progress import progress
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
                                          kw.get("attention"))
-    opts = SearchOptions(fixed=fixed_knobs(kw), top_k=1, max_tp=kw.get("max_tp"),
+    cluster = cluster_overrides(cluster, kw)
+    fixed = fixed_knobs(kw)
+    check_request(model, cluster, train, {k: v for k, v in fixed.items() if k not in ("tp", "pp", "cp", "dp")},
+                  kw.get("memory_headroom") or 0.0)
+    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=kw.get("max_tp"),
                          memory_headroom_gib=kw.get("memory_headroom") or 0.0)
-    n, _ = min_devices(model, cluster, train, opts, target_step_s)
+    with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}", show_progress):
+        n, _ = min_devices(model, cluster, train, opts, target_step_s)
     if n is None:
         goal = f" at <= {target_step_s:g} s per step" if target_step_s else ""
         raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
                              "raise the --cluster count, relax --target-step-s, or pick a bigger accelerator")
-    click.echo(f"fewest devices: {n} x {cluster.hardware.id}", err=True)
-    return f"{cluster.hardware.id}x{n}"
+    if show_progress:
+        click.echo(f"fewest devices: {n} x {cluster.hardware.id}", err=True)
+    summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
+               "target_step_s": target_step_s}
+    return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
+                       devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size), summary
 
 
-def training_estimate(doc, tokens, price, mtbf_h, restart_min) -> dict:
-    from planner.goodput import estimate_for_plan
-
-    kw = {"price_per_device_hour": price}
-    if mtbf_h:
-        kw["device_mtbf_h"] = mtbf_h
-    est = estimate_for_plan(doc["plans"][0], tokens, params_total=doc["model"]["params_total"],
-                            restart_s=restart_min * 60.0, **kw)
-    return est.to_dict()
-
-
-def estimate_text(e: dict) -> str:
-    line = (f"Training: {e['days']:.1f} days without failures, {e['effective_days']:.1f} days expected "
-            f"(goodput {100 * e['goodput']:.1f}%: ~{e['failures_expected']:.0f} failures, checkpoint every "
-            f"{e['checkpoint_interval_s'] / 60:.0f} min taking {e['checkpoint_s']:.0f} s); "
-            f"{e['device_hours']:,.0f} device-hours")
-    if e.get("cost") is not None:
-        line += f", cost {e['cost']:,.0f}"
-    return line
-
-
-def _write_out(ctx, doc, out_dir, rank, emit, force, quiet):
+def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dict:
     from planner.emit import emit_all, write_launch_configs
     from planner.errors import InputError
     from planner.specs import ParallelPlan
@@ -307,53 +451,70 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet):
     files, skipped = emit_all(ctx.model, ctx.cluster, ctx.train, plan, pred, emit)
     write_launch_configs(out_dir, files, force=force)
     if not quiet:
-        click.echo(f"wrote {', '.join(sorted(files))} to {out_dir}", err=True)
-        for launcher, why in sorted(skipped.items()):
-            click.echo(f"not written for {launcher}: {why}", err=True)
+        click.echo(f"wrote {', '.join(sorted(files))} to {safe_line(out_dir, 200)}", err=True)
+    for launcher, why in sorted(skipped.items()):  # on stderr under --json too (the document lists them)
+        click.echo(f"not written for {launcher}: {safe_line(why, 300)}", err=True)
+    return {"dir": str(out_dir), "written": sorted(files), "not_written": dict(sorted(skipped.items()))}
+
+
+def check_output_path(path: str, option: str) -> None:
+    """Refuse an output path that cannot be written before any long computation (one input-error line)."""
+    from pathlib import Path
+
+    from planner.errors import InputError
+
+    p = Path(path)
+    shown = safe_line(path, 200)
+    if p.is_symlink() and not p.exists():
+        raise InputError(f"{option} {shown} is a symbolic link to a missing file: remove the link or give another path")
+    if not p.parent.is_dir():
+        raise InputError(f"{option} {shown}: the folder {safe_line(p.parent, 200)} does not exist: create it first")
+
+
+def write_text_file(path: str, option: str, text: str) -> None:
+    """Write an output file atomically; every OS failure (missing folder, read-only, full disk, a dangling
+    symlink) is one input-error line naming the option."""
+    from planner.emit import atomic_write_text
+    from planner.errors import InputError
+
+    check_output_path(path, option)
+    p, shown = path, safe_line(path, 200)
+    try:
+        atomic_write_text(p, text)
+    except OSError as e:
+        raise InputError(f"{option} {shown} cannot be written ({e.strerror or e}): choose a writable path") from None
 
 
 @main.command("models")
 @click.option("--json", "as_json", is_flag=True)
 @_handle_errors
-def models_cmd(as_json):
-    """List the model catalog (one model a line)."""
-    from planner.model_catalog import list_models
-    from planner.params import count_params
+def models_cmd(**kw):
+    """List the model catalog (one model a line) and what each short alias means."""
+    from planner.ui.listing import models_doc, models_text
 
-    rows = []
-    for name, aliases, spec in list_models():
-        p = count_params(spec)
-        rows.append({"name": name, "aliases": list(aliases), "params_total": p.total, "params_active": p.active,
-                     "layers": spec.num_layers, "hidden": spec.hidden_size, "moe": spec.moe is not None})
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
+    kw = inherit_group_options(kw)
+    doc = models_doc()
+    if kw["as_json"]:
+        from planner.ui.jsondoc import dumps, versioned
+        click.echo(dumps(versioned("models", doc)))
         return
-    for r in rows:
-        act = f" ({r['params_active'] / 1e9:.1f}B active)" if r["moe"] else ""
-        al = f"  aliases: {', '.join(r['aliases'])}" if r["aliases"] else ""
-        click.echo(f"{r['name']:<22} {r['params_total'] / 1e9:8.1f}B{act:<16} L={r['layers']:<4} h={r['hidden']:<6}{al}")
+    click.echo("\n".join(models_text(doc)))
 
 
 @main.command("clusters")
 @click.option("--json", "as_json", is_flag=True)
 @_handle_errors
-def clusters_cmd(as_json):
+def clusters_cmd(**kw):
     """List the hardware profiles (use as <id>x<count>)."""
-    from planner.hardware_catalog import list_hardware
+    from planner.ui.listing import clusters_doc, clusters_text
 
-    rows = []
-    for hw in list_hardware():
-        rows.append({"id": hw.id, "aliases": list(hw.aliases), "bf16_tflops": hw.peak_tflops.bf16,
-                     "fp8_tflops": hw.peak_tflops.fp8, "hbm_gib": hw.hbm_capacity_gib,
-                     "scale_up": f"{hw.scale_up.kind} {hw.scale_up.domain_size} x {hw.scale_up.unidir_GBps:g} GB/s/dir",
-                     "scale_out_GBps": hw.scale_out.unidir_GBps_per_device})
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
+    kw = inherit_group_options(kw)
+    doc = clusters_doc()
+    if kw["as_json"]:
+        from planner.ui.jsondoc import dumps, versioned
+        click.echo(dumps(versioned("clusters", doc)))
         return
-    for r in rows:
-        fp8 = f"{r['fp8_tflops']:g}" if r["fp8_tflops"] else "-"
-        click.echo(f"{r['id']:<16} bf16 {r['bf16_tflops']:7g} TF  fp8 {fp8:>6} TF  HBM {r['hbm_gib']:6.1f} GiB  "
-                   f"{r['scale_up']}  NIC {r['scale_out_GBps']:g} GB/s  aliases: {', '.join(r['aliases'])}")
+    click.echo("\n".join(clusters_text(doc)))
 
 
 @main.command("validate")
@@ -363,134 +524,125 @@ def clusters_cmd(as_json):
 @click.option("--search-quality", is_flag=True, help="also rank each fully published plan in an unconstrained search")
 @click.option("--debug", is_flag=True)
 @_handle_errors
-def validate_cmd(runs_file, as_json, write_docs, search_quality, debug):
+def validate_cmd(**kw):
     """Predict every published run in a runs file and compare with the measurements."""
     from planner.data import data_dir
-    from planner.validate import load_runs, markdown_table, validate_runs
+    from planner.ui.progress import progress
+    from planner.validate import VALIDATE_LEGEND, load_runs, markdown_table, validate_runs
 
-    path = runs_file or str(data_dir("runs") / "known_runs_dev.yaml")
-    runs = load_runs(path)
-    result = validate_runs(runs)
-    quality_md = ""
-    if search_quality:
-        from planner.validate import search_quality as sq, search_quality_table
-        result["search_quality"] = [q for r in runs if (q := sq(r))]
-        quality_md = ("\n## Search quality: published plans vs the unconstrained search\n\n"
-                      "Each fully published layout, scored by this model, against the best plan the search finds "
-                      "with only the training settings fixed; rank = position of the published plan among all "
-                      "feasible plans the search scored.\n\n" + search_quality_table(result["search_quality"]))
+    kw = inherit_group_options(kw)
+    as_json, write_docs = kw["as_json"], kw["write_docs"]
+    path = kw["runs_file"] or str(data_dir("runs") / "known_runs_dev.yaml")
     if write_docs:
-        from planner.emit import atomic_write_text
-        atomic_write_text(write_docs, "# Validation against published runs\n\n"
-                          "Generated by `plan validate --write-docs docs/validation.md --search-quality`.\n\n"
-                          + markdown_table(result) + quality_md)
+        check_output_path(write_docs, "--write-docs")
+    runs = load_runs(path)
+    with progress(f"predicting {len(runs)} published runs", not as_json):
+        result = validate_runs(runs)
+    if kw["search_quality"]:
+        from planner.validate import search_quality as sq
+        with progress(f"searching the plan space of {len(runs)} published runs", not as_json):
+            result["search_quality"] = [q for r in runs if (q := sq(r))]
+    if write_docs:
+        from pathlib import Path
+
+        from planner.validate import validation_doc
+        previous = Path(write_docs).read_text() if Path(write_docs).is_file() else ""
+        write_text_file(write_docs, "--write-docs", validation_doc(result, result.get("search_quality"), previous))
     if as_json:
-        click.echo(json.dumps(result, indent=2, sort_keys=True, default=float))
+        from planner.ui.jsondoc import dumps, versioned
+        click.echo(dumps(versioned("validate", result)))
     else:
-        click.echo(markdown_table(result))
+        click.echo(markdown_table(result) + VALIDATE_LEGEND)
 
 
 @main.command("explain")
 @plan_options
 @click.option("--json", "as_json", is_flag=True)
 @_handle_errors
-def explain_cmd(as_json, **kw):
+def explain_cmd(**kw):
     """Every number of one plan with its formula, and why each neighbouring plan loses."""
-    from planner.costmodel import calibration as cal
     from planner.explain import derivation, why_not
 
-    ctx, res, doc = run_search(kw | {"top_k": 1})
+    kw = inherit_group_options(kw)
+    as_json = kw.pop("as_json")
+    ctx, res, doc = run_search(kw | {"top_k": 1}, show_progress=not as_json)
     best = res.plans[0]
-    cap = ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - (kw.get("memory_headroom") or 0.0)
-    alts = why_not(ctx, best, cap)
+    alts = why_not(ctx, best, usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0))
     doc["why_not"] = alts
     doc["derivation"] = derivation(ctx, best)
     if as_json:
-        emit_doc(doc, True)
+        emit_doc(doc, True, command="explain")
         return
     emit_doc(doc, False)
-    click.echo("\nHow each number was computed (formula [inputs]; --json adds each source):")
-    for r in doc["derivation"]:
-        v = r["value"]
-        val = f"{v:.4g}" if isinstance(v, float) else str(v)
-        click.echo(f"  {r['name']:<44} {val:>12} {r['unit']:<8} {r['formula']}")
-    click.echo("\nWhy not:")
-    for a in alts:
-        click.echo(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}")
+    from planner.ui.table import explain_text
+    click.echo(explain_text(doc))
 
 
 @main.command("report")
 @plan_options
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True, help="HTML file to write")
-@click.option("--tokens", help="total training tokens: adds the training-time estimate")
+@cost_options
 @_handle_errors
-def report_cmd(out_file, tokens, **kw):
+def report_cmd(**kw):
     """A self-contained HTML report: ranked plans, Pareto front, pipeline timeline, breakdowns."""
-    from planner.emit import atomic_write_text
     from planner.report import render_report
-    from planner.search import SearchOptions, search
+    from planner.ui.progress import progress
 
-    ctx, res, doc = run_search(kw)
-    fixed = fixed_knobs(kw)
-    every = search(ctx, SearchOptions(fixed=fixed, top_k=100000, max_tp=kw.get("max_tp"),
-                                      memory_headroom_gib=kw.get("memory_headroom") or 0.0))
+    kw = inherit_group_options(kw)
+    out_file = kw.pop("out_file")
+    check_output_path(out_file, "--out")
+    cost = {k: kw.pop(k, None) for k in COST_KEYS}
+    check_cost_options(cost)
+    # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
+    # only the leading plans get a stage solve, as in `plan`
+    ctx, res, doc = run_search(kw, show_progress=True)
     candidates = [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
-                   "fits": e.fits} for e in every.plans]
-    est = None
-    if tokens:
-        from planner.goodput import estimate_for_plan
-        est = estimate_for_plan(doc["plans"][0], tokens, params_total=doc["model"]["params_total"], restart_s=600.0)
-    atomic_write_text(out_file, render_report(doc, candidates, estimate=est))
-    click.echo(f"wrote {out_file} ({len(candidates)} feasible candidates on the Pareto chart)")
+                   "fits": e.fits} for e in res.ranked]
+    est = estimate_doc(doc["plans"][0], doc["model"]["params_total"], cost) if cost["tokens"] else None
+    with progress("rendering the report", True):
+        html = render_report(doc, candidates, estimate=est)
+    write_text_file(out_file, "--out", html)
+    click.echo(f"wrote {safe_line(out_file, 200)} ({len(candidates)} feasible candidates on the Pareto chart)")
 
 
 @main.command("compare")
-@click.option("--model", "model_arg", required=True, metavar="NAME|FILE")
-@click.option("--cluster", "clusters", multiple=True, required=True, metavar="HWxN|FILE", help="repeat to compare")
-@click.option("--seq-len", "seq_lens", type=int, multiple=True, help="repeat to compare")
+@click.option("--model", "model_arg", metavar="NAME|FILE", shell_complete=_complete_model)
+@click.option("--cluster", "clusters", multiple=True, metavar="HWxN|FILE", help="repeat to compare")
+@click.option("--seq-len", "seq_lens", type=int, multiple=True, callback=_positive_each, help="repeat to compare")
 @click.option("--gbs", type=int, callback=_positive)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16")
 @click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]), default="megatron")
+@click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device")
+@cost_options
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--debug", is_flag=True)
 @_handle_errors
-def compare_cmd(model_arg, clusters, seq_lens, gbs, dtype, framework, as_json, debug):
+def compare_cmd(**kw):
     """The same model on several clusters or sequence lengths, side by side (best plan of each)."""
-    from rich.table import Table
+    from planner.errors import InputError
+    from planner.ui.compare import compare_doc, compare_tables
+    from planner.ui.table import make_console
 
-    from planner.errors import PlannerError
-    from planner.render import plan_label
-
-    rows = []
-    for cl in clusters:
-        for seq in (seq_lens or (None,)):
-            kw = {"model_arg": model_arg, "cluster_arg": cl, "seq_len": seq, "gbs": gbs, "dtype": dtype,
-                  "framework": framework, "top_k": 1}
-            try:
-                _, _, doc = run_search(kw)
-                best = doc["plans"][0]
-                rows.append({"cluster": doc["cluster"]["name"], "seq_len": doc["training"]["seq_len"],
-                             "global_batch": doc["training"]["global_batch"], "plan": best["plan"],
-                             "step_time_s": best["step_time_s"], "tokens_per_s_per_device": best["tokens_per_s_per_device"],
-                             "tokens_per_s": best["tokens_per_s_per_device"] * doc["cluster"]["count"],
-                             "mfu": best["mfu"], "peak_gib": best["memory"]["peak_gib"], "error": None})
-            except PlannerError as e:
-                rows.append({"cluster": cl, "seq_len": seq, "error": str(e)})
-    if as_json:
-        click.echo(json.dumps({"model": model_arg, "rows": rows}, indent=2, sort_keys=True, default=float))
+    kw = inherit_group_options(kw)
+    if not kw["model_arg"]:
+        raise InputError("missing --model: give a catalog name (see `plan models`), a spec file or a config.json")
+    if not kw["clusters"]:
+        raise InputError("missing --cluster: give one or more, e.g. --cluster a100x64 --cluster h100x32")
+    cost = {k: kw.pop(k, None) for k in COST_KEYS}
+    check_cost_options(cost)
+    common = {k: kw[k] for k in ("gbs", "dtype", "framework", "memory_headroom")}
+    doc = compare_doc(kw["model_arg"], kw["clusters"], kw["seq_lens"], common, cost,
+                      lambda k: run_search(k, show_progress=not kw["as_json"]))
+    for r in doc["rows"]:
+        if r["error"]:  # a setting without a fitting plan: the table says so, the whole reason goes to stderr
+            click.echo(f"no plan fits: {error_line(r['error']['message'])}", err=True)
+    if kw["as_json"]:
+        from planner.ui.jsondoc import dumps, versioned
+        click.echo(dumps(versioned("compare", doc)))
         return
-    t = Table(title=f"{model_arg}: best plan per setting")
-    for col in ("cluster", "seq", "layout", "step s", "tok/s total", "tok/s/dev", "MFU", "peak GiB"):
-        t.add_column(col, no_wrap=True)
-    for r in rows:
-        if r["error"]:
-            t.add_row(r["cluster"], str(r["seq_len"] or ""), "no plan: " + r["error"][:60], "", "", "", "", "")
-            continue
-        t.add_row(r["cluster"], str(r["seq_len"]), plan_label(r["plan"]), f"{r['step_time_s']:.3f}",
-                  f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}", f"{100 * r['mfu']:.1f}%",
-                  f"{r['peak_gib']:.1f}")
-    from planner.render import make_console
-    make_console().print(t)
+    console = make_console()
+    for table in compare_tables(doc, console.width):
+        console.print(table)
 
 
 def main_entry():  # pragma: no cover

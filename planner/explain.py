@@ -14,8 +14,9 @@ from planner.specs import ParallelPlan
 _SCALE_UP_NAME = {"nvswitch": "NVLink", "xgmi_mesh": "xGMI", "ici_torus": "ICI"}
 
 
-def reason(ctx: Context, ev: Evaluation) -> str:
-    """One line: what each non-trivial knob buys, from the evaluation's own numbers."""
+def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str:
+    """One line: what each non-trivial knob buys, from the evaluation's own numbers; memory is shown
+    against `usable_gib` (the capacity the search allowed) when given, else the device's HBM."""
     p, cl = ev.plan, ctx.cluster
     parts = []
     span = placement(cl, p, ctx.train.framework)
@@ -40,7 +41,8 @@ def reason(ctx: Context, ev: Evaluation) -> str:
         layers = f" ({p.recompute_layers} layers/stage)" if p.recompute_layers is not None else ""
         parts.append(f"{p.recompute} recompute to fit{layers}")
     mem = ev.memory
-    parts.append(f"peak {mem['peak_gib']:.1f} of {mem['capacity_gib']:.1f} GiB")
+    cap = usable_gib if usable_gib is not None else mem["capacity_gib"]
+    parts.append(f"peak {mem['peak_gib']:.1f} of {cap:.1f} GiB" + (" usable" if usable_gib is not None else ""))
     return "; ".join(parts)
 
 

@@ -63,6 +63,7 @@ CHECKPOINT_BYTES_PER_PARAM = 14.0
 # ---------------------------------------------------------------------------------------------
 # Inputs
 # ---------------------------------------------------------------------------------------------
+MAX_TOKENS = 1e18  # a sanity bound on input, far beyond any training run (Llama 3: 15.6T tokens)
 _SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 _TOKENS_RE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+)\s*([KMBTkmbt]?)\s*$")
 
@@ -90,6 +91,9 @@ def parse_tokens(value: str | int | float) -> float:
         raise InputError(f"token count must be a number or a string like '15T', not {type(value).__name__}")
     if not math.isfinite(tokens) or tokens <= 0:
         raise InputError(f"token count must be positive and finite, got {value!r}")
+    if tokens > MAX_TOKENS:
+        raise InputError(f"token count {tokens:.3g} is absurd (more than {MAX_TOKENS:.0e}, ~10^5 x the 15T of Llama 3): "
+                         "check the number")
     return tokens
 
 

@@ -18,7 +18,8 @@ a known accelerator it is shorthand, even if a file of that name exists; otherwi
 read as a cluster file.
 
 Cluster file (YAML or JSON, at most 1 MiB), a mapping with:
-    hardware: <id or alias>            # or an inline HardwareSpec mapping (a full profile)
+    hardware: <id or alias>            # or an inline HardwareSpec mapping (a full profile), or
+                                       # {base: <id or alias>, <only the fields that differ>}
     count: <devices>                   # whole number, 1 .. 1_000_000
     devices_per_node: <int>            # optional override of the profile's node size
     domain_size: <int>                 # optional override of the scale-up domain size
@@ -33,7 +34,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from planner.data import data_dir
@@ -45,6 +45,7 @@ from planner.specs.hardware import HardwareSpec
 
 MAX_CLUSTER_FILE_BYTES = 2**20  # 1 MiB: a cluster spec is a few lines
 CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name")
+MAX_CLUSTER_ARG_CHARS = 4096  # PATH_MAX on Linux: no shorthand or path is longer
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 # <hardware> <sep> <count>: the count part holds no separator character, so the split is always at the
 # LAST separator, and anything number-like after it is captured (so "a100x8.5" gets a clear error).
@@ -68,7 +69,7 @@ def _validation_summary(e: ValidationError) -> str:
     first = errs[0]
     loc = ".".join(str(p) for p in first.get("loc", ())) or "spec"
     more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-    return _one_line(f"{loc}: {first.get('msg', 'invalid')}{more}")
+    return _one_line(f"{loc}: {first.get('msg', 'invalid').removeprefix('Value error, ')}{more}")
 
 
 @lru_cache(maxsize=1)
@@ -79,10 +80,8 @@ def _catalog() -> tuple[tuple[str, HardwareSpec], ...]:
         raise InputError(f"no hardware profiles found in {folder}; reinstall the package")
     out: dict[str, HardwareSpec] = {}
     for f in files:
-        try:
-            data = yaml.safe_load(f.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise InputError(f"hardware profile {f.name} is unreadable: {_one_line(e)}") from None
+        data = read_structured_file(f, what="hardware profile", max_bytes=MAX_CLUSTER_FILE_BYTES,
+                                    hint="a HardwareSpec YAML mapping")
         if not isinstance(data, dict):
             raise InputError(f"hardware profile {f.name} must be a mapping of HardwareSpec fields")
         try:
@@ -203,6 +202,8 @@ def parse_cluster(text: str) -> ClusterSpec:
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty cluster; {_USAGE}")
     raw = text.strip()
+    if len(raw) > MAX_CLUSTER_ARG_CHARS:
+        raise InputError(f"cluster argument is {len(raw):,} characters long, over {MAX_CLUSTER_ARG_CHARS}; {_USAGE}")
     split = _split_shorthand(raw)
     if split is not None:
         hw_part, count_part = split
@@ -210,7 +211,12 @@ def parse_cluster(text: str) -> ClusterSpec:
         if hw is not None:
             return _build_cluster(hw, _check_count(count_part))
     path = Path(raw).expanduser()
-    if path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as e:  # ENAMETOOLONG, an embedded NUL...
+        raise InputError(f"cluster {raw!r} is no known hardware and no readable file "
+                         f"({getattr(e, 'strerror', None) or e}); {_USAGE}") from None
+    if exists:
         return load_cluster_file(path)
     if _looks_like_path(raw):
         raise InputError(f"cluster file {raw} does not exist; {_USAGE}")
@@ -261,6 +267,14 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
             hw = get_hardware(hw_field)
         except InputError as e:
             raise InputError(f"cluster file {p}: {e}") from None
+    elif isinstance(hw_field, dict) and "base" in hw_field:
+        # only the fields that differ from a catalog profile (planner.catalog.overrides)
+        from planner.catalog.overrides import derive_hardware
+        try:
+            base = get_hardware(str(hw_field["base"]))
+        except InputError as e:
+            raise InputError(f"cluster file {p}: hardware.base: {e}") from None
+        hw = derive_hardware(base, hw_field, f"cluster file {p}: hardware")
     elif isinstance(hw_field, dict):
         try:
             hw = HardwareSpec(**{str(k): v for k, v in hw_field.items()})
@@ -272,5 +286,7 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     if not isinstance(name, str):
         raise InputError(f"cluster file {p}: `name:` must be a string, got {name!r}")
     count = _check_count(data["count"], f"count in {p}")
+    if not name and isinstance(hw_field, dict) and "base" in hw_field:
+        name = f"{hw.id}x{count} (changed by {p.name})"  # never mistaken for the catalog profile
     return _build_cluster(hw, count, _optional_positive(data, "devices_per_node", p),
                           _optional_positive(data, "domain_size", p), name)

@@ -49,9 +49,9 @@ from pydantic import ValidationError
 from planner.errors import InputError
 from planner.names import did_you_mean
 from planner.specs import MLASpec, ModelSpec, MoESpec
+from planner.specs.model import MAX_LAYERS  # the ModelSpec.num_layers bound, enforced before any per-layer loop
 
 _REQUIRED = object()
-MAX_LAYERS = 100_000  # the ModelSpec.num_layers bound, enforced before any per-layer loop
 
 # config.json `architectures` class name -> model_type (used when `model_type` is absent)
 _ARCHITECTURES = {
@@ -221,10 +221,11 @@ def _sparse_step_moe(r: _Reader, num_layers: int, num_experts: int, **moe: Any) 
     only = r.list("mlp_only_layers", int, [])
     if num_experts == 0:
         return None
+    only = set(only)  # membership in O(1): a list of 100,000 layers made this loop quadratic
     if step > num_layers or all(i in only for i in range(step - 1, num_layers, step)):
         return None  # no MoE layer at all: a dense model
     return MoESpec(num_experts=num_experts, first_k_dense=step - 1, layer_freq=step,
-                   dense_layers=tuple(i for i in only if 0 <= i < num_layers), **moe)
+                   dense_layers=tuple(sorted(i for i in only if 0 <= i < num_layers)), **moe)
 
 
 # --------------------------------------------------------------------------------------------

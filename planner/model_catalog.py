@@ -176,7 +176,8 @@ def load_model_file(path: str | Path) -> ModelSpec:
 
 
 def load_model(arg: str) -> ModelSpec:
-    """`arg` is a path to an existing file (see `load_model_file`) or a catalog name/alias."""
+    """`arg` is a path to an existing file (see `load_model_file`), a catalog name/alias, or a Hugging
+    Face repo id found in the local cache (planner.catalog.hf_cache; never the network)."""
     if not isinstance(arg, str) or not arg.strip():
         raise InputError(f"model must be a catalog name or a file path, got {arg!r}")
     try:
@@ -185,4 +186,28 @@ def load_model(arg: str) -> ModelSpec:
         exists = False
     if exists:
         return load_model_file(arg)
+    if load_model_catalog().resolve(arg) is not None:
+        return get_model(arg)
+    return _model_not_in_catalog(arg.strip())
+
+
+def _model_not_in_catalog(arg: str) -> ModelSpec:
+    """A cached Hugging Face repo id, or the error that says what was looked for."""
+    from planner.catalog.hf_cache import cached_config, hub_dir, looks_like_repo_id
+
+    if looks_like_repo_id(arg):
+        cfg = cached_config(arg)
+        if cfg is not None:
+            data = _read_mapping(cfg)
+            if not isinstance(data, dict):
+                raise InputError(f"cached config {str(cfg)!r} of {arg} is not a mapping: re-download it")
+            try:
+                return from_hf_config(data, name=arg)
+            except InputError as e:
+                raise InputError(f"cached config of {arg}: {e}") from None
+        raise InputError(f"model {arg!r} is neither in the catalog nor in the local Hugging Face cache "
+                         f"({hub_dir()}): download its config.json (huggingface-cli download {arg} config.json) "
+                         "or pass the file's path; `plan models` lists the catalog")
+    if "/" in arg or "\\" in arg or arg.lower().endswith((".json", ".yaml", ".yml")) or arg.startswith((".", "~")):
+        raise InputError(f"model file {arg!r} not found: check the path, or give a catalog name (`plan models`)")
     return get_model(arg)

@@ -6,7 +6,8 @@ computed for all of them at once (numpy). For each surviving structure the inner
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
-Ties break on the knob tuple, so results are deterministic.
+The final order and the top-k selection follow planner.ranking (fastest first, ties only within 0.2% of
+the fastest plan, one row per layout when distinct_layouts is set).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from planner.costmodel import Context, Evaluation, evaluate
 from planner.errors import InputError
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
+from planner.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import cp_splits_sequence, tp_splits_heads
@@ -40,6 +42,11 @@ class SearchOptions:
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
+    distinct_layouts: bool = False  # True: the top_k are distinct layouts, each its best variant (planner.ranking)
+    # how many of the leading fitting plans get a CP-SAT stage solve (planner.stages); None: top_k.
+    # Separate from top_k so a caller that wants every scored plan (the report's scatter reads
+    # SearchResult.ranked) does not multiply the solves.
+    stage_solves: int | None = None
 
 
 @dataclass
@@ -52,16 +59,16 @@ class SearchResult:
     smallest_peak_gib: float | None = None
     smallest_peak_plan: ParallelPlan | None = None
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (step_s, peak_gib) of feasible plans
+    ranked: list[Evaluation] = field(default_factory=list)  # every scored plan kept, best first (plans = its head)
 
 
-TIE_BAND = 1.005  # plans within 0.5% of each other count as equally fast: the simpler one ranks first
+TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equally fast (planner.ranking)
 
 
 def _sort_key(e: Evaluation) -> tuple:
-    p = e.plan
-    complexity = (p.cp, p.pp, p.vpp, p.ep, p.tp, p.zero_stage, RECOMPUTE_ORDER.index(p.recompute), -p.micro_batch)
-    return (math.floor(math.log(e.step_time_s) / math.log(TIE_BAND)), complexity, round(e.step_time_s, 9),
-            tuple(str(getattr(p, k)) for k in KNOBS))
+    """Fastest first (the working order before the final ranking of planner.ranking)."""
+    return (round(e.step_time_s, 12), e.memory["peak_gib"], complexity(e.plan),
+            tuple(str(getattr(e.plan, k)) for k in KNOBS))
 
 
 def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
@@ -384,18 +391,20 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         _scan_layout(ctx, opts, cap, scan, r, z, shard)
     results, evaluated, best_peak = scan.results, scan.evaluated, scan.best_peak
     results.sort(key=_sort_key)
+    if opts.distinct_layouts:  # balance the stages of the plans a distinct-layout table shows
+        results = leaders_first(results)
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
-    chosen = feasible if opts.require_fit else results
+    chosen = select(rank(feasible if opts.require_fit else results), opts.top_k, not opts.distinct_layouts)
     return SearchResult(
-        plans=chosen[: opts.top_k], evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
+        plans=chosen, evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
-        frontier=frontier,
+        frontier=frontier, ranked=chosen,
     )
 
 
-STAGE_SOLVE_LIMIT_S = 0.3  # CP-SAT time per plan
+STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not seconds: load-independent)
 
 
 def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float) -> list[Evaluation]:
@@ -411,8 +420,9 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
 
     L = ctx.model.num_layers
     out, done = list(results), 0
+    solves = opts.top_k if opts.stage_solves is None else opts.stage_solves
     for i, ev in enumerate(results):
-        if done >= opts.top_k:
+        if done >= solves:
             break
         if not opts.require_fit or ev.memory["peak_gib"] > cap:
             continue
@@ -421,11 +431,11 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         if p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss:
             continue
         try:
-            a = assign_stages(stage_problem(ctx, p, cap), time_limit_s=STAGE_SOLVE_LIMIT_S)
+            a = assign_stages(stage_problem(ctx, p, cap), deterministic_time=STAGE_SOLVE_BUDGET)
         except ValueError:
             continue
         flags = megatron_flags(a) if a else None
-        if not flags or flags == (None, None):
+        if a is None or not flags or flags == (None, None):
             continue
         first, last = flags
         try:
@@ -474,8 +484,8 @@ def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float
     count, then bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
     from planner.specs import ClusterSpec
 
-    node = cluster.node_size
     limit = cluster.count
+    node = min(cluster.node_size, limit)  # a cluster smaller than a node (h100x4) is its own step
 
     def ok(n: int):
         cl = ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,

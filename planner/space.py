@@ -1,11 +1,15 @@
 """The candidate space. Every divisibility rule and derived group size has one owner,
-planner.specs.dims (`ParallelDims`, `plan_errors`); this module re-exports `plan_errors` for its callers."""
+planner.specs.dims (`ParallelDims`, `plan_errors`); this module re-exports `plan_errors` for its callers.
+`pinned_errors` applies the same rules to a user's pinned knobs before any search."""
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
+from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
 from planner.specs.dims import plan_errors
 
-__all__ = ["divisors", "plan_errors"]
+__all__ = ["divisors", "pinned_errors", "plan_errors"]
 
 
 def divisors(n: int) -> list[int]:
@@ -18,3 +22,54 @@ def divisors(n: int) -> list[int]:
                 large.append(n // i)
         i += 1
     return small + large[::-1]
+
+
+def _factorisations(devices: int, fixed: dict) -> list[tuple[int, int, int, int]]:
+    """Every (tp, pp, cp, dp) with tp*pp*cp*dp == devices that agrees with the pinned ones."""
+    out = []
+    for tp in ([fixed["tp"]] if "tp" in fixed else divisors(devices)):
+        if devices % tp:
+            continue
+        for pp in ([fixed["pp"]] if "pp" in fixed else divisors(devices // tp)):
+            if (devices // tp) % pp:
+                continue
+            for cp in ([fixed["cp"]] if "cp" in fixed else divisors(devices // (tp * pp))):
+                if (devices // (tp * pp)) % cp:
+                    continue
+                dp = devices // (tp * pp * cp)
+                if fixed.get("dp", dp) == dp:
+                    out.append((tp, pp, cp, dp))
+    return out
+
+
+def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: dict) -> list[str]:
+    """Why the pinned knobs can never form a valid plan (empty = some plan satisfies every rule).
+
+    Uses `plan_errors` (the one owner of the rules) on probes: every tp*pp*cp*dp factorisation that agrees
+    with the pinned knobs, each other knob pinned or at its most permissive value (ep=etp=vpp=micro_batch=1:
+    every rule only gets harder as they grow). Returns the rules broken by the probe breaking the fewest,
+    among them the pinned values that would be ignored (zero_shard_size with zero_stage 0, recompute_layers
+    without full recompute)."""
+    fx = {k: v for k, v in fixed.items() if v is not None and not isinstance(v, tuple)}
+    errs: list[str] = []
+    base = {"recompute": "full" if fx.get("recompute_layers") is not None else "none",
+            "schedule": "interleaved" if fx.get("vpp", 1) > 1 else "1f1b"} | fx
+    best: list[str] | None = None
+    for tp, pp, cp, dp in _factorisations(devices, fx):
+        knobs = base | {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
+        if knobs["schedule"] == "interleaved" and pp == 1 and "schedule" not in fx:
+            knobs["schedule"] = "1f1b"
+        try:
+            probe = ParallelPlan(**knobs)
+        except ValidationError as e:  # a pinned value out of the knob's range: name the knob, no pydantic URL
+            first = e.errors()[0]
+            return errs + [f"{'.'.join(map(str, first['loc']))}: {first['msg']}"]
+        found = plan_errors(model, train, devices, probe)
+        if not found:
+            return errs
+        if best is None or len(found) < len(best):
+            best = found
+    if best is None:
+        pins = ", ".join(f"{k}={fx[k]}" for k in ("tp", "pp", "cp", "dp") if k in fx)
+        best = [f"the pinned {pins} cannot multiply into the {devices} devices (tp*pp*cp*dp = devices)"]
+    return errs + best

@@ -27,10 +27,13 @@ that is not memory-bound never recomputes. Floats are scaled to integers: time t
 total work, bytes to about 1e-6 of the capacity, rounded up so an accepted assignment never exceeds
 the capacity by rounding. Reported times and bytes are recomputed in floats from the tuples.
 
-Measured on 2 cores: uniform layers, 126 x 16 in ~25-110 ms (proved optimal), 128 x 64 at the 0.5 s limit
-(best found). Non-uniform tuples (element constraints) are slower: 126 x 16 is not improved past the
-default split within 0.5 s and needs a few seconds (`time_limit_s`) to prove the optimum; pass
-`contiguous=False` for the fast mean-cost model instead.
+Deterministic: CP-SAT runs one worker with a fixed seed under a deterministic-time budget
+(`max_deterministic_time`, CP-SAT's count of work units, not wall-clock seconds), so the same problem
+gives the same split on any machine load, hash seed or core count (same ortools version). Measured
+(ortools 9.15, one worker): the deepseek-v3 problems the search poses (61 layers over 8 or 16 stages,
+element constraints) prove optimal in 0.05-0.32 deterministic units (0.15-0.26 s wall); uniform
+126 x 16 in 0.001; 128 x 64 does not prove optimal within 40 units and returns the best split found
+within the budget.
 
 ortools is imported inside `assign_stages` (it costs ~0.3 s), so importing this module is free.
 """
@@ -45,6 +48,8 @@ from planner.costmodel.partition import stage_layer_counts
 
 _TIME_UNITS = 10_000_000  # integer resolution of the whole model's time (stage times <= this)
 _BYTE_UNITS = 1_000_000  # integer resolution of the capacity
+DETERMINISTIC_BUDGET = 1.0  # CP-SAT deterministic time per solve (work units, independent of load)
+SOLVER_SEED = 0  # fixed CP-SAT random_seed: one worker + fixed seed + deterministic budget = same answer
 
 
 @dataclass(frozen=True)
@@ -127,11 +132,12 @@ def stage_costs(p: StageProblem, layers: Sequence[int], recompute: Sequence[int]
     if not p.contiguous:
         p = _mean_problem(p)
     if len(layers) != p.pp or len(recompute) != p.pp or sum(layers) != p.num_layers:
-        raise ValueError(f"split {list(layers)} / {list(recompute)} does not cover {p.num_layers} layers on {p.pp} stages")
+        raise ValueError(f"split {list(layers)} / {list(recompute)} does not cover {p.num_layers} layers "
+                         f"on {p.pp} stages")
     peak_act = max(p.layer_act_bytes)
     times, mem = [], []
     start = 0
-    for s, (n, r) in enumerate(zip(layers, recompute)):
+    for s, (n, r) in enumerate(zip(layers, recompute, strict=True)):
         if not 0 <= r <= n:
             raise ValueError(f"stage {s}: {r} recomputed of {n} layers")
         idx = range(start, start + n)
@@ -225,12 +231,13 @@ def _inflight_scale(inflight: Sequence[float]) -> int:
     return 840
 
 
-def assign_stages(p: StageProblem, time_limit_s: float = 0.5) -> StageAssignment | None:
+def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUDGET) -> StageAssignment | None:
     """Contiguous layers -> stages, and per-stage counts of fully recomputed layers, minimising the
     slowest stage's time subject to each stage's memory <= capacity. None if infeasible.
 
-    `optimal` is True when CP-SAT proved the optimum within `time_limit_s`; otherwise the best split it
-    found (or, if it found none in time, the default split when that fits) is returned."""
+    `optimal` is True when CP-SAT proved the optimum within `deterministic_time` (CP-SAT work units,
+    not seconds); otherwise the best split it found (or, if it found none within the budget, the default
+    split when that fits) is returned. The answer never depends on wall-clock time or machine load."""
     if p.pp > p.num_layers:
         return None
     if not p.contiguous:
@@ -284,9 +291,9 @@ def assign_stages(p: StageProblem, time_limit_s: float = 0.5) -> StageAssignment
             table.append(acc)
         return ("tab", table)
 
-    elem_cache: dict[tuple[int, int], object] = {}
+    elem_cache: dict[tuple[int, tuple[str, int]], object] = {}
 
-    def at(pref: tuple, var, key: tuple[int, int]):
+    def at(pref: tuple, var, key: tuple[int, tuple[str, int]]):
         kind, payload = pref
         if kind == "lin":
             return payload * var
@@ -350,8 +357,11 @@ def assign_stages(p: StageProblem, time_limit_s: float = 0.5) -> StageAssignment
             model.add_hint(r[s], hint.recompute_per_stage[s])
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit_s)
-    solver.parameters.num_workers = 2  # measured fastest on 2 cores; 8 (the default) oversubscribes
+    # same bytes every run: one worker (parallel portfolios race on wall-clock), a fixed seed, and a
+    # deterministic-time budget instead of max_time_in_seconds (CP-SAT docs, sat_parameters.proto)
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = SOLVER_SEED
+    solver.parameters.max_deterministic_time = float(deterministic_time)
     status = solver.solve(model)
     if status == cp_model.INFEASIBLE or status == cp_model.MODEL_INVALID:
         return None

@@ -167,7 +167,7 @@ def resolve_schedule(pp: int, vpp: int, num_microbatches: int, schedule: str) ->
 
 
 def _per_stage(name: str, x: float | Sequence[float], pp: int) -> list[float]:
-    vals = [x] * pp if isinstance(x, (int, float)) and not isinstance(x, bool) else list(x)
+    vals: list = [x] * pp if isinstance(x, (int, float)) and not isinstance(x, bool) else list(x)  # type: ignore[arg-type]
     if len(vals) != pp:
         raise InputError(f"{name} has {len(vals)} entries for {pp} pipeline stages")
     out = []
@@ -193,7 +193,7 @@ def schedule_events(
     fwd_s: float | Sequence[float],
     bwd_s: float | Sequence[float],
     *,
-    w_fraction: float = 0.5,
+    w_fraction: float = 0.5,  # = planner.costmodel.pipeline.ZB_W_FRACTION (Qi et al. 2023: T_B ~ T_W)
     p2p_s: float = 0.0,
 ) -> list[Event]:
     """Simulate one optimizer step's pipeline; events sorted by (start, stage)."""
@@ -330,6 +330,63 @@ def bubble_fraction(events: Sequence[Event]) -> float:
         return 0.0
     span = makespan_s(events)
     return (span * len(busy) - total_busy) / total_busy
+
+
+def critical_bubble_s(events: Sequence[Event], pp: int | None = None) -> float:
+    """Idle time of the busiest stage within the pipeline phase: makespan minus its compute. This is
+    what the scored model's `bubble_s` measures (the step is set by the slowest stage; idle time of
+    lighter stages is load imbalance, not step time), so the two are compared like for like."""
+    if not events:
+        return 0.0
+    return makespan_s(events) - max(busy_s(events, pp))
+
+
+def conformed_events(pp: int, vpp: int, num_microbatches: int, schedule: str, fwd_s: float | Sequence[float],
+                     bwd_s: float | Sequence[float], bubble_s: float, *, w_fraction: float = 0.5,
+                     rel_tol: float = 1e-12) -> tuple[list[Event], float]:
+    """The schedule drawn in the scored model's time: (events, hand-off slack s).
+
+    The scored pipeline model (planner.costmodel.pipeline.pipeline_step_time) is the closed form of Narayanan et
+    al. 2021 (sec. 2.2: (p-1)/m, (p-1)/(v m)) and Qi et al. 2023 (ZB-H1), generalised to uneven stages
+    as Alpa's latency sum_s t_s + (m-1) max_s t_s (Zheng et al. OSDI'22, eq. 2). The dependency
+    simulation reproduces it exactly for uniform stages and when the slowest stage is the last one; when
+    a lighter stage follows the slowest, the closed form charges those stages' whole fill and drain and the
+    unbounded-buffer simulation overlaps part of it. So that the drawn chart and the scored step are one
+    model, the simulation adds the same slack to every cross-stage dependency (`p2p_s`), found by
+    regula falsi, until the busiest stage's idle time equals `bubble_s`; the slack is 0 wherever the
+    two already agree. If the simulation already idles more than `bubble_s`, no slack is added and
+    the caller gets the plain simulation (its critical_bubble_s exceeds bubble_s)."""
+    def run(slack: float) -> tuple[list[Event], float]:
+        ev = schedule_events(pp, vpp, num_microbatches, schedule, fwd_s, bwd_s, w_fraction=w_fraction, p2p_s=slack)
+        return ev, critical_bubble_s(ev, pp) - bubble_s
+
+    tol = rel_tol * max(abs(bubble_s), 1e-30)
+    ev, g_lo = run(0.0)
+    if g_lo >= -tol or pp == 1:
+        return ev, 0.0
+    lo, hi = 0.0, max(bubble_s / max(1, 2 * (pp - 1)), 1e-12)
+    ev_hi, g_hi = run(hi)
+    while g_hi < 0:  # each cross-stage hop on the critical path adds the slack once: grows linearly
+        lo, g_lo, hi = hi, g_hi, 2 * hi
+        ev_hi, g_hi = run(hi)
+    best, side = (ev_hi, hi, g_hi), 0
+    for _ in range(200):  # Illinois regula falsi on a piecewise-linear increasing function
+        if abs(best[2]) <= tol:
+            break
+        x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
+        ev_x, g_x = run(x)
+        best = (ev_x, x, g_x)
+        if g_x > 0:
+            hi, g_hi = x, g_x
+            if side == 1:
+                g_lo /= 2
+            side = 1
+        else:
+            lo, g_lo = x, g_x
+            if side == -1:
+                g_hi /= 2
+            side = -1
+    return best[0], best[1]
 
 
 def peak_in_flight(events: Sequence[Event], pp: int | None = None) -> list[int]:

@@ -7,13 +7,18 @@ the measured step time and peak memory.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from planner.costmodel import Context, evaluate
 from planner.errors import InputError
 from planner.files import read_structured_file
+from planner.hf_import import _validation_message
+from planner.names import safe_line
 from planner.search import SearchOptions, search
 from planner.specs import ClusterSpec, TrainingSpec
 
@@ -105,6 +110,8 @@ def load_runs(path: str | Path) -> list[dict]:
         for key in ("id", "model", "hardware", "devices", "train"):
             if run.get(key) in (None, ""):
                 raise InputError(f"{where} is missing required field '{key}'")
+        if not isinstance(run["id"], str):
+            raise InputError(f"{where}: 'id' must be a string, got {type(run['id']).__name__}")
         if run["id"] in seen:
             raise InputError(f"{where}: duplicate id {run['id']!r}")
         seen.add(run["id"])
@@ -117,7 +124,59 @@ def load_runs(path: str | Path) -> list[dict]:
         unknown_plan = set(run.get("plan") or {}) - set(PLAN_FIELDS)
         if unknown_plan:
             raise InputError(f"{where} ({run['id']}): unknown plan field(s) {sorted(unknown_plan)}")
+        problem = run_record_problem(run)
+        if problem:
+            raise InputError(f"{where} ({safe_line(run['id'])}): {problem}")
     return data
+
+
+_INT_KNOBS = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "micro_batch")
+SCHEDULE_NAMES = {"1f1b": "1f1b", "interleaved": "interleaved", "gpipe": "gpipe", "zb": "zb", "dualpipe": "dualpipe",
+                  "zero_bubble": "zb", "zbv": "zb", "interleaved_1f1b": "interleaved"}  # run-file spellings
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def run_record_problem(run: dict) -> str | None:
+    """What is wrong with one run record's types and values (None = nothing): the runs schema, checked
+    before any prediction so every nonsense value gets a one-line reason instead of a crash or a number."""
+    if not isinstance(run["id"], str):
+        return f"'id' must be a string, got {type(run['id']).__name__}"
+    if not isinstance(run["hardware"], str):
+        return f"'hardware' must be a hardware id or alias string, got {type(run['hardware']).__name__}"
+    for key in ("devices", "devices_per_node"):
+        if run.get(key) is not None and (not _is_int(run[key]) or run[key] < 1):
+            return f"'{key}' must be a whole number >= 1, got {safe_line(repr(run[key]))}"
+    for key in ("source", "notes", "reliability"):
+        if run.get(key) is not None and not isinstance(run[key], str):
+            return f"'{key}' must be a string, got {type(run[key]).__name__}"
+    meas = run.get("measured")
+    if meas is not None and not isinstance(meas, dict):
+        return f"'measured' must be a mapping (step_time_s, peak_memory_gib, ...), got {type(meas).__name__}"
+    for key in ("step_time_s", "peak_memory_gib"):
+        v = (meas or {}).get(key)
+        if v is not None and not _positive_number(v):
+            return f"measured.{key} must be a positive finite number (null when not published), got {safe_line(repr(v))}"
+    for key, v in (run.get("plan") or {}).items():
+        if v is None:
+            continue
+        if key in _INT_KNOBS and (not _is_int(v) or v < 1):
+            return f"plan.{key} must be a whole number >= 1 or null, got {safe_line(repr(v))}"
+        if key == "zero_stage" and (not _is_int(v) or not 0 <= v <= 3):
+            return f"plan.zero_stage must be 0, 1, 2 or 3 or null, got {safe_line(repr(v))}"
+        if key == "recompute" and v not in ("none", "selective", "full"):
+            return f"plan.recompute must be none, selective or full or null, got {safe_line(repr(v))}"
+        if key == "sequence_parallel" and not isinstance(v, bool):
+            return f"plan.sequence_parallel must be true, false or null, got {safe_line(repr(v))}"
+        if key == "schedule" and str(v).lower() not in SCHEDULE_NAMES:
+            return f"plan.schedule must be one of {', '.join(SCHEDULE_NAMES)} or null, got {safe_line(repr(v))}"
+    return None
 
 
 def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
@@ -141,15 +200,16 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
                              legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw), **infer_precision(run))
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
+    except ValidationError as e:  # pydantic's own text carries a URL and several lines
+        raise InputError(_validation_message(e, f"run {rid}")) from None
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(f"run {rid}: {_one_line(e)}") from None
     fixed = {}
     for k, v in (run.get("plan") or {}).items():
         if v is not None:
             fixed[PLAN_FIELDS[k]] = v
-    if fixed.get("schedule") not in (None, "1f1b", "interleaved", "gpipe", "zb", "dualpipe"):
-        fixed["schedule"] = {"zero_bubble": "zb", "zbv": "zb", "interleaved_1f1b": "interleaved"}.get(
-            str(fixed["schedule"]).lower(), None)
+    if fixed.get("schedule") is not None:
+        fixed["schedule"] = SCHEDULE_NAMES.get(str(fixed["schedule"]).lower())  # checked by run_record_problem
     if fixed.get("vpp", 1) > 1:
         fixed.setdefault("schedule", "interleaved")
     L, pp_pub = model.num_layers, fixed.get("pp") or 1
@@ -286,7 +346,8 @@ def search_quality(run: dict) -> dict | None:
         pub = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=False))
     published = pub.plans[0]
     free = search(ctx, SearchOptions(fixed=stack_constraints(run, ctx.train), top_k=1))
-    best = free.plans[0] if free.plans else None
+    # the fastest feasible plan the search scored (its top-ranked plan may be a simpler one within the tie band)
+    best = min(free.ranked, key=lambda e: e.step_time_s) if free.ranked else None
     rank = 1 + sum(1 for t, _ in free.frontier if t < published.step_time_s - 1e-12) if pub_fits else None
     return {
         "id": run["id"],
@@ -312,3 +373,27 @@ def search_quality_table(rows: list[dict]) -> str:
                      f"{plan_label(bp) + ', mbs ' + str(bp['micro_batch']) + ', ' + bp['recompute'] if bp else '-'} | "
                      f"{r['published_rank'] if r['published_rank'] else '-'} / {r['feasible_plans']} |")
     return "\n".join(lines) + "\n"
+
+
+DOC_TITLE = "# Validation against published runs\n\n"
+DOC_COMMAND = "Generated by `plan validate --write-docs docs/validation.md --search-quality`.\n\n"
+HAND_WRITTEN_MARK = "<!-- hand-written below this line: kept as it is by `plan validate --write-docs` -->"
+
+
+VALIDATE_LEGEND = ("\nrel: how reliable the published figure is (A primary source; B one transcription or a loose "
+                   "figure; C inconsistent sources). fw: the framework modelled. plan: tp/pp/vpp/cp/dp/ep, micro-batch, "
+                   "ZeRO stage (z), recompute. error: predicted / measured - 1.\n")
+
+
+def validation_doc(result: dict, quality: list[dict] | None, previous: str = "") -> str:
+    """The text `plan validate --write-docs` writes: the generated tables, then whatever follows
+    HAND_WRITTEN_MARK in the previous file (the prose about the residuals), unchanged."""
+    text = DOC_TITLE + DOC_COMMAND + markdown_table(result) + VALIDATE_LEGEND
+    if quality is not None:
+        text += ("\n## Search quality: published plans vs the unconstrained search\n\n"
+                 "Each fully published layout, scored by this model, against the best plan the search finds "
+                 "with only the training settings fixed; rank = position of the published plan among all "
+                 "feasible plans the search scored.\n\n" + search_quality_table(quality))
+    if HAND_WRITTEN_MARK in previous:
+        text += "\n" + previous[previous.index(HAND_WRITTEN_MARK):]
+    return text

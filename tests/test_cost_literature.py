@@ -4,15 +4,15 @@ import math
 
 import pytest
 
-from planner.costmodel.collectives import Link, collective_time, ring_allreduce_volume_fraction
-from planner.costmodel.memory import korthikanti_activation_bytes_per_layer, state_bytes_per_param
+from planner.costmodel.collectives import Link, collective_time
+from planner.costmodel.memory import activation_elems_per_token, state_bytes_per_param
 from planner.specs import TrainingSpec
 
 
 def _train(framework: str, **kw) -> TrainingSpec:
     return TrainingSpec(global_batch=8, framework=framework, **kw)
 from planner.costmodel.partition import stage_layer_counts
-from planner.costmodel.pipeline import bubble_fraction, inflight_microbatches, pipeline_step_time
+from planner.costmodel.pipeline import inflight_microbatches, pipeline_step_time
 
 
 @pytest.mark.parametrize("stage,expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
@@ -42,35 +42,41 @@ def test_bf16_grads_and_moments_follow_the_stated_dtypes():
     assert (fs.weights, fs.grads, fs.optimizer) == (4.0, 4.0, 4.0)
 
 
-def test_korthikanti_formulas():
-    # GPT-3 175B layer (Korthikanti et al. Table 3 model): s=2048, h=12288, a=96, b=1
-    s, h, a, b = 2048, 12288, 96, 1
-    sbh = s * b * h
-    assert korthikanti_activation_bytes_per_layer(s, b, h, a) == pytest.approx(sbh * (34 + 5 * a * s / h))
-    t = 8
-    tp_only = korthikanti_activation_bytes_per_layer(s, b, h, a, t)
-    tp_sp = korthikanti_activation_bytes_per_layer(s, b, h, a, t, sp=True)
-    assert tp_sp == pytest.approx(korthikanti_activation_bytes_per_layer(s, b, h, a) / t)
-    assert tp_only - tp_sp == pytest.approx(sbh * (10 - 10 / t))  # SP removes the replicated 10 sbh
-    # selective recompute with SP keeps 34 sbh / t; paper sec. 5: for 175B, 5as/h = 80 -> 70% saved
-    sel = korthikanti_activation_bytes_per_layer(s, b, h, a, t, sp=True, recompute="selective")
-    assert 1 - sel / tp_sp == pytest.approx(80 / 114, rel=1e-9)
-    assert korthikanti_activation_bytes_per_layer(s, b, h, a, t, recompute="full") == 2 * sbh
+def test_activations_of_a_gpt3_layer_follow_korthikanti():
+    # GPT-3 175B layer, TP 8 with sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198, eq. 4):
+    # 34 sbh / t bytes per layer, of which two 1-byte dropout masks (attention output, MLP output); the
+    # planner models dropout-free pretraining with FlashAttention, which saves one fp32 log-sum-exp per
+    # head instead of the 5as^2b score tensors: (34 - 2) h / t + 4 a / t bytes per token
+    from planner.model_catalog import load_model
+
+    m = load_model("gpt3-175b")
+    h, a, t = m.hidden_size, m.num_heads, 8
+    assert (h, a, m.ffn_hidden_size, m.mlp_type) == (12288, 96, 4 * 12288, "plain")
+    none = 2.0 * activation_elems_per_token(m, False, t, True, "none", "megatron")
+    assert none == pytest.approx(32 * h / t + 4 * a / t, rel=1e-12)
+    # full recompute keeps the layer input only: 2 sbh / t (sec. 5)
+    assert 2.0 * activation_elems_per_token(m, False, t, True, "full", "megatron") == pytest.approx(2 * h / t)
+    # without SP the norm and dropout regions are replicated: 10 sbh + 24 sbh / t (eq. 2), minus the masks
+    no_sp = 2.0 * activation_elems_per_token(m, False, t, False, "none", "megatron")
+    assert no_sp == pytest.approx((10 - 2) * h + 24 * h / t + 4 * a / t, rel=1e-12)
 
 
 @pytest.mark.parametrize("p,m,v", [(4, 8, 1), (8, 32, 1), (8, 32, 4), (16, 64, 2)])
 def test_bubble_fractions(p, m, v):
-    # Narayanan et al. SC21 sec. 2.2: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved
-    assert bubble_fraction("1f1b", p, m) == pytest.approx((p - 1) / m)
-    assert bubble_fraction("gpipe", p, m) == pytest.approx((p - 1) / m)
-    assert bubble_fraction("interleaved", p, m, v) == pytest.approx((p - 1) / (v * m))
-    # the makespan of uniform stages reproduces the same bubble: (m + p - 1) t
+    # Narayanan et al. SC21 sec. 2.2: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved; the makespan of
+    # uniform stages, (m + p - 1) t, reproduces them
     t = 0.25
     step = pipeline_step_time([t] * p, m, "1f1b")
     assert step == pytest.approx((m + p - 1) * t)
     assert (step - m * t) / (m * t) == pytest.approx((p - 1) / m)
     step_i = pipeline_step_time([t] * p, m, "interleaved", v)
     assert (step_i - m * t) / (m * t) == pytest.approx((p - 1) / (v * m))
+    assert pipeline_step_time([t] * p, m, "gpipe") == pytest.approx(step)
+    # ZB-H1 (Qi et al. 2023 sec. 3): bubble (p-1)(T_F + T_B - T_W); T_F = 0.1, backward 0.15 = B 0.075 + W 0.075
+    f = 0.1
+    assert pipeline_step_time([t] * p, m, "zb", fwd_s=[f] * p) - m * t == pytest.approx((p - 1) * f)
+    # the paper's T_F = T_B = T_W: a third of 1F1B's bubble
+    assert pipeline_step_time([t] * p, m, "zb", fwd_s=[t / 3] * p) - m * t == pytest.approx((step - m * t) / 3)
 
 
 def test_inflight_microbatches():
@@ -82,8 +88,7 @@ def test_inflight_microbatches():
 
 
 def test_ring_allreduce_volume():
-    for n in (2, 8, 64, 1024):
-        assert ring_allreduce_volume_fraction(n) == pytest.approx(2 * (n - 1) / n)
+    # a ring all-reduce sends 2(n-1)/n of the buffer per rank (Patarasuk & Yuan 2009); all-gather (n-1)/n
     link = Link(busbw=100e9, alpha=0.0, crosses_domain=False, ranks_per_domain=8)
     nbytes = 1e9
     assert collective_time("all_reduce", nbytes, 8, link) == pytest.approx(2 * 7 / 8 * nbytes / 100e9)
@@ -189,3 +194,31 @@ def test_legacy_deepspeed_zero3_exposes_every_gather_and_all_reduces_gradients()
     assert old.step_time_s - new.step_time_s == pytest.approx(
         old.time_breakdown["dp_comm_s"] - new.time_breakdown["dp_comm_s"], rel=1e-9)
     assert new.time_breakdown["dp_comm_s"] < 0.25 * floor
+
+
+def test_adam_step_bytes_follow_the_stated_dtypes():
+    # read + write the fp32 master (8) and m, v (2 x their bytes), read the stored gradient, write the
+    # 2-byte compute copy (ZeRO SC20 sec. 3.1 states): 30 B with fp32 moments and grads
+    from planner.costmodel.optimizer import adam_bytes_per_param
+
+    assert adam_bytes_per_param(state_bytes_per_param(_train("megatron"), 1, False)) == 30.0
+    assert adam_bytes_per_param(state_bytes_per_param(_train("fsdp"), 3, False)) == 30.0  # fp32 params are the master
+    assert adam_bytes_per_param(state_bytes_per_param(_train("megatron", optimizer_dtype="bf16"), 1, False)) == 22.0
+    assert adam_bytes_per_param(state_bytes_per_param(_train("deepspeed"), 1, False)) == 28.0  # bf16 gradients
+
+
+@pytest.mark.parametrize("cluster,gbps", [("a100x8", 31.0), ("h100x8", 63.0), ("mi300xx8", 63.0),
+                                          ("tpu-v5px8", 31.0)])
+def test_offload_crosses_the_profiles_host_link(cluster, gbps):
+    # hardware_profiles/*.yaml host_link_unidir_GBps (PCIe Gen4 / Gen5 x16, hardware.yaml links), the
+    # slowest listed x16 rate where a profile states none (TPUs)
+    from planner.costmodel import Context, evaluate
+    from planner.hardware_catalog import parse_cluster
+    from planner.model_catalog import load_model
+    from planner.specs import ParallelPlan
+
+    ctx = Context(load_model("llama-3.1-8b"), parse_cluster(cluster), TrainingSpec(global_batch=8, framework="megatron"))
+    ev = evaluate(ctx, ParallelPlan(tp=1, dp=8, zero_stage=1, offload_optimizer=True))
+    term = next(t for t in ev.trace.time if t.name == "optimizer_s")
+    assert term.inputs["bandwidth_GBps"] == gbps
+    assert term.value == pytest.approx(term.inputs["local_params"] * (4 + 2) / (gbps * 1e9))  # fp32 grads + bf16 params

@@ -190,7 +190,7 @@ def test_name_defaults():
     ({"architectures": ["T5ForConditionalGeneration"]}, "not supported"),
     ({"model_type": 7}, "'model_type' must be a string"),
     (llama(num_hidden_layers=0), "'num_hidden_layers' must be >= 1, got 0"),
-    (llama(num_hidden_layers=10**12), "'num_hidden_layers' must be <= 100000"),
+    (llama(num_hidden_layers=10**12), "'num_hidden_layers' must be <= 2048"),
     (llama(vocab_size=10**12), "field 'vocab_size': Input should be less than or equal to"),
     (llama(hidden_size=-4096), "'hidden_size' must be >= 1, got -4096"),
     (llama(intermediate_size=-1), "'intermediate_size' must be >= 1"),

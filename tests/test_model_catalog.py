@@ -236,8 +236,8 @@ def test_too_big(tmp_path):
         load_model(path)
 
 
-def test_missing_path_is_a_name(tmp_path):
-    with pytest.raises(InputError, match="unknown model"):
+def test_missing_path_says_file_not_found(tmp_path):
+    with pytest.raises(InputError, match="model file .* not found: check the path"):
         load_model(str(tmp_path / "nope.yaml"))
 
 

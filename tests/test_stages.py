@@ -16,7 +16,6 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -170,7 +169,7 @@ def test_non_uniform_layers_match_exhaustive_dp():
             first_extra_bytes=1.0 * GB, last_extra_bytes=2.0 * GB,
             inflight=tuple(float(pp - s) for s in range(pp)), capacity_bytes=rng.uniform(6, 14) * GB)
         want = _dp_optimum(p)
-        a = assign_stages(p, time_limit_s=5.0)
+        a = assign_stages(p, deterministic_time=5.0)
         if want is None:
             assert a is None, case
             continue
@@ -227,22 +226,21 @@ def test_megatron_flags():
     assert megatron_flags(mk([12])) == (None, None)
 
 
-def test_runtime_126_layers_16_stages_and_128_by_64():
-    __import__("ortools.sat.python.cp_model")  # the import cost is not the solver's
+def test_126_layers_16_stages_optimal_and_128_by_64_deterministic():
+    # the budget is CP-SAT deterministic time (work units), so these outcomes do not depend on load:
+    # 126 x 16 proves optimal well inside it; 128 x 64 does not, and its best-found split is the same
+    # every solve and no slower than the default split
     p = StageProblem.uniform(126, 16, capacity_bytes=60 * GB, **LLAMA70)
-    t0 = time.perf_counter()
     a = assign_stages(p)
-    dt = time.perf_counter() - t0
     assert a is not None and a.optimal
     _check(p, a)
-    assert dt < 2.0, dt  # ~0.03 s measured; loose against a busy machine
     q = StageProblem.uniform(128, 64, capacity_bytes=60 * GB, **LLAMA70)
-    t0 = time.perf_counter()
-    b = assign_stages(q)
-    dt = time.perf_counter() - t0
-    assert b is not None
+    b, c = assign_stages(q, deterministic_time=0.3), assign_stages(q, deterministic_time=0.3)
+    u = uniform_assignment(q)
+    assert b is not None and u is not None and not b.optimal
     _check(q, b)
-    assert dt < 3.0, dt  # the 0.5 s limit plus model building
+    assert b == c
+    assert b.slowest_stage_s <= u.slowest_stage_s + 1e-12
 
 
 def test_import_does_not_load_ortools():

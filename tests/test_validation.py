@@ -1,6 +1,8 @@
 """The cost model against published, measured runs (runs/known_runs_dev.yaml, copied with citations
 from the project's reference data)."""
 
+from pathlib import Path
+
 import pytest
 
 from planner.data import data_dir
@@ -98,9 +100,26 @@ def test_peak_memory_median_target_torchtitan(result):
     assert result["summary"]["peak_memory"]["median_abs_error"] <= 0.10
 
 
+def test_summary_of_known_errors():
+    # |errors| 0.05, 0.1, 0.2, 0.3, 0.4: median 0.2; p90 by the floor index int(0.9 * 4) = 3 -> 0.3
+    rows = [{"id": k, "step_time_error": e} for k, e in zip("abcde", (0.1, -0.2, 0.3, 0.05, -0.4))]
+    rows[0]["peak_memory_error"], rows[1]["peak_memory_error"] = -0.08, 0.02
+    rows.append({"id": "f"})  # unmeasured: counted as a run, not in the error statistics
+    s = summarise(rows)
+    assert s["runs"] == 6
+    assert s["step_time"] == {"n": 5, "median_abs_error": pytest.approx(0.2), "p90_abs_error": pytest.approx(0.3)}
+    assert s["peak_memory"] == {"n": 2, "median_abs_error": pytest.approx(0.05), "p90_abs_error": pytest.approx(0.02)}
+    assert [w["id"] for w in s["worst"]] == ["e", "c", "b", "a", "d"]
+
+
 def test_summary_matches_rows(result):
-    s = summarise(result["runs"])
-    assert s == result["summary"]
+    # the summary's figures recomputed from the rows by hand (median; p90 at the floor index)
+    errs = sorted(abs(r["step_time_error"]) for r in result["runs"])
+    s = result["summary"]["step_time"]
+    assert s["n"] == len(errs) == 75
+    assert s["median_abs_error"] == pytest.approx(errs[37])
+    assert s["p90_abs_error"] == pytest.approx(errs[int(0.9 * 74)])
+    assert s["median_abs_error"] == pytest.approx(0.084, abs=0.0005)  # docs/validation.md: 8.4%
 
 
 @pytest.mark.slow
@@ -115,13 +134,23 @@ def test_search_finds_published_plan_or_better(run_id):
     q = search_quality(run)
     assert q["published_fits"]
     assert q["best_step_s"] <= q["published_step_s"] * (1 + 1e-9)
-    assert q["published_rank"] >= 1
+    # experts tuned these layouts: the published plan ranks in the top 10 or the top 5% of feasible plans
+    # (measured: ranks 1-10 of 7-337)
+    assert q["published_rank"] <= max(10, 0.05 * q["feasible_plans"])
+    _rank_agrees_with_best(q)
     if not run_id.startswith("sc21"):  # SC21 Table 1 used full recompute everywhere by method
         # experts tuned these: a claimed 25%+ win would point at the cost model (issue 12: such a published
         # plan is listed in docs/validation.md with the missing mechanism). nemo2407-llama2-70b claims ~20%:
         # the record has no TP-communication overlap, which NeMo's recipe runs, so its TP4 pays 0.7 s of TP
         # collectives and, with the per-layer fixed cost, loses to TP2 PP8
         assert q["speedup_claimed"] < 0.25
+
+
+def _rank_agrees_with_best(q: dict) -> None:
+    """The rank (counted over the search's frontier) is 1 exactly when the search's best plan (its own
+    result list) is not faster than the published plan: two independent paths to one fact."""
+    faster = q["best_step_s"] < q["published_step_s"] - 1e-12
+    assert (q["published_rank"] > 1) == faster, q["id"]
 
 
 def test_bad_runs_file(tmp_path):
@@ -139,16 +168,34 @@ def test_bad_runs_file(tmp_path):
         predict_run(load_runs(p)[0])
 
 
+@pytest.fixture(scope="module")
+def quality():
+    """search_quality of every run whose layout is published (the slow part: three searches a run)."""
+    return [q for r in RUNS if (q := search_quality(r))]
+
+
 @pytest.mark.slow
-def test_every_published_plan_is_inside_the_search_space():
+def test_every_published_plan_is_inside_the_search_space(quality):
     """Issue 4: for every run whose layout is published and fits by this model, the unconstrained
     search (with only the run's software-stack limits) finds a plan at least as fast."""
     checked = 0
-    for run in RUNS:
-        q = search_quality(run)
-        if q is None or not q["published_fits"]:
+    for q in quality:
+        if not q["published_fits"]:
             continue
         checked += 1
-        assert q["best_step_s"] <= q["published_step_s"] * (1 + 1e-9), run["id"]
-        assert q["published_rank"] >= 1
+        assert q["best_step_s"] <= q["published_step_s"] * (1 + 1e-9), q["id"]
+        assert q["published_rank"] <= q["feasible_plans"], q["id"]  # it is one of the feasible plans
+        _rank_agrees_with_best(q)
     assert checked >= 45
+
+
+@pytest.mark.slow
+def test_validate_reproduces_docs_validation_md(result, quality):
+    """`plan validate --write-docs docs/validation.md --search-quality` regenerates the committed file
+    byte for byte (the search is deterministic; the hand-written part after the mark is kept)."""
+    from planner.validate import HAND_WRITTEN_MARK, validation_doc
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
+    committed = doc.read_text()
+    assert HAND_WRITTEN_MARK in committed
+    assert validation_doc(result, quality, committed) == committed

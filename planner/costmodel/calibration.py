@@ -62,8 +62,11 @@ ICI_BUS_FRACTION = 0.80
 # Fraction of MoE all-to-all time hidden under computation (Megatron overlaps the combine of one
 # chunk with the next chunk's expert GEMMs only partially; DeepSeek's DualPipe hides nearly all).
 EP_OVERLAP_FRACTION = 0.0
-# Fraction of the data-parallel gradient reduce-scatter / all-reduce that overlaps with the last
-# micro-batch's backward (Megatron --overlap-grad-reduce; FSDP2 per-layer reduce-scatter).
+# Share of the overlapping compute that hides data-parallel traffic: the gradient reduction is exposed by
+# max(0, reduction time - DP_OVERLAP_FRACTION x the last micro-batch's backward time), the ZeRO gathers by
+# the same share of the forward (Megatron --overlap-grad-reduce / --overlap-param-gather; FSDP2 per-layer
+# reduce-scatter). A share of compute time, not of traffic: the rest of the backward is taken by kernels
+# that contend with NCCL for SMs and memory bandwidth. Fitted.
 DP_OVERLAP_FRACTION = 0.8
 
 # DeepSpeed ZeRO-3 keeps a gathered parameter for its next use only when that use comes within this many
@@ -80,11 +83,6 @@ FRAMEWORK_OVERHEAD_GIB = {"megatron": 3.0, "fsdp": 2.0, "deepspeed": 3.0, "maxte
 ALLOCATOR_FRAGMENTATION = 1.05
 # Memory left free for the driver and transient spikes when deciding whether a plan fits.
 FIT_RESERVE_GIB = 1.0
-
-# --- host link ----------------------------------------------------------------------------------
-# PCIe x16 per-direction rates (hardware.yaml links.pcie_x16_unidir_GBps: gen4 31, gen5 63), used for
-# optimizer offload traffic; A100 hosts are gen4, H100 and later gen5.
-PCIE_UNIDIR_GBPS = {"gen4": 31.0, "gen5": 63.0}
 
 # --- host (optimizer offload) ---------------------------------------------------------------------
 # DeepSpeed CPU-Adam throughput of one host, parameters updated per second with all its cores (ZeRO-Offload,

@@ -104,8 +104,3 @@ def collective_time(kind: Kind, nbytes: float, size: int, link: Link, count: flo
     if kind == "send_recv":
         return link.alpha + nbytes / link.busbw
     raise ValueError(kind)
-
-
-def ring_allreduce_volume_fraction(n: int) -> float:
-    """Bytes each rank sends in a ring all-reduce, per byte of buffer: 2(n-1)/n (Patarasuk & Yuan 2009)."""
-    return 2.0 * (n - 1) / n

@@ -113,7 +113,8 @@ def _pipeline_doc(shape: Shape, st: StageTimes, counts: list[int]) -> dict:
     p = shape.plan
     return {"pp": p.pp, "vpp": p.vpp, "num_microbatches": shape.nmb, "schedule": p.schedule if p.pp > 1 else "none",
             "layers_per_stage": counts, "fwd_s_per_microbatch": list(st.fwd),
-            "bwd_s_per_microbatch": [st.bwd[s] + st.rec[s] for s in range(p.pp)]}
+            "bwd_s_per_microbatch": [st.bwd[s] + st.rec[s] for s in range(p.pp)],
+            "comm_s_per_microbatch": list(st.comm)}  # exposed per-layer collectives, fwd + bwd
 
 
 def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> list[str]:

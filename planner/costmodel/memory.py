@@ -179,24 +179,6 @@ def logits_bytes_per_token(m: ModelSpec, tp: int, framework: str = "fsdp") -> fl
     return LOGIT_BYTES.get(framework, 12.0) * m.vocab_size / tp
 
 
-def korthikanti_activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
-                                           recompute: str = "none") -> float:
-    """The paper's own per-layer formulas (Korthikanti et al. 2022, arXiv 2205.05198, eqs. 1-4 and
-    Table 2), for a GPT layer with dropout and materialised attention scores, 2-byte activations:
-    none, no TP: sbh(34 + 5as/h); TP: sbh(10 + 24/t + 5as/(ht)); TP+SP: sbh(34/t + 5as/(ht));
-    selective recompute (TP+SP): 34 sbh / t; full recompute: 2 sbh (the layer input)."""
-    sbh = float(s) * b * h
-    if recompute == "full":
-        return 2.0 * sbh
-    if recompute == "selective":
-        return sbh * 34.0 / t if sp else sbh * (10 + 24.0 / t)
-    if t == 1:
-        return sbh * (34 + 5.0 * a * s / h)
-    if sp:
-        return sbh * (34.0 / t + 5.0 * a * s / (h * t))
-    return sbh * (10 + 24.0 / t + 5.0 * a * s / (h * t))
-
-
 # ---- per-device memory of each pipeline stage ---------------------------------------------------------
 
 # Unfused attention saves the softmax output, the dropout mask and its output: 5 a s^2 b bytes per layer

@@ -5,26 +5,36 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape
-from planner.costmodel.memory import StageParams, grad_bytes_per_param, state_bytes_per_param
+from planner.costmodel.memory import StageParams, StateBytesPerParam, grad_bytes_per_param, state_bytes_per_param
 from planner.costmodel.trace import Term, formula
 from planner.specs.dims import ParallelDims
 
-# Adam step bytes per parameter: read and write the fp32 master weight, m and v (24), read the gradient
-# (4), write the bf16 parameter (2): ~30 (ZeRO paper sec. 3.1 states; memory-bound).
-ADAM_BYTES_PER_PARAM = 30.0
+# PCIe Gen4 x16 per direction (hardware.yaml links.pcie_x16_unidir_GBps.gen4, STAS PCIe table): the host link
+# assumed for offload traffic when a hardware profile states none (the slowest x16 rate the reference lists).
+UNKNOWN_HOST_LINK_GBPS = 31.0
+
+
+def adam_bytes_per_param(st: StateBytesPerParam) -> float:
+    """HBM bytes one Adam step moves per parameter (memory-bound; ZeRO, SC20, arXiv 1910.02054, sec. 3.1 states):
+    read and write the fp32 master (2 x 4) and both moments (2 x the moments' bytes), read the stored gradient,
+    write the 2-byte compute copy. fp32 moments and fp32 gradients: 8 + 16 + 4 + 2 = 30 B."""
+    master_in_optimizer = st.weights < 4.0  # bf16 weights (Megatron, DeepSpeed): the fp32 master is optimizer state
+    moments = st.optimizer - (4.0 if master_in_optimizer else 0.0)  # m and v in optimizer_dtype
+    return 2 * 4.0 + 2 * moments + st.grads + 2.0
 
 OPTIMIZER = formula(
     "optimizer.adam",
-    "local params x 30 B / HBM bandwidth (Adam reads and writes master, m, v; reads grads; writes bf16 params)",
+    "local params x (2 x 4 + 2 x moment bytes + grad bytes + 2) B / HBM bandwidth (Adam reads and writes the "
+    "fp32 master, m, v; reads grads; writes bf16 params: 30 B with fp32 moments and grads)",
     "Adam (Kingma & Ba 2015); state bytes per ZeRO, SC20, arXiv 1910.02054, sec. 3.1",
 )
 OPTIMIZER_OFFLOAD = formula(
     "optimizer.offload",
-    "host params / CPU-Adam rate + local params x (grad bytes + 2 B) / PCIe: the GPUs of a host share its CPUs "
-    "and memory (host params = local params x GPUs per host); gradients cross PCIe to the host, bf16 "
-    "parameters back, each GPU over its own x16 link",
-    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, sec. 4 and Table 3 (CPU-Adam); PCIe rates: "
-    "calibration.PCIE_UNIDIR_GBPS; CPU-Adam rate: calibration.CPU_ADAM_PARAMS_PER_S_PER_HOST",
+    "host params / CPU-Adam rate + local params x (grad bytes + 2 B) / host link: the GPUs of a host share its "
+    "CPUs and memory (host params = local params x GPUs per host); gradients cross the host link, bf16 "
+    "parameters come back, each GPU over its own link",
+    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, sec. 4 and Table 3 (CPU-Adam); host link: the hardware "
+    "profile's host_link_unidir_GBps; CPU-Adam rate: calibration.CPU_ADAM_PARAMS_PER_S_PER_HOST",
 )
 
 
@@ -40,15 +50,15 @@ def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -
     st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
     n = local_params(shape.dims, params, slow, st.optimizer_sharded)
     if p.offload_optimizer:
-        gen = "gen4" if hw.id.startswith("a100") else "gen5"
         grad_bytes = grad_bytes_per_param(ctx.train)
-        bw = cal.PCIE_UNIDIR_GBPS[gen] * 1e9
+        bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9
         per_host = min(ctx.cluster.node_size, p.devices)
         t_cpu = n * per_host / cal.CPU_ADAM_PARAMS_PER_S_PER_HOST
-        t_pcie = n * (grad_bytes + PARAM_GATHER_BYTES) / bw
-        return OPTIMIZER_OFFLOAD.term("optimizer_s", t_cpu + t_pcie, "s", local_params=n, gpus_per_host=per_host,
+        t_link = n * (grad_bytes + PARAM_GATHER_BYTES) / bw
+        return OPTIMIZER_OFFLOAD.term("optimizer_s", t_cpu + t_link, "s", local_params=n, gpus_per_host=per_host,
                                       cpu_adam_params_per_s=cal.CPU_ADAM_PARAMS_PER_S_PER_HOST, cpu_adam_s=t_cpu,
-                                      bytes_per_param=grad_bytes + PARAM_GATHER_BYTES, pcie=gen,
-                                      bandwidth_GBps=bw / 1e9, pcie_s=t_pcie)
-    return OPTIMIZER.term("optimizer_s", n * ADAM_BYTES_PER_PARAM / ctx.hbm_bw, "s", local_params=n,
-                          bytes_per_param=ADAM_BYTES_PER_PARAM, bandwidth_GBps=ctx.hbm_bw / 1e9)
+                                      bytes_per_param=grad_bytes + PARAM_GATHER_BYTES,
+                                      bandwidth_GBps=bw / 1e9, host_link_s=t_link)
+    adam = adam_bytes_per_param(st)
+    return OPTIMIZER.term("optimizer_s", n * adam / ctx.hbm_bw, "s", local_params=n,
+                          bytes_per_param=adam, bandwidth_GBps=ctx.hbm_bw / 1e9)

@@ -2,7 +2,8 @@
 
 References: GPipe (Huang et al. 2019, arXiv 1811.06965); 1F1B / PipeDream-Flush and interleaved 1F1B
 (Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2: bubble (p-1)/m and (p-1)/(v m)); zero-bubble
-ZB-H1 (Qi et al. 2023, arXiv 2401.10241, sec. 3: bubble about a third of 1F1B's at 1F1B memory).
+ZB-H1 (Qi et al. 2023, arXiv 2401.10241, sec. 3: bubble (p-1)(T_F + T_B - T_W) at 1F1B memory);
+uneven stages: Alpa (Zheng et al. OSDI'22, eq. 2). planner.timeline draws the same model.
 """
 
 from __future__ import annotations
@@ -18,40 +19,37 @@ if TYPE_CHECKING:
     from planner.costmodel.layers import StageTimes
 
 
-def bubble_fraction(schedule: str, pp: int, m: int, vpp: int = 1) -> float:
-    """Idle time over ideal time for uniform stages: (p-1)/m for GPipe/1F1B, (p-1)/(v m) interleaved
-    (Narayanan et al. SC21 eqs. in sec. 2.2.1-2.2.2), ZB-H1 about 1/3 of 1F1B (Qi et al. 2023, sec. 3.1)."""
-    if pp <= 1:
-        return 0.0
-    base = (pp - 1) / m
-    if schedule == "interleaved":
-        return base / max(1, vpp)
-    if schedule == "zb":
-        return base / 3.0
-    if schedule == "dualpipe":
-        return base * dualpipe_fill_fraction(pp)
-    return base
+# ZB-H1 splits the backward into B (input gradient) and W (weight gradient) of about equal time
+# (Qi et al. 2023, arXiv 2401.10241, sec. 2: T_B ~ T_W); planner.timeline draws the same split.
+ZB_W_FRACTION = 0.5
 
 
-def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1) -> float:
+def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1,
+                       fwd_s: list[float] | None = None) -> float:
     """Time of m micro-batches through stages taking stage_s[i] (fwd+bwd of one micro-batch each).
 
-    Uniform stages give (m + p - 1) t, the 1F1B/GPipe makespan; with uneven stages the slowest stage
-    sets the steady state: sum(stage) + (m - 1) max(stage). Interleaving shrinks the fill/drain by v.
+    Uniform stages give (m + p - 1) t, the 1F1B/GPipe makespan (Narayanan et al. SC21 sec. 2.2); with
+    uneven stages the slowest stage sets the steady state and the others fill and drain:
+    sum(stage) + (m - 1) max(stage) (Alpa, Zheng et al. OSDI'22, eq. 2). Interleaving shrinks the
+    fill/drain by v. ZB-H1 (needs `fwd_s`, the forward part of each stage time) fills with
+    T_F + T_B - T_W of each other stage (Qi et al. 2023 sec. 3: bubble (p-1)(T_F + T_B - T_W)), with
+    T_W = ZB_W_FRACTION of the backward. DualPipe: (p/2 - 1)/(p - 1) of 1F1B's fill (DeepSeek-V3 Table 2).
     """
     p = len(stage_s)
-    slowest = max(stage_s)
+    slow = max(range(p), key=stage_s.__getitem__)
     if p == 1:
-        return m * slowest
-    fill = sum(stage_s) - slowest  # fill + drain of the other stages
+        return m * stage_s[slow]
+    fill_s = list(stage_s)
     frac = 1.0
     if schedule == "interleaved":
         frac = 1.0 / max(1, vpp)
     elif schedule == "zb":
-        frac = 1.0 / 3.0
+        if fwd_s is None:
+            raise ValueError("the zb schedule needs the forward part of each stage time (fwd_s)")
+        fill_s = [f + (1.0 - 2.0 * ZB_W_FRACTION) * (t - f) for t, f in zip(stage_s, fwd_s, strict=True)]
     elif schedule == "dualpipe":
         frac = dualpipe_fill_fraction(p)
-    return m * slowest + frac * fill
+    return m * stage_s[slow] + frac * (sum(fill_s) - fill_s[slow])
 
 
 def dualpipe_fill_fraction(pp: int) -> float:
@@ -81,9 +79,10 @@ def inflight_microbatches(schedule: str, pp: int, stage: int, m: int, vpp: int =
 BUBBLE = formula(
     "pipeline.bubble",
     "max(0, makespan - m x t_slowest), makespan = m x t_slowest + f x (sum of the other stages' t); f = 1 for "
-    "1F1B/GPipe, 1/v interleaved, 1/3 ZB-H1, (p/2 - 1)/(p - 1) DualPipe",
-    "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 ((p-1)/m, (p-1)/(v m)); Qi et al. 2023, arXiv 2401.10241, "
-    "sec. 3; DeepSeek-V3 report, arXiv 2412.19437, Table 2",
+    "1F1B/GPipe, 1/v interleaved, (p/2 - 1)/(p - 1) DualPipe; ZB-H1: the other stages' T_F + T_B - T_W "
+    "(T_W = half the backward)",
+    "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 ((p-1)/m, (p-1)/(v m)); Alpa, Zheng et al. OSDI'22, eq. 2 "
+    "(uneven stages); Qi et al. 2023, arXiv 2401.10241, sec. 3; DeepSeek-V3 report, arXiv 2412.19437, Table 2",
 )
 P2P = formula(
     "pipeline.p2p",
@@ -120,7 +119,9 @@ def schedule_of(plan: ParallelPlan) -> str:
 def makespan_s(shape: Shape, st: StageTimes) -> float:
     """Time of the step's micro-batches through the pipeline stages (pipeline_step_time)."""
     p = shape.plan
-    return pipeline_step_time([st.microbatch_s(s) for s in range(p.pp)], shape.nmb, schedule_of(p), p.vpp)
+    # the forward pass carries half of the exposed per-layer collectives (they are counted fwd + bwd)
+    fwd = [st.fwd[s] + st.comm[s] / 2 for s in range(p.pp)]
+    return pipeline_step_time([st.microbatch_s(s) for s in range(p.pp)], shape.nmb, schedule_of(p), p.vpp, fwd)
 
 
 def bubble_term(shape: Shape, st: StageTimes, makespan: float, slow: int) -> Term:

@@ -88,6 +88,8 @@ def atomic_write_text(path: str | os.PathLike, text: str, mode: int | None = Non
 def write_launch_configs(out_dir: str | os.PathLike, files: dict[str, str], force: bool = False) -> list[Path]:
     """Write every file into `out_dir` atomically; refuse a non-empty existing directory unless `force`."""
     out = Path(out_dir)
+    if out.is_symlink() and not out.exists():
+        raise InputError(f"--out {out} is a symbolic link to a missing folder: remove the link or give another folder")
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:

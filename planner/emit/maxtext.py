@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from planner.emit.common import Job, Unsupported, dumps
+from planner.names import safe_line, yaml_quote
 from planner.specs.dims import ParallelDims
 
 AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")
@@ -133,6 +134,14 @@ def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str
     return dims, params, acts
 
 
+def uneven_split_text(num_layers: int, p) -> str:
+    """'61 layers over 16 stages as 3, 4, ..., 4, 2' (never 'None' for an unset first/last size)."""
+    from planner.costmodel.partition import stage_layer_counts
+    counts = list(stage_layer_counts(num_layers, p.pp, p.first_stage_layers, p.last_stage_layers))
+    shown = counts if len(counts) <= 4 else [counts[0], counts[1], "...", counts[-2], counts[-1]]
+    return f"{num_layers} layers over {p.pp} stages as {', '.join(str(c) for c in shown)}"
+
+
 def jax_mesh(job: Job) -> dict:
     m, p = job.model, job.plan
     if m.moe is not None and p.etp not in (1, p.tp):
@@ -140,8 +149,7 @@ def jax_mesh(job: Job) -> dict:
                           f"not over etp={p.etp}")
     if job.uneven or m.num_layers % p.pp:
         raise Unsupported("a PartitionSpec splits the stacked layer dimension evenly over `stage`; "
-                          f"{m.num_layers} layers in stages of {p.first_stage_layers}/.../{p.last_stage_layers} "
-                          "are not expressible")
+                          f"{uneven_split_text(m.num_layers, p)} is not expressible")
     deg = mesh_degrees(job)
     num_slices, ici, dcn = split_ici_dcn(job, deg)
     dims, params, acts = partition_specs(job)
@@ -300,18 +308,19 @@ def _yaml_scalar(v) -> str:
         return repr(v)
     if isinstance(v, list):
         return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return yaml_quote(str(v))  # one line whatever the value holds (planner.names)
 
 
 def maxtext_yaml(job: Job, cfg: dict, notes: list[str]) -> str:
     p = job.plan
     head = [
-        f"# MaxText config: {job.model.name} on {job.world} x {job.hw_id}, written by planner.",
+        f"# MaxText config: {safe_line(job.model.name, 200)} on {job.world} x {safe_line(job.hw_id, 200)}, "
+        "written by planner.",
         f"# plan: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} dp={p.dp} ep={p.ep} zero={p.zero_stage} "
         f"micro_batch={p.micro_batch} global_batch={job.train.global_batch} recompute={p.recompute}",
         "# run: python -m maxtext.trainers.pre_train.train maxtext.yml base_output_directory=... dataset_path=...",
     ]
-    head += [f"# note: {n}" for n in notes]
+    head += [f"# note: {safe_line(n, 1000)}" for n in notes]
     body = [f"{k}: {_yaml_scalar(v)}" for k, v in cfg.items()]
     return "\n".join(head + body) + "\n"
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from planner.costmodel.memory import selective_recompute_modules
 from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_length_expr
+from planner.names import safe_line
 from planner.specs.dims import ParallelDims
 
 # Megatron runs 1F1B, interleaved when vpp > 1 (so '1f1b' and 'interleaved' both map to the degrees); not these:
@@ -321,7 +322,7 @@ def launch_script(job: Job, args: list[str], env: dict[str, str]) -> str:
     p = job.plan
     out = [
         "#!/usr/bin/env bash",
-        f"# Megatron-LM launch: {job.model.name} on {job.world} x {job.hw_id} "
+        f"# Megatron-LM launch: {safe_line(job.model.name, 200)} on {job.world} x {safe_line(job.hw_id, 200)} "
         f"({job.nodes} node(s) x {job.procs_per_node}), written by planner.",
         f"# tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} dp={p.dp} ep={p.ep} etp={p.etp} "
         f"micro_batch={p.micro_batch} global_batch={job.train.global_batch} grad_accum={job.grad_accum}",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from planner.names import check_name
 
 from planner.specs.hardware import HardwareSpec
 
@@ -17,6 +19,11 @@ class ClusterSpec(BaseModel):
     count: int = Field(..., ge=1, le=MAX_DEVICES)
     devices_per_node: int | None = Field(None, ge=1, description="override the profile's node size")
     domain_size: int | None = Field(None, ge=1, description="override the scale-up domain size")
+
+    @field_validator("name")
+    @classmethod
+    def _one_line_name(cls, v: str) -> str:
+        return check_name(v, "cluster name")
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":

@@ -209,6 +209,8 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
         *batch_errors(train, p),
         *expert_errors(model, p),
         *([zero] if zero else []),
+        *([f"zero_shard_size={p.zero_shard_size} needs ZeRO (zero_stage >= 1): with zero_stage 0 nothing is sharded"]
+          if p.zero_shard_size is not None and p.zero_stage == 0 else []),
         *(["recompute_layers applies only to full recompute"]
           if p.recompute_layers is not None and p.recompute != "full" else []),
     ]

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from planner.names import check_name
+
+
+# Sanity bounds on input figures (not hardware facts): three orders of magnitude either side of every device in
+# the catalog, so a typo or a hostile 1e308 / 1e-300 is refused before it overflows or divides by ~0.
+TFLOPS_RANGE = (1e-2, 1e6)  # catalog: 19.5 (A100 fp32) .. 5000 (GB200 fp8)
+GIB_MAX = 1e5  # catalog HBM: 16 .. 192 GiB
+GBPS_RANGE = (1e-3, 1e6)  # catalog links and HBM: 12.5 .. 8000 GB/s
+LATENCY_US_MAX = 1e6
 
 
 class _Frozen(BaseModel):
@@ -15,10 +25,10 @@ class _Frozen(BaseModel):
 class PeakFlops(_Frozen):
     """Dense peak TFLOP/s per device and dtype; None = dtype not supported in hardware."""
 
-    bf16: float = Field(..., gt=0)
-    fp16: float | None = Field(None, gt=0)
-    fp8: float | None = Field(None, gt=0)
-    fp32: float | None = Field(None, gt=0, description="non-tensor-core FP32 (vector) rate")
+    bf16: float = Field(..., ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1])
+    fp16: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1])
+    fp8: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1])
+    fp32: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1], description="non-tensor-core FP32 (vector) rate")
 
 
 class ScaleUp(_Frozen):
@@ -26,12 +36,12 @@ class ScaleUp(_Frozen):
 
     kind: Literal["nvswitch", "xgmi_mesh", "ici_torus"]
     domain_size: int = Field(..., ge=1, description="devices sharing the scale-up fabric")
-    unidir_GBps: float = Field(..., gt=0, description="per-device, per-direction wire bandwidth (GB/s)")
+    unidir_GBps: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1], description="per-device, per-direction wire bandwidth (GB/s)")
     ring_busbw_GBps: float | None = Field(
-        None, gt=0, description="measured ring all-reduce/all-gather/reduce-scatter busbw inside the domain"
+        None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1], description="measured ring all-reduce/all-gather/reduce-scatter busbw inside the domain"
     )
-    nvls_allreduce_busbw_GBps: float | None = Field(None, gt=0, description="measured NVLS all-reduce busbw")
-    latency_us: float = Field(..., ge=0, description="per-hop/per-step collective latency (alpha)")
+    nvls_allreduce_busbw_GBps: float | None = Field(None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1], description="measured NVLS all-reduce busbw")
+    latency_us: float = Field(..., ge=0, le=LATENCY_US_MAX, description="per-hop/per-step collective latency (alpha)")
     source: str = ""
 
 
@@ -39,11 +49,11 @@ class ScaleOut(_Frozen):
     """The network between scale-up domains: InfiniBand/RoCE NICs, or TPU DCN."""
 
     kind: Literal["ib", "roce", "ethernet", "dcn"]
-    unidir_GBps_per_device: float = Field(..., gt=0, description="NIC bandwidth per device, per direction")
+    unidir_GBps_per_device: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1], description="NIC bandwidth per device, per direction")
     achievable_fraction: float = Field(
         ..., gt=0, le=1, description="measured busbw / line rate for large ring all-reduces"
     )
-    latency_us: float = Field(..., ge=0)
+    latency_us: float = Field(..., ge=0, le=LATENCY_US_MAX)
     source: str = ""
 
 
@@ -67,14 +77,28 @@ class HardwareSpec(_Frozen):
         ..., gt=0, le=1, description="best-shape measured matmul / dense peak (MAMF, BF16)"
     )
     gemm_efficiency_max_fp8: float | None = Field(None, gt=0, le=1)
-    hbm_capacity_gib: float = Field(..., gt=0, description="usable HBM as the driver reports it")
-    hbm_bandwidth_GBps: float = Field(..., gt=0)
+    hbm_capacity_gib: float = Field(..., gt=0, le=GIB_MAX, description="usable HBM as the driver reports it")
+    hbm_bandwidth_GBps: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1])
+    host_link_unidir_GBps: float | None = Field(
+        None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
+        description="per-direction device-host link (PCIe x16) rate: optimizer offload traffic; "
+        "None = not known (offload then assumes PCIe Gen4 x16, the slowest the reference lists)")
     devices_per_node: int = Field(..., ge=1, description="devices per OS node / host")
     scale_up: ScaleUp
     scale_out: ScaleOut
     torus: TorusSpec | None = None
     source: str = ""
     notes: str = ""
+
+    @field_validator("id", "name", "vendor")
+    @classmethod
+    def _one_line_name(cls, v: str, info) -> str:
+        return check_name(v, info.field_name)  # ids reach shell comments and YAML: no line breaks
+
+    @field_validator("aliases")
+    @classmethod
+    def _one_line_aliases(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_name(a, "alias") for a in v)
 
     @model_validator(mode="after")
     def _check(self) -> "HardwareSpec":

@@ -6,9 +6,17 @@ Field names are the planner's own (normalised); `planner.hf_import` maps Hugging
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from planner.names import check_name
+
+
+# The deepest published decoder stacks have a few hundred layers; the search's per-layer work (stage
+# solver, cost) makes 100,000 layers take minutes, so deeper specs are refused as input errors.
+MAX_LAYERS = 2_048
 
 
 class _Frozen(BaseModel):
@@ -63,6 +71,11 @@ class MoESpec(_Frozen):
             raise ValueError("dense_layers indices must be >= 0")
         return tuple(sorted(set(v)))
 
+    @cached_property
+    def dense_layer_set(self) -> frozenset[int]:
+        """`dense_layers` as a set: per-layer membership tests stay O(1) for 100,000-layer models."""
+        return frozenset(self.dense_layers)
+
     @model_validator(mode="after")
     def _check(self) -> "MoESpec":
         if self.top_k > self.num_experts:
@@ -79,7 +92,7 @@ class ModelSpec(_Frozen):
 
     name: str = Field(..., min_length=1)
     family: str = Field("custom", description="architecture family (HF model_type where imported)")
-    num_layers: int = Field(..., ge=1, le=100_000)
+    num_layers: int = Field(..., ge=1, le=MAX_LAYERS)
     hidden_size: int = Field(..., ge=1, le=1_000_000)
     num_heads: int = Field(..., ge=1, le=100_000)
     num_kv_heads: int = Field(..., ge=1, le=100_000, description="= num_heads for MHA, 1 for MQA, between for GQA")
@@ -112,6 +125,11 @@ class ModelSpec(_Frozen):
     moe: MoESpec | None = None
     source: str = Field("", description="where the architecture numbers come from")
 
+    @field_validator("name", "family", "activation")
+    @classmethod
+    def _one_line_name(cls, v: str, info) -> str:
+        return check_name(v, info.field_name)  # names reach shell comments and YAML: no line breaks
+
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
         if self.num_heads % self.num_kv_heads:
@@ -142,7 +160,7 @@ class ModelSpec(_Frozen):
             m is not None
             and i >= m.first_k_dense
             and (i - m.first_k_dense) % m.layer_freq == 0
-            and i not in m.dense_layers
+            and i not in m.dense_layer_set
         )
 
     @property

@@ -1,0 +1,41 @@
+"""Models from the local Hugging Face cache, by repo id (`--model meta-llama/Llama-3.1-8B`), never the
+network. The cache layout is huggingface_hub's: <hub>/models--<org>--<name>/snapshots/<commit>/config.json,
+with refs/main naming the commit; <hub> is $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+def looks_like_repo_id(text: str) -> bool:
+    """'org/name' with Hugging Face's characters and no file suffix."""
+    return bool(REPO_ID.match(text)) and not text.lower().endswith((".json", ".yaml", ".yml")) and ".." not in text
+
+
+def hub_dir() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path("~/.cache/huggingface/hub").expanduser()
+
+
+def cached_config(repo_id: str) -> Path | None:
+    """config.json of `repo_id` in the local cache: the snapshot refs/main names, else the only (or the
+    lexicographically last) snapshot that has one; None when the repo is not cached."""
+    org, name = repo_id.split("/", 1)
+    repo = hub_dir() / f"models--{org}--{name}"
+    snaps = repo / "snapshots"
+    if not snaps.is_dir():
+        return None
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        commit = ref.read_text(encoding="utf-8", errors="replace").strip()
+        if re.fullmatch(r"[0-9a-f]{6,64}", commit) and (snaps / commit / "config.json").is_file():
+            return snaps / commit / "config.json"
+    found = sorted(p for p in snaps.glob("*/config.json") if p.is_file())
+    return found[-1] if found else None

@@ -1,0 +1,110 @@
+"""How scored plans are ordered and which of them are shown.
+
+The rule (documented in docs/quickstart.md, "Reading the output"):
+
+1. Plans are ordered by predicted step time, fastest first.
+2. Plans whose step time is within TIE_BAND_REL (0.2%) of the fastest plan count as equally fast:
+   among them the smaller peak memory ranks first, then the simpler layout. The band is anchored on
+   the fastest plan only, so there are no bucket edges that could split two near-equal plans further
+   down the list.
+3. Consequently no plan ranks above one that is both faster and smaller: below the band every later
+   row is no faster; inside it every later row uses at least as much memory (and, at equal memory, is
+   no faster).
+4. By default only the best variant of each layout (tp, pp, cp, dp, ep) is shown, so the top k are k
+   different layouts; `--all-variants` lists the other variants (micro-batch, ZeRO, recompute,
+   virtual stages, ...) too.
+
+The functions take anything with `.plan` (a ParallelPlan), `.step_time_s` and `.memory["peak_gib"]`
+(a cost-model Evaluation).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, TypeVar
+
+TIE_BAND_REL = 0.002  # plans within 0.2% of the fastest plan count as equally fast
+LAYOUT_KNOBS = ("tp", "pp", "cp", "dp", "ep")
+RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+class Scored(Protocol):
+    plan: object
+    step_time_s: float
+    memory: dict
+
+
+T = TypeVar("T", bound=Scored)
+
+
+def complexity(plan) -> tuple:
+    """Simpler first: fewer model-parallel dimensions, less interleaving and sharding, less recompute."""
+    return (plan.cp, plan.pp, plan.vpp, plan.ep, plan.tp, plan.zero_stage,
+            RECOMPUTE_ORDER.index(plan.recompute), plan.micro_batch)
+
+
+def _knob_text(plan) -> tuple:
+    return tuple(f"{k}={v}" for k, v in sorted(plan.model_dump().items()))
+
+
+def layout_key(plan) -> tuple[int, ...]:
+    return tuple(getattr(plan, k) for k in LAYOUT_KNOBS)
+
+
+def _peak(e: Scored) -> float:
+    return float(e.memory["peak_gib"])
+
+
+def rank(evals: Sequence[T], band_rel: float = TIE_BAND_REL) -> list[T]:
+    """`evals` in the documented order (see the module docstring); deterministic for equal inputs."""
+    if not evals:
+        return []
+    fastest = min(e.step_time_s for e in evals)
+    edge = fastest * (1.0 + band_rel)
+    tied = [e for e in evals if e.step_time_s <= edge]
+    rest = [e for e in evals if e.step_time_s > edge]
+    tied.sort(key=lambda e: (_peak(e), complexity(e.plan), e.step_time_s, _knob_text(e.plan)))
+    rest.sort(key=lambda e: (e.step_time_s, _peak(e), complexity(e.plan), _knob_text(e.plan)))
+    return tied + rest
+
+
+def select(ranked: Sequence[T], top_k: int, all_variants: bool = False) -> list[T]:
+    """The first `top_k` of a ranked list; by default only the first (best) variant of each layout.
+    A subsequence of a ranked list keeps both properties of the ranking (time order outside the band,
+    no row dominated by a later one)."""
+    if all_variants:
+        return list(ranked[:top_k])
+    seen: set[tuple[int, ...]] = set()
+    out: list[T] = []
+    for e in ranked:
+        key = layout_key(e.plan)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+        if len(out) == top_k:
+            break
+    return out
+
+
+def leaders_first(evals: Sequence[T]) -> list[T]:
+    """The first plan of each layout (in the given order), then the others: so that work spent on the
+    leading plans (the stage solver) goes to the rows a distinct-layout table will show."""
+    seen: set[tuple[int, ...]] = set()
+    lead, rest = [], []
+    for e in evals:
+        key = layout_key(e.plan)
+        (rest if key in seen else lead).append(e)
+        seen.add(key)
+    return lead + rest
+
+
+def dominated_by_later(rows: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of (step_s, peak_gib) rows that a LATER row beats on both (strictly faster and strictly
+    smaller): empty for any list `rank` produced. Used by the tests."""
+    out = []
+    for i, (t, m) in enumerate(rows):
+        for t2, m2 in rows[i + 1:]:
+            if t2 < t and m2 < m:
+                out.append(i)
+                break
+    return out

@@ -1,0 +1,40 @@
+"""Up-front checks of a planning request: what makes it impossible before any search runs.
+
+`request_errors` reports, one line each, why pinned knobs can never form a valid plan for this model,
+cluster and training (the rules themselves live in `planner.space`), and which dtype/optimizer choices no
+launcher of `planner.emit` can run on this hardware. The CLI turns them into exit 2 with the reason,
+so exit 3 ("nothing fits") is kept for valid requests that only run out of memory.
+"""
+
+from __future__ import annotations
+
+from planner.space import pinned_errors
+from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+
+
+def dtype_errors(cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list[str]:
+    """Dtype choices that no launcher can run here (facts from the hardware profile and planner/emit)."""
+    hw = cluster.hardware
+    errs = []
+    if train.dtype == "fp8" and hw.peak_tflops.fp8 is None:
+        errs.append(f"--dtype fp8 needs FP8 matmul units and {hw.id} has none (its profile gives no FP8 rate): "
+                    "use --dtype bf16")
+    if train.dtype == "fp16" and hw.peak_tflops.fp16 is None and hw.torus is not None:
+        errs.append(f"--dtype fp16: {hw.id} has no fp16 matmul units (its profile gives no fp16 rate; TPUs compute "
+                    "in bf16): use --dtype bf16")
+    custom_states = train.grad_dtype is not None or train.optimizer_dtype != "fp32"
+    if custom_states and hw.torus is not None:
+        errs.append("--grad-dtype / --optimizer-dtype are written for Megatron-LM only, which does not run on "
+                    f"{hw.id}: drop them")
+    if train.optimizer_dtype == "bf16" and fixed.get("zero_stage") == 0:
+        errs.append("--optimizer-dtype bf16 needs the distributed optimizer (Megatron-LM's precision-aware "
+                    "optimizer requires zero_stage >= 1; the other launchers keep fp32 Adam states): drop --zero 0")
+    return errs
+
+
+def request_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list[str]:
+    """Every reason the request can never give a plan a launcher runs (empty = go ahead and search)."""
+    pinned = pinned_errors(model, train, cluster.count, fixed)
+    if pinned:
+        pinned[-1] += ": change or drop the pinned knobs"
+    return dtype_errors(cluster, train, fixed) + pinned

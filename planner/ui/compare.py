@@ -1,0 +1,104 @@
+"""`plan compare`: the best plan of one model per setting (cluster x sequence length), as one JSON
+document (same names as `plan --json`) and as a table fitted to the width."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from planner.errors import NoFeasiblePlan
+from planner.ui.costopts import cost_text, estimate_doc
+from planner.ui.table import COMPACT_MAX_COLUMNS, memory_cell, plan_label, shown
+
+
+def compare_doc(model_arg: str, clusters: tuple[str, ...], seq_lens: tuple[int, ...], common: dict, cost: dict,
+                run_search: Callable) -> dict:
+    """One row per (cluster, seq_len). Bad input anywhere is an error of the whole command (exit 2);
+    a setting where nothing fits is a row with `error` (code 3); if no setting has a plan, exit 3."""
+    from planner.model_catalog import load_model
+    from planner.params import count_params
+    from planner.ui.jsondoc import model_object
+
+    spec = load_model(model_arg)
+    rows = []
+    for cl in clusters:
+        for seq in seq_lens or (None,):
+            kw = common | {"model_arg": model_arg, "cluster_arg": cl, "seq_len": seq, "top_k": 1}
+            try:
+                _, _, doc = run_search(kw)
+            except NoFeasiblePlan as e:
+                rows.append({"cluster": {"name": cl}, "seq_len": seq, "error": {"code": e.exit_code, "message": str(e)}})
+                continue
+            rows.append(_row(doc, cost))
+    if all(r["error"] for r in rows):
+        raise NoFeasiblePlan(f"no setting has a fitting plan: {rows[0]['error']['message']}")
+    return {"model": model_object(spec, count_params(spec)), "rows": rows}
+
+
+def _row(doc: dict, cost: dict) -> dict:
+    best = doc["plans"][0]
+    row = {"cluster": doc["cluster"], "training": doc["training"], "seq_len": doc["training"]["seq_len"],
+           "plan": best["plan"], "step_time_s": best["step_time_s"],
+           "tokens_per_s_per_device": best["tokens_per_s_per_device"],
+           "tokens_per_s": best["tokens_per_s_per_device"] * doc["cluster"]["count"], "mfu": best["mfu"],
+           "memory": best["memory"], "fits": best["fits"], "error": None}
+    if cost.get("tokens"):
+        row["training_estimate"] = estimate_doc(best, doc["model"]["params_total"], cost)
+    return row
+
+
+def _plan_cells(r: dict, compact: bool, seq: bool) -> list[str]:
+    head = [shown(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
+    if r["error"]:
+        return head + ["no plan fits"]
+    cells = head + [plan_label(r["plan"]), f"{r['step_time_s']:.3f}"]
+    if not compact:
+        cells += [f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}"]
+    return cells + [f"{100 * r['mfu']:.1f}%", memory_cell(r)]
+
+
+def _estimate_cells(r: dict, seq: bool) -> list[str]:
+    e = r.get("training_estimate")
+    head = [shown(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
+    return head + ([f"{e['effective_days']:.1f}", cost_text(e)] if e else ["", ""])
+
+
+def _table(title: str, cols: list[str], rows: list[list[str]], compact: bool, width: int) -> Table:
+    """Numbers and names keep their full width; the layout column takes what is left and folds."""
+    t = Table(title=title, box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, pad_edge=not compact,
+              show_edge=not compact, collapse_padding=compact)
+    rows = [r + [""] * (len(cols) - len(r)) for r in rows]
+    full = [max([len(c)] + [len(r[j]) for r in rows]) for j, c in enumerate(cols)]
+    gaps = 2 * (len(cols) - 1) if compact else 3 * (len(cols) - 1) + 4  # separators and padding
+    for j, col in enumerate(cols):
+        w = full[j]
+        if col == "layout":
+            words = max([len(col)] + [len(x) for r in rows for x in r[j].split()])
+            w = max(words, min(full[j], width - gaps - sum(full) + full[j]))
+        t.add_column(col, no_wrap=col != "layout", overflow="fold", width=w,
+                     justify="left" if col in ("cluster", "layout") else "right")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def compare_tables(doc: dict, width: int) -> list[Table]:
+    """The best plan per setting; with --tokens the days and cost too (a second table when compact)."""
+    compact = width <= COMPACT_MAX_COLUMNS
+    seq = len({r.get("seq_len") for r in doc["rows"]}) > 1
+    est = any(r.get("training_estimate") for r in doc["rows"])
+    head = ["cluster"] + (["seq"] if seq else [])
+    cols = head + ["layout", "step s"] + ([] if compact else ["tok/s total", "tok/s/dev"]) + ["MFU", "GiB"]
+    rows = [_plan_cells(r, compact, seq) for r in doc["rows"]]
+    title = escape(f"{doc['model']['name']}: best plan per setting")
+    if est and not compact:
+        return [_table(title, cols + ["days", "cost"], [a + _estimate_cells(r, seq)[len(head):]
+                                                         for a, r in zip(rows, doc["rows"])], compact, width)]
+    out = [_table(title, cols, rows, compact, width)]
+    if est:
+        out.append(_table("training time and cost", head + ["days", "cost"],
+                          [_estimate_cells(r, seq) for r in doc["rows"]], compact, width))
+    return out

@@ -1,0 +1,212 @@
+"""The ranked-plans table, the reason line and the bars, fitted to the terminal width.
+
+Above COMPACT_MAX_COLUMNS the wide table is used when it fits; otherwise a compact table with fewer,
+abbreviated columns (explained in a footer). Numeric cells never wrap and are never cut: only the
+layout and text wrap, at word boundaries. Piped output is COLUMNS wide when that is set (else
+PIPED_DEFAULT_COLUMNS), so the same input and COLUMNS give the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from planner.costmodel.trace import MEMORY_PARTS as MEM_PARTS
+from planner.costmodel.trace import TIME_TERMS as TIME_PARTS
+from planner.names import safe_line
+from planner.ranking import TIE_BAND_REL
+
+COMPACT_MAX_COLUMNS = 80
+PIPED_DEFAULT_COLUMNS = 140
+MIN_COLUMNS = 40
+
+RANK_NOTE = (f"Ranked fastest first; plans within {100 * TIE_BAND_REL:g}% of the fastest count as tied and the "
+             "smaller peak memory ranks first.")
+DISTINCT_NOTE = " One row per layout (--all-variants lists the other variants)."
+
+
+def shown(name: object) -> str:
+    """Input text (a model or cluster name) as rich shows it: controls escaped, cut, no markup."""
+    return escape(safe_line(name, 120))
+
+
+def columns_from_env(default: int = PIPED_DEFAULT_COLUMNS) -> int:
+    """COLUMNS (clamped to 40..1000) when it is a whole number, else `default`."""
+    raw = os.environ.get("COLUMNS", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return max(MIN_COLUMNS, min(int(raw), 1000))  # narrower than 40 columns is drawn at 40
+    return default
+
+
+def make_console(file=None) -> Console:
+    """rich detects a terminal's width; piped output is COLUMNS wide (default 140)."""
+    c = Console(file=file)
+    return c if c.is_terminal else Console(file=file, width=columns_from_env())
+
+
+def plan_label(p: dict, mark_no_sp: bool = False) -> str:
+    """Short name of a plan's layout from its knobs: 'TP8 PP4x2 CP2 DP4 EP8' (x = virtual stages)."""
+    g = lambda k: p.get(k) or 1  # noqa: E731
+    s = f"TP{g('tp')}" + ("*" if mark_no_sp and g("tp") > 1 and not p.get("sequence_parallel", True) else "")
+    s += f" PP{g('pp')}" + (f"x{g('vpp')}" if g("vpp") > 1 else "")
+    if g("cp") > 1:
+        s += f" CP{g('cp')}" + ("(a2a)" if p.get("cp_comm") == "a2a" else "")
+    s += f" DP{g('dp')}"
+    if g("ep") > 1:
+        s += f" EP{g('ep')}"
+    if g("etp") > 1:
+        s += f" ETP{g('etp')}"
+    return s
+
+
+def recompute_label(p: dict, short: bool = False) -> str:
+    k = p.get("recompute_layers")
+    if p["recompute"] == "full" and k is not None:
+        return f"f{k}" if short else f"full({k}/stage)"
+    if short:
+        return {"none": "-", "selective": "sel", "full": "full"}[p["recompute"]]
+    return p["recompute"]
+
+
+def zero_label(p: dict, short: bool = False) -> str:
+    off = p.get("offload_optimizer")
+    return str(p["zero_stage"]) + (("+o" if short else " +off") if off else "")
+
+
+def memory_cell(r: dict) -> str:
+    """peak / the usable capacity the search used (HBM less reserve and headroom); '!' = does not fit."""
+    mem = r["memory"]
+    usable = mem.get("usable_gib", mem.get("capacity_gib"))
+    return f"{mem['peak_gib']:.1f}/{usable:.1f}" + ("" if r["fits"] else "!")
+
+
+def wide_table(doc: dict) -> Table:
+    t = Table(title=f"{shown(doc['model']['name'])} on {shown(doc['cluster']['name'])}: best plans")
+    for col in ("#", "layout", "mbs", "ZeRO", "recompute", "SP", "step s", "tok/s/dev", "MFU", "peak/usable GiB"):
+        t.add_column(col, justify="left" if col in ("layout", "recompute") else "right", no_wrap=True)
+    for i, r in enumerate(doc["plans"], 1):
+        p = r["plan"]
+        t.add_row(str(i), plan_label(p), str(p["micro_batch"]), zero_label(p), recompute_label(p),
+                  "y" if p["sequence_parallel"] and p["tp"] > 1 else "-", f"{r['step_time_s']:.3f}",
+                  f"{r['tokens_per_s_per_device']:,.0f}", f"{100 * r['mfu']:.1f}%", memory_cell(r))
+    return t
+
+
+def compact_table(doc: dict) -> Table:
+    t = Table(title=f"{shown(doc['model']['name'])} on {shown(doc['cluster']['name'])}", box=box.SIMPLE_HEAD,
+              pad_edge=False, show_edge=False, padding=(0, 1))
+    for col in ("#", "layout", "mbs", "Z", "rc", "step s", "MFU", "GiB"):
+        wrap = col == "layout"
+        t.add_column(col, justify="left" if col in ("layout", "rc") else "right", no_wrap=not wrap,
+                     overflow="fold" if wrap else "ellipsis", min_width=None if wrap else len(col))
+    rows = [(str(i), plan_label(r["plan"], mark_no_sp=True), str(r["plan"]["micro_batch"]), zero_label(r["plan"], True),
+             recompute_label(r["plan"], True), f"{r['step_time_s']:.3f}", f"{100 * r['mfu']:.1f}%", memory_cell(r))
+            for i, r in enumerate(doc["plans"], 1)]
+    for j, c in enumerate(t.columns):  # numbers are never squeezed: a numeric column is as wide as its widest cell
+        if c.no_wrap:
+            c.min_width = max([len(str(c.header))] + [len(row[j]) for row in rows])
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def legend(doc: dict, compact: bool) -> list[str]:
+    plans = doc["plans"]
+    distinct = (doc.get("ranking") or {}).get("distinct_layouts", True)
+    lines = [RANK_NOTE + (DISTINCT_NOTE if distinct else "")]
+    if compact:
+        lines.append("mbs micro-batch; Z ZeRO stage (1 = distributed optimizer, 3 = FSDP; +o optimizer states "
+                     "offloaded to the host); rc recompute (- none, sel selective, full, fK full on K layers per "
+                     "stage); MFU model FLOPs utilisation; GiB peak / usable memory per device (! = does not fit).")
+        if any(p["plan"]["tp"] > 1 and not p["plan"]["sequence_parallel"] for p in plans):
+            lines.append("TP8* = tensor parallel without sequence parallelism.")
+    else:
+        lines.append("peak/usable GiB: predicted peak memory per device / the capacity the search allowed "
+                     "(HBM less the fit reserve and --memory-headroom); ! = does not fit.")
+        if any(p["plan"].get("offload_optimizer") for p in plans):
+            lines.append("ZeRO 1 +off: ZeRO stage 1 with the optimizer states and step offloaded to the host CPU.")
+    return lines
+
+
+def plans_table(doc: dict, width: int) -> tuple[Table, bool]:
+    """The wide table when the width allows and it fits, else the compact one; (table, compact)."""
+    if width > COMPACT_MAX_COLUMNS:
+        t = wide_table(doc)
+        probe = Console(width=1000, file=open(os.devnull, "w"))
+        if probe.measure(t).maximum <= width:
+            return t, False
+    return compact_table(doc), True
+
+
+def bars(title: str, parts: dict[str, float], keys: tuple[str, ...], unit: str, total: float, width: int) -> Table:
+    """One row per non-zero part: name, value, share of the total, and a bar that takes the width left."""
+    rows = [(k, parts.get(k, 0.0)) for k in keys if parts.get(k, 0.0) > 0 or k in ("weights_gib", "compute_s")]
+    cells = [(k.rsplit("_", 1)[0], f"{v:.3f} {unit}" if unit == "s" else f"{v:.2f} {unit}",
+              f"{100 * v / total:.1f}%" if total > 0 else "") for k, v in rows]
+    col_w = [max([len(c[j]) for c in cells] + [1]) for j in range(3)]
+    bar_w = max(4, min(40, width - sum(col_w) - 7))  # 3 gaps of 2 spaces, 1 spare
+    t = Table(title=title, show_header=False, box=None, pad_edge=False)
+    for j, (name, just) in enumerate((("part", "left"), ("value", "right"), ("share", "right"))):
+        t.add_column(name, justify=just, no_wrap=True, min_width=col_w[j])
+    t.add_column("bar", no_wrap=True, overflow="crop")
+    top = max([v for _, v in rows] + [1e-12])
+    for (label, val, share), (_, v) in zip(cells, rows):
+        t.add_row(label, val, share, "█" * int(round(bar_w * v / top)))
+    return t
+
+
+def wrapped(text: str, width: int, indent: str = "") -> str:
+    """Text wrapped at word boundaries to `width` (never breaks a word or a number)."""
+    return textwrap.fill(text, width=width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> None:
+    """The table, its legend, then the reason line and bars of plan `rank` (1-based)."""
+    c = console or make_console()
+    width = c.width
+    table, compact = plans_table(doc, width)
+    c.print(table)
+    for line in legend(doc, compact):
+        c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
+    if not doc["plans"]:
+        return
+    rank = min(max(1, rank), len(doc["plans"]))
+    chosen = doc["plans"][rank - 1]
+    if chosen.get("reason"):
+        c.print(escape(wrapped(f"Why #{rank}: {chosen['reason']}", width, "  ")), soft_wrap=True)
+    c.print(bars(f"Memory per device (peak stage), plan #{rank}", chosen["memory"], MEM_PARTS, "GiB",
+                 chosen["memory"]["peak_gib"], width))
+    c.print(bars(f"Time per step, plan #{rank}", chosen["time_breakdown"], TIME_PARTS, "s",
+                 chosen["step_time_s"], width))
+    for w in chosen.get("warnings", []):
+        c.print(escape(wrapped(f"warning: {w}", width, "  ")), style="yellow", soft_wrap=True)
+    s = doc.get("search")
+    if s:
+        # no wall-clock time here: the same input prints the same bytes
+        line = f"searched {s['structures']} layouts, scored {s['evaluated']} plans ({s['feasible']} fit)"
+        c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
+
+
+def columns_for_text() -> int:
+    """The width plain text lines are wrapped to: the console's (terminal or COLUMNS)."""
+    return make_console().width
+
+
+def explain_text(doc: dict, width: int | None = None) -> str:
+    """`plan explain`'s derivation and why-not lists, each entry wrapped at word boundaries."""
+    width = width or columns_for_text()
+    lines = ["", "How each number was computed (docs/cost-model.md names the sources):"]
+    for r in doc["derivation"]:
+        v = r["value"]
+        val = f"{v:.4g}" if isinstance(v, float) else str(v)
+        lines.append(wrapped(f"  {r['name']:<44} {val:>12} {r['unit']:<8} {r['formula']}", width, " " * 6))
+    lines += ["", "Why not:"]
+    for a in doc["why_not"]:
+        lines.append(wrapped(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}", width, " " * 6))
+    return "\n".join(lines)

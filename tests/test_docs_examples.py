@@ -1,0 +1,66 @@
+"""Every `$ plan ...` line in the ```console blocks of docs/quickstart.md and docs/cli.md runs and exits
+as documented (0, or the code of a trailing `# exit N` comment)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+
+DOCS = Path(__file__).parents[1] / "docs"
+PAGES = ("quickstart.md", "cli.md")
+
+
+def console_commands(page: str) -> list[tuple[str, list[str], dict, int]]:
+    """(line, argv after `plan`, env, expected exit code) of every `$ plan` line in ```console blocks."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    out = []
+    for block in re.findall(r"```console\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if not line.startswith("$ "):
+                continue
+            code = re.search(r"#\s*exit\s+(\d)", line)
+            words = shlex.split(line[2:], comments=True)
+            env = {}
+            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+                k, v = words.pop(0).split("=", 1)
+                env[k] = v
+            assert words and words[0] == "plan", line
+            out.append((line, words[1:], env, int(code.group(1)) if code else 0))
+    return out
+
+
+EXAMPLES = [(page, *c) for page in PAGES for c in console_commands(page)]
+
+
+def test_every_page_has_examples():
+    for page in PAGES:
+        assert len(console_commands(page)) >= 5, page
+
+
+@pytest.mark.parametrize("page,line,argv,env,code", EXAMPLES, ids=[f"{e[0]}:{' '.join(e[2])[:60]}" for e in EXAMPLES])
+def test_documented_example_runs(page, line, argv, env, code, tmp_path, monkeypatch):
+    from planner.model_catalog import get_catalog_entry
+
+    monkeypatch.chdir(tmp_path)
+    # the user's own Hugging Face config.json that the quickstart reads
+    (tmp_path / "config.json").write_text(json.dumps(get_catalog_entry("llama-3.1-8b").hf_config))
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:
+        runner = CliRunner()
+    r = runner.invoke(main, argv, env=env, catch_exceptions=False)
+    assert r.exit_code == code, (line, r.exit_code, r.stderr[-500:])
+    if code:
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:")
+    if "--json" in argv:
+        json.loads(r.stdout)
+    if "--out" in argv:
+        target = tmp_path / argv[argv.index("--out") + 1]
+        assert target.exists()
