@@ -224,7 +224,8 @@ def read_structured_file(path: str | Path, what: str = "file", max_bytes: int = 
     except _Refused as e:
         raise InputError(f"{where} {e}") from None
     except json.JSONDecodeError as e:
-        raise InputError(f"{where} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): fix the syntax") from None
+        raise InputError(f"{where} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): "
+                         "fix the syntax") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""

@@ -81,7 +81,8 @@ def parse_tokens(value: str | int | float) -> float:
     elif isinstance(value, str):
         m = _TOKENS_RE.match(value)
         if not m:
-            raise InputError(f"cannot read token count {value!r}: use a number with an optional K/M/B/T suffix, e.g. '15T'")
+            raise InputError(f"cannot read token count {value!r}: use a number with an optional K/M/B/T suffix, "
+                             "e.g. '15T'")
         number = m.group(1).replace("_", "").replace(",", "")
         try:
             tokens = float(number) * _SUFFIX[m.group(2).upper()]
@@ -92,8 +93,8 @@ def parse_tokens(value: str | int | float) -> float:
     if not math.isfinite(tokens) or tokens <= 0:
         raise InputError(f"token count must be positive and finite, got {value!r}")
     if tokens > MAX_TOKENS:
-        raise InputError(f"token count {tokens:.3g} is absurd (more than {MAX_TOKENS:.0e}, ~10^5 x the 15T of Llama 3): "
-                         "check the number")
+        raise InputError(f"token count {tokens:.3g} is absurd (more than {MAX_TOKENS:.0e}, "
+                         "~10^5 x the 15T of Llama 3): check the number")
     return tokens
 
 
@@ -153,7 +154,8 @@ def checkpoint_bytes(params_total: float, bytes_per_param: float = CHECKPOINT_BY
 def checkpoint_write_s(ckpt_bytes: float, storage_write_Bps: float = LLAMA3_STORAGE_SUSTAINED_BPS) -> float:
     """Seconds to write one checkpoint at the storage system's aggregate write bandwidth."""
     # write time = size / aggregate bandwidth (all ranks write their shards in parallel)
-    return _positive("checkpoint bytes", ckpt_bytes, allow_zero=True) / _positive("storage_write_Bps", storage_write_Bps)
+    return (_positive("checkpoint bytes", ckpt_bytes, allow_zero=True)
+            / _positive("storage_write_Bps", storage_write_Bps))
 
 
 def cluster_mtbf_s(device_mtbf_h: float, devices: int) -> float:
@@ -230,6 +232,31 @@ class TrainingEstimate:
         return d
 
 
+def _checkpoint_time_s(ckpt_b: float, storage_write_Bps: float, checkpoint_s: float | None,
+                       assumptions: list[str]) -> float:
+    """Blocking time per checkpoint: size / bandwidth, or the user's figure; notes the assumption."""
+    if checkpoint_s is None:
+        c = checkpoint_write_s(ckpt_b, storage_write_Bps)
+        src = " (" + LLAMA3_STORAGE_SOURCE + ")" if storage_write_Bps == LLAMA3_STORAGE_SUSTAINED_BPS else ""
+        assumptions.append(f"storage write bandwidth {storage_write_Bps / 1e9:g} GB/s{src}")
+    else:
+        c = _positive("checkpoint_s", checkpoint_s)
+        assumptions.append(f"checkpoint blocking time {c:g} s (user)")
+    return c
+
+
+def _checkpoint_interval(c: float, m: float, checkpoint_interval_s: float | None,
+                         interval_method: str) -> tuple[float, str]:
+    """(tau, method): the user's interval, or Daly's / Young's optimum for checkpoint time c and MTBF m."""
+    if checkpoint_interval_s is not None:
+        return _positive("checkpoint_interval_s", checkpoint_interval_s), "user"
+    if interval_method == "daly":
+        return daly_interval_s(c, m), "daly"
+    if interval_method == "young":
+        return young_interval_s(c, m), "young"
+    raise InputError(f"interval_method must be 'daly' or 'young', got {interval_method!r}")
+
+
 def estimate_training(
     total_tokens: float | str,
     tokens_per_s_per_device: float,
@@ -260,48 +287,23 @@ def estimate_training(
     assumptions = [
         f"checkpoint = {checkpoint_bytes_per_param:g} B/param (bf16 weights + fp32 master + Adam moments, no grads)",
     ]
-    if checkpoint_s is None:
-        c = checkpoint_write_s(ckpt_b, storage_write_Bps)
-        src = " (" + LLAMA3_STORAGE_SOURCE + ")" if storage_write_Bps == LLAMA3_STORAGE_SUSTAINED_BPS else ""
-        assumptions.append(f"storage write bandwidth {storage_write_Bps / 1e9:g} GB/s{src}")
-    else:
-        c = _positive("checkpoint_s", checkpoint_s)
-        assumptions.append(f"checkpoint blocking time {c:g} s (user)")
+    c = _checkpoint_time_s(ckpt_b, storage_write_Bps, checkpoint_s, assumptions)
     m = cluster_mtbf_s(device_mtbf_h, n)
     src = " (" + LLAMA3_MTBF_SOURCE + ")" if device_mtbf_h == LLAMA3_H100_MTBF_H else " (user)"
     assumptions.append(f"per-device MTBF {device_mtbf_h:,.0f} h{src}; job MTBF = device MTBF / {n}")
     r = _positive("restart_s", restart_s, allow_zero=True)
-    if checkpoint_interval_s is not None:
-        tau, method = _positive("checkpoint_interval_s", checkpoint_interval_s), "user"
-    elif interval_method == "daly":
-        tau, method = daly_interval_s(c, m), "daly"
-    elif interval_method == "young":
-        tau, method = young_interval_s(c, m), "young"
-    else:
-        raise InputError(f"interval_method must be 'daly' or 'young', got {interval_method!r}")
+    tau, method = _checkpoint_interval(c, m, checkpoint_interval_s, interval_method)
     g = goodput_fraction(tau, c, r, m)
     wall_s = solve_s / g
     dh = device_hours(wall_s, n)
     price = None if price_per_device_hour is None else cost(dh, price_per_device_hour)
     return TrainingEstimate(
-        total_tokens=tokens,
-        devices=n,
-        tokens_per_s=float(tokens_per_s_per_device) * n,
-        days=solve_s / SECONDS_PER_DAY,
-        effective_days=wall_s / SECONDS_PER_DAY,
-        goodput=g,
-        device_hours=dh,
-        ideal_device_hours=device_hours(solve_s, n),
-        cost=price,
-        checkpoint_bytes=ckpt_b,
-        checkpoint_s=c,
-        checkpoint_interval_s=tau,
-        interval_method=method,
-        restart_s=r,
-        mtbf_s=m,
-        device_mtbf_h=float(device_mtbf_h),
-        failures_expected=wall_s / m,
-        checkpoints_expected=solve_s / tau,
+        total_tokens=tokens, devices=n, tokens_per_s=float(tokens_per_s_per_device) * n,
+        days=solve_s / SECONDS_PER_DAY, effective_days=wall_s / SECONDS_PER_DAY, goodput=g,
+        device_hours=dh, ideal_device_hours=device_hours(solve_s, n), cost=price,
+        checkpoint_bytes=ckpt_b, checkpoint_s=c, checkpoint_interval_s=tau, interval_method=method,
+        restart_s=r, mtbf_s=m, device_mtbf_h=float(device_mtbf_h),
+        failures_expected=wall_s / m, checkpoints_expected=solve_s / tau,
         assumptions=tuple(assumptions),
     )
 

@@ -223,7 +223,8 @@ def parse_cluster(text: str) -> ClusterSpec:
     if split is not None:
         hw_part = split[0]
         hint = did_you_mean(hw_part, _choices())
-        raise InputError(f"unknown hardware {hw_part!r} in cluster {raw!r}{hint}; run `plan clusters` to list the accelerators")
+        raise InputError(f"unknown hardware {hw_part!r} in cluster {raw!r}{hint}; "
+                         "run `plan clusters` to list the accelerators")
     named = _lookup(raw)
     if named is not None:
         raise InputError(f"cluster {raw!r} names hardware but no device count; write e.g. {raw}x8 (= 8 x {named.id})")
@@ -250,38 +251,50 @@ def _optional_positive(data: dict[str, Any], key: str, path: Path) -> int | None
     return _check_count(data[key], f"{key} in {path}")
 
 
-def load_cluster_file(path: str | Path) -> ClusterSpec:
-    """A ClusterSpec from a YAML/JSON cluster file (see the module docstring)."""
-    p = Path(path)
-    data = _read_mapping(p)
+def _check_cluster_fields(data: dict[str, Any], p: Path) -> None:
+    """Refuse unknown fields and a missing `hardware:` or `count:`."""
     unknown = sorted(str(k) for k in data if k not in CLUSTER_FILE_KEYS)
     if unknown:
-        raise InputError(f"cluster file {p}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(CLUSTER_FILE_KEYS)}")
+        raise InputError(f"cluster file {p}: unknown field(s) {', '.join(unknown)}; "
+                         f"allowed: {', '.join(CLUSTER_FILE_KEYS)}")
     if "hardware" not in data or data["hardware"] in (None, ""):
-        raise InputError(f"cluster file {p} has no `hardware:`; give an id or alias (see `plan clusters`) or a profile mapping")
+        raise InputError(f"cluster file {p} has no `hardware:`; give an id or alias (see `plan clusters`) "
+                         "or a profile mapping")
     if "count" not in data or data["count"] is None:
         raise InputError(f"cluster file {p} has no `count:`; give the number of devices, e.g. count: 64")
-    hw_field = data["hardware"]
+
+
+def _cluster_file_hardware(hw_field: object, p: Path) -> HardwareSpec:
+    """The `hardware:` of a cluster file: a catalog id/alias, a catalog profile with changed fields
+    (`base:`), or a whole inline profile."""
     if isinstance(hw_field, str):
         try:
-            hw = get_hardware(hw_field)
+            return get_hardware(hw_field)
         except InputError as e:
             raise InputError(f"cluster file {p}: {e}") from None
-    elif isinstance(hw_field, dict) and "base" in hw_field:
+    if isinstance(hw_field, dict) and "base" in hw_field:
         # only the fields that differ from a catalog profile (planner.catalog.overrides)
         from planner.catalog.overrides import derive_hardware
         try:
             base = get_hardware(str(hw_field["base"]))
         except InputError as e:
             raise InputError(f"cluster file {p}: hardware.base: {e}") from None
-        hw = derive_hardware(base, hw_field, f"cluster file {p}: hardware")
-    elif isinstance(hw_field, dict):
+        return derive_hardware(base, hw_field, f"cluster file {p}: hardware")
+    if isinstance(hw_field, dict):
         try:
-            hw = HardwareSpec(**{str(k): v for k, v in hw_field.items()})
+            return HardwareSpec(**{str(k): v for k, v in hw_field.items()})
         except ValidationError as e:
             raise InputError(f"cluster file {p}: inline hardware is invalid: {_validation_summary(e)}") from None
-    else:
-        raise InputError(f"cluster file {p}: `hardware:` must be an id/alias or a profile mapping, got {hw_field!r}")
+    raise InputError(f"cluster file {p}: `hardware:` must be an id/alias or a profile mapping, got {hw_field!r}")
+
+
+def load_cluster_file(path: str | Path) -> ClusterSpec:
+    """A ClusterSpec from a YAML/JSON cluster file (see the module docstring)."""
+    p = Path(path)
+    data = _read_mapping(p)
+    _check_cluster_fields(data, p)
+    hw_field = data["hardware"]
+    hw = _cluster_file_hardware(hw_field, p)
     name = data.get("name") or ""
     if not isinstance(name, str):
         raise InputError(f"cluster file {p}: `name:` must be a string, got {name!r}")

@@ -57,7 +57,8 @@ def check_name(value: str, what: str = "name") -> str:
         raise ValueError(f"{what} holds a control character ({_escape_char(m)} at position {m.start()}): "
                          "use a one-line name of printable characters")
     if len(value) > MAX_NAME_CHARS:
-        raise ValueError(f"{what} is {len(value):,} characters long, over the {MAX_NAME_CHARS} allowed: use a shorter name")
+        raise ValueError(f"{what} is {len(value):,} characters long, over the {MAX_NAME_CHARS} allowed: "
+                         "use a shorter name")
     return value
 
 

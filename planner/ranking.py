@@ -20,7 +20,7 @@ The functions take anything with `.plan` (a ParallelPlan), `.step_time_s` and `.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, TypeVar
+from typing import Any, Protocol, Sequence, TypeVar
 
 TIE_BAND_REL = 0.002  # plans within 0.2% of the fastest plan count as equally fast
 LAYOUT_KNOBS = ("tp", "pp", "cp", "dp", "ep")
@@ -28,9 +28,16 @@ RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
 class Scored(Protocol):
-    plan: object
-    step_time_s: float
-    memory: dict
+    """What ranking reads of a scored plan (read-only, so planner.costmodel's Evaluation properties match)."""
+
+    @property
+    def plan(self) -> Any: ...
+
+    @property
+    def step_time_s(self) -> float: ...
+
+    @property
+    def memory(self) -> dict: ...
 
 
 T = TypeVar("T", bound=Scored)
@@ -90,7 +97,8 @@ def leaders_first(evals: Sequence[T]) -> list[T]:
     """The first plan of each layout (in the given order), then the others: so that work spent on the
     leading plans (the stage solver) goes to the rows a distinct-layout table will show."""
     seen: set[tuple[int, ...]] = set()
-    lead, rest = [], []
+    lead: list[T] = []
+    rest: list[T] = []
     for e in evals:
         key = layout_key(e.plan)
         (rest if key in seen else lead).append(e)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, is_dataclass
+from typing import Any
 
 from planner import timeline as tl
 from planner.costmodel import trace as terms
@@ -107,6 +108,12 @@ def _tokens(x: object) -> str:
     return _fmt(v, 4)
 
 
+def _dict_at(d: dict, key: str) -> dict:
+    """d[key] when it is a dict, else {} (the JSON is read defensively)."""
+    v = d.get(key)
+    return v if isinstance(v, dict) else {}
+
+
 def _knobs(plan: dict) -> dict:
     k = plan.get("plan") if isinstance(plan, dict) else None
     return k if isinstance(k, dict) else {}
@@ -177,9 +184,11 @@ def _legend(items: Sequence[tuple[str, ...]], x: float, y: float, width: float) 
             out.append(f'<rect x="{cx:.1f}" y="{cy - 10:.1f}" width="12" height="12" rx="2" fill="{colour}"/>')
         else:  # a line sample drawn with the CSS class `style`
             if style == "total-mark":  # vertical, as drawn on the bars
-                out.append(f'<line x1="{cx + 6:.1f}" x2="{cx + 6:.1f}" y1="{cy - 11:.1f}" y2="{cy + 3:.1f}" class="{style}"/>')
+                out.append(f'<line x1="{cx + 6:.1f}" x2="{cx + 6:.1f}" y1="{cy - 11:.1f}" y2="{cy + 3:.1f}" '
+                           f'class="{style}"/>')
             else:
-                out.append(f'<line x1="{cx:.1f}" x2="{cx + 13:.1f}" y1="{cy - 4:.1f}" y2="{cy - 4:.1f}" class="{style}"/>')
+                out.append(f'<line x1="{cx:.1f}" x2="{cx + 13:.1f}" y1="{cy - 4:.1f}" y2="{cy - 4:.1f}" '
+                           f'class="{style}"/>')
         out.append(f'<text x="{cx + 16:.1f}" y="{cy}" class="lg">{_e(label)}</text>')
         cx += w + 10
     return "".join(out), cy - y + 18
@@ -189,11 +198,18 @@ def _legend(items: Sequence[tuple[str, ...]], x: float, y: float, width: float) 
 # Pareto front
 # ---------------------------------------------------------------------------------------------
 def _point(plan: dict) -> tuple[float, float] | None:
-    mem = plan.get("memory") if isinstance(plan.get("memory"), dict) else {}
+    mem = _dict_at(plan, "memory")
     x, y = _num(plan.get("step_time_s")), _num(mem.get("peak_gib"))
     if x is None or y is None:
         return None
     return x, y
+
+
+def _xy(plan: dict) -> tuple[float, float]:
+    """(step time, peak memory) of a plan known to have both (see _point)."""
+    p = _point(plan)
+    assert p is not None
+    return p
 
 
 def pareto_front(candidates: Iterable[dict]) -> list[dict]:
@@ -211,11 +227,68 @@ def pareto_front(candidates: Iterable[dict]) -> list[dict]:
             pts.append((p[0], p[1], c))
     pts.sort(key=lambda t: (t[0], t[1]))
     front, best_mem = [], math.inf
-    for x, y, c in pts:
+    for _x, y, c in pts:
         if y < best_mem:
             front.append(c)
             best_mem = y
     return front
+
+
+def _capacity_gib(plans: Iterable[dict]) -> float | None:
+    """The first memory capacity (GiB) found among the plans, None if none has one."""
+    for p in plans:
+        mem = p.get("memory")
+        cap = _num((mem or {}).get("capacity_gib")) if isinstance(mem, dict) else None
+        if cap is not None:
+            return cap
+    return None
+
+
+def _pareto_ranges(xs: list[float], ys: list[float], cap: float | None) -> tuple[float, float, float, float]:
+    """(x0, x1, y0, y1) of the Pareto chart: padded data ranges, the capacity included, from 0 when the
+    data are non-negative (and memory from 0 when the lowest point is under 30% of the highest)."""
+    ylo_data, yhi_data = min(ys), max(ys)
+    if cap is not None:
+        yhi_data = max(yhi_data, cap)
+    x0, x1 = _nice_range(min(xs), max(xs))
+    y0, y1 = _nice_range(min(0.0, ylo_data) if ylo_data < 0.3 * yhi_data else ylo_data, yhi_data)
+    x0, y0 = max(0.0, x0) if min(xs) >= 0 else x0, max(0.0, y0) if ylo_data >= 0 else y0
+    return x0, x1, y0, y1
+
+
+def _front_path(front: list[dict], sx: Callable[[float], float], sy: Callable[[float], float]) -> str:
+    """The Pareto front as a dashed staircase ('' for fewer than two points)."""
+    fp = [_xy(c) for c in front]
+    if len(fp) <= 1:
+        return ""
+    d = [f"M{sx(fp[0][0]):.1f},{sy(fp[0][1]):.1f}"]
+    for bx, by in fp[1:]:  # each step runs right to the next point's time, then down to its memory
+        d.append(f"H{sx(bx):.1f}V{sy(by):.1f}")
+    return f'<path d="{"".join(d)}" class="front-line"/>'
+
+
+def _pareto_point(c: dict, on_front: bool, rank: int | None, sx: Callable[[float], float],
+                  sy: Callable[[float], float]) -> str:
+    """One candidate's circle (with its tooltip) and, for the top three, its rank label."""
+    x, y = _xy(c)
+    tip = (f"{plan_label(c)}" + (f" (rank {rank})" if rank else "")
+           + f"\nstep {_seconds(x)}, peak {_fmt(y, 3)} GiB"
+           + ("\nPareto-optimal" if on_front else ""))
+    cls = "pt front" if on_front else "pt"
+    r = 6 if on_front else 4
+    out = (f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{r}" class="{cls}" data-key="{_e(_plan_key(c))}">'
+           f"<title>{_e(tip)}</title></circle>")
+    if rank is not None and rank <= 3:
+        out += f'<text x="{sx(x) + 8:.1f}" y="{sy(y) - 8:.1f}" class="rank-label">#{rank}</text>'
+    return out
+
+
+def _pareto_note(feasible: int, front: int, infeasible: int) -> str:
+    """'N feasible candidates, K on the front; J that do not fit are not plotted.'"""
+    plural = infeasible != 1
+    return (f"{feasible} feasible candidate{'s' if feasible != 1 else ''}, {front} on the front"
+            + (f"; {infeasible} that {'do' if plural else 'does'} not fit {'are' if plural else 'is'}"
+               " not plotted" if infeasible else "") + ".")
 
 
 def _svg_pareto(candidates: list[dict], ranked: list[dict]) -> str:
@@ -227,19 +300,8 @@ def _svg_pareto(candidates: list[dict], ranked: list[dict]) -> str:
     front_ids = {id(c) for c in front}
     rank_of = {_plan_key(p): i + 1 for i, p in enumerate(ranked)}
     W, H, L, R, T, B = 760, 430, 70, 20, 34, 54
-    xs = [_point(c)[0] for c in feasible]  # type: ignore[index]
-    ys = [_point(c)[1] for c in feasible]  # type: ignore[index]
-    cap = None
-    for p in ranked + feasible:
-        cap = _num((p.get("memory") or {}).get("capacity_gib")) if isinstance(p.get("memory"), dict) else None
-        if cap is not None:
-            break
-    ylo_data, yhi_data = min(ys), max(ys)
-    if cap is not None:
-        yhi_data = max(yhi_data, cap)
-    x0, x1 = _nice_range(min(xs), max(xs))
-    y0, y1 = _nice_range(min(0.0, ylo_data) if ylo_data < 0.3 * yhi_data else ylo_data, yhi_data)
-    x0, y0 = max(0.0, x0) if min(xs) >= 0 else x0, max(0.0, y0) if ylo_data >= 0 else y0
+    cap = _capacity_gib(ranked + feasible)
+    x0, x1, y0, y1 = _pareto_ranges([_xy(c)[0] for c in feasible], [_xy(c)[1] for c in feasible], cap)
 
     def sx(v: float) -> float:
         return L + (v - x0) / (x1 - x0) * (W - L - R)
@@ -250,40 +312,22 @@ def _svg_pareto(candidates: list[dict], ranked: list[dict]) -> str:
     out = [f'<svg id="pareto-svg" class="chart" viewBox="0 0 {W} {H}" role="img" '
            f'aria-label="Step time versus peak memory of feasible candidates">']
     out.append(_axes(W, H, L, R, T, B, x0, x1, y0, y1, sx, sy, "step time (s)", "peak memory (GiB)"))
-    if cap is not None and y0 <= cap <= y1:
+    cap_shown = cap is not None and y0 <= cap <= y1
+    if cap is not None and cap_shown:
         out.append(f'<line x1="{L}" x2="{W - R}" y1="{sy(cap):.1f}" y2="{sy(cap):.1f}" class="cap"/>'
                    f'<text x="{W - R - 4}" y="{sy(cap) - 5:.1f}" class="cap-label" text-anchor="end">'
                    f'capacity {_e(_fmt(cap, 3))} GiB</text>')
-    # the front as a staircase
-    fp = [_point(c) for c in front]
-    if len(fp) > 1:
-        d = [f"M{sx(fp[0][0]):.1f},{sy(fp[0][1]):.1f}"]  # type: ignore[index]
-        for (ax, ay), (bx, by) in zip(fp, fp[1:]):  # type: ignore[misc]
-            d.append(f"H{sx(bx):.1f}V{sy(by):.1f}")
-        out.append(f'<path d="{"".join(d)}" class="front-line"/>')
+    out.append(_front_path(front, sx, sy))
     # dominated first, then the front on top
     for c in sorted(feasible, key=lambda c: id(c) in front_ids):
-        x, y = _point(c)  # type: ignore[misc]
-        on_front = id(c) in front_ids
-        rank = rank_of.get(_plan_key(c))
-        tip = (f"{plan_label(c)}" + (f" (rank {rank})" if rank else "") + f"\nstep {_seconds(x)}, peak {_fmt(y, 3)} GiB"
-               + ("\nPareto-optimal" if on_front else ""))
-        cls = "pt front" if on_front else "pt"
-        r = 6 if on_front else 4
-        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{r}" class="{cls}" data-key="{_e(_plan_key(c))}">'
-                   f"<title>{_e(tip)}</title></circle>")
-        if rank is not None and rank <= 3:
-            out.append(f'<text x="{sx(x) + 8:.1f}" y="{sy(y) - 8:.1f}" class="rank-label">#{rank}</text>')
-    items = [("Pareto front", "#e15759"), ("other feasible", "#9aa7b8")]
-    if cap is not None and y0 <= cap <= y1:
+        out.append(_pareto_point(c, id(c) in front_ids, rank_of.get(_plan_key(c)), sx, sy))
+    items: list[tuple[str, ...]] = [("Pareto front", "#e15759"), ("other feasible", "#9aa7b8")]
+    if cap_shown:
         items.append(("memory capacity", "", "cap"))
     legend, _ = _legend(items, L, 16, W - L - R)
     out.append(legend)
     out.append("</svg>")
-    note = (f"{len(feasible)} feasible candidate{'s' if len(feasible) != 1 else ''}, {len(front)} on the front"
-            + (f"; {infeasible} that {'does' if infeasible == 1 else 'do'} not fit {'is' if infeasible == 1 else 'are'}"
-               " not plotted" if infeasible else "") + ".")
-    return "".join(out) + f'<p class="note">{_e(note)}</p>'
+    return "".join(out) + f'<p class="note">{_e(_pareto_note(len(feasible), len(front), infeasible))}</p>'
 
 
 def _axes(W, H, L, R, T, B, x0, x1, y0, y1, sx, sy, xlabel, ylabel) -> str:
@@ -292,13 +336,16 @@ def _axes(W, H, L, R, T, B, x0, x1, y0, y1, sx, sy, xlabel, ylabel) -> str:
     for t in xt:
         if x0 <= t <= x1:
             out.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{T}" y2="{H - B}" class="grid"/>'
-                       f'<text x="{sx(t):.1f}" y="{H - B + 16}" class="tick" text-anchor="middle">{_e(_tick_text(t, xt))}</text>')
+                       f'<text x="{sx(t):.1f}" y="{H - B + 16}" class="tick" text-anchor="middle">'
+                       f'{_e(_tick_text(t, xt))}</text>')
     yt = _nice_ticks(y0, y1, 5)
     for t in yt:
         if y0 <= t <= y1:
             out.append(f'<line x1="{L}" x2="{W - R}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" class="grid"/>'
-                       f'<text x="{L - 6}" y="{sy(t) + 4:.1f}" class="tick" text-anchor="end">{_e(_tick_text(t, yt))}</text>')
-    out.append(f'<text x="{(L + W - R) / 2:.1f}" y="{H - 12}" class="axis-label" text-anchor="middle">{_e(xlabel)}</text>')
+                       f'<text x="{L - 6}" y="{sy(t) + 4:.1f}" class="tick" text-anchor="end">'
+                       f'{_e(_tick_text(t, yt))}</text>')
+    out.append(f'<text x="{(L + W - R) / 2:.1f}" y="{H - 12}" class="axis-label" text-anchor="middle">'
+               f'{_e(xlabel)}</text>')
     out.append(f'<text x="16" y="{(T + H - B) / 2:.1f}" class="axis-label" text-anchor="middle" '
                f'transform="rotate(-90 16 {(T + H - B) / 2:.1f})">{_e(ylabel)}</text>')
     return "".join(out)
@@ -352,7 +399,7 @@ def scored_timeline(best: dict, m_draw: int | None = None) -> tuple[list[tl.Even
 
 def _timeline_section(best: dict | None) -> str:
     pipe = best.get("pipeline") if isinstance(best, dict) else None
-    if not isinstance(pipe, dict) or not pipe:
+    if not isinstance(best, dict) or not isinstance(pipe, dict) or not pipe:
         return _chart_missing("timeline", "The best plan has no pipeline block to draw.")
     try:
         pp, vpp, m = int(pipe.get("pp", 1)), int(pipe.get("vpp", 1)), int(pipe["num_microbatches"])
@@ -429,7 +476,8 @@ def _svg_gantt(events: list[tl.Event], pp: int, vpp: int) -> str:
         out.append(f'<text x="{L - 8}" y="{y + row_h / 2 + 4:.1f}" class="tick" text-anchor="end">stage {s}</text>')
         for a, b in gaps[s]:
             out.append(f'<rect x="{sx(a):.2f}" y="{y}" width="{max(0.0, sx(b) - sx(a)):.2f}" height="{row_h}" '
-                       f'class="bubble"><title>{_e(f"stage {s} idle (bubble) {_seconds(a)} to {_seconds(b)}")}</title></rect>')
+                       f'class="bubble"><title>{_e(f"stage {s} idle (bubble) {_seconds(a)} to {_seconds(b)}")}'
+                       '</title></rect>')
     for e in events:
         y = T + e.stage * (row_h + gap)
         x, w = sx(e.start_s), max(0.0, sx(e.end_s) - sx(e.start_s))
@@ -445,7 +493,8 @@ def _svg_gantt(events: list[tl.Event], pp: int, vpp: int) -> str:
     for t in _nice_ticks(0, span, 8):
         if t <= span * (1 + 1e-9):
             out.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{T - 4}" y2="{y_axis}" class="grid-v"/>'
-                       f'<text x="{sx(t):.1f}" y="{y_axis + 14}" class="tick" text-anchor="middle">{_e(_seconds(t))}</text>')
+                       f'<text x="{sx(t):.1f}" y="{y_axis + 14}" class="tick" text-anchor="middle">'
+                       f'{_e(_seconds(t))}</text>')
     kinds = sorted({e.kind for e in events}, key="FBW".index)
     items = [(KIND_LABEL[k], KIND_COLOUR[k]) for k in kinds] + [("idle (bubble)", "#e6ddd0")]
     legend, _ = _legend(items, L, y_axis + 40, W - L - R)
@@ -460,9 +509,15 @@ def _svg_gantt(events: list[tl.Event], pp: int, vpp: int) -> str:
 # ---------------------------------------------------------------------------------------------
 # Stacked bar charts
 # ---------------------------------------------------------------------------------------------
-def _svg_stacked(chart_id: str, plans: list[dict], block: str, parts, unit: str, total_key: str,
-                 total_label: str, limit_key: str | None = None, limit_label: str = "") -> str:
-    rows = []
+# one bar of a stacked chart: rank, label, [(part label, colour, value)], total, limit
+_Bar = tuple[int, str, list[tuple[str, str, float]], float | None, float | None]
+
+
+def _stacked_rows(plans: list[dict], block: str, parts: Sequence[tuple[str, str, str]], total_key: str,
+                  limit_key: str | None) -> list[_Bar]:
+    """One bar per plan (of the first MAX_BARS) that has the `block`: (rank, label, [(part label, colour,
+    value)], total, limit)."""
+    rows: list[_Bar] = []
     for i, p in enumerate(plans[:MAX_BARS]):
         d = p.get(block) if isinstance(p.get(block), dict) else None
         if d is None:
@@ -471,6 +526,47 @@ def _svg_stacked(chart_id: str, plans: list[dict], block: str, parts, unit: str,
         total = _num(d.get(total_key)) if block == "memory" else _num(p.get(total_key))
         limit = _num(d.get(limit_key)) if limit_key else None
         rows.append((i + 1, plan_label(p), vals, total, limit))
+    return rows
+
+
+def _stacked_legend_items(rows: list[_Bar], parts: Sequence[tuple[str, str, str]], total_label: str,
+                          limit_key: str | None, limit_label: str) -> list[tuple[str, ...]]:
+    """The parts some bar uses, then the total mark and (when drawn) the limit line."""
+    used: list[tuple[str, ...]] = [(lab, col) for key, lab, col in parts
+                                   if any(v > 0 for _, _, vals, _, _ in rows for l2, _, v in vals if l2 == lab)]
+    extra: list[tuple[str, ...]] = [(total_label, "#222", "total-mark")]
+    if limit_key and any(r[4] is not None for r in rows):
+        extra.append((limit_label, "#c0392b", "cap"))
+    return used + extra
+
+
+def _stacked_bar(row: _Bar, y: float, bar_h: int, L: float, sx: Callable[[float], float], unit: str,
+                 total_label: str, limit_label: str) -> str:
+    """One plan's label, stacked segments, total mark and limit line."""
+    rank, label, vals, total, limit = row
+    out = [f'<text x="{L - 8}" y="{y + bar_h / 2 + 4:.1f}" class="tick" text-anchor="end">'
+           f'#{rank} {_e(label)}</text>']
+    x = 0.0
+    for lab, col, v in vals:
+        if v <= 0:
+            continue
+        out.append(f'<rect x="{sx(x):.2f}" y="{y}" width="{sx(x + v) - sx(x):.2f}" height="{bar_h}" fill="{col}" '
+                   f'class="seg"><title>{_e(f"#{rank} {label}: {lab} {_fmt(v, 3)} {unit}")}</title></rect>')
+        x += v
+    if total is not None:
+        tx = sx(total)
+        out.append(f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{y - 3}" y2="{y + bar_h + 3}" class="total-mark">'
+                   f'<title>{_e(f"#{rank} {label}: {total_label} {_fmt(total, 3)} {unit}")}</title></line>')
+    if limit is not None:
+        lx = sx(limit)
+        out.append(f'<line x1="{lx:.1f}" x2="{lx:.1f}" y1="{y - 5}" y2="{y + bar_h + 5}" class="cap">'
+                   f'<title>{_e(f"{limit_label} {_fmt(limit, 3)} {unit}")}</title></line>')
+    return "".join(out)
+
+
+def _svg_stacked(chart_id: str, plans: list[dict], block: str, parts: Sequence[tuple[str, str, str]], unit: str,
+                 total_key: str, total_label: str, limit_key: str | None = None, limit_label: str = "") -> str:
+    rows = _stacked_rows(plans, block, parts, total_key, limit_key)
     if not rows:
         return _chart_missing(chart_id, f"No plan has a {block.replace('_', ' ')} to draw.")
     W, L, R, T = 760, 150, 24, 20
@@ -483,39 +579,20 @@ def _svg_stacked(chart_id: str, plans: list[dict], block: str, parts, unit: str,
         return L + v / x1 * (W - L - R)
 
     H_plot = len(rows) * (bar_h + gap)
-    used = [(lab, col) for key, lab, col in parts
-            if any(v > 0 for _, _, vals, _, _ in rows for l2, _, v in vals if l2 == lab)]
-    extra = [(total_label, "#222", "total-mark")]
-    if limit_key and any(r[4] is not None for r in rows):
-        extra.append((limit_label, "#c0392b", "cap"))
-    legend, lh = _legend(used + extra, L, T + H_plot + 60, W - L - R)
+    legend, lh = _legend(_stacked_legend_items(rows, parts, total_label, limit_key, limit_label),
+                         L, T + H_plot + 60, W - L - R)
     H = T + H_plot + 60 + lh + 4
     out = [f'<svg id="{_e(chart_id)}-svg" class="chart" viewBox="0 0 {W} {H:.0f}" role="img" '
            f'aria-label="{_e(block.replace("_", " "))} of the top plans">']
     xt = _nice_ticks(0, x1, 6)
     for t in xt:
         out.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{T - 6}" y2="{T + H_plot}" class="grid-v"/>'
-                   f'<text x="{sx(t):.1f}" y="{T + H_plot + 16}" class="tick" text-anchor="middle">{_e(_tick_text(t, xt))}</text>')
-    out.append(f'<text x="{(L + W - R) / 2:.1f}" y="{T + H_plot + 34}" class="axis-label" text-anchor="middle">{_e(unit)}</text>')
-    for j, (rank, label, vals, total, limit) in enumerate(rows):
-        y = T + j * (bar_h + gap)
-        out.append(f'<text x="{L - 8}" y="{y + bar_h / 2 + 4:.1f}" class="tick" text-anchor="end">'
-                   f'#{rank} {_e(label)}</text>')
-        x = 0.0
-        for lab, col, v in vals:
-            if v <= 0:
-                continue
-            out.append(f'<rect x="{sx(x):.2f}" y="{y}" width="{sx(x + v) - sx(x):.2f}" height="{bar_h}" fill="{col}" '
-                       f'class="seg"><title>{_e(f"#{rank} {label}: {lab} {_fmt(v, 3)} {unit}")}</title></rect>')
-            x += v
-        if total is not None:
-            tx = sx(total)
-            out.append(f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{y - 3}" y2="{y + bar_h + 3}" class="total-mark">'
-                       f'<title>{_e(f"#{rank} {label}: {total_label} {_fmt(total, 3)} {unit}")}</title></line>')
-        if limit is not None:
-            lx = sx(limit)
-            out.append(f'<line x1="{lx:.1f}" x2="{lx:.1f}" y1="{y - 5}" y2="{y + bar_h + 5}" class="cap">'
-                       f'<title>{_e(f"{limit_label} {_fmt(limit, 3)} {unit}")}</title></line>')
+                   f'<text x="{sx(t):.1f}" y="{T + H_plot + 16}" class="tick" text-anchor="middle">'
+                   f'{_e(_tick_text(t, xt))}</text>')
+    out.append(f'<text x="{(L + W - R) / 2:.1f}" y="{T + H_plot + 34}" class="axis-label" text-anchor="middle">'
+               f'{_e(unit)}</text>')
+    for j, row in enumerate(rows):
+        out.append(_stacked_bar(row, T + j * (bar_h + gap), bar_h, L, sx, unit, total_label, limit_label))
     out.append(legend)
     out.append("</svg>")
     return "".join(out)
@@ -541,7 +618,8 @@ _COLUMNS = [  # header, getter, numeric
     ("step time (s)", lambda i, p: p.get("step_time_s"), True),
     ("tokens/s/device", lambda i, p: p.get("tokens_per_s_per_device"), True),
     ("MFU", lambda i, p: p.get("mfu"), True),
-    ("peak GiB", lambda i, p: (p.get("memory") or {}).get("peak_gib") if isinstance(p.get("memory"), dict) else None, True),
+    ("peak GiB", lambda i, p: (p.get("memory") or {}).get("peak_gib") if isinstance(p.get("memory"), dict) else None,
+     True),
     ("fits", lambda i, p: _yn(p.get("fits")), False),
 ]
 
@@ -582,16 +660,18 @@ def _plans_table(plans: list[dict]) -> str:
         if warnings:
             why += '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>"
         cls = "plan best" if i == 0 else ("plan nofit" if p.get("fits") is False else "plan")
-        detail = f'<tr class="why-row"><td></td><td class="why" colspan="{len(columns) - 1}">{why}</td></tr>' if why else ""
+        detail = (f'<tr class="why-row"><td></td><td class="why" colspan="{len(columns) - 1}">{why}</td></tr>'
+                  if why else "")
         groups.append(f'<tbody class="{cls}" data-key="{_e(_plan_key(p))}"><tr>{cells}</tr>{detail}</tbody>')
     return (f'<div class="table-wrap"><table id="plans-table"><thead><tr>{head}</tr></thead>'
             f'{"".join(groups)}</table></div>')
 
 
-def _estimate_table(estimate) -> str:
+def _estimate_table(estimate: Any) -> str:
+    """A goodput.TrainingEstimate (or its to_dict()) as a key/value table; '' without one."""
     if estimate is None:
         return ""
-    d = asdict(estimate) if is_dataclass(estimate) else dict(estimate)
+    d = asdict(estimate) if is_dataclass(estimate) and not isinstance(estimate, type) else dict(estimate)
     rows = [
         ("tokens", _tokens(d.get("total_tokens"))),
         ("devices", _fmt(d.get("devices"), 6)),
@@ -723,66 +803,79 @@ def _name(x: object) -> str:
     return "" if x is None else str(x)
 
 
-def render_report(result: dict, candidates: list[dict] | None = None, *, estimate=None,
-                  title: str | None = None) -> str:
-    """The HTML page for a `--json` result (and optionally every evaluated candidate and a
-    `goodput.TrainingEstimate` of the best plan). Returns the document as a string."""
+def _check_result(result: object, candidates: object) -> list[dict]:
+    """The result's plans; InputError when the result or the candidates are not in the `--json` schema."""
     if not isinstance(result, dict):
         raise InputError("render_report needs the planner's JSON result (a dict with 'plans')")
     plans = result.get("plans") or []
     if not isinstance(plans, list) or not all(isinstance(p, dict) for p in plans):
         raise InputError("result['plans'] must be a list of plan objects")
-    if candidates is not None and (not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates)):
+    if candidates is not None and (not isinstance(candidates, list)
+                                   or not all(isinstance(c, dict) for c in candidates)):
         raise InputError("candidates must be a list of plan objects")
-    model = result.get("model") if isinstance(result.get("model"), dict) else {}
-    cluster = result.get("cluster") if isinstance(result.get("cluster"), dict) else {}
-    model_name = _name(model) or "model"
-    cluster_name = _name(cluster) or "cluster"
+    return plans
+
+
+def _setup_subtitle(result: dict) -> list[str]:
+    """Model size, cluster and batch parts of the page's subtitle."""
+    model, cluster, training = _dict_at(result, "model"), _dict_at(result, "cluster"), _dict_at(result, "training")
     hw = _name(cluster.get("hardware"))
     count = cluster.get("count")
-    page_title = title or f"Parallel plan: {model_name} on {cluster_name}"
-    best = plans[0] if plans else None
-
     sub = []
-    if _num(model.get("params_total")):
-        s = f"{_fmt(_num(model.get('params_total')) / 1e9, 4)}B parameters"
-        if _num(model.get("params_active")) and model.get("params_active") != model.get("params_total"):
-            s += f" ({_fmt(_num(model.get('params_active')) / 1e9, 4)}B active)"
+    total, active = _num(model.get("params_total")), _num(model.get("params_active"))
+    if total:
+        s = f"{_fmt(total / 1e9, 4)}B parameters"
+        if active and model.get("params_active") != model.get("params_total"):
+            s += f" ({_fmt(active / 1e9, 4)}B active)"
         sub.append(s)
     if count is not None or hw:
         sub.append(" × ".join(x for x in (_fmt(count, 7) if count is not None else "", hw) if x))
-    training = result.get("training") if isinstance(result.get("training"), dict) else {}
     if _num(training.get("global_batch")) and _num(training.get("seq_len")):
         sub.append(f"global batch {_fmt(training['global_batch'], 7)} × {_fmt(training['seq_len'], 7)} tokens"
                    + (f", {training['dtype']}" if training.get("dtype") else ""))
-    sub.append(f"{len(plans)} ranked plan{'s' if len(plans) != 1 else ''}")
-    search = result.get("search") if isinstance(result.get("search"), dict) else {}
+    return sub
+
+
+def _search_subtitle(result: dict, plans: list[dict], candidates: list[dict] | None) -> list[str]:
+    """Ranked, plotted and evaluated counts of the page's subtitle."""
+    sub = [f"{len(plans)} ranked plan{'s' if len(plans) != 1 else ''}"]
+    search = _dict_at(result, "search")
     if candidates is not None:
         sub.append(f"{len(candidates)} candidates plotted")
     if _num(search.get("evaluated")) is not None:
         sub.append(f"{_fmt(search['evaluated'], 7)} plans evaluated"
                    + (f", {_fmt(search['feasible'], 7)} fit" if _num(search.get("feasible")) is not None else ""))
+    return sub
 
-    cards = ""
-    if best is not None:
-        mem = best.get("memory") if isinstance(best.get("memory"), dict) else {}
-        items = [
-            (plan_label(best), "best plan"),
-            (_seconds(best.get("step_time_s")), "step time"),
-            ("–" if _num(best.get("tokens_per_s_per_device")) is None
-             else f"{_num(best.get('tokens_per_s_per_device')):,.0f}", "tokens/s per device"),
-            (_pct(best.get("mfu")), "MFU"),
-            (f"{_fmt(mem.get('peak_gib'), 3)} / {_fmt(mem.get('capacity_gib'), 3)} GiB", "peak / capacity memory"),
-        ]
-        cards = '<div class="cards">' + "".join(f"<div class=\"card\"><b>{_e(v)}</b><span>{_e(k)}</span></div>"
-                                                for v, k in items) + "</div>"
 
+def _cards(best: dict | None) -> str:
+    """The headline figures of the best plan ('' without plans)."""
+    if best is None:
+        return ""
+    mem = _dict_at(best, "memory")
+    tps = _num(best.get("tokens_per_s_per_device"))
+    items = [
+        (plan_label(best), "best plan"),
+        (_seconds(best.get("step_time_s")), "step time"),
+        ("–" if tps is None else f"{tps:,.0f}", "tokens/s per device"),
+        (_pct(best.get("mfu")), "MFU"),
+        (f"{_fmt(mem.get('peak_gib'), 3)} / {_fmt(mem.get('capacity_gib'), 3)} GiB", "peak / capacity memory"),
+    ]
+    return '<div class="cards">' + "".join(f"<div class=\"card\"><b>{_e(v)}</b><span>{_e(k)}</span></div>"
+                                           for v, k in items) + "</div>"
+
+
+def _sections(plans: list[dict], candidates: list[dict] | None, estimate: object) -> list[str]:
+    """The page's sections: table, Pareto chart, timeline, breakdowns, training estimate."""
+    best = plans[0] if plans else None
     pareto_src = candidates if candidates is not None else plans
-    sections = [
+    return [
         f'<section><h2>Ranked plans</h2>{_plans_table(plans)}'
         '<p class="note">Click a column to sort; hover a row to find it on the Pareto chart.</p></section>',
-        f'<section><h2>Step time vs peak memory</h2><div id="pareto">{_svg_pareto(pareto_src, plans)}</div></section>',
-        f'<section><h2>Pipeline schedule of the best plan</h2><div id="timeline">{_timeline_section(best)}</div></section>',
+        f'<section><h2>Step time vs peak memory</h2><div id="pareto">{_svg_pareto(pareto_src, plans)}</div>'
+        '</section>',
+        f'<section><h2>Pipeline schedule of the best plan</h2><div id="timeline">{_timeline_section(best)}</div>'
+        '</section>',
         '<section><h2>Memory per device (peak stage)</h2><div id="memory-breakdown">'
         + _svg_stacked("memory-breakdown", plans, "memory", MEMORY_PARTS, "GiB", "peak_gib", "peak",
                        "capacity_gib", "capacity")
@@ -794,6 +887,10 @@ def render_report(result: dict, candidates: list[dict] | None = None, *, estimat
           "(black mark) shorter than the stack.</p></div></section>",
         _estimate_table(estimate),
     ]
+
+
+def _page(page_title: str, sub: list[str], cards: str, sections: list[str]) -> str:
+    """The HTML document around the sections: head with CSS and CSP, header, footer, script."""
     try:
         from planner import __version__ as version
     except ImportError:  # pragma: no cover
@@ -812,3 +909,16 @@ def render_report(result: dict, candidates: list[dict] | None = None, *, estimat
         f"<script>{_JS % {'ids': '[' + ','.join(repr(i) for i in CHART_IDS) + ']'}}</script>"
         "</body></html>\n"
     )
+
+
+def render_report(result: dict, candidates: list[dict] | None = None, *, estimate: object = None,
+                  title: str | None = None) -> str:
+    """The HTML page for a `--json` result (and optionally every evaluated candidate and a
+    `goodput.TrainingEstimate` of the best plan). Returns the document as a string."""
+    plans = _check_result(result, candidates)
+    model_name = _name(_dict_at(result, "model")) or "model"
+    cluster_name = _name(_dict_at(result, "cluster")) or "cluster"
+    page_title = title or f"Parallel plan: {model_name} on {cluster_name}"
+    sub = _setup_subtitle(result) + _search_subtitle(result, plans, candidates)
+    best = plans[0] if plans else None
+    return _page(page_title, sub, _cards(best), _sections(plans, candidates, estimate))

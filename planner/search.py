@@ -396,11 +396,12 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
-    chosen = select(rank(feasible if opts.require_fit else results), opts.top_k, not opts.distinct_layouts)
+    ordered = rank(feasible if opts.require_fit else results)  # every scored plan, best first (the report's)
+    chosen = select(ordered, opts.top_k, not opts.distinct_layouts)
     return SearchResult(
         plans=chosen, evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
-        frontier=frontier, ranked=chosen,
+        frontier=frontier, ranked=ordered,
     )
 
 

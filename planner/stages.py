@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from planner.costmodel.partition import stage_layer_counts
 
@@ -231,40 +231,88 @@ def _inflight_scale(inflight: Sequence[float]) -> int:
     return 840
 
 
-def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUDGET) -> StageAssignment | None:
-    """Contiguous layers -> stages, and per-stage counts of fully recomputed layers, minimising the
-    slowest stage's time subject to each stage's memory <= capacity. None if infeasible.
+@dataclass(frozen=True)
+class _Scales:
+    """Float -> integer scaling of one problem: time to `_TIME_UNITS` of the total work, bytes to
+    `_BYTE_UNITS` of the capacity (rounded up), in-flight counts to multiples of 1/Q."""
 
-    `optimal` is True when CP-SAT proved the optimum within `deterministic_time` (CP-SAT work units,
-    not seconds); otherwise the best split it found (or, if it found none within the budget, the default
-    split when that fits) is returned. The answer never depends on wall-clock time or machine load."""
-    if p.pp > p.num_layers:
-        return None
-    if not p.contiguous:
-        p = _mean_problem(p)
-    from ortools.sat.python import cp_model
+    t_scale: float  # integer time units per second
+    unit: float  # bytes per integer unit
+    Q: int  # in-flight denominator
+    q: tuple[int, ...]  # in-flight counts * Q, rounded up
+    cap: int  # capacity in units * Q
 
-    L, pp = p.num_layers, p.pp
-    # ---- scales ----
+    def up(self, x: float) -> int:
+        """bytes -> units, rounded up."""
+        return math.ceil(x / self.unit - 1e-12 * x / self.unit)
+
+    def t_int(self, x: float) -> int:
+        """seconds -> integer time units."""
+        return round(x * self.t_scale)
+
+
+def _scales(p: StageProblem) -> _Scales | None:
+    """The problem's integer scales; None when the coefficients would be so large that the layers dwarf
+    the capacity (nothing fits)."""
     total_t = sum(p.layer_time_s) + sum(p.layer_recompute_s) + p.first_extra_time_s + p.last_extra_time_s
     t_scale = _TIME_UNITS / total_t if total_t > 0 else 1.0
     unit = p.capacity_bytes / _BYTE_UNITS  # bytes per integer unit
     Q = _inflight_scale(p.inflight)
-    q = [math.ceil(x * Q - 1e-9 * max(1.0, x * Q)) for x in p.inflight]
+    q = tuple(math.ceil(x * Q - 1e-9 * max(1.0, x * Q)) for x in p.inflight)
     cap = math.floor(p.capacity_bytes / unit * Q)
-    up = lambda x: math.ceil(x / unit - 1e-12 * x / unit)  # noqa: E731  (bytes -> units, rounded up)
-    big_m = max(q) * up(sum(p.layer_act_bytes)) + Q * up(sum(p.layer_state_bytes))
-    if big_m > 2**52:  # coefficients this large mean the layers dwarf the capacity: nothing fits
+    sc = _Scales(t_scale, unit, Q, q, cap)
+    big_m = max(q) * sc.up(sum(p.layer_act_bytes)) + Q * sc.up(sum(p.layer_state_bytes))
+    if big_m > 2**52:
         return None
+    return sc
 
-    model = cp_model.CpModel()
+
+def _prefix(values: Sequence[float], to_int: Callable[[float], int]) -> tuple[str, Any]:
+    """(kind, payload): ('lin', coef) when uniform, else ('tab', integer prefix table)."""
+    if _is_uniform(values):
+        return ("lin", to_int(values[0]))
+    table, acc = [0], 0
+    for x in values:
+        acc += to_int(x)
+        table.append(acc)
+    return ("tab", table)
+
+
+class _Elements:
+    """Prefix sums at a variable: linear terms for uniform tuples, shared CP-SAT element variables
+    otherwise (keyed by (table id, variable id), so boundaries shared by neighbours share the element)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.cache: dict[tuple[int, tuple[str, int]], Any] = {}
+
+    def at(self, pref: tuple[str, Any], var: Any, key: tuple[int, tuple[str, int]]) -> Any:
+        kind, payload = pref
+        if kind == "lin":
+            return payload * var
+        v = self.cache.get(key)
+        if v is None:
+            v = self.model.new_int_var(0, payload[-1], f"el{key}")
+            self.model.add_element(var, payload, v)
+            self.cache[key] = v
+        return v
+
+
+def _add_boundaries(model: Any, L: int, pp: int) -> tuple[list[Any], list[Any]]:
+    """Stage boundaries b_0 = 0 < b_1 < ... < b_pp = L and the layer counts n_s = b_{s+1} - b_s."""
     b = [model.new_constant(0)]
     b += [model.new_int_var(s, L - (pp - s), f"b{s}") for s in range(1, pp)]
     b.append(model.new_constant(L))
     for s in range(pp):
         model.add(b[s + 1] >= b[s] + 1)
     n = [b[s + 1] - b[s] for s in range(pp)]
+    return b, n
 
+
+def _add_recompute(model: Any, p: StageProblem, b: list[Any],
+                   n: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """Per stage: r_s recomputed layers (the first ones), their end e_s = b_s + r_s, and z_s = (r_s > 0)."""
+    L, pp = p.num_layers, p.pp
     if p.uniform_recompute:
         R = model.new_int_var(0, L - pp + 1, "R")
     r, e, z = [], [], []
@@ -280,60 +328,45 @@ def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUD
         r.append(rs)
         e.append(es)
         z.append(zs)
+    return r, e, z
 
-    def prefix(values: Sequence[float], to_int) -> tuple:
-        """(kind, payload): ('lin', coef) when uniform, else ('tab', integer prefix table)."""
-        if _is_uniform(values):
-            return ("lin", to_int(values[0]))
-        table, acc = [0], 0
-        for x in values:
-            acc += to_int(x)
-            table.append(acc)
-        return ("tab", table)
 
-    elem_cache: dict[tuple[int, tuple[str, int]], object] = {}
-
-    def at(pref: tuple, var, key: tuple[int, tuple[str, int]]):
-        kind, payload = pref
-        if kind == "lin":
-            return payload * var
-        v = elem_cache.get(key)
-        if v is None:
-            v = model.new_int_var(0, payload[-1], f"el{key}")
-            model.add_element(var, payload, v)
-            elem_cache[key] = v
-        return v
-
-    t_int = lambda x: round(x * t_scale)  # noqa: E731
-    PT = prefix(p.layer_time_s, t_int)
-    PR = prefix(p.layer_recompute_s, t_int)
-    PS = prefix(p.layer_state_bytes, up)
-    PA = prefix(p.layer_act_bytes, up)
-    PAR = prefix(p.layer_act_bytes_recompute, up)
-    peak_act = up(max(p.layer_act_bytes))
-    # element-variable keys: (table id, variable id); boundaries shared by neighbours share the element
-    bid = lambda s: ("b", s)  # noqa: E731
-    eid = lambda s: ("e", s)  # noqa: E731
-
+def _add_stage_costs(model: Any, p: StageProblem, sc: _Scales, b: list[Any], e: list[Any],
+                     z: list[Any]) -> tuple[Any, list[Any]]:
+    """Per stage time (<= t_max) and memory (<= capacity) constraints; returns (t_max, stage times)."""
+    pp = p.pp
+    el = _Elements(model)
+    PT = _prefix(p.layer_time_s, sc.t_int)
+    PR = _prefix(p.layer_recompute_s, sc.t_int)
+    PS = _prefix(p.layer_state_bytes, sc.up)
+    PA = _prefix(p.layer_act_bytes, sc.up)
+    PAR = _prefix(p.layer_act_bytes_recompute, sc.up)
+    peak_act = sc.up(max(p.layer_act_bytes))
+    Q, q = sc.Q, sc.q
     times = []
     t_max = model.new_int_var(0, _TIME_UNITS + 2, "tmax")
     for s in range(pp):
-        t = at(PT, b[s + 1], (0, bid(s + 1))) - at(PT, b[s], (0, bid(s)))
-        t += at(PR, e[s], (1, eid(s))) - at(PR, b[s], (1, bid(s)))
+        bs, bn, es = ("b", s), ("b", s + 1), ("e", s)
+        t = el.at(PT, b[s + 1], (0, bn)) - el.at(PT, b[s], (0, bs))
+        t += el.at(PR, e[s], (1, es)) - el.at(PR, b[s], (1, bs))
         extra_t = (p.first_extra_time_s if s == 0 else 0.0) + (p.last_extra_time_s if s == pp - 1 else 0.0)
-        t += t_int(extra_t)
+        t += sc.t_int(extra_t)
         times.append(t)
         model.add(t_max >= t)
-        mem = Q * (at(PS, b[s + 1], (2, bid(s + 1))) - at(PS, b[s], (2, bid(s))))
-        mem += q[s] * (at(PA, b[s + 1], (3, bid(s + 1))) - at(PA, e[s], (3, eid(s))))
-        mem += q[s] * (at(PAR, e[s], (4, eid(s))) - at(PAR, b[s], (4, bid(s))))
+        mem = Q * (el.at(PS, b[s + 1], (2, bn)) - el.at(PS, b[s], (2, bs)))
+        mem += q[s] * (el.at(PA, b[s + 1], (3, bn)) - el.at(PA, e[s], (3, es)))
+        mem += q[s] * (el.at(PAR, e[s], (4, es)) - el.at(PAR, b[s], (4, bs)))
         mem += Q * peak_act * z[s]
         extra_b = (p.first_extra_bytes if s == 0 else 0.0) + (p.last_extra_bytes if s == pp - 1 else 0.0)
-        mem += Q * up(extra_b)
-        model.add(mem <= cap)
-    # lexicographic: the slowest stage first, then the total stage time (= the least recompute), then
-    # the fewest middle stages off a common count (so Megatron's first/last flags can express the split),
-    # then the smallest common count (the most even split among the ties)
+        mem += Q * sc.up(extra_b)
+        model.add(mem <= sc.cap)
+    return t_max, times
+
+
+def _add_objective(model: Any, L: int, pp: int, n: list[Any], t_max: Any, times: list[Any]) -> None:
+    """Lexicographic: the slowest stage first, then the total stage time (= the least recompute), then
+    the fewest middle stages off a common count (so Megatron's first/last flags can express the split),
+    then the smallest common count (the most even split among the ties)."""
     primary = (_TIME_UNITS + 2 * pp + 2) * t_max + sum(times)  # sum(times) <= units + rounding
     if pp > 2:
         mid = model.new_int_var(1, L, "mid")
@@ -346,15 +379,43 @@ def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUD
     else:
         model.minimize(primary)
 
-    # hint: the default split with the fewest recomputed layers that fit
+
+def _add_hint(model: Any, p: StageProblem, b: list[Any], r: list[Any]) -> StageAssignment | None:
+    """Hint the default split with the fewest recomputed layers that fit; returns that split (or None)."""
     hint = uniform_assignment(p)
     if hint is not None:
         acc = 0
-        for s in range(pp):
+        for s in range(p.pp):
             acc += hint.layers_per_stage[s]
-            if s + 1 < pp:
+            if s + 1 < p.pp:
                 model.add_hint(b[s + 1], acc)
             model.add_hint(r[s], hint.recompute_per_stage[s])
+    return hint
+
+
+def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUDGET) -> StageAssignment | None:
+    """Contiguous layers -> stages, and per-stage counts of fully recomputed layers, minimising the
+    slowest stage's time subject to each stage's memory <= capacity. None if infeasible.
+
+    `optimal` is True when CP-SAT proved the optimum within `deterministic_time` (CP-SAT work units,
+    not seconds); otherwise the best split it found (or, if it found none within the budget, the default
+    split when that fits) is returned. The answer never depends on wall-clock time or machine load."""
+    if p.pp > p.num_layers:
+        return None
+    if not p.contiguous:
+        p = _mean_problem(p)
+    from ortools.sat.python import cp_model
+
+    L, pp = p.num_layers, p.pp
+    sc = _scales(p)
+    if sc is None:
+        return None
+    model = cp_model.CpModel()
+    b, n = _add_boundaries(model, L, pp)
+    r, e, z = _add_recompute(model, p, b, n)
+    t_max, times = _add_stage_costs(model, p, sc, b, e, z)
+    _add_objective(model, L, pp, n, t_max, times)
+    hint = _add_hint(model, p, b, r)
 
     solver = cp_model.CpSolver()
     # same bytes every run: one worker (parallel portfolios race on wall-clock), a fixed seed, and a

@@ -75,70 +75,83 @@ def _interleaved_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
     return table
 
 
+def _gpipe_orders(pp: int, vpp: int, m: int) -> list[list[Op]]:
+    """GPipe: every rank runs all forwards, then all backwards (chunks mirrored)."""
+    table = _interleaved_table(m, vpp, pp)
+    orders: list[list[Op]] = []
+    for _ in range(pp):
+        fw: list[Op] = [("F", mb, c) for mb, c in table]
+        bw: list[Op] = [("B", mb, vpp - 1 - c) for mb, c in table]
+        orders.append(fw + bw)
+    return orders
+
+
+def _zb_order(s: int, pp: int, m: int) -> list[Op]:
+    """ZB-H1 on rank s: warm-up F, s x (F, B), steady (F, B, W), cool-down (B, W), deferred W."""
+    order: list[Op] = []
+    f = b = w = 0
+    for _ in range(min(pp - s - 1, m)):  # warm-up, as 1F1B
+        order.append(("F", f, 0))
+        f += 1
+    for _ in range(s):  # F + B, W deferred (s of them on rank s)
+        if f == m:
+            break
+        order += [("F", f, 0), ("B", b, 0)]
+        f += 1
+        b += 1
+    while f < m:  # steady state: F, B, W
+        order += [("F", f, 0), ("B", b, 0), ("W", w, 0)]
+        f += 1
+        b += 1
+        w += 1
+    while b < m:  # cool-down: B, W
+        order += [("B", b, 0), ("W", w, 0)]
+        b += 1
+        w += 1
+    while w < m:  # the deferred W fill the tail bubble
+        order.append(("W", w, 0))
+        w += 1
+    return order
+
+
+def _1f1b_order(s: int, pp: int, m: int) -> list[Op]:
+    """PipeDream-Flush on rank s: pp-s-1 warm-up forwards, one F / one B, then the cool-down Bs."""
+    warm = min(pp - s - 1, m)
+    order: list[Op] = [("F", i, 0) for i in range(warm)]
+    for i in range(m - warm):
+        order += [("F", warm + i, 0), ("B", i, 0)]
+    order += [("B", i, 0) for i in range(m - warm, m)]
+    return order
+
+
+def _interleaved_order(s: int, pp: int, vpp: int, table: list[tuple[int, int]]) -> list[Op]:
+    """Interleaved 1F1B (Megatron-core) on rank s: k-th forward = table[k], k-th backward = table[k]
+    with the chunk mirrored."""
+    total = len(table)
+    warm = min((pp - s - 1) * 2 + (vpp - 1) * pp, total)
+    order: list[Op] = [("F", *table[k]) for k in range(warm)]
+    for k in range(total - warm):
+        mb, c = table[k + warm]
+        order.append(("F", mb, c))
+        mb, c = table[k]
+        order.append(("B", mb, vpp - 1 - c))
+    for k in range(total - warm, total):
+        mb, c = table[k]
+        order.append(("B", mb, vpp - 1 - c))
+    return order
+
+
 def stage_orders(pp: int, vpp: int, num_microbatches: int, schedule: str) -> list[list[Op]]:
     """The order in which each rank runs its passes, as (kind, microbatch, chunk) tuples."""
     pp, vpp, m, schedule = _check(pp, vpp, num_microbatches, schedule)
-    orders: list[list[Op]] = []
     if schedule == "gpipe":
-        table = _interleaved_table(m, vpp, pp)
-        for _ in range(pp):
-            fw = [("F", mb, c) for mb, c in table]
-            bw = [("B", mb, vpp - 1 - c) for mb, c in table]
-            orders.append(fw + bw)
-        return orders
+        return _gpipe_orders(pp, vpp, m)
     if schedule == "zb":
-        for s in range(pp):
-            order: list[Op] = []
-            f = b = w = 0
-            for _ in range(min(pp - s - 1, m)):  # warm-up, as 1F1B
-                order.append(("F", f, 0))
-                f += 1
-            for _ in range(s):  # F + B, W deferred (s of them on rank s)
-                if f == m:
-                    break
-                order += [("F", f, 0), ("B", b, 0)]
-                f += 1
-                b += 1
-            while f < m:  # steady state: F, B, W
-                order += [("F", f, 0), ("B", b, 0), ("W", w, 0)]
-                f += 1
-                b += 1
-                w += 1
-            while b < m:  # cool-down: B, W
-                order += [("B", b, 0), ("W", w, 0)]
-                b += 1
-                w += 1
-            while w < m:  # the deferred W fill the tail bubble
-                order.append(("W", w, 0))
-                w += 1
-            orders.append(order)
-        return orders
+        return [_zb_order(s, pp, m) for s in range(pp)]
     if vpp == 1:  # 1f1b, or interleaved with a single chunk
-        for s in range(pp):
-            warm = min(pp - s - 1, m)
-            order = [("F", i, 0) for i in range(warm)]
-            for i in range(m - warm):
-                order += [("F", warm + i, 0), ("B", i, 0)]
-            order += [("B", i, 0) for i in range(m - warm, m)]
-            orders.append(order)
-        return orders
-    # interleaved 1F1B (Megatron-core): k-th forward = table[k], k-th backward = table[k] with the
-    # chunk mirrored.
-    table = _interleaved_table(m, vpp, pp)
-    total = m * vpp
-    for s in range(pp):
-        warm = min((pp - s - 1) * 2 + (vpp - 1) * pp, total)
-        order = [("F", *table[k]) for k in range(warm)]
-        for k in range(total - warm):
-            mb, c = table[k + warm]
-            order.append(("F", mb, c))
-            mb, c = table[k]
-            order.append(("B", mb, vpp - 1 - c))
-        for k in range(total - warm, total):
-            mb, c = table[k]
-            order.append(("B", mb, vpp - 1 - c))
-        orders.append(order)
-    return orders
+        return [_1f1b_order(s, pp, m) for s in range(pp)]
+    table = _interleaved_table(m, vpp, pp)  # a table of m * vpp entries
+    return [_interleaved_order(s, pp, vpp, table) for s in range(pp)]
 
 
 def _check(pp, vpp, m, schedule) -> tuple[int, int, int, str]:
@@ -185,32 +198,33 @@ def _per_stage(name: str, x: float | Sequence[float], pp: int) -> list[float]:
 # ---------------------------------------------------------------------------------------------
 # Simulation
 # ---------------------------------------------------------------------------------------------
-def schedule_events(
-    pp: int,
-    vpp: int,
-    num_microbatches: int,
-    schedule: str,
-    fwd_s: float | Sequence[float],
-    bwd_s: float | Sequence[float],
-    *,
-    w_fraction: float = 0.5,  # = planner.costmodel.pipeline.ZB_W_FRACTION (Qi et al. 2023: T_B ~ T_W)
-    p2p_s: float = 0.0,
-) -> list[Event]:
-    """Simulate one optimizer step's pipeline; events sorted by (start, stage)."""
-    pp, vpp, m, sched = _check(pp, vpp, num_microbatches, schedule)
-    fwd = _per_stage("fwd_s", fwd_s, pp)
-    bwd = _per_stage("bwd_s", bwd_s, pp)
-    if not (0.0 <= w_fraction < 1.0):
-        raise InputError(f"w_fraction must be in [0, 1), got {w_fraction!r}")
-    if not (math.isfinite(p2p_s) and p2p_s >= 0):
-        raise InputError(f"p2p_s must be non-negative, got {p2p_s!r}")
+def _durations(pp: int, vpp: int, sched: str, fwd: list[float], bwd: list[float],
+               w_fraction: float) -> dict[int, dict[str, float]]:
+    """Per rank, the time of one pass of each kind on one chunk (zb splits the backward into B and W)."""
     split = sched == "zb"
     dur = {}
     for s in range(pp):
         f, b = fwd[s] / vpp, bwd[s] / vpp
         dur[s] = {"F": f, "B": b * (1.0 - w_fraction) if split else b, "W": b * w_fraction}
+    return dur
 
-    orders = stage_orders(pp, vpp, m, sched)
+
+def _dependency(kind: str, mb: int, vs: int, s: int, pp: int,
+                nv: int) -> tuple[tuple[str, int, int], int] | None:
+    """The pass (kind, microbatch, virtual stage) that must end before this one, and its rank;
+    None for a first-stage forward (no dependency)."""
+    if kind == "F":
+        if vs == 0:
+            return None
+        return ("F", mb, vs - 1), (vs - 1) % pp
+    if kind == "B":
+        return (("F", mb, vs), s) if vs == nv - 1 else (("B", mb, vs + 1), (vs + 1) % pp)
+    return ("B", mb, vs), s
+
+
+def _simulate(orders: list[list[Op]], dur: dict[int, dict[str, float]], pp: int, vpp: int,
+              p2p_s: float, sched: str, m: int) -> list[Event]:
+    """Run every rank's order as far as its dependencies allow, round after round, until all passes ran."""
     nv = pp * vpp
     end: dict[tuple[str, int, int], float] = {}  # (kind, microbatch, virtual stage) -> end time
     clock = [0.0] * pp
@@ -218,18 +232,13 @@ def schedule_events(
     events: list[Event] = []
 
     def ready_at(kind: str, mb: int, vs: int, s: int) -> float | None:
-        if kind == "F":
-            if vs == 0:
-                return 0.0
-            dep, dep_rank = ("F", mb, vs - 1), (vs - 1) % pp
-        elif kind == "B":
-            dep, dep_rank = (("F", mb, vs), s) if vs == nv - 1 else (("B", mb, vs + 1), (vs + 1) % pp)
-        else:
-            dep, dep_rank = ("B", mb, vs), s
-        t = end.get(dep)
+        dep = _dependency(kind, mb, vs, s, pp, nv)
+        if dep is None:
+            return 0.0
+        t = end.get(dep[0])
         if t is None:
             return None
-        return t + (p2p_s if dep_rank != s else 0.0)
+        return t + (p2p_s if dep[1] != s else 0.0)
 
     remaining = sum(len(o) for o in orders)
     while remaining:
@@ -252,6 +261,31 @@ def schedule_events(
                 progressed = True
         if not progressed:  # an order that waits on itself; cannot happen for the schedules above
             raise RuntimeError(f"pipeline schedule {sched} deadlocked (pp={pp}, vpp={vpp}, m={m})")
+    return events
+
+
+def schedule_events(
+    pp: int,
+    vpp: int,
+    num_microbatches: int,
+    schedule: str,
+    fwd_s: float | Sequence[float],
+    bwd_s: float | Sequence[float],
+    *,
+    w_fraction: float = 0.5,  # = planner.costmodel.pipeline.ZB_W_FRACTION (Qi et al. 2023: T_B ~ T_W)
+    p2p_s: float = 0.0,
+) -> list[Event]:
+    """Simulate one optimizer step's pipeline; events sorted by (start, stage)."""
+    pp, vpp, m, sched = _check(pp, vpp, num_microbatches, schedule)
+    fwd = _per_stage("fwd_s", fwd_s, pp)
+    bwd = _per_stage("bwd_s", bwd_s, pp)
+    if not (0.0 <= w_fraction < 1.0):
+        raise InputError(f"w_fraction must be in [0, 1), got {w_fraction!r}")
+    if not (math.isfinite(p2p_s) and p2p_s >= 0):
+        raise InputError(f"p2p_s must be non-negative, got {p2p_s!r}")
+    dur = _durations(pp, vpp, sched, fwd, bwd, w_fraction)
+    orders = stage_orders(pp, vpp, m, sched)
+    events = _simulate(orders, dur, pp, vpp, p2p_s, sched, m)
     events.sort(key=lambda e: (e.start_s, e.stage))
     return events
 

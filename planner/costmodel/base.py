@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.collectives import Link, span_link
@@ -74,7 +74,7 @@ class Context:
         self.model_flops_per_token = model_flops_per_token(model, train.seq_len)
         self._rates(cluster, train)
         # caches shared by every candidate of a search (keys hold every input of the cached value)
-        self.layer_time_cache: dict[tuple, tuple] = {}
+        self.layer_time_cache: dict[tuple, Any] = {}  # -> planner.costmodel.layers.LayerTimes
         self.layer_term_cache: dict[tuple, tuple[Term, ...]] = {}
         self.act_cache: dict[tuple, float] = {}
         self.split_cache: dict[tuple, list] = {}

@@ -20,7 +20,7 @@ from planner.costmodel.trace import Term, formula
 from planner.specs import ParallelPlan
 from planner.specs.dims import ParallelDims
 
-DP_NONE = formula("data.none", "no data-parallel replicas: 0", "-")
+DP_NONE = formula("data.none", "no data-parallel replicas: 0", "definition (a single replica reduces nothing)")
 DP_ALL_REDUCE = formula(
     "data.all_reduce",
     "max(0, all-reduce(grads) - f x last backward): ZeRO-0 gradient all-reduce over dp x cp (experts: over edp)",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from planner.names import check_name
-
 from planner.specs.hardware import HardwareSpec
 
 MAX_DEVICES = 1_000_000  # beyond any machine built so far; larger is an input error

@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from planner.names import check_name
 
-
 # Sanity bounds on input figures (not hardware facts): three orders of magnitude either side of every device in
 # the catalog, so a typo or a hostile 1e308 / 1e-300 is refused before it overflows or divides by ~0.
 TFLOPS_RANGE = (1e-2, 1e6)  # catalog: 19.5 (A100 fp32) .. 5000 (GB200 fp8)
@@ -28,7 +27,8 @@ class PeakFlops(_Frozen):
     bf16: float = Field(..., ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1])
     fp16: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1])
     fp8: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1])
-    fp32: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1], description="non-tensor-core FP32 (vector) rate")
+    fp32: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1],
+                               description="non-tensor-core FP32 (vector) rate")
 
 
 class ScaleUp(_Frozen):
@@ -36,11 +36,14 @@ class ScaleUp(_Frozen):
 
     kind: Literal["nvswitch", "xgmi_mesh", "ici_torus"]
     domain_size: int = Field(..., ge=1, description="devices sharing the scale-up fabric")
-    unidir_GBps: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1], description="per-device, per-direction wire bandwidth (GB/s)")
+    unidir_GBps: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
+                               description="per-device, per-direction wire bandwidth (GB/s)")
     ring_busbw_GBps: float | None = Field(
-        None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1], description="measured ring all-reduce/all-gather/reduce-scatter busbw inside the domain"
+        None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
+        description="measured ring all-reduce/all-gather/reduce-scatter busbw inside the domain",
     )
-    nvls_allreduce_busbw_GBps: float | None = Field(None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1], description="measured NVLS all-reduce busbw")
+    nvls_allreduce_busbw_GBps: float | None = Field(None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
+                                                    description="measured NVLS all-reduce busbw")
     latency_us: float = Field(..., ge=0, le=LATENCY_US_MAX, description="per-hop/per-step collective latency (alpha)")
     source: str = ""
 
@@ -49,7 +52,8 @@ class ScaleOut(_Frozen):
     """The network between scale-up domains: InfiniBand/RoCE NICs, or TPU DCN."""
 
     kind: Literal["ib", "roce", "ethernet", "dcn"]
-    unidir_GBps_per_device: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1], description="NIC bandwidth per device, per direction")
+    unidir_GBps_per_device: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
+                                          description="NIC bandwidth per device, per direction")
     achievable_fraction: float = Field(
         ..., gt=0, le=1, description="measured busbw / line rate for large ring all-reduces"
     )

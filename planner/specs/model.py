@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from planner.names import check_name
 
-
 # The deepest published decoder stacks have a few hundred layers; the search's per-layer work (stage
 # solver, cost) makes 100,000 layers take minutes, so deeper specs are refused as input errors.
 MAX_LAYERS = 2_048

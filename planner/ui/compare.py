@@ -23,14 +23,15 @@ def compare_doc(model_arg: str, clusters: tuple[str, ...], seq_lens: tuple[int, 
     from planner.ui.jsondoc import model_object
 
     spec = load_model(model_arg)
-    rows = []
+    rows: list[dict] = []
     for cl in clusters:
         for seq in seq_lens or (None,):
             kw = common | {"model_arg": model_arg, "cluster_arg": cl, "seq_len": seq, "top_k": 1}
             try:
                 _, _, doc = run_search(kw)
             except NoFeasiblePlan as e:
-                rows.append({"cluster": {"name": cl}, "seq_len": seq, "error": {"code": e.exit_code, "message": str(e)}})
+                rows.append({"cluster": {"name": cl}, "seq_len": seq,
+                             "error": {"code": e.exit_code, "message": str(e)}})
                 continue
             rows.append(_row(doc, cost))
     if all(r["error"] for r in rows):
@@ -96,7 +97,8 @@ def compare_tables(doc: dict, width: int) -> list[Table]:
     title = escape(f"{doc['model']['name']}: best plan per setting")
     if est and not compact:
         return [_table(title, cols + ["days", "cost"], [a + _estimate_cells(r, seq)[len(head):]
-                                                         for a, r in zip(rows, doc["rows"])], compact, width)]
+                                                         for a, r in zip(rows, doc["rows"], strict=True)], compact,
+                       width)]
     out = [_table(title, cols, rows, compact, width)]
     if est:
         out.append(_table("training time and cost", head + ["days", "cost"],

@@ -29,7 +29,8 @@ def finite(ctx, param, value):
 def cost_options(f):
     """--tokens, --price-per-device-hour, --currency, --device-mtbf-hours, --restart-min."""
     opts = [
-        click.option("--tokens", help="total training tokens (e.g. 15T): adds wall-clock days, goodput and device-hours"),
+        click.option("--tokens",
+                     help="total training tokens (e.g. 15T): adds wall-clock days, goodput and device-hours"),
         click.option("--price-per-device-hour", type=click.FloatRange(0, None), callback=finite,
                      help="price of one device-hour (needs --tokens): adds the cost"),
         click.option("--currency", help="label printed with the cost, e.g. USD or EUR (needs --price-per-device-hour)"),

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 SCHEMA_VERSION = "1.0"  # major bumps only when a listed field is removed or changes meaning
 SCHEMA_PATH = Path(__file__).parent / "schema" / "plan.schema.json"
@@ -26,6 +28,7 @@ def _non_finite_path(obj, path: str = "") -> str | None:
     """The key path of the first NaN/infinite number in a JSON-able document (None: all finite)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return path or "(top)"
+    items: Iterable[tuple[Any, Any]]
     if isinstance(obj, dict):
         items = obj.items()
     elif isinstance(obj, (list, tuple)):

@@ -66,5 +66,6 @@ def clusters_text(doc: dict) -> list[str]:
         up = r["scale_up"]
         lines.append(f"{r['hardware']:<16} bf16 {r['peak_tflops_bf16']:7g} TF  fp8 {fp8:>6} TF  "
                      f"HBM {r['hbm_capacity_gib']:6.1f} GiB  {up['kind']} {up['domain_size']} x {up['unidir_GBps']:g} "
-                     f"GB/s/dir  NIC {r['scale_out']['unidir_GBps_per_device']:g} GB/s  aliases: {', '.join(r['aliases'])}")
+                     f"GB/s/dir  NIC {r['scale_out']['unidir_GBps_per_device']:g} GB/s  "
+                     f"aliases: {', '.join(r['aliases'])}")
     return lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+from typing import Literal
 
 from rich import box
 from rich.console import Console
@@ -151,11 +152,13 @@ def bars(title: str, parts: dict[str, float], keys: tuple[str, ...], unit: str, 
     col_w = [max([len(c[j]) for c in cells] + [1]) for j in range(3)]
     bar_w = max(4, min(40, width - sum(col_w) - 7))  # 3 gaps of 2 spaces, 1 spare
     t = Table(title=title, show_header=False, box=None, pad_edge=False)
-    for j, (name, just) in enumerate((("part", "left"), ("value", "right"), ("share", "right"))):
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (("part", "left"), ("value", "right"),
+                                                                  ("share", "right"))
+    for j, (name, just) in enumerate(columns):
         t.add_column(name, justify=just, no_wrap=True, min_width=col_w[j])
     t.add_column("bar", no_wrap=True, overflow="crop")
     top = max([v for _, v in rows] + [1e-12])
-    for (label, val, share), (_, v) in zip(cells, rows):
+    for (label, val, share), (_, v) in zip(cells, rows, strict=True):
         t.add_row(label, val, share, "█" * int(round(bar_w * v / top)))
     return t
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Structure check of issue 14's "Must show": no function over 60 lines (data tables excepted) and no
+cyclomatic complexity grade worse than C (radon) in planner/.
+
+    python scripts/check_structure.py [PATH ...]      (default: planner/ next to this script)
+
+Prints one line per offence (path:line kind name: figure) and exits 1 if there is any, 0 otherwise.
+
+* Length: every def (functions, methods, nested functions) as the AST spans it, decorators excluded:
+  end_lineno - lineno + 1, docstring and comments included. A data table is exempt: a function whose
+  body, after its docstring, is one `return` of a dict/list/tuple/set literal.
+* Complexity: the blocks `radon cc` reports (functions, methods, classes; a closure counts towards the
+  function that holds it), graded with radon's own ranks (A 1-5, B 6-10, C 11-20, D 21-30, E 31-40,
+  F 41+); D or worse is an offence, as `radon cc -n D` lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+MAX_FUNCTION_LINES = 60
+WORST_GRADE = "C"  # radon ranks are letters A..F: anything after this one is an offence
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _python_files(paths: list[Path]) -> Iterator[Path]:
+    for p in paths:
+        if p.is_dir():
+            yield from sorted(f for f in p.rglob("*.py") if "__pycache__" not in f.parts)
+        elif p.suffix == ".py":
+            yield p
+
+
+def _is_data_table(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]  # the docstring
+    return (len(body) == 1 and isinstance(body[0], ast.Return)
+            and isinstance(body[0].value, (ast.Dict, ast.List, ast.Tuple, ast.Set)))
+
+
+def long_functions(src: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[int, str, int]]:
+    """(line, name, length) of every def longer than `limit` lines that is not a data table."""
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > limit and not _is_data_table(node):
+                out.append((node.lineno, node.name, length))
+    return sorted(out)
+
+
+def complex_blocks(src: str, worst: str = WORST_GRADE) -> list[tuple[int, str, str, int]]:
+    """(line, name, grade, complexity) of every radon block graded worse than `worst`."""
+    from radon.complexity import cc_rank, cc_visit
+
+    out = []
+    for block in cc_visit(src):
+        grade = cc_rank(block.complexity)
+        if grade > worst:
+            out.append((block.lineno, block.fullname, grade, block.complexity))
+    return sorted(out)
+
+
+def check(paths: list[Path]) -> list[str]:
+    """One line per offence over the given files and folders."""
+    problems = []
+    for f in _python_files(paths):
+        src = f.read_text(encoding="utf-8")
+        try:
+            shown = f.resolve().relative_to(ROOT)
+        except ValueError:
+            shown = f
+        for line, name, length in long_functions(src):
+            problems.append(f"{shown}:{line} length {name}: {length} lines (limit {MAX_FUNCTION_LINES})")
+        for line, name, grade, cc in complex_blocks(src):
+            problems.append(f"{shown}:{line} complexity {name}: grade {grade} ({cc}), worse than {WORST_GRADE}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="*", type=Path, default=[ROOT / "planner"])
+    args = ap.parse_args(argv)
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        print(f"check_structure: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    problems = check(args.paths)
+    for line in problems:
+        print(line)
+    n_files = sum(1 for _ in _python_files(args.paths))
+    print(f"check_structure: {len(problems)} problem(s) in {n_files} file(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
