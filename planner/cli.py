@@ -116,8 +116,11 @@ def plan_options(f):
         click.option("--seq-len", type=int, callback=_positive, help="sequence length in tokens (default 4096)"),
         click.option("--gbs", type=int, callback=_positive, help="global batch in sequences (default: ~4M tokens)"),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
-        click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]), default="megatron",
-                     show_default=True, help="whose memory/overlap behaviour to model"),
+        click.option("--launcher", type=click.Choice(["megatron", "deepspeed", "torchtitan", "maxtext"]),
+                     help="plan for this stack: only plans it can run, scored with its framework behaviour; "
+                          "--out writes its files (docs/launchers.md)"),
+        click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]),
+                     help="whose memory/overlap behaviour to model (default: the --launcher's, else megatron)"),
         click.option("--grad-dtype", type=click.Choice(["fp32", "bf16"]),
                      help="gradient buffer / reduction dtype (default: the framework's, fp32 for Megatron and FSDP)"),
         click.option("--optimizer-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
@@ -252,6 +255,7 @@ def cluster_doc(ctx) -> dict:
 def run_search(kw: dict, show_progress: bool = False):
     """Search with the command's options; returns (ctx, result, doc). `show_progress`: a spinner on
     stderr (planner.ui.progress) when the search takes over a second and stderr is a terminal."""
+    kw = resolve_target(kw, ())
     from pydantic import ValidationError
 
     from planner.costmodel import Context
@@ -268,19 +272,28 @@ def run_search(kw: dict, show_progress: bool = False):
                                          kw.get("attention"))
     cluster = cluster_overrides(cluster, kw)
     fixed = fixed_knobs(kw)
+    launcher = kw.get("launcher")
+    if launcher:
+        check_launcher_hardware(launcher, cluster)
+        from planner.emit.capabilities import capabilities, model_errors
+        cannot = model_errors(model, train, launcher, cluster)
+        if cannot:
+            raise InputError(f"--launcher {launcher} cannot run {model.name} on {cluster.hardware.id}: {cannot[0]}")
     try:
         ParallelPlan(**{k: v for k, v in fixed.items()})
     except ValidationError as e:
         raise InputError(_validation_message(e, "pinned knobs")) from None
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
+    if launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
+        fixed = capabilities(launcher).search_defaults | fixed
     check_request(model, cluster, train, fixed, kw.get("memory_headroom") or 0.0)
     ctx = Context(model, cluster, train)
     t0 = time.perf_counter()
     with progress(f"searching plans for {model.name} on {cluster.name}", show_progress):
         res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),
                                         memory_headroom_gib=kw.get("memory_headroom") or 0.0,
-                                        distinct_layouts=not kw.get("all_variants")))
+                                        distinct_layouts=not kw.get("all_variants"), launcher=launcher))
     seconds = time.perf_counter() - t0
     if not res.plans and not res.structures:
         pins = " ".join(f"--{f.replace('_', '-')} {fixed[k]}" for f, k in KNOB_FLAGS.items() if k in fixed)
@@ -297,7 +310,7 @@ def run_search(kw: dict, show_progress: bool = False):
         plans.append(d)
     doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
-                        "framework": train.framework, "grad_dtype": grad_dtype(train),
+                        "framework": train.framework, "launcher": launcher, "grad_dtype": grad_dtype(train),
                         "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl},
            "plans": plans,
            "ranking": ranking_doc(kw),
@@ -306,6 +319,36 @@ def run_search(kw: dict, show_progress: bool = False):
                       "seconds": seconds}}  # emit_doc drops "seconds" from --json
     require_finite(doc)
     return ctx, res, doc
+
+
+def check_launcher_hardware(launcher: str, cluster) -> None:
+    from planner.emit.capabilities import launchers_for
+    from planner.errors import InputError
+
+    ok = launchers_for(cluster)
+    if launcher not in ok:
+        raise InputError(f"--launcher {launcher} does not run on {cluster.hardware.id}; choose one of {', '.join(ok)}")
+
+
+def resolve_target(kw: dict, emit: tuple[str, ...]) -> dict:
+    """Make --launcher, --framework and --emit consistent: --launcher sets the framework's default;
+    a single --emit L (jax aside) implies --launcher L; a different --framework or --emit is an error."""
+    from planner.emit.capabilities import TARGETS, capabilities
+    from planner.errors import InputError
+
+    launcher = kw.get("launcher")
+    named = sorted({e for e in emit if e in TARGETS})
+    if launcher is None and len(named) == 1:
+        launcher = named[0]
+    if launcher is not None:
+        other = [e for e in named if e != launcher]
+        if other:
+            raise InputError(f"--emit {other[0]} differs from the target --launcher {launcher}: drop one of them")
+        fw = capabilities(launcher).framework
+        if kw.get("framework") not in (None, fw):
+            raise InputError(f"--framework {kw['framework']} differs from --launcher {launcher}'s ({fw}): drop --framework")
+        return kw | {"launcher": launcher, "framework": fw}
+    return kw | {"framework": kw.get("framework") or "megatron"}
 
 
 def check_request(model, cluster, train, fixed: dict, headroom_gib: float) -> None:
@@ -383,6 +426,7 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
     if not kw.get("model_arg") and not kw.get("cluster_arg"):
         click.echo(cctx.get_help())
         return
+    kw = resolve_target(kw, emit)
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     check_cost_options(cost)
     if target_step_s and not min_devices:
@@ -399,7 +443,9 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
         doc["training_estimate"] = estimate_doc(doc["plans"][min(rank, len(doc["plans"])) - 1],
                                                 doc["model"]["params_total"], cost)
     if out_dir:
-        doc["out"] = _write_out(ctx, doc, out_dir, rank, set(emit) or None, force, quiet=as_json)
+        doc["out"] = _write_out(ctx, doc, out_dir, rank, _emit_set(kw, emit), force, quiet=as_json)
+        if not kw.get("launcher"):
+            _other_launchers(ctx, kw, doc, rank)
     emit_doc(doc, as_json, rank)
     if cost["tokens"] and not as_json:
         from planner.ui.table import columns_for_text
@@ -422,8 +468,12 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
     fixed = fixed_knobs(kw)
     check_request(model, cluster, train, {k: v for k, v in fixed.items() if k not in ("tp", "pp", "cp", "dp")},
                   kw.get("memory_headroom") or 0.0)
+    if kw.get("launcher"):
+        from planner.emit.capabilities import capabilities
+        check_launcher_hardware(kw["launcher"], cluster)
+        fixed = capabilities(kw["launcher"]).search_defaults | fixed
     opts = SearchOptions(fixed=fixed, top_k=1, max_tp=kw.get("max_tp"),
-                         memory_headroom_gib=kw.get("memory_headroom") or 0.0)
+                         memory_headroom_gib=kw.get("memory_headroom") or 0.0, launcher=kw.get("launcher"))
     with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}", show_progress):
         n, _ = min_devices(model, cluster, train, opts, target_step_s)
     if n is None:
@@ -438,6 +488,49 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
                        devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size), summary
 
 
+def _emit_set(kw: dict, emit: tuple[str, ...]) -> set[str] | None:
+    """The launchers --out writes: the target's (with the JAX mesh for MaxText), else --emit or all."""
+    launcher = kw.get("launcher")
+    if launcher:
+        return {launcher} | ({"jax"} & set(emit) if launcher == "maxtext" else set())
+    return set(emit) or None
+
+
+def _other_launchers(ctx, kw: dict, doc: dict, rank: int) -> None:
+    """Without a target: for each launcher that cannot run the written plan, its own best plan (stderr)."""
+    from planner.emit.capabilities import TARGETS, launcher_errors, launchers_for
+    from planner.errors import PlannerError
+    from planner.specs import ParallelPlan
+
+    chosen = doc["plans"][rank - 1]
+    plan = ParallelPlan(**chosen["plan"])
+    ctx_model, ctx_cluster, ctx_train = ctx.model, ctx.cluster, ctx.train
+    for launcher in TARGETS:
+        if launcher not in launchers_for(ctx_cluster):
+            continue
+        errs = launcher_errors(plan, ctx_model, ctx_train, launcher, ctx_cluster)
+        if not errs:
+            continue
+        fw_kw = {k: v for k, v in kw.items() if k != "framework"} | {"launcher": launcher, "top_k": 1}
+        try:
+            _, _, alt = run_search(resolve_target(fw_kw, ()))
+        except PlannerError as e:
+            click.echo(f"{launcher} cannot run this plan ({errs[0]}) and has no plan of its own: {e}", err=True)
+            continue
+        best = alt["plans"][0]
+        click.echo(f"{launcher} cannot run this plan ({errs[0]}); its best plan: {_layout(best['plan'])}, "
+                   f"{best['step_time_s']:.3f} s per step; write it with --launcher {launcher}", err=True)
+
+
+def _layout(p: dict) -> str:
+    parts = [f"{k.upper()}{p[k]}" for k in ("tp", "pp", "cp", "dp", "ep") if p.get(k, 1) > 1]
+    if p.get("vpp", 1) > 1:
+        parts.append(f"VPP{p['vpp']}")
+    parts.append(f"ZeRO-{p['zero_stage']}")
+    parts.append(f"mbs {p['micro_batch']}, recompute {p['recompute']}")
+    return " ".join(parts)
+
+
 def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dict:
     from planner.emit import emit_all, write_launch_configs
     from planner.errors import InputError
@@ -449,6 +542,9 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dic
     plan = ParallelPlan(**chosen["plan"])
     pred = dict(chosen) | {"model": doc["model"], "cluster": doc["cluster"], "training": doc["training"]}
     files, skipped = emit_all(ctx.model, ctx.cluster, ctx.train, plan, pred, emit)
+    target = doc["training"].get("launcher")
+    if target in skipped:  # the search kept only plans the target runs: an emitter gap, not the user's fault
+        raise InputError(f"--launcher {target} cannot write plan {rank}: {skipped[target]}")
     write_launch_configs(out_dir, files, force=force)
     if not quiet:
         click.echo(f"wrote {', '.join(sorted(files))} to {safe_line(out_dir, 200)}", err=True)

@@ -48,7 +48,7 @@ from pydantic import ValidationError
 
 from planner.errors import InputError
 from planner.names import did_you_mean
-from planner.specs import MLASpec, ModelSpec, MoESpec
+from planner.specs import MLASpec, ModelSpec, MoESpec, RopeScaling
 from planner.specs.model import MAX_LAYERS  # the ModelSpec.num_layers bound, enforced before any per-layer loop
 
 _REQUIRED = object()
@@ -503,6 +503,38 @@ def _mpt(r: _Reader) -> dict:
     )
 
 
+def _number(r: _Reader, cfg: dict, key: str, where: str) -> float | None:
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+        raise r._err(f"{where}{key}", f"must be a positive number, got {_fmt(v)}: fix the config")
+    return float(v)
+
+
+def _rope(r: _Reader, kw: dict) -> dict:
+    """rope_theta (GPT-NeoX: rotary_emb_base) and rope_scaling of a rotary model (HF config fields)."""
+    if kw.get("position_embedding", "rope") != "rope":
+        return {}
+    out: dict[str, Any] = {}
+    theta = _number(r, r.cfg, "rope_theta", "") or _number(r, r.cfg, "rotary_emb_base", "")
+    if theta is not None:
+        out["rope_theta"] = theta
+    sc = r.dict("rope_scaling")
+    if sc:
+        kind = sc.get("rope_type", sc.get("type"))
+        factor = _number(r, sc, "factor", "rope_scaling.")
+        if not isinstance(kind, str) or not kind or factor is None:
+            raise r._err("rope_scaling", "needs a string rope_type (or type) and a positive factor: fix the config")
+        orig = sc.get("original_max_position_embeddings")
+        if orig is not None and (isinstance(orig, bool) or not isinstance(orig, int) or orig < 1):
+            raise r._err("rope_scaling.original_max_position_embeddings", f"must be a positive integer, got {_fmt(orig)}")
+        out["rope_scaling"] = RopeScaling(rope_type=kind, factor=factor, original_max_position_embeddings=orig,
+                                          low_freq_factor=_number(r, sc, "low_freq_factor", "rope_scaling."),
+                                          high_freq_factor=_number(r, sc, "high_freq_factor", "rope_scaling."))
+    return out
+
+
 _FAMILIES: dict[str, Callable[[_Reader], dict]] = {
     **{mt: (lambda r, mt=mt: _llama_like(r, mt)) for mt in _LLAMA_DEFAULTS},
     "gpt2": _gpt2,
@@ -550,6 +582,7 @@ def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     r = _Reader(cfg, mt)
     try:
         kw = _FAMILIES[mt](r)
+        kw.update(_rope(r, kw))
         if name is None:
             path = cfg.get("_name_or_path")
             name = path if isinstance(path, str) and path.strip() else f"hf-{mt}"

@@ -24,6 +24,7 @@ from planner.errors import InputError
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
+from planner.emit.capabilities import launcher_errors
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import cp_splits_sequence, tp_splits_heads
@@ -47,6 +48,7 @@ class SearchOptions:
     # Separate from top_k so a caller that wants every scored plan (the report's scatter reads
     # SearchResult.ranked) does not multiply the solves.
     stage_solves: int | None = None
+    launcher: str | None = None  # target stack: only plans it can run (planner.emit.capabilities)
 
 
 @dataclass
@@ -265,14 +267,21 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     return res
 
 
-def _probe(ctx: Context, r: dict, z: int, cap: float) -> float:
+def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> bool:
+    """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities."""
+    if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
+        return True
+    return bool(opts.launcher) and bool(launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster))
+
+
+def _probe(ctx: Context, opts: SearchOptions, r: dict, z: int, cap: float) -> float:
     """Cheap rank of a (layout, ZeRO) pair for the beam: step time of its most memory-frugal plan
     (micro-batch 1, full recompute, no interleaving); infinity if even that does not fit."""
     try:
         plan = ParallelPlan(**r, micro_batch=1, zero_stage=z, recompute="full", sequence_parallel=r["tp"] > 1)
     except ValueError:
         return math.inf
-    if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
+    if _invalid(ctx, opts, plan):
         return math.inf
     ev = evaluate(ctx, plan)
     return ev.step_time_s if ev.memory["peak_gib"] <= cap else math.inf
@@ -297,8 +306,10 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
     pairs = [(r, z) for r in rows for z in zeros]
     if tr.framework == "megatron" and "zero_stage" not in fx:
         # Megatron-FSDP (ZeRO-3) where the whole model-replica group sits in one NVLink domain: the
-        # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network
-        pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1]
+        # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network. Only layouts that
+        # Megatron-FSDP is known to run (planner/emit/capabilities/megatron.py: not with PP > 1, unverified)
+        pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
+                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, "megatron")]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
     keep = [pr for pr, b in zip(pairs, lb) if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
     pruned = len(pairs) - len(keep)
@@ -307,13 +318,13 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
         order = np.argsort(lb)[: max(1, opts.top_k)]
         keep = [pairs[i] for i in order]
     if len(keep) > BEAM_THRESHOLD:
-        keep = _beam(ctx, keep, cap)
+        keep = _beam(ctx, opts, keep, cap)
     return keep, pruned
 
 
-def _beam(ctx: Context, keep: list, cap: float) -> list:
+def _beam(ctx: Context, opts: SearchOptions, keep: list, cap: float) -> list:
     """Beam over the outer knobs: probe each pair once, expand only the most promising."""
-    probes = [(_probe(ctx, r, z, cap), i) for i, (r, z) in enumerate(keep)]
+    probes = [(_probe(ctx, opts, r, z, cap), i) for i, (r, z) in enumerate(keep)]
     ranked = sorted(probes)[:BEAM_WIDTH]
     return [keep[i] for t, i in ranked if math.isfinite(t)] or [keep[i] for _, i in ranked]
 
@@ -337,7 +348,7 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
                                 recompute_layers=fx.get("recompute_layers") if rc == "full" else None)
         except ValueError:
             continue
-        if plan_errors(m, tr, cl.count, plan):
+        if _invalid(ctx, opts, plan):
             continue
         ev = evaluate(ctx, plan)
         scan.evaluated += 1
@@ -444,7 +455,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
                                   "account_embedding_loss": False})
         except ValueError:
             continue
-        if plan_errors(ctx.model, ctx.train, ctx.cluster.count, alt):
+        if _invalid(ctx, opts, alt):
             continue
         new = evaluate(ctx, alt)
         if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:

@@ -14,7 +14,8 @@ import yaml
 
 from consumers.cases import CONSUMER_CASES, DEEPSEEK_V3, GOLDEN_CASES, LLAMA31_8B, LLAMA31_70B, MIXTRAL_8X7B, \
     Case, catalog_cases, cluster
-from planner.emit import LAUNCHERS, emit_all, write_launch_configs
+import planner.emit as emit_mod
+from planner.emit import LAUNCHERS, MANIFEST, emit_all, write_launch_configs
 from planner.emit.common import run_length_expr
 from planner.errors import InputError
 from planner.specs import ParallelPlan, TrainingSpec
@@ -297,8 +298,10 @@ def test_maxtext_mapping_details():
     cfg = mt_cfg(tpu)
     assert cfg["hardware"] == "tpu" and cfg["num_slices"] == 2
     assert (cfg["dcn_data_parallelism"], cfg["ici_fsdp_parallelism"], cfg["ici_tensor_parallelism"]) == (2, 8, 4)
-    uly = mt_cfg(case_with(ParallelPlan(tp=8, cp=4, dp=4, cp_comm="a2a")))
+    uly = mt_cfg(case_with(ParallelPlan(tp=4, cp=4, dp=8, cp_comm="a2a"), hw="tpu-v5p", domain_size=32))
     assert uly["context_parallel_strategy"] == "ulysses"
+    _, gpu = case_with(ParallelPlan(tp=8, cp=4, dp=4, cp_comm="a2a")).emit({"maxtext"})
+    assert "tpu only" in gpu["maxtext"].lower()  # MT:configs/types.py:4071-4130
     z1 = mt_cfg(case_with(ParallelPlan(tp=8, dp=16, zero_stage=1)))
     assert z1["shard_optimizer_over_data"] is True and z1["hardware"] == "gpu"
     ds = mt_cfg(case_with(ParallelPlan(dp=64, ep=16), model=DEEPSEEK_V3, train=TrainingSpec(global_batch=256)))
@@ -373,7 +376,8 @@ def test_torchtitan_cannot_express():
         "expert tensor parallelism": case_with(ParallelPlan(pp=4, dp=8, ep=8, etp=2, tp=2), model=DEEPSEEK_V3,
                                                count=64, train=TrainingSpec(global_batch=256)),
         "ring attention only": case_with(ParallelPlan(tp=8, cp=4, dp=4, cp_comm="a2a")),
-        "config_registry": case_with(ParallelPlan(dp=8), model=MIXTRAL_8X7B, train=TrainingSpec(global_batch=64)),
+        "config_registry": case_with(ParallelPlan(dp=8), model=LLAMA31_8B.model_copy(update={"qkv_bias": True}),
+                                     train=TrainingSpec(global_batch=64)),
         "fp16": case_with(ParallelPlan(tp=8, dp=16), train=TrainingSpec(global_batch=512, dtype="fp16")),
         "float8": case_with(ParallelPlan(tp=8, dp=16), train=TrainingSpec(global_batch=512, dtype="fp8")),
         "tpu": case_with(ParallelPlan(tp=4, dp=16), hw="tpu-v5p"),
@@ -381,6 +385,25 @@ def test_torchtitan_cannot_express():
     for why, c in cases.items():
         _, skipped = c.emit({"torchtitan"})
         assert why.lower() in skipped["torchtitan"].lower(), (why, skipped)
+
+
+def test_torchtitan_own_module_for_a_model_without_registry_config():
+    """Mixtral has no torchtitan 0.3.0 registry function: the planner writes torchtitan_model.py (the consumer
+    test builds it with torchtitan and counts the planner's exact parameters)."""
+    c = case_with(ParallelPlan(dp=8, ep=8, zero_stage=3), model=MIXTRAL_8X7B, train=TrainingSpec(global_batch=64))
+    files, skipped = c.emit({"torchtitan"})
+    assert "torchtitan" not in skipped
+    args = json.loads(files["torchtitan_args.json"])["args"]
+    assert args[:4] == ["--module", "torchtitan_model", "--config", "planner_model"]
+    assert "--training.disable_cuda_graphs" in args  # EP with the default all-to-all dispatcher
+    text = files["torchtitan_model.py"]
+    compile(text, "torchtitan_model.py", "exec")
+    for const in ("NUM_LAYERS = 32", "EXPERTS = 8", "TOP_K = 2", "EXPERT_FFN = 14336", "N_KV_HEADS = 8",
+                  "VOCAB = 32000", "TIED = False", 'MODEL_NAME = "mixtral-8x7b"', "theta=1000000.0"):
+        assert const in text, const
+    weird = MIXTRAL_8X7B.model_copy(update={"name": 'x"\nimport os'})
+    t2 = case_with(ParallelPlan(dp=8, ep=8, zero_stage=3), model=weird, train=TrainingSpec(global_batch=64))
+    compile(t2.emit({"torchtitan"})[0]["torchtitan_model.py"], "m.py", "exec")  # the name stays a string literal
 
 
 # ----------------------------------------------------------------------------------------- writing
@@ -391,7 +414,8 @@ def test_write_launch_configs(tmp_path):
     out = tmp_path / "cfg"
     written = write_launch_configs(out, files)
     assert sorted(p.name for p in written) == sorted(files)
-    assert sorted(os.listdir(out)) == sorted(files)  # no temp files left behind
+    assert sorted(os.listdir(out)) == sorted([*files, MANIFEST])  # no temp files left behind
+    assert json.loads((out / MANIFEST).read_text()) == sorted(files)
     for name, text in files.items():
         assert (out / name).read_text() == text
     assert os.stat(out / "launch_megatron.sh").st_mode & stat.S_IXUSR
@@ -411,6 +435,47 @@ def test_write_launch_configs(tmp_path):
         write_launch_configs(afile, files)
     with pytest.raises(InputError, match="refusing"):
         write_launch_configs(tmp_path / "x", {"../evil": "x"})
+
+
+def _tree(root) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(root.iterdir()) if p.is_file()}
+
+
+def test_force_over_a_different_plan_leaves_no_old_file(tmp_path):
+    """An 8B Megatron set, then a 70B DeepSpeed-only set with --force: nothing of the first survives;
+    a file the user put there stays; no staging directory is left beside the target."""
+    out = tmp_path / "cfg"
+    small = case_with(ParallelPlan(tp=2, dp=4), model=LLAMA31_8B, train=TrainingSpec(global_batch=64))
+    write_launch_configs(out, small.emit({"megatron"})[0])
+    assert "launch_megatron.sh" in os.listdir(out)
+    (out / "my_notes.txt").write_text("mine")
+    big_files, _ = case_with(ParallelPlan(tp=8, dp=8, zero_stage=1)).emit({"deepspeed"})
+    write_launch_configs(out, big_files, force=True)
+    assert sorted(os.listdir(out)) == sorted([*big_files, MANIFEST, "my_notes.txt"])
+    assert json.loads((out / "plan.json").read_text())["model_name"] == "llama-3.1-70b"
+    assert os.listdir(tmp_path) == ["cfg"]
+
+
+def test_write_failure_leaves_the_previous_set_whole(tmp_path, monkeypatch):
+    out = tmp_path / "cfg"
+    old_files, _ = case_with(ParallelPlan(tp=2, dp=4), model=LLAMA31_8B, train=TrainingSpec(global_batch=64)).emit()
+    write_launch_configs(out, old_files)
+    before = _tree(out)
+    real, calls = emit_mod._write_file, []
+
+    def disk_full_on_third(path, text, mode):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real(path, text, mode)
+
+    monkeypatch.setattr(emit_mod, "_write_file", disk_full_on_third)
+    new_files, _ = DENSE.emit()
+    with pytest.raises(InputError, match="No space left on device") as e:
+        write_launch_configs(out, new_files, force=True)
+    assert "\n" not in str(e.value) and len(calls) == 3
+    assert _tree(out) == before  # every old file, byte for byte; none of the new set
+    assert os.listdir(tmp_path) == ["cfg"]  # no staging or backup directory left
 
 
 def test_hybrid_sharding_for_zero1_and_expert_tp_limits():

@@ -247,3 +247,19 @@ def test_unknown_extra_fields_are_ignored():
     m = from_hf_config(llama(rope_scaling={"type": "linear", "factor": 2.0}, torch_dtype="bfloat16",
                              transformers_version="4.45.0", some_future_field=[1, 2]))
     assert m.num_layers == 32
+
+
+def test_rope_base_and_scaling_are_imported():
+    """rope_theta and rope_scaling reach the spec (launch files write them: docs/launchers.md)."""
+    llama31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    m = from_hf_config(llama(rope_theta=500000.0, rope_scaling=llama31))
+    assert m.rope_theta == 500000.0
+    assert (m.rope_scaling.rope_type, m.rope_scaling.factor, m.rope_scaling.original_max_position_embeddings) == \
+        ("llama3", 8.0, 8192)
+    assert from_hf_config(llama()).rope_theta == 10000.0 and from_hf_config(llama()).rope_scaling is None
+    assert from_hf_config(llama(rope_scaling={"type": "linear", "factor": 2.0})).rope_scaling.rope_type == "linear"
+    for bad in ({"rope_theta": "big"}, {"rope_theta": -1}, {"rope_scaling": {"factor": 8.0}},
+                {"rope_scaling": {"rope_type": "llama3", "factor": "x"}}, {"rope_scaling": [8]}):
+        with pytest.raises(InputError, match="rope"):
+            from_hf_config(llama(**bad))

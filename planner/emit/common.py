@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 
 from planner.errors import InputError
@@ -96,6 +97,17 @@ def make_job(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, plan: 
 def dumps(obj) -> str:
     """Stable JSON text: 2-space indent, keys in insertion order, trailing newline."""
     return json.dumps(obj, indent=2, default=float) + "\n"
+
+
+def arg_lines(args: list[str]) -> list[str]:
+    """Group argv into one shell-quoted `--flag [value...]` per line (for launch scripts)."""
+    lines: list[list[str]] = []
+    for tok in args:
+        if tok.startswith("--") or not lines:
+            lines.append([tok])
+        else:
+            lines[-1].append(tok)
+    return [" ".join(shlex.quote(x) for x in line) for line in lines]
 
 
 def cluster_name(cluster: ClusterSpec) -> str:

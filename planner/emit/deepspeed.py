@@ -8,8 +8,8 @@ train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps 
 
 from __future__ import annotations
 
-from planner.emit.common import Job, Unsupported, dumps
-from planner.specs.dims import ParallelDims
+from planner.emit.capabilities import refuse
+from planner.emit.common import Job, Unsupported, arg_lines, dumps
 
 
 def _zero_block(job: Job) -> dict:
@@ -37,34 +37,7 @@ def _zero_block(job: Job) -> dict:
 
 def ds_config(job: Job) -> dict:
     p, t = job.plan, job.train
-    if job.is_tpu:
-        raise Unsupported(f"DeepSpeed runs on GPUs, not on {job.hw_id}")
-    if p.cp > 1:
-        raise Unsupported("DeepSpeed has no Megatron-style context parallelism in its config (DeepSpeed-Ulysses "
-                          "sequence parallelism is set in model code, and ring attention not at all)")
-    if job.model.moe is not None and (p.ep > 1 or p.etp > 1):
-        raise Unsupported("DeepSpeed-MoE sets expert parallelism in model code (deepspeed.moe.layer.MoE(ep_size)), "
-                          "not in ds_config, and has no expert tensor parallelism")
-    if p.pp > 1:
-        if p.zero_stage >= 2:
-            raise Unsupported("DeepSpeed's pipeline engine supports ZeRO stage 0-1 only, not "
-                              f"stage {p.zero_stage}, with pipeline parallelism")
-        if p.vpp > 1:
-            raise Unsupported("DeepSpeed's pipeline engine has no interleaved (virtual-stage) schedule")
-        if p.schedule in ("gpipe", "zb", "dualpipe"):
-            raise Unsupported(f"DeepSpeed's pipeline engine runs 1F1B only, not {p.schedule}")
-        if job.uneven:
-            raise Unsupported("DeepSpeed's pipeline engine partitions layers itself (partition_method), "
-                              "not to given first/last stage sizes")
-    if ParallelDims.of(p).zero_replicas > 1:
-        raise Unsupported("DeepSpeed shards ZeRO over all data-parallel ranks; its hybrid sharding (MiCS, "
-                          "mics_shard_size) was removed in 0.19, and ZeRO++ hpZ still shards optimizer states "
-                          "over every rank")
-    if p.offload_optimizer and p.zero_stage == 0:
-        raise Unsupported("DeepSpeed offloads the optimizer only with ZeRO stage >= 1")
-    if t.dtype == "fp8":
-        raise Unsupported("ds_config has no FP8 training switch (FP8 GEMMs come from Transformer Engine in "
-                          "the model code)")
+    refuse(job, "deepspeed")  # planner/emit/capabilities/deepspeed.py
     cfg: dict = {
         "train_batch_size": t.global_batch,
         "train_micro_batch_size_per_gpu": p.micro_batch,
@@ -85,6 +58,42 @@ def ds_config(job: Job) -> dict:
     return cfg
 
 
+def _model_args(job: Job) -> list[str]:
+    """The architecture as Megatron-DeepSpeed flags (megatron/arguments.py at 207b2d5)."""
+    m = job.model
+    a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+         "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_heads),
+         "--kv-channels", str(m.head_dim)]
+    if m.num_kv_heads != m.num_heads:
+        a += ["--num-key-value-heads", str(m.num_kv_heads)]
+    if m.mlp_type == "gated":
+        if m.activation not in ("silu", "swish"):
+            raise Unsupported(f"Megatron-DeepSpeed has no flag for a gated {m.activation} MLP (only --swiglu)")
+        a.append("--swiglu")
+    elif m.activation == "relu2":
+        a.append("--squared-relu")
+    a += ["--normalization", "rmsnorm" if m.norm_type == "rmsnorm" else "layernorm"]
+    if m.position_embedding == "rope":
+        a += ["--use-rotary-position-embeddings", "--no-position-embedding",
+              "--rotary-position-embeddings-theta", str(int(m.rope_theta))]
+        if m.rope_scaling is not None:
+            job.note(f"rope_scaling {m.rope_scaling.rope_type} (factor {m.rope_scaling.factor:g}) has no "
+                     "Megatron-DeepSpeed flag: RoPE runs unscaled")
+    elif m.position_embedding == "none":
+        a.append("--no-position-embedding")
+    if not m.tied_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if not (m.mlp_bias or m.attn_out_bias or m.qkv_bias):  # all or none: capabilities rule partial-bias
+        a.append("--disable-bias-linear")
+    if m.qk_norm:
+        job.note("qk-norm has no Megatron-DeepSpeed flag")
+    # no dropout, as planned (Megatron-DeepSpeed's defaults are 0.1)
+    a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
+    # placeholder tokenizer: the planned vocabulary (replace with the real tokenizer at launch)
+    a += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size)]
+    return a
+
+
 def deepspeed_args(job: Job) -> list[str]:
     """Megatron-DeepSpeed `pretrain_gpt.py` arguments: the parallel layout ds_config.json cannot hold."""
     m, p, t = job.model, job.plan, job.train
@@ -93,30 +102,60 @@ def deepspeed_args(job: Job) -> list[str]:
         a.append("--no-pipeline-parallel")
     if p.tp > 1 and p.sequence_parallel:
         a.append("--sequence-parallel")
-    a += ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
-          "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_heads)]
-    if m.num_kv_heads != m.num_heads:
-        a += ["--num-key-value-heads", str(m.num_kv_heads)]
+    a += _model_args(job)
     a += ["--seq-length", str(t.seq_len), "--max-position-embeddings", str(max(m.max_position_embeddings, t.seq_len)),
           "--micro-batch-size", str(p.micro_batch), "--global-batch-size", str(t.global_batch),
           "--bf16" if t.dtype == "bf16" else "--fp16",
           "--zero-stage", str(p.zero_stage)]
+    if p.offload_optimizer:
+        a.append("--cpu-optimizer")
     if p.recompute == "full":
         a += ["--checkpoint-activations", "--deepspeed-activation-checkpointing"]
+        if p.recompute_layers is not None and p.recompute_layers < m.num_layers // p.pp:
+            a += ["--recompute-granularity", "full", "--recompute-method", "block",
+                  "--recompute-num-layers", str(p.recompute_layers)]
     elif p.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
     a += ["--deepspeed", "--deepspeed_config", "ds_config.json"]
     return a
 
 
+def launch_script(job: Job, args: list[str]) -> str:
+    """`deepspeed` launcher over a hostfile; data, tokenizer and checkpoint flags are appended at launch."""
+    p = job.plan
+    out = [
+        "#!/usr/bin/env bash",
+        f"# DeepSpeed (Megatron-DeepSpeed) launch: {job.world} x {' '.join(job.hw_id.split())} ({job.nodes} node(s) x "
+        f"{job.procs_per_node}), written by planner.",
+        f"# tp={p.tp} pp={p.pp} dp={p.dp} zero={p.zero_stage} micro_batch={p.micro_batch} "
+        f"global_batch={job.train.global_batch} grad_accum={job.grad_accum}",
+        "# PLACEHOLDERS to give at launch (appended to the arguments): --data-path DATA, --tokenizer-type/"
+        "--tokenizer-model TOKENIZER",
+        "# (NullTokenizer with the planned vocabulary is the stand-in), --save/--load CHECKPOINTS, --train-iters, --lr.",
+        "# MEGATRON_DEEPSPEED is the Megatron-DeepSpeed checkout; HOSTFILE lists the nodes (DeepSpeed hostfile format).",
+        "set -euo pipefail",
+        'MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"',
+        'cd "$(dirname "$0")"  # ds_config.json sits beside this script',
+        "exec deepspeed \\",
+        f"  --num_nodes {job.nodes} --num_gpus {job.procs_per_node} \\",
+        '  --hostfile "${HOSTFILE:-/job/hostfile}" --master_port "${MASTER_PORT:-29500}" \\',
+        '  "$MEGATRON_DEEPSPEED/pretrain_gpt.py" \\',
+    ]
+    out += [f"  {line} \\" for line in arg_lines(args)]
+    out.append('  "$@"')
+    return "\n".join(out) + "\n"
+
+
 def emit(job: Job) -> dict[str, str]:
     cfg = ds_config(job)
+    args = deepspeed_args(job)
     doc = {
         "launcher": "Megatron-DeepSpeed pretrain_gpt.py (deepspeed --num_nodes N --num_gpus G pretrain_gpt.py ARGS)",
         "num_nodes": job.nodes,
         "num_gpus": job.procs_per_node,
         "data_parallel_size": job.plan.dp,
-        "args": deepspeed_args(job),
+        "args": args,
         "notes": list(job.notes),
     }
-    return {"ds_config.json": dumps(cfg), "deepspeed_args.json": dumps(doc)}
+    return {"ds_config.json": dumps(cfg), "deepspeed_args.json": dumps(doc),
+            "launch_deepspeed.sh": launch_script(job, args)}

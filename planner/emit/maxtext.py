@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
 from planner.names import safe_line, yaml_quote
 from planner.specs.dims import ParallelDims
@@ -203,16 +204,7 @@ _REMAT = {"none": "none", "selective": "minimal", "full": "full"}
 
 def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     m, p, t = job.model, job.plan, job.train
-    if p.schedule in ("zb", "dualpipe") and p.pp > 1:
-        raise Unsupported(f"MaxText has no {'zero-bubble' if p.schedule == 'zb' else 'DualPipe'} pipeline schedule")
-    if job.uneven:
-        raise Unsupported("MaxText splits layers evenly over pipeline stages (no first/last stage sizes)")
-    if m.moe is not None and p.etp != p.tp:
-        raise Unsupported("MaxText shards expert weights over the tensor axis like the dense ones (expert TP = TP); "
-                          f"etp={p.etp} with tp={p.tp} is not expressible")
-    if p.zero_shard_size and p.zero_stage < 3 and ParallelDims.of(p).dp_replicate > 1:
-        raise Unsupported("MaxText shards the optimizer over all of `data` (shard_optimizer_over_data); "
-                          "a zero_shard_size needs zero_stage 3 (fsdp axis)")
+    refuse(job, "maxtext")  # planner/emit/capabilities/maxtext.py
     notes: list[str] = []
     deg = mesh_degrees(job)
     num_slices, ici, dcn = split_ici_dcn(job, deg)
@@ -265,7 +257,14 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
         if not job.fp8_in_hardware:
             raise Unsupported(f"{job.hw_id} has no FP8 matmul units")
         cfg["quantization"] = "fp8"
-    # model
+    cfg.update(_model_keys(job, block, notes))
+    return cfg, notes
+
+
+def _model_keys(job: Job, block: str, notes: list[str]) -> dict:
+    """The architecture as MaxText keys (the decoder block fixes norm and bias layout)."""
+    m, t = job.model, job.train
+    cfg: dict = {}
     cfg["decoder_block"] = block
     cfg["base_emb_dim"] = m.hidden_size
     cfg["base_num_query_heads"] = m.num_heads
@@ -280,7 +279,18 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     else:
         cfg["mlp_activations"] = [{"gelu_new": "gelu", "gelu_tanh": "gelu"}.get(m.activation, m.activation)]
     cfg["logits_via_embedding"] = m.tied_embeddings
-    cfg["enable_dropout"] = False
+    cfg["enable_dropout"] = False  # as planned (no dropout)
+    cfg["dropout_rate"] = 0.0
+    cfg.update(_rope_keys(job, notes))
+    if m.position_embedding == "learned":  # MaxText adds a learned position table only when this is > 0
+        cfg["trainable_position_size"] = max(m.max_position_embeddings, t.seq_len)
+    if m.qkv_bias:
+        cfg["attention_bias"] = True
+    if m.qk_norm:
+        cfg["use_qk_norm"] = True
+    if m.sliding_window is not None:
+        notes.append(f"sliding-window attention ({m.sliding_window} tokens on {m.num_sliding_layers} layers) is "
+                     f"the {block} decoder block's own, not set here")
     if m.moe is not None:
         e = m.moe
         cfg["num_experts"] = e.num_experts
@@ -298,7 +308,29 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
         cfg["qk_nope_head_dim"] = m.mla.qk_nope_head_dim
         cfg["qk_rope_head_dim"] = m.mla.qk_rope_head_dim
         cfg["v_head_dim"] = m.mla.v_head_dim
-    return cfg, notes
+    return cfg
+
+
+def _rope_keys(job: Job, notes: list[str]) -> dict:
+    """RoPE base and scaling (MaxText base.yml rope_*; LLaMARotaryEmbedding hard-codes Llama 3.1's factor 8,
+    low 1, high 4, original 8192: maxtext layers/embeddings.py _apply_scaling_factor)."""
+    m = job.model
+    if m.position_embedding != "rope":
+        return {}
+    out: dict = {"rope_max_timescale": int(m.rope_theta)}
+    sc = m.rope_scaling
+    if sc is None:
+        out["rope_type"] = "default"
+    elif sc.rope_type == "llama3" and sc.factor == 8.0 and (sc.low_freq_factor, sc.high_freq_factor,
+                                                            sc.original_max_position_embeddings) in ((1.0, 4.0, 8192), (None, None, None)):
+        out.update(rope_type="llama3.1", rope_use_scale=True)
+    elif sc.rope_type == "yarn" and sc.original_max_position_embeddings:
+        out.update(rope_type="yarn", rope_factor=sc.factor,
+                   original_max_position_embeddings=sc.original_max_position_embeddings)
+    else:
+        notes.append(f"rope_scaling {sc.rope_type} (factor {sc.factor:g}) has no MaxText key: RoPE runs unscaled")
+        out["rope_type"] = "default"
+    return out
 
 
 def _yaml_scalar(v) -> str:
@@ -318,7 +350,9 @@ def maxtext_yaml(job: Job, cfg: dict, notes: list[str]) -> str:
         "written by planner.",
         f"# plan: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} dp={p.dp} ep={p.ep} zero={p.zero_stage} "
         f"micro_batch={p.micro_batch} global_batch={job.train.global_batch} recompute={p.recompute}",
-        "# run: python -m maxtext.trainers.pre_train.train maxtext.yml base_output_directory=... dataset_path=...",
+        "# run: python -m maxtext.trainers.pre_train.train maxtext.yml base_output_directory=CHECKPOINTS "
+        "dataset_path=DATA tokenizer_path=TOKENIZER",
+        "# PLACEHOLDERS (give them at launch): DATA, TOKENIZER (the vocabulary below is the planned size), CHECKPOINTS.",
     ]
     head += [f"# note: {safe_line(n, 1000)}" for n in notes]
     body = [f"{k}: {_yaml_scalar(v)}" for k, v in cfg.items()]

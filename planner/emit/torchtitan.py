@@ -8,7 +8,9 @@ or a dtype that no registry function provides cannot be expressed.
 
 from __future__ import annotations
 
+from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
+from planner.emit.torchtitan_model import CONFIG, MODULE, custom_model_errors, module_text
 from planner.specs.dims import ParallelDims
 
 # (module, config, float8 config or None): registry functions of torchtitan 0.3.0 and the model they build.
@@ -21,6 +23,10 @@ FLAVORS: dict[tuple, tuple[str, str, str | None]] = {
     (61, 7168, 128, 128, 18432, 129280, 256): ("deepseek_v3", "deepseek_v3_671b", "deepseek_v3_671b_float8"),
 }
 _MODULE_OF = {"llama3_405b": "llama3", "deepseek_v3_671b_float8": "deepseek_v3"}
+# the RoPE each registry function builds: (theta, scaling kind or None, factor); tests/consumers checks it
+ROPE = {"llama3_8b": (500000.0, "llama3", 8.0), "llama3_70b": (500000.0, "llama3", 8.0),
+        "llama3_405b": (500000.0, "llama3", 8.0), "deepseek_v3_671b": (10000.0, "yarn", 40.0),
+        "deepseek_v3_671b_float8": (10000.0, "yarn", 40.0)}
 
 _SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb": "ZBVZeroBubble"}
 
@@ -31,23 +37,55 @@ def flavor_key(job: Job) -> tuple:
             m.moe.num_experts if m.moe else 0)
 
 
+def _check_rope(job: Job, config: str) -> None:
+    """The registry's RoPE must be the planned model's: its base exactly (an Unsupported otherwise); a
+    different scaling is noted (it changes neither memory nor time)."""
+    m = job.model
+    theta, kind, factor = ROPE[config]
+    if m.position_embedding != "rope" or m.rope_theta != theta:
+        raise Unsupported(f"torchtitan's {config} uses RoPE base {theta:g}; {m.name} has "
+                          f"{m.rope_theta:g} (a custom model needs its own config function)")
+    sc = m.rope_scaling
+    if ((sc.rope_type, sc.factor) if sc else None) != (kind, factor):
+        job.note(f"{config} applies {kind} RoPE scaling (factor {factor:g}); the planned model has "
+                 f"{f'{sc.rope_type} (factor {sc.factor:g})' if sc else 'none'}")
+
+
 def registry_config(job: Job) -> tuple[str, str]:
+    """(--module, --config): the registry function that builds the model, else the planner's own module
+    (torchtitan_model.py, planner.emit.torchtitan_model) when torchtitan's config helpers can build it."""
+    if job.train.dtype == "fp16":
+        raise Unsupported("torchtitan trains in bf16 or fp32 (mixed_precision_param), not fp16")
+    try:
+        return _registry_function(job)
+    except Unsupported as e:
+        why = custom_model_errors(job.model)
+        if job.train.dtype == "fp8":
+            why.append("bf16 (the Float8 converters are set in registry functions)")
+        if why:
+            raise Unsupported(f"{e}; the planner's own config module needs {', '.join(why)}") from None
+        return MODULE, CONFIG
+
+
+def _registry_function(job: Job) -> tuple[str, str]:
     hit = FLAVORS.get(flavor_key(job))
-    if hit is None:
-        raise Unsupported(f"no torchtitan 0.3.0 config_registry function builds {job.model.name} "
-                          "(a custom model needs its own config function)")
+    m = job.model
+    # the registry models (Llama 3, DeepSeek-V3) are bias-free, untied, RMSNorm + SwiGLU, global attention
+    if hit is None or m.qkv_bias or m.attn_out_bias or m.mlp_bias or m.tied_embeddings or m.qk_norm \
+            or m.norm_type != "rmsnorm" or m.mlp_type != "gated" or m.sliding_window is not None:
+        raise Unsupported(f"no torchtitan 0.3.0 config_registry function builds {m.name}")
     module, bf16_cfg, fp8_cfg = hit
     dtype = job.train.dtype
-    if dtype == "fp16":
-        raise Unsupported("torchtitan trains in bf16 or fp32 (mixed_precision_param), not fp16")
     if dtype == "fp8":
         if fp8_cfg is None:
             raise Unsupported(f"torchtitan 0.3.0 has no Float8 config for {job.model.name} (converters are "
                               "set in config_registry functions, not on the command line)")
+        _check_rope(job, fp8_cfg)
         return _MODULE_OF.get(fp8_cfg, module), fp8_cfg
     if bf16_cfg is None:
         raise Unsupported(f"torchtitan 0.3.0's only config for {job.model.name} ({fp8_cfg}) converts Linear "
                           "layers to Float8, which the command line cannot turn off")
+    _check_rope(job, bf16_cfg)
     return module, bf16_cfg
 
 
@@ -107,21 +145,10 @@ def stage_split(job: Job) -> tuple[int, int, int]:
 
 def torchtitan_args(job: Job) -> list[str]:
     p, t, m = job.plan, job.train, job.model
-    if job.is_tpu:
-        raise Unsupported(f"torchtitan runs on GPUs, not on {job.hw_id}")
-    if m.moe is not None and p.etp > 1:
-        raise Unsupported("torchtitan 0.3.0 has no expert tensor parallelism (experts are split by ep and "
-                          "sharded by FSDP only)")
-    if p.cp > 1 and p.cp_comm == "a2a":
-        raise Unsupported("torchtitan's context parallelism is ring attention only, not all-to-all (Ulysses)")
-    if job.uneven and p.vpp > 1:
-        raise Unsupported("torchtitan 0.3.0 cannot give first/last stage sizes with virtual stages")
+    refuse(job, "torchtitan")  # planner/emit/capabilities/torchtitan.py
     if p.zero_stage in (1, 2) and p.dp > 1:
         job.note(f"zero_stage {p.zero_stage} maps to FSDP2 with reshard_after_forward=never (ZeRO-2; torchtitan "
                  "has no ZeRO-1)")
-    if p.offload_optimizer:
-        raise Unsupported("torchtitan offloads parameters, gradients and optimizer states together "
-                          "(training.enable_cpu_offload), not the optimizer alone")
     module, config = registry_config(job)
 
     # ZeRO >= 1 shards over dp_shard * cp = zero_shard_size ranks (all of dp * cp by default) and replicates
@@ -129,9 +156,6 @@ def torchtitan_args(job: Job) -> list[str]:
     dims = ParallelDims.of(p)
     shard = 1 if p.zero_stage == 0 else dims.dp_shard
     replicate = p.dp // shard
-    if m.moe is not None and p.ep > 1 and (shard * p.cp * p.tp) % p.ep:
-        raise Unsupported(f"torchtitan borrows expert parallelism from dp_shard*cp*tp = {shard * p.cp * p.tp}, "
-                          f"which ep={p.ep} does not divide")
 
     a = ["--module", module, "--config", config]
 
@@ -166,8 +190,9 @@ def torchtitan_args(job: Job) -> list[str]:
     opt("training.global_batch_size", t.global_batch)
     opt("training.seq_len", t.seq_len)
     opt("training.mixed_precision_param", "bfloat16")
-    if p.pp > 1:
-        a.append("--training.disable_cuda_graphs")  # Trainer.Config rejects CUDA graphs with PP
+    if p.pp > 1 or p.ep > 1:
+        # Trainer.Config rejects CUDA graphs with PP, and with EP unless a sync-free dispatcher is configured
+        a.append("--training.disable_cuda_graphs")
     # activation checkpointing is a tyro subcommand: it must come last
     if p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < m.num_layers // p.pp:
         job.note(f"partial recompute ({p.recompute_layers} layers per stage) has no torchtitan 0.3.0 equivalent: "
@@ -179,12 +204,20 @@ def torchtitan_args(job: Job) -> list[str]:
 
 def emit(job: Job) -> dict[str, str]:
     args = torchtitan_args(job)
+    own = args[1] == MODULE
     doc = {
         "torchtitan": "0.3.0",
-        "launch": f"torchrun --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} -m torchtitan.train ARGS",
+        "launch": ("PYTHONPATH=<this directory> " if own else "")
+        + f"torchrun --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} -m torchtitan.train ARGS",
         "nnodes": job.nodes,
         "nproc_per_node": job.procs_per_node,
         "args": args,
+        "placeholders": "give at launch as overrides: DATA (the registry config's dataloader dataset), TOKENIZER "
+                        "(hf_assets_path; the registry model's vocabulary is the planned one), CHECKPOINTS "
+                        "(checkpoint folder)",
         "notes": list(job.notes),
     }
-    return {"torchtitan_args.json": dumps(doc)}
+    files = {"torchtitan_args.json": dumps(doc)}
+    if own:
+        files["torchtitan_model.py"] = module_text(job)
+    return files

@@ -2,11 +2,11 @@
 
 from planner.specs.cluster import ClusterSpec
 from planner.specs.hardware import HardwareSpec, PeakFlops, ScaleOut, ScaleUp, TorusSpec
-from planner.specs.model import MLASpec, ModelSpec, MoESpec
+from planner.specs.model import MLASpec, ModelSpec, MoESpec, RopeScaling
 from planner.specs.plan import ParallelPlan
 from planner.specs.training import TrainingSpec
 
 __all__ = [
     "ClusterSpec", "HardwareSpec", "PeakFlops", "ScaleOut", "ScaleUp", "TorusSpec",
-    "MLASpec", "ModelSpec", "MoESpec", "ParallelPlan", "TrainingSpec",
+    "MLASpec", "ModelSpec", "MoESpec", "RopeScaling", "ParallelPlan", "TrainingSpec",
 ]

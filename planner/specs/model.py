@@ -86,6 +86,16 @@ class MoESpec(_Frozen):
         return self
 
 
+class RopeScaling(_Frozen):
+    """RoPE frequency scaling as in HF `rope_scaling` (llama3: Llama 3.1's `apply_scaling`; yarn: DeepSeek)."""
+
+    rope_type: str = Field(..., min_length=1, description="llama3, yarn, linear, dynamic, ... (HF rope_type)")
+    factor: float = Field(..., gt=0)
+    low_freq_factor: float | None = Field(None, gt=0, description="llama3 only")
+    high_freq_factor: float | None = Field(None, gt=0, description="llama3 only")
+    original_max_position_embeddings: int | None = Field(None, ge=1)
+
+
 class ModelSpec(_Frozen):
     """A decoder-only transformer. Sizes are per layer unless the name says otherwise."""
 
@@ -116,6 +126,8 @@ class ModelSpec(_Frozen):
     attention_sinks: bool = Field(False, description="one learned sink logit per head (gpt-oss)")
     tied_embeddings: bool = False
     position_embedding: Literal["rope", "learned", "alibi", "none"] = "rope"
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base (HF rope_theta; 10000 as in RoFormer/Llama 1)")
+    rope_scaling: RopeScaling | None = Field(None, description="RoPE frequency scaling (HF rope_scaling)")
     embedding_norm: bool = Field(False, description="LayerNorm after the embedding (BLOOM)")
     parallel_attn_mlp: bool = Field(False, description="attention and MLP read the same input (GPT-J/Falcon/NeoX)")
     sliding_window: int | None = Field(None, ge=1, description="local attention window, tokens")

@@ -13,23 +13,28 @@ from functools import lru_cache
 import yaml
 
 from planner.data import data_dir
-from planner.specs import ClusterSpec, HardwareSpec, MLASpec, ModelSpec, MoESpec, ParallelPlan, TrainingSpec
+from planner.specs import ClusterSpec, HardwareSpec, MLASpec, ModelSpec, MoESpec, ParallelPlan, RopeScaling, TrainingSpec
+
+# Llama 3.1 RoPE: base 500000 with llama3 scaling (meta-llama Llama-3.1 config.json; model_specs/llama-3.1-*.yaml)
+LLAMA31_ROPE = dict(rope_theta=500000.0, rope_scaling=RopeScaling(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                                   high_freq_factor=4.0,
+                                                                   original_max_position_embeddings=8192))
 
 LLAMA31_8B = ModelSpec(name="llama-3.1-8b", family="llama", num_layers=32, hidden_size=4096, num_heads=32,
                        num_kv_heads=8, head_dim=128, ffn_hidden_size=14336, vocab_size=128256,
-                       max_position_embeddings=131072)
+                       max_position_embeddings=131072, **LLAMA31_ROPE)
 LLAMA31_70B = ModelSpec(name="llama-3.1-70b", family="llama", num_layers=80, hidden_size=8192, num_heads=64,
                         num_kv_heads=8, head_dim=128, ffn_hidden_size=28672, vocab_size=128256,
-                        max_position_embeddings=131072)
+                        max_position_embeddings=131072, **LLAMA31_ROPE)
 LLAMA31_405B = ModelSpec(name="llama-3.1-405b", family="llama", num_layers=126, hidden_size=16384, num_heads=128,
                          num_kv_heads=8, head_dim=128, ffn_hidden_size=53248, vocab_size=128256,
-                         max_position_embeddings=131072)
+                         max_position_embeddings=131072, **LLAMA31_ROPE)
 LLAMA2_70B = ModelSpec(name="llama-2-70b", family="llama", num_layers=80, hidden_size=8192, num_heads=64,
                        num_kv_heads=8, head_dim=128, ffn_hidden_size=28672, vocab_size=32000,
                        max_position_embeddings=4096)
 MIXTRAL_8X7B = ModelSpec(name="mixtral-8x7b", family="mixtral", num_layers=32, hidden_size=4096, num_heads=32,
                          num_kv_heads=8, head_dim=128, ffn_hidden_size=14336, vocab_size=32000,
-                         max_position_embeddings=32768,
+                         max_position_embeddings=32768, rope_theta=1e6,
                          moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=14336))
 DEEPSEEK_V3 = ModelSpec(name="deepseek-v3", family="deepseek_v3", num_layers=61, hidden_size=7168, num_heads=128,
                         num_kv_heads=128, head_dim=192, ffn_hidden_size=18432, vocab_size=129280,
@@ -99,8 +104,8 @@ CONSUMER_CASES = [
     Case("mixtral-ep8-pp2-64xh100", MIXTRAL_8X7B, cluster("h100-sxm-80gb", 64),
          TrainingSpec(seq_len=4096, global_batch=256),
          ParallelPlan(pp=2, dp=32, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"),
-         expect_emit=("megatron", "maxtext", "jax"),
-         expect_skip={"deepspeed": "expert parallelism", "torchtitan": "config_registry"}),
+         expect_emit=("megatron", "maxtext", "jax", "torchtitan"),
+         expect_skip={"deepspeed": "expert parallelism"}),
     Case("deepseek-v3-ep16-pp4-uneven-64xh800", DEEPSEEK_V3, cluster("h800-sxm-80gb", 64),
          TrainingSpec(seq_len=4096, global_batch=256),
          ParallelPlan(pp=4, dp=16, ep=16, etp=1, micro_batch=1, zero_stage=1, recompute="selective",

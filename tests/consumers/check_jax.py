@@ -199,7 +199,21 @@ def maxtext_check(yml_text, world):
             "pipeline_microbatches": cfg.num_pipeline_microbatches if cfg.ici_pipeline_parallelism *
             cfg.dcn_pipeline_parallelism > 1 else None,
             "decoder_block": str(getattr(cfg.decoder_block, "value", cfg.decoder_block)),
-            "num_decoder_layers": cfg.num_decoder_layers, "emb_dim": cfg.emb_dim}
+            "num_decoder_layers": cfg.num_decoder_layers, "emb_dim": cfg.emb_dim, "model": model_fields(cfg)}
+
+
+def model_fields(cfg):
+    """The architecture as MaxText's pyconfig resolved it (base.yml defaults under the emitted keys)."""
+    names = ("emb_dim", "num_query_heads", "num_kv_heads", "head_dim", "mlp_dim", "num_decoder_layers", "vocab_size",
+             "logits_via_embedding", "rope_max_timescale", "rope_type", "rope_use_scale", "enable_dropout",
+             "dropout_rate", "attention_bias", "use_qk_norm", "num_experts", "num_experts_per_tok", "moe_mlp_dim",
+             "first_num_dense_layers", "shared_experts", "attention_type", "q_lora_rank", "kv_lora_rank",
+             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_target_length", "trainable_position_size")
+    out = {n: getattr(cfg, n, None) for n in names}
+    out = {k: (str(getattr(v, "value", v)) if k in ("rope_type", "attention_type") else v) for k, v in out.items()}
+    out["mlp_activations"] = list(cfg.mlp_activations)
+    out["decoder_block"] = str(getattr(cfg.decoder_block, "value", cfg.decoder_block))
+    return out
 
 
 def main(req_path, out_path):

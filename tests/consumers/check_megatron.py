@@ -29,6 +29,27 @@ def groups(rg, name):
     return [list(g) for g in rg.get_ranks(name)]
 
 
+def model_fields(args, cfg) -> dict:
+    """The architecture as Megatron parsed it: TransformerConfig fields plus the GPTModel arguments
+    pretrain_gpt passes from args (vocabulary, position embedding, rotary base and scaling, tying)."""
+    names = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+             "gated_linear_unit", "normalization", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
+             "attention_dropout", "hidden_dropout", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
+             "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
+             "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+             "v_head_dim")
+    out = {n: getattr(cfg, n, None) for n in names}
+    freq = cfg.moe_layer_freq
+    out["moe_layer_freq"] = freq if isinstance(freq, int) else list(freq)
+    out["window_size"] = list(cfg.window_size) if cfg.window_size is not None else None
+    out["activation"] = getattr(cfg.activation_func, "__name__", str(cfg.activation_func))
+    out.update(vocab_size=args.vocab_size, max_position_embeddings=args.max_position_embeddings,
+               position_embedding_type=args.position_embedding_type, rotary_base=args.rotary_base,
+               use_rope_scaling=bool(args.use_rope_scaling), rope_scaling_factor=args.rope_scaling_factor,
+               untie_embeddings_and_output_weights=bool(args.untie_embeddings_and_output_weights))
+    return out
+
+
 def main(req_path: str, out_path: str) -> None:
     import torch
 
@@ -92,6 +113,7 @@ def main(req_path: str, out_path: str) -> None:
                "precision_aware_optimizer": bool(getattr(args, "use_precision_aware_optimizer", False)),
                "exp_avg_dtype": str(getattr(args, "exp_avg_dtype", None)),
                "exp_avg_sq_dtype": str(getattr(args, "exp_avg_sq_dtype", None))}
+        out["model"] = model_fields(args, cfg)
         # process groups for the whole world, as parallel_state.initialize_model_parallel builds them
         try:
             rg = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")

@@ -14,7 +14,9 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import sys
+import tempfile
 import traceback
 
 
@@ -27,7 +29,22 @@ def check_args(r):
     from torchtitan.config.manager import ConfigManager
     from torchtitan.distributed.parallel_dims import ParallelDims
 
-    cfg = ConfigManager().parse_args(list(r["args"]))
+    # an emitted torchtitan_model.py: its directory on sys.path (as its launch line puts it on PYTHONPATH);
+    # every request imports its own copy (they share the module name)
+    sys.modules.pop("torchtitan_model", None)
+    importlib.invalidate_caches()
+    path = r.get("pythonpath")
+    if r.get("module_text"):
+        path = tempfile.mkdtemp(prefix="tt-module-")
+        with open(os.path.join(path, "torchtitan_model.py"), "w") as f:
+            f.write(r["module_text"])
+    if path:
+        sys.path.insert(0, path)
+    try:
+        cfg = ConfigManager().parse_args(list(r["args"]))
+    finally:
+        if path:
+            sys.path.remove(path)
     pd = ParallelDims.from_config(cfg.parallelism, r["world"])
     par, tr = cfg.parallelism, cfg.training
     out = {"dp_replicate": pd.dp_replicate, "dp_shard": pd.dp_shard, "cp": pd.cp, "tp": pd.tp, "pp": pd.pp,
@@ -36,12 +53,39 @@ def check_args(r):
            "sequence_parallel": par.enable_sequence_parallel, "reshard": par.fsdp_reshard_after_forward,
            "schedule": par.pipeline_parallel_schedule, "microbatch": par.pipeline_parallel_microbatch_size,
            "activation_checkpoint": type(cfg.activation_checkpoint).__qualname__}
+    out["model"] = model_fields(cfg.model_spec.model, r.get("count_params", False))
     if pd.pp > 1:
         from torchtitan.distributed import pipeline_parallel as ppmod
         stages, nlayers, w_in, w_out = ppmod._get_pipeline_metadata(pd, par, cfg.model_spec.model)
         parts = ppmod._generate_llm_fqn_per_model_part(stages, nlayers, w_in, w_out)
         out["layers_per_stage"] = [sum(1 for m in part if m.startswith("layers.")) for part in parts]
         out["num_stages"] = stages
+    return out
+
+
+_COUNTS = {}
+
+
+def model_fields(m, count):
+    """The registry model's architecture; with `count`, its real parameter count (built on the meta device)."""
+    import torch
+
+    att = m.layers[0].attention
+    rope = att.rope
+    qkv = getattr(att, "qkv_linear", None)
+    out = {"n_layers": _layers_of(m), "dim": m.dim, "vocab_size": m.vocab_size, "n_heads": att.n_heads,
+           "n_kv_heads": getattr(att, "n_kv_heads", None), "tied": bool(m.enable_weight_tying),
+           "norm": type(m.norm).__qualname__, "rope_theta": float(rope.theta), "rope_scaling": rope.scaling,
+           "rope_factor": rope.scaling_factor if rope.scaling == "llama" else rope.rope_factor,
+           "qkv_bias": bool(qkv.wqkv.bias) if qkv is not None and hasattr(qkv, "wqkv") else None,
+           "qk_norm": getattr(att, "qk_norm", None) is not None}
+    if count:
+        key = id(type(m)), out["n_layers"], out["dim"], out["vocab_size"]
+        if key not in _COUNTS:
+            with torch.device("meta"):
+                model = m.build()
+            _COUNTS[key] = sum(p.numel() for p in model.parameters())
+        out["params"] = _COUNTS[key]
     return out
 
 

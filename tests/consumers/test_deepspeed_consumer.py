@@ -9,6 +9,11 @@ import pytest
 
 from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
 from consumers.conftest import accepted, rejected, require, run_checker
+from consumers.rebuild import argv_of_script, mds_spec, same_model
+from consumers.scenarios import written
+from planner.emit.capabilities import launcher_errors
+from planner.model_catalog import load_model
+from planner.specs import ParallelPlan
 
 pytestmark = pytest.mark.consumers
 
@@ -43,7 +48,46 @@ def _bad_requests() -> list[dict]:
 def results():
     require("deepspeed", "torch")
     reqs = [{"id": c.name, "config": _cfg(c), "dp": c.plan.dp} for c in CASES] + _bad_requests()
+    reqs += [{"id": run.id, "config": json.loads(run.files["ds_config.json"]), "dp": run.plan_doc["plan"]["dp"]}
+             for run in RUNS]
     return run_checker("check_deepspeed.py", reqs)
+
+
+RUNS = written("deepspeed")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
+def test_scenario_deepspeed_files_run_and_reproduce_the_model(results, run):
+    """`plan --launcher deepspeed --out`: DeepSpeedConfig accepts ds_config.json for the plan's DP world; the
+    plan is one DeepSpeed's engine runs (no CP, PP only with ZeRO 0-1); the Megatron-DeepSpeed arguments
+    (in deepspeed_args.json and launch_deepspeed.sh alike), parsed with Megatron-DeepSpeed's flag
+    definitions, rebuild the planned model (exact parameter count, rope base, activation, norm, bias, tying)."""
+    r = accepted(results, run.id)
+    doc = run.plan_doc
+    p = doc["plan"]
+    assert r["train_batch_size"] == run.scenario.gbs and r["world_size"] == p["dp"]
+    assert r["zero_stage"] == p["zero_stage"] and p["cp"] == 1 and (p["pp"] == 1 or p["zero_stage"] <= 1)
+    planned = load_model(run.scenario.model)
+    assert launcher_errors(ParallelPlan(**p), planned, _train(run), "deepspeed") == []
+    args = json.loads(run.files["deepspeed_args.json"])["args"]
+    assert argv_of_script(run.files["launch_deepspeed.sh"]) == args
+    rebuilt, a = mds_spec(args)
+    assert same_model(rebuilt, planned, doc["model"]["params_total"]) == []
+    assert (a.attention_dropout, a.hidden_dropout) == (0.0, 0.0)
+    assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size) == (p["tp"], p["pp"])
+
+
+def _train(run):
+    from planner.specs import TrainingSpec
+    t = run.plan_doc["training"]
+    return TrainingSpec(seq_len=t["seq_len"], global_batch=t["global_batch"], dtype=t["dtype"], framework="deepspeed")
+
+
+def test_issue_13_llama70b_deepspeed_writes_ds_config():
+    """The issue's case: llama-3.1-70b (reference HF config) on 64 H100, seq 8192, gbs 128, --launcher deepspeed."""
+    run = next(r for r in RUNS if r.scenario.name == "llama70b-h100x64-s8k")
+    assert {"ds_config.json", "deepspeed_args.json", "launch_deepspeed.sh", "plan.json"} <= set(run.files)
+    assert "--rotary-position-embeddings-theta" in json.loads(run.files["deepspeed_args.json"])["args"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

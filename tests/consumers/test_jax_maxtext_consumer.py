@@ -10,6 +10,9 @@ import pytest
 
 from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
 from consumers.conftest import accepted, rejected, require, run_checker
+from consumers.rebuild import maxtext_spec, same_model
+from consumers.scenarios import written
+from planner.model_catalog import load_model
 
 pytestmark = pytest.mark.consumers
 
@@ -54,6 +57,8 @@ def results():
     reqs = [{"id": "jax:" + c.name, "kind": "jax", "mesh": _mesh(c)} for c in JAX_CASES]
     reqs += [{"id": "mt:" + c.name, "kind": "maxtext", "yml": _yml(c), "world": c.cluster.count} for c in MT_CASES]
     reqs += _bad_requests()
+    reqs += [{"id": run.id, "kind": "maxtext", "yml": run.files["maxtext.yml"], "world": run.plan_doc["devices"]}
+             for run in RUNS]
     assert max(c.cluster.count for c in JAX_CASES) <= MAX_DEVICES
     # XLA reads the fake device count once, when jax is first imported: set it for the checker's interpreter
     return run_checker("check_jax.py", reqs,
@@ -96,6 +101,29 @@ def test_maxtext_accepts_emitted_config(results, case):
     assert r["num_decoder_layers"] == case.model.num_layers and r["emb_dim"] == case.model.hidden_size
     if case.cluster.count <= MAX_DEVICES:
         assert r["mesh_shape"] == deg
+
+
+RUNS = written("maxtext")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
+def test_scenario_maxtext_files_run_and_reproduce_the_model(results, run):
+    """`plan --launcher maxtext --out`: MaxText's pyconfig accepts maxtext.yml for the world, its mesh is
+    the plan's, and the model its config describes is the planned one (exact parameter count, rope base
+    and scaling, activation, norm, biases, tying; no dropout)."""
+    r = accepted(results, run.id)
+    doc = run.plan_doc
+    p = doc["plan"]
+    ici, dcn = dict(zip(r["mesh_axes"], r["ici"])), dict(zip(r["mesh_axes"], r["dcn"]))
+    deg = {a: ici[a] * dcn[a] for a in r["mesh_axes"]}
+    assert (deg["tensor"], deg["stage"], deg["context"], deg["expert"]) == (p["tp"], p["pp"], p["cp"], p["ep"])
+    assert deg["data"] * deg["fsdp"] * deg["expert"] == p["dp"]
+    assert r["global_batch"] == run.scenario.gbs
+    planned = load_model(run.scenario.model)
+    f = r["model"]
+    assert same_model(maxtext_spec(f), planned, doc["model"]["params_total"]) == []
+    assert f["enable_dropout"] is False and f["dropout_rate"] == 0.0
+    assert f["rope_type"] == ("llama3.1" if planned.rope_scaling is not None else "default")
 
 
 def test_tpu_multislice_puts_only_data_or_stage_on_dcn(results):

@@ -9,6 +9,9 @@ import pytest
 
 from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, LLAMA31_405B, Case, catalog_cases, cluster, search_cases
 from consumers.conftest import accepted, rejected, require, run_checker
+from consumers.rebuild import argv_of_script, megatron_spec, same_model
+from consumers.scenarios import written
+from planner.model_catalog import load_model
 from planner.specs import ParallelPlan, TrainingSpec
 
 pytestmark = pytest.mark.consumers
@@ -63,7 +66,42 @@ def _bad_requests() -> list[dict]:
 @pytest.fixture(scope="module")
 def results():
     require("megatron.core", "megatron.training", "torch", "triton")
-    return run_checker("check_megatron.py", [_req(c) for c in CASES] + _bad_requests())
+    return run_checker("check_megatron.py", [_req(c) for c in CASES] + _bad_requests() + _scenario_requests())
+
+
+RUNS = written("megatron")
+
+
+def _scenario_requests() -> list[dict]:
+    out = []
+    for run in RUNS:
+        d = json.loads(run.files["megatron_args.json"])
+        hw = run.plan_doc["hardware"]
+        out.append({"id": run.id, "args": d["args"], "env": d["env"], "world": run.plan_doc["devices"],
+                    "arch": 10 if hw.startswith(("b200", "gb200")) else 9})
+    return out
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
+def test_scenario_megatron_files_run_and_reproduce_the_model(results, run):
+    """`plan --launcher megatron --out`: megatron-core accepts the args, the layout is the plan's, and the
+    TransformerConfig + GPTModel args rebuilt from them are the planned model (exact parameter count)."""
+    r = accepted(results, run.id)
+    doc = run.plan_doc
+    p = doc["plan"]
+    assert (r["tp"], r["pp"], r["cp"], r["dp"], r["ep"]) == (p["tp"], p["pp"], p["cp"], p["dp"], p["ep"])
+    assert r["megatron_fsdp"] == (p["zero_stage"] == 3) and not (p["zero_stage"] == 3 and p["pp"] > 1)
+    planned = load_model(run.scenario.model)
+    f = r["model"]
+    assert same_model(megatron_spec(f), planned, doc["model"]["params_total"]) == []
+    assert (f["attention_dropout"], f["hidden_dropout"]) == (0.0, 0.0)  # the plan assumes no dropout
+    assert f["use_rope_scaling"] == (planned.rope_scaling is not None)
+    if planned.rope_scaling is not None:
+        assert f["rope_scaling_factor"] == planned.rope_scaling.factor
+    if planned.sliding_window is not None and planned.num_sliding_layers == planned.num_layers:
+        assert f["window_size"] == [planned.sliding_window - 1, 0]
+    # the launch script passes exactly the checked arguments
+    assert argv_of_script(run.files["launch_megatron.sh"]) == json.loads(run.files["megatron_args.json"])["args"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

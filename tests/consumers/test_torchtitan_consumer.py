@@ -9,6 +9,8 @@ import pytest
 
 from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster
 from consumers.conftest import accepted, rejected, require, run_checker
+from consumers.scenarios import written
+from planner.model_catalog import load_model
 from planner.emit.torchtitan import FLAVORS, _MODULE_OF
 from planner.specs import ParallelPlan, TrainingSpec
 
@@ -54,9 +56,35 @@ def _bad_requests() -> list[dict]:
 @pytest.fixture(scope="module")
 def results():
     require("torchtitan", "torch", "triton")
-    reqs = [{"id": c.name, "args": _args(c), "world": c.cluster.count} for c in CASES] + _bad_requests()
+    reqs = [{"id": c.name, "args": _args(c), "world": c.cluster.count,
+             "module_text": c.emit(["torchtitan"])[0].get("torchtitan_model.py")} for c in CASES] + _bad_requests()
     reqs += [{"id": f"flavor:{m}:{cfg}", "flavor": [m, cfg]} for m, cfg in REGISTRY]
+    reqs += [{"id": run.id, "args": json.loads(run.files["torchtitan_args.json"])["args"],
+              "world": run.plan_doc["devices"], "count_params": True, "pythonpath": str(run.out)} for run in RUNS]
     return run_checker("check_torchtitan.py", reqs)
+
+
+RUNS = written("torchtitan")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
+def test_scenario_torchtitan_files_run_and_build_the_planned_model(results, run):
+    """`plan --launcher torchtitan --out`: torchtitan parses the args for the world, and the model its
+    registry config builds (on the meta device) has the planner's exact parameter count and RoPE."""
+    r = accepted(results, run.id)
+    doc = run.plan_doc
+    p = doc["plan"]
+    assert (r["tp"], r["pp"], r["cp"]) == (p["tp"], p["pp"], p["cp"])
+    assert r["dp_replicate"] * r["dp_shard"] == p["dp"]
+    planned = load_model(run.scenario.model)
+    f = r["model"]
+    assert f["params"] == doc["model"]["params_total"]
+    assert (f["n_layers"], f["dim"], f["n_heads"], f["vocab_size"]) == (planned.num_layers, planned.hidden_size,
+                                                                       planned.num_heads, planned.vocab_size)
+    assert f["rope_theta"] == planned.rope_theta
+    assert f["tied"] == planned.tied_embeddings and "RMSNorm" in f["norm"]
+    if planned.rope_scaling is not None and planned.rope_scaling.rope_type == "llama3":
+        assert (f["rope_scaling"], f["rope_factor"]) == ("llama", planned.rope_scaling.factor)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

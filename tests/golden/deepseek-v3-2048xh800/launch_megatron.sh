@@ -24,13 +24,16 @@ exec torchrun \
   --qk-head-dim 128 \
   --qk-pos-emb-head-dim 64 \
   --v-head-dim 128 \
+  --attention-dropout 0 \
+  --hidden-dropout 0 \
   --seq-length 4096 \
   --max-position-embeddings 163840 \
   --swiglu \
+  --disable-bias-linear \
   --normalization RMSNorm \
   --position-embedding-type rope \
+  --rotary-base 10000 \
   --untie-embeddings-and-output-weights \
-  --disable-bias-linear \
   --tokenizer-type NullTokenizer \
   --vocab-size 129280 \
   --num-experts 256 \

@@ -22,13 +22,16 @@ exec torchrun \
   --kv-channels 128 \
   --group-query-attention \
   --num-query-groups 8 \
+  --attention-dropout 0 \
+  --hidden-dropout 0 \
   --seq-length 4096 \
   --max-position-embeddings 4096 \
   --swiglu \
+  --disable-bias-linear \
   --normalization RMSNorm \
   --position-embedding-type rope \
+  --rotary-base 10000 \
   --untie-embeddings-and-output-weights \
-  --disable-bias-linear \
   --tokenizer-type NullTokenizer \
   --vocab-size 32000 \
   --micro-batch-size 1 \

@@ -19,13 +19,18 @@ exec torchrun \
   --kv-channels 128 \
   --group-query-attention \
   --num-query-groups 8 \
+  --attention-dropout 0 \
+  --hidden-dropout 0 \
   --seq-length 8192 \
   --max-position-embeddings 131072 \
   --swiglu \
+  --disable-bias-linear \
   --normalization RMSNorm \
   --position-embedding-type rope \
+  --rotary-base 500000 \
+  --use-rope-scaling \
+  --rope-scaling-factor 8.0 \
   --untie-embeddings-and-output-weights \
-  --disable-bias-linear \
   --tokenizer-type NullTokenizer \
   --vocab-size 128256 \
   --micro-batch-size 2 \

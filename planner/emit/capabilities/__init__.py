@@ -1,0 +1,148 @@
+"""What each launcher can run, as data beside its emitter (one module per launcher).
+
+Each launcher module defines `CAPABILITIES`: the launcher version the rules were checked against, what it
+offers (schedules, ZeRO/FSDP stages, CP kinds, expert TP, recompute, offload, FP8 recipes, rank order) and
+`rules`, each a predicate over a plan with the one-line reason and the code that enforces it
+(../shared/reference/launcher_capabilities.md). A combination the reference marks *unverified* is a rule
+too (`verified=False`): it stays out of the searched space until a test with the real library shows it runs.
+
+    launcher_errors(plan, model, training, launcher, cluster) -> list[str]   # empty: the launcher runs it
+
+The emitters call `refuse(job, launcher)` before writing anything; the search (planner.search) drops every
+candidate for which `launcher_errors` is not empty when a target launcher is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from planner.emit.common import Job, Unsupported
+from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+
+
+# rule ids (shared by the launcher tables) that depend on the model, dtype or hardware only
+PLAN_FREE_RULES = frozenset({"gpu-only", "registry", "decoder-block", "alibi", "parallel-block", "mla", "moe",
+                             "sliding-window", "partial-bias", "no-fp16", "no-fp8", "state-dtypes", "fp8-hardware"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One thing the launcher cannot run: `breaks(job)` is True when the plan/model/hardware does it."""
+
+    id: str
+    why: str  # one line; may hold {placeholders} filled from `detail(job)`
+    source: str  # the code (or doc) that enforces it, as cited in launcher_capabilities.md
+    breaks: Callable[[Job], bool]
+    needs_cluster: bool = False  # reads the hardware (skipped when no cluster is given)
+    verified: bool = True  # False: the reference marks the combination unverified; excluded all the same
+    detail: Callable[[Job], dict] | None = None
+
+    @property
+    def plan_free(self) -> bool:
+        """Holds whatever the plan: the launcher cannot run this model, dtype or hardware at all."""
+        return self.id in PLAN_FREE_RULES
+
+    def message(self, job: Job) -> str:
+        text = self.why.format(**self.detail(job)) if self.detail else self.why
+        return text + ("" if self.verified else " (unverified: excluded until a test with the real library runs it)")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    launcher: str
+    version: str  # the launcher release the rules were read from
+    checked_against: str  # the installed release the emitted files are validated with (tests/consumers)
+    framework: str  # planner TrainingSpec.framework whose memory/overlap behaviour this launcher has
+    hardware: tuple[str, ...]  # "gpu", "tpu"
+    schedules: tuple[str, ...]  # planner schedule names it can run (with pp > 1)
+    zero_stages: tuple[int, ...]
+    cp_kinds: tuple[str, ...]  # planner cp_comm values
+    expert_tp: str
+    recompute: tuple[str, ...]
+    offload: str
+    fp8_recipes: tuple[str, ...]
+    rank_order: str
+    rules: tuple[Rule, ...]
+    search_defaults: dict = field(default_factory=dict)  # knobs the search pins for this launcher
+
+
+def _registry() -> dict[str, Capabilities]:
+    from planner.emit.capabilities import deepspeed, maxtext, megatron, torchtitan
+
+    return {c.launcher: c for c in (megatron.CAPABILITIES, deepspeed.CAPABILITIES, torchtitan.CAPABILITIES,
+                                    maxtext.CAPABILITIES)}
+
+
+TARGETS = ("megatron", "deepspeed", "torchtitan", "maxtext")
+
+
+def capabilities(launcher: str) -> Capabilities:
+    reg = _registry()
+    if launcher not in reg:
+        raise KeyError(f"unknown launcher {launcher!r}; choose from {', '.join(TARGETS)}")
+    return reg[launcher]
+
+
+def job_errors(job: Job, launcher: str) -> list[str]:
+    """Every rule of `launcher` the job breaks, as one-line messages (empty = the launcher runs it)."""
+    caps = capabilities(launcher)
+    out = []
+    for rule in caps.rules:
+        if rule.needs_cluster and job.cluster is None:
+            continue
+        if rule.breaks(job):
+            msg = rule.message(job)
+            if msg not in out:
+                out.append(msg)
+    return out
+
+
+def launcher_errors(plan: ParallelPlan, model: ModelSpec, training: TrainingSpec, launcher: str,
+                    cluster: ClusterSpec | None = None) -> list[str]:
+    """Why `launcher` cannot run this plan of this model (empty: it can). Hardware rules need `cluster`."""
+    job = Job(model=model, cluster=cluster, train=training, plan=plan, notes=[])  # type: ignore[arg-type]
+    return job_errors(job, launcher)
+
+
+def model_errors(model: ModelSpec, training: TrainingSpec, launcher: str, cluster: ClusterSpec) -> list[str]:
+    """The rules no plan can satisfy (model architecture, dtype, hardware): why the target cannot run at all."""
+    job = Job(model=model, cluster=cluster, train=training, plan=ParallelPlan(), notes=[])
+    return [r.message(job) for r in capabilities(launcher).rules if r.plan_free and r.breaks(job)]
+
+
+def refuse(job: Job, launcher: str) -> None:
+    """Raise Unsupported naming every broken rule on one line (the emitters' single gate)."""
+    errs = job_errors(job, launcher)
+    if errs:
+        raise Unsupported("; ".join(errs))
+
+
+def launchers_for(cluster: ClusterSpec) -> tuple[str, ...]:
+    """The target launchers that run on this cluster's hardware."""
+    kind = "tpu" if _is_tpu(cluster) else "gpu"
+    return tuple(t for t in TARGETS if kind in capabilities(t).hardware)
+
+
+def _is_tpu(cluster: ClusterSpec) -> bool:
+    hw = cluster.hardware
+    return hw.scale_up.kind == "ici_torus" or hw.id.startswith("tpu")
+
+
+# ---- predicates shared by several launchers' tables
+def is_tpu(job: Job) -> bool:
+    return _is_tpu(job.cluster)
+
+
+def non_default_state_dtypes(job: Job) -> bool:
+    return job.train.grad_dtype is not None or job.train.optimizer_dtype != "fp32"
+
+
+def pipelined(job: Job) -> bool:
+    return job.plan.pp > 1
+
+
+def microbatches(job: Job) -> int:
+    """Micro-batches per DP rank per step (Megatron's num_microbatches)."""
+    p = job.plan
+    return job.train.global_batch // max(1, p.micro_batch * p.dp)

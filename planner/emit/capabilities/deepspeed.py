@@ -1,0 +1,86 @@
+"""DeepSpeed 0.19.8 with Megatron-DeepSpeed (deepspeedai/Megatron-DeepSpeed master 4efb479).
+
+Citations: DS = deepspeed 0.19.8:deepspeed/, MDS = Megatron-DeepSpeed (launcher_capabilities.md sec. 2).
+"""
+
+from __future__ import annotations
+
+from planner.emit.capabilities import Capabilities, Rule, is_tpu, non_default_state_dtypes
+from planner.emit.common import Job
+from planner.specs.dims import ParallelDims
+
+
+def _partial_recompute(job: Job) -> bool:
+    p = job.plan
+    per_stage = job.model.num_layers // p.pp
+    return p.pp > 1 and p.recompute == "full" and p.recompute_layers is not None and 0 < p.recompute_layers < per_stage
+
+
+RULES = (
+    Rule("gpu-only", "DeepSpeed runs on GPUs, not on {hw}", "DS: CUDA/ROCm accelerators (no XLA backend)",
+         is_tpu, needs_cluster=True, detail=lambda j: {"hw": j.hw_id}),
+    Rule("no-ring-cp", "DeepSpeed has no Megatron-style context parallelism (ring/all-gather K/V); DeepSpeed-Ulysses "
+         "is not written by the planner", "launcher_capabilities.md sec. 2 [absent]; MDS:megatron/core/"
+         "parallel_state.py:145-148 (Ulysses only with TP=PP=1)", lambda j: j.plan.cp > 1),
+    Rule("moe", "the planner does not write Megatron-DeepSpeed MoE: DeepSpeed-MoE sets expert parallelism in model "
+         "code (deepspeed.moe.layer.MoE(ep_size), GShard gate with capacity), has no expert tensor parallelism and "
+         "does not run with ZeRO-3",
+         "DS:moe/layer.py:59; DS:runtime/engine.py:2197-2216 [assert]", lambda j: j.model.moe is not None),
+    Rule("pp-needs-zero01", "DeepSpeed's pipeline engine supports ZeRO stage 0-1 only, not stage {z}",
+         "DS:runtime/pipe/engine.py:76-77 [assert]", lambda j: j.plan.pp > 1 and j.plan.zero_stage >= 2,
+         detail=lambda j: {"z": j.plan.zero_stage}),
+    Rule("no-interleaving", "DeepSpeed's pipeline engine has no interleaved (virtual-stage) schedule",
+         "launcher_capabilities.md sec. 2 [absent]; MDS:megatron/training.py:674-686", lambda j: j.plan.vpp > 1),
+    Rule("schedules", "DeepSpeed's pipeline engine runs 1F1B (TrainSchedule) only, not {s}",
+         "DS:runtime/pipe/engine.py:501", lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe"),
+         detail=lambda j: {"s": j.plan.schedule}),
+    Rule("no-stage-sizes", "DeepSpeed's pipeline engine partitions layers itself (partition_method), not to given "
+         "first/last stage sizes", "DS:runtime/pipe/module.py:406-421; MDS:megatron/model/gpt_model.py:463",
+         lambda j: j.uneven or j.plan.account_embedding_loss),
+    Rule("even-pp-split", "{L} layers do not split evenly over pp={pp} (type:transformer partitioning)",
+         "MDS:megatron/model/gpt_model.py:463", lambda j: j.plan.pp > 1 and j.model.num_layers % j.plan.pp != 0,
+         detail=lambda j: {"L": j.model.num_layers, "pp": j.plan.pp}),
+    Rule("no-hybrid-shard", "DeepSpeed shards ZeRO over all data-parallel ranks: its hybrid sharding (MiCS) was removed "
+         "in 0.19, and ZeRO++ hpZ still shards optimizer states over every rank", "DS:runtime/zero/config.py (no mics_shard_size in 0.19.8)",
+         lambda j: ParallelDims.of(j.plan).zero_replicas > 1),
+    Rule("offload-needs-zero", "DeepSpeed offloads the optimizer only with ZeRO stage >= 1",
+         "DS:runtime/zero/offload_config.py:56", lambda j: j.plan.offload_optimizer and j.plan.zero_stage == 0),
+    Rule("no-fp8", "ds_config has no FP8 training switch (FP8 GEMMs come from Transformer Engine in model code)",
+         "launcher_capabilities.md sec. 2 [absent]", lambda j: j.train.dtype == "fp8"),
+    Rule("partial-recompute", "Megatron-DeepSpeed's pipe model recomputes every layer (--checkpoint-activations); "
+         "partial full recompute is not expressible", "MDS:megatron/model/gpt_model.py:446-452 (block ignored)",
+         _partial_recompute),
+    Rule("no-tp-overlap", "Megatron-DeepSpeed has no TP communication overlap",
+         "MDS:megatron/arguments.py:395-399 [silent]", lambda j: j.plan.tp > 1 and j.plan.tp_comm_overlap),
+    Rule("state-dtypes", "--grad-dtype / --optimizer-dtype are written for Megatron-LM only; DeepSpeed would train "
+         "with its default gradient and Adam-state dtypes", "planner.emit.megatron", non_default_state_dtypes),
+    Rule("mla", "Megatron-DeepSpeed has no multi-latent attention", "MDS:megatron/model/transformer.py",
+         lambda j: j.model.mla is not None),
+    Rule("alibi", "Megatron-DeepSpeed's GPT has no ALiBi position embedding here",
+         "MDS:megatron/arguments.py _add_network_size_args", lambda j: j.model.position_embedding == "alibi"),
+    Rule("parallel-block", "Megatron-DeepSpeed's GPT has no parallel attention+MLP block",
+         "MDS:megatron/model/transformer.py ParallelTransformerLayer", lambda j: j.model.parallel_attn_mlp),
+    Rule("partial-bias", "Megatron-DeepSpeed has biases on all linear layers or none (--disable-bias-linear); "
+         "{name} has them on some only", "MDS:megatron/arguments.py _add_training_args (--disable-bias-linear)",
+         lambda j: len({j.model.qkv_bias, j.model.attn_out_bias, j.model.mlp_bias}) > 1,
+         detail=lambda j: {"name": j.model.name}),
+    Rule("sliding-window", "Megatron-DeepSpeed has no sliding-window attention flag",
+         "MDS:megatron/arguments.py (no window flag)", lambda j: j.model.sliding_window is not None),
+)
+
+CAPABILITIES = Capabilities(
+    launcher="deepspeed",
+    version="deepspeed 0.19.8 + Megatron-DeepSpeed master 4efb479 (2025-07-16)",
+    checked_against="deepspeed 0.19.8 DeepSpeedConfig (tests/consumers); MDS flags read at 207b2d5 megatron/arguments.py",
+    framework="deepspeed",
+    hardware=("gpu",),
+    schedules=("1f1b",),
+    zero_stages=(0, 1, 2, 3),  # 2-3 only with pp = 1
+    cp_kinds=(),
+    expert_tp="none written (DeepSpeed-MoE: all-or-nothing = TP)",
+    recompute=("none", "selective", "full"),
+    offload="optimizer (stages 1-3), parameters (stage 3 only; not planned)",
+    fp8_recipes=(),
+    rank_order="pipe-data-model (TP innermost, PipelineModule topology)",
+    rules=RULES,
+)

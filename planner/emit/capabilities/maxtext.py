@@ -1,0 +1,96 @@
+"""MaxText (main e591f30; the same checks in PyPI maxtext 0.2.5, which the consumer tests run).
+
+Citations: MT = maxtext@e591f30:src/maxtext/ (launcher_capabilities.md sec. 4).
+"""
+
+from __future__ import annotations
+
+from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches, non_default_state_dtypes
+from planner.emit.common import Job, Unsupported
+from planner.specs.dims import ParallelDims
+
+
+def _mesh_impossible(job: Job) -> bool:
+    """EP must be carved from the DP axes and the mesh must lay over whole slices (planner.emit.maxtext)."""
+    from planner.emit.maxtext import mesh_degrees, split_ici_dcn
+
+    try:
+        split_ici_dcn(job, mesh_degrees(job))
+    except Unsupported:
+        return True
+    return False
+
+
+def _no_decoder_block(job: Job) -> bool:
+    from planner.emit.maxtext import _decoder_block
+
+    try:
+        _decoder_block(job)
+    except Unsupported:
+        return True
+    return False
+
+
+def _ring_seq(job: Job) -> bool:
+    p = job.plan
+    return p.cp > 1 and p.cp_comm == "ring" and job.train.seq_len % (p.cp * p.cp) != 0
+
+
+RULES = (
+    Rule("schedules", "MaxText pipelines with GPipe or its circular (repeat) schedule only, not {s}",
+         "MT:docs/guides/optimization/sharding.md:363-385 [doc]",
+         lambda j: j.plan.pp > 1 and j.plan.schedule in ("zb", "dualpipe"), detail=lambda j: {"s": j.plan.schedule}),
+    Rule("even-stages", "MaxText splits layers evenly over pipeline stages (no first/last stage sizes)",
+         "MT:configs/types.py:3574-3601 [assert]",
+         lambda j: j.plan.pp > 1 and (j.uneven or j.plan.account_embedding_loss
+                                      or j.model.num_layers % (j.plan.pp * j.plan.vpp) != 0)),
+    Rule("pipeline-microbatches", "MaxText needs the pipeline micro-batch count to be a multiple of pp",
+         "MT:configs/types.py:3602-3617 [assert]", lambda j: j.plan.pp > 1 and microbatches(j) % j.plan.pp != 0),
+    Rule("expert-tp-is-tp", "MaxText shards expert weights over the tensor axis like the dense ones (expert TP = TP); etp={etp} "
+         "with tp={tp} is not expressible", "MT:configs/base.yml logical_axis_rules mlp_moe",
+         lambda j: j.model.moe is not None and j.plan.etp != j.plan.tp,
+         detail=lambda j: {"etp": j.plan.etp, "tp": j.plan.tp}),
+    Rule("no-zero12-hybrid", "MaxText shards the optimizer over all of `data`; a zero_shard_size needs zero_stage 3 "
+         "(fsdp axis)", "MT:configs/base.yml shard_optimizer_over_data [absent: ZeRO-1/2 groups]",
+         lambda j: j.plan.zero_shard_size is not None and j.plan.zero_stage < 3
+         and ParallelDims.of(j.plan).dp_replicate > 1),
+    Rule("ulysses-tpu-only", "MaxText's ulysses context parallelism runs on TPU only",
+         "MT:configs/types.py:4071-4130 [assert]",
+         lambda j: j.plan.cp > 1 and j.plan.cp_comm == "a2a" and not is_tpu(j), needs_cluster=True),
+    Rule("ring-seq", "MaxText ring context parallelism needs seq_len divisible by cp^2",
+         "MT:configs/types.py:4011-4060 [assert]", _ring_seq),
+    Rule("fp8-no-grad-accum", "MaxText fp8 quantization cannot be combined with gradient accumulation",
+         "MT:configs/types.py:3878-3882 [assert]",
+         lambda j: j.train.dtype == "fp8" and j.plan.pp == 1 and microbatches(j) > 1),
+    Rule("fp8-hardware", "{hw} has no FP8 matmul units", "MT:configs/types.py:83-103 quantization",
+         lambda j: j.train.dtype == "fp8" and not j.fp8_in_hardware, needs_cluster=True,
+         detail=lambda j: {"hw": j.hw_id}),
+    Rule("mesh", "the plan's mesh cannot be laid out (ep from the DP axes, whole slices over DCN)",
+         "MT:utils/max_utils.py:461-484 [assert]", _mesh_impossible, needs_cluster=True),
+    Rule("decoder-block", "no MaxText decoder block matches the model's architecture",
+         "MT:configs/types.py decoder_block", _no_decoder_block),
+    Rule("no-tp-overlap", "TP collective-matmul overlap is left to XLA flags (unverified)",
+         "launcher_capabilities.md sec. 4 (unverified)", lambda j: j.plan.tp > 1 and j.plan.tp_comm_overlap,
+         verified=False),
+    Rule("state-dtypes", "--grad-dtype / --optimizer-dtype are written for Megatron-LM only; MaxText would train "
+         "with its default gradient and Adam-state dtypes", "MT:configs/base.yml:111-174 (grad_dtype float32)",
+         non_default_state_dtypes),
+)
+
+CAPABILITIES = Capabilities(
+    launcher="maxtext",
+    version="maxtext main e591f30 (2026-08-22), same checks as PyPI 0.2.5",
+    checked_against="maxtext 0.2.5 pyconfig.initialize + jax 0.10.2 mesh (tests/consumers)",
+    framework="maxtext",
+    hardware=("gpu", "tpu"),
+    schedules=("gpipe", "interleaved"),  # interleaved = circular repeats
+    zero_stages=(0, 1, 3),  # 1 = shard_optimizer_over_data; 3 = fsdp axis (2 maps to 1)
+    cp_kinds=("ring", "a2a"),  # a2a = ulysses, TPU only
+    expert_tp="= tp (the tensor axis)",
+    recompute=("none", "selective", "full"),  # remat_policy none / minimal / full
+    offload="optimizer_memory_host_offload",
+    fp8_recipes=("fp8",),
+    rank_order="mesh_axes order (stage moved before data with PP), DCN axes outermost",
+    rules=RULES,
+    search_defaults={"schedule": "gpipe"},
+)

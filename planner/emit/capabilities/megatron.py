@@ -1,0 +1,96 @@
+"""Megatron-LM / megatron-core: what it runs (rules read from core_v0.16.1, flags checked against 0.19.2).
+
+Citations: MLM = NVIDIA/Megatron-LM@core_v0.16.1 (../shared/reference/launcher_capabilities.md sec. 1).
+"""
+
+from __future__ import annotations
+
+from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches
+from planner.emit.common import Job
+
+
+def _uneven_layers(job: Job) -> bool:
+    m, p = job.model, job.plan
+    return p.pp > 1 and not job.uneven and not p.account_embedding_loss and m.num_layers % p.pp != 0
+
+
+def _vpp_split(job: Job) -> bool:
+    m, p = job.model, job.plan
+    if p.vpp == 1 or job.uneven or p.account_embedding_loss or m.num_layers % p.pp:
+        return False
+    return (m.num_layers // p.pp) % p.vpp != 0
+
+
+def _interleaved_microbatches(job: Job) -> bool:
+    p = job.plan
+    return p.pp > 1 and p.vpp > 1 and microbatches(job) % p.pp != 0
+
+
+_SCHEDULE_NAMES = {"gpipe": "GPipe", "zb": "zero-bubble", "dualpipe": "DualPipe", "1f1b": "1F1B",
+                   "interleaved": "interleaved"}
+
+RULES = (
+    Rule("gpu-only", "Megatron-LM runs on NVIDIA/AMD GPUs, not on {hw}", "MLM: CUDA/ROCm only (no XLA backend)",
+         is_tpu, needs_cluster=True, detail=lambda j: {"hw": j.hw_id}),
+    Rule("schedules", "Megatron-LM has no {s} schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",
+         "MLM:megatron/core/pipeline_parallel/schedules.py:45-150 get_forward_backward_func [absent: GPipe, ZB, DualPipe]",
+         lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe"),
+         detail=lambda j: {"s": _SCHEDULE_NAMES[j.plan.schedule]}),
+    Rule("even-pp-split", "{L} layers do not split evenly over pp={pp} and the plan gives no first/last stage sizes",
+         "MLM:megatron/training/arguments.py:558-572 [assert]", _uneven_layers,
+         detail=lambda j: {"L": j.model.num_layers, "pp": j.plan.pp}),
+    Rule("vpp-split", "layers per pipeline rank do not split into vpp={v} virtual stages",
+         "MLM:megatron/training/arguments.py:548 [assert]", _vpp_split, detail=lambda j: {"v": j.plan.vpp}),
+    Rule("interleaved-microbatches", "the interleaved schedule needs the micro-batch count divisible by pp",
+         "MLM:megatron/core/pipeline_parallel/schedules.py:995-1015 [assert]", _interleaved_microbatches),
+    Rule("fsdp-with-pp", "Megatron-FSDP (zero_stage 3) with pipeline parallelism",
+         "MLM:docs/user-guide/features/custom_fsdp.md:23 lists TP, EP, CP only; every Megatron-FSDP functional "
+         "test uses PP=1; NVIDIA/Megatron-LM#1455 open",
+         lambda j: j.plan.zero_stage == 3 and j.plan.pp > 1, verified=False),
+    Rule("tp-comm-overlap-needs-sp", "--tp-comm-overlap needs sequence parallelism in Megatron-LM",
+         "MLM:megatron/training/arguments.py:915-916 [assert]",
+         lambda j: j.plan.tp > 1 and j.plan.tp_comm_overlap and not j.plan.sequence_parallel),
+    Rule("shard-size-needs-distopt", "zero_shard_size needs ZeRO stage >= 1 in Megatron-LM (distributed optimizer "
+         "instances)", "MLM:megatron/core/parallel_state.py:833-837",
+         lambda j: j.plan.zero_shard_size is not None and j.plan.zero_shard_size < j.plan.dp and j.plan.zero_stage == 0),
+    Rule("offload-needs-distopt", "Megatron-LM offloads the optimizer only with the distributed optimizer "
+         "(zero_stage >= 1)", "MLM:megatron/training/arguments.py:1189-1198; megatron/core/optimizer/"
+         "optimizer_config.py:375-381 [assert]", lambda j: j.plan.offload_optimizer and j.plan.zero_stage < 1),
+    Rule("low-precision-states-need-distopt", "bf16 Adam moments need the precision-aware distributed optimizer "
+         "(zero_stage >= 1)", "MLM:megatron/core/optimizer/optimizer_config.py:414-426 [assert]",
+         lambda j: j.train.optimizer_dtype == "bf16" and j.plan.zero_stage < 1),
+    Rule("fp8-hardware", "{hw} has no FP8 tensor cores", "MLM:megatron/core/fp8_utils.py:552-590 (Transformer Engine)",
+         lambda j: j.train.dtype == "fp8" and not j.fp8_in_hardware, needs_cluster=True,
+         detail=lambda j: {"hw": j.hw_id}),
+    Rule("experts-over-ep", "{E} experts do not split over ep={ep}", "MLM:megatron/training/arguments.py:1024-1029",
+         lambda j: j.model.moe is not None and j.model.moe.num_experts % j.plan.ep != 0,
+         detail=lambda j: {"E": j.model.moe.num_experts, "ep": j.plan.ep}),
+    Rule("moe-bias-needs-etp1", "MoE experts with biases need expert TP 1 in Megatron-LM",
+         "MLM:megatron/core/transformer/transformer_config.py:1587-1591 [assert]",
+         lambda j: j.model.moe is not None and j.model.moe.expert_bias and j.plan.etp > 1),
+    Rule("alibi", "Megatron-LM has no ALiBi position embedding",
+         "MLM:megatron/training/arguments.py --position-embedding-type choices",
+         lambda j: j.model.position_embedding == "alibi"),
+    Rule("parallel-block", "Megatron-LM's GPT model has no parallel attention+MLP block",
+         "MLM:megatron/core/transformer/transformer_layer.py (sequential attention then MLP)",
+         lambda j: j.model.parallel_attn_mlp),
+    Rule("uneven-needs-pp", "uneven first/last stage layers need pipeline parallelism",
+         "MLM:megatron/core/transformer/transformer_config.py:1363-1432", lambda j: j.uneven and j.plan.pp < 2),
+)
+
+CAPABILITIES = Capabilities(
+    launcher="megatron",
+    version="megatron-core core_v0.16.1 (MLM tag, commit 55ac7082517c)",
+    checked_against="megatron-core 0.19.2 parse_args + validate_args + TransformerConfig (tests/consumers)",
+    framework="megatron",
+    hardware=("gpu",),
+    schedules=("1f1b", "interleaved"),
+    zero_stages=(0, 1, 2, 3),  # 1-2: distributed optimizer; 3: Megatron-FSDP optim_grads_params (PP=1 only)
+    cp_kinds=("ring", "a2a"),  # --cp-comm-type p2p / a2a (TE attention only)
+    expert_tp="any etp (--expert-tensor-parallel-size); ep*etp divides tp*cp*dp",
+    recompute=("none", "selective", "full"),  # full: uniform, or block for k layers per chunk
+    offload="optimizer (--optimizer-cpu-offload, precision-aware distopt); no parameter offload",
+    fp8_recipes=("tensorwise", "mxfp8"),  # hybrid format; mxfp8 on Blackwell
+    rank_order="tp-cp-ep-dp-pp (TP innermost), expert grid etp-ep-edp-pp",
+    rules=RULES,
+)
