@@ -252,9 +252,6 @@ def test_first_plan_is_not_slower_and_larger_than_a_later_row(model, cluster, tr
 
 # ---- 7. MoE ---------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="EP1 + Megatron-FSDP inside the node with PP2 still scores faster than EP8: "
-                   "the model hides the per-micro-batch expert all-gathers under compute and charges EP8's NVLink "
-                   "all-to-alls in full; the contention that makes experts prefer EP is not modelled")
 def test_many_expert_model_uses_expert_parallelism():
     _, plans = best("qwen3-30b-a3b", "h100x16", seq_len=4096, global_batch=256)
     assert plans[0].plan.ep > 1
