@@ -125,6 +125,9 @@ def plan_options(f):
                      help="gradient buffer / reduction dtype (default: the framework's, fp32 for Megatron and FSDP)"),
         click.option("--optimizer-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
                      help="Adam moment dtype (bf16: Megatron precision-aware optimizer); master weights stay fp32"),
+        click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
+                     help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
+                     "(scores materialised, as in stacks before mid-2022)"),
         click.option("--tp", type=int, callback=_positive), click.option("--pp", type=int, callback=_positive),
         click.option("--dp", type=int, callback=_positive), click.option("--cp", type=int, callback=_positive),
         click.option("--ep", type=int, callback=_positive), click.option("--etp", type=int, callback=_positive),
@@ -201,7 +204,8 @@ def _json_error(f, kwargs: dict, code: int, message: str) -> None:
         click.echo(dumps(error_doc(command, code, " ".join(message.split()))))
 
 
-def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dtype=None, optimizer_dtype="fp32"):
+def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dtype=None, optimizer_dtype="fp32",
+                 attention=None):
     from pydantic import ValidationError
 
     from planner.errors import InputError
@@ -221,7 +225,8 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
         gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
     try:
         train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=dtype, framework=framework,
-                             grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype or "fp32")
+                             grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype or "fp32",
+                             attention_impl=attention or "flash")
     except ValidationError as e:
         raise InputError(_validation_message(e, "training settings")) from None
     return model, cluster, train
@@ -263,7 +268,8 @@ def run_search(kw: dict, show_progress: bool = False):
     from planner.specs import ParallelPlan
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
-                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
+                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
+                                         kw.get("attention"))
     cluster = cluster_overrides(cluster, kw)
     fixed = fixed_knobs(kw)
     launcher = kw.get("launcher")
@@ -305,7 +311,7 @@ def run_search(kw: dict, show_progress: bool = False):
     doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
                         "framework": train.framework, "launcher": launcher, "grad_dtype": grad_dtype(train),
-                        "optimizer_dtype": train.optimizer_dtype},
+                        "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl},
            "plans": plans,
            "ranking": ranking_doc(kw),
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
@@ -458,7 +464,8 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
     from planner.ui.progress import progress
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
-                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"))
+                                         kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
+                                         kw.get("attention"))
     cluster = cluster_overrides(cluster, kw)
     fixed = fixed_knobs(kw)
     check_request(model, cluster, train, {k: v for k, v in fixed.items() if k not in ("tp", "pp", "cp", "dp")},

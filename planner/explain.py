@@ -7,8 +7,11 @@ from typing import Any
 
 from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.trace import FORMULAS, Term, label
+from planner.placement import placement
 from planner.space import plan_errors
 from planner.specs import ParallelPlan
+
+_SCALE_UP_NAME = {"nvswitch": "NVLink", "xgmi_mesh": "xGMI", "ici_torus": "ICI"}
 
 
 def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str:
@@ -16,15 +19,19 @@ def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str
     against `usable_gib` (the capacity the search allowed) when given, else the device's HBM."""
     p, cl = ev.plan, ctx.cluster
     parts = []
+    span = placement(cl, p, ctx.train.framework)
     if p.tp > 1:
-        where = "NVLink/ICI" if p.tp <= cl.scale_up_size else "the network (crosses the domain)"
-        parts.append(f"TP={p.tp} keeps per-layer collectives on {where}")
+        where = (_SCALE_UP_NAME.get(cl.hardware.scale_up.kind, "the scale-up fabric") if span["tp"].aligned else
+                 f"{cl.hardware.scale_out.kind.upper()} (its groups span {span['tp'].domains} scale-up domains)")
+        parts.append(f"TP={p.tp} runs per-layer collectives on {where}")
     if p.pp > 1:
         bub = ev.time_breakdown["bubble_s"] / ev.step_time_s if ev.step_time_s else 0.0
         parts.append(f"PP={p.pp}{' x' + str(p.vpp) + ' virtual' if p.vpp > 1 else ''} "
                      f"({p.schedule}, bubble {100 * bub:.0f}%)")
     if p.cp > 1:
-        parts.append(f"CP={p.cp} splits the {ctx.train.seq_len}-token sequence")
+        parts.append(f"CP={p.cp} splits the {ctx.train.seq_len}-token sequence"
+                     + ("" if span["cp"].aligned else
+                        f" (its K/V exchange crosses {cl.hardware.scale_out.kind.upper()})"))
     if p.ep > 1:
         parts.append(f"EP={p.ep} spreads the experts")
     if p.zero_stage:
@@ -63,7 +70,7 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
         upd = change(ev.plan)
         if not upd:
             continue
-        if upd.get("pp", 1) == 1:
+        if upd.get("pp", ev.plan.pp) == 1:  # a neighbour that keeps PP keeps its schedule
             upd.update(vpp=1, schedule="1f1b")
         if upd.get("tp", ev.plan.tp) == 1:
             upd["sequence_parallel"] = False

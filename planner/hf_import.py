@@ -384,8 +384,21 @@ def _deepseek(r: _Reader, mt: str, L: int, nh: int) -> dict:
         num_shared_experts=n_shared,
         first_k_dense=first,
         layer_freq=freq,
+        **_group_routing(r, E),
     )
     return out
+
+
+def _group_routing(r: _Reader, num_experts: int) -> dict:
+    """Group-limited routing of DeepSeek-V2 (`group_limited_greedy`, M devices) and V3 (`noaux_tc`, M nodes):
+    the experts split into `n_group` groups and each token chooses among `topk_group` of them (DeepSeek-V2
+    report arXiv 2405.04434 sec. 2.2.2; DeepSeek-V3 report arXiv 2412.19437 sec. 2.1.2). Greedy routing
+    (V2-Lite) or a single group: unlimited."""
+    groups = r.int("n_group", 1, null=1)
+    if groups <= 1 or num_experts % groups or str(r.cfg.get("topk_method", "")) == "greedy":
+        return {}
+    top = r.int("topk_group", groups, null=groups)
+    return {"route_groups": groups, "route_topk_groups": min(top, groups)}
 
 
 # --------------------------------------------------------------------------------------------

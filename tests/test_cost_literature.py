@@ -221,4 +221,8 @@ def test_offload_crosses_the_profiles_host_link(cluster, gbps):
     ev = evaluate(ctx, ParallelPlan(tp=1, dp=8, zero_stage=1, offload_optimizer=True))
     term = next(t for t in ev.trace.time if t.name == "optimizer_s")
     assert term.inputs["bandwidth_GBps"] == gbps
-    assert term.value == pytest.approx(term.inputs["local_params"] * (4 + 2) / (gbps * 1e9))  # fp32 grads + bf16 params
+    link_s = term.inputs["local_params"] * (4 + 2) / (gbps * 1e9)  # fp32 grads + bf16 params
+    assert term.inputs["host_link_s"] == pytest.approx(link_s)
+    # + CPU-Adam on the host's shared CPUs (issue 12): the GPUs of a host update their shards on its cores
+    cpu_s = term.inputs["local_params"] * term.inputs["gpus_per_host"] / term.inputs["cpu_adam_params_per_s"]
+    assert term.value == pytest.approx(link_s + cpu_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, plan_shape
-from planner.costmodel.compute import lm_head_fwd_s
+from planner.costmodel.compute import lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.layers import layer_times
 from planner.costmodel.memory import (
     GIB,
@@ -30,7 +30,8 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
         lf, lb, la, lt, lc, le = layer_times(ctx, shape, k)
         comm = 2 * ((0.0 if plan.tp_comm_overlap else lt) + lc + le)
         dense = (k.params.total - k.params.routed_experts) / plan.tp
-        rows.append((lf + lb + comm + (la if plan.recompute == "selective" else 0.0), lf + lt + lc + le,
+        selective = la + mla_up_proj_s(ctx, shape, k) if plan.recompute == "selective" else 0.0
+        rows.append((lf + lb + comm + selective, lf + lt + lc + le,
                      act_elems(ctx, shape, k, base_mode) * shape.tokens * ACT_ELEM_BYTES,
                      act_elems(ctx, shape, k, "full") * shape.tokens * ACT_ELEM_BYTES,
                      dense * per_dense + k.params.routed_experts / (plan.ep * plan.etp) * per_exp))
@@ -59,7 +60,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
         first_extra_bytes=ctx.params.embedding / tp * per_dense
         + shape.tokens * m.hidden_size * ACT_ELEM_BYTES * inflight[0],
         last_extra_bytes=(ctx.params.lm_head or ctx.params.embedding) / tp * per_dense
-        + shape.tokens * logits_bytes_per_token(m, tp),
+        + shape.tokens * logits_bytes_per_token(m, tp, ctx.train.framework),
         inflight=inflight, capacity_bytes=cap,
         uniform_recompute=plan.recompute == "full",
     )

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from planner.costmodel import calibration as cal
-from planner.costmodel.collectives import Link, group_link
+from planner.costmodel.collectives import Link, span_link
 from planner.costmodel.flops import LayerFlops, is_sliding_layer, layer_flops, model_flops_per_token
 from planner.costmodel.partition import stage_layer_counts
 from planner.costmodel.trace import Term, formula
 from planner.params import LayerParams, count_params, layer_params
+from planner.placement import placement
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from planner.specs.dims import ParallelDims
 
@@ -146,7 +147,7 @@ def num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
 
 
 class Links(NamedTuple):
-    """The fabric each group of the plan runs on (Megatron rank order tp -> cp -> ep/dp -> pp)."""
+    """The fabric each group of the plan runs on, from the launcher's rank order (planner.placement)."""
 
     tp: Link
     cp: Link
@@ -154,17 +155,21 @@ class Links(NamedTuple):
     dp_rs: Link  # dp x cp ranks, reduce-scatter / all-gather
     dp_ar: Link  # dp x cp ranks, all-reduce
     pp: Link
+    tp_ar: Link  # tp ranks, all-reduce (TP without sequence parallelism)
+    edp: Link  # replicas of one expert shard, reduce-scatter / all-gather
 
 
-def plan_links(cluster: ClusterSpec, plan: ParallelPlan) -> Links:
-    tp, cp, dp, ep, etp = plan.tp, plan.cp, plan.dp, plan.ep, plan.etp
+def plan_links(cluster: ClusterSpec, plan: ParallelPlan, framework: str = "megatron") -> Links:
+    span = placement(cluster, plan, framework)
     return Links(
-        tp=group_link(cluster, tp, 1),
-        cp=group_link(cluster, cp, tp),
-        ep=group_link(cluster, ep, etp, "all_to_all"),
-        dp_rs=group_link(cluster, dp * cp, tp, "reduce_scatter"),
-        dp_ar=group_link(cluster, dp * cp, tp, "all_reduce"),
-        pp=group_link(cluster, 2, tp * cp * dp, "send_recv"),
+        tp=span_link(cluster, span["tp"]),
+        cp=span_link(cluster, span["cp"]),
+        ep=span_link(cluster, span["ep"], "all_to_all"),
+        dp_rs=span_link(cluster, span["dp"], "reduce_scatter"),
+        dp_ar=span_link(cluster, span["dp"], "all_reduce"),
+        pp=span_link(cluster, span["pp"], "send_recv"),
+        tp_ar=span_link(cluster, span["tp"], "all_reduce"),
+        edp=span_link(cluster, span["edp"], "reduce_scatter"),
     )
 
 
@@ -189,6 +194,7 @@ def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
     sp = plan.sequence_parallel and plan.tp > 1
     return Shape(plan=plan, sp=sp, nmb=num_microbatches(plan, ctx.train),
-                 tokens=plan.micro_batch * ctx.train.seq_len / plan.cp, links=plan_links(ctx.cluster, plan),
+                 tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
+                 links=plan_links(ctx.cluster, plan, ctx.train.framework),
                  dims=ParallelDims.of(plan),
                  time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm))

@@ -83,6 +83,25 @@ ALLOCATOR_FRAGMENTATION = 1.05
 # Memory left free for the driver and transient spikes when deciding whether a plan fits.
 FIT_RESERVE_GIB = 1.0
 
+# --- host (optimizer offload) ---------------------------------------------------------------------
+# DeepSpeed CPU-Adam throughput of one host, parameters updated per second with all its cores (ZeRO-Offload,
+# Ren et al., USENIX ATC 2021, arXiv 2101.06840, Table 3: 10B parameters in about 2.6 s on a DGX-2 host's two
+# 24-core Xeon Platinum 8168 sockets, as read from the paper; the table text could not be re-retrieved in this
+# pass). DeepSpeed's tutorial: DeepSpeedCPUAdam is 5-7x faster than PyTorch's CPU Adam. CPU Adam streams ~30
+# bytes per parameter through host DRAM, so the rate is the host's memory bandwidth, shared by all GPUs of the
+# host: one host updates the optimizer shards of all its GPUs. A documented measurement, not fitted.
+CPU_ADAM_PARAMS_PER_S_PER_HOST = 3.9e9
+
+# --- fixed costs ----------------------------------------------------------------------------------
+# Work per layer that does not shrink with its FLOPs (kernel launch gaps, small uncounted kernels), seconds per
+# transformer layer per micro-batch (forward + backward, 1/3 + 2/3), and per micro-batch per stage. Issue 12
+# fitted them on the dev runs: per micro-batch any positive value raised the p90; per layer 1.5 ms (with
+# FP8_DERATE refitted to 1.0) gave median 7.5% / p90 19.5%, but a cost that does not shrink with TP, CP or PP
+# then ranked NeMo's published layouts 21st-31st (TP2 PP8 over NeMo's TP4 PP4 for Llama-2 70B, no CP over CP2
+# for Llama-3 8B at 8k). Launch gaps hide under long kernels, so such a cost is not physical at these sizes:
+# both stay 0 until a host-bound floor (max of GPU and host time per layer) is modelled.
+LAYER_OVERHEAD_S = 0.0
+MICROBATCH_OVERHEAD_S = 0.0
 
 def profile_constant(hw, name: str, default: float) -> float:
     """A constant a calibrated hardware profile sets (`calibration:` block, written by `plan calibrate`),

@@ -8,10 +8,10 @@ nccl-tests doc/PERFORMANCE.md):
 Time = steps * alpha + volume / busbw, where busbw is the measured bus bandwidth of the fabric
 the group actually uses (shared/reference/specs.md sec. 1.3).
 
-Placement: Megatron orders ranks tp -> cp -> ep/dp -> pp (`RankGenerator(order="tp-cp-ep-dp-pp")`),
-so a group is `size` ranks spaced `stride` apart. It stays inside one scale-up domain (NVLink/NVSwitch
-node, NVL72 rack, TPU ICI slice) when size * stride <= domain; otherwise every rank also crosses the
-scale-out network.
+Placement (planner.placement): the launcher's rank order says which scale-up domain (NVLink/NVSwitch
+node, NVL72 rack, TPU ICI slice) each member of a group sits in; a group inside one domain uses its fabric
+(on a TPU the links of the torus axes it runs along), a group across domains also the scale-out network,
+with the NICs of its members there.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.costmodel import calibration as cal
+from planner.placement import GroupSpan, ici_group_busbw_GBps, linear_span, placement_domain
 from planner.specs import ClusterSpec
 
 Kind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
@@ -35,30 +36,53 @@ class Link:
     ranks_per_domain: int
 
 
-def group_link(cluster: ClusterSpec, size: int, stride: int, kind: Kind = "all_gather") -> Link:
-    """Fabric seen by a group of `size` ranks spaced `stride` apart."""
-    hw = cluster.hardware
-    su, so = hw.scale_up, hw.scale_out
+def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, ici_axes: tuple = ()) -> float:
+    """Bus bandwidth (bytes/s) of a group's `per_domain` members inside one scale-up domain."""
+    su = cluster.hardware.scale_up
     domain = cluster.scale_up_size
-    per_domain = max(1, min(size, domain // stride)) if stride < domain else 1
+    if su.kind == "ici_torus":
+        # the links of the torus axes the group runs along (planner.placement.ici_group_busbw_GBps); a group
+        # of unknown shape gets the whole chip's links
+        rate = ici_group_busbw_GBps(cluster, ici_axes) if ici_axes else su.unidir_GBps
+        return rate * 1e9 * cal.ICI_BUS_FRACTION
     # Scale-up bandwidth: measured ring busbw (specs.md 1.3), else ~80% of the per-direction wire rate.
     intra = (su.ring_busbw_GBps or cal.RING_WIRE_FRACTION * su.unidir_GBps) * 1e9
     if kind == "all_reduce" and su.nvls_allreduce_busbw_GBps and per_domain > 4:
         intra = su.nvls_allreduce_busbw_GBps * 1e9  # NVLink SHARP does the reduction in the switch
     if su.kind == "xgmi_mesh" and per_domain < domain:
         # fully connected mesh without a switch: a rank reaches a peer over one link only
-        intra *= (per_domain - 1) / max(1, domain - 1)
-    if su.kind == "ici_torus":
-        intra = su.unidir_GBps * 1e9 * cal.ICI_BUS_FRACTION
-    if size * stride <= domain or size == 1:
-        return Link(intra, su.latency_us * 1e-6, False, per_domain)
-    # Crossing domains: each rank in a domain drives its own NIC; NCCL runs one ring per NIC and
-    # reduces hierarchically, so busbw grows with the group's ranks per domain, capped by the scale-up
-    # fabric (specs.md 1.3: 4x8 B200 all-reduce 382 GB/s with 8x50 GB/s NICs per node).
-    inter = per_domain * so.unidir_GBps_per_device * so.achievable_fraction * 1e9
-    # one rank per domain: the scale-up fabric carries none of this group's traffic (on an xGMI mesh the
-    # scaled intra rate above is 0 there, which divided by zero)
-    return Link(inter if per_domain == 1 else min(intra, inter), so.latency_us * 1e-6, True, per_domain)
+        intra *= max(1, per_domain - 1) / max(1, domain - 1)
+    return intra
+
+
+def span_link(cluster: ClusterSpec, span: GroupSpan, kind: Kind = "all_gather") -> Link:
+    """Fabric seen by the groups of one kind as planner.placement places them. Inside one scale-up domain:
+    the domain's bus bandwidth. Across domains each member drives its own NIC and NCCL runs one ring per
+    NIC, reducing hierarchically, so busbw grows with the group's members per domain, capped by the
+    scale-up fabric (specs.md 1.3: 4x8 B200 all-reduce 382 GB/s with 8x50 GB/s NICs per node); a group
+    straddling a boundary unevenly (TP3 ranks 6,7 | 8) is held to the NICs of its fewest members in one
+    domain, the slowest link of its ring."""
+    su, so = cluster.hardware.scale_up, cluster.hardware.scale_out
+    if span.aligned or span.size <= 1:
+        return Link(_intra_busbw(cluster, span.max_per_domain, kind, span.ici_axes), su.latency_us * 1e-6,
+                    False, span.max_per_domain)
+    n = span.min_per_domain
+    inter = n * so.unidir_GBps_per_device * so.achievable_fraction * 1e9
+    if kind == "send_recv" or n == 1:
+        # one rank per domain (or a point-to-point pair): the scale-up fabric carries none of the traffic
+        # (on an xGMI mesh the scaled intra rate is 0 there, which divided by zero)
+        return Link(so.unidir_GBps_per_device * so.achievable_fraction * 1e9 if kind == "send_recv" else inter,
+                    so.latency_us * 1e-6, True, n)
+    return Link(min(_intra_busbw(cluster, n, kind, span.ici_axes), inter), so.latency_us * 1e-6, True, n)
+
+
+def group_link(cluster: ClusterSpec, size: int, stride: int, kind: Kind = "all_gather") -> Link:
+    """Fabric seen by groups of `size` ranks spaced `stride` apart in a linear rank order (Megatron's
+    tp-cp-ep-dp-pp) over all the cluster's devices: planner.placement.linear_span, then span_link."""
+    su, so = cluster.hardware.scale_up, cluster.hardware.scale_out
+    span = linear_span("group", size, stride, cluster.count, placement_domain(cluster, cluster.count),
+                       su.kind, so.kind)
+    return span_link(cluster, span, kind)
 
 
 def collective_time(kind: Kind, nbytes: float, size: int, link: Link, count: float = 1.0) -> float:

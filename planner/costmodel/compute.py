@@ -96,6 +96,19 @@ def attention_core_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     return tokens * k.flops.attn_core / tp / (ctx.attn_peak * ctx.attn_eff)
 
 
+def mla_up_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Forward time of the MLA up-projections (q from the query latent, k/v from the KV latent) of one layer:
+    what selective recompute re-runs for MLA models (DeepSeek-V3 report sec. 3.3.3); 0 without MLA."""
+    m = ctx.model
+    if m.mla is None:
+        return 0.0
+    a, tp, tokens = m.mla, shape.plan.tp, shape.tokens
+    dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    q_in = a.q_lora_rank or 0  # a full-rank q projection is not an up-projection
+    flops = 2 * tokens * m.num_heads * (q_in * dqk + a.kv_lora_rank * (a.qk_nope_head_dim + a.v_head_dim)) / tp
+    return flops / (ctx.peak * ctx.gemm_eff(tokens, a.kv_lora_rank, m.num_heads * dqk / tp))
+
+
 def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; MoE
     layers add the token permute and unpermute."""
@@ -150,8 +163,8 @@ COMPUTE = formula(
 RECOMPUTE = formula(
     "compute.recompute",
     "m x recompute of the slowest stage: full = the recomputed layers' forward with its collectives, "
-    "selective = their attention core",
-    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5",
+    "selective = their attention core (+ MLA up-projections for MLA models)",
+    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3",
 )
 
 

@@ -43,6 +43,14 @@ def cp_comm_fwd_s(ctx: Context, shape: Shape, attention_fwd_s: float) -> float:
     return max(0.0, (cp - 1) * step - attention_fwd_s * (cp - 1) / cp)
 
 
+def cp_warnings(ctx: Context, shape: Shape) -> list[str]:
+    p = shape.plan
+    if p.cp > 1 and shape.links.cp.crosses_domain:
+        return [f"CP group of {p.cp} spans scale-up domains (rank order tp-cp-dp-pp with tp={p.tp}): its K/V "
+                "exchange runs over the scale-out network"]
+    return []
+
+
 def cp_comm_term(shape: Shape, stage_cp_s: float) -> Term:
     p = shape.plan
     return CP_COMM.term("cp_comm_s", shape.nmb * stage_cp_s, "s", microbatches=shape.nmb,

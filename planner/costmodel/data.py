@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape, StageSplit
-from planner.costmodel.collectives import Kind, Link, collective_time, group_link
+from planner.costmodel.collectives import Kind, collective_time, group_link
 from planner.costmodel.layers import StageTimes
 from planner.costmodel.memory import StageParams, grad_bytes_per_param, largest_layer_params_per_device
 from planner.costmodel.trace import Term, formula
-from planner.specs import ClusterSpec, ParallelPlan
+from planner.specs import ParallelPlan
 from planner.specs.dims import ParallelDims
 
 DP_NONE = formula("data.none", "no data-parallel replicas: 0", "definition (a single replica reduces nothing)")
@@ -98,17 +98,11 @@ def zero3_regather_fraction(ctx: Context, plan: ParallelPlan, stage_split: Stage
     return max(0.0, 1.0 - cal.DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS / (2.0 * layer))
 
 
-def edp_link(cluster: ClusterSpec, dims: ParallelDims) -> Link:
-    """Fabric of the expert-data-parallel group (replicas of one expert shard)."""
-    tp, cp, dp, edp = dims.tp, dims.cp, dims.dp, dims.edp
-    return group_link(cluster, edp, tp * cp * dp // max(1, edp) if edp < dp * cp else tp, "reduce_scatter")
-
-
 def _zero3_traffic(ctx: Context, shape: Shape, p_dense: float, p_exp: float, n_ag: float) -> tuple[float, float]:
     """(all-gather of the bf16 parameters, gradient reduction) seconds of one pass of the slowest stage."""
     links, dims = shape.links, shape.dims
     z_dense, z_expert = dims.zero_shard, dims.expert_zero_shard
-    e_link = edp_link(ctx.cluster, dims)
+    e_link = links.edp
     grad_bytes = grad_bytes_per_param(ctx.train)
     ag = collective_time("all_gather", p_dense * PARAM_GATHER_BYTES, z_dense, links.dp_rs, n_ag)
     ag += collective_time("all_gather", p_exp * PARAM_GATHER_BYTES, z_expert, e_link)
@@ -158,7 +152,7 @@ def _zero012_term(ctx: Context, shape: Shape, st: StageTimes, slow: int, params:
     micro-batch's backward / the next step's first forward."""
     plan, links, dims, f_ov = shape.plan, shape.links, shape.dims, cal.DP_OVERLAP_FRACTION
     p_dense, p_exp = params.dense[slow], params.experts[slow]
-    dp_group, edp, e_link = dims.dp_cp, dims.edp, edp_link(ctx.cluster, dims)
+    dp_group, edp, e_link = dims.dp_cp, dims.edp, links.edp
     grad_bytes = grad_bytes_per_param(ctx.train)
     if plan.zero_stage == 0:
         red = collective_time("all_reduce", p_dense * grad_bytes, dp_group, links.dp_ar)

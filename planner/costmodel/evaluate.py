@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import Context, Shape, plan_shape, shape_terms
 from planner.costmodel.compute import compute_term, recompute_term
-from planner.costmodel.context import cp_comm_term
+from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
 from planner.costmodel.expert import ep_comm_term, ep_warnings
 from planner.costmodel.layers import StageTimes, layer_terms, stage_times
@@ -27,7 +27,7 @@ from planner.costmodel.trace import CostTrace, Term, formula
 from planner.specs import ParallelPlan
 
 STEP = formula("evaluate.step", "pipeline makespan (compute + recompute + bubble + exposed per-layer collectives) "
-               "+ pipeline fill/drain p2p + exposed DP traffic + optimizer step", "the terms it sums")
+               "+ exposed pipeline p2p + exposed DP traffic + optimizer step", "the terms it sums")
 THROUGHPUT = formula("evaluate.throughput", "global batch x seq_len / step / devices", "definition")
 MFU = formula(
     "evaluate.mfu", "model FLOPs per token x tokens per step / (step x devices x BF16 dense peak)",
@@ -118,7 +118,7 @@ def _pipeline_doc(shape: Shape, st: StageTimes, counts: list[int]) -> dict:
 
 
 def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> list[str]:
-    out = tp_warnings(ctx, shape) + ep_warnings(ctx, shape)
+    out = tp_warnings(ctx, shape) + cp_warnings(ctx, shape) + ep_warnings(ctx, shape)
     if not ev.fits:
         out.append(f"does not fit: needs {ev.peak_gib:.1f} GiB of {ctx.cluster.hardware.hbm_capacity_gib:.1f} GiB "
                    f"(stage {ev.peak_stage})")
@@ -136,7 +136,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
     makespan = makespan_s(shape, st)
     slow = max(range(plan.pp), key=st.microbatch_s)
     params = stage_params(ctx, plan, split)
-    p2p, dp = p2p_term(ctx, shape), dp_comm_term(ctx, shape, st, split, slow, params)
+    p2p, dp = p2p_term(ctx, shape, st), dp_comm_term(ctx, shape, st, split, slow, params)
     opt = optimizer_term(ctx, shape, params, slow)
     time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(shape, st.rec[slow]),
             bubble_term(shape, st, makespan, slow), tp_comm_term(shape, st.tp[slow]),

@@ -13,15 +13,18 @@ from planner.costmodel.trace import Term, formula
 
 # FP8 recipes dispatch tokens in FP8 (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.2): 1 byte per element.
 FP8_DISPATCH_BYTES = 1.0
-# DualPipe overlaps one micro-batch's forward with another's backward, hiding the EP all-to-alls under
-# half of that computation (DeepSeek-V3 report sec. 3.2.1, Fig. 4): only the excess shows.
-DUALPIPE_HIDDEN_COMPUTE_SHARE = 0.5
+# DualPipe overlaps one micro-batch's forward with another's backward chunk so that "both all-to-all and PP
+# communication can be fully hidden during execution" (DeepSeek-V3 report sec. 3.2.1, Fig. 4): the EP
+# all-to-alls hide under the whole paired computation; only an excess over it shows.
+DUALPIPE_HIDDEN_COMPUTE_SHARE = 1.0
 
 EP_COMM = formula(
     "expert.ep_comm",
     "m x 2 (fwd + bwd) x sum over the slowest stage's MoE layers of 2 all-to-alls (dispatch, combine) of "
-    "tokens / tp x top_k x h x bytes; DualPipe: less half the stage's compute",
-    "GShard, Lepikhin et al. 2020, arXiv 2006.16668, sec. 2.2; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1",
+    "tokens / tp x top_k x h x bytes (group-limited routing across domains: M remote domains per token over the "
+    "NIC, top_k copies over NVLink); DualPipe: less the stage's paired compute",
+    "GShard, Lepikhin et al. 2020, arXiv 2006.16668, sec. 2.2; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1 "
+    "(DualPipe hides all-to-all) and 3.2.2 (at most 4 nodes per token, IB then NVLink)",
 )
 
 
@@ -32,9 +35,30 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
         return 0.0
     m, ep = ctx.model, p.ep
     elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
+    link = shape.links.ep
     a2a_bytes = shape.tokens / p.tp * m.require_moe().top_k * m.hidden_size * elem * ep
-    t = 2 * collective_time("all_to_all", a2a_bytes / ep, ep, shape.links.ep)
-    return t * (1.0 - cal.EP_OVERLAP_FRACTION)
+    t = collective_time("all_to_all", a2a_bytes / ep, ep, link)
+    if link.crosses_domain and m.moe.route_topk_groups:
+        t = min(t, node_limited_dispatch_s(ctx, shape, elem))
+    return 2 * t * (1.0 - cal.EP_OVERLAP_FRACTION)
+
+
+def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float) -> float:
+    """One dispatch (or combine) with group-limited routing over EP groups spanning domains (DeepSeek-V3
+    report, arXiv 2412.19437, sec. 3.2.2): each token reaches at most M = route_topk_groups domains, crossing
+    the network once per target domain (to the GPU of the same in-node index) and fanning out to its experts
+    over NVLink; the two stages pipeline, so the slower one shows. Expected remote domains: M (D - 1) / D."""
+    p, m, link = shape.plan, ctx.model, shape.links.ep
+    so = ctx.cluster.hardware.scale_out
+    domains = max(1, p.ep // max(1, link.ranks_per_domain))
+    remote = min(m.moe.route_topk_groups, domains) * (domains - 1) / domains
+    tokens = shape.tokens / p.tp
+    nic = so.unidir_GBps_per_device * so.achievable_fraction * 1e9
+    inter = link.alpha * (domains - 1) + tokens * remote * m.hidden_size * elem / nic
+    intra_link = ctx.cluster.hardware.scale_up
+    intra_bw = (intra_link.ring_busbw_GBps or cal.RING_WIRE_FRACTION * intra_link.unidir_GBps) * 1e9
+    intra = tokens * m.moe.top_k * m.hidden_size * elem / intra_bw
+    return max(inter, intra)
 
 
 def dualpipe_exposed_ep_s(ep_fwd_s: float, stage_fwd_s: float, stage_bwd_s: float) -> float:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from planner.costmodel import calibration as cal
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
-from planner.costmodel.compute import kind_label, layer_compute, layer_compute_term, lm_head_fwd_s
+from planner.costmodel.compute import kind_label, layer_compute, layer_compute_term, lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
 from planner.costmodel.tensor import tp_comm_fwd_s
@@ -86,15 +87,18 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
     for part, full_part in ((head_counts, True), (tail_counts, False)):
         for kid, cnt in part.items():
             lf, lb, la, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
-            f += cnt * lf
-            b += cnt * lb
+            # + the fixed host/launch cost of running a layer (calibration.LAYER_OVERHEAD_S), 1/3 forward
+            f += cnt * (lf + cal.LAYER_OVERHEAD_S / 3)
+            b += cnt * (lb + 2 * cal.LAYER_OVERHEAD_S / 3)
             ttp += cnt * lt
             tcp += cnt * lc
             tep += cnt * le
             if recompute == "full" and full_part:
                 rc += cnt * (lf + lt + lc + le)  # re-run the forward, collectives included
             elif recompute == "selective":
-                rc += cnt * la  # re-run the attention core (Korthikanti sec. 5)
+                # re-run the attention core (Korthikanti sec. 5) and, for MLA, the up-projections; the norms
+                # and expert activations it also recomputes are memory-bound elementwise work, not charged
+                rc += cnt * (la + mla_up_proj_s(ctx, shape, ctx.kinds[kid]))
     return f, b, rc, ttp, tcp, tep
 
 
@@ -105,6 +109,8 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
     fwd, bwd, rec, tp, cp, ep, comm = [], [], [], [], [], [], []
     for s in range(pp):
         f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
+        f += cal.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
+        b += 2 * cal.MICROBATCH_OVERHEAD_S / 3
         if s == pp - 1:  # LM head + loss
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head

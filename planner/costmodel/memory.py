@@ -86,6 +86,34 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
     )
 
 
+def selective_recompute_modules(m: ModelSpec) -> tuple[str, ...]:
+    """Megatron-core `--recompute-modules` that "selective" means for this model: the attention core
+    (the default, Korthikanti et al. 2022 sec. 5); MoE models add the norms and the expert activation
+    (Megatron-Bridge gpt-oss-120b recipes: recompute_modules=["layernorm", "moe_act"]); MLA models add the
+    MLA up-projections (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3: RMSNorm and MLA up-projections are
+    recomputed, the SwiGLU output too)."""
+    mods = ["core_attn"]
+    if m.moe is not None or m.mla is not None:
+        mods += ["layernorm", "moe_act"] if m.moe is not None else ["layernorm"]
+    if m.mla is not None:
+        mods.append("mla_up_proj")
+    return tuple(mods)
+
+
+def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: float, etp: int) -> float:
+    """Elements per token the extra selective modules do not save (their outputs are recomputed)."""
+    mods = selective_recompute_modules(m)
+    dropped = 0.0
+    if "layernorm" in mods:
+        dropped += 2 * g * hs  # the two norm outputs (inputs of the QKV and FC1 GEMMs)
+    if "moe_act" in mods and moe_layer:
+        dropped += m.moe.top_k * g * m.moe.expert_ffn_hidden_size / etp / tp  # expert activation output (FC2 input)
+    if "mla_up_proj" in mods:
+        a = m.mla
+        dropped += m.num_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim) / tp  # q, k, v
+    return dropped
+
+
 def activation_elems_per_token(
     m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
     fp8_gemm_inputs: bool = False,
@@ -132,14 +160,23 @@ def activation_elems_per_token(
         # torchtitan "op" selective AC saves every other matmul output and the attention output,
         # recomputing the rest from the layer input: roughly half the per-layer tensors.
         return hs + 0.5 * (total - hs)
+    if recompute == "selective":
+        return total - _selective_dropped(m, moe_layer, tp, hs, g, etp)
     return total
 
 
-def logits_bytes_per_token(m: ModelSpec, tp: int) -> float:
-    """Peak of the loss on fp32-upcast logits (torch cross_entropy on .float() logits): at the start of
-    backward the saved fp32 log-softmax output (4 B), its incoming fp32 gradient (4 B) and the fp32
-    input gradient (4 B) coexist, before the cast back to bf16; vocab split by TP (loss parallel)."""
-    return 12.0 * m.vocab_size / tp
+# Bytes per logit at the loss's peak. torch cross_entropy on fp32-upcast logits (torchtitan, llm-foundry; the
+# planner keeps it for MaxText, not measured): the saved fp32 log-softmax output, its incoming fp32 gradient and
+# the fp32 input gradient coexist at the start of backward (3 x 4 B). Megatron's vocab-parallel cross entropy
+# (megatron/core/tensor_parallel/cross_entropy.py, also its fused variant and Megatron-DeepSpeed's): one fp32
+# copy of the logits turned into the softmax in place (exp_, div_) and saved, the backward computed in place on
+# it and cast to a 2-byte gradient: 4 B + 2 B.
+LOGIT_BYTES = {"megatron": 6.0, "deepspeed": 6.0, "fsdp": 12.0, "maxtext": 12.0}
+
+
+def logits_bytes_per_token(m: ModelSpec, tp: int, framework: str = "fsdp") -> float:
+    """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel)."""
+    return LOGIT_BYTES.get(framework, 12.0) * m.vocab_size / tp
 
 
 # ---- per-device memory of each pipeline stage ---------------------------------------------------------
@@ -162,7 +199,8 @@ STATE = formula(
 ACTIVATIONS = formula(
     "memory.activations",
     "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
-    "full activations under full recompute, + unfused scores 5 a s^2 b, + fp32 logits 12 B x V / tp on the "
+    "full activations under full recompute, + unfused scores 5 a s^2 b in layers not recomputed, + loss logits "
+    "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy) x V / tp on the "
     "last stage, + the embedding output on the first)",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1 eq. 1-2 and sec. 5; in-flight micro-batches: "
     "Narayanan et al. SC21 sec. 2.2",
@@ -272,10 +310,15 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     acts = per_mb * inflight
     if p.recompute == "full":
         acts += worst_layer  # one layer's full activations exist while it is recomputed
-    if ctx.unfused_attention and p.recompute != "full":
-        acts += inflight * n_layers * UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
+    if ctx.unfused_attention:
+        # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer, kept only by
+        # layers saving everything: selective recompute drops exactly these (Table 2: 34 s b h / t with SP),
+        # full recompute keeps them for the layers it does not recompute
+        kept = {"none": n_layers, "selective": 0}.get(
+            p.recompute, 0 if p.recompute_layers is None else max(0, n_layers - p.recompute_layers))
+        acts += inflight * kept * UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
     if s == p.pp - 1:
-        acts += tokens * logits_bytes_per_token(m, p.tp)
+        acts += tokens * logits_bytes_per_token(m, p.tp, ctx.train.framework)
     if s == 0:
         # embedding output kept for the first layer
         acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)
@@ -360,7 +403,8 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
         STATE.term("optimizer_gib", o, "GiB", bytes_per_param=st.optimizer, sharded=str(st.optimizer_sharded),
                    zero_shards=z_dense, expert_zero_shards=z_expert, offloaded=str(p.offload_optimizer)),
         ACTIVATIONS.term("activations_gib", a, "GiB", inflight_microbatches=sm.inflight, tokens=shape.tokens,
-                         recompute=p.recompute, logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp)),
+                         recompute=p.recompute,
+                         logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp, ctx.train.framework)),
         BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
         OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(ctx.train.framework) / GIB,
                       fragmentation=cal.ALLOCATOR_FRAGMENTATION),

@@ -3,6 +3,7 @@ gradient and parameter transfers over PCIe (ZeRO-Offload, Ren et al. 2021, arXiv
 
 from __future__ import annotations
 
+from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape
 from planner.costmodel.memory import StageParams, StateBytesPerParam, grad_bytes_per_param, state_bytes_per_param
 from planner.costmodel.trace import Term, formula
@@ -35,8 +36,11 @@ OPTIMIZER_AND_OVERHEAD = formula(
 )
 OPTIMIZER_OFFLOAD = formula(
     "optimizer.offload",
-    "local params x (grad bytes + 2 B) / PCIe bandwidth: gradients to the host, bf16 parameters back",
-    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, sec. 4; host link: the hardware profile's host_link_unidir_GBps",
+    "host params / CPU-Adam rate + local params x (grad bytes + 2 B) / host link: the GPUs of a host share its "
+    "CPUs and memory (host params = local params x GPUs per host); gradients cross the host link, bf16 "
+    "parameters come back, each GPU over its own link",
+    "ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, sec. 4 and Table 3 (CPU-Adam); host link: the hardware "
+    "profile's host_link_unidir_GBps; CPU-Adam rate: calibration.CPU_ADAM_PARAMS_PER_S_PER_HOST",
 )
 
 
@@ -54,9 +58,13 @@ def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -
     if p.offload_optimizer:
         grad_bytes = grad_bytes_per_param(ctx.train)
         bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9
-        return OPTIMIZER_OFFLOAD.term("optimizer_s", n * (grad_bytes + PARAM_GATHER_BYTES) / bw, "s",
-                                      local_params=n, bytes_per_param=grad_bytes + PARAM_GATHER_BYTES,
-                                      bandwidth_GBps=bw / 1e9)
+        per_host = min(ctx.cluster.node_size, p.devices)
+        t_cpu = n * per_host / cal.CPU_ADAM_PARAMS_PER_S_PER_HOST
+        t_link = n * (grad_bytes + PARAM_GATHER_BYTES) / bw
+        return OPTIMIZER_OFFLOAD.term("optimizer_s", t_cpu + t_link, "s", local_params=n, gpus_per_host=per_host,
+                                      cpu_adam_params_per_s=cal.CPU_ADAM_PARAMS_PER_S_PER_HOST, cpu_adam_s=t_cpu,
+                                      bytes_per_param=grad_bytes + PARAM_GATHER_BYTES,
+                                      bandwidth_GBps=bw / 1e9, host_link_s=t_link)
     adam = adam_bytes_per_param(st)
     if ctx.step_overhead_s > 0:  # a fixed per-step overhead fitted by `plan calibrate` rides with this term
         return OPTIMIZER_AND_OVERHEAD.term(

@@ -86,9 +86,30 @@ BUBBLE = formula(
 )
 P2P = formula(
     "pipeline.p2p",
-    "2 (p - 1) x (alpha + tokens x h x 2 B / (tp if SP) / busbw): the fill and drain activation transfers",
-    "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 (the p - 1 fill and drain steps)",
+    "exposed transfers x t_p2p, t_p2p = alpha + tokens x h x 2 B (/ tp with SP or Megatron scatter/gather) / busbw. "
+    "Blocking schedules (1F1B, "
+    "GPipe, ZB): 2 (m + w) transfers, w = p - 1 warm-up steps; interleaved (Megatron overlap_p2p_comm) and "
+    "DualPipe: only the 2 w warm-up / flush transfers (w = 2 (p - 1) + (v - 1) p interleaved) plus, per "
+    "steady-state transfer, max(0, t_p2p - chunk compute)",
+    "NeMo docs, Communication Overlap, 'Pipeline-parallel Communication Overlap' (PP traffic grows with the virtual "
+    "pipeline size; overlapped in the 1F1B phase only with virtual pipelining; fill and flush exposed); Megatron-LM "
+    "--no-overlap-p2p-communication (overlap off for non-interleaved schedules); Megatron-core interleaved "
+    "warm-up count; Narayanan et al. SC21 sec. 4.1 (scatter/gather); DeepSeek-V3 report, arXiv 2412.19437, "
+    "sec. 3.2.1 (DualPipe hides PP communication)",
 )
+
+
+def p2p_transfer_counts(schedule: str, pp: int, vpp: int, nmb: int) -> tuple[float, float]:
+    """(transfers exposed on the critical path, steady-state transfers that overlap a chunk's compute) of one
+    stage per step; one transfer = one activation (forward) or gradient (backward) send/recv pair."""
+    if pp <= 1:
+        return 0.0, 0.0
+    if schedule == "interleaved" and vpp > 1:
+        warmup = min(nmb * vpp, 2 * (pp - 1) + (vpp - 1) * pp)  # Megatron-core rank 0 warm-up chunks
+        return 2.0 * warmup, 2.0 * max(0, nmb * vpp - warmup)
+    if schedule == "dualpipe":
+        return 2.0 * (pp - 1), 2.0 * max(0, nmb - (pp - 1))
+    return 2.0 * (nmb + pp - 1), 0.0
 
 
 def schedule_of(plan: ParallelPlan) -> str:
@@ -110,11 +131,18 @@ def bubble_term(shape: Shape, st: StageTimes, makespan: float, slow: int) -> Ter
                        schedule=schedule_of(p) if p.pp > 1 else "none", pp=p.pp, vpp=p.vpp)
 
 
-def p2p_term(ctx: Context, shape: Shape) -> Term:
+def p2p_term(ctx: Context, shape: Shape, st: StageTimes) -> Term:
     p = shape.plan
     if p.pp <= 1:
         return P2P.term("pp_comm_s", 0.0, "s", pp=p.pp)
-    nbytes = shape.tokens * ctx.model.hidden_size * ACT_ELEM_BYTES / (p.tp if shape.sp else 1)
-    t = 2 * (p.pp - 1) * collective_time("send_recv", nbytes, 2, shape.links.pp)
-    return P2P.term("pp_comm_s", t, "s", pp=p.pp, bytes_per_transfer=nbytes,
+    # each TP rank sends its 1/tp of the activation: sequence parallelism shards it, and without it Megatron's
+    # scatter/gather optimisation does (Narayanan et al. SC21, arXiv 2104.04473, sec. 4.1)
+    split = p.tp if (shape.sp or ctx.train.framework == "megatron") else 1
+    nbytes = shape.tokens * ctx.model.hidden_size * ACT_ELEM_BYTES / split
+    t_one = collective_time("send_recv", nbytes, 2, shape.links.pp)
+    exposed, steady = p2p_transfer_counts(schedule_of(p), p.pp, p.vpp, shape.nmb)
+    chunk_s = min(min(st.fwd), min(st.bwd)) / max(1, p.vpp)  # the shortest compute a transfer hides under
+    t = exposed * t_one + steady * max(0.0, t_one - chunk_s)
+    return P2P.term("pp_comm_s", t, "s", pp=p.pp, vpp=p.vpp, microbatches=shape.nmb, exposed_transfers=exposed,
+                    overlapped_transfers=steady, transfer_s=t_one, chunk_compute_s=chunk_s, bytes_per_transfer=nbytes,
                     busbw_GBps=shape.links.pp.busbw / 1e9, alpha_s=shape.links.pp.alpha)

@@ -8,7 +8,7 @@ with EP swap the MLP pair for the token all-to-alls (planner.costmodel.expert). 
 from __future__ import annotations
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
-from planner.costmodel.collectives import collective_time, group_link
+from planner.costmodel.collectives import collective_time
 from planner.costmodel.trace import Term, formula
 
 TP_COMM = formula(
@@ -31,7 +31,7 @@ def tp_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
         link = shape.links.tp
         ag_rs = collective_time("all_gather", buf, tp, link) + collective_time("reduce_scatter", buf, tp, link)
         return n_pairs * ag_rs
-    return n_pairs * collective_time("all_reduce", buf, tp, group_link(ctx.cluster, tp, 1, "all_reduce"))
+    return n_pairs * collective_time("all_reduce", buf, tp, shape.links.tp_ar)
 
 
 def tp_warnings(ctx: Context, shape: Shape) -> list[str]:

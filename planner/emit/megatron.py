@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 
+from planner.costmodel.memory import selective_recompute_modules
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, arg_lines, dumps, moe_layer_pattern, run_length_expr
 from planner.names import safe_line
@@ -19,7 +20,9 @@ class _Args(list):
 
     def flag(self, name: str, value=None) -> None:
         self.append(name)
-        if value is not None:
+        if isinstance(value, tuple):  # nargs="+" flags
+            self.extend(str(v) for v in value)
+        elif value is not None:
             self.append(str(value))
 
 
@@ -197,6 +200,9 @@ def _recompute_args(job: Job, a: _Args) -> None:
     m, p = job.model, job.plan
     if p.recompute == "selective":
         a.flag("--recompute-granularity", "selective")
+        modules = selective_recompute_modules(job.model)
+        if modules != ("core_attn",):  # the cost model's "selective" for MoE / MLA models
+            a.flag("--recompute-modules", modules)
     elif p.recompute == "full" and p.recompute_layers != 0:
         a.flag("--recompute-granularity", "full")
         per_stage = (job.layers_per_stage or max(p.first_stage_layers or 0, p.last_stage_layers or 0)

@@ -51,6 +51,12 @@ class MoESpec(_Frozen):
     )
     expert_bias: bool = Field(False, description="expert matrices carry biases (gpt-oss)")
     shared_expert_gate: bool = Field(False, description="sigmoid gate h->1 on the shared expert (Qwen2-MoE)")
+    route_groups: int = Field(1, ge=1, description="group-limited routing: the experts split into this many "
+                              "groups (HF DeepSeek `n_group`; experts of one group live on one node under EP)")
+    route_topk_groups: int | None = Field(
+        None, ge=1, description="each token picks its experts from at most this many groups (HF DeepSeek "
+        "`topk_group`; DeepSeek-V3: 4 of 8, 'each token will be sent to at most 4 nodes', arXiv 2412.19437 sec. "
+        "2.1.2); None = unlimited")
     dense_layers: tuple[int, ...] = Field(
         (),
         description="0-based layer indices forced to a dense FFN on top of first_k_dense/layer_freq "
@@ -73,6 +79,10 @@ class MoESpec(_Frozen):
     def _check(self) -> "MoESpec":
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k ({self.top_k}) exceeds num_experts ({self.num_experts})")
+        if self.num_experts % self.route_groups:
+            raise ValueError(f"{self.num_experts} experts do not split into route_groups={self.route_groups}")
+        if self.route_topk_groups is not None and self.route_topk_groups > self.route_groups:
+            raise ValueError(f"route_topk_groups ({self.route_topk_groups}) exceeds route_groups ({self.route_groups})")
         return self
 
 

@@ -1,0 +1,261 @@
+"""Rank placement: which links every parallel group of a plan really spans.
+
+The launcher fixes who is next to whom, so the placement is derived from its rank order:
+- Megatron-LM (and Megatron-DeepSpeed, whose PipeModelDataParallelTopology is pipe-data-model with the model
+  axis fastest): `RankGenerator(order="tp-cp-ep-dp-pp")`, tp fastest (megatron/core/parallel_state.py);
+  expert groups use a second generator `tp-ep-dp-pp` with the expert TP size in place of tp, so an EP group is
+  `ep` ranks `etp` apart and an expert-data-parallel group `edp` ranks `etp * ep` apart.
+- torchtitan: device mesh [pp, dp_replicate, dp_shard, cp, tp] (ParallelDims), tp fastest: the same linear
+  order for tp, cp, dp and pp; EP borrows dp_shard * cp (* tp when etp = 1), again contiguous with stride etp.
+- MaxText / JAX: mesh axes (stage, data, fsdp, expert, context, tensor), outermost first; each axis is split
+  into an ICI part inside one slice and a DCN part across slices, the DCN factors taken from the outer axes
+  first (`create_hybrid_device_mesh`; planner/emit/maxtext.py writes the same split). Inside a TPU slice,
+  jax `mesh_utils._create_device_mesh_for_nd_torus` maps the logical ICI axes onto physical torus axes,
+  innermost (most network-intensive) logical axis first, preferring as many whole physical axes as multiply
+  to its size ("Preferentially map to more physical axes first for higher bandwidth").
+
+A group is *aligned* when it lies inside one scale-up domain (NVLink/NVSwitch node, NVL72 rack, xGMI node,
+TPU ICI slice). TP3 on 8-GPU nodes is not: with tp fastest, ranks 6, 7, 8 form one TP group across two
+nodes. The slowest group of a kind sets the pace of its lockstep collectives, so every figure below is the
+worst over all groups of that kind.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.specs import ClusterSpec, ParallelPlan
+
+GROUPS = ("tp", "cp", "ep", "dp", "edp", "pp")
+MESH_AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")  # MaxText, outermost first
+_DCN_ORDER = ("data", "stage", "fsdp", "expert", "context", "tensor")  # planner/emit/maxtext.py
+_SCALE_UP_LINK = {"nvswitch": "nvlink", "xgmi_mesh": "xgmi", "ici_torus": "ici"}
+
+
+@dataclass(frozen=True)
+class IciAxis:
+    """One physical torus axis (or a segment of it) that a group's in-slice part runs along."""
+
+    length: int  # chips of the group along this physical axis
+    axis_length: int  # length of the physical axis in the slice
+    wraparound: bool  # the segment is the whole axis and the axis closes into a ring
+
+    @property
+    def directions(self) -> int:
+        """Links per chip usable in each direction along this axis: a closed ring sends both ways (2),
+        an open segment only one way end to end (1) (jax-ml/scaling-book sharding.md, Pop Quiz 2)."""
+        return 2 if self.wraparound else 1
+
+
+@dataclass(frozen=True)
+class GroupSpan:
+    """Where the groups of one kind (tp, cp, ...) of a plan sit; worst case over all groups of the kind."""
+
+    group: str
+    size: int
+    aligned: bool  # every group of this kind lies inside one scale-up domain
+    domains: int  # most scale-up domains one group touches
+    min_per_domain: int  # fewest members a group has in a domain it touches: its share of the scale-out NICs
+    max_per_domain: int  # most members of one group inside one domain
+    concurrent: int  # groups of this kind crossing one domain's boundary at the same time (share its NICs)
+    links: tuple[str, ...]  # link classes the group uses: scale-up, plus scale-out when not aligned
+    ici_axes: tuple[IciAxis, ...] = ()  # TPU: physical torus axes of the group's in-slice part
+
+    @property
+    def crosses_domain(self) -> bool:
+        return not self.aligned
+
+
+@functools.lru_cache(maxsize=4096)
+def linear_span(group: str, size: int, stride: int, world: int, domain: int, up: str = "scale-up",
+                out: str = "scale-out") -> GroupSpan:
+    """Groups of `size` ranks `stride` apart in a linear rank order (block = size * stride ranks holds
+    `stride` interleaved groups), on domains of `domain` consecutive ranks."""
+    if size <= 1:
+        return GroupSpan(group, 1, True, 1, 1, 1, 0, (up,))
+    block = size * stride
+    # the pattern repeats every lcm(domain, block) ranks when the domain divides the world
+    n = world if world % domain else min(world, math.lcm(domain, block))
+    n = max(block, n - n % block)
+    ranks = np.arange(n, dtype=np.int64).reshape(n // block, size, stride).transpose(0, 2, 1).reshape(-1, size)
+    dom = ranks // domain
+    gid = np.repeat(np.arange(ranks.shape[0]), size)
+    base = n // domain + 2
+    pairs, counts = np.unique(gid * base + dom.ravel(), return_counts=True)
+    pair_gid = pairs // base
+    per_group_domains = np.bincount(pair_gid, minlength=ranks.shape[0])
+    crossing = per_group_domains > 1
+    if not crossing.any():
+        return GroupSpan(group, size, True, 1, size, size, 0, (up,))
+    cross_pairs = crossing[pair_gid]
+    per_dom = np.bincount((pairs % base)[cross_pairs])
+    return GroupSpan(group, size, False, int(per_group_domains.max()), int(counts[cross_pairs].min()),
+                     int(counts.max()), int(per_dom.max()), (up, out))
+
+
+def linear_strides(plan: ParallelPlan) -> dict[str, tuple[int, int]]:
+    """(size, stride) of each group in Megatron's order tp-cp-ep-dp-pp (torchtitan's mesh gives the same):
+    the gradient group is dp*cp ranks tp apart (Megatron reduces over data-parallel-with-context-parallel)."""
+    tp, cp, dp, ep, etp = plan.tp, plan.cp, plan.dp, plan.ep, plan.etp
+    return {"tp": (tp, 1), "cp": (cp, tp), "ep": (ep, etp), "dp": (dp * cp, tp),
+            "edp": (plan.edp, etp * ep), "pp": (plan.pp, tp * cp * dp)}
+
+
+def mesh_degrees(plan: ParallelPlan) -> dict[str, int]:
+    """MaxText mesh degrees of a plan (the rule planner/emit/maxtext.py writes): ZeRO-3 shards over `fsdp`
+    (zero_shard_size or dp), the rest of dp replicates over `data`; ep is carved out of the sharded axis
+    first, then the replicated one. A plan whose ep cannot be carved keeps it on `data` (no JAX mesh)."""
+    shard = (plan.zero_shard_size or plan.dp) if plan.zero_stage == 3 else 1
+    replicate = plan.dp // shard
+    g = math.gcd(shard, plan.ep)
+    rest = plan.ep // g
+    if replicate % rest:
+        g, rest = 1, 1
+    ep = g * rest
+    return {"stage": plan.pp, "data": replicate // rest, "fsdp": shard // g, "expert": ep,
+            "context": plan.cp, "tensor": plan.tp}
+
+
+def split_ici_dcn(deg: dict[str, int], world: int, slice_size: int) -> tuple[dict[str, int], dict[str, int]]:
+    """(ici, dcn) degrees per mesh axis: the DCN factors (num_slices in all) taken from the outer axes
+    first, data before stage (MaxText's hybrid mesh as planner/emit/maxtext.py writes it). A remainder that
+    no axis absorbs stays on the outermost axis (the emitter refuses such a mesh)."""
+    rem = max(1, world // max(1, slice_size))
+    dcn = {a: 1 for a in MESH_AXES}
+    for a in _DCN_ORDER:
+        g = math.gcd(deg[a], rem)
+        dcn[a], rem = g, rem // g
+    ici = {a: max(1, deg[a] // dcn[a]) for a in MESH_AXES}
+    return ici, dcn
+
+
+def placement_domain(cluster: ClusterSpec, world: int) -> int:
+    """Consecutive ranks that share one scale-up domain as a job of `world` devices is laid out. A domain of
+    one node (HGX 8-GPU, xGMI) is the node. A multi-node domain (GB200 NVL72: 18 trays of 4 GPUs; a TPU
+    slice) holds a whole small job; a larger job is allocated in equal segments of whole nodes inside a
+    domain: the largest multiple of the node size up to the domain that divides the job (Slurm
+    topology/block `--segment`: NVIDIA recommends 16-tray segments, 64 GPUs of an NVL72, for jobs of 128+
+    GPUs; NVIDIA technical blog "Achieving Peak System and Workload Efficiency on NVIDIA GB200 NVL72 with
+    Slurm Block Scheduling"; MaxText multislice uses equal slices)."""
+    dom, node = cluster.scale_up_size, cluster.node_size
+    if dom <= node or world <= dom:
+        return max(1, min(dom, world))
+    for d in range(dom - dom % node, node - 1, -node):
+        if world % d == 0:
+            return d
+    return dom
+
+
+def slice_shape(cluster: ClusterSpec) -> tuple[int, ...]:
+    """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
+    v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
+    t = cluster.hardware.torus
+    n = min(placement_domain(cluster, cluster.count), t.max_slice_chips)
+    best: tuple[int, ...] | None = None
+    for a in _divisors(n):
+        shapes = [(a, n // a)] if t.dims == 2 else [(a, b, n // (a * b)) for b in _divisors(n // a)]
+        for shape in shapes:
+            shape = tuple(sorted(shape))
+            if all(x <= t.max_axis for x in shape) and (best is None or max(shape) < max(best)):
+                best = shape
+    return best or (n,)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0] if n < 4096 else \
+        sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)})
+
+
+def torus_assignment(ici: dict[str, int], shape: tuple[int, ...], cube: int) -> dict[str, tuple[IciAxis, ...]]:
+    """Physical torus axes of each logical ICI axis, as jax mesh_utils._create_device_mesh_for_nd_torus
+    assigns them: innermost logical axis first, the largest set of still-free whole physical axes whose
+    lengths multiply to its size. When no set fits, the axis takes segments of free axes (the
+    allow_split_physical_axes fallback): a segment shorter than its axis has no wraparound link."""
+    free = list(shape)
+    out: dict[str, tuple[IciAxis, ...]] = {}
+    for name in reversed(MESH_AXES):
+        size = ici[name]
+        if size <= 1:
+            out[name] = ()
+            continue
+        chosen = _whole_axes(free, size)
+        if chosen is not None:
+            out[name] = tuple(IciAxis(shape[i], shape[i], shape[i] % cube == 0) for i in chosen)
+            for i in chosen:
+                free[i] = 1
+            continue
+        axes, left = [], size
+        for i in sorted(range(len(free)), key=lambda j: -free[j]):
+            g = math.gcd(left, free[i])
+            if g > 1:
+                whole = g == shape[i]
+                axes.append(IciAxis(g, shape[i], whole and shape[i] % cube == 0))
+                free[i] //= g
+                left //= g
+        out[name] = tuple(axes)
+    return out
+
+
+def _whole_axes(free: list[int], size: int) -> tuple[int, ...] | None:
+    usable = [i for i, a in enumerate(free) if a > 1]
+    for k in range(len(usable), 0, -1):
+        for combo in itertools.combinations(usable, k):
+            if math.prod(free[i] for i in combo) == size:
+                return combo
+    return None
+
+
+def ici_group_busbw_GBps(cluster: ClusterSpec, axes: tuple[IciAxis, ...]) -> float:
+    """Per-direction ICI bandwidth a ring collective over these torus axes gets per chip: each axis adds its
+    per-link one-way rate once per usable direction (2 on a wraparound ring, 1 on an open segment).
+    AllGather time = bytes / (bidirectional ICI bandwidth x num_axes) (jax-ml/scaling-book sharding.md,
+    "What happens when we AllGather over multiple axes?"); per-link rate = per-chip one-way rate over the
+    2 x dims links of a chip (hardware.yaml: v4 6 x 45, v5p 6 x 100, v5e 4 x 50, v6e 4 x 100 GB/s)."""
+    su, t = cluster.hardware.scale_up, cluster.hardware.torus
+    if t is None or not axes:
+        return 0.0
+    per_link = su.unidir_GBps / (2 * t.dims)
+    return per_link * sum(a.directions for a in axes)
+
+
+def _mesh_groups(plan: ParallelPlan) -> dict[str, tuple[str, ...]]:
+    """Mesh axes each group of the plan runs over (MaxText names)."""
+    dp_axes = ("data", "fsdp", "expert", "context")
+    return {"tp": ("tensor",), "cp": ("context",), "ep": ("expert",), "dp": dp_axes,
+            "edp": ("data", "fsdp"), "pp": ("stage",)}
+
+
+def _mesh_span(group: str, axes: tuple[str, ...], ici: dict, dcn: dict, torus: dict | None,
+               slice_size: int, up: str, out: str) -> GroupSpan:
+    n_ici = math.prod(ici[a] for a in axes)
+    n_dcn = math.prod(dcn[a] for a in axes)
+    size = n_ici * n_dcn
+    ici_axes = tuple(x for a in axes for x in (torus or {}).get(a, ())) if n_ici > 1 else ()
+    if n_dcn == 1:
+        return GroupSpan(group, size, True, 1, size, size, 0, (up,), ici_axes)
+    # every slice holds n_ici members of each crossing group; all slice_size / n_ici groups cross at once
+    return GroupSpan(group, size, False, n_dcn, n_ici, n_ici, slice_size // n_ici, (up, out), ici_axes)
+
+
+def placement(cluster: ClusterSpec, plan: ParallelPlan, framework: str) -> dict[str, GroupSpan]:
+    """Span of every group kind of `plan` on `cluster` under `framework`'s rank order: MaxText's hybrid
+    mesh (and a torus mapping) on TPU or with framework maxtext, the linear tp-cp-ep-dp-pp order else."""
+    hw = cluster.hardware
+    up, out = _SCALE_UP_LINK[hw.scale_up.kind], hw.scale_out.kind
+    world = plan.devices
+    domain = placement_domain(cluster, world)
+    linear = linear_strides(plan)
+    if framework == "maxtext" or hw.torus is not None:
+        ici, dcn = split_ici_dcn(mesh_degrees(plan), world, domain)
+        torus = torus_assignment(ici, slice_shape(cluster), hw.torus.cube) if hw.torus is not None else None
+        spans = {g: _mesh_span(g, axes, ici, dcn, torus, domain, up, out) for g, axes in _mesh_groups(plan).items()}
+        # a group the mesh cannot express with the cost model's size (ep not carvable from dp, expert replicas
+        # with tp): the linear order stands in
+        return {g: sp if sp.size == linear[g][0] else linear_span(g, *linear[g], world, domain, up, out)
+                for g, sp in spans.items()}
+    return {g: linear_span(g, size, stride, world, domain, up, out) for g, (size, stride) in linear.items()}

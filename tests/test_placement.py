@@ -1,0 +1,148 @@
+"""Rank placement (issue 12 items 1 and 8): which links each group of a plan spans, from the launcher's order."""
+
+import pytest
+
+from planner.hardware_catalog import parse_cluster
+from planner.placement import (
+    IciAxis,
+    ici_group_busbw_GBps,
+    linear_span,
+    mesh_degrees,
+    placement,
+    placement_domain,
+    slice_shape,
+    split_ici_dcn,
+    torus_assignment,
+)
+from planner.specs import ParallelPlan
+
+
+def test_tp3_on_768_a100_straddles_two_nodes():
+    # Megatron tp fastest: TP groups {0,1,2}, {3,4,5}, {6,7,8}: the third spans nodes 0 and 1
+    cl = parse_cluster("a100-sxm-80gbx768")
+    sp = placement(cl, ParallelPlan(tp=3, pp=8, dp=32), "megatron")
+    tp = sp["tp"]
+    assert not tp.aligned and tp.domains == 2 and tp.min_per_domain == 1 and tp.max_per_domain == 3
+    assert tp.links == ("nvlink", "ib")
+    # node 1 (ranks 8-15) holds rank 8 of {6,7,8} and ranks 15 of {15,16,17}: two crossing TP groups at once
+    assert tp.concurrent == 2
+    # TP8 tiles the node exactly
+    assert placement(cl, ParallelPlan(tp=8, pp=8, dp=12), "megatron")["tp"].aligned
+
+
+def test_tp_aligned_when_it_divides_the_node():
+    cl = parse_cluster("h100x64")
+    for tp in (1, 2, 4, 8):
+        assert placement(cl, ParallelPlan(tp=tp, dp=64 // tp), "megatron")["tp"].aligned
+
+
+def test_cp_group_when_tp_times_cp_does_not_divide_the_node():
+    # tp=2, cp=3: the CP groups are 3 ranks 2 apart, {0,2,4}, {1,3,5}, {6,8,10}, ...: {6,8,10} crosses
+    cl = parse_cluster("h100x48")
+    sp = placement(cl, ParallelPlan(tp=2, cp=3, dp=8), "megatron")
+    assert not sp["cp"].aligned and sp["cp"].min_per_domain == 1
+    # tp=2, cp=4 fills the 8-GPU node exactly
+    assert placement(cl, ParallelPlan(tp=2, cp=4, dp=6), "megatron")["cp"].aligned
+
+
+def test_64_rank_groups_on_nvl72_starting_at_rank_64():
+    # two NVL72 racks: ranks 0-63 stay in rack 0, ranks 64-127 put 8 ranks in rack 0 and 56 in rack 1
+    span = linear_span("ep", 64, 1, 128, 72, "nvlink", "ib")
+    assert not span.aligned and span.domains == 2 and span.min_per_domain == 8 and span.max_per_domain == 64
+    cl = parse_cluster("gb200-nvl72x144")  # two full racks: ranks 64-127 straddle them
+    assert cl.scale_up_size == 72 and placement_domain(cl, 144) == 72
+    assert not placement(cl, ParallelPlan(ep=64, dp=144), "megatron")["ep"].aligned
+    # a 72-rank group tiles the rack
+    assert linear_span("ep", 72, 1, 144, 72, "nvlink", "ib").aligned
+
+
+def test_nvl72_jobs_are_placed_in_whole_segments():
+    # Slurm block scheduling on NVL72: jobs of 128+ GPUs in 16-tray (64-GPU) segments, so EP64 stays in a rack
+    cl = parse_cluster("gb200-nvl72x256")
+    assert placement_domain(cl, 256) == 64 and placement_domain(cl, 128) == 64
+    assert placement_domain(cl, 48) == 48  # a small job sits in one rack
+    assert placement(cl, ParallelPlan(ep=64, dp=256), "megatron")["ep"].aligned
+    # HGX nodes: the domain is the node whatever the job
+    assert placement_domain(parse_cluster("h100x64"), 64) == 8
+
+
+def test_dp_and_pp_groups_cross_nodes_with_one_rank_per_node():
+    cl = parse_cluster("h100x64")
+    sp = placement(cl, ParallelPlan(tp=8, pp=2, dp=4), "megatron")
+    assert not sp["dp"].aligned and sp["dp"].min_per_domain == 1 and sp["dp"].concurrent == 8
+    assert not sp["pp"].aligned
+    # tp=2 dp=4 stays in the node: the DP groups are 4 ranks 2 apart inside one node
+    assert placement(cl, ParallelPlan(tp=2, pp=8, dp=4), "megatron")["dp"].aligned
+
+
+def test_torchtitan_uses_the_same_linear_order():
+    cl = parse_cluster("h100x64")
+    plan = ParallelPlan(tp=4, cp=2, dp=8, zero_stage=3)
+    assert placement(cl, plan, "fsdp") == placement(cl, plan, "megatron")
+
+
+def test_maxtext_mesh_split_and_torus_axes():
+    cl = parse_cluster("tpu-v5px512")  # one 512-chip slice of v5p
+    assert slice_shape(cl) == (8, 8, 8)
+    plan = ParallelPlan(tp=8, dp=64, zero_stage=3)
+    deg = mesh_degrees(plan)
+    ici, dcn = split_ici_dcn(deg, 512, cl.scale_up_size)
+    assert ici["tensor"] == 8 and ici["fsdp"] == 64 and all(v == 1 for v in dcn.values())
+    tor = torus_assignment(ici, slice_shape(cl), cl.hardware.torus.cube)
+    assert len(tor["tensor"]) == 1 and len(tor["fsdp"]) == 2  # tensor on one axis, fsdp on the other two
+    sp = placement(cl, plan, "maxtext")
+    assert sp["tp"].aligned and sp["dp"].aligned and sp["tp"].links == ("ici",)
+
+
+def test_dcn_between_slices_for_the_outer_axis():
+    # two v5e 256-chip slices: data parallelism goes over DCN, the rest stays on ICI
+    cl = parse_cluster("tpu-v5ex512")
+    plan = ParallelPlan(tp=1, dp=512, zero_stage=3, zero_shard_size=256)
+    sp = placement(cl, plan, "maxtext")
+    assert not sp["dp"].aligned and sp["dp"].links == ("ici", "dcn")
+    assert sp["dp"].domains == 2 and sp["dp"].min_per_domain == 256
+
+
+@pytest.mark.parametrize("cluster,axes,expected", [
+    # v5p: 6 links x 100 GB/s one way (hardware.yaml per_link_unidir_GBps 100); a closed 4-ring uses both ways
+    ("tpu-v5px64", (IciAxis(4, 4, True),), 200.0),
+    ("tpu-v5px64", (IciAxis(4, 4, True), IciAxis(4, 4, True)), 400.0),
+    ("tpu-v5px64", (IciAxis(4, 4, True),) * 3, 600.0),  # all six links = the per-chip 600 GB/s one way
+    # v5e: 4 ports x 50 GB/s; an 8-long axis has no wraparound (only 16-long ones close), one direction only
+    ("tpu-v5ex64", (IciAxis(8, 8, False),), 50.0),
+    ("tpu-v5ex256", (IciAxis(16, 16, True),), 100.0),
+    ("tpu-v4x64", (IciAxis(4, 4, True),), 90.0),  # v4: 45 GB/s per link one way
+])
+def test_ici_bandwidth_by_torus_axes(cluster, axes, expected):
+    assert ici_group_busbw_GBps(parse_cluster(cluster), axes) == pytest.approx(expected)
+
+
+def test_tpu_group_shape_sets_its_bandwidth():
+    cl = parse_cluster("tpu-v5ex256")  # 16 x 16, both axes wrap
+    one_axis = placement(cl, ParallelPlan(tp=16, dp=16, zero_stage=3), "maxtext")["tp"]
+    two_axes = placement(cl, ParallelPlan(tp=1, dp=256, zero_stage=3), "maxtext")["dp"]
+    assert len(one_axis.ici_axes) == 1 and len(two_axes.ici_axes) == 2
+    assert ici_group_busbw_GBps(cl, two_axes.ici_axes) == 2 * ici_group_busbw_GBps(cl, one_axis.ici_axes)
+    # a 4-chip TP group on a 16-long axis is an open segment: one direction of one link
+    seg = placement(cl, ParallelPlan(tp=4, dp=64, zero_stage=3), "maxtext")["tp"]
+    assert seg.ici_axes == (IciAxis(4, 16, False),)
+    assert ici_group_busbw_GBps(cl, seg.ici_axes) == pytest.approx(50.0)
+
+
+def test_group_limited_routing_is_imported():
+    # DeepSeek-V3 config: n_group 8, topk_group 4 (each token to at most 4 nodes, report sec. 2.1.2);
+    # DeepSeek-V2: 8 groups, 3 devices (group_limited_greedy)
+    from planner.model_catalog import get_model
+    v3, v2 = get_model("deepseek-v3").moe, get_model("deepseek-v2").moe
+    assert (v3.route_groups, v3.route_topk_groups) == (8, 4)
+    assert (v2.route_groups, v2.route_topk_groups) == (8, 3)
+    assert get_model("mixtral-8x7b").moe.route_topk_groups is None
+
+
+def test_mesh_groups_the_mesh_cannot_express_fall_back_to_the_linear_order():
+    # MaxText carves ep out of the data axes only; with tp=2, etp=1 the expert replicas (edp = dp*tp/ep) are not
+    # one mesh axis product: the span keeps the cost model's group size
+    cl = parse_cluster("mi300xx16")
+    plan = ParallelPlan(tp=2, dp=8, ep=4, zero_stage=3)
+    sp = placement(cl, plan, "maxtext")
+    assert sp["edp"].size == plan.edp and sp["ep"].size == 4 and sp["dp"].size == 8
