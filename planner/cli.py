@@ -317,6 +317,8 @@ def run_search(kw: dict, show_progress: bool = False):
            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                       "pruned": res.pruned, "memory_headroom_gib": kw.get("memory_headroom") or 0.0,
                       "seconds": seconds}}  # emit_doc drops "seconds" from --json
+    from planner.analysis.bands import attach_bands
+    attach_bands(ctx, doc)  # plans[i].step_time_band, band_note (issue 15)
     require_finite(doc)
     return ctx, res, doc
 
@@ -649,6 +651,63 @@ def validate_cmd(**kw):
         click.echo(dumps(versioned("validate", result)))
     else:
         click.echo(markdown_table(result) + VALIDATE_LEGEND)
+
+
+@main.command("calibrate")
+@click.option("--runs", "runs_file", type=click.Path(dir_okay=False), required=True,
+              help="your measured runs (runs schema: id, model, hardware, devices, train, plan, measured.step_time_s)")
+@click.option("--nccl-tests", "nccl_logs", type=click.Path(dir_okay=False), multiple=True,
+              help="an nccl-tests / rccl-tests output (repeatable): fits link bandwidth and latency")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True,
+              help="cluster file to write (give it to --cluster)")
+@click.option("--json", "as_json", is_flag=True)
+@_handle_errors
+def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
+    """Fit the model's physical constants to your cluster's measured steps and nccl-tests logs."""
+    from pathlib import Path
+
+    import yaml
+
+    from planner.analysis import calibrate as c
+    from planner.errors import InputError
+    from planner.analysis.nccl_tests import fit_link, read_nccl_tests
+    from planner.emit import atomic_write_text
+    from planner.validate import load_runs
+
+    prepared, skipped = c.prepare_runs(load_runs(runs_file))
+    if not prepared:
+        raise InputError(f"{runs_file}: no run could be scored ({'; '.join(s['id'] + ': ' + s['reason'] for s in skipped[:2])})")
+    hw = c.one_hardware(prepared)
+    node = prepared[0].cluster.node_size
+    updates, link_lines = c.link_updates(hw, node, [fit_link(read_nccl_tests(p), min_bytes=1 << 20) for p in nccl_logs])
+    res = c.calibrate(prepared, c.with_values(hw, updates) if updates else hw)
+    src = (f"plan calibrate: {len(prepared)} measured runs ({Path(runs_file).name})"
+           + (f", nccl-tests {', '.join(Path(p).name for p in nccl_logs)}" if nccl_logs else ""))
+    doc = c.cluster_document(res.hardware, prepared, src, res.loo_errors)
+    atomic_write_text(out_file, "# Written by `plan calibrate`; use it as --cluster. " + src + "\n"
+                      + yaml.safe_dump(doc, sort_keys=False, width=120))
+    out = {"out": out_file, "links": link_lines, "link_updates": updates,
+           "fitted": {k: {"before": a, "after": b} for k, (a, b) in res.fitted.items()}, "held_fixed": res.held_fixed,
+           "runs": [{"id": p.id, "measured_s": p.measured_s, "error_before": e0, "error_after": e1}
+                    | ({"error_leave_one_out": res.loo_errors[i]} if res.loo_errors else {})
+                    for i, (p, e0, e1) in enumerate(zip(prepared, res.errors_before, res.errors_after))],
+           "skipped": skipped}
+    if as_json:
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    for line in link_lines:
+        click.echo(f"link: {line}")
+    for k, (a, b) in res.fitted.items():
+        click.echo(f"fitted {k}: {a:.4g} -> {b:.4g}")
+    if res.held_fixed:
+        click.echo(f"held at their defaults (the runs cannot tell them apart): {', '.join(res.held_fixed)}")
+    click.echo(f"before: {c.summary_line(res.errors_before)}")
+    click.echo(f"after:  {c.summary_line(res.errors_after)}")
+    click.echo(f"leave-one-out: {c.summary_line(res.loo_errors)}" if res.loo_errors
+               else "leave-one-out: needs at least 3 runs")
+    for s in skipped:
+        click.echo(f"not used: {s['id']}: {s['reason']}")
+    click.echo(f"wrote {out_file}: plan --model M --cluster {out_file}")
 
 
 @main.command("explain")

@@ -28,7 +28,15 @@ Family notes (what is modelled beyond the plain Llama layout):
   `multi_query` (one kv head), else MHA; `parallel_attn` with one LayerNorm; `bias` on all linears
   (LayerNorms always have a bias); `ffn_hidden_size` None -> 4h; `alibi`; tied head by default.
 * gemma: GeGLU, head_dim 256 default, tied. gemma2: adds pre/post norms (4 per layer), alternating
-  sliding/global layers (`layer_types`).
+  sliding/global layers (`layer_types`). gemma3_text: gemma2's layout plus per-head q/k RMSNorm; every
+  `sliding_window_pattern`-th layer (default 6) attends globally, the rest use the sliding window (HF
+  Gemma3TextConfig: `layer_types[i]` is sliding iff `(i + 1) % sliding_window_pattern`).
+* maxtext_default_2023: MaxText's default decoder of 2023 (shared/reference/known_runs_notes.md), not
+  an HF architecture: parallel attention+MLP block behind ONE pre-norm (RMS), non-gated MLP of
+  `ffn_matrices` (2) matrices with `hidden_act` (relu), explicit `head_dim` (heads x head_dim may differ
+  from hidden), tied embedding, no biases; `position` text says T5-style relative position bias ("relative
+  ... (N buckets)") or RoPE, and whether q/k are normed ("QK" / "q,k"); explicit
+  `relative_attention_num_buckets` / `qk_norm` fields take precedence.
 * nemotron: squared-ReLU MLP (2 matrices), LayerNorm1P (weight + bias), `head_dim`, untied.
 * gpt_oss: attention biases and one sink per head, router bias, expert biases, `layer_types`.
 * gpt_neox: fused qkv (`attention_bias`), MLP biases always, 2 LayerNorms, untied `embed_out`.
@@ -242,6 +250,9 @@ _LLAMA_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3_moe": dict(vocab=151936, kv=4, head_dim=None, tie=False, max_pos=32768, act="silu"),
     "gemma": dict(vocab=256000, kv=16, head_dim=256, tie=True, max_pos=8192, act="gelu_pytorch_tanh"),
     "gemma2": dict(vocab=256000, kv=4, head_dim=256, tie=True, max_pos=8192, act="gelu_pytorch_tanh", window=4096),
+    # transformers Gemma3TextConfig defaults
+    "gemma3_text": dict(vocab=262208, kv=4, head_dim=256, tie=True, max_pos=131072, act="gelu_pytorch_tanh",
+                        window=4096),
     "nemotron": dict(vocab=256000, kv=None, head_dim=None, tie=False, max_pos=4096, act="relu2"),
     "gpt_oss": dict(vocab=201088, kv=8, head_dim=64, tie=False, max_pos=131072, act="silu", window=128),
     "phi3": dict(vocab=32064, kv=None, head_dim=None, tie=False, max_pos=4096, act="silu", window=None),
@@ -259,7 +270,7 @@ def _llama_like(r: _Reader, mt: str) -> dict:
     nkv = r.int("num_key_value_heads", d["kv"], null=None)
     nkv = nh if nkv is None else nkv
     vocab = r.int("vocab_size", d["vocab"])
-    act_key = "hidden_activation" if mt == "gemma2" else "hidden_act"
+    act_key = "hidden_activation" if mt in ("gemma2", "gemma3_text") else "hidden_act"
     kw: dict[str, Any] = dict(
         family=mt,
         num_layers=L,
@@ -280,7 +291,7 @@ def _llama_like(r: _Reader, mt: str) -> dict:
     else:
         kw["head_dim"] = _heads(r, h, nh, nkv, r.int("head_dim", d["head_dim"], null=None))
 
-    if mt in ("llama", "gemma", "gemma2", "qwen3", "qwen3_moe", "nemotron", "gpt_oss", "deepseek_v2", "deepseek_v3"):
+    if mt in ("llama", "gemma", "gemma2", "gemma3_text", "qwen3", "qwen3_moe", "nemotron", "gpt_oss", "deepseek_v2", "deepseek_v3"):
         bias = r.bool("attention_bias", mt == "gpt_oss")
         kw.update(qkv_bias=bias, attn_out_bias=bias)
     if mt in ("llama", "nemotron"):
@@ -289,7 +300,7 @@ def _llama_like(r: _Reader, mt: str) -> dict:
         kw["qkv_bias"] = True  # hard-coded in HF Qwen2Attention (o_proj has none)
     if mt == "qwen2_moe":
         kw["qkv_bias"] = r.bool("qkv_bias", True)
-    if mt in ("qwen3", "qwen3_moe"):
+    if mt in ("qwen3", "qwen3_moe", "gemma3_text"):
         kw["qk_norm"] = True
 
     # sliding windows
@@ -304,9 +315,13 @@ def _llama_like(r: _Reader, mt: str) -> dict:
         kw.update(_window_all_layers(window, L))
     elif mt in ("gemma2", "gpt_oss"):
         kw.update(_window_layer_types(r, L, r.int("sliding_window", d["window"], null=None), lambda i: i % 2 == 0))
+    elif mt == "gemma3_text":
+        pattern = r.int("sliding_window_pattern", 6)
+        kw.update(_window_layer_types(r, L, r.int("sliding_window", d["window"], null=None),
+                                      lambda i: bool((i + 1) % pattern)))
 
     # norms and MLP shape
-    if mt == "gemma2":
+    if mt in ("gemma2", "gemma3_text"):
         kw["norms_per_layer"] = 4
     if mt == "nemotron":
         kw.update(norm_type="layernorm", mlp_type="plain")
@@ -503,6 +518,38 @@ def _mpt(r: _Reader) -> dict:
     )
 
 
+def _maxtext_default_2023(r: _Reader) -> dict:
+    """MaxText's 2023 default decoder (fields as in shared/reference/known_runs_tpu_dev.yaml)."""
+    import re
+
+    L = r.int("num_hidden_layers", maximum=MAX_LAYERS, what="number of decoder layers")
+    h = r.int("hidden_size", what="model width (emb_dim)")
+    nh = r.int("num_attention_heads", what="attention heads (num_heads)")
+    nkv = r.int("num_key_value_heads", nh)
+    matrices = r.int("ffn_matrices", 2)
+    if matrices not in (2, 3):
+        raise r._err("ffn_matrices", f"must be 2 (non-gated MLP) or 3 (gated), got {matrices}")
+    position = (r.str("position", "") or "").lower()
+    relative = "relative" in position
+    buckets = re.search(r"(\d+)\s*buckets", position)
+    num_buckets = r.int("relative_attention_num_buckets", int(buckets.group(1)) if buckets else 32, minimum=0)
+    qk = "qk" in position.replace(" ", "").replace("-", "") or "q,k" in position.replace(" ", "")
+    bias = r.bool("attention_bias", False)
+    return dict(
+        family="maxtext_default_2023", num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nkv,
+        head_dim=_heads(r, h, nh, nkv, r.int("head_dim", None, null=None)),
+        ffn_hidden_size=r.int("intermediate_size", what="MLP width (mlp_dim)"),
+        vocab_size=r.int("vocab_size", 32768), max_position_embeddings=r.int("max_position_embeddings", 2048),
+        mlp_type="plain" if matrices == 2 else "gated", activation=_activation(r.str("hidden_act", None), "relu"),
+        norm_type="rmsnorm", parallel_attn_mlp=r.bool("parallel_residual", True),
+        norms_per_layer=1 if r.bool("parallel_residual", True) else 2,
+        qkv_bias=bias, attn_out_bias=bias, mlp_bias=r.bool("mlp_bias", False), qk_norm=r.bool("qk_norm", qk),
+        tied_embeddings=r.bool("tie_word_embeddings", True),
+        position_embedding="relative" if relative else "rope",
+        relative_attention_num_buckets=num_buckets if relative else 0,
+    )
+
+
 def _number(r: _Reader, cfg: dict, key: str, where: str) -> float | None:
     v = cfg.get(key)
     if v is None:
@@ -542,6 +589,7 @@ _FAMILIES: dict[str, Callable[[_Reader], dict]] = {
     "falcon": _falcon,
     "gpt_neox": _gpt_neox,
     "mpt": _mpt,
+    "maxtext_default_2023": _maxtext_default_2023,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))

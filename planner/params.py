@@ -18,7 +18,8 @@ Conventions (see shared/reference/specs.md section 2):
 * MoE layer: router `h*E` (+`E` with `router_bias`); one routed expert `ffn_matrices*h*e_ffn`
   (+`(ffn_matrices-1)*e_ffn + h` with `expert_bias`); shared experts are ONE fused MLP of width
   `num_shared*shared_ffn` as in HF DeepSeek (`mlp_bias` applies to it), + `h` for a Qwen2-MoE shared gate.
-* Embedding `V*h` (+ `max_position_embeddings*h` for learned positions, + the embedding norm);
+* Embedding `V*h` (+ `max_position_embeddings*h` for learned positions, + the embedding norm, + one
+  `buckets*nh` relative-position-bias table for T5-style relative positions, HF T5 convention);
   lm_head `V*h` unless tied. `active` counts the embedding, lm_head and final norm, every layer's
   attention/norms/dense FFN/router/shared experts, and `top_k` routed experts.
 """
@@ -141,6 +142,8 @@ def count_params(model: ModelSpec) -> ParamCounts:
         embedding += model.max_position_embeddings * h
     if model.embedding_norm:
         embedding += norm_params(model)
+    if model.position_embedding == "relative":
+        embedding += model.relative_attention_num_buckets * model.num_heads  # T5 relative_attention_bias
     lm_head = 0 if model.tied_embeddings else v * h
     final_norm = norm_params(model)
     total = active = embedding + lm_head + final_norm

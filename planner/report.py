@@ -616,12 +616,28 @@ _COLUMNS = [  # header, getter, numeric
     ("SP", lambda i, p: _yn(_knobs(p).get("sequence_parallel")), False),
     ("schedule", lambda i, p: _knobs(p).get("schedule"), False),
     ("step time (s)", lambda i, p: p.get("step_time_s"), True),
+    ("error band", lambda i, p: _band(p), False),
     ("tokens/s/device", lambda i, p: p.get("tokens_per_s_per_device"), True),
     ("MFU", lambda i, p: p.get("mfu"), True),
     ("peak GiB", lambda i, p: (p.get("memory") or {}).get("peak_gib") if isinstance(p.get("memory"), dict) else None,
      True),
     ("fits", lambda i, p: _yn(p.get("fits")), False),
 ]
+
+
+def _band(plan: dict) -> str:
+    """'±12%': the plan's cross-validated error band (planner.analysis.bands), '–' when absent."""
+    b = plan.get("step_time_band") if isinstance(plan.get("step_time_band"), dict) else {}
+    rel = _num(b.get("rel"))
+    return "–" if rel is None else f"±{100 * rel:.0f}%"
+
+
+def _band_note(plans: list[dict]) -> str:
+    """Issue 15: a note when the leading plans lie within each other's error band ('' otherwise)."""
+    from planner.analysis.bands import overlap_note
+
+    note = overlap_note(plans)
+    return f'<p class="note"><b>Note:</b> {_e(note)}</p>' if note else ""
 
 
 def _yn(x: object) -> str:
@@ -856,7 +872,7 @@ def _cards(best: dict | None) -> str:
     tps = _num(best.get("tokens_per_s_per_device"))
     items = [
         (plan_label(best), "best plan"),
-        (_seconds(best.get("step_time_s")), "step time"),
+        (_seconds(best.get("step_time_s")) + ("" if _band(best) == "–" else f" {_band(best)}"), "step time"),
         ("–" if tps is None else f"{tps:,.0f}", "tokens/s per device"),
         (_pct(best.get("mfu")), "MFU"),
         (f"{_fmt(mem.get('peak_gib'), 3)} / {_fmt(mem.get('capacity_gib'), 3)} GiB", "peak / capacity memory"),
@@ -871,7 +887,9 @@ def _sections(plans: list[dict], candidates: list[dict] | None, estimate: object
     pareto_src = candidates if candidates is not None else plans
     return [
         f'<section><h2>Ranked plans</h2>{_plans_table(plans)}'
-        '<p class="note">Click a column to sort; hover a row to find it on the Pareto chart.</p></section>',
+        + _band_note(plans)
+        + '<p class="note">Click a column to sort; hover a row to find it on the Pareto chart. The error band is the '
+        'cross-validated error of published runs of the same regime (docs/cli.md).</p></section>',
         f'<section><h2>Step time vs peak memory</h2><div id="pareto">{_svg_pareto(pareto_src, plans)}</div>'
         '</section>',
         f'<section><h2>Pipeline schedule of the best plan</h2><div id="timeline">{_timeline_section(best)}</div>'

@@ -38,8 +38,8 @@ def infer_framework(run: dict) -> str:
     text = f"{run.get('id', '')} {run.get('source', '')}".lower()
     if "torchtitan" in text or "foundry" in text or "mpt" in text:
         return "fsdp"
-    if "maxtext" in text:
-        return "maxtext"
+    if "maxtext" in text or str(run.get("hardware", "")).lower().startswith("tpu"):
+        return "maxtext"  # TPUs train with JAX/XLA (MaxText and its kin) in every source here
     if "deepspeed" in text or "zero3" in str(run.get("id", "")).lower():
         return "deepspeed"
     return "megatron"
@@ -179,6 +179,12 @@ def run_record_problem(run: dict) -> str | None:
     return None
 
 
+class UnscorableRun(InputError):
+    """A well-formed run the planner cannot score (an architecture or accelerator it does not model, no
+    valid plan with the published knobs): plan validate lists it and scores the others. Nonsense values
+    (negative steps, seq_len 0, ...) stay plain InputErrors that refuse the file (issue 16)."""
+
+
 def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
     """(model, cluster, training) context and the fixed knobs of one run."""
     from planner.hardware_catalog import get_hardware
@@ -188,11 +194,13 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
     try:
         model = from_hf_config(run["model"], name=rid)
         hw = get_hardware(str(run["hardware"]))
+    except InputError as e:
+        raise UnscorableRun(f"run {rid}: {_one_line(e)}") from None
+    try:
         dev = run["devices"]
         if not isinstance(dev, int) or isinstance(dev, bool):
             raise InputError(f"devices must be an integer, got {dev!r}")
-        cluster = ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
-                              devices_per_node=run.get("devices_per_node") or None)
+        cluster = run_cluster(run, hw, dev)
         t = run["train"]
         fw = infer_framework(run)
         train = TrainingSpec(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
@@ -217,12 +225,46 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         fixed["account_embedding_loss"] = True  # the only even-ish split Megatron/NeMo state for these
     if fixed.get("zero_stage") == 3:
         fixed["zero_shard_size"] = None  # the schema: zero_stage 3 is FSDP *full* sharding, not hybrid
+        fixed.update(multislice_hsdp(run, cluster, fixed))
     src = str(run.get("source", "")).lower()
     if "deepseek-v3 technical report" in src and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     for k, v in stack_constraints(run, train).items():
         fixed.setdefault(k, v)
     return Context(model, cluster, train), fixed
+
+
+def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
+    """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
+    torus.max_slice_chips), slices joined by DCN."""
+    slices = 1
+    if hw.scale_up.kind == "ici_torus" and hw.torus is not None:
+        slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
+    return ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
+                       devices_per_node=run.get("devices_per_node") or None,
+                       domain_size=dev // slices if slices > 1 and dev % slices == 0 else None)
+
+
+def tpu_slices(run: dict) -> int:
+    """TPU slices a MaxText run spans (the runs schema has no field for it): `dcn_data_parallelism=K` in
+    its notes (MaxText's multislice axis), else a `<K>x-<slice>` / `<K>xv4-128` prefix in its id; 1 if neither.
+    Slices talk over DCN, chips within a slice over ICI (known_runs_notes.md, TPU runs)."""
+    import re
+
+    m = re.search(r"dcn_data_parallelism\s*=\s*(\d+)", str(run.get("notes", "")))
+    if m is None:
+        m = re.search(r"-(\d+)x-?v\d", str(run.get("id", "")))
+    return max(1, int(m.group(1))) if m else 1
+
+
+def multislice_hsdp(run: dict, cluster: ClusterSpec, fixed: dict[str, Any]) -> dict[str, Any]:
+    """MaxText across K slices shards FSDP within a slice (ici_fsdp_parallelism) and replicates across
+    slices (dcn_data_parallelism): hybrid sharding with shard groups of dp*cp / K."""
+    slices = cluster.count // cluster.scale_up_size if cluster.hardware.scale_up.kind == "ici_torus" else 1
+    dp_cp = (fixed.get("dp") or 0) * (fixed.get("cp") or 1)
+    if slices > 1 and dp_cp and dp_cp % slices == 0:
+        return {"zero_shard_size": dp_cp // slices}
+    return {}
 
 
 def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
@@ -243,6 +285,11 @@ def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
     return env
 
 
+def _printable(text: str) -> str:
+    """Input-derived text for a terminal or markdown: control characters replaced."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())
 
@@ -257,7 +304,7 @@ def predict_run(run: dict) -> dict:
         # memory-saving choices its authors must have made), flagged as not fitting
         ev = evaluate(ctx, res.smallest_peak_plan)
     else:
-        raise InputError(f"run {run['id']}: no valid plan with the published knobs {fixed}")
+        raise UnscorableRun(f"run {run['id']}: no valid plan with the published knobs {fixed}")
     meas = run.get("measured") or {}
     out = {
         "id": run["id"],
@@ -285,7 +332,7 @@ def _pctl(xs: list[float], q: float) -> float:
     return xs[int(q * (len(xs) - 1))] if xs else float("nan")
 
 
-def summarise(rows: list[dict]) -> dict:
+def summarise(rows: list[dict], skipped: int = 0) -> dict:
     st = [abs(r["step_time_error"]) for r in rows if "step_time_error" in r]
     mem = [abs(r["peak_memory_error"]) for r in rows if "peak_memory_error" in r]
     worst = sorted((r for r in rows if "step_time_error" in r), key=lambda r: -abs(r["step_time_error"]))[:5]
@@ -296,12 +343,28 @@ def summarise(rows: list[dict]) -> dict:
         "peak_memory": {"n": len(mem), "median_abs_error": statistics.median(mem) if mem else None,
                         "p90_abs_error": _pctl(mem, 0.9) if mem else None},
         "worst": [{"id": r["id"], "step_time_error": r["step_time_error"]} for r in worst],
+        "skipped": skipped,
     }
 
 
 def validate_runs(runs: list[dict]) -> dict:
-    rows = [predict_run(r) for r in runs]
-    return {"runs": rows, "summary": summarise(rows)}
+    """Score every run that can be scored; the others are listed in `skipped` (id + one-line reason)
+    instead of refusing the whole file at its first unsupported record."""
+    rows, skipped = [], []
+    for run in runs:
+        try:
+            rows.append(predict_run(run))
+        except UnscorableRun as e:
+            skipped.append(skip_record(run, e))
+    return {"runs": rows, "skipped": skipped, "summary": summarise(rows, len(skipped))}
+
+
+def skip_record(run: dict, err: Exception) -> dict:
+    """One line saying why a run was not scored (the `run <id>: ` prefix of the error is dropped)."""
+    rid = _printable(str(run.get("id")))
+    reason = _printable(_one_line(err))
+    prefix = f"run {rid}: "
+    return {"id": rid, "reason": reason[len(prefix):] if reason.startswith(prefix) else reason}
 
 
 def markdown_table(result: dict) -> str:
@@ -326,6 +389,9 @@ def markdown_table(result: dict) -> str:
                       else f"- | {r['peak_memory_gib']:.1f} | - |")
     st, mem = s["step_time"], s["peak_memory"]
     fmt = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
+    if result.get("skipped"):
+        lines += ["", f"Not scored ({len(result['skipped'])}):"]
+        lines += [f"- {sk['id']}: {sk['reason']}" for sk in result["skipped"]]
     lines += ["", f"Step time: median |error| {fmt(st['median_abs_error'])}, p90 {fmt(st['p90_abs_error'])} "
                   f"over {st['n']} runs. Peak memory: median |error| {fmt(mem['median_abs_error'])}, "
                   f"p90 {fmt(mem['p90_abs_error'])} over {mem['n']} runs."]
@@ -378,6 +444,9 @@ def search_quality_table(rows: list[dict]) -> str:
 DOC_TITLE = "# Validation against published runs\n\n"
 DOC_COMMAND = "Generated by `plan validate --write-docs docs/validation.md --search-quality`.\n\n"
 HAND_WRITTEN_MARK = "<!-- hand-written below this line: kept as it is by `plan validate --write-docs` -->"
+# issue 15: the file LEADS with the out-of-sample (leave-one-source-out) headline, written by hand from
+# `python -m planner.analysis.devfit`; everything between the title and this mark is kept too
+LEAD_MARK = "<!-- hand-written above this line: kept as it is by `plan validate --write-docs` -->\n"
 
 
 VALIDATE_LEGEND = ("\nrel: how reliable the published figure is (A primary source; B one transcription or a loose "
@@ -386,9 +455,13 @@ VALIDATE_LEGEND = ("\nrel: how reliable the published figure is (A primary sourc
 
 
 def validation_doc(result: dict, quality: list[dict] | None, previous: str = "") -> str:
-    """The text `plan validate --write-docs` writes: the generated tables, then whatever follows
-    HAND_WRITTEN_MARK in the previous file (the prose about the residuals), unchanged."""
-    text = DOC_TITLE + DOC_COMMAND + markdown_table(result) + VALIDATE_LEGEND
+    """The text `plan validate --write-docs` writes: the previous file's lead (title to LEAD_MARK), the
+    generated tables, then whatever follows HAND_WRITTEN_MARK in the previous file (the prose about the
+    residuals), unchanged."""
+    lead = ""
+    if previous.startswith(DOC_TITLE) and LEAD_MARK in previous:
+        lead = previous[len(DOC_TITLE):previous.index(LEAD_MARK) + len(LEAD_MARK)]
+    text = DOC_TITLE + lead + DOC_COMMAND + markdown_table(result) + VALIDATE_LEGEND
     if quality is not None:
         text += ("\n## Search quality: published plans vs the unconstrained search\n\n"
                  "Each fully published layout, scored by this model, against the best plan the search finds "

@@ -124,8 +124,9 @@ def test_summary_matches_rows(result):
     assert s["median_abs_error"] == pytest.approx(errs[37])
     assert s["p90_abs_error"] == pytest.approx(errs[int(0.9 * 74)])
     # docs/validation.md: 8.6% (9.2% after issue 13, whose Megatron rows with an unpublished ZeRO stage use the
-    # distributed optimizer; issue 12's cost terms bring it to 8.6%)
-    assert s["median_abs_error"] == pytest.approx(0.0861, abs=0.0005)
+    # distributed optimizer; issue 12's cost terms bring it to 8.6%); 8.1% with issue 15's refresh of runs/
+    # from the reference (vpp null where unpublished, so the search picks the SC21 Table 1 rows' virtual stages)
+    assert s["median_abs_error"] == pytest.approx(0.0815, abs=0.0005)
 
 
 @pytest.mark.slow

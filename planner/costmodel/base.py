@@ -87,9 +87,13 @@ class Context:
         eff = hw.gemm_efficiency_max
         if train.dtype == "fp8" and hw.peak_tflops.fp8:
             eff = (hw.gemm_efficiency_max_fp8 or eff) * cal.FP8_DERATE
-        self.gemm_eff_max = eff * cal.GEMM_SHAPE_DERATE
+        # a profile written by `plan calibrate` may carry its own fitted constants (specs.CalibrationSpec)
+        derate = cal.profile_constant(hw, "gemm_shape_derate", cal.GEMM_SHAPE_DERATE)
+        self.gemm_eff_max = eff * derate
         self.attn_peak = self.peak_bf16  # attention core runs in bf16 even in FP8 recipes
-        self.attn_eff = hw.gemm_efficiency_max * cal.GEMM_SHAPE_DERATE * cal.ATTN_REL_EFFICIENCY
+        self.attn_eff = hw.gemm_efficiency_max * derate * cal.profile_constant(hw, "attn_rel_efficiency",
+                                                                                cal.ATTN_REL_EFFICIENCY)
+        self.step_overhead_s = cal.profile_constant(hw, "step_overhead_s", 0.0)
         # NVIDIA parts with FP8 tensor cores = Hopper and later, where kernel generation matters most
         hopper_plus = hw.vendor.upper().startswith("NVIDIA") and hw.peak_tflops.fp8 is not None
         if train.framework in ("fsdp",) and hopper_plus:

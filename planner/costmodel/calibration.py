@@ -102,3 +102,10 @@ CPU_ADAM_PARAMS_PER_S_PER_HOST = 3.9e9
 # both stay 0 until a host-bound floor (max of GPU and host time per layer) is modelled.
 LAYER_OVERHEAD_S = 0.0
 MICROBATCH_OVERHEAD_S = 0.0
+
+def profile_constant(hw, name: str, default: float) -> float:
+    """A constant a calibrated hardware profile sets (`calibration:` block, written by `plan calibrate`),
+    else the development-run default above."""
+    k = getattr(hw, "calibration", None)
+    v = getattr(k, name, None) if k is not None else None
+    return default if v is None else float(v)

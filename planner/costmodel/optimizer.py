@@ -28,6 +28,12 @@ OPTIMIZER = formula(
     "fp32 master, m, v; reads grads; writes bf16 params: 30 B with fp32 moments and grads)",
     "Adam (Kingma & Ba 2015); state bytes per ZeRO, SC20, arXiv 1910.02054, sec. 3.1",
 )
+OPTIMIZER_AND_OVERHEAD = formula(
+    "optimizer.adam_and_overhead",
+    "local params x Adam bytes / HBM bandwidth + the fixed per-step overhead of a calibrated profile (data loading, "
+    "logging, host syncs: everything a step costs that does not scale with the model)",
+    "Adam as above; step_overhead_s fitted by plan calibrate (docs/calibrate.md)",
+)
 OPTIMIZER_OFFLOAD = formula(
     "optimizer.offload",
     "host params / CPU-Adam rate + local params x (grad bytes + 2 B) / host link: the GPUs of a host share its "
@@ -60,5 +66,9 @@ def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -
                                       bytes_per_param=grad_bytes + PARAM_GATHER_BYTES,
                                       bandwidth_GBps=bw / 1e9, host_link_s=t_link)
     adam = adam_bytes_per_param(st)
+    if ctx.step_overhead_s > 0:  # a fixed per-step overhead fitted by `plan calibrate` rides with this term
+        return OPTIMIZER_AND_OVERHEAD.term(
+            "optimizer_s", n * adam / ctx.hbm_bw + ctx.step_overhead_s, "s", local_params=n,
+            bytes_per_param=adam, bandwidth_GBps=ctx.hbm_bw / 1e9, step_overhead_s=ctx.step_overhead_s)
     return OPTIMIZER.term("optimizer_s", n * adam / ctx.hbm_bw, "s", local_params=n,
                           bytes_per_param=adam, bandwidth_GBps=ctx.hbm_bw / 1e9)

@@ -71,6 +71,19 @@ class TorusSpec(_Frozen):
     chips_per_host: int = Field(..., ge=1)
 
 
+class CalibrationSpec(_Frozen):
+    """Cost-model constants fitted to one cluster's own measurements (`plan calibrate`). None = the
+    model's development-run default (planner.costmodel.calibration)."""
+
+    gemm_shape_derate: float | None = Field(None, gt=0, le=2, description="GEMM efficiency / MAMF ceiling")
+    attn_rel_efficiency: float | None = Field(None, gt=0, le=2, description="attention core / GEMM efficiency")
+    step_overhead_s: float | None = Field(None, ge=0, le=3600, description="fixed seconds per optimizer step")
+    error_band_rel: float | None = Field(None, ge=0, description="the calibration's own leave-one-out error band "
+                                         "(planner.analysis.bands); replaces the dev-run regime's band")
+    error_band_runs: int | None = Field(None, ge=1, description="runs behind error_band_rel")
+    source: str = Field("", description="what the constants were fitted on")
+
+
 class HardwareSpec(_Frozen):
     id: str = Field(..., min_length=1)
     name: str = ""
@@ -91,6 +104,7 @@ class HardwareSpec(_Frozen):
     scale_up: ScaleUp
     scale_out: ScaleOut
     torus: TorusSpec | None = None
+    calibration: CalibrationSpec | None = Field(None, description="constants fitted by `plan calibrate`")
     source: str = ""
     notes: str = ""
 

@@ -125,7 +125,11 @@ class ModelSpec(_Frozen):
     qk_norm: bool = Field(False, description="per-head RMSNorm on q and k (Qwen3)")
     attention_sinks: bool = Field(False, description="one learned sink logit per head (gpt-oss)")
     tied_embeddings: bool = False
-    position_embedding: Literal["rope", "learned", "alibi", "none"] = "rope"
+    position_embedding: Literal["rope", "learned", "alibi", "relative", "none"] = Field(
+        "rope", description="relative = T5-style learned relative position bias added to the attention logits")
+    relative_attention_num_buckets: int = Field(
+        0, ge=0, le=100_000, description="T5-style relative position bias: buckets x heads logit biases, one table "
+        "per model as in HF T5 (only with position_embedding 'relative')")
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base (HF rope_theta; 10000 as in RoFormer/Llama 1)")
     rope_scaling: RopeScaling | None = Field(None, description="RoPE frequency scaling (HF rope_scaling)")
     embedding_norm: bool = Field(False, description="LayerNorm after the embedding (BLOOM)")
@@ -149,6 +153,8 @@ class ModelSpec(_Frozen):
             raise ValueError("num_sliding_layers exceeds num_layers")
         if self.num_sliding_layers and self.sliding_window is None:
             raise ValueError("num_sliding_layers > 0 needs sliding_window")
+        if self.relative_attention_num_buckets and self.position_embedding != "relative":
+            raise ValueError("relative_attention_num_buckets needs position_embedding 'relative'")
         if self.moe is not None and self.moe.first_k_dense > self.num_layers:
             raise ValueError("moe.first_k_dense exceeds num_layers")
         return self

@@ -86,14 +86,21 @@ def memory_cell(r: dict) -> str:
     return f"{mem['peak_gib']:.1f}/{usable:.1f}" + ("" if r["fits"] else "!")
 
 
+def band_label(plan: dict) -> str:
+    """'±12%': the plan's cross-validated error band (issue 15, planner.analysis.bands); '-' when absent."""
+    from planner.analysis.bands import band_label as label
+
+    return label(plan).strip() or "-"
+
+
 def wide_table(doc: dict) -> Table:
     t = Table(title=f"{shown(doc['model']['name'])} on {shown(doc['cluster']['name'])}: best plans")
-    for col in ("#", "layout", "mbs", "ZeRO", "recompute", "SP", "step s", "tok/s/dev", "MFU", "peak/usable GiB"):
+    for col in ("#", "layout", "mbs", "ZeRO", "recompute", "SP", "step s", "±", "tok/s/dev", "MFU", "peak/usable GiB"):
         t.add_column(col, justify="left" if col in ("layout", "recompute") else "right", no_wrap=True)
     for i, r in enumerate(doc["plans"], 1):
         p = r["plan"]
         t.add_row(str(i), plan_label(p), str(p["micro_batch"]), zero_label(p), recompute_label(p),
-                  "y" if p["sequence_parallel"] and p["tp"] > 1 else "-", f"{r['step_time_s']:.3f}",
+                  "y" if p["sequence_parallel"] and p["tp"] > 1 else "-", f"{r['step_time_s']:.3f}", band_label(r),
                   f"{r['tokens_per_s_per_device']:,.0f}", f"{100 * r['mfu']:.1f}%", memory_cell(r))
     return t
 
@@ -101,12 +108,13 @@ def wide_table(doc: dict) -> Table:
 def compact_table(doc: dict) -> Table:
     t = Table(title=f"{shown(doc['model']['name'])} on {shown(doc['cluster']['name'])}", box=box.SIMPLE_HEAD,
               pad_edge=False, show_edge=False, padding=(0, 1))
-    for col in ("#", "layout", "mbs", "Z", "rc", "step s", "MFU", "GiB"):
+    for col in ("#", "layout", "mbs", "Z", "rc", "step s", "±", "MFU", "GiB"):
         wrap = col == "layout"
         t.add_column(col, justify="left" if col in ("layout", "rc") else "right", no_wrap=not wrap,
                      overflow="fold" if wrap else "ellipsis", min_width=None if wrap else len(col))
     rows = [(str(i), plan_label(r["plan"], mark_no_sp=True), str(r["plan"]["micro_batch"]), zero_label(r["plan"], True),
-             recompute_label(r["plan"], True), f"{r['step_time_s']:.3f}", f"{100 * r['mfu']:.1f}%", memory_cell(r))
+             recompute_label(r["plan"], True), f"{r['step_time_s']:.3f}", band_label(r), f"{100 * r['mfu']:.1f}%",
+             memory_cell(r))
             for i, r in enumerate(doc["plans"], 1)]
     for j, c in enumerate(t.columns):  # numbers are never squeezed: a numeric column is as wide as its widest cell
         if c.no_wrap:
@@ -120,6 +128,10 @@ def legend(doc: dict, compact: bool) -> list[str]:
     plans = doc["plans"]
     distinct = (doc.get("ranking") or {}).get("distinct_layouts", True)
     lines = [RANK_NOTE + (DISTINCT_NOTE if distinct else "")]
+    band = (plans[0].get("step_time_band") or {}) if plans else {}
+    if band:  # issue 15
+        lines.append(f"±: how far measured steps of published runs like these ({band.get('regime', '')}) landed from "
+                     "the prediction, out of sample (90% of them); docs/cli.md.")
     if compact:
         lines.append("mbs micro-batch; Z ZeRO stage (1 = distributed optimizer, 3 = FSDP; +o optimizer states "
                      "offloaded to the host); rc recompute (- none, sel selective, full, fK full on K layers per "
@@ -177,6 +189,8 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
     c.print(table)
     for line in legend(doc, compact):
         c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
+    if doc.get("band_note"):  # issue 15: the leading plans lie within each other's error band
+        c.print(escape(wrapped(f"note: {doc['band_note']}", width, "  ")), style="yellow", soft_wrap=True)
     if not doc["plans"]:
         return
     rank = min(max(1, rank), len(doc["plans"]))

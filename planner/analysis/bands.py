@@ -1,0 +1,227 @@
+"""Honest error bands: how far a measured step lands from the prediction, per regime.
+
+A regime is (hardware family, dense/MoE, framework). The residuals of the development runs
+(runs/known_runs_dev.yaml and runs/known_runs_tpu_dev.yaml) are computed once and shipped as data in
+runs/error_bands.yaml; regenerate them after any cost-model change with
+
+    PYTHONPATH=$PWD python -m planner.analysis.bands --write
+
+The residuals are cross-validated: each run's error is its prediction when its publication was left out
+of the fit of the constants (leave-one-source-out, planner.analysis.devfit). A prediction's band is
+[t/(1+rel), t*(1+rel)], rel the BAND_QUANTILE quantile of max(measured/predicted, predicted/measured) - 1
+over the runs of its regime
+(at least MIN_RUNS of them; otherwise the next coarser regime: family+framework, family, all runs). The
+coverage test (tests/test_bands.py) leaves each run out of the band it is checked against.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+BAND_QUANTILE = 0.90  # two-sided 90% of a regime's misses; leave-one-out coverage of the dev runs: tests/test_bands.py
+MIN_RUNS = 5  # fewer runs than this in a regime: use the next coarser one
+BANDS_FILE = "error_bands.yaml"
+
+
+def hardware_family(hw_id: str, vendor: str = "") -> str:
+    """Accelerator generation: ampere, hopper, blackwell, cdna3 (MI300-class), tpu; else the id."""
+    h = hw_id.lower()
+    if h.startswith("tpu"):
+        return "tpu"
+    if h.startswith("a100"):
+        return "ampere"
+    if h.startswith(("h100", "h800", "h200")):
+        return "hopper"
+    if h.startswith(("b200", "gb200", "b300", "gb300")):
+        return "blackwell"
+    if h.startswith("mi3"):
+        return "cdna3"
+    return h
+
+
+@dataclass(frozen=True)
+class Residual:
+    id: str
+    source: str  # citation key (first words of the source), for leave-one-source-out
+    family: str
+    moe: bool
+    framework: str
+    error: float  # predicted / measured - 1, leave-one-source-out (the band's cross-validated residual)
+    in_sample_error: float = float("nan")  # the same with the shipped constants (plan validate)
+
+    @property
+    def miss(self) -> float:
+        """max(measured/predicted, predicted/measured) - 1: the factor by which the measurement lies off
+        the prediction, either way (a band built from it never reaches zero seconds)."""
+        return max(1.0 + self.error, 1.0 / (1.0 + self.error)) - 1.0
+
+
+@dataclass(frozen=True)
+class Band:
+    rel: float
+    regime: str  # which regime level supplied it
+    runs: int
+
+    def around(self, step_s: float) -> dict:
+        return {"low_s": step_s / (1 + self.rel), "high_s": step_s * (1 + self.rel), "rel": self.rel,
+                "regime": self.regime, "runs": self.runs}
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _levels(family: str, moe: bool, framework: str):
+    """Regime keys from the most specific to all runs: (label, predicate on a Residual)."""
+    kind = "MoE" if moe else "dense"
+    return (
+        (f"{family}/{kind}/{framework}", lambda r: (r.family, r.moe, r.framework) == (family, moe, framework)),
+        (f"{family}/{framework}", lambda r: (r.family, r.framework) == (family, framework)),
+        (family, lambda r: r.family == family),
+        ("all runs", lambda r: True),
+    )
+
+
+def band_for(residuals: tuple[Residual, ...], family: str, moe: bool, framework: str,
+             exclude_id: str | None = None) -> Band:
+    pool = [r for r in residuals if r.id != exclude_id]
+    for label, pred in _levels(family, moe, framework):
+        sel = [r.miss for r in pool if pred(r)]
+        if len(sel) >= MIN_RUNS or label == "all runs":
+            return Band(_quantile(sel, BAND_QUANTILE), label, len(sel))
+    raise AssertionError("unreachable")
+
+
+def _default_path() -> Path:
+    from planner.data import data_dir
+
+    return data_dir("runs") / BANDS_FILE
+
+
+@functools.lru_cache(maxsize=4)
+def load_residuals(path: str | None = None) -> tuple[Residual, ...]:
+    data = yaml.safe_load(Path(path or _default_path()).read_text())
+    return tuple(Residual(**r) for r in data["runs"])
+
+
+def band_for_context(ctx) -> Band:
+    """A calibrated profile's own leave-one-out band (plan calibrate) if it has one, else the dev runs'."""
+    hw = ctx.cluster.hardware
+    k = hw.calibration
+    if k is not None and k.error_band_rel is not None:
+        return Band(k.error_band_rel, "calibrated profile (leave-one-out)", k.error_band_runs or 0)
+    return band_for(load_residuals(), hardware_family(hw.id, hw.vendor), ctx.model.is_moe, ctx.train.framework)
+
+
+def band_from_errors(errors: list[float]) -> float:
+    """rel of a band from prediction errors (predicted/measured - 1), as for the dev-run regimes."""
+    return _quantile([max(1 + e, 1 / (1 + e)) - 1 for e in errors], BAND_QUANTILE)
+
+
+def attach_bands(ctx, doc: dict) -> None:
+    """Add `step_time_band` to every plan of a `plan` document and `band_note` when the leading plans lie
+    within each other's band (their order is then not significant)."""
+    band = band_for_context(ctx)
+    for p in doc["plans"]:
+        p["step_time_band"] = band.around(p["step_time_s"])
+    doc["band_note"] = overlap_note(doc["plans"])
+
+
+def overlap_note(plans: list[dict]) -> str | None:
+    """'plans 1-3 ...' when plan 2 (and the next ones) lie within plan 1's band and it within theirs."""
+    if len(plans) < 2 or "step_time_band" not in plans[0]:
+        return None
+    b0 = plans[0]["step_time_band"]
+    tied = 1
+    for p in plans[1:]:
+        b = p["step_time_band"]
+        if p["step_time_s"] <= b0["high_s"] and plans[0]["step_time_s"] >= b["low_s"]:
+            tied += 1
+        else:
+            break
+    if tied < 2:
+        return None
+    return (f"plans 1-{tied} lie within each other's error band (±{100 * b0['rel']:.0f}%, {b0['regime']}): "
+            "the model cannot tell which is faster; measure them")
+
+
+def band_label(plan: dict) -> str:
+    b = plan.get("step_time_band")
+    return f" ±{100 * b['rel']:.0f}%" if b else ""
+
+
+# --------------------------------------------------------------------------- regeneration
+
+def source_key(run: dict) -> str:
+    """Which publication a run comes from (for leave-one-source-out): the source text up to its first
+    ' -- ' / ',' / '(' (e.g. 'MaxText high-performance results', 'NeMo 24.07 performance summary')."""
+    import re
+
+    src = str(run.get("source") or run.get("id"))
+    return re.split(r' -- | — |,|\(|;|"', src, maxsplit=1)[0].strip().lower()
+
+
+def residuals_from_validation(runs: list[dict], rows: list[dict], loso: dict[str, float] | None = None) -> list[dict]:
+    from planner.hardware_catalog import get_hardware
+    from planner.hf_import import from_hf_config
+
+    by_id = {r["id"]: r for r in runs}
+    out = []
+    for row in rows:
+        if "step_time_error" not in row:
+            continue
+        run = by_id[row["id"]]
+        hw = get_hardware(str(run["hardware"]))
+        out.append({"id": row["id"], "source": source_key(run), "family": hardware_family(hw.id, hw.vendor),
+                    "moe": from_hf_config(run["model"], name=run["id"]).is_moe, "framework": row["framework"],
+                    "error": round(float((loso or {}).get(row["id"], row["step_time_error"])), 6),
+                    "in_sample_error": round(float(row["step_time_error"]), 6)})
+    return out
+
+
+def write_bands_file(path: Path, residual_rows: list[dict], kind: str) -> None:
+    head = ("# Generated by `python -m planner.analysis.bands --write` from runs/known_runs_dev.yaml and\n"
+            "# runs/known_runs_tpu_dev.yaml: one residual per development run, error = predicted/measured - 1 when\n"
+            "# the run's source was left out of the constants' fit (planner.analysis.devfit.loso); in_sample_error\n"
+            "# with the shipped constants (plan validate).\n"
+            "# Do not edit by hand; regenerate after any cost-model change.\n")
+    body = yaml.safe_dump({"residuals": kind, "quantile": BAND_QUANTILE, "min_runs": MIN_RUNS, "runs": residual_rows},
+                          sort_keys=False, width=120)
+    path.write_text(head + body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from planner.data import data_dir
+    from planner.validate import load_runs, validate_runs
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="write runs/error_bands.yaml")
+    args = ap.parse_args(argv)
+    from planner.analysis import calibrate, devfit
+
+    rows: list[dict] = []
+    for name, tpu in (("known_runs_dev.yaml", False), ("known_runs_tpu_dev.yaml", True)):
+        runs = load_runs(data_dir("runs") / name)
+        prepared, _ = calibrate.prepare_runs(runs)
+        loso = devfit.loso(prepared, {str(r["id"]): source_key(r) for r in runs}, tpu)
+        rows += residuals_from_validation(runs, validate_runs(runs)["runs"], loso)
+    if args.write:
+        write_bands_file(data_dir("runs") / BANDS_FILE, rows, "leave-one-source-out")
+    print(f"{len(rows)} residuals" + (" written" if args.write else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,270 @@
+"""`plan calibrate`: fit the few physical constants of the cost model to one cluster's own measurements.
+
+Inputs: the user's measured steps (a runs file, schema of shared/reference/README.md, one accelerator)
+and optionally nccl-tests / rccl-tests logs. Output: a cluster file whose inline hardware profile carries
+the fitted link figures and a `calibration:` block (planner.specs.CalibrationSpec) that `--cluster`
+accepts, so every later prediction uses them.
+
+What is fitted, each a physical constant (never a per-run factor):
+- links, from nccl-tests tables (planner.analysis.nccl_tests.fit_link): scale-up bus bandwidth and
+  per-step latency from single-node tables; scale-out achievable fraction of the NIC line rate and
+  latency from multi-node tables;
+- compute, from the measured steps (scipy least squares on log(predicted / measured)): the GEMM ceilings
+  (`gemm_efficiency_max`, and `gemm_efficiency_max_fp8` for FP8 runs), attention-core efficiency relative
+  to GEMMs and a fixed per-step overhead.
+  A constant the runs cannot move (|d log t / d log c| below SENSITIVITY_MIN on every run) is left
+  at its default rather than fitted to noise.
+Each run's plan is the one `plan validate` scores (published knobs fixed, the rest chosen with the
+default constants) and is kept fixed during the fit.
+
+This module is the fitting core for a user's own cluster; the development-run constants of the shipped
+model are fitted the same way (leave-one-source-out in docs/validation.md).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from planner.errors import InputError
+from planner.specs import CalibrationSpec, ClusterSpec, HardwareSpec, ModelSpec, ParallelPlan, TrainingSpec
+
+SENSITIVITY_MIN = 0.02  # a constant that moves no run's log step time by 2% per unit log change is not fitted
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted constant: where it lives in the hardware profile and its admissible range."""
+
+    name: str  # "gemm_efficiency_max" or "calibration.<CalibrationSpec field>"
+    lo: float
+    hi: float
+    default: float  # value when the profile does not set it (the model's own constant)
+    additive: bool = False  # fitted linearly (an overhead that may be 0), else in log space
+
+
+def compute_params(hw: HardwareSpec) -> tuple[Param, ...]:
+    from planner.costmodel import calibration as cal
+
+    fp8_eff = hw.gemm_efficiency_max_fp8
+    fp8 = (Param("gemm_efficiency_max_fp8", 0.05, 1.0, fp8_eff),) if fp8_eff else ()
+    return fp8 + (
+        Param("gemm_efficiency_max", 0.05, 1.0, hw.gemm_efficiency_max),
+        Param("calibration.attn_rel_efficiency", 0.05, 2.0, cal.ATTN_REL_EFFICIENCY),
+        Param("calibration.step_overhead_s", 0.0, 600.0, 0.0, additive=True),
+    )
+
+
+def get_value(hw: HardwareSpec, p: Param) -> float:
+    if p.name.startswith("calibration."):
+        v = getattr(hw.calibration, p.name.split(".", 1)[1]) if hw.calibration else None
+        return p.default if v is None else v
+    obj: object = hw
+    for part in p.name.split("."):
+        obj = getattr(obj, part)
+    return float(obj)  # type: ignore[arg-type]  # a numeric profile field by construction (compute_params)
+
+
+def with_values(hw: HardwareSpec, values: dict[str, float]) -> HardwareSpec:
+    """The profile with some constants replaced (validated: a value out of its field's range raises)."""
+    data = hw.model_dump()
+    for name, v in values.items():
+        parts = name.split(".")
+        node = data
+        for part in parts[:-1]:
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = float(v)
+    return HardwareSpec(**data)
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    id: str
+    measured_s: float
+    model: ModelSpec
+    cluster: ClusterSpec
+    train: TrainingSpec
+    plan: ParallelPlan
+
+    def predict(self, hw: HardwareSpec) -> float:
+        from planner.costmodel import Context, evaluate
+
+        ctx = Context(self.model, self.cluster.model_copy(update={"hardware": hw}), self.train)
+        return evaluate(ctx, self.plan).step_time_s
+
+
+def prepare_runs(runs: list[dict]) -> tuple[list[PreparedRun], list[dict]]:
+    """Runs with a measured step, their plan chosen as plan validate does; the others as skipped."""
+    from planner.costmodel import evaluate
+    from planner.search import SearchOptions, search
+    from planner.validate import run_inputs, skip_record
+
+    out, skipped = [], []
+    for run in runs:
+        try:
+            step = (run.get("measured") or {}).get("step_time_s")
+            if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
+                raise InputError(f"run {run.get('id')}: no positive measured.step_time_s to fit")
+            ctx, fixed = run_inputs(run)
+            res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
+            if res.plans:
+                plan = res.plans[0].plan
+            elif res.smallest_peak_plan is not None:
+                plan = evaluate(ctx, res.smallest_peak_plan).plan
+            else:
+                raise InputError(f"run {run['id']}: no valid plan with the published knobs")
+        except InputError as e:
+            skipped.append(skip_record(run, e))
+            continue
+        out.append(PreparedRun(str(run["id"]), float(step), ctx.model, ctx.cluster, ctx.train, plan))
+    return out, skipped
+
+
+def one_hardware(prepared: list[PreparedRun]) -> HardwareSpec:
+    ids = sorted({p.cluster.hardware.id for p in prepared})
+    if len(ids) != 1:
+        raise InputError(f"plan calibrate fits one accelerator at a time; the runs use {', '.join(ids) or 'none'}: "
+                         "give one runs file per accelerator")
+    return prepared[0].cluster.hardware
+
+
+def log_errors(prepared: list[PreparedRun], hw: HardwareSpec) -> list[float]:
+    return [math.log(p.predict(hw) / p.measured_s) for p in prepared]
+
+
+def _sensitive(prepared: list[PreparedRun], hw: HardwareSpec, params: tuple[Param, ...]) -> tuple[Param, ...]:
+    """The params that move at least one run's predicted step by SENSITIVITY_MIN per unit change (log
+    change; for an additive overhead: one second per ... relative to the step)."""
+    base = log_errors(prepared, hw)
+    keep = []
+    for p in params:
+        v = get_value(hw, p)
+        if p.additive:
+            probe = with_values(hw, {p.name: v + 0.1 * statistics.median(r.measured_s for r in prepared)})
+            scale = 0.1
+        else:
+            probe = with_values(hw, {p.name: min(p.hi, v * 1.1) if v * 1.1 <= p.hi else v / 1.1})
+            scale = abs(math.log(get_value(probe, p) / v))
+        moved = max(abs(a - b) for a, b in zip(log_errors(prepared, probe), base, strict=True)) / scale
+        if moved >= SENSITIVITY_MIN:
+            keep.append(p)
+    return tuple(keep)
+
+
+@dataclass
+class FitResult:
+    hardware: HardwareSpec
+    fitted: dict[str, tuple[float, float]]  # name -> (before, after)
+    errors_before: list[float]  # predicted / measured - 1 per run
+    errors_after: list[float]
+    loo_errors: list[float] = field(default_factory=list)  # each run predicted by a fit without it
+    held_fixed: list[str] = field(default_factory=list)
+
+
+def fit_compute(prepared: list[PreparedRun], hw: HardwareSpec, params: tuple[Param, ...] | None = None) -> HardwareSpec:
+    """Least squares (scipy) on log(predicted / measured) over the sensitive params."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    params = _sensitive(prepared, hw, params if params is not None else compute_params(hw))
+    if not params or not prepared:
+        return hw
+    med = statistics.median(r.measured_s for r in prepared)
+
+    def unpack(x):
+        return {p.name: (p.lo + x[i] * med if p.additive else math.exp(x[i])) for i, p in enumerate(params)}
+
+    def resid(x):
+        try:
+            return np.array(log_errors(prepared, with_values(hw, unpack(x))))
+        except ValueError:  # a trial value outside a profile field's range
+            return np.full(len(prepared), 10.0)
+
+    x0 = [((get_value(hw, p) - p.lo) / med if p.additive else math.log(get_value(hw, p))) for p in params]
+    lo = [0.0 if p.additive else math.log(p.lo) for p in params]
+    hi = [(p.hi - p.lo) / med if p.additive else math.log(p.hi) for p in params]
+    x0 = [min(max(v, a + 1e-9), b - 1e-9) for v, a, b in zip(x0, lo, hi, strict=True)]
+    sol = least_squares(resid, x0, bounds=(lo, hi), x_scale=1.0, diff_step=1e-3)
+    return with_values(hw, unpack(sol.x))
+
+
+def calibrate(prepared: list[PreparedRun], hw: HardwareSpec, leave_one_out: bool = True) -> FitResult:
+    before = [math.expm1(e) for e in log_errors(prepared, hw)]
+    fitted_hw = fit_compute(prepared, hw)
+    after = [math.expm1(e) for e in log_errors(prepared, fitted_hw)]
+    params = compute_params(hw)
+    moved = {p.name: (get_value(hw, p), get_value(fitted_hw, p)) for p in params
+             if get_value(hw, p) != get_value(fitted_hw, p)}
+    loo = []
+    if leave_one_out and len(prepared) >= 3:
+        for i, run in enumerate(prepared):
+            rest = prepared[:i] + prepared[i + 1:]
+            loo.append(run.predict(fit_compute(rest, hw)) / run.measured_s - 1.0)
+    return FitResult(fitted_hw, moved, before, after, loo, [p.name for p in params if p.name not in moved])
+
+
+# --------------------------------------------------------------------------- links from nccl-tests
+
+def link_updates(hw: HardwareSpec, node_size: int, fits: list) -> tuple[dict[str, float], list[str]]:
+    """Profile fields set from nccl-tests fits (planner.analysis.nccl_tests.LinkFit) and one line per fit.
+    Single-node tables set the scale-up figures (an all-reduce over > 4 ranks of an NVLS-capable switch sets
+    the NVLS figure, planner.collectives' rule); multi-node tables set the scale-out fraction of the NIC line
+    rate, capped at 1 (a two-node all-reduce can beat the NIC rate with tree/NVLS algorithms: nccl-tests
+    issue #309)."""
+    up_bw, up_lat, nvls, out_frac, out_lat, lines = [], [], [], [], [], []
+    for f in fits:
+        nodes = f.nodes or max(1, math.ceil(f.ranks / node_size))
+        if nodes == 1:
+            if f.collective == "all_reduce" and f.ranks > 4 and hw.scale_up.nvls_allreduce_busbw_GBps:
+                nvls.append(f.busbw_GBps)
+                target = "scale_up.nvls_allreduce_busbw_GBps"
+            else:
+                up_bw.append(f.busbw_GBps)
+                target = "scale_up.ring_busbw_GBps"
+            up_lat.append(f.alpha_us)
+        else:
+            per_domain = min(f.ranks // nodes, hw.scale_up.domain_size)
+            line_rate = per_domain * hw.scale_out.unidir_GBps_per_device
+            out_frac.append(min(1.0, f.busbw_GBps / line_rate))
+            out_lat.append(f.alpha_us)
+            target = f"scale_out.achievable_fraction ({f.busbw_GBps:.0f} of {line_rate:.0f} GB/s line rate)"
+        lines.append(f"{f.collective} {f.ranks} ranks on {nodes} node(s): busbw {f.busbw_GBps:.1f} GB/s, "
+                     f"alpha {f.alpha_us:.2f} us/step, rel. RMS {100 * f.rel_rms_error:.1f}% -> {target}")
+    med = statistics.median
+    updates = {k: med(v) for k, v in (("scale_up.ring_busbw_GBps", up_bw), ("scale_up.nvls_allreduce_busbw_GBps", nvls),
+                                      ("scale_up.latency_us", up_lat), ("scale_out.achievable_fraction", out_frac),
+                                      ("scale_out.latency_us", out_lat)) if v}
+    return updates, lines
+
+
+# --------------------------------------------------------------------------- output
+
+def summary_line(errors: list[float]) -> str:
+    if not errors:
+        return "n/a"
+    a = sorted(abs(e) for e in errors)
+    return f"median |error| {100 * statistics.median(a):.1f}%, max {100 * a[-1]:.1f}% over {len(a)} runs"
+
+
+def cluster_document(hw: HardwareSpec, prepared: list[PreparedRun], source: str,
+                     loo_errors: list[float] | None = None) -> dict:
+    """A cluster file (planner.hardware_catalog.load_cluster_file) with the fitted profile inline; with
+    leave-one-out errors, its predictions carry that error band instead of the dev runs' one."""
+    from planner.analysis.bands import band_from_errors
+
+    band = {"error_band_rel": band_from_errors(loo_errors), "error_band_runs": len(loo_errors)} if loo_errors else {}
+    cal = (hw.calibration or CalibrationSpec()).model_copy(update={"source": source} | band)
+    note = "Fitted by plan calibrate (calibration.source) where it differs from the figures cited: "
+    prof = hw.model_copy(update={"calibration": cal, "aliases": (), "name": f"{hw.name or hw.id} (calibrated)",
+                                 "source": note + hw.source,
+                                 "scale_up": hw.scale_up.model_copy(update={"source": note + hw.scale_up.source}),
+                                 "scale_out": hw.scale_out.model_copy(update={"source": note + hw.scale_out.source})})
+    biggest = max(prepared, key=lambda p: p.cluster.count)
+    doc = {"name": f"{hw.id}-calibrated", "count": biggest.cluster.count,
+           "hardware": prof.model_dump(mode="json", exclude_none=True)}
+    if biggest.cluster.devices_per_node:
+        doc["devices_per_node"] = biggest.cluster.devices_per_node
+    return doc

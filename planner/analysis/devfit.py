@@ -1,0 +1,150 @@
+"""Fit the cost model's constants on the development runs, in-sample and leave-one-source-out.
+
+    PYTHONPATH=$PWD python -m planner.analysis.devfit            # tables for docs/validation.md
+
+* TPU: one GEMM ceiling per generation (the hardware profile's `gemm_efficiency_max`, for which no TPU
+  MAMF measurement exists) fitted by plan calibrate's least squares on that generation's runs in
+  runs/known_runs_tpu_dev.yaml; the values in hardware_profiles/tpu-*.yaml are this fit's output.
+* GPU: the dev-run constants of planner.calibration (GEMM_CONSTANTS below) refitted jointly on the
+  GPU runs by least squares on log(predicted / measured).
+* Leave-one-source-out (LOSO): for every publication (planner.analysis.bands.source_key), refit on
+  all the other sources and predict its runs. A constant no remaining run can move is set to its
+  uninformed value (NO_EFFECT: the mechanism is absent), never to the shipped value that was fitted
+  with the held-out source. Each run's plan is the one plan validate scores with the shipped constants
+  and stays fixed during the refits.
+
+Relation to issue 14a's planner.analysis.fit (which arrived on main after this was written): the constants
+are set through its `calibrated` context manager; `loso` differs from `fit.leave_one_out(by_group=True)` in
+grouping by publication (bands.source_key, not the full citation) and in setting unidentifiable constants
+to NO_EFFECT instead of the shipped values.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from planner.analysis import calibrate as c
+from planner.analysis.bands import source_key
+from planner.costmodel import calibration as cal
+
+# GPU constants refitted on the dev runs: name -> (low, high, value when no run shows the mechanism)
+GPU_CONSTANTS = {
+    "GEMM_SHAPE_DERATE": (0.3, 1.2, 1.0),
+    "ATTN_REL_EFFICIENCY": (0.2, 1.5, 1.0),
+    "FA2_HOPPER_ABS_EFFICIENCY": (0.1, 1.0, 1.0),
+    "PYTORCH_NATIVE_HOPPER_EFFICIENCY": (0.3, 1.2, 1.0),
+    "MOE_GROUPED_GEMM_REL_EFFICIENCY": (0.2, 1.2, 1.0),
+    "MOE_DISPATCH_SYNC_S": (1e-5, 0.05, 0.0),
+    "FP8_DERATE": (0.3, 1.2, 1.0),
+}
+
+
+def constants(values: dict[str, float]):
+    """planner.costmodel.calibration with some constants replaced for the duration (offline analysis only;
+    the cost model reads them at call time): issue 14a's planner.analysis.fit.calibrated."""
+    from planner.analysis.fit import calibrated
+
+    return calibrated(values)
+
+
+def _log_errs(runs: list[c.PreparedRun], values: dict[str, float]) -> list[float]:
+    with constants(values):
+        return [math.log(r.predict(r.cluster.hardware) / r.measured_s) for r in runs]
+
+
+def _identifiable(runs: list[c.PreparedRun], names: list[str]) -> list[str]:
+    base = _log_errs(runs, {})
+    keep = []
+    for n in names:
+        v = getattr(cal, n)
+        probe = _log_errs(runs, {n: v * 1.1})
+        if max(abs(a - b) for a, b in zip(probe, base, strict=True)) / math.log(1.1) >= c.SENSITIVITY_MIN:
+            keep.append(n)
+    return keep
+
+
+def fit_gpu(runs: list[c.PreparedRun]) -> dict[str, float]:
+    """Least squares over the GPU constants the runs can move; the others at NO_EFFECT."""
+    from scipy.optimize import least_squares
+
+    names = _identifiable(runs, list(GPU_CONSTANTS))
+    fixed = {n: GPU_CONSTANTS[n][2] for n in GPU_CONSTANTS if n not in names}
+    x0 = [math.log(getattr(cal, n)) for n in names]
+    lo = [math.log(GPU_CONSTANTS[n][0]) for n in names]
+    hi = [math.log(GPU_CONSTANTS[n][1]) for n in names]
+    x0 = [min(max(x, a + 1e-6), b - 1e-6) for x, a, b in zip(x0, lo, hi, strict=True)]
+
+    def resid(x):
+        return _log_errs(runs, fixed | {n: math.exp(v) for n, v in zip(names, x, strict=True)})
+
+    sol = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3) if names else None
+    return fixed | ({n: math.exp(v) for n, v in zip(names, sol.x, strict=True)} if sol is not None else {})
+
+
+def fit_tpu(runs: list[c.PreparedRun], fallback_from: list[c.PreparedRun] | None = None) -> dict[str, float]:
+    """hardware id -> fitted gemm_efficiency_max, one per TPU generation with runs."""
+    out = {}
+    for hid in sorted({r.cluster.hardware.id for r in runs}):
+        sel = [r for r in runs if r.cluster.hardware.id == hid]
+        hw = c.with_values(sel[0].cluster.hardware, {"gemm_efficiency_max": 0.8})
+        params = (c.Param("gemm_efficiency_max", 0.3, 0.97, 0.8),)
+        out[hid] = c.fit_compute(sel, hw, params).gemm_efficiency_max
+    return out
+
+
+def predict_tpu(run: c.PreparedRun, effs: dict[str, float]) -> float:
+    """A generation without runs in the fit gets the median of the fitted generations (stated rule)."""
+    eff = effs.get(run.cluster.hardware.id, statistics.median(effs.values()) if effs else 0.8)
+    return run.predict(c.with_values(run.cluster.hardware, {"gemm_efficiency_max": eff}))
+
+
+def loso(runs: list[c.PreparedRun], sources: dict[str, str], tpu: bool) -> dict[str, float]:
+    """run id -> predicted/measured - 1 when its source was left out of the fit."""
+    out: dict[str, float] = {}
+    for src in sorted(set(sources.values())):
+        train = [r for r in runs if sources[r.id] != src]
+        test = [r for r in runs if sources[r.id] == src]
+        if tpu:
+            effs = fit_tpu(train)
+            out |= {r.id: predict_tpu(r, effs) / r.measured_s - 1 for r in test}
+        else:
+            values = fit_gpu(train)
+            with constants(values):
+                out |= {r.id: r.predict(r.cluster.hardware) / r.measured_s - 1 for r in test}
+    return out
+
+
+def _stats(errs: list[float]) -> str:
+    a = sorted(abs(e) for e in errs)
+    return f"median {100 * statistics.median(a):.1f}%, p90 {100 * a[int(0.9 * (len(a) - 1))]:.1f}% ({len(a)} runs)"
+
+
+def main() -> int:
+    from planner.data import data_dir
+    from planner.validate import load_runs
+
+    for name, tpu in (("known_runs_dev.yaml", False), ("known_runs_tpu_dev.yaml", True)):
+        raw = load_runs(data_dir("runs") / name)
+        runs, skipped = c.prepare_runs(raw)
+        sources = {str(r["id"]): source_key(r) for r in raw}
+        shipped = [r.predict(r.cluster.hardware) / r.measured_s - 1 for r in runs]
+        print(f"== {name}: shipped constants, in-sample: {_stats(shipped)}")
+        if tpu:
+            print("   per-generation GEMM ceiling, in-sample fit:",
+                  {k: round(v, 3) for k, v in fit_tpu(runs).items()})
+        else:
+            refit = fit_gpu(runs)
+            print("   GPU constants, in-sample refit:", {k: round(v, 4) for k, v in refit.items()})
+            with constants(refit):
+                print(f"   refit in-sample: {_stats([r.predict(r.cluster.hardware) / r.measured_s - 1 for r in runs])}")
+        lo = loso(runs, sources, tpu)
+        print(f"   leave-one-source-out: {_stats(list(lo.values()))}")
+        for src in sorted(set(sources.values())):
+            errs = [lo[r.id] for r in runs if sources[r.id] == src]
+            print(f"   | {src} | {len(errs)} | {_stats(errs)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
