@@ -155,12 +155,13 @@ def slice_shape(cluster: ClusterSpec) -> tuple[int, ...]:
     """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
     v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
     t = cluster.hardware.torus
+    assert t is not None  # callers pass TPU clusters only (hardware with a torus)
     n = min(placement_domain(cluster, cluster.count), t.max_slice_chips)
     best: tuple[int, ...] | None = None
     for a in _divisors(n):
         shapes = [(a, n // a)] if t.dims == 2 else [(a, b, n // (a * b)) for b in _divisors(n // a)]
-        for shape in shapes:
-            shape = tuple(sorted(shape))
+        for unsorted in shapes:
+            shape = tuple(sorted(unsorted))
             if all(x <= t.max_axis for x in shape) and (best is None or max(shape) < max(best)):
                 best = shape
     return best or (n,)

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel import calibration as cal
 from planner.costmodel import Context, Evaluation, evaluate
-from planner.errors import InputError
+from planner.costmodel import calibration as cal
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
-from planner.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.emit.capabilities import launcher_errors
+from planner.errors import InputError
+from planner.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import cp_splits_sequence, tp_splits_heads
@@ -232,7 +232,8 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         return (fl is not None, *(fl or (None, None)), False)
 
     out = []
-    single = [("1f1b", None)] if sched in (None, "1f1b") else ([(sched, None)] if sched in ("gpipe", "zb", "dualpipe") else [])
+    single = ([("1f1b", None)] if sched in (None, "1f1b")
+              else ([(sched, None)] if sched in ("gpipe", "zb", "dualpipe") else []))
     if vpp_fixed in (None, 1):
         for name, _ in single:
             ok, f, la, acc = split(1)
@@ -271,7 +272,9 @@ def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> bool:
     """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities."""
     if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
         return True
-    return bool(opts.launcher) and bool(launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster))
+    if not opts.launcher:
+        return False
+    return bool(launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster))
 
 
 def _probe(ctx: Context, opts: SearchOptions, r: dict, z: int, cap: float) -> float:
@@ -311,7 +314,8 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
                   and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, "megatron")]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
-    keep = [pr for pr, b in zip(pairs, lb) if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
+    keep = [pr for pr, b in zip(pairs, lb, strict=False)
+            if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
     pruned = len(pairs) - len(keep)
     if not keep and opts.require_fit:
         # nothing can hold the model states: still score the best-sharded pairs to explain why
@@ -340,7 +344,6 @@ class _Scan:
 
 def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, knobs: dict[str, Any]) -> bool:
     """Score one micro-batch's plans from the least recompute up, stopping at the first that fits; True if one fits."""
-    m, tr, cl = ctx.model, ctx.train, ctx.cluster
     fx = opts.fixed
     for rc in _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER)):
         try:
@@ -427,10 +430,6 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     fx = opts.fixed
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
-    from planner.costmodel.balance import stage_problem
-    from planner.stages import assign_stages, megatron_flags
-
-    L = ctx.model.num_layers
     out, done = list(results), 0
     solves = opts.top_k if opts.stage_solves is None else opts.stage_solves
     for i, ev in enumerate(results):
@@ -439,32 +438,50 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         if not opts.require_fit or ev.memory["peak_gib"] > cap:
             continue
         done += 1
-        p = ev.plan
-        if p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss:
-            continue
-        try:
-            a = assign_stages(stage_problem(ctx, p, cap), deterministic_time=STAGE_SOLVE_BUDGET)
-        except ValueError:
-            continue
-        flags = megatron_flags(a) if a else None
-        if a is None or not flags or flags == (None, None):
-            continue
-        first, last = flags
-        try:
-            alt = ParallelPlan(**{**p.model_dump(), "first_stage_layers": first, "last_stage_layers": last,
-                                  "account_embedding_loss": False})
-        except ValueError:
-            continue
-        if _invalid(ctx, opts, alt):
-            continue
-        new = evaluate(ctx, alt)
-        if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:
-            new.pipeline["stage_assignment"] = {"layers_per_stage": list(a.layers_per_stage),
-                                                "recompute_per_stage": list(a.recompute_per_stage),
-                                                "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}
+        new = _balanced_plan(ctx, opts, ev, cap)
+        if new is not None:
             out[i] = new
     out.sort(key=_sort_key)
     return out
+
+
+def _needs_stage_solve(ctx: Context, p: ParallelPlan) -> bool:
+    """An uneven split over a plain (non-interleaved, non-DualPipe) pipeline Megatron's flags can express."""
+    L = ctx.model.num_layers
+    return not (p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss)
+
+
+def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float) -> Evaluation | None:
+    """The plan re-scored with CP-SAT's first/last stage sizes, or None when there is none that is valid,
+    fits and is no slower."""
+    from planner.costmodel.balance import stage_problem
+    from planner.stages import assign_stages, megatron_flags
+
+    p = ev.plan
+    if not _needs_stage_solve(ctx, p):
+        return None
+    try:
+        a = assign_stages(stage_problem(ctx, p, cap), deterministic_time=STAGE_SOLVE_BUDGET)
+    except ValueError:
+        return None
+    flags = megatron_flags(a) if a else None
+    if a is None or not flags or flags == (None, None):
+        return None
+    first, last = flags
+    try:
+        alt = ParallelPlan(**{**p.model_dump(), "first_stage_layers": first, "last_stage_layers": last,
+                              "account_embedding_loss": False})
+    except ValueError:
+        return None
+    if _invalid(ctx, opts, alt):
+        return None
+    new = evaluate(ctx, alt)
+    if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:
+        new.pipeline["stage_assignment"] = {"layers_per_stage": list(a.layers_per_stage),
+                                            "recompute_per_stage": list(a.recompute_per_stage),
+                                            "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}
+        return new
+    return None
 
 
 def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_ev: Evaluation) -> Evaluation:

@@ -36,9 +36,10 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     m, ep = ctx.model, p.ep
     elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
     link = shape.links.ep
-    a2a_bytes = shape.tokens / p.tp * m.require_moe().top_k * m.hidden_size * elem * ep
+    moe = m.require_moe()
+    a2a_bytes = shape.tokens / p.tp * moe.top_k * m.hidden_size * elem * ep
     t = collective_time("all_to_all", a2a_bytes / ep, ep, link)
-    if link.crosses_domain and m.moe.route_topk_groups:
+    if link.crosses_domain and moe.route_topk_groups:
         t = min(t, node_limited_dispatch_s(ctx, shape, elem))
     return 2 * t * (1.0 - cal.EP_OVERLAP_FRACTION)
 
@@ -50,14 +51,16 @@ def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float) -> float:
     over NVLink; the two stages pipeline, so the slower one shows. Expected remote domains: M (D - 1) / D."""
     p, m, link = shape.plan, ctx.model, shape.links.ep
     so = ctx.cluster.hardware.scale_out
+    moe = m.require_moe()
+    assert moe.route_topk_groups is not None  # the caller dispatches here only with group-limited routing
     domains = max(1, p.ep // max(1, link.ranks_per_domain))
-    remote = min(m.moe.route_topk_groups, domains) * (domains - 1) / domains
+    remote = min(moe.route_topk_groups, domains) * (domains - 1) / domains
     tokens = shape.tokens / p.tp
     nic = so.unidir_GBps_per_device * so.achievable_fraction * 1e9
     inter = link.alpha * (domains - 1) + tokens * remote * m.hidden_size * elem / nic
     intra_link = ctx.cluster.hardware.scale_up
     intra_bw = (intra_link.ring_busbw_GBps or cal.RING_WIRE_FRACTION * intra_link.unidir_GBps) * 1e9
-    intra = tokens * m.moe.top_k * m.hidden_size * elem / intra_bw
+    intra = tokens * moe.top_k * m.hidden_size * elem / intra_bw
     return max(inter, intra)
 
 

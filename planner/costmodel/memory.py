@@ -107,9 +107,11 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
     if "layernorm" in mods:
         dropped += 2 * g * hs  # the two norm outputs (inputs of the QKV and FC1 GEMMs)
     if "moe_act" in mods and moe_layer:
-        dropped += m.moe.top_k * g * m.moe.expert_ffn_hidden_size / etp / tp  # expert activation output (FC2 input)
+        moe = m.require_moe()
+        dropped += moe.top_k * g * moe.expert_ffn_hidden_size / etp / tp  # expert activation output (FC2 input)
     if "mla_up_proj" in mods:
         a = m.mla
+        assert a is not None  # selective_recompute_modules lists mla_up_proj only for MLA models
         dropped += m.num_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim) / tp  # q, k, v
     return dropped
 

@@ -131,8 +131,10 @@ def launch_script(job: Job, args: list[str]) -> str:
         f"global_batch={job.train.global_batch} grad_accum={job.grad_accum}",
         "# PLACEHOLDERS to give at launch (appended to the arguments): --data-path DATA, --tokenizer-type/"
         "--tokenizer-model TOKENIZER",
-        "# (NullTokenizer with the planned vocabulary is the stand-in), --save/--load CHECKPOINTS, --train-iters, --lr.",
-        "# MEGATRON_DEEPSPEED is the Megatron-DeepSpeed checkout; HOSTFILE lists the nodes (DeepSpeed hostfile format).",
+        "# (NullTokenizer with the planned vocabulary is the stand-in), --save/--load CHECKPOINTS, "
+        "--train-iters, --lr.",
+        "# MEGATRON_DEEPSPEED is the Megatron-DeepSpeed checkout; HOSTFILE lists the nodes "
+        "(DeepSpeed hostfile format).",
         "set -euo pipefail",
         'MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"',
         'cd "$(dirname "$0")"  # ds_config.json sits beside this script',

@@ -14,6 +14,7 @@ an NVLink domain).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from planner.emit.capabilities import refuse
@@ -79,16 +80,27 @@ def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str
     vocab = -(-m.vocab_size // unit) * unit
     dims = {"layers": m.num_layers, "hidden": m.hidden_size, "vocab": vocab, "ffn": m.ffn_hidden_size,
             "batch": job.train.global_batch, "seq": job.train.seq_len}
-    fs = ["fsdp", "expert"] if p.zero_stage == 3 and p.ep > 1 else "fsdp"
+    fs: str | list[str] = ["fsdp", "expert"] if p.zero_stage == 3 and p.ep > 1 else "fsdp"
     params: dict[str, dict] = {}
+    _spec(params, "embedding", ["vocab", "hidden"], ["tensor", fs])
+    _spec(params, "final_norm", ["hidden"], [None])
+    _spec(params, "layers.attn_norm", ["layers", "hidden"], ["stage", None])
+    _spec(params, "layers.mlp_norm", ["layers", "hidden"], ["stage", None])
+    _attention_specs(job, fs, dims, params)
+    _mlp_specs(job, fs, dims, params)
+    if not m.tied_embeddings:
+        _spec(params, "lm_head", ["hidden", "vocab"], [fs, "tensor"])
+    return dims, params, _activation_specs(job)
 
-    def w(name: str, shape: list[str], spec: list) -> None:
-        params[name] = {"shape": shape, "spec": spec}
 
-    w("embedding", ["vocab", "hidden"], ["tensor", fs])
-    w("final_norm", ["hidden"], [None])
-    w("layers.attn_norm", ["layers", "hidden"], ["stage", None])
-    w("layers.mlp_norm", ["layers", "hidden"], ["stage", None])
+def _spec(params: dict[str, dict], name: str, shape: list[str], spec: list) -> None:
+    params[name] = {"shape": shape, "spec": spec}
+
+
+def _attention_specs(job: Job, fs: str | list[str], dims: dict[str, int], params: dict[str, dict]) -> None:
+    """Attention weights (GQA or MLA) and their dimensions, added to `dims` and `params` in place."""
+    m, p = job.model, job.plan
+    w = functools.partial(_spec, params)
     if m.mla is None:
         dims.update(q_out=m.num_heads * m.head_dim, kv_out=m.num_kv_heads * m.head_dim, o_in=m.num_heads * m.head_dim)
         kv_split = "tensor" if m.num_kv_heads % p.tp == 0 else None  # Megatron replicates KV heads when kv < tp
@@ -109,6 +121,12 @@ def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str
         w("layers.wkv_a", ["layers", "hidden", "kv_a"], ["stage", fs, None])      # latent: replicated over tp
         w("layers.wkv_b", ["layers", "kv_lora", "kv_b_out"], ["stage", None, "tensor"])
     w("layers.wo", ["layers", "o_in", "hidden"], ["stage", "tensor", fs])
+
+
+def _mlp_specs(job: Job, fs: str | list[str], dims: dict[str, int], params: dict[str, dict]) -> None:
+    """Dense MLP and MoE expert weights and their dimensions, added to `dims` and `params` in place."""
+    m, p = job.model, job.plan
+    w = functools.partial(_spec, params)
     if m.moe is None or m.num_dense_layers:
         w("layers.w_gate", ["layers", "hidden", "ffn"], ["stage", fs, "tensor"])
         w("layers.w_up", ["layers", "hidden", "ffn"], ["stage", fs, "tensor"])
@@ -121,18 +139,19 @@ def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str
         w("layers.experts.w_gate", ["layers", "experts", "hidden", "expert_ffn"], ["stage", "expert", "fsdp", etp])
         w("layers.experts.w_up", ["layers", "experts", "hidden", "expert_ffn"], ["stage", "expert", "fsdp", etp])
         w("layers.experts.w_down", ["layers", "experts", "expert_ffn", "hidden"], ["stage", "expert", etp, "fsdp"])
-    if not m.tied_embeddings:
-        w("lm_head", ["hidden", "vocab"], [fs, "tensor"])
+
+
+def _activation_specs(job: Job) -> dict[str, dict]:
+    p = job.plan
     batch = list(BATCH)
     seq = ["context", "tensor"] if p.sequence_parallel and p.tp > 1 else "context"
-    acts = {
+    return {
         "tokens": {"shape": ["batch", "seq"], "spec": [batch, "context"]},
         "residual": {"shape": ["batch", "seq", "hidden"], "spec": [batch, seq, None]},   # SP: seq over tensor too
         "attn_out": {"shape": ["batch", "seq", "o_in"], "spec": [batch, "context", "tensor"]},
         "mlp_hidden": {"shape": ["batch", "seq", "ffn"], "spec": [batch, "context", "tensor"]},
         "logits": {"shape": ["batch", "seq", "vocab"], "spec": [batch, "context", "tensor"]},
     }
-    return dims, params, acts
 
 
 def uneven_split_text(num_layers: int, p) -> str:
@@ -203,7 +222,7 @@ _REMAT = {"none": "none", "selective": "minimal", "full": "full"}
 
 
 def maxtext_config(job: Job) -> tuple[dict, list[str]]:
-    m, p, t = job.model, job.plan, job.train
+    m = job.model
     refuse(job, "maxtext")  # planner/emit/capabilities/maxtext.py
     notes: list[str] = []
     deg = mesh_degrees(job)
@@ -215,6 +234,17 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
         "hardware": "tpu" if job.is_tpu else "gpu",
         "num_slices": num_slices,
     }
+    cfg.update(_mesh_keys(job, deg, ici, dcn))
+    cfg.update(_batch_keys(job, notes))
+    cfg.update(_precision_keys(job, notes))
+    cfg.update(_model_keys(job, block, notes))
+    return cfg, notes
+
+
+def _mesh_keys(job: Job, deg: dict[str, int], ici: dict[str, int], dcn: dict[str, int]) -> dict:
+    """Mesh axes (DCN then ICI), context-parallel strategy and optimizer sharding/offload keys."""
+    p = job.plan
+    cfg: dict = {}
     for a in AXES:
         cfg[f"dcn_{_MT_KEY[a]}_parallelism"] = dcn[a]
     for a in AXES:
@@ -225,7 +255,13 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
         cfg["shard_optimizer_over_data"] = True
     if p.offload_optimizer:
         cfg["optimizer_memory_host_offload"] = True
-    # batch: MaxText counts per_device_batch_size over every device of the mesh
+    return cfg
+
+
+def _batch_keys(job: Job, notes: list[str]) -> dict:
+    """Batch and pipeline keys: MaxText counts per_device_batch_size over every device of the mesh."""
+    m, p, t = job.model, job.plan, job.train
+    cfg: dict = {}
     nmb = job.grad_accum
     if p.pp > 1:
         if p.vpp > 1 and (m.num_layers // p.pp) % p.vpp:
@@ -246,6 +282,13 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     else:
         cfg["per_device_batch_size"] = p.micro_batch * p.dp / job.world
         cfg["gradient_accumulation_steps"] = nmb
+    return cfg
+
+
+def _precision_keys(job: Job, notes: list[str]) -> dict:
+    """Sequence length, remat policy and dtypes (FP8 only where the hardware has FP8 matmul units)."""
+    m, p, t = job.model, job.plan, job.train
+    cfg: dict = {}
     cfg["max_target_length"] = t.seq_len
     cfg["remat_policy"] = _REMAT[p.recompute]
     if p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < m.num_layers // p.pp:
@@ -257,8 +300,7 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
         if not job.fp8_in_hardware:
             raise Unsupported(f"{job.hw_id} has no FP8 matmul units")
         cfg["quantization"] = "fp8"
-    cfg.update(_model_keys(job, block, notes))
-    return cfg, notes
+    return cfg
 
 
 def _model_keys(job: Job, block: str, notes: list[str]) -> dict:
@@ -321,8 +363,9 @@ def _rope_keys(job: Job, notes: list[str]) -> dict:
     sc = m.rope_scaling
     if sc is None:
         out["rope_type"] = "default"
-    elif sc.rope_type == "llama3" and sc.factor == 8.0 and (sc.low_freq_factor, sc.high_freq_factor,
-                                                            sc.original_max_position_embeddings) in ((1.0, 4.0, 8192), (None, None, None)):
+    elif sc.rope_type == "llama3" and sc.factor == 8.0 and (
+            (sc.low_freq_factor, sc.high_freq_factor, sc.original_max_position_embeddings)
+            in ((1.0, 4.0, 8192), (None, None, None))):
         out.update(rope_type="llama3.1", rope_use_scale=True)
     elif sc.rope_type == "yarn" and sc.original_max_position_embeddings:
         out.update(rope_type="yarn", rope_factor=sc.factor,
@@ -352,7 +395,8 @@ def maxtext_yaml(job: Job, cfg: dict, notes: list[str]) -> str:
         f"micro_batch={p.micro_batch} global_batch={job.train.global_batch} recompute={p.recompute}",
         "# run: python -m maxtext.trainers.pre_train.train maxtext.yml base_output_directory=CHECKPOINTS "
         "dataset_path=DATA tokenizer_path=TOKENIZER",
-        "# PLACEHOLDERS (give them at launch): DATA, TOKENIZER (the vocabulary below is the planned size), CHECKPOINTS.",
+        "# PLACEHOLDERS (give them at launch): DATA, TOKENIZER (the vocabulary below is the planned size), "
+        "CHECKPOINTS.",
     ]
     head += [f"# note: {safe_line(n, 1000)}" for n in notes]
     body = [f"{k}: {_yaml_scalar(v)}" for k, v in cfg.items()]

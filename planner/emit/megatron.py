@@ -15,6 +15,7 @@ from planner.emit.common import Job, Unsupported, arg_lines, dumps, moe_layer_pa
 from planner.names import safe_line
 from planner.specs.dims import ParallelDims
 
+
 class _Args(list):
     """argv being built: `flag(name, value)` appends `--name [value]`."""
 
@@ -103,7 +104,8 @@ def _attention_args(job: Job, a: _Args) -> None:
 
 def _position_args(job: Job, a: _Args) -> None:
     m = job.model
-    a.flag("--position-embedding-type", {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding])
+    position_type = {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding]
+    a.flag("--position-embedding-type", position_type)
     if m.position_embedding != "rope":
         return
     theta = int(m.rope_theta)  # Megatron's --rotary-base is an int
@@ -282,7 +284,8 @@ def launch_script(job: Job, args: list[str], env: dict[str, str]) -> str:
         'MEGATRON_LM="${MEGATRON_LM:-.}"',
         "exec torchrun \\",
         f"  --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} \\",
-        '  --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\',
+        '  --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
+        '--master-port "${MASTER_PORT:-6000}" \\',
         '  "$MEGATRON_LM/pretrain_gpt.py" \\',
     ]
     out += [f"  {line} \\" for line in arg_lines(args)]

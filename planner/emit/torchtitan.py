@@ -16,7 +16,7 @@ from planner.specs.dims import ParallelDims
 # (module, config, float8 config or None): registry functions of torchtitan 0.3.0 and the model they build.
 # Keyed by (layers, hidden, heads, kv_heads, ffn, vocab, experts); tests/consumers checks it against the
 # real registry.
-FLAVORS: dict[tuple, tuple[str, str, str | None]] = {
+FLAVORS: dict[tuple, tuple[str | None, str | None, str | None]] = {
     (32, 4096, 32, 8, 14336, 128256, 0): ("llama3", "llama3_8b", None),
     (80, 8192, 64, 8, 28672, 128256, 0): ("llama3", "llama3_70b", None),
     (126, 16384, 128, 8, 53248, 128256, 0): (None, None, "llama3_405b"),  # its only config converts to Float8
@@ -81,11 +81,14 @@ def _registry_function(job: Job) -> tuple[str, str]:
             raise Unsupported(f"torchtitan 0.3.0 has no Float8 config for {job.model.name} (converters are "
                               "set in config_registry functions, not on the command line)")
         _check_rope(job, fp8_cfg)
-        return _MODULE_OF.get(fp8_cfg, module), fp8_cfg
+        fp8_module = _MODULE_OF.get(fp8_cfg, module)
+        assert fp8_module is not None  # FLAVORS rows without a module name theirs in _MODULE_OF
+        return fp8_module, fp8_cfg
     if bf16_cfg is None:
         raise Unsupported(f"torchtitan 0.3.0's only config for {job.model.name} ({fp8_cfg}) converts Linear "
                           "layers to Float8, which the command line cannot turn off")
     _check_rope(job, bf16_cfg)
+    assert module is not None  # FLAVORS rows with a bf16 config name its module
     return module, bf16_cfg
 
 

@@ -22,22 +22,38 @@ CONFIG = "planner_model"
 
 def custom_model_errors(m: ModelSpec) -> list[str]:
     """Why the generic module cannot build the model (empty: it can)."""
+    return _layer_errors(m) + _attention_errors(m) + _moe_errors(m)
+
+
+def _layer_errors(m: ModelSpec) -> list[str]:
+    """Block shape: RMSNorm + SwiGLU, no linear biases."""
     errs = []
     if m.norm_type != "rmsnorm" or m.mlp_type != "gated" or m.activation not in ("silu", "swish"):
         errs.append("only RMSNorm + SwiGLU blocks")
     if m.qkv_bias or m.attn_out_bias or m.mlp_bias:
         errs.append("no linear biases")
+    return errs
+
+
+def _attention_errors(m: ModelSpec) -> list[str]:
+    """Attention and block layout: RoPE (unscaled or Llama 3.1), plain GQA, pre-norm blocks."""
+    errs = []
     if m.position_embedding != "rope" or (m.rope_scaling is not None and m.rope_scaling.rope_type != "llama3"):
         errs.append("RoPE, unscaled or with Llama 3.1 scaling")
     if m.mla is not None or m.sliding_window is not None or m.attention_sinks or m.parallel_attn_mlp:
         errs.append("no MLA, sliding windows, attention sinks or parallel blocks")
     if m.embedding_norm or m.norms_per_layer != 2:
         errs.append("pre-norm blocks only")
+    return errs
+
+
+def _moe_errors(m: ModelSpec) -> list[str]:
+    """MoE: routed softmax top-k experts only."""
     e = m.moe
     if e is not None and (e.num_shared_experts or e.layer_freq != 1 or e.dense_layers or e.router_bias
                           or e.expert_bias or e.shared_expert_gate):
-        errs.append("MoE with routed softmax top-k experts only (no shared experts, biases or layer patterns)")
-    return errs
+        return ["MoE with routed softmax top-k experts only (no shared experts, biases or layer patterns)"]
+    return []
 
 
 def _rope(m: ModelSpec) -> str:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from planner.emit.common import Job, Unsupported
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 
-
 # rule ids (shared by the launcher tables) that depend on the model, dtype or hardware only
 PLAN_FREE_RULES = frozenset({"gpu-only", "registry", "decoder-block", "alibi", "parallel-block", "mla", "moe",
                              "sliding-window", "partial-bias", "no-fp16", "no-fp8", "state-dtypes", "fp8-hardware"})

@@ -40,8 +40,9 @@ RULES = (
     Rule("even-pp-split", "{L} layers do not split evenly over pp={pp} (type:transformer partitioning)",
          "MDS:megatron/model/gpt_model.py:463", lambda j: j.plan.pp > 1 and j.model.num_layers % j.plan.pp != 0,
          detail=lambda j: {"L": j.model.num_layers, "pp": j.plan.pp}),
-    Rule("no-hybrid-shard", "DeepSpeed shards ZeRO over all data-parallel ranks: its hybrid sharding (MiCS) was removed "
-         "in 0.19, and ZeRO++ hpZ still shards optimizer states over every rank", "DS:runtime/zero/config.py (no mics_shard_size in 0.19.8)",
+    Rule("no-hybrid-shard", "DeepSpeed shards ZeRO over all data-parallel ranks: its hybrid sharding (MiCS) was "
+         "removed in 0.19, and ZeRO++ hpZ still shards optimizer states over every rank",
+         "DS:runtime/zero/config.py (no mics_shard_size in 0.19.8)",
          lambda j: ParallelDims.of(j.plan).zero_replicas > 1),
     Rule("offload-needs-zero", "DeepSpeed offloads the optimizer only with ZeRO stage >= 1",
          "DS:runtime/zero/offload_config.py:56", lambda j: j.plan.offload_optimizer and j.plan.zero_stage == 0),
@@ -71,7 +72,8 @@ RULES = (
 CAPABILITIES = Capabilities(
     launcher="deepspeed",
     version="deepspeed 0.19.8 + Megatron-DeepSpeed master 4efb479 (2025-07-16)",
-    checked_against="deepspeed 0.19.8 DeepSpeedConfig (tests/consumers); MDS flags read at 207b2d5 megatron/arguments.py",
+    checked_against="deepspeed 0.19.8 DeepSpeedConfig (tests/consumers); "
+                    "MDS flags read at 207b2d5 megatron/arguments.py",
     framework="deepspeed",
     hardware=("gpu",),
     schedules=("1f1b",),

@@ -46,8 +46,9 @@ RULES = (
                                       or j.model.num_layers % (j.plan.pp * j.plan.vpp) != 0)),
     Rule("pipeline-microbatches", "MaxText needs the pipeline micro-batch count to be a multiple of pp",
          "MT:configs/types.py:3602-3617 [assert]", lambda j: j.plan.pp > 1 and microbatches(j) % j.plan.pp != 0),
-    Rule("expert-tp-is-tp", "MaxText shards expert weights over the tensor axis like the dense ones (expert TP = TP); etp={etp} "
-         "with tp={tp} is not expressible", "MT:configs/base.yml logical_axis_rules mlp_moe",
+    Rule("expert-tp-is-tp", "MaxText shards expert weights over the tensor axis like the dense ones "
+         "(expert TP = TP); etp={etp} with tp={tp} is not expressible",
+         "MT:configs/base.yml logical_axis_rules mlp_moe",
          lambda j: j.model.moe is not None and j.plan.etp != j.plan.tp,
          detail=lambda j: {"etp": j.plan.etp, "tp": j.plan.tp}),
     Rule("no-zero12-hybrid", "MaxText shards the optimizer over all of `data`; a zero_shard_size needs zero_stage 3 "

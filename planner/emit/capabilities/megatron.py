@@ -33,7 +33,8 @@ RULES = (
     Rule("gpu-only", "Megatron-LM runs on NVIDIA/AMD GPUs, not on {hw}", "MLM: CUDA/ROCm only (no XLA backend)",
          is_tpu, needs_cluster=True, detail=lambda j: {"hw": j.hw_id}),
     Rule("schedules", "Megatron-LM has no {s} schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",
-         "MLM:megatron/core/pipeline_parallel/schedules.py:45-150 get_forward_backward_func [absent: GPipe, ZB, DualPipe]",
+         "MLM:megatron/core/pipeline_parallel/schedules.py:45-150 get_forward_backward_func "
+         "[absent: GPipe, ZB, DualPipe]",
          lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe"),
          detail=lambda j: {"s": _SCHEDULE_NAMES[j.plan.schedule]}),
     Rule("even-pp-split", "{L} layers do not split evenly over pp={pp} and the plan gives no first/last stage sizes",
@@ -52,7 +53,8 @@ RULES = (
          lambda j: j.plan.tp > 1 and j.plan.tp_comm_overlap and not j.plan.sequence_parallel),
     Rule("shard-size-needs-distopt", "zero_shard_size needs ZeRO stage >= 1 in Megatron-LM (distributed optimizer "
          "instances)", "MLM:megatron/core/parallel_state.py:833-837",
-         lambda j: j.plan.zero_shard_size is not None and j.plan.zero_shard_size < j.plan.dp and j.plan.zero_stage == 0),
+         lambda j: (j.plan.zero_shard_size is not None and j.plan.zero_shard_size < j.plan.dp
+                    and j.plan.zero_stage == 0)),
     Rule("offload-needs-distopt", "Megatron-LM offloads the optimizer only with the distributed optimizer "
          "(zero_stage >= 1)", "MLM:megatron/training/arguments.py:1189-1198; megatron/core/optimizer/"
          "optimizer_config.py:375-381 [assert]", lambda j: j.plan.offload_optimizer and j.plan.zero_stage < 1),
@@ -64,7 +66,7 @@ RULES = (
          detail=lambda j: {"hw": j.hw_id}),
     Rule("experts-over-ep", "{E} experts do not split over ep={ep}", "MLM:megatron/training/arguments.py:1024-1029",
          lambda j: j.model.moe is not None and j.model.moe.num_experts % j.plan.ep != 0,
-         detail=lambda j: {"E": j.model.moe.num_experts, "ep": j.plan.ep}),
+         detail=lambda j: {"E": j.model.require_moe().num_experts, "ep": j.plan.ep}),
     Rule("moe-bias-needs-etp1", "MoE experts with biases need expert TP 1 in Megatron-LM",
          "MLM:megatron/core/transformer/transformer_config.py:1587-1591 [assert]",
          lambda j: j.model.moe is not None and j.model.moe.expert_bias and j.plan.etp > 1),

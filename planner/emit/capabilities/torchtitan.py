@@ -86,7 +86,8 @@ RULES = (
     Rule("no-expert-tp", "torchtitan 0.3.0 has no expert tensor parallelism (experts are split by ep and sharded "
          "by FSDP only)", "TT:models/common/moe_sharding.py:29-47 [absent]",
          lambda j: j.model.moe is not None and j.plan.etp > 1),
-    Rule("no-ulysses", "torchtitan's context parallelism is ring attention only (K/V exchange), not all-to-all (Ulysses)",
+    Rule("no-ulysses",
+         "torchtitan's context parallelism is ring attention only (K/V exchange), not all-to-all (Ulysses)",
          "TT:distributed/context_parallel/api.py:58-100 [absent]", lambda j: j.plan.cp > 1 and j.plan.cp_comm == "a2a"),
     Rule("uneven-with-vpp", "torchtitan 0.3.0 cannot give first/last stage sizes with virtual stages",
          "TT:distributed/pipeline_parallel.py:400-427", lambda j: j.uneven and j.plan.vpp > 1),
