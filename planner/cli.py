@@ -13,10 +13,10 @@ from typing import Any
 import click
 
 from planner import __version__
-from planner.ui.inherit import inherit_group_options
-from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
 from planner.errors import PlannerError
 from planner.names import error_line, safe_line
+from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
+from planner.ui.inherit import inherit_group_options
 from planner.ui.jsondoc import require_finite
 
 KNOB_FLAGS = {  # flag -> ParallelPlan knob
@@ -49,7 +49,8 @@ class OneLineGroup(click.Group):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
-            where = f"; see `{e.ctx.command_path} --help`" if getattr(e, "ctx", None) else ""
+            err_ctx = getattr(e, "ctx", None)
+            where = f"; see `{err_ctx.command_path} --help`" if err_ctx else ""
             click.echo(f"error: {error_line(e.format_message())}{where}", err=True)
             from planner.ui.jsondoc import usage_error_document
             doc = usage_error_document(list(sys.argv[1:] if args is None else args), error_line(e.format_message()))
@@ -142,9 +143,11 @@ def plan_options(f):
         click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
         click.option("--nic-bw", metavar="BW", help="NIC bandwidth per device and direction, with a unit: 400Gb "
                      "(gigabits/s) or 50GB (gigabytes/s); replaces the hardware profile's"),
-        click.option("--scale-up-bw", metavar="BW", help="scale-up (NVLink/xGMI/ICI) bandwidth per device and direction, "
+        click.option("--scale-up-bw", metavar="BW",
+                     help="scale-up (NVLink/xGMI/ICI) bandwidth per device and direction, "
                      "with a unit: 450GB or 3600Gb; measured busbw scales with it"),
-        click.option("--max-tp", type=int, callback=_positive, help="largest TP to consider (default: scale-up domain)"),
+        click.option("--max-tp", type=int, callback=_positive,
+                     help="largest TP to consider (default: scale-up domain)"),
         click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, callback=_finite,
                      help="GiB to keep free per device"),
         click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True,
@@ -209,8 +212,8 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
     from pydantic import ValidationError
 
     from planner.errors import InputError
-    from planner.hf_import import _validation_message
     from planner.hardware_catalog import parse_cluster
+    from planner.hf_import import _validation_message
     from planner.model_catalog import load_model
     from planner.specs import ClusterSpec, TrainingSpec
 
@@ -256,37 +259,19 @@ def run_search(kw: dict, show_progress: bool = False):
     """Search with the command's options; returns (ctx, result, doc). `show_progress`: a spinner on
     stderr (planner.ui.progress) when the search takes over a second and stderr is a terminal."""
     kw = resolve_target(kw, ())
-    from pydantic import ValidationError
-
     from planner.costmodel import Context
-    from planner.ui.progress import progress
     from planner.errors import InputError, NoFeasiblePlan
-    from planner.hf_import import _validation_message
-    from planner.explain import reason
-    from planner.costmodel.memory import grad_dtype
     from planner.search import SearchOptions, search
-    from planner.specs import ParallelPlan
+    from planner.ui.progress import progress
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
                                          kw.get("attention"))
     cluster = cluster_overrides(cluster, kw)
-    fixed = fixed_knobs(kw)
     launcher = kw.get("launcher")
     if launcher:
-        check_launcher_hardware(launcher, cluster)
-        from planner.emit.capabilities import capabilities, model_errors
-        cannot = model_errors(model, train, launcher, cluster)
-        if cannot:
-            raise InputError(f"--launcher {launcher} cannot run {model.name} on {cluster.hardware.id}: {cannot[0]}")
-    try:
-        ParallelPlan(**{k: v for k, v in fixed.items()})
-    except ValidationError as e:
-        raise InputError(_validation_message(e, "pinned knobs")) from None
-    if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
-        fixed["schedule"] = "interleaved"
-    if launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
-        fixed = capabilities(launcher).search_defaults | fixed
+        check_launcher_model(launcher, model, train, cluster)
+    fixed = pinned_knobs(kw, launcher)
     check_request(model, cluster, train, fixed, kw.get("memory_headroom") or 0.0)
     ctx = Context(model, cluster, train)
     t0 = time.perf_counter()
@@ -301,6 +286,52 @@ def run_search(kw: dict, show_progress: bool = False):
                          f"knobs ({pins or 'none'}): pin fewer knobs or change the device count")
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, kw.get("memory_headroom") or 0.0))
+    doc = search_doc(ctx, res, kw, launcher, seconds)
+    from planner.analysis.bands import attach_bands
+    attach_bands(ctx, doc)  # plans[i].step_time_band, band_note (issue 15)
+    require_finite(doc)
+    return ctx, res, doc
+
+
+def check_launcher_model(launcher: str, model, train, cluster) -> None:
+    """Exit 2 when the target --launcher cannot run on the hardware or cannot express the model."""
+    from planner.emit.capabilities import model_errors
+    from planner.errors import InputError
+
+    check_launcher_hardware(launcher, cluster)
+    cannot = model_errors(model, train, launcher, cluster)
+    if cannot:
+        raise InputError(f"--launcher {launcher} cannot run {model.name} on {cluster.hardware.id}: {cannot[0]}")
+
+
+def pinned_knobs(kw: dict, launcher: str | None) -> dict[str, Any]:
+    """The knobs the user pinned, checked as a ParallelPlan, with the implied schedule and the launcher's
+    own search defaults where nothing was pinned."""
+    from pydantic import ValidationError
+
+    from planner.errors import InputError
+    from planner.hf_import import _validation_message
+    from planner.specs import ParallelPlan
+
+    fixed = fixed_knobs(kw)
+    try:
+        ParallelPlan(**{k: v for k, v in fixed.items()})
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "pinned knobs")) from None
+    if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
+        fixed["schedule"] = "interleaved"
+    if launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
+        from planner.emit.capabilities import capabilities
+        fixed = capabilities(launcher).search_defaults | fixed
+    return fixed
+
+
+def search_doc(ctx, res, kw: dict, launcher: str | None, seconds: float) -> dict:
+    """The result document of a search: model, cluster, training, ranked plans, ranking and search stats."""
+    from planner.costmodel.memory import grad_dtype
+    from planner.explain import reason
+
+    train = ctx.train
     usable = usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0)
     plans = []
     for ev in res.plans:
@@ -308,19 +339,15 @@ def run_search(kw: dict, show_progress: bool = False):
         d["memory"] = dict(d["memory"], usable_gib=usable)
         d["reason"] = reason(ctx, ev, usable)
         plans.append(d)
-    doc = {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
-           "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
-                        "framework": train.framework, "launcher": launcher, "grad_dtype": grad_dtype(train),
-                        "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl},
-           "plans": plans,
-           "ranking": ranking_doc(kw),
-           "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
-                      "pruned": res.pruned, "memory_headroom_gib": kw.get("memory_headroom") or 0.0,
-                      "seconds": seconds}}  # emit_doc drops "seconds" from --json
-    from planner.analysis.bands import attach_bands
-    attach_bands(ctx, doc)  # plans[i].step_time_band, band_note (issue 15)
-    require_finite(doc)
-    return ctx, res, doc
+    return {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
+            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
+                         "framework": train.framework, "launcher": launcher, "grad_dtype": grad_dtype(train),
+                         "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl},
+            "plans": plans,
+            "ranking": ranking_doc(kw),
+            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
+                       "pruned": res.pruned, "memory_headroom_gib": kw.get("memory_headroom") or 0.0,
+                       "seconds": seconds}}  # emit_doc drops "seconds" from --json
 
 
 def check_launcher_hardware(launcher: str, cluster) -> None:
@@ -348,7 +375,8 @@ def resolve_target(kw: dict, emit: tuple[str, ...]) -> dict:
             raise InputError(f"--emit {other[0]} differs from the target --launcher {launcher}: drop one of them")
         fw = capabilities(launcher).framework
         if kw.get("framework") not in (None, fw):
-            raise InputError(f"--framework {kw['framework']} differs from --launcher {launcher}'s ({fw}): drop --framework")
+            raise InputError(f"--framework {kw['framework']} differs from --launcher {launcher}'s ({fw}): "
+                             "drop --framework")
         return kw | {"launcher": launcher, "framework": fw}
     return kw | {"framework": kw.get("framework") or "megatron"}
 
@@ -363,7 +391,8 @@ def check_request(model, cluster, train, fixed: dict, headroom_gib: float) -> No
         raise InputError("; ".join(dict.fromkeys(errs)))
     if headroom_gib >= cluster.hardware.hbm_capacity_gib:
         raise InputError(f"--memory-headroom {headroom_gib:g} GiB leaves nothing of the "
-                         f"{cluster.hardware.hbm_capacity_gib:g} GiB per {cluster.hardware.id}: give a smaller headroom")
+                         f"{cluster.hardware.hbm_capacity_gib:g} GiB per {cluster.hardware.id}: "
+                         "give a smaller headroom")
 
 
 def ranking_doc(kw: dict) -> dict:
@@ -408,10 +437,13 @@ def emit_doc(doc: dict, as_json: bool, rank: int = 1, command: str = "plan") -> 
 @click.group(cls=OneLineGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @plan_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of tables")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="write launch configs for the chosen plan here")
-@click.option("--emit", "emit", multiple=True, type=click.Choice(["megatron", "deepspeed", "maxtext", "jax", "torchtitan"]),
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="write launch configs for the chosen plan here")
+@click.option("--emit", "emit", multiple=True,
+              type=click.Choice(["megatron", "deepspeed", "maxtext", "jax", "torchtitan"]),
               help="launchers to write (default: all that can express the plan)")
-@click.option("--rank", type=click.IntRange(1, 100), default=1, show_default=True, help="which ranked plan --out writes")
+@click.option("--rank", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="which ranked plan --out writes")
 @click.option("--force", is_flag=True, help="overwrite a non-empty --out directory")
 @click.option("--min-devices", is_flag=True, help="find the fewest devices (whole nodes, up to the --cluster count) "
               "on which a plan fits (and meets --target-step-s)")
@@ -664,19 +696,21 @@ def validate_cmd(**kw):
 @_handle_errors
 def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
     """Fit the model's physical constants to your cluster's measured steps and nccl-tests logs."""
+    import json
     from pathlib import Path
 
     import yaml
 
     from planner.analysis import calibrate as c
-    from planner.errors import InputError
     from planner.analysis.nccl_tests import fit_link, read_nccl_tests
     from planner.emit import atomic_write_text
+    from planner.errors import InputError
     from planner.validate import load_runs
 
     prepared, skipped = c.prepare_runs(load_runs(runs_file))
     if not prepared:
-        raise InputError(f"{runs_file}: no run could be scored ({'; '.join(s['id'] + ': ' + s['reason'] for s in skipped[:2])})")
+        first = "; ".join(s["id"] + ": " + s["reason"] for s in skipped[:2])
+        raise InputError(f"{runs_file}: no run could be scored ({first})")
     hw = c.one_hardware(prepared)
     node = prepared[0].cluster.node_size
     updates, link_lines = c.link_updates(hw, node, [fit_link(read_nccl_tests(p), min_bytes=1 << 20) for p in nccl_logs])
@@ -690,7 +724,8 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
            "fitted": {k: {"before": a, "after": b} for k, (a, b) in res.fitted.items()}, "held_fixed": res.held_fixed,
            "runs": [{"id": p.id, "measured_s": p.measured_s, "error_before": e0, "error_after": e1}
                     | ({"error_leave_one_out": res.loo_errors[i]} if res.loo_errors else {})
-                    for i, (p, e0, e1) in enumerate(zip(prepared, res.errors_before, res.errors_after))],
+                    for i, (p, e0, e1) in enumerate(zip(prepared, res.errors_before, res.errors_after,
+                                                              strict=False))],
            "skipped": skipped}
     if as_json:
         click.echo(json.dumps(out, indent=2, sort_keys=True))

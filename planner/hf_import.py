@@ -48,6 +48,8 @@ Family notes (what is modelled beyond the plain Llama layout):
 
 from __future__ import annotations
 
+import builtins
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -162,7 +164,7 @@ class _Reader:
             raise self._err(key, f"must be a string, got {type(v).__name__} {_fmt(v)}: fix the config")
         return v
 
-    def list(self, key: str, item: type, default: list | None) -> list | None:
+    def list(self, key: builtins.str, item: type, default: builtins.list | None) -> builtins.list | None:
         v = self.cfg.get(key)
         if v is None:
             return default
@@ -170,7 +172,7 @@ class _Reader:
             raise self._err(key, f"must be a list of {item.__name__}, got {_fmt(v)}: fix the config")
         return v
 
-    def dict(self, key: str) -> dict:
+    def dict(self, key: builtins.str) -> builtins.dict:
         v = self.cfg.get(key)
         if v is None:
             return {}
@@ -226,10 +228,10 @@ def _window_layer_types(r: _Reader, num_layers: int, window: int | None,
 def _sparse_step_moe(r: _Reader, num_layers: int, num_experts: int, **moe: Any) -> MoESpec | None:
     """Qwen-MoE layer rule: MoE iff i not in mlp_only_layers and (i+1) % decoder_sparse_step == 0."""
     step = r.int("decoder_sparse_step", 1)
-    only = r.list("mlp_only_layers", int, [])
+    only_list = r.list("mlp_only_layers", int, []) or []
     if num_experts == 0:
         return None
-    only = set(only)  # membership in O(1): a list of 100,000 layers made this loop quadratic
+    only = set(only_list)  # membership in O(1): a list of 100,000 layers made this loop quadratic
     if step > num_layers or all(i in only for i in range(step - 1, num_layers, step)):
         return None  # no MoE layer at all: a dense model
     return MoESpec(num_experts=num_experts, first_k_dense=step - 1, layer_freq=step,
@@ -261,8 +263,27 @@ _LLAMA_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+_BIASED_ATTENTION = ("llama", "gemma", "gemma2", "gemma3_text", "qwen3", "qwen3_moe", "nemotron", "gpt_oss",
+                     "deepseek_v2", "deepseek_v3")
+
+
 def _llama_like(r: _Reader, mt: str) -> dict:
     d = _LLAMA_DEFAULTS[mt]
+    kw = _llama_shape(r, mt, d)
+    L, nh, ffn = kw["num_layers"], kw["num_heads"], kw["ffn_hidden_size"]
+    kw.update(_llama_biases(r, mt))
+    kw.update(_llama_windows(r, mt, d, L))
+    # norms and MLP shape
+    if mt in ("gemma2", "gemma3_text"):
+        kw["norms_per_layer"] = 4
+    if mt == "nemotron":
+        kw.update(norm_type="layernorm", mlp_type="plain")
+    kw.update(_llama_moe(r, mt, L, nh, ffn))
+    return kw
+
+
+def _llama_shape(r: _Reader, mt: str, d: dict[str, Any]) -> dict[str, Any]:
+    """Layers, widths, heads, vocabulary, positions, embeddings tie and activation."""
     L = r.int("num_hidden_layers", maximum=MAX_LAYERS, what="number of decoder layers")
     h = r.int("hidden_size", what="model width")
     nh = r.int("num_attention_heads", what="attention heads per layer")
@@ -290,8 +311,13 @@ def _llama_like(r: _Reader, mt: str) -> dict:
         kw["num_kv_heads"] = nh
     else:
         kw["head_dim"] = _heads(r, h, nh, nkv, r.int("head_dim", d["head_dim"], null=None))
+    return kw
 
-    if mt in ("llama", "gemma", "gemma2", "gemma3_text", "qwen3", "qwen3_moe", "nemotron", "gpt_oss", "deepseek_v2", "deepseek_v3"):
+
+def _llama_biases(r: _Reader, mt: str) -> dict[str, Any]:
+    """Attention/MLP biases and q/k norms."""
+    kw: dict[str, Any] = {}
+    if mt in _BIASED_ATTENTION:
         bias = r.bool("attention_bias", mt == "gpt_oss")
         kw.update(qkv_bias=bias, attn_out_bias=bias)
     if mt in ("llama", "nemotron"):
@@ -302,31 +328,32 @@ def _llama_like(r: _Reader, mt: str) -> dict:
         kw["qkv_bias"] = r.bool("qkv_bias", True)
     if mt in ("qwen3", "qwen3_moe", "gemma3_text"):
         kw["qk_norm"] = True
+    return kw
 
-    # sliding windows
+
+def _llama_windows(r: _Reader, mt: str, d: dict[str, Any], L: int) -> dict:
+    """Sliding windows: on every layer, or on the layers `layer_types` or the family's pattern gives."""
     if mt in ("mistral", "mixtral", "phi3"):
-        kw.update(_window_all_layers(r.int("sliding_window", d["window"], null=None), L))
-    elif mt in ("qwen2", "qwen2_moe", "qwen3"):
+        return _window_all_layers(r.int("sliding_window", d["window"], null=None), L)
+    if mt in ("qwen2", "qwen2_moe", "qwen3"):
         window = r.int("sliding_window", 4096, null=None) if r.bool("use_sliding_window", False) else None
         mwl = r.int("max_window_layers", 28, minimum=0)
-        kw.update(_window_layer_types(r, L, window, lambda i: i >= mwl))
-    elif mt == "qwen3_moe":
+        return _window_layer_types(r, L, window, lambda i: i >= mwl)
+    if mt == "qwen3_moe":
         window = r.int("sliding_window", 4096, null=None) if r.bool("use_sliding_window", False) else None
-        kw.update(_window_all_layers(window, L))
-    elif mt in ("gemma2", "gpt_oss"):
-        kw.update(_window_layer_types(r, L, r.int("sliding_window", d["window"], null=None), lambda i: i % 2 == 0))
-    elif mt == "gemma3_text":
+        return _window_all_layers(window, L)
+    if mt in ("gemma2", "gpt_oss"):
+        return _window_layer_types(r, L, r.int("sliding_window", d["window"], null=None), lambda i: i % 2 == 0)
+    if mt == "gemma3_text":
         pattern = r.int("sliding_window_pattern", 6)
-        kw.update(_window_layer_types(r, L, r.int("sliding_window", d["window"], null=None),
-                                      lambda i: bool((i + 1) % pattern)))
+        return _window_layer_types(r, L, r.int("sliding_window", d["window"], null=None),
+                                   lambda i: bool((i + 1) % pattern))
+    return {}
 
-    # norms and MLP shape
-    if mt in ("gemma2", "gemma3_text"):
-        kw["norms_per_layer"] = 4
-    if mt == "nemotron":
-        kw.update(norm_type="layernorm", mlp_type="plain")
 
-    # MoE
+def _llama_moe(r: _Reader, mt: str, L: int, nh: int, ffn: int) -> dict[str, Any]:
+    """The MoE layers (Mixtral, gpt-oss, Qwen-MoE) and DeepSeek's MLA + MoE."""
+    kw: dict[str, Any] = {}
     if mt == "mixtral":
         E = r.int("num_local_experts", 8, aliases=("num_experts",))
         kw["moe"] = MoESpec(num_experts=E, top_k=r.int("num_experts_per_tok", 2), expert_ffn_hidden_size=ffn)
@@ -575,7 +602,8 @@ def _rope(r: _Reader, kw: dict) -> dict:
             raise r._err("rope_scaling", "needs a string rope_type (or type) and a positive factor: fix the config")
         orig = sc.get("original_max_position_embeddings")
         if orig is not None and (isinstance(orig, bool) or not isinstance(orig, int) or orig < 1):
-            raise r._err("rope_scaling.original_max_position_embeddings", f"must be a positive integer, got {_fmt(orig)}")
+            raise r._err("rope_scaling.original_max_position_embeddings",
+                         f"must be a positive integer, got {_fmt(orig)}")
         out["rope_scaling"] = RopeScaling(rope_type=kind, factor=factor, original_max_position_embeddings=orig,
                                           low_freq_factor=_number(r, sc, "low_freq_factor", "rope_scaling."),
                                           high_freq_factor=_number(r, sc, "high_freq_factor", "rope_scaling."))
@@ -583,7 +611,7 @@ def _rope(r: _Reader, kw: dict) -> dict:
 
 
 _FAMILIES: dict[str, Callable[[_Reader], dict]] = {
-    **{mt: (lambda r, mt=mt: _llama_like(r, mt)) for mt in _LLAMA_DEFAULTS},
+    **{mt: functools.partial(_llama_like, mt=mt) for mt in _LLAMA_DEFAULTS},
     "gpt2": _gpt2,
     "bloom": _bloom,
     "falcon": _falcon,
@@ -625,7 +653,8 @@ def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     if not isinstance(mt, str):
         raise InputError(f"HF config: field 'model_type' must be a string, got {type(mt).__name__} {_fmt(mt)}")
     if mt not in _FAMILIES:
-        raise InputError(f"HF config: model_type {mt!r} is not supported{did_you_mean(mt, list(SUPPORTED_MODEL_TYPES))}; "
+        raise InputError(f"HF config: model_type {mt!r} is not supported"
+                         f"{did_you_mean(mt, list(SUPPORTED_MODEL_TYPES))}; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     r = _Reader(cfg, mt)
     try:

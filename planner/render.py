@@ -3,5 +3,14 @@ planner.ui.table). Colour degrades to plain text when the output is not a termin
 
 from __future__ import annotations
 
-from planner.ui.table import (MEM_PARTS, TIME_PARTS, bars, make_console, plan_label, plans_table, shown,  # noqa: F401
-                              print_plan_doc, recompute_label)
+from planner.ui.table import (  # noqa: F401
+    MEM_PARTS,
+    TIME_PARTS,
+    bars,
+    make_console,
+    plan_label,
+    plans_table,
+    print_plan_doc,
+    recompute_label,
+    shown,
+)

@@ -627,7 +627,8 @@ _COLUMNS = [  # header, getter, numeric
 
 def _band(plan: dict) -> str:
     """'±12%': the plan's cross-validated error band (planner.analysis.bands), '–' when absent."""
-    b = plan.get("step_time_band") if isinstance(plan.get("step_time_band"), dict) else {}
+    band = plan.get("step_time_band")
+    b = band if isinstance(band, dict) else {}
     rel = _num(b.get("rel"))
     return "–" if rel is None else f"±{100 * rel:.0f}%"
 

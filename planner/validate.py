@@ -20,7 +20,7 @@ from planner.files import read_structured_file
 from planner.hf_import import _validation_message
 from planner.names import safe_line
 from planner.search import SearchOptions, search
-from planner.specs import ClusterSpec, TrainingSpec
+from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp",
@@ -146,6 +146,11 @@ def _positive_number(v: Any) -> bool:
 def run_record_problem(run: dict) -> str | None:
     """What is wrong with one run record's types and values (None = nothing): the runs schema, checked
     before any prediction so every nonsense value gets a one-line reason instead of a crash or a number."""
+    return _run_header_problem(run) or _run_measured_problem(run) or _run_plan_problem(run)
+
+
+def _run_header_problem(run: dict) -> str | None:
+    """id, hardware, device counts and the free-text fields."""
     if not isinstance(run["id"], str):
         return f"'id' must be a string, got {type(run['id']).__name__}"
     if not isinstance(run["hardware"], str):
@@ -156,26 +161,42 @@ def run_record_problem(run: dict) -> str | None:
     for key in ("source", "notes", "reliability"):
         if run.get(key) is not None and not isinstance(run[key], str):
             return f"'{key}' must be a string, got {type(run[key]).__name__}"
+    return None
+
+
+def _run_measured_problem(run: dict) -> str | None:
+    """The `measured` mapping: positive finite step time and peak memory, or null."""
     meas = run.get("measured")
     if meas is not None and not isinstance(meas, dict):
         return f"'measured' must be a mapping (step_time_s, peak_memory_gib, ...), got {type(meas).__name__}"
     for key in ("step_time_s", "peak_memory_gib"):
         v = (meas or {}).get(key)
         if v is not None and not _positive_number(v):
-            return f"measured.{key} must be a positive finite number (null when not published), got {safe_line(repr(v))}"
+            return (f"measured.{key} must be a positive finite number (null when not published), "
+                    f"got {safe_line(repr(v))}")
+    return None
+
+
+def _run_plan_problem(run: dict) -> str | None:
+    """The published plan's knobs, each null or a value the planner knows."""
     for key, v in (run.get("plan") or {}).items():
-        if v is None:
-            continue
-        if key in _INT_KNOBS and (not _is_int(v) or v < 1):
-            return f"plan.{key} must be a whole number >= 1 or null, got {safe_line(repr(v))}"
-        if key == "zero_stage" and (not _is_int(v) or not 0 <= v <= 3):
-            return f"plan.zero_stage must be 0, 1, 2 or 3 or null, got {safe_line(repr(v))}"
-        if key == "recompute" and v not in ("none", "selective", "full"):
-            return f"plan.recompute must be none, selective or full or null, got {safe_line(repr(v))}"
-        if key == "sequence_parallel" and not isinstance(v, bool):
-            return f"plan.sequence_parallel must be true, false or null, got {safe_line(repr(v))}"
-        if key == "schedule" and str(v).lower() not in SCHEDULE_NAMES:
-            return f"plan.schedule must be one of {', '.join(SCHEDULE_NAMES)} or null, got {safe_line(repr(v))}"
+        problem = None if v is None else _plan_knob_problem(key, v)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _plan_knob_problem(key: str, v: Any) -> str | None:
+    if key in _INT_KNOBS and (not _is_int(v) or v < 1):
+        return f"plan.{key} must be a whole number >= 1 or null, got {safe_line(repr(v))}"
+    if key == "zero_stage" and (not _is_int(v) or not 0 <= v <= 3):
+        return f"plan.zero_stage must be 0, 1, 2 or 3 or null, got {safe_line(repr(v))}"
+    if key == "recompute" and v not in ("none", "selective", "full"):
+        return f"plan.recompute must be none, selective or full or null, got {safe_line(repr(v))}"
+    if key == "sequence_parallel" and not isinstance(v, bool):
+        return f"plan.sequence_parallel must be true, false or null, got {safe_line(repr(v))}"
+    if key == "schedule" and str(v).lower() not in SCHEDULE_NAMES:
+        return f"plan.schedule must be one of {', '.join(SCHEDULE_NAMES)} or null, got {safe_line(repr(v))}"
     return None
 
 
@@ -187,6 +208,13 @@ class UnscorableRun(InputError):
 
 def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
     """(model, cluster, training) context and the fixed knobs of one run."""
+    model, cluster, train = run_specs(run)
+    return Context(model, cluster, train), run_fixed_knobs(run, model, cluster, train)
+
+
+def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
+    """The run's model, cluster and training settings; UnscorableRun for what the planner does not
+    model, InputError (one line) for nonsense."""
     from planner.hardware_catalog import get_hardware
     from planner.hf_import import from_hf_config
 
@@ -203,15 +231,24 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         cluster = run_cluster(run, hw, dev)
         t = run["train"]
         fw = infer_framework(run)
-        train = TrainingSpec(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
-                             dtype=t.get("dtype", "bf16"), framework=fw, attention_impl=infer_attention_impl(run),
-                             legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw), **infer_precision(run))
+        settings: dict[str, Any] = dict(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
+                                        dtype=t.get("dtype", "bf16"), framework=fw,
+                                        attention_impl=infer_attention_impl(run),
+                                        legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
+                                        **infer_precision(run))
+        train = TrainingSpec(**settings)
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
     except ValidationError as e:  # pydantic's own text carries a URL and several lines
         raise InputError(_validation_message(e, f"run {rid}")) from None
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(f"run {rid}: {_one_line(e)}") from None
+    return model, cluster, train
+
+
+def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec) -> dict[str, Any]:
+    """The published plan's knobs as search pins, with what the run's stack implies (schedule, embedding
+    and loss accounting, full-shard ZeRO-3, DualPipe for DeepSeek-V3's own runs, stack constraints)."""
     fixed = {}
     for k, v in (run.get("plan") or {}).items():
         if v is not None:
@@ -231,7 +268,7 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     for k, v in stack_constraints(run, train).items():
         fixed.setdefault(k, v)
-    return Context(model, cluster, train), fixed
+    return fixed
 
 
 def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
@@ -367,6 +404,10 @@ def skip_record(run: dict, err: Exception) -> dict:
     return {"id": rid, "reason": reason[len(prefix):] if reason.startswith(prefix) else reason}
 
 
+def _percent_or_na(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
 def markdown_table(result: dict) -> str:
     s = result["summary"]
     lines = [
@@ -377,18 +418,20 @@ def markdown_table(result: dict) -> str:
     for r in result["runs"]:
         p = r["plan"]
         knobs = (f"{p['tp']}/{p['pp']}/{p['vpp']}/{p['cp']}/{p['dp']}/{p['ep']}, {p['micro_batch']}, "
-                 f"z{p['zero_stage']}, {p['recompute']}" + (f"({p['recompute_layers']})" if p.get("recompute_layers") is not None else ""))
+                 f"z{p['zero_stage']}, {p['recompute']}"
+                 + (f"({p['recompute_layers']})" if p.get("recompute_layers") is not None else ""))
         ms = r.get("measured_step_time_s")
         mm = r.get("measured_peak_memory_gib")
         lines.append(
             f"| {r['id']} | {r.get('reliability') or ''} | {r['framework']} | {knobs} | "
             f"{ms:.2f} | {r['step_time_s']:.2f} | {100 * r['step_time_error']:+.1f}% | " if ms else
-            f"| {r['id']} | {r.get('reliability') or ''} | {r['framework']} | {knobs} | - | {r['step_time_s']:.2f} | - | "
+            f"| {r['id']} | {r.get('reliability') or ''} | {r['framework']} | {knobs} | - | "
+            f"{r['step_time_s']:.2f} | - | "
         )
         lines[-1] += (f"{mm:.1f} | {r['peak_memory_gib']:.1f} | {100 * r['peak_memory_error']:+.1f}% |" if mm
                       else f"- | {r['peak_memory_gib']:.1f} | - |")
     st, mem = s["step_time"], s["peak_memory"]
-    fmt = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
+    fmt = _percent_or_na
     if result.get("skipped"):
         lines += ["", f"Not scored ({len(result['skipped'])}):"]
         lines += [f"- {sk['id']}: {sk['reason']}" for sk in result["skipped"]]
@@ -430,7 +473,8 @@ def search_quality(run: dict) -> dict | None:
 def search_quality_table(rows: list[dict]) -> str:
     from planner.render import plan_label
 
-    lines = ["| run | published s (ours) | fits | search best s | claimed speed-up | best layout | published rank / feasible |",
+    lines = ["| run | published s (ours) | fits | search best s | claimed speed-up | best layout | "
+             "published rank / feasible |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         bp = r["best_plan"]
@@ -450,8 +494,8 @@ LEAD_MARK = "<!-- hand-written above this line: kept as it is by `plan validate 
 
 
 VALIDATE_LEGEND = ("\nrel: how reliable the published figure is (A primary source; B one transcription or a loose "
-                   "figure; C inconsistent sources). fw: the framework modelled. plan: tp/pp/vpp/cp/dp/ep, micro-batch, "
-                   "ZeRO stage (z), recompute. error: predicted / measured - 1.\n")
+                   "figure; C inconsistent sources). fw: the framework modelled. plan: tp/pp/vpp/cp/dp/ep, "
+                   "micro-batch, ZeRO stage (z), recompute. error: predicted / measured - 1.\n")
 
 
 def validation_doc(result: dict, quality: list[dict] | None, previous: str = "") -> str:
