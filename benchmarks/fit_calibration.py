@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from planner.analysis.fit import fit_constants, leave_one_out, prepare, summary
-    from planner.validate import load_runs
+    from planner.analysis.validate import load_runs
 
     names = tuple(args.const or DEFAULT)
     bounds = [BOUNDS[n] for n in names]

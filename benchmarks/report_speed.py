@@ -1,7 +1,7 @@
 """Whole-process wall time of `plan report` against the same `plan` (issue 14 target: report <= 3x plan).
 
 Run from a checkout: python benchmarks/report_speed.py [repeats]
-Runs this checkout's code (`python -m planner.cli` with PYTHONPATH = the checkout), best of `repeats`.
+Runs this checkout's code (`python -m planner.ui.cli` with PYTHONPATH = the checkout), best of `repeats`.
 A measuring script, not a test: wall time depends on the machine and its load.
 """
 
@@ -27,7 +27,7 @@ def _best_s(argv: list[str], repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "planner.cli", *argv], check=True, capture_output=True, env=env, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "planner.ui.cli", *argv], check=True, capture_output=True, env=env, cwd=ROOT)
         times.append(time.perf_counter() - t0)
     return min(times)
 

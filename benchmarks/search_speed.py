@@ -1,6 +1,6 @@
 """Whole-process wall time of representative searches (issue 4 targets), printed as a table.
 
-Run: python benchmarks/search_speed.py   (this checkout's code: `python -m planner.cli`, PYTHONPATH = checkout)
+Run: python benchmarks/search_speed.py   (this checkout's code: `python -m planner.ui.cli`, PYTHONPATH = checkout)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ CASES = [
 
 
 def main(repeats: int = 3) -> int:
-    cmd = [sys.executable, "-m", "planner.cli"]
+    cmd = [sys.executable, "-m", "planner.ui.cli"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     print(f"{'case':<32} {'best of ' + str(repeats):>10} {'target':>8}  ok")
     bad = 0

@@ -131,8 +131,8 @@ def _stage_problem_doc(ctx, plan) -> dict:
 
 
 def build_inputs(case: dict):
-    from planner.hardware_catalog import parse_cluster
-    from planner.model_catalog import load_model
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import load_model
     from planner.specs import ParallelPlan, TrainingSpec
 
     return (load_model(case["model"]), parse_cluster(case["cluster"]), TrainingSpec(**case["train"]),
@@ -157,7 +157,7 @@ def evaluate_case(case: dict, ctx_cache: dict | None = None) -> dict:
 
 
 def main() -> int:
-    from planner.space import plan_errors
+    from planner.search.space import plan_errors
 
     bad = []
     for case in CASES:

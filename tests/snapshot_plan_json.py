@@ -24,7 +24,7 @@ COMMANDS = {
 def run(args: list[str]) -> str:
     from click.testing import CliRunner
 
-    from planner.cli import main
+    from planner.ui.cli import main
 
     res = CliRunner().invoke(main, [*args, "--json"])
     if res.exit_code != 0:

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 from planner.analysis import calibrate as c
 from planner.analysis.nccl_tests import fit_link, parse_nccl_tests
-from planner.cli import main
-from planner.data import data_dir
-from planner.hardware_catalog import get_hardware, load_cluster_file
-from planner.validate import load_runs
+from planner.ui.cli import main
+from planner.catalog.data import data_dir
+from planner.catalog.hardware import get_hardware, load_cluster_file
+from planner.analysis.validate import load_runs
 
 REF_NCCL = "/work/shared/reference/nccl_tests"
 

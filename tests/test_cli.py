@@ -10,7 +10,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from planner.cli import main
+from planner.ui.cli import main
 
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
          "sequence_parallel", "schedule")
@@ -52,8 +52,8 @@ def test_json_schema(llama70b):
     plans = doc["plans"]
     assert plans
     times = [p["step_time_s"] for p in plans]
-    # best first; plans within the search's 0.5% tie band rank simplest-first (planner.search.TIE_BAND)
-    from planner.search import TIE_BAND
+    # best first; plans within the search's 0.5% tie band rank simplest-first (planner.search.engine.TIE_BAND)
+    from planner.search.engine import TIE_BAND
     assert times[0] <= min(times) * TIE_BAND
     assert all(a <= b * TIE_BAND for a, b in zip(times, times[1:]))
     for p in plans:
@@ -164,7 +164,7 @@ def test_validate_bad_runs(tmp_path):
 
 def test_subprocess_entry_point():
     exe = shutil.which("plan")
-    cmd = [exe] if exe else [sys.executable, "-m", "planner.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "planner.ui.cli"]
     out = subprocess.run(cmd + ["--model", "llama-70b", "--cluster", "a100x64", "--json", "--top", "2"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from planner.cli import main
+from planner.ui.cli import main
 
 SMALL = ("--model", "llama-8b", "--cluster", "h100x8")
 

@@ -47,7 +47,7 @@ def test_activations_of_a_gpt3_layer_follow_korthikanti():
     # 34 sbh / t bytes per layer, of which two 1-byte dropout masks (attention output, MLP output); the
     # planner models dropout-free pretraining with FlashAttention, which saves one fp32 log-sum-exp per
     # head instead of the 5as^2b score tensors: (34 - 2) h / t + 4 a / t bytes per token
-    from planner.model_catalog import load_model
+    from planner.catalog.models import load_model
 
     m = load_model("gpt3-175b")
     h, a, t = m.hidden_size, m.num_heads, 8
@@ -119,7 +119,7 @@ def test_deepspeed_zero3_gathers_each_parameter_tensor():
     # in Megatron's fused layout holds 12 tensors: QKV and proj weights+biases, 2 LayerNorms (w, b),
     # fc1 and fc2 weights+biases.
     from planner.costmodel.data import param_tensors_per_layer
-    from planner.hf_import import from_hf_config
+    from planner.catalog.hf_import import from_hf_config
 
     gpt = from_hf_config({"model_type": "gpt2", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_inner": 1024,
                           "vocab_size": 1000, "n_positions": 128}, name="t")
@@ -149,8 +149,8 @@ def test_deepspeed_recompute_regathers_beyond_the_reuse_window():
     # and FSDP2 unshards a block once before its recompute.
     from planner.costmodel import Context
     from planner.costmodel.data import zero3_regather_fraction
-    from planner.hardware_catalog import parse_cluster
-    from planner.model_catalog import get_model
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import get_model
     from planner.specs import ParallelPlan
 
     def frac(model, framework, recompute="full"):
@@ -173,8 +173,8 @@ def test_legacy_deepspeed_zero3_exposes_every_gather_and_all_reduces_gradients()
     from planner.costmodel.collectives import group_link
     from planner.costmodel import Context, evaluate
     from planner.costmodel.data import zero3_regather_fraction
-    from planner.hardware_catalog import parse_cluster
-    from planner.model_catalog import get_model
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import get_model
     from planner.specs import ParallelPlan
 
     cl = parse_cluster("a100x384")
@@ -213,8 +213,8 @@ def test_offload_crosses_the_profiles_host_link(cluster, gbps):
     # hardware_profiles/*.yaml host_link_unidir_GBps (PCIe Gen4 / Gen5 x16, hardware.yaml links), the
     # slowest listed x16 rate where a profile states none (TPUs)
     from planner.costmodel import Context, evaluate
-    from planner.hardware_catalog import parse_cluster
-    from planner.model_catalog import load_model
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import load_model
     from planner.specs import ParallelPlan
 
     ctx = Context(load_model("llama-3.1-8b"), parse_cluster(cluster), TrainingSpec(global_batch=8, framework="megatron"))

@@ -2,7 +2,7 @@
 
 The CP-SAT stage balancer once stopped on wall-clock time (0.3 s, 2 workers) and gave 3 different
 outputs in 5 runs of the command below; it now runs one worker, a fixed seed and a deterministic-time
-budget (planner.stages). This test runs the command 10 times, each with a different PYTHONHASHSEED,
+budget (planner.search.stages). This test runs the command 10 times, each with a different PYTHONHASHSEED,
 while two other searches and a busy loop load the machine, and compares the bytes.
 """
 
@@ -29,7 +29,7 @@ def _env(seed: int) -> dict[str, str]:
 
 
 def _plan(args: list[str], seed: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=ROOT, env=_env(seed),
+    return subprocess.run([sys.executable, "-m", "planner.ui.cli", *args], cwd=ROOT, env=_env(seed),
                           capture_output=True, timeout=600)
 
 
@@ -39,7 +39,7 @@ def _start_load() -> list[subprocess.Popen]:
     for args in LOAD_SEARCHES:
         argv = ", ".join(repr(a) for a in args)
         loops.append(f"import subprocess, sys\nwhile True:\n"
-                     f"    subprocess.run([sys.executable, '-m', 'planner.cli', {argv}], capture_output=True)\n")
+                     f"    subprocess.run([sys.executable, '-m', 'planner.ui.cli', {argv}], capture_output=True)\n")
     return [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=_env(100 + i), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True) for i, code in enumerate(loops)]
 

@@ -8,11 +8,11 @@ import json
 
 from click.testing import CliRunner
 
-from planner.cli import main
+from planner.ui.cli import main
 from planner.emit.common import make_job
 from planner.errors import InputError
-from planner.hardware_catalog import parse_cluster
-from planner.model_catalog import load_model
+from planner.catalog.hardware import parse_cluster
+from planner.catalog.models import load_model
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.specs.dims import ParallelDims, plan_errors
 
@@ -70,9 +70,9 @@ def test_regression_same_answer_with_and_without_out(tmp_path):
 def test_knob_names_come_from_one_list():
     """Issue 14: knob names were listed three times. ParallelPlan's fields are the list; the CLI flags and
     the run-file keys map onto it."""
-    from planner.cli import KNOB_FLAGS
+    from planner.ui.cli import KNOB_FLAGS
     from planner.specs.plan import KNOBS
-    from planner.validate import PLAN_FIELDS
+    from planner.analysis.validate import PLAN_FIELDS
 
     assert KNOBS == tuple(ParallelPlan.model_fields) and len(KNOBS) == len(set(KNOBS))
     assert set(KNOB_FLAGS.values()) <= set(KNOBS) and set(PLAN_FIELDS.values()) <= set(KNOBS)

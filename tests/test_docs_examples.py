@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from planner.cli import main
+from planner.ui.cli import main
 
 DOCS = Path(__file__).parents[1] / "docs"
 PAGES = ("quickstart.md", "cli.md")
@@ -46,7 +46,7 @@ def test_every_page_has_examples():
 
 @pytest.mark.parametrize("page,line,argv,env,code", EXAMPLES, ids=[f"{e[0]}:{' '.join(e[2])[:60]}" for e in EXAMPLES])
 def test_documented_example_runs(page, line, argv, env, code, tmp_path, monkeypatch):
-    from planner.model_catalog import get_catalog_entry
+    from planner.catalog.models import get_catalog_entry
 
     monkeypatch.chdir(tmp_path)
     # the user's own Hugging Face config.json that the quickstart reads

@@ -16,12 +16,12 @@ import yaml
 
 from planner.costmodel import Context, evaluate
 from planner.costmodel.base import plan_shape
-from planner.hardware_catalog import parse_cluster
-from planner.model_catalog import get_model
-from planner.placement import placement
-from planner.search import TIE_BAND, SearchOptions, search
+from planner.catalog.hardware import parse_cluster
+from planner.catalog.models import get_model
+from planner.costmodel.placement import placement
+from planner.search.engine import TIE_BAND, SearchOptions, search
 from planner.specs import ParallelPlan, TrainingSpec
-from planner.validate import run_inputs
+from planner.analysis.validate import run_inputs
 
 RUNS = Path(__file__).resolve().parents[1] / "runs" / "known_runs_dev.yaml"
 
@@ -106,7 +106,7 @@ def test_misaligned_tp_pays_the_network():
 
 
 def test_reason_line_tells_where_tp_runs():
-    from planner.explain import reason
+    from planner.analysis.explain import reason
     ctx = ctx_for("gpt3-175b", "a100-sxm-80gbx768", seq_len=2048, global_batch=1536, dtype="fp16")
     ev = evaluate(ctx, ParallelPlan(tp=3, pp=8, dp=32, recompute="selective"))
     line = reason(ctx, ev)
@@ -273,7 +273,7 @@ def test_cli_chooses_the_attention_implementation():
 
     from click.testing import CliRunner
 
-    from planner.cli import main
+    from planner.ui.cli import main
     args = ["--model", "gpt3-175b", "--cluster", "a100-sxm-80gbx64", "--seq-len", "2048", "--gbs", "64",
             "--dtype", "fp16", "--tp", "8", "--pp", "8", "--mbs", "1", "--recompute", "none", "--zero", "1",
             "--json"]
@@ -289,7 +289,7 @@ def test_cli_chooses_the_attention_implementation():
 
 def test_why_not_neighbours_keep_the_plans_schedule():
     # a neighbour that does not touch PP keeps the interleaved schedule and its virtual stages (issue 12 item 9)
-    from planner.explain import why_not
+    from planner.analysis.explain import why_not
     ctx = ctx_for("llama-3.1-70b", "h100x64", seq_len=4096, global_batch=256)
     plan = ParallelPlan(tp=4, pp=4, dp=4, vpp=5, schedule="interleaved", micro_batch=1, recompute="selective")
     ev = evaluate(ctx, plan)

@@ -5,7 +5,7 @@ import math
 
 from click.testing import CliRunner
 
-from planner.cli import main
+from planner.ui.cli import main
 
 
 def test_explain_json_derivation_matches_the_plan():

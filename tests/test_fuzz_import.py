@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import InputError
-from planner.hf_import import from_hf_config
-from planner.model_catalog import load_model
+from planner.catalog.hf_import import from_hf_config
+from planner.catalog.models import load_model
 from planner.specs import ModelSpec
 
 DATA = Path(__file__).parent / "data"

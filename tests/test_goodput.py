@@ -1,4 +1,4 @@
-"""planner.goodput: each formula against hand-computed numbers and the papers' own examples."""
+"""planner.analysis.goodput: each formula against hand-computed numbers and the papers' own examples."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from planner import goodput as g
+from planner.analysis import goodput as g
 from planner.errors import InputError
 
 

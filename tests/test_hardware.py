@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.data import data_dir
+from planner.catalog.data import data_dir
 from planner.errors import InputError
-from planner.hardware_catalog import (
+from planner.catalog.hardware import (
     get_hardware,
     list_hardware,
     load_hardware_catalog,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from planner.errors import InputError
-from planner.hf_import import SUPPORTED_MODEL_TYPES, from_hf_config
-from planner.model_catalog import load_model_catalog
-from planner.params import count_params
+from planner.catalog.hf_import import SUPPORTED_MODEL_TYPES, from_hf_config
+from planner.catalog.models import load_model_catalog
+from planner.costmodel.params import count_params
 from planner.specs import ModelSpec
 
 REFERENCE = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference"))

@@ -1,7 +1,7 @@
 """Hostile and careless input (issue 16): no injection, no hang, exit 2 with ONE line for every bad input.
 
 Cheap cases run in-process with click's CliRunner. Cases about time, memory, special files and signals run
-the CLI of this checkout in a subprocess (`sys.executable -m planner.cli`, PYTHONPATH = the checkout) under
+the CLI of this checkout in a subprocess (`sys.executable -m planner.ui.cli`, PYTHONPATH = the checkout) under
 RLIMIT_AS = 500 MB and a 10 s timeout: a regression there is a timeout or a MemoryError, never a slow pass.
 """
 
@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.cli import main
+from planner.ui.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_BYTES = 500 * 2**20
@@ -62,7 +62,7 @@ def _limits():
 def cli(*args, cwd=None, timeout=10.0):
     """The CLI of this checkout in a subprocess under 500 MB and `timeout` seconds."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONHASHSEED="0")
-    return subprocess.run([sys.executable, "-m", "planner.cli", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "planner.ui.cli", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout, preexec_fn=_limits)
 
 
@@ -99,8 +99,8 @@ def test_injected_model_name_is_refused_at_input(tmp_path):
 def _emit_with_name(name: str, tmp_path: Path) -> dict[str, str]:
     """Emit every launcher for a model whose name skipped input validation (defence in depth)."""
     from planner.emit import emit_all
-    from planner.hardware_catalog import parse_cluster
-    from planner.model_catalog import get_model
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import get_model
     from planner.specs import ParallelPlan, TrainingSpec
 
     model = get_model("llama-7b").model_copy(update={"name": name})
@@ -188,7 +188,7 @@ def test_fifo_and_socket_never_block(tmp_path):
 
 def test_reader_reads_at_most_limit_plus_one_bytes(tmp_path, monkeypatch):
     """A file whose stat size lies (procfs style) is still cut at the limit."""
-    from planner import files
+    from planner.catalog import files as files
     from planner.errors import InputError
 
     big = write(tmp_path, "big.yaml", "a: 1\n" * 1000)
@@ -362,7 +362,7 @@ def test_dtypes_no_launcher_runs():
 
 
 def test_min_devices_keeps_cluster_file_settings(tmp_path):
-    from planner.hardware_catalog import get_hardware
+    from planner.catalog.hardware import get_hardware
 
     h100 = get_hardware("h100").model_dump()
     custom = h100 | {"id": "h100-custom", "aliases": (), "hbm_capacity_gib": 40.0}
@@ -383,7 +383,7 @@ def test_min_devices_keeps_cluster_file_settings(tmp_path):
 
 
 def test_json_never_prints_non_finite(tmp_path):
-    from planner.cli import json_text
+    from planner.ui.cli import json_text
     from planner.errors import InputError
 
     with pytest.raises(InputError, match=r"plans\.0\.mfu"):
@@ -426,10 +426,10 @@ def test_json_out_reports_not_written(tmp_path):
 
 def test_broken_pipe_exits_0_quietly():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run(f"'{sys.executable}' -m planner.cli models | head -1", shell=True, env=env,
+    p = subprocess.run(f"'{sys.executable}' -m planner.ui.cli models | head -1", shell=True, env=env,
                        capture_output=True, text=True, timeout=10, executable=shutil.which("bash"))
     assert p.stdout.count("\n") == 1 and p.stderr == ""
-    p = subprocess.run(f"set -o pipefail; '{sys.executable}' -m planner.cli clusters | head -c 10 >/dev/null",
+    p = subprocess.run(f"set -o pipefail; '{sys.executable}' -m planner.ui.cli clusters | head -c 10 >/dev/null",
                        shell=True, env=env, capture_output=True, text=True, timeout=10,
                        executable=shutil.which("bash"))
     assert p.returncode == 0 and p.stderr == ""
@@ -441,7 +441,7 @@ def test_sigterm_removes_the_temporary_file(tmp_path):
     code = (
         "import os, signal, sys\n"
         "import planner.emit as emit\n"
-        "from planner.cli import _exit_on_sigterm\n"
+        "from planner.ui.cli import _exit_on_sigterm\n"
         "_exit_on_sigterm()\n"
         "emit.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGTERM)\n"
         f"emit.atomic_write_text({str(tmp_path / 'r.html')!r}, 'x' * 100000)\n"
@@ -462,7 +462,7 @@ YAML_BITS = st.sampled_from(["a: &x [1, 2]\n", "b: *x\n", "c: [*x, *x, *x]\n", "
 def test_fuzz_reader_only_raises_input_errors(tmp_path_factory, bits, suffix):
     """Random YAML/JSON fragments, not from the repository: the reader returns data or one InputError line."""
     from planner.errors import InputError
-    from planner.files import read_structured_file
+    from planner.catalog.files import read_structured_file
 
     f = tmp_path_factory.mktemp("rd") / f"x{suffix}"
     f.write_text("".join(bits), encoding="utf-8")

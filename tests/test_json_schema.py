@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from planner.cli import main
+from planner.ui.cli import main
 from planner.ui.jsondoc import SCHEMA_PATH, SCHEMA_VERSION, load_schema
 
 

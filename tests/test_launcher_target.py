@@ -14,10 +14,10 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from consumers.scenarios import CANNOT, SCENARIOS, runs  # noqa: E402
 
-from planner.cli import main  # noqa: E402
+from planner.ui.cli import main  # noqa: E402
 from planner.emit.capabilities import TARGETS, capabilities, launcher_errors, launchers_for  # noqa: E402
-from planner.hardware_catalog import parse_cluster  # noqa: E402
-from planner.model_catalog import load_model  # noqa: E402
+from planner.catalog.hardware import parse_cluster  # noqa: E402
+from planner.catalog.models import load_model  # noqa: E402
 from planner.specs import ParallelPlan, TrainingSpec  # noqa: E402
 
 FILES = {"megatron": {"megatron_args.json", "launch_megatron.sh"},

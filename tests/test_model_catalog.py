@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.data import data_dir
+from planner.catalog.data import data_dir
 from planner.errors import InputError
-from planner.model_catalog import get_catalog_entry, get_model, list_models, load_model, load_model_catalog
+from planner.catalog.models import get_catalog_entry, get_model, list_models, load_model, load_model_catalog
 from planner.names import normalise
-from planner.params import count_params
+from planner.costmodel.params import count_params
 from planner.specs import ModelSpec
 
 REFERENCE = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference"))

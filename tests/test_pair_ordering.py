@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from planner.analysis.pairs import ordering_rate, same_job_pairs
-from planner.data import data_dir
-from planner.validate import load_runs, validate_runs
+from planner.catalog.data import data_dir
+from planner.analysis.validate import load_runs, validate_runs
 
 
 @pytest.fixture(scope="module")

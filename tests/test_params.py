@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.hf_import import from_hf_config
-from planner.model_catalog import get_catalog_entry, get_model, list_models
-from planner.params import LayerParams, ParamCounts, count_params, layer_params
+from planner.catalog.hf_import import from_hf_config
+from planner.catalog.models import get_catalog_entry, get_model, list_models
+from planner.costmodel.params import LayerParams, ParamCounts, count_params, layer_params
 from planner.specs import ModelSpec, MoESpec
 
 REFERENCE = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference"))
@@ -52,7 +52,7 @@ COMPUTED = {
 }
 
 # DeepSeek-V3: models.yaml counts the router's per-expert e_score_correction_bias (E per MoE layer);
-# Hugging Face transformers holds it as a non-trainable buffer, and so do we (see planner.hf_import).
+# Hugging Face transformers holds it as a non-trainable buffer, and so do we (see planner.catalog.hf_import).
 DSV3_CORRECTION_BIAS = 58 * 256
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-import planner.timeline as tl
-from planner.cli import build_inputs
+import planner.analysis.timeline as tl
+from planner.ui.cli import build_inputs
 from planner.costmodel import Context, evaluate
-from planner.report import scored_timeline
+from planner.ui.report import scored_timeline
 from planner.specs import ParallelPlan
 
 # (model, cluster, global batch, plan knobs, whether the slowest stage is the last: the plain simulation agrees)

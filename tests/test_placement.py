@@ -2,8 +2,8 @@
 
 import pytest
 
-from planner.hardware_catalog import parse_cluster
-from planner.placement import (
+from planner.catalog.hardware import parse_cluster
+from planner.costmodel.placement import (
     IciAxis,
     ici_group_busbw_GBps,
     linear_span,
@@ -132,7 +132,7 @@ def test_tpu_group_shape_sets_its_bandwidth():
 def test_group_limited_routing_is_imported():
     # DeepSeek-V3 config: n_group 8, topk_group 4 (each token to at most 4 nodes, report sec. 2.1.2);
     # DeepSeek-V2: 8 groups, 3 devices (group_limited_greedy)
-    from planner.model_catalog import get_model
+    from planner.catalog.models import get_model
     v3, v2 = get_model("deepseek-v3").moe, get_model("deepseek-v2").moe
     assert (v3.route_groups, v3.route_topk_groups) == (8, 4)
     assert (v2.route_groups, v2.route_topk_groups) == (8, 3)

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from planner.costmodel import Context, evaluate
 from planner.errors import InputError
-from planner.hardware_catalog import list_hardware, parse_cluster
-from planner.search import MAX_SEARCH_VPP, SearchOptions, _zero_choices, search
-from planner.space import divisors, plan_errors
+from planner.catalog.hardware import list_hardware, parse_cluster
+from planner.search.engine import MAX_SEARCH_VPP, SearchOptions, _zero_choices, search
+from planner.search.space import divisors, plan_errors
 from planner.costmodel import calibration as cal
 from planner.specs import ModelSpec, MoESpec, ParallelPlan, TrainingSpec
 
@@ -228,7 +228,7 @@ def test_search_results_valid_and_best(ctx, data):
         ev = evaluate(ctx, p)
         if ev.memory["peak_gib"] <= cap:
             assert res.plans, f"search found nothing but {p} fits"
-            from planner.search import TIE_BAND
+            from planner.search.engine import TIE_BAND
             assert res.plans[0].step_time_s <= ev.step_time_s * TIE_BAND ** 2, (res.plans[0].plan, p)
 
 

@@ -1,4 +1,4 @@
-"""The ranking rule of planner.ranking: fastest first, ties only within a band around the fastest plan,
+"""The ranking rule of planner.search.ranking: fastest first, ties only within a band around the fastest plan,
 smaller memory first inside it, no row dominated by a later row, distinct layouts by default."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import pytest
 from click.testing import CliRunner
 
-from planner.cli import main
-from planner.ranking import TIE_BAND_REL, dominated_by_later, layout_key, rank, select
+from planner.ui.cli import main
+from planner.search.ranking import TIE_BAND_REL, dominated_by_later, layout_key, rank, select
 from planner.specs import ParallelPlan
 
 
@@ -115,6 +115,6 @@ def test_out_writes_rank_one(tmp_path):
 
 
 def test_leaders_first_keeps_order_within_groups():
-    from planner.ranking import leaders_first
+    from planner.search.ranking import leaders_first
     evs = [ev(1.0, 1, tp=4, pp=4, dp=4, vpp=2), ev(1.1, 1, tp=4, pp=4, dp=4, vpp=4), ev(1.2, 1, tp=8, pp=2, dp=4)]
     assert [e.step_time_s for e in leaders_first(evs)] == [1.0, 1.2, 1.1]

@@ -1,4 +1,4 @@
-"""planner.report: the HTML page is well-formed, self-contained, escaped and has every chart.
+"""planner.ui.report: the HTML page is well-formed, self-contained, escaped and has every chart.
 
 The fixtures below are written by hand in the `--json` plan schema; test_report_browser.py loads
 the same page in a real headless browser.
@@ -12,9 +12,9 @@ from html.parser import HTMLParser
 import pytest
 
 from planner.errors import InputError
-from planner.goodput import estimate_for_plan
+from planner.analysis.goodput import estimate_for_plan
 from planner.costmodel.pipeline import pipeline_step_time
-from planner.report import CHART_IDS, pareto_front, plan_label, render_report
+from planner.ui.report import CHART_IDS, pareto_front, plan_label, render_report
 
 # --- hand-written fixtures ---------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.report import CHART_IDS, render_report
+from planner.ui.report import CHART_IDS, render_report
 
 pytestmark = pytest.mark.slow
 

@@ -7,18 +7,18 @@ import re
 
 from click.testing import CliRunner
 
-import planner.search
-import planner.stages
-from planner.cli import build_inputs, main
+import planner.search.engine
+import planner.search.stages
+from planner.ui.cli import build_inputs, main
 from planner.costmodel import Context
-from planner.search import SearchOptions, search
+from planner.search.engine import SearchOptions, search
 
 ARGS = ["--model", "deepseek-v3", "--cluster", "h100x1024", "--pp", "8", "--schedule", "1f1b"]
 
 
 def _counting(monkeypatch) -> dict[str, int]:
     calls = {"search": 0, "solve": 0}
-    real_search, real_solve = planner.search._search, planner.stages.assign_stages
+    real_search, real_solve = planner.search.engine._search, planner.search.stages.assign_stages
 
     def counted_search(*a, **k):
         calls["search"] += 1
@@ -28,8 +28,8 @@ def _counting(monkeypatch) -> dict[str, int]:
         calls["solve"] += 1
         return real_solve(*a, **k)
 
-    monkeypatch.setattr(planner.search, "_search", counted_search)
-    monkeypatch.setattr(planner.stages, "assign_stages", counted_solve)
+    monkeypatch.setattr(planner.search.engine, "_search", counted_search)
+    monkeypatch.setattr(planner.search.stages, "assign_stages", counted_solve)
     return calls
 
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-import planner.search as S
+import planner.search.engine as S
 from planner.costmodel import Context
-from planner.hardware_catalog import parse_cluster
-from planner.model_catalog import get_model
-from planner.search import SearchOptions, min_devices, search, slice_shape, torus_group_sizes
-from planner.space import plan_errors
+from planner.catalog.hardware import parse_cluster
+from planner.catalog.models import get_model
+from planner.search.engine import SearchOptions, min_devices, search, slice_shape, torus_group_sizes
+from planner.search.space import plan_errors
 from planner.specs import TrainingSpec
 
 

@@ -1,4 +1,4 @@
-"""planner.stages: CP-SAT stage balancing against hand-worked splits and an exhaustive DP.
+"""planner.search.stages: CP-SAT stage balancing against hand-worked splits and an exhaustive DP.
 
 The numbers are those of real models on H100s (TP=8, bf16, ~400 TFLOP/s achieved per GPU):
 - Llama-3-70B (80 layers, h=8192, ffn 28672, vocab 128256): ~0.86e9 params per layer, so per token
@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from planner.costmodel.partition import stage_layer_counts
-from planner.stages import (StageAssignment, StageProblem, assign_stages, megatron_flags, stage_costs,
+from planner.search.stages import (StageAssignment, StageProblem, assign_stages, megatron_flags, stage_costs,
                             uniform_assignment)
 
 GB = 1e9
@@ -244,7 +244,7 @@ def test_126_layers_16_stages_optimal_and_128_by_64_deterministic():
 
 
 def test_import_does_not_load_ortools():
-    code = "import sys, planner.stages; assert 'ortools' not in sys.modules, 'ortools imported eagerly'"
+    code = "import sys, planner.search.stages; assert 'ortools' not in sys.modules, 'ortools imported eagerly'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

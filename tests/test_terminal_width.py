@@ -9,7 +9,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from planner.cli import main
+from planner.ui.cli import main
 
 CASES = [
     ("--model", "llama-70b", "--cluster", "a100x64", "--tokens", "15T", "--price-per-device-hour", "2.5",

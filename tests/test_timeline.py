@@ -1,4 +1,4 @@
-"""planner.timeline: simulated schedules against the closed forms of the papers."""
+"""planner.analysis.timeline: simulated schedules against the closed forms of the papers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import InputError
-from planner.timeline import (
+from planner.analysis.timeline import (
     Event,
     analytic_bubble_fraction,
     bubble_fraction,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from planner.data import data_dir
-from planner.hf_import import from_hf_config
-from planner.params import count_params
-from planner.validate import load_runs
+from planner.catalog.data import data_dir
+from planner.catalog.hf_import import from_hf_config
+from planner.costmodel.params import count_params
+from planner.analysis.validate import load_runs
 
 TPU_RUNS = load_runs(data_dir("runs") / "known_runs_tpu_dev.yaml")
 MAXTEXT = [r for r in TPU_RUNS if r["model"]["model_type"] == "maxtext_default_2023"]

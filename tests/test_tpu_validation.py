@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from planner.data import data_dir
-from planner.validate import load_runs, run_inputs, tpu_slices, validate_runs
+from planner.catalog.data import data_dir
+from planner.analysis.validate import load_runs, run_inputs, tpu_slices, validate_runs
 
 RUNS = load_runs(data_dir("runs") / "known_runs_tpu_dev.yaml")
 
@@ -57,7 +57,7 @@ def test_second_slice_costs_dcn_time(result):
 def test_slices_never_exceed_the_largest_ici_slice():
     # a v6e run on 512 chips with nothing said about slices: v6e slices hold at most 256 chips
     # (profile torus.max_slice_chips), so it is two slices over DCN, and a TPU run is a MaxText/JAX run
-    from planner.validate import infer_framework
+    from planner.analysis.validate import infer_framework
 
     run = dict(_run("tpurecipes-v6e-llama31-405b-2x-v6e-256"), id="v6e-512-anon", notes="", source="a blog")
     ctx, fixed = run_inputs(run)

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.hf_import import from_hf_config
-from planner.model_catalog import load_model_catalog
-from planner.params import count_params, layer_params
+from planner.catalog.hf_import import from_hf_config
+from planner.catalog.models import load_model_catalog
+from planner.costmodel.params import count_params, layer_params
 
 REFERENCE = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference"))
 HF_FILES = sorted((REFERENCE / "hf_configs").glob("*.json"))

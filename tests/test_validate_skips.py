@@ -6,9 +6,9 @@ import json
 
 from click.testing import CliRunner
 
-from planner.cli import main
-from planner.data import data_dir
-from planner.validate import load_runs, validate_runs
+from planner.ui.cli import main
+from planner.catalog.data import data_dir
+from planner.analysis.validate import load_runs, validate_runs
 
 TPU_FILE = data_dir("runs") / "known_runs_tpu_dev.yaml"
 
@@ -39,7 +39,7 @@ def test_the_tpu_runs_file_is_read_whole():
 
 
 def test_markdown_lists_skipped_runs():
-    from planner.validate import markdown_table
+    from planner.analysis.validate import markdown_table
 
     run = dict(load_runs(TPU_FILE)[0], id="skip-me", model={"model_type": "nope"})
     md = markdown_table(validate_runs([load_runs(TPU_FILE)[0], run]))
@@ -49,7 +49,7 @@ def test_markdown_lists_skipped_runs():
 def test_unpublished_vpp_is_searched():
     # runs/known_runs_dev.yaml: vpp is null where the source does not publish it (SC21 Table 1 rows): validate
     # fixes only published knobs, so the search picks the virtual stages (here an interleaved schedule)
-    from planner.validate import predict_run
+    from planner.analysis.validate import predict_run
 
     runs = load_runs(data_dir("runs") / "known_runs_dev.yaml")
     run = next(r for r in runs if r["id"] == "sc21-t1-gpt-145.6b-1536gpu")

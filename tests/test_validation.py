@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.data import data_dir
-from planner.validate import load_runs, predict_run, search_quality, summarise, validate_runs
+from planner.catalog.data import data_dir
+from planner.analysis.validate import load_runs, predict_run, search_quality, summarise, validate_runs
 
 RUNS = load_runs(data_dir("runs") / "known_runs_dev.yaml")
 
@@ -63,7 +63,7 @@ def test_pre_2022_stacks_recompute_every_layer_or_none(result):
 
 
 def test_recipe_precision_from_the_cited_config(result):
-    from planner.validate import infer_precision
+    from planner.analysis.validate import infer_precision
 
     run = next(r for r in RUNS if r["id"] == "dgxc-nemotron4-340b-bf16-128xh100")
     assert infer_precision(run) == {"grad_dtype": "bf16", "optimizer_dtype": "bf16"}
@@ -84,7 +84,7 @@ def test_nothing_fits_scores_the_plan_closest_to_fitting(result):
 def test_legacy_deepspeed_zero3_only_for_2021_deepspeed_runs(result):
     # SC21's ZeRO-3 baselines (arXiv 2104) ran DeepSpeed before its overlapped stage-3 rewrite: blocking
     # gathers, all-reduced gradients. Their Megatron rows and every later run are unaffected.
-    from planner.validate import infer_framework, infer_legacy_deepspeed_zero3, stack_date
+    from planner.analysis.validate import infer_framework, infer_legacy_deepspeed_zero3, stack_date
 
     legacy = {r["id"] for r in RUNS if infer_legacy_deepspeed_zero3(r, infer_framework(r))}
     assert legacy == {r["id"] for r in RUNS if r["id"].startswith("sc21-t2-zero3")} and len(legacy) == 4
@@ -197,7 +197,7 @@ def test_every_published_plan_is_inside_the_search_space(quality):
 def test_validate_reproduces_docs_validation_md(result, quality):
     """`plan validate --write-docs docs/validation.md --search-quality` regenerates the committed file
     byte for byte (the search is deterministic; the hand-written part after the mark is kept)."""
-    from planner.validate import HAND_WRITTEN_MARK, validation_doc
+    from planner.analysis.validate import HAND_WRITTEN_MARK, validation_doc
 
     doc = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
     committed = doc.read_text()

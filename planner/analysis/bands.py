@@ -103,7 +103,7 @@ def band_for(residuals: tuple[Residual, ...], family: str, moe: bool, framework:
 
 
 def _default_path() -> Path:
-    from planner.data import data_dir
+    from planner.catalog.data import data_dir
 
     return data_dir("runs") / BANDS_FILE
 
@@ -172,8 +172,8 @@ def source_key(run: dict) -> str:
 
 
 def residuals_from_validation(runs: list[dict], rows: list[dict], loso: dict[str, float] | None = None) -> list[dict]:
-    from planner.hardware_catalog import get_hardware
-    from planner.hf_import import from_hf_config
+    from planner.catalog.hardware import get_hardware
+    from planner.catalog.hf_import import from_hf_config
 
     by_id = {r["id"]: r for r in runs}
     out = []
@@ -203,8 +203,8 @@ def write_bands_file(path: Path, residual_rows: list[dict], kind: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from planner.data import data_dir
-    from planner.validate import load_runs, validate_runs
+    from planner.analysis.validate import load_runs, validate_runs
+    from planner.catalog.data import data_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write runs/error_bands.yaml")

@@ -98,9 +98,9 @@ class PreparedRun:
 
 def prepare_runs(runs: list[dict]) -> tuple[list[PreparedRun], list[dict]]:
     """Runs with a measured step, their plan chosen as plan validate does; the others as skipped."""
+    from planner.analysis.validate import run_inputs, skip_record
     from planner.costmodel import evaluate
-    from planner.search import SearchOptions, search
-    from planner.validate import run_inputs, skip_record
+    from planner.search.engine import SearchOptions, search
 
     out, skipped = [], []
     for run in runs:
@@ -251,7 +251,7 @@ def summary_line(errors: list[float]) -> str:
 
 def cluster_document(hw: HardwareSpec, prepared: list[PreparedRun], source: str,
                      loo_errors: list[float] | None = None) -> dict:
-    """A cluster file (planner.hardware_catalog.load_cluster_file) with the fitted profile inline; with
+    """A cluster file (planner.catalog.hardware.load_cluster_file) with the fitted profile inline; with
     leave-one-out errors, its predictions carry that error band instead of the dev runs' one."""
     from planner.analysis.bands import band_from_errors
 

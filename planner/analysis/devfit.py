@@ -121,8 +121,8 @@ def _stats(errs: list[float]) -> str:
 
 
 def main() -> int:
-    from planner.data import data_dir
-    from planner.validate import load_runs
+    from planner.analysis.validate import load_runs
+    from planner.catalog.data import data_dir
 
     for name, tpu in (("known_runs_dev.yaml", False), ("known_runs_tpu_dev.yaml", True)):
         raw = load_runs(data_dir("runs") / name)

@@ -74,9 +74,9 @@ def calibrated(values: Mapping[str, float]) -> Iterator[None]:
 def prepare(runs: Sequence[dict]) -> list[RunCase]:
     """Runs with a measured step time -> cases whose plan `plan validate` picks with today's constants.
     Runs whose plan cannot be scored are left out (`plan validate` reports them)."""
+    from planner.analysis.validate import run_inputs
     from planner.errors import PlannerError
-    from planner.search import SearchOptions, search
-    from planner.validate import run_inputs
+    from planner.search.engine import SearchOptions, search
 
     cases = []
     for run in runs:

@@ -47,7 +47,7 @@ def _merge(base: dict, changes: dict, where: str) -> dict:
 
 def derive_hardware(base, changes: dict[str, Any], where: str):
     """`base` (a HardwareSpec) with `changes` (nested like the profile) applied and validated."""
-    from planner.hardware_catalog import _validation_summary
+    from planner.catalog.hardware import _validation_summary
     from planner.specs.hardware import HardwareSpec
 
     changes = {str(k): v for k, v in changes.items() if k != "base"}

@@ -1,4 +1,4 @@
-"""The layer -> stage balancing problem of a plan (planner.stages.StageProblem), built from the same
+"""The layer -> stage balancing problem of a plan (planner.search.stages.StageProblem), built from the same
 per-layer costs `evaluate` uses."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     fully recomputed layer, activation bytes per in-flight micro-batch with and without full recompute,
     model-state bytes per layer, the embedding / LM head + loss extras and in-flight micro-batches per
     stage. Capacity = usable memory less the framework overhead, over the allocator fragmentation."""
-    from planner.stages import StageProblem
+    from planner.search.stages import StageProblem
 
     m, pp, tp = ctx.model, plan.pp, plan.tp
     shape = plan_shape(ctx, plan)

@@ -11,10 +11,10 @@ from typing import Any, NamedTuple
 from planner.costmodel import calibration as cal
 from planner.costmodel.collectives import Link, span_link
 from planner.costmodel.flops import LayerFlops, is_sliding_layer, layer_flops, model_flops_per_token
+from planner.costmodel.params import LayerParams, count_params, layer_params
 from planner.costmodel.partition import stage_layer_counts
+from planner.costmodel.placement import placement
 from planner.costmodel.trace import Term, formula
-from planner.params import LayerParams, count_params, layer_params
-from planner.placement import placement
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from planner.specs.dims import ParallelDims
 
@@ -147,7 +147,7 @@ def num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
 
 
 class Links(NamedTuple):
-    """The fabric each group of the plan runs on, from the launcher's rank order (planner.placement)."""
+    """The fabric each group of the plan runs on, from the launcher's rank order (planner.costmodel.placement)."""
 
     tp: Link
     cp: Link

@@ -8,7 +8,7 @@ nccl-tests doc/PERFORMANCE.md):
 Time = steps * alpha + volume / busbw, where busbw is the measured bus bandwidth of the fabric
 the group actually uses (shared/reference/specs.md sec. 1.3).
 
-Placement (planner.placement): the launcher's rank order says which scale-up domain (NVLink/NVSwitch
+Placement (planner.costmodel.placement): the launcher's rank order says which scale-up domain (NVLink/NVSwitch
 node, NVL72 rack, TPU ICI slice) each member of a group sits in; a group inside one domain uses its fabric
 (on a TPU the links of the torus axes it runs along), a group across domains also the scale-out network,
 with the NICs of its members there.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.costmodel import calibration as cal
-from planner.placement import GroupSpan, ici_group_busbw_GBps, linear_span, placement_domain
+from planner.costmodel.placement import GroupSpan, ici_group_busbw_GBps, linear_span, placement_domain
 from planner.specs import ClusterSpec
 
 Kind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
@@ -41,7 +41,7 @@ def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, ici_axes: tu
     su = cluster.hardware.scale_up
     domain = cluster.scale_up_size
     if su.kind == "ici_torus":
-        # the links of the torus axes the group runs along (planner.placement.ici_group_busbw_GBps); a group
+        # the links of the torus axes the group runs along (planner.costmodel.placement.ici_group_busbw_GBps); a group
         # of unknown shape gets the whole chip's links
         rate = ici_group_busbw_GBps(cluster, ici_axes) if ici_axes else su.unidir_GBps
         return rate * 1e9 * cal.ICI_BUS_FRACTION
@@ -56,7 +56,7 @@ def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, ici_axes: tu
 
 
 def span_link(cluster: ClusterSpec, span: GroupSpan, kind: Kind = "all_gather") -> Link:
-    """Fabric seen by the groups of one kind as planner.placement places them. Inside one scale-up domain:
+    """Fabric seen by the groups of one kind as planner.costmodel.placement places them. Inside one scale-up domain:
     the domain's bus bandwidth. Across domains each member drives its own NIC and NCCL runs one ring per
     NIC, reducing hierarchically, so busbw grows with the group's members per domain, capped by the
     scale-up fabric (specs.md 1.3: 4x8 B200 all-reduce 382 GB/s with 8x50 GB/s NICs per node); a group
@@ -78,7 +78,7 @@ def span_link(cluster: ClusterSpec, span: GroupSpan, kind: Kind = "all_gather") 
 
 def group_link(cluster: ClusterSpec, size: int, stride: int, kind: Kind = "all_gather") -> Link:
     """Fabric seen by groups of `size` ranks spaced `stride` apart in a linear rank order (Megatron's
-    tp-cp-ep-dp-pp) over all the cluster's devices: planner.placement.linear_span, then span_link."""
+    tp-cp-ep-dp-pp) over all the cluster's devices: planner.costmodel.placement.linear_span, then span_link."""
     su, so = cluster.hardware.scale_up, cluster.hardware.scale_out
     span = linear_span("group", size, stride, cluster.count, placement_domain(cluster, cluster.count),
                        su.kind, so.kind)

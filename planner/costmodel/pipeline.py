@@ -3,7 +3,7 @@
 References: GPipe (Huang et al. 2019, arXiv 1811.06965); 1F1B / PipeDream-Flush and interleaved 1F1B
 (Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2: bubble (p-1)/m and (p-1)/(v m)); zero-bubble
 ZB-H1 (Qi et al. 2023, arXiv 2401.10241, sec. 3: bubble (p-1)(T_F + T_B - T_W) at 1F1B memory);
-uneven stages: Alpa (Zheng et al. OSDI'22, eq. 2). planner.timeline draws the same model.
+uneven stages: Alpa (Zheng et al. OSDI'22, eq. 2). planner.analysis.timeline draws the same model.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 # ZB-H1 splits the backward into B (input gradient) and W (weight gradient) of about equal time
-# (Qi et al. 2023, arXiv 2401.10241, sec. 2: T_B ~ T_W); planner.timeline draws the same split.
+# (Qi et al. 2023, arXiv 2401.10241, sec. 2: T_B ~ T_W); planner.analysis.timeline draws the same split.
 ZB_W_FRACTION = 0.5
 
 

@@ -1,6 +1,6 @@
 """Model architecture spec: everything the cost model needs, nothing it does not.
 
-Field names are the planner's own (normalised); `planner.hf_import` maps Hugging Face
+Field names are the planner's own (normalised); `planner.catalog.hf_import` maps Hugging Face
 `config.json` fields onto them. Every knob is documented where it is declared.
 """
 

@@ -18,8 +18,8 @@ def compare_doc(model_arg: str, clusters: tuple[str, ...], seq_lens: tuple[int, 
                 run_search: Callable) -> dict:
     """One row per (cluster, seq_len). Bad input anywhere is an error of the whole command (exit 2);
     a setting where nothing fits is a row with `error` (code 3); if no setting has a plan, exit 3."""
-    from planner.model_catalog import load_model
-    from planner.params import count_params
+    from planner.catalog.models import load_model
+    from planner.costmodel.params import count_params
     from planner.ui.jsondoc import model_object
 
     spec = load_model(model_arg)

@@ -55,13 +55,13 @@ def check_cost_options(kw: dict) -> None:
         if not _CURRENCY.match(cur):
             raise InputError("--currency must be a short label such as USD, EUR or $ (letters only, at most 8)")
     if kw.get("tokens"):
-        from planner.goodput import parse_tokens
+        from planner.analysis.goodput import parse_tokens
         parse_tokens(kw["tokens"])  # raises InputError with the accepted forms
 
 
 def estimate_doc(plan_entry: dict, params_total: float, kw: dict) -> dict:
     """The training estimate of one plan (`--json` plan entry) as a JSON-ready dict with the currency."""
-    from planner.goodput import estimate_for_plan
+    from planner.analysis.goodput import estimate_for_plan
 
     extra = {"price_per_device_hour": kw.get("price_per_device_hour")}
     if kw.get("device_mtbf_hours"):

@@ -65,7 +65,7 @@ def load_schema() -> dict:
 
 
 def model_object(spec, params) -> dict:
-    """A model as every document names it (`params` from planner.params.count_params)."""
+    """A model as every document names it (`params` from planner.costmodel.params.count_params)."""
     return {"name": spec.name, "family": spec.family, "params_total": params.total, "params_active": params.active,
             "params_embedding": params.embedding, "num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
             "num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads, "moe": spec.moe is not None}

@@ -9,15 +9,15 @@ from planner.ui.jsondoc import hardware_object, model_object
 
 
 def models_doc() -> dict:
-    from planner.model_catalog import list_models
-    from planner.params import count_params
+    from planner.catalog.models import list_models
+    from planner.costmodel.params import count_params
 
     return {"models": [model_object(spec, count_params(spec)) | {"aliases": list(aliases)}
                        for _, aliases, spec in list_models()]}
 
 
 def clusters_doc() -> dict:
-    from planner.hardware_catalog import list_hardware
+    from planner.catalog.hardware import list_hardware
 
     return {"clusters": [hardware_object(hw) for hw in list_hardware()]}
 

@@ -20,7 +20,7 @@ from rich.table import Table
 from planner.costmodel.trace import MEMORY_PARTS as MEM_PARTS
 from planner.costmodel.trace import TIME_TERMS as TIME_PARTS
 from planner.names import safe_line
-from planner.ranking import TIE_BAND_REL
+from planner.search.ranking import TIE_BAND_REL
 
 COMPACT_MAX_COLUMNS = 80
 PIPED_DEFAULT_COLUMNS = 140

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import yaml
 
-from planner.data import data_dir
+from planner.catalog.data import data_dir
 from planner.specs import ClusterSpec, HardwareSpec, MLASpec, ModelSpec, MoESpec, ParallelPlan, RopeScaling, TrainingSpec
 
 # Llama 3.1 RoPE: base 500000 with llama3 scaling (meta-llama Llama-3.1 config.json; model_specs/llama-3.1-*.yaml)
@@ -160,8 +160,8 @@ def catalog_cases(world: int = 64, hw: str = "h100x64") -> list[Case]:
     """One ordinary plan per model of the project's catalog (TP8, PP2 when the layers split, EP over DP),
     so the consumers see every architecture family the planner knows. Empty if the catalog is absent."""
     try:
-        from planner.hardware_catalog import parse_cluster
-        from planner.model_catalog import list_models
+        from planner.catalog.hardware import parse_cluster
+        from planner.catalog.models import list_models
     except ImportError:
         return []
     cl = parse_cluster(hw)
@@ -193,9 +193,9 @@ def search_cases() -> list[Case]:
     check what the search actually emits (uneven CP-SAT stage splits, interleaving, EP/ETP)."""
     try:
         from planner.costmodel import Context
-        from planner.hardware_catalog import parse_cluster
-        from planner.model_catalog import get_model
-        from planner.search import SearchOptions, search
+        from planner.catalog.hardware import parse_cluster
+        from planner.catalog.models import get_model
+        from planner.search.engine import SearchOptions, search
     except ImportError:
         return []
     out = []

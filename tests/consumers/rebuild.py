@@ -1,5 +1,5 @@
 """Rebuild a planner ModelSpec from what a launcher's own code parsed out of the emitted files alone, so the
-tests can compare the planner's exact parameter count (planner.params.count_params, checked against HF
+tests can compare the planner's exact parameter count (planner.costmodel.params.count_params, checked against HF
 transformers by tests/test_transformers_counts.py), rope base and scaling, activation, norm, biases and
 tying with the model that was planned."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from planner.params import count_params
+from planner.costmodel.params import count_params
 from planner.specs import MLASpec, ModelSpec, MoESpec, RopeScaling
 
 _ACT = {"silu": "silu", "gelu": "gelu", "squared_relu": "relu2", "quick_gelu": "gelu"}

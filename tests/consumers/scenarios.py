@@ -90,9 +90,9 @@ def runs() -> tuple[Run, ...]:
     """`plan --launcher X --out DIR` for every scenario and every launcher of its hardware (in-process CLI)."""
     from click.testing import CliRunner
 
-    from planner.cli import main
+    from planner.ui.cli import main
     from planner.emit.capabilities import launchers_for
-    from planner.hardware_catalog import parse_cluster
+    from planner.catalog.hardware import parse_cluster
 
     out = []
     for sc in SCENARIOS:

@@ -12,7 +12,7 @@ from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import maxtext_spec, same_model
 from consumers.scenarios import written
-from planner.model_catalog import load_model
+from planner.catalog.models import load_model
 
 pytestmark = pytest.mark.consumers
 

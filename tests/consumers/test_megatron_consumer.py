@@ -11,7 +11,7 @@ from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, LLAMA31_40
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import argv_of_script, megatron_spec, same_model
 from consumers.scenarios import written
-from planner.model_catalog import load_model
+from planner.catalog.models import load_model
 from planner.specs import ParallelPlan, TrainingSpec
 
 pytestmark = pytest.mark.consumers

@@ -10,7 +10,7 @@ import pytest
 from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.scenarios import written
-from planner.model_catalog import load_model
+from planner.catalog.models import load_model
 from planner.emit.torchtitan import FLAVORS, _MODULE_OF
 from planner.specs import ParallelPlan, TrainingSpec
 

@@ -8,7 +8,7 @@ too (`verified=False`): it stays out of the searched space until a test with the
 
     launcher_errors(plan, model, training, launcher, cluster) -> list[str]   # empty: the launcher runs it
 
-The emitters call `refuse(job, launcher)` before writing anything; the search (planner.search) drops every
+The emitters call `refuse(job, launcher)` before writing anything; the search (planner.search.engine) drops every
 candidate for which `launcher_errors` is not empty when a target launcher is given.
 """
 

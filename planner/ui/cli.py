@@ -95,7 +95,7 @@ def _positive_each(ctx, param, values):
 
 
 def _complete_model(ctx, param, incomplete):
-    from planner.model_catalog import list_models
+    from planner.catalog.models import list_models
     names = []
     for name, aliases, _ in list_models():
         names += [name, *aliases]
@@ -103,7 +103,7 @@ def _complete_model(ctx, param, incomplete):
 
 
 def _complete_cluster(ctx, param, incomplete):
-    from planner.hardware_catalog import list_hardware
+    from planner.catalog.hardware import list_hardware
     return sorted(f"{hw.id}x" for hw in list_hardware() if f"{hw.id}x".startswith(incomplete))
 
 
@@ -211,10 +211,10 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
                  attention=None):
     from pydantic import ValidationError
 
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.hf_import import _validation_message
+    from planner.catalog.models import load_model
     from planner.errors import InputError
-    from planner.hardware_catalog import parse_cluster
-    from planner.hf_import import _validation_message
-    from planner.model_catalog import load_model
     from planner.specs import ClusterSpec, TrainingSpec
 
     if not model_arg:
@@ -261,7 +261,7 @@ def run_search(kw: dict, show_progress: bool = False):
     kw = resolve_target(kw, ())
     from planner.costmodel import Context
     from planner.errors import InputError, NoFeasiblePlan
-    from planner.search import SearchOptions, search
+    from planner.search.engine import SearchOptions, search
     from planner.ui.progress import progress
 
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
@@ -309,8 +309,8 @@ def pinned_knobs(kw: dict, launcher: str | None) -> dict[str, Any]:
     own search defaults where nothing was pinned."""
     from pydantic import ValidationError
 
+    from planner.catalog.hf_import import _validation_message
     from planner.errors import InputError
-    from planner.hf_import import _validation_message
     from planner.specs import ParallelPlan
 
     fixed = fixed_knobs(kw)
@@ -328,8 +328,8 @@ def pinned_knobs(kw: dict, launcher: str | None) -> dict[str, Any]:
 
 def search_doc(ctx, res, kw: dict, launcher: str | None, seconds: float) -> dict:
     """The result document of a search: model, cluster, training, ranked plans, ranking and search stats."""
+    from planner.analysis.explain import reason
     from planner.costmodel.memory import grad_dtype
-    from planner.explain import reason
 
     train = ctx.train
     usable = usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0)
@@ -384,7 +384,7 @@ def resolve_target(kw: dict, emit: tuple[str, ...]) -> dict:
 def check_request(model, cluster, train, fixed: dict, headroom_gib: float) -> None:
     """Exit 2 with the reason when the request can never give a plan (pinned knobs, dtypes, headroom)."""
     from planner.errors import InputError
-    from planner.request import request_errors
+    from planner.search.request import request_errors
 
     errs = request_errors(model, cluster, train, fixed)
     if errs:
@@ -396,7 +396,7 @@ def check_request(model, cluster, train, fixed: dict, headroom_gib: float) -> No
 
 
 def ranking_doc(kw: dict) -> dict:
-    from planner.ranking import TIE_BAND_REL
+    from planner.search.ranking import TIE_BAND_REL
 
     return {"order": "step_time_s", "tie_band_rel": TIE_BAND_REL, "tie_break": ["memory.peak_gib", "simpler layout"],
             "distinct_layouts": not kw.get("all_variants")}
@@ -430,7 +430,7 @@ def emit_doc(doc: dict, as_json: bool, rank: int = 1, command: str = "plan") -> 
         out = dict(doc, search={k: v for k, v in doc.get("search", {}).items() if k != "seconds"})
         click.echo(dumps(versioned(command, out)))
     else:
-        from planner.render import print_plan_doc
+        from planner.ui.render import print_plan_doc
         print_plan_doc(doc, rank=rank)
 
 
@@ -491,7 +491,7 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
     cluster (inline hardware, devices_per_node, domain_size, overrides); the normal search then runs on it.
     Returns (that cluster, the summary `--json` reports as `min_devices`)."""
     from planner.errors import NoFeasiblePlan
-    from planner.search import SearchOptions, min_devices
+    from planner.search.engine import SearchOptions, min_devices
     from planner.specs import ClusterSpec
     from planner.ui.progress import progress
 
@@ -656,9 +656,9 @@ def clusters_cmd(**kw):
 @_handle_errors
 def validate_cmd(**kw):
     """Predict every published run in a runs file and compare with the measurements."""
-    from planner.data import data_dir
+    from planner.analysis.validate import VALIDATE_LEGEND, load_runs, markdown_table, validate_runs
+    from planner.catalog.data import data_dir
     from planner.ui.progress import progress
-    from planner.validate import VALIDATE_LEGEND, load_runs, markdown_table, validate_runs
 
     kw = inherit_group_options(kw)
     as_json, write_docs = kw["as_json"], kw["write_docs"]
@@ -669,13 +669,13 @@ def validate_cmd(**kw):
     with progress(f"predicting {len(runs)} published runs", not as_json):
         result = validate_runs(runs)
     if kw["search_quality"]:
-        from planner.validate import search_quality as sq
+        from planner.analysis.validate import search_quality as sq
         with progress(f"searching the plan space of {len(runs)} published runs", not as_json):
             result["search_quality"] = [q for r in runs if (q := sq(r))]
     if write_docs:
         from pathlib import Path
 
-        from planner.validate import validation_doc
+        from planner.analysis.validate import validation_doc
         previous = Path(write_docs).read_text() if Path(write_docs).is_file() else ""
         write_text_file(write_docs, "--write-docs", validation_doc(result, result.get("search_quality"), previous))
     if as_json:
@@ -703,9 +703,9 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
 
     from planner.analysis import calibrate as c
     from planner.analysis.nccl_tests import fit_link, read_nccl_tests
+    from planner.analysis.validate import load_runs
     from planner.emit import atomic_write_text
     from planner.errors import InputError
-    from planner.validate import load_runs
 
     prepared, skipped = c.prepare_runs(load_runs(runs_file))
     if not prepared:
@@ -751,7 +751,7 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
 @_handle_errors
 def explain_cmd(**kw):
     """Every number of one plan with its formula, and why each neighbouring plan loses."""
-    from planner.explain import derivation, why_not
+    from planner.analysis.explain import derivation, why_not
 
     kw = inherit_group_options(kw)
     as_json = kw.pop("as_json")
@@ -775,8 +775,8 @@ def explain_cmd(**kw):
 @_handle_errors
 def report_cmd(**kw):
     """A self-contained HTML report: ranked plans, Pareto front, pipeline timeline, breakdowns."""
-    from planner.report import render_report
     from planner.ui.progress import progress
+    from planner.ui.report import render_report
 
     kw = inherit_group_options(kw)
     out_file = kw.pop("out_file")
@@ -839,5 +839,5 @@ def main_entry():  # pragma: no cover
     main()
 
 
-if __name__ == "__main__":  # python -m planner.cli
+if __name__ == "__main__":  # python -m planner.ui.cli
     main()

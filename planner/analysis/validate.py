@@ -14,12 +14,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from planner.catalog.files import read_structured_file
+from planner.catalog.hf_import import _validation_message
 from planner.costmodel import Context, evaluate
 from planner.errors import InputError
-from planner.files import read_structured_file
-from planner.hf_import import _validation_message
 from planner.names import safe_line
-from planner.search import SearchOptions, search
+from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
@@ -215,8 +215,8 @@ def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
 def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
     """The run's model, cluster and training settings; UnscorableRun for what the planner does not
     model, InputError (one line) for nonsense."""
-    from planner.hardware_catalog import get_hardware
-    from planner.hf_import import from_hf_config
+    from planner.catalog.hardware import get_hardware
+    from planner.catalog.hf_import import from_hf_config
 
     rid = run["id"]
     try:
@@ -471,7 +471,7 @@ def search_quality(run: dict) -> dict | None:
 
 
 def search_quality_table(rows: list[dict]) -> str:
-    from planner.render import plan_label
+    from planner.ui.render import plan_label
 
     lines = ["| run | published s (ours) | fits | search best s | claimed speed-up | best layout | "
              "published rank / feasible |",

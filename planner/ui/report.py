@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from planner import timeline as tl
+from planner.analysis import timeline as tl
 from planner.costmodel import trace as terms
 from planner.errors import InputError, PlannerError
 
@@ -120,8 +120,8 @@ def _knobs(plan: dict) -> dict:
 
 
 def plan_label(plan: dict) -> str:
-    """Short name of a `--json` plan entry, as the terminal tables name it (planner.render)."""
-    from planner.render import plan_label as knob_label
+    """Short name of a `--json` plan entry, as the terminal tables name it (planner.ui.render)."""
+    from planner.ui.render import plan_label as knob_label
 
     return knob_label(_knobs(plan))
 

@@ -36,9 +36,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.data import data_dir
+from planner.catalog.data import data_dir
+from planner.catalog.files import read_structured_file
 from planner.errors import InputError
-from planner.files import read_structured_file
 from planner.names import did_you_mean, normalise
 from planner.specs.cluster import MAX_DEVICES, ClusterSpec
 from planner.specs.hardware import HardwareSpec

@@ -22,10 +22,10 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from planner.data import data_dir
+from planner.catalog.data import data_dir
+from planner.catalog.files import read_structured_file
+from planner.catalog.hf_import import _validation_message, from_hf_config
 from planner.errors import InputError
-from planner.files import read_structured_file
-from planner.hf_import import _validation_message, from_hf_config
 from planner.names import did_you_mean, normalise
 from planner.specs import ModelSpec
 

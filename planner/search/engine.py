@@ -1,12 +1,12 @@
 """Search the plan space for the fastest plans that fit.
 
 Outer knobs (tp, cp, pp, dp, ep, etp, vpp) are enumerated over the divisibility rules of
-`planner.space`; structures whose model states alone cannot fit are pruned with a cheap lower bound
+`planner.search.space`; structures whose model states alone cannot fit are pruned with a cheap lower bound
 computed for all of them at once (numpy). For each surviving structure the inner knobs exploit
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
-The final order and the top-k selection follow planner.ranking (fastest first, ties only within 0.2% of
+The final order and the top-k selection follow planner.search.ranking (fastest first, ties only within 0.2% of
 the fastest plan, one row per layout when distinct_layouts is set).
 """
 
@@ -24,8 +24,8 @@ from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.emit.capabilities import launcher_errors
 from planner.errors import InputError
-from planner.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
-from planner.space import divisors, plan_errors
+from planner.search.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
+from planner.search.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import cp_splits_sequence, tp_splits_heads
 from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
@@ -43,8 +43,9 @@ class SearchOptions:
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
-    distinct_layouts: bool = False  # True: the top_k are distinct layouts, each its best variant (planner.ranking)
-    # how many of the leading fitting plans get a CP-SAT stage solve (planner.stages); None: top_k.
+    # True: the top_k are distinct layouts, each its best variant (planner.search.ranking)
+    distinct_layouts: bool = False
+    # how many of the leading fitting plans get a CP-SAT stage solve (planner.search.stages); None: top_k.
     # Separate from top_k so a caller that wants every scored plan (the report's scatter reads
     # SearchResult.ranked) does not multiply the solves.
     stage_solves: int | None = None
@@ -64,11 +65,11 @@ class SearchResult:
     ranked: list[Evaluation] = field(default_factory=list)  # every scored plan kept, best first (plans = its head)
 
 
-TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equally fast (planner.ranking)
+TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equally fast (planner.search.ranking)
 
 
 def _sort_key(e: Evaluation) -> tuple:
-    """Fastest first (the working order before the final ranking of planner.ranking)."""
+    """Fastest first (the working order before the final ranking of planner.search.ranking)."""
     return (round(e.step_time_s, 12), e.memory["peak_gib"], complexity(e.plan),
             tuple(str(getattr(e.plan, k)) for k in KNOBS))
 
@@ -424,7 +425,7 @@ STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not 
 
 def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float) -> list[Evaluation]:
     """For the leading plans whose layers do not split evenly over the pipeline (and have no pinned
-    stage sizes), let CP-SAT (planner.stages) choose the first/last stage sizes that minimise the
+    stage sizes), let CP-SAT (planner.search.stages) choose the first/last stage sizes that minimise the
     slowest stage within memory, where Megatron's --decoder-first/last-pipeline-num-layers can express
     them; the re-scored plan replaces the original when it is valid and no slower."""
     fx = opts.fixed
@@ -455,7 +456,7 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
     """The plan re-scored with CP-SAT's first/last stage sizes, or None when there is none that is valid,
     fits and is no slower."""
     from planner.costmodel.balance import stage_problem
-    from planner.stages import assign_stages, megatron_flags
+    from planner.search.stages import assign_stages, megatron_flags
 
     p = ev.plan
     if not _needs_stage_solve(ctx, p):

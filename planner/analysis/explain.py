@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.costmodel import Context, Evaluation, evaluate
+from planner.costmodel.placement import placement
 from planner.costmodel.trace import FORMULAS, Term, label
-from planner.placement import placement
-from planner.space import plan_errors
+from planner.search.space import plan_errors
 from planner.specs import ParallelPlan
 
 _SCALE_UP_NAME = {"nvswitch": "NVLink", "xgmi_mesh": "xGMI", "ici_torus": "ICI"}

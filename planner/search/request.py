@@ -1,14 +1,14 @@
 """Up-front checks of a planning request: what makes it impossible before any search runs.
 
 `request_errors` reports, one line each, why pinned knobs can never form a valid plan for this model,
-cluster and training (the rules themselves live in `planner.space`), and which dtype/optimizer choices no
+cluster and training (the rules themselves live in `planner.search.space`), and which dtype/optimizer choices no
 launcher of `planner.emit` can run on this hardware. The CLI turns them into exit 2 with the reason,
 so exit 3 ("nothing fits") is kept for valid requests that only run out of memory.
 """
 
 from __future__ import annotations
 
-from planner.space import pinned_errors
+from planner.search.space import pinned_errors
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 

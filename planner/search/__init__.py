@@ -1,0 +1,1 @@
+"""planner.search.engine: see docs/architecture.md."""
