@@ -615,6 +615,15 @@ def write_text_file(path: str, option: str, text: str) -> None:
         raise InputError(f"{option} {shown} cannot be written ({e.strerror or e}): choose a writable path") from None
 
 
+def _print_listing(kw: dict, command: str, doc: dict, text) -> None:
+    """A catalog listing (`plan models`, `plan clusters`): the JSON document or one entry a line."""
+    if inherit_group_options(kw)["as_json"]:
+        from planner.ui.jsondoc import dumps, versioned
+        click.echo(dumps(versioned(command, doc)))
+        return
+    click.echo("\n".join(text(doc)))
+
+
 @main.command("models")
 @click.option("--json", "as_json", is_flag=True)
 @_handle_errors
@@ -622,13 +631,7 @@ def models_cmd(**kw):
     """List the model catalog (one model a line) and what each short alias means."""
     from planner.ui.listing import models_doc, models_text
 
-    kw = inherit_group_options(kw)
-    doc = models_doc()
-    if kw["as_json"]:
-        from planner.ui.jsondoc import dumps, versioned
-        click.echo(dumps(versioned("models", doc)))
-        return
-    click.echo("\n".join(models_text(doc)))
+    _print_listing(kw, "models", models_doc(), models_text)
 
 
 @main.command("clusters")
@@ -638,13 +641,7 @@ def clusters_cmd(**kw):
     """List the hardware profiles (use as <id>x<count>)."""
     from planner.ui.listing import clusters_doc, clusters_text
 
-    kw = inherit_group_options(kw)
-    doc = clusters_doc()
-    if kw["as_json"]:
-        from planner.ui.jsondoc import dumps, versioned
-        click.echo(dumps(versioned("clusters", doc)))
-        return
-    click.echo("\n".join(clusters_text(doc)))
+    _print_listing(kw, "clusters", clusters_doc(), clusters_text)
 
 
 @main.command("validate")
