@@ -34,6 +34,7 @@ class Link:
     alpha: float
     crosses_domain: bool
     ranks_per_domain: int
+    domains: int = 1  # most scale-up domains one group of this kind touches (planner.costmodel.placement)
 
 
 def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, ici_axes: tuple = ()) -> float:
@@ -65,15 +66,16 @@ def span_link(cluster: ClusterSpec, span: GroupSpan, kind: Kind = "all_gather") 
     su, so = cluster.hardware.scale_up, cluster.hardware.scale_out
     if span.aligned or span.size <= 1:
         return Link(_intra_busbw(cluster, span.max_per_domain, kind, span.ici_axes), su.latency_us * 1e-6,
-                    False, span.max_per_domain)
+                    False, span.max_per_domain, span.domains)
     n = span.min_per_domain
     inter = n * so.unidir_GBps_per_device * so.achievable_fraction * 1e9
     if kind == "send_recv" or n == 1:
         # one rank per domain (or a point-to-point pair): the scale-up fabric carries none of the traffic
         # (on an xGMI mesh the scaled intra rate is 0 there, which divided by zero)
         return Link(so.unidir_GBps_per_device * so.achievable_fraction * 1e9 if kind == "send_recv" else inter,
-                    so.latency_us * 1e-6, True, n)
-    return Link(min(_intra_busbw(cluster, n, kind, span.ici_axes), inter), so.latency_us * 1e-6, True, n)
+                    so.latency_us * 1e-6, True, n, span.domains)
+    return Link(min(_intra_busbw(cluster, n, kind, span.ici_axes), inter), so.latency_us * 1e-6, True, n,
+                span.domains)
 
 
 def group_link(cluster: ClusterSpec, size: int, stride: int, kind: Kind = "all_gather") -> Link:

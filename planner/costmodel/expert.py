@@ -4,8 +4,6 @@ token's hidden state go to the ep ranks holding their experts and come back."""
 
 from __future__ import annotations
 
-import math
-
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
@@ -70,9 +68,9 @@ def dualpipe_exposed_ep_s(ep_fwd_s: float, stage_fwd_s: float, stage_bwd_s: floa
 
 
 def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
-    p, cl = shape.plan, ctx.cluster
+    p = shape.plan
     if ctx.model.is_moe and p.ep > 1 and shape.links.ep.crosses_domain:
-        return [f"EP group of {p.ep} spans {math.ceil(p.ep * p.etp / cl.scale_up_size)} scale-up domains: "
+        return [f"EP group of {p.ep} spans {shape.links.ep.domains} scale-up domains: "
                 "token all-to-alls cross the scale-out network"]
     return []
 
