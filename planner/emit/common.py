@@ -95,8 +95,9 @@ def make_job(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, plan: 
 
 
 def dumps(obj) -> str:
-    """Stable JSON text: 2-space indent, keys in insertion order, trailing newline."""
-    return json.dumps(obj, indent=2, default=float) + "\n"
+    """Stable JSON text: 2-space indent, keys in insertion order, trailing newline; NaN/Infinity refused
+    (they are not JSON: a launcher's parser would reject the file)."""
+    return json.dumps(obj, indent=2, default=float, allow_nan=False) + "\n"
 
 
 def arg_lines(args: list[str]) -> list[str]:
