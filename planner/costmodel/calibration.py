@@ -40,6 +40,11 @@ MOE_GROUPED_GEMM_REL_EFFICIENCY = 0.55
 # and exposes launch latency of the whole layer. Seconds per MoE layer per micro-batch (fwd + bwd),
 # fitted on the Megatron MoE rows, where the residual grows with MoE-layer passes at 4-7 ms each.
 MOE_DISPATCH_SYNC_S = 0.004
+# Host time to launch the per-expert kernels of one MoE layer for one micro-batch, per local expert (forward +
+# backward): Transformer Engine's GroupedLinear (Megatron --moe-grouped-gemm) runs one cuBLAS GEMM per local
+# expert (fc1, fc2 forward; dgrad + wgrad of both backward) with per-expert FP8 casts, and after the dispatcher's
+# host sync above the GPU waits for the host to issue them. Fitted on the Megatron MoE rows.
+MOE_EXPERT_LAUNCH_S = 0.0
 # Unfused attention (pre-FlashAttention stacks): bytes moved per element of the s x s score matrix in
 # forward: QK^T write (2), fused scale-mask-softmax read+write (4), dropout read+write+mask (5), AV read
 # (2) = 13; backward moves about twice that (Korthikanti et al. 2022 list these tensors, sec. 4.1).

@@ -122,6 +122,11 @@ def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     return elem / ctx.hbm_bw
 
 
+def local_experts(ctx: Context, shape: Shape) -> int:
+    """Routed experts held by one device: num_experts / ep (each split etp ways, still one GEMM each)."""
+    return max(1, ctx.model.require_moe().num_experts // max(1, shape.plan.ep))
+
+
 def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     """Forward and backward compute seconds of one layer of kind `k` (formula compute.layer)."""
     proj, mlp, exp = attn_proj_s(ctx, shape, k), mlp_s(ctx, shape, k), experts_s(ctx, shape, k)
@@ -130,8 +135,9 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     bwd = BWD_GEMM_RATIO * (proj + mlp + exp) + BWD_ATTN_RATIO * attn + BWD_ELEMENTWISE_RATIO * elem
     if k.moe and ctx.train.framework == "megatron":
         # the dispatcher's device-to-host sync per MoE layer, a third in forward, two in backward
-        fwd += cal.MOE_DISPATCH_SYNC_S / 3
-        bwd += 2 * cal.MOE_DISPATCH_SYNC_S / 3
+        host_s = cal.MOE_DISPATCH_SYNC_S + cal.MOE_EXPERT_LAUNCH_S * local_experts(ctx, shape)
+        fwd += host_s / 3
+        bwd += 2 * host_s / 3
     return LayerCompute(proj, mlp, exp, attn, elem, fwd, bwd)
 
 
