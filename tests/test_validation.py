@@ -123,10 +123,16 @@ def test_summary_matches_rows(result):
     assert s["n"] == len(errs) == 75
     assert s["median_abs_error"] == pytest.approx(errs[37])
     assert s["p90_abs_error"] == pytest.approx(errs[int(0.9 * 74)])
-    # docs/validation.md: 8.6% (9.2% after issue 13, whose Megatron rows with an unpublished ZeRO stage use the
-    # distributed optimizer; issue 12's cost terms bring it to 8.6%); 8.1% with issue 15's refresh of runs/
-    # from the reference (vpp null where unpublished, so the search picks the SC21 Table 1 rows' virtual stages)
-    assert s["median_abs_error"] == pytest.approx(0.0815, abs=0.0005)
+
+
+def test_dev_run_step_time_targets(result):
+    # issue 12 targets on the GPU dev runs, no per-run factors: median |step error| <= 8%, p90 <= 20% (the p90 at
+    # the floor index `plan validate` reports). History in docs/validation.md: 8.4% / 21.8% at the start of issue
+    # 12, 8.1% / 21.8% after issues 13-17; the MoE per-expert launch term and the robust refit of devfit give the
+    # figures there now.
+    s = result["summary"]["step_time"]
+    assert s["median_abs_error"] <= 0.08
+    assert s["p90_abs_error"] <= 0.20
 
 
 @pytest.mark.slow
