@@ -83,15 +83,20 @@ RECIPE_PRECISION = (
     (("dgxc-benchmarking", "nemotron/readme_340b"), {"grad_dtype": "bf16", "optimizer_dtype": "bf16"},
      "NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml: optim distributed_fused_adam, grad_sync_dtype bf16, "
      "dtype bf16 (NeMo-Framework-Launcher conf/training/nemotron/nemotron_340b.yaml sets the same)"),
+    (("deepseek-v3 technical report",), {"optimizer_dtype": "bf16", "fp8_moe_act_cache": True},
+     "DeepSeek-V3 report (arXiv 2412.19437) sec. 3.3.2: AdamW moments tracked in BF16; the MoE SwiGLU inputs cached "
+     "in FP8 with the SwiGLU output recomputed in backward (FP8 runs only)"),
 )
 
 
-def infer_precision(run: dict) -> dict[str, str]:
-    """Gradient / optimizer-state dtypes of the recipe the run cites, where its config states them."""
+def infer_precision(run: dict) -> dict[str, Any]:
+    """Gradient / optimizer-state dtypes (and FP8 activation storage) of the recipe the run cites, where its
+    config or paper states them."""
     src = str(run.get("source", "")).lower()
+    fp8 = str((run.get("train") or {}).get("dtype", "")).lower() == "fp8"
     for keys, fields, _config in RECIPE_PRECISION:
         if all(k in src for k in keys):
-            return dict(fields)
+            return {k: v for k, v in fields.items() if fp8 or not k.startswith("fp8_")}
     return {}
 
 

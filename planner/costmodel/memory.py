@@ -118,10 +118,11 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
 
 def activation_elems_per_token(
     m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
-    fp8_gemm_inputs: bool = False,
+    fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False,
 ) -> float:
     """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
-    this device (tokens already divided by CP), sharded by TP as Megatron shards them."""
+    this device (tokens already divided by CP), sharded by TP as Megatron shards them. fp8_moe_act_cache:
+    the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2)."""
     h = m.hidden_size
     hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
     if recompute == "full":
@@ -146,7 +147,8 @@ def activation_elems_per_token(
         e = m.require_moe()
         fe = e.expert_ffn_hidden_size
         # dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)
-        per_expert_token = g * h + ((2 + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
+        swiglu_in = 0.5 if fp8_moe_act_cache else 1.0  # gate and up outputs, 2 x fe per routed token
+        per_expert_token = g * h + ((2 * swiglu_in + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
         shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
         shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
         shared = shared_inter / tp if e.num_shared_experts else 0.0
@@ -265,7 +267,8 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     if v is None:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
-            fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"))
+            fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"),
+            fp8_moe_act_cache=tr.fp8_moe_act_cache)
     return v
 
 

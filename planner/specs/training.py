@@ -48,6 +48,19 @@ class TrainingSpec(BaseModel):
         "#1173). Nothing of ZeRO-3's traffic overlaps compute",
     )
 
+    fp8_moe_act_cache: bool = Field(
+        False,
+        description="MoE SwiGLU inputs cached for backward in FP8 (1 byte) and the SwiGLU output recomputed, as "
+        "DeepSeek-V3's own framework does (report arXiv 2412.19437, sec. 3.3.2 'Low-Precision Storage'); needs "
+        "dtype fp8. Megatron keeps them in BF16",
+    )
+
+    @model_validator(mode="after")
+    def _fp8_cache_needs_fp8(self) -> "TrainingSpec":
+        if self.fp8_moe_act_cache and self.dtype != "fp8":
+            raise ValueError("fp8_moe_act_cache stores activations in FP8: it needs dtype fp8")
+        return self
+
     @model_validator(mode="after")
     def _legacy_zero3_is_deepspeed(self) -> "TrainingSpec":
         if self.legacy_deepspeed_zero3 and self.framework != "deepspeed":
