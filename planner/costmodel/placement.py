@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.specs import ClusterSpec, ParallelPlan
+from planner.specs.dims import ParallelDims
 
 GROUPS = ("tp", "cp", "ep", "dp", "edp", "pp")
 MESH_AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")  # MaxText, outermost first
@@ -106,32 +107,53 @@ def linear_strides(plan: ParallelPlan) -> dict[str, tuple[int, int]]:
             "edp": (plan.edp, etp * ep), "pp": (plan.pp, tp * cp * dp)}
 
 
-def mesh_degrees(plan: ParallelPlan) -> dict[str, int]:
-    """MaxText mesh degrees of a plan (the rule planner/emit/maxtext.py writes): ZeRO-3 shards over `fsdp`
-    (zero_shard_size or dp), the rest of dp replicates over `data`; ep is carved out of the sharded axis
-    first, then the replicated one. A plan whose ep cannot be carved keeps it on `data` (no JAX mesh)."""
-    shard = (plan.zero_shard_size or plan.dp) if plan.zero_stage == 3 else 1
+def mesh_degrees_exact(plan: ParallelPlan) -> dict[str, int] | None:
+    """MaxText mesh degrees of a plan, the one rule planner/emit/maxtext.py writes: ZeRO-3 shards over `fsdp`
+    (ParallelDims.dp_shard), the rest of dp replicates over `data`; ep is carved out of the sharded axis first,
+    then the replicated one. None when ep cannot be carved out of the data-parallel axes (no JAX mesh)."""
+    shard = ParallelDims.of(plan).dp_shard if plan.zero_stage == 3 else 1
     replicate = plan.dp // shard
     g = math.gcd(shard, plan.ep)
     rest = plan.ep // g
     if replicate % rest:
-        g, rest = 1, 1
-    ep = g * rest
-    return {"stage": plan.pp, "data": replicate // rest, "fsdp": shard // g, "expert": ep,
+        return None
+    return {"stage": plan.pp, "data": replicate // rest, "fsdp": shard // g, "expert": plan.ep,
             "context": plan.cp, "tensor": plan.tp}
 
 
-def split_ici_dcn(deg: dict[str, int], world: int, slice_size: int) -> tuple[dict[str, int], dict[str, int]]:
-    """(ici, dcn) degrees per mesh axis: the DCN factors (num_slices in all) taken from the outer axes
-    first, data before stage (MaxText's hybrid mesh as planner/emit/maxtext.py writes it). A remainder that
-    no axis absorbs stays on the outermost axis (the emitter refuses such a mesh)."""
-    rem = max(1, world // max(1, slice_size))
+def mesh_degrees(plan: ParallelPlan) -> dict[str, int]:
+    """mesh_degrees_exact; a plan whose ep cannot be carved keeps its experts on `data` (scored, not emitted)."""
+    deg = mesh_degrees_exact(plan)
+    if deg is not None:
+        return deg
+    shard = ParallelDims.of(plan).dp_shard if plan.zero_stage == 3 else 1
+    return {"stage": plan.pp, "data": plan.dp // shard, "fsdp": shard, "expert": 1, "context": plan.cp,
+            "tensor": plan.tp}
+
+
+def _dcn_factors(deg: dict[str, int], num_slices: int) -> tuple[dict[str, int], int]:
+    """DCN degree per mesh axis taken from the outer axes first, data before stage (MaxText's hybrid mesh as
+    planner/emit/maxtext.py writes it), and the slice count no axis absorbed."""
+    rem = max(1, num_slices)
     dcn = {a: 1 for a in MESH_AXES}
     for a in _DCN_ORDER:
         g = math.gcd(deg[a], rem)
         dcn[a], rem = g, rem // g
-    ici = {a: max(1, deg[a] // dcn[a]) for a in MESH_AXES}
-    return ici, dcn
+    return dcn, rem
+
+
+def split_ici_dcn_exact(deg: dict[str, int], num_slices: int) -> tuple[dict[str, int], dict[str, int]] | None:
+    """(ici, dcn) degrees per mesh axis with prod(dcn) = num_slices; None when the axes' degrees cannot
+    cover the slices (no MaxText mesh)."""
+    dcn, rem = _dcn_factors(deg, num_slices)
+    return None if rem != 1 else ({a: deg[a] // dcn[a] for a in MESH_AXES}, dcn)
+
+
+def split_ici_dcn(deg: dict[str, int], world: int, slice_size: int) -> tuple[dict[str, int], dict[str, int]]:
+    """(ici, dcn) over world / slice_size slices; a remainder no axis absorbs stays on ICI (the emitter refuses
+    such a mesh, the cost model still scores it)."""
+    dcn, _ = _dcn_factors(deg, world // max(1, slice_size))
+    return {a: max(1, deg[a] // dcn[a]) for a in MESH_AXES}, dcn
 
 
 def placement_domain(cluster: ClusterSpec, world: int) -> int:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import functools
 import math
 
+from planner.costmodel.placement import MESH_AXES, mesh_degrees_exact, split_ici_dcn_exact
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
 from planner.names import safe_line, yaml_quote
-from planner.specs.dims import ParallelDims
 
-AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")
-_DCN_ORDER = ("data", "stage", "fsdp", "expert", "context", "tensor")
+AXES = MESH_AXES
 # maxtext.yml key stem of each of our axes
 _MT_KEY = {"stage": "pipeline", "data": "data", "fsdp": "fsdp", "expert": "expert",
            "context": "context", "tensor": "tensor"}
@@ -31,38 +30,28 @@ BATCH = ("data", "fsdp", "expert")  # activations' batch dimension is split over
 
 
 def mesh_degrees(job: Job) -> dict[str, int]:
+    """The plan's mesh degrees (the one rule: planner.costmodel.placement.mesh_degrees_exact), or Unsupported."""
     p = job.plan
-    shard = ParallelDims.of(p).dp_shard if p.zero_stage == 3 else 1  # fsdp axis; the context axis shards too
-    replicate = p.dp // shard
-    # ep is carved out of the data-parallel ranks: first out of the sharded axis, then the replicated one
-    g = math.gcd(shard, p.ep)
-    rest = p.ep // g
-    if replicate % rest:
-        raise Unsupported(f"ep={p.ep} cannot be carved out of dp={p.dp} ({replicate} replicas x {shard} shards): "
-                          "a JAX mesh takes experts from the data-parallel axes only")
-    deg = {"stage": p.pp, "data": replicate // rest, "fsdp": shard // g, "expert": p.ep,
-           "context": p.cp, "tensor": p.tp}
+    deg = mesh_degrees_exact(p)
+    if deg is None:
+        raise Unsupported(f"ep={p.ep} cannot be carved out of dp={p.dp}: a JAX mesh takes experts from the "
+                          "data-parallel axes only")
     if math.prod(deg.values()) != job.world:
         raise Unsupported(f"mesh {deg} does not cover the {job.world} devices")
     return deg
 
 
 def split_ici_dcn(job: Job, deg: dict[str, int]) -> tuple[int, dict[str, int], dict[str, int]]:
-    """(num_slices, ici degrees, dcn degrees) with prod(ici) = slice size and prod(dcn) = num_slices."""
+    """(num_slices, ici degrees, dcn degrees) with prod(ici) = slice size and prod(dcn) = num_slices
+    (planner.costmodel.placement.split_ici_dcn_exact, the rule the cost model charges)."""
     slice_size = job.cluster.scale_up_size
     if job.world % slice_size:
         raise Unsupported(f"{job.world} devices are not whole slices of {slice_size}")
     num_slices = job.world // slice_size
-    rem = num_slices
-    dcn = {a: 1 for a in AXES}
-    for a in _DCN_ORDER:
-        g = math.gcd(deg[a], rem)
-        dcn[a] = g
-        rem //= g
-    if rem != 1:
+    split = split_ici_dcn_exact(deg, num_slices)
+    if split is None:
         raise Unsupported(f"cannot lay the mesh {deg} over {num_slices} slices of {slice_size} devices")
-    ici = {a: deg[a] // dcn[a] for a in AXES}
-    return num_slices, ici, dcn
+    return num_slices, *split
 
 
 def partition_specs(job: Job) -> tuple[dict[str, int], dict[str, dict], dict[str, dict]]:
