@@ -268,8 +268,7 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
     if fixed.get("zero_stage") == 3:
         fixed["zero_shard_size"] = None  # the schema: zero_stage 3 is FSDP *full* sharding, not hybrid
         fixed.update(multislice_hsdp(run, cluster, fixed))
-    src = str(run.get("source", "")).lower()
-    if "deepseek-v3 technical report" in src and (fixed.get("pp") or 1) > 1:
+    if _deepseek_own_stack(run) and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     for k, v in stack_constraints(run, train).items():
         fixed.setdefault(k, v)
@@ -309,10 +308,18 @@ def multislice_hsdp(run: dict, cluster: ClusterSpec, fixed: dict[str, Any]) -> d
     return {}
 
 
+def _deepseek_own_stack(run: dict) -> bool:
+    """A run cited from the DeepSeek-V3 technical report: trained on DeepSeek's own framework (HAI-LLM)."""
+    return "deepseek-v3 technical report" in str(run.get("source", "")).lower()
+
+
 def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
     """What the run's software stack could do at all, independent of the plan chosen: applied to the
     published plan and to the unconstrained search it is compared with."""
     env: dict[str, Any] = {"offload_optimizer": False}  # no offload field in the schema; none of the runs offloads
+    if _deepseek_own_stack(run):
+        # DeepSeek's own framework runs DualPipe (DeepSeek-V3 report sec. 3.2.1) besides the usual schedules
+        env["schedule"] = ("1f1b", "interleaved", "dualpipe")
     if train.attention_impl == "unfused":
         # stacks before mid-2022 had neither sequence parallelism nor Megatron's distributed optimizer
         # (both arrived with Korthikanti et al. 2022, arXiv 2205.05198, and Megatron-LM after it)

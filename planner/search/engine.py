@@ -233,14 +233,14 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         return (fl is not None, *(fl or (None, None)), False)
 
     out = []
-    single = ([("1f1b", None)] if sched in (None, "1f1b")
-              else ([(sched, None)] if sched in ("gpipe", "zb", "dualpipe") else []))
+    # a pinned schedule, a tuple of allowed ones (a stack's limits), or the default 1F1B / interleaved
+    allowed = set(sched) if isinstance(sched, tuple) else ({"1f1b", "interleaved"} if sched is None else {sched})
     if vpp_fixed in (None, 1):
-        for name, _ in single:
+        for name in (s for s in ("1f1b", "gpipe", "zb", "dualpipe") if s in allowed):
             ok, f, la, acc = split(1)
             if ok:
                 out.append((1, name, f, la, acc))
-    if sched in (None, "interleaved") and vpp_fixed != 1:
+    if "interleaved" in allowed and vpp_fixed != 1:
         vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
                                                                if (L // pp) % v == 0 or L % pp]
         for v in vs:
