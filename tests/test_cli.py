@@ -174,3 +174,15 @@ def test_subprocess_entry_point():
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
     assert bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+
+
+def test_moe_capacity_factor_flag():
+    # a dense model has no experts to cap: one line, exit 2; on an MoE model the flag reaches the plan
+    err = assert_input_error(run("--model", "llama-3.1-8b", "--cluster", "h100x8", "--moe-capacity-factor", "1.25"))
+    assert "MoE" in err and "drop the flag" in err
+    assert_input_error(run("--model", "mixtral-8x7b", "--cluster", "h100x64", "--moe-capacity-factor", "0"))
+    capped, _ = plan_json("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1", "--moe-capacity-factor",
+                          "1.25")
+    dropless, _ = plan_json("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1")
+    assert capped["plans"][0]["step_time_s"] > dropless["plans"][0]["step_time_s"]
+    assert any("dropless MoE" in w for w in dropless["plans"][0]["warnings"])

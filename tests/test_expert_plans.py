@@ -268,6 +268,31 @@ def test_many_expert_model_uses_expert_parallelism():
     assert plans[0].plan.ep > 1
 
 
+def _mixtral_pinned(capacity: float | None):
+    model, cluster = get_model("mixtral-8x7b"), parse_cluster("h100x64")
+    train = TrainingSpec(seq_len=4096, global_batch=256, moe_capacity_factor=capacity)
+    plan = ParallelPlan(pp=2, dp=32, ep=8, micro_batch=1, zero_stage=1, recompute="none")
+    return evaluate(Context(model, cluster, train), plan)
+
+
+def test_capacity_factor_charges_padded_expert_tokens():
+    # GShard (arXiv 2006.16668, sec. 2.2) / Megatron --moe-pad-expert-input-to-capacity: every expert runs
+    # capacity x the balanced load, so the routed experts' GEMM FLOPs, activations and all-to-all grow by 1.25
+    from planner.costmodel.memory import activation_elems_per_token
+    m = get_model("mixtral-8x7b")
+    args = dict(m=m, moe_layer=True, tp=1, sp=False, recompute="none", framework="megatron")
+    e = m.require_moe()
+    routed = e.top_k * (m.hidden_size + 3 * e.expert_ffn_hidden_size)  # dispatched input, gate/up, act (gated)
+    grow = activation_elems_per_token(**args, expert_load=1.25) - activation_elems_per_token(**args)
+    assert grow == pytest.approx(0.25 * routed)
+    dropless, padded = _mixtral_pinned(None), _mixtral_pinned(1.25)
+    assert padded.time_breakdown["ep_comm_s"] == pytest.approx(1.25 * dropless.time_breakdown["ep_comm_s"], rel=0.05)
+    # experts are ~2/3 of Mixtral's layer FLOPs: the step grows by 10-25%, never by less than the dense part allows
+    assert 1.10 < padded.step_time_s / dropless.step_time_s < 1.25
+    assert padded.memory["peak_gib"] > dropless.memory["peak_gib"]
+    assert any("dropless MoE" in w for w in dropless.warnings) and not any("dropless" in w for w in padded.warnings)
+
+
 def test_dualpipe_hides_deepseek_v3_all_to_all():
     # DeepSeek-V3 report sec. 3.2.1: DualPipe overlaps the EP all-to-all of one micro-batch with the
     # computation of another, so it is nearly hidden on the published PP16 EP64 plan

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
+from planner.costmodel.expert import expert_load
 from planner.costmodel.flops import lm_head_flops_per_token, qk_v_head_dims
 from planner.costmodel.trace import Term, formula
 
@@ -76,10 +77,11 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
         return 0.0
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e, tp, ep, etp = m.require_moe(), p.tp, p.ep, p.etp
-    tok_per_expert = tokens / tp * ep * e.top_k / e.num_experts * (etp if etp > 1 else 1)
-    t = tokens * k.flops.experts / tp / (ctx.peak * ctx.gemm_eff(tok_per_expert, m.hidden_size,
-                                                                 e.expert_ffn_hidden_size / etp)
-                                         * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
+    load = expert_load(ctx)  # padded to capacity: every expert runs capacity-factor x the balanced tokens
+    tok_per_expert = tokens / tp * ep * e.top_k / e.num_experts * (etp if etp > 1 else 1) * load
+    t = load * tokens * k.flops.experts / tp / (ctx.peak * ctx.gemm_eff(tok_per_expert, m.hidden_size,
+                                                                        e.expert_ffn_hidden_size / etp)
+                                                * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
     return t + tokens * k.flops.router / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size))
 
 
@@ -113,7 +115,7 @@ def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; MoE
     layers add the token permute and unpermute."""
     m, tp, tokens, h = ctx.model, shape.plan.tp, shape.tokens, ctx.model.hidden_size
-    top_k = m.require_moe().top_k if k.moe else 0
+    top_k = m.require_moe().top_k * expert_load(ctx) if k.moe else 0
     inter = m.require_moe().expert_ffn_hidden_size * top_k if k.moe else m.ffn_hidden_size
     elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * h / (tp if shape.sp else 1) + ELEMENTWISE_INTER_ELEMS * inter / tp)
             * ACT_ELEM_BYTES * cal.ELEMENTWISE_BYTES_FACTOR)

@@ -26,6 +26,12 @@ EP_COMM = formula(
 )
 
 
+def expert_load(ctx: Context) -> float:
+    """Tokens each expert processes relative to the balanced load: the capacity factor when tokens are padded
+    to capacity (TrainingSpec.moe_capacity_factor), else 1 (dropless, charged at balanced routing)."""
+    return ctx.train.moe_capacity_factor or 1.0
+
+
 def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Forward dispatch + combine all-to-all of one MoE layer for one micro-batch (exposed share)."""
     p = shape.plan
@@ -35,7 +41,7 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
     link = shape.links.ep
     moe = m.require_moe()
-    a2a_bytes = shape.tokens / p.tp * moe.top_k * m.hidden_size * elem * ep
+    a2a_bytes = shape.tokens / p.tp * moe.top_k * expert_load(ctx) * m.hidden_size * elem * ep
     t = collective_time("all_to_all", a2a_bytes / ep, ep, link)
     if link.crosses_domain and moe.route_topk_groups:
         t = min(t, node_limited_dispatch_s(ctx, shape, elem))
@@ -68,11 +74,14 @@ def dualpipe_exposed_ep_s(ep_fwd_s: float, stage_fwd_s: float, stage_bwd_s: floa
 
 
 def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
-    p = shape.plan
+    p, out = shape.plan, []
     if ctx.model.is_moe and p.ep > 1 and shape.links.ep.crosses_domain:
-        return [f"EP group of {p.ep} spans {shape.links.ep.domains} scale-up domains: "
-                "token all-to-alls cross the scale-out network"]
-    return []
+        out.append(f"EP group of {p.ep} spans {shape.links.ep.domains} scale-up domains: "
+                   "token all-to-alls cross the scale-out network")
+    if ctx.model.is_moe and ctx.train.moe_capacity_factor is None:
+        out.append("dropless MoE: expert time and memory are charged at balanced routing; a real router loads "
+                   "the busiest expert more (--moe-capacity-factor bounds it)")
+    return out
 
 
 def ep_comm_term(shape: Shape, stage_ep_s: float) -> Term:

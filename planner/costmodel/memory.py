@@ -100,7 +100,8 @@ def selective_recompute_modules(m: ModelSpec) -> tuple[str, ...]:
     return tuple(mods)
 
 
-def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: float, etp: int) -> float:
+def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: float, etp: int,
+                       expert_load: float = 1.0) -> float:
     """Elements per token the extra selective modules do not save (their outputs are recomputed)."""
     mods = selective_recompute_modules(m)
     dropped = 0.0
@@ -108,7 +109,7 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
         dropped += 2 * g * hs  # the two norm outputs (inputs of the QKV and FC1 GEMMs)
     if "moe_act" in mods and moe_layer:
         moe = m.require_moe()
-        dropped += moe.top_k * g * moe.expert_ffn_hidden_size / etp / tp  # expert activation output (FC2 input)
+        dropped += moe.top_k * expert_load * g * moe.expert_ffn_hidden_size / etp / tp  # expert act. (FC2 input)
     if "mla_up_proj" in mods:
         a = m.mla
         assert a is not None  # selective_recompute_modules lists mla_up_proj only for MLA models
@@ -118,11 +119,12 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
 
 def activation_elems_per_token(
     m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
-    fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False,
+    fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False, expert_load: float = 1.0,
 ) -> float:
     """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
     this device (tokens already divided by CP), sharded by TP as Megatron shards them. fp8_moe_act_cache:
-    the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2)."""
+    the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2). expert_load: routed tokens
+    per expert relative to the balanced load (the capacity factor when padded to capacity)."""
     h = m.hidden_size
     hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
     if recompute == "full":
@@ -153,7 +155,7 @@ def activation_elems_per_token(
         shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
         shared = shared_inter / tp if e.num_shared_experts else 0.0
         # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
-        mlp = hs + g * hs + e.top_k * per_expert_token / tp + shared + e.num_experts / tp
+        mlp = hs + g * hs + e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
     else:
         f = m.ffn_hidden_size
         # gated: gate, up, act(gate)*up (fc2 input); plain: fc1 out, act (fc2 input)
@@ -165,7 +167,7 @@ def activation_elems_per_token(
         # recomputing the rest from the layer input: roughly half the per-layer tensors.
         return hs + 0.5 * (total - hs)
     if recompute == "selective":
-        return total - _selective_dropped(m, moe_layer, tp, hs, g, etp)
+        return total - _selective_dropped(m, moe_layer, tp, hs, g, etp, expert_load)
     return total
 
 
@@ -268,7 +270,7 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
             fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"),
-            fp8_moe_act_cache=tr.fp8_moe_act_cache)
+            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=tr.moe_capacity_factor or 1.0)
     return v
 
 

@@ -329,6 +329,8 @@ def _model_keys(job: Job, block: str, notes: list[str]) -> dict:
         cfg["base_moe_mlp_dim"] = e.expert_ffn_hidden_size
         cfg["first_num_dense_layers"] = e.first_k_dense
         cfg["shared_experts"] = e.num_shared_experts
+        if t.moe_capacity_factor is not None:  # base.yml capacity_factor: -1 = dropless; > 0 drops to a static capacity
+            cfg["capacity_factor"] = t.moe_capacity_factor
         if e.layer_freq != 1:
             notes.append(f"moe layer_freq {e.layer_freq} not expressible in MaxText (every layer after "
                          "first_num_dense_layers is MoE)")

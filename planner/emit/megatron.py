@@ -186,6 +186,11 @@ def _moe_args(job: Job, a: _Args) -> None:
         a.flag("--moe-router-enable-expert-bias")
     a.flag("--expert-model-parallel-size", p.ep)
     a.flag("--expert-tensor-parallel-size", p.etp)
+    if job.train.moe_capacity_factor is not None:
+        # drop beyond capacity, pad every expert's input to it (megatron-core TransformerConfig
+        # moe_expert_capacity_factor, moe_pad_expert_input_to_capacity)
+        a.flag("--moe-expert-capacity-factor", job.train.moe_capacity_factor)
+        a.flag("--moe-pad-expert-input-to-capacity")
     a.flag("--moe-token-dispatcher-type", "alltoall")
     a.flag("--moe-grouped-gemm")
 

@@ -48,6 +48,14 @@ class TrainingSpec(BaseModel):
         "#1173). Nothing of ZeRO-3's traffic overlaps compute",
     )
 
+    moe_capacity_factor: float | None = Field(
+        None, gt=0, le=1024,
+        description="MoE expert capacity as a multiple of the balanced load (tokens x top_k / experts); tokens "
+        "beyond it are dropped and every expert's input is padded to it (Megatron --moe-expert-capacity-factor with "
+        "--moe-pad-expert-input-to-capacity, MaxText capacity_factor; GShard, Lepikhin et al. 2020, arXiv "
+        "2006.16668, sec. 2.2). None = dropless: expert time and memory follow the routed tokens, charged at the "
+        "balanced load (vendor benchmarks force balanced routing; a real router loads the busiest expert more)",
+    )
     fp8_moe_act_cache: bool = Field(
         False,
         description="MoE SwiGLU inputs cached for backward in FP8 (1 byte) and the SwiGLU output recomputed, as "

@@ -126,6 +126,9 @@ def plan_options(f):
                      help="gradient buffer / reduction dtype (default: the framework's, fp32 for Megatron and FSDP)"),
         click.option("--optimizer-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
                      help="Adam moment dtype (bf16: Megatron precision-aware optimizer); master weights stay fp32"),
+        click.option("--moe-capacity-factor", type=click.FloatRange(0, 1024, min_open=True), callback=_finite,
+                     help="MoE expert capacity (x the balanced load): tokens beyond it are dropped, inputs padded to "
+                     "it; time and memory are charged at it (default: dropless, charged at balanced routing)"),
         click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
                      help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
                      "(scores materialised, as in stacks before mid-2022)"),
@@ -235,6 +238,17 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
     return model, cluster, train
 
 
+def training_overrides(train, model, kw: dict):
+    """Training settings given by flags that only some models take (--moe-capacity-factor: MoE models)."""
+    from planner.errors import InputError
+    cf = kw.get("moe_capacity_factor")
+    if cf is None:
+        return train
+    if not model.is_moe:
+        raise InputError(f"--moe-capacity-factor applies to MoE models; {model.name} is dense: drop the flag")
+    return type(train).model_validate(train.model_dump() | {"moe_capacity_factor": cf})
+
+
 def cluster_overrides(cluster, kw: dict):
     """--nic-bw and --scale-up-bw applied to the parsed cluster (planner.catalog.overrides)."""
     from planner.catalog.overrides import with_bandwidths
@@ -267,6 +281,7 @@ def run_search(kw: dict, show_progress: bool = False):
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
                                          kw.get("attention"))
+    train = training_overrides(train, model, kw)
     cluster = cluster_overrides(cluster, kw)
     launcher = kw.get("launcher")
     if launcher:
@@ -498,6 +513,7 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
                                          kw.get("attention"))
+    train = training_overrides(train, model, kw)
     cluster = cluster_overrides(cluster, kw)
     fixed = fixed_knobs(kw)
     check_request(model, cluster, train, {k: v for k, v in fixed.items() if k not in ("tp", "pp", "cp", "dp")},

@@ -86,6 +86,9 @@ RULES = (
     Rule("no-expert-tp", "torchtitan 0.3.0 has no expert tensor parallelism (experts are split by ep and sharded "
          "by FSDP only)", "TT:models/common/moe_sharding.py:29-47 [absent]",
          lambda j: j.model.moe is not None and j.plan.etp > 1),
+    Rule("no-capacity", "torchtitan 0.3.0's MoE is dropless (token groups aligned, no expert capacity); drop "
+         "--moe-capacity-factor", "TT:models/common/moe.py [absent: capacity only for HybridEP buffers]",
+         lambda j: j.model.moe is not None and j.train.moe_capacity_factor is not None),
     Rule("no-ulysses",
          "torchtitan's context parallelism is ring attention only (K/V exchange), not all-to-all (Ulysses)",
          "TT:distributed/context_parallel/api.py:58-100 [absent]", lambda j: j.plan.cp > 1 and j.plan.cp_comm == "a2a"),
