@@ -4,36 +4,49 @@ from __future__ import annotations
 
 import pytest
 
-from planner.analysis.pairs import ordering_rate, same_job_pairs
-from planner.catalog.data import data_dir
+from planner.analysis.pairs import job_key, ordering_rate, same_job_pairs, strict_job_key
 from planner.analysis.validate import load_runs, validate_runs
+from planner.catalog.data import data_dir
+
+FILES = ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml")
 
 
 @pytest.fixture(scope="module")
-def pairs():
-    out = []
-    for name in ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml"):
-        runs = load_runs(data_dir("runs") / name)
-        pred = {r["id"]: r["step_time_s"] for r in validate_runs(runs)["runs"]}
-        out += same_job_pairs(runs, pred)
-    return out
+def scored():
+    """Every dev run (GPU and TPU: a job may run on both) and its prediction."""
+    runs, pred = [], {}
+    for name in FILES:
+        rs = load_runs(data_dir("runs") / name)
+        runs += rs
+        pred |= {r["id"]: r["step_time_s"] for r in validate_runs(rs)["runs"]}
+    return runs, pred
 
 
-def test_pair_ordering_rate_on_dev_runs(pairs):
-    # 15 same-job pairs (all GPU; the TPU runs of one job always differ in device count). The issue's
-    # target is >= 90%; the model orders 11 of 15 (73%): the 4 misses are FP8 runs of the same job on two
-    # NeMo generations (24.07 vs Megatron-Bridge 25.11 / DGX Cloud 24.11: FP8 recipe, TP-overlap and
-    # kernel improvements between container versions) and NeMo vs MaxText-on-GPU, which the model does not
-    # distinguish (docs/validation.md). This floor guards against regressions.
-    rate = ordering_rate(pairs)
+def _pairs(scored, key):
+    return same_job_pairs(*scored, key)
+
+
+def test_pair_ordering_rate_on_dev_runs(scored):
+    # issue 15: 35 same-job pairs (same model, device count, global batch), >= 90% ordered as measured.
+    # Measured: 32 of 35. The three misses are runs of one job on two NVIDIA container generations (NeMo 24.07
+    # vs DGX Cloud 24.11 / Megatron-Bridge 25.11, and NeMo vs MaxText on GPU), listed in docs/validation.md.
+    pairs = _pairs(scored, job_key)
+    assert len(pairs) == 35
+    assert ordering_rate(pairs) >= 0.90, [p for p in pairs if not p["ordered"]]
+
+
+def test_strict_pairs_differing_only_in_plan_or_stack(scored):
+    # the subset with the same accelerator and sequence length too: 15 pairs, 12 ordered (the 8B CP2 vs DP8
+    # pair is ordered since ring attention's merges are charged); a floor against regressions
+    pairs = _pairs(scored, strict_job_key)
     assert len(pairs) == 15
-    assert rate >= 11 / 15, [p for p in pairs if not p["ordered"]]
+    assert sum(p["ordered"] for p in pairs) >= 12, [p for p in pairs if not p["ordered"]]
 
 
-def test_pairs_are_same_job_only(pairs):
-    runs = {r["id"]: r for name in ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml")
-            for r in load_runs(data_dir("runs") / name)}
-    for p in pairs:
-        a, b = runs[p["a"]], runs[p["b"]]
-        key = lambda r: (r["hardware"], r["devices"], r["train"]["global_batch"])  # noqa: E731
-        assert key(a) == key(b)
+def test_pairs_are_same_job_only(scored):
+    runs = {r["id"]: r for r in scored[0]}
+    for key in (job_key, strict_job_key):
+        for p in _pairs(scored, key):
+            a, b = runs[p["a"]], runs[p["b"]]
+            assert key(a) == key(b)
+            assert a["devices"] == b["devices"] and a["train"]["global_batch"] == b["train"]["global_batch"]

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
+from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import expert_load
 from planner.costmodel.flops import lm_head_flops_per_token, qk_v_head_dims
 from planner.costmodel.trace import Term, formula
@@ -33,9 +34,10 @@ MOE_PERMUTE_PASSES = 4
 
 LAYER_COMPUTE = formula(
     "compute.layer",
-    "fwd = proj + mlp + experts + attention + elementwise; bwd = 2 x GEMMs + 2.5 x attention + 2 x elementwise",
+    "fwd = proj + mlp + experts + attention + elementwise + ring merge; bwd = 2 x GEMMs + 2.5 x attention + "
+    "2 x elementwise + ring merge (backward)",
     "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
-    "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1)",
+    "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1); ring merge: context.ring_merge",
 )
 
 
@@ -47,6 +49,8 @@ class LayerCompute(NamedTuple):
     experts: float
     attention: float
     elementwise: float
+    ring_merge_fwd: float
+    ring_merge_bwd: float
     fwd: float
     bwd: float
 
@@ -133,14 +137,16 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     """Forward and backward compute seconds of one layer of kind `k` (formula compute.layer)."""
     proj, mlp, exp = attn_proj_s(ctx, shape, k), mlp_s(ctx, shape, k), experts_s(ctx, shape, k)
     attn, elem = attention_core_s(ctx, shape, k), elementwise_s(ctx, shape, k)
-    fwd = proj + mlp + exp + attn + elem
-    bwd = BWD_GEMM_RATIO * (proj + mlp + exp) + BWD_ATTN_RATIO * attn + BWD_ELEMENTWISE_RATIO * elem
+    merge_fwd, merge_bwd = ring_merge_s(ctx, shape)
+    fwd = proj + mlp + exp + attn + elem + merge_fwd
+    bwd = (BWD_GEMM_RATIO * (proj + mlp + exp) + BWD_ATTN_RATIO * attn + BWD_ELEMENTWISE_RATIO * elem
+           + merge_bwd)
     if k.moe and ctx.train.framework == "megatron":
         # the dispatcher's device-to-host sync per MoE layer, a third in forward, two in backward
         host_s = cal.MOE_DISPATCH_SYNC_S + cal.MOE_EXPERT_LAUNCH_S * local_experts(ctx, shape)
         fwd += host_s / 3
         bwd += 2 * host_s / 3
-    return LayerCompute(proj, mlp, exp, attn, elem, fwd, bwd)
+    return LayerCompute(proj, mlp, exp, attn, elem, merge_fwd, merge_bwd, fwd, bwd)
 
 
 def kind_label(k: LayerKind) -> str:
@@ -153,6 +159,7 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
     return LAYER_COMPUTE.term(
         f"layer_compute_s[{kind_label(k)}]", c.fwd + c.bwd, "s", fwd_s=c.fwd, bwd_s=c.bwd, proj_s=c.proj,
         mlp_s=c.mlp, experts_s=c.experts, attention_s=c.attention, elementwise_s=c.elementwise,
+        ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd,
         flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,
         flops_per_token_experts=f.experts, flops_per_token_router=f.router, tp=shape.plan.tp, tokens=shape.tokens)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, Shape
 from planner.costmodel.collectives import collective_time
+from planner.costmodel.flops import qk_v_head_dims
 from planner.costmodel.trace import Term, formula
 
 ULYSSES_ALL_TO_ALLS = 4  # q, k, v in, o out (Jacobs et al. 2023, sec. 3)
@@ -28,6 +29,32 @@ def kv_width(ctx: Context, tp: int) -> float:
     if m.mla is not None:
         return m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / tp
     return 2 * m.num_kv_heads * m.head_dim / tp
+
+
+# Ring attention merges every step's partial result into the running one: forward out += out_step x
+# exp(lse_step - lse) (TE AttnFuncWithCPAndKVP2P, flash_attn_fwd_out_correction), backward dq.add_(dq_step) and
+# the dK/dV accumulation handed round the ring: each reads the step's tensor, reads and writes the running
+# one (3 x 2 B per element in bf16). The last CP rank merges full-width results at every one of its cp steps.
+RING_MERGE_BYTES_PER_ELEM = 3 * ACT_ELEM_BYTES
+
+CP_RING_MERGE = formula(
+    "context.ring_merge",
+    "ring CP: fwd cp x tokens x heads x v_dim / tp x 6 B, bwd cp x tokens x (heads x qk_dim / tp + K/V width) x 6 B, "
+    "at HBM bandwidth",
+    "Transformer Engine AttnFuncWithCPAndKVP2P (transformer_engine/pytorch/attention/dot_product_attention/"
+    "context_parallel.py: flash_attn_fwd_out_correction per step; dq.add_, dkv accumulation per step)",
+)
+
+
+def ring_merge_s(ctx: Context, shape: Shape) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's ring-attention merges for one micro-batch (0 without ring CP)."""
+    p = shape.plan
+    if p.cp <= 1 or p.cp_comm != "ring":
+        return 0.0, 0.0
+    m, tp = ctx.model, p.tp
+    dqk, dv = qk_v_head_dims(m)
+    scale = p.cp * shape.tokens * RING_MERGE_BYTES_PER_ELEM / ctx.hbm_bw
+    return scale * m.num_heads * dv / tp, scale * (m.num_heads * dqk / tp + kv_width(ctx, tp))
 
 
 def cp_comm_fwd_s(ctx: Context, shape: Shape, attention_fwd_s: float) -> float:
