@@ -42,6 +42,8 @@ GPU_CONSTANTS = {
     "MOE_DISPATCH_SYNC_S": (1e-5, 0.05, 0.0),
     "MOE_EXPERT_LAUNCH_S": (1e-6, 0.005, 0.0),
     "FP8_DERATE": (0.3, 1.2, 1.0),
+    # TE chunks each GEMM with its TP collective, at least one chunk of tp (or of num_splits 4) stays exposed
+    "TP_OVERLAP_HIDDEN_FRACTION": (0.05, 0.95, 0.0),
 }
 # Robust loss: residuals in log(predicted / measured) count quadratically up to ~ROBUST_SCALE (10%) and linearly
 # beyond (scipy least_squares loss="soft_l1"), so the few runs whose stack the model cannot see (two DGX Cloud

@@ -75,6 +75,40 @@ def infer_legacy_deepspeed_zero3(run: dict, framework: str) -> bool:
     return framework == "deepspeed" and date is not None and date < (2021, 11)
 
 
+# torchtitan's Dec 2024 H100 benchmark (benchmarks/llama3_h100_202412_torchtitan.md) states torch.compile in the
+# titles of Tables 2, 4, 5 and 6; Tables 1 and 3 list it per row (the run id carries "compile").
+COMPILED_TABLES = ("llama3_h100_202412_torchtitan", ("table 2", "table 4", "table 5", "table 6"))
+
+
+def infer_torch_compile(run: dict, framework: str) -> bool:
+    """Whether a PyTorch-native run used torch.compile, from its id or the cited table's title."""
+    if framework != "fsdp":
+        return False
+    rid, src = str(run.get("id", "")).lower(), str(run.get("source", "")).lower()
+    doc, tables = COMPILED_TABLES
+    return "compile" in rid or (doc in src and any(f"{t} " in src for t in tables))
+
+
+# TP communication overlap in the cited stack (the runs schema has no field for it): NVIDIA's benchmark recipes
+# (NeMo performance summary, DGX Cloud, Megatron-Bridge) run Transformer Engine userbuffers overlap with TP > 1
+# (dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml: ub_tp_comm_overlap: true; Megatron-Bridge performance
+# recipes: CommOverlapConfig(tp_comm_overlap=True) with the userbuffers_*_tp* presets); torchtitan's Dec 2024
+# benchmark runs AsyncTP where its id says so and in Tables 5 and 6 (titles: "+ AsyncTP").
+NVIDIA_RECIPE_SOURCES = ("nemo performance summary", "dgx cloud benchmarking", "megatron-bridge performance summary")
+ASYNC_TP_TABLES = ("llama3_h100_202412_torchtitan", ("table 5", "table 6"))
+
+
+def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
+    """Whether the run's stack overlapped TP communication with its GEMMs (TP > 1 only matters)."""
+    rid, src = str(run.get("id", "")).lower(), str(run.get("source", "")).lower()
+    if framework == "megatron":
+        return any(k in src for k in NVIDIA_RECIPE_SOURCES)
+    if framework == "fsdp":
+        doc, tables = ASYNC_TP_TABLES
+        return "asynctp" in rid or (doc in src and any(f"{t} " in src for t in tables))
+    return False
+
+
 # Precision of gradients and optimizer states that a cited recipe's own config file sets (the runs
 # schema has no field for it): (citation substrings that must all appear, TrainingSpec fields, config).
 RECIPE_PRECISION = (
@@ -240,6 +274,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         dtype=t.get("dtype", "bf16"), framework=fw,
                                         attention_impl=infer_attention_impl(run),
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
+                                        torch_compile=infer_torch_compile(run, fw),
                                         **infer_precision(run))
         train = TrainingSpec(**settings)
     except InputError as e:
@@ -317,6 +352,8 @@ def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
     """What the run's software stack could do at all, independent of the plan chosen: applied to the
     published plan and to the unconstrained search it is compared with."""
     env: dict[str, Any] = {"offload_optimizer": False}  # no offload field in the schema; none of the runs offloads
+    if infer_tp_comm_overlap(run, train.framework):
+        env["tp_comm_overlap"] = True
     if _deepseek_own_stack(run):
         # DeepSeek's own framework runs DualPipe (DeepSeek-V3 report sec. 3.2.1) besides the usual schedules
         env["schedule"] = ("1f1b", "interleaved", "dualpipe")

@@ -12,7 +12,7 @@ from __future__ import annotations
 # (measured_gemm). Fitted on the dev runs (planner.analysis.devfit: robust joint fit of every constant marked
 # "fitted" here); consistent with Megatron-core's 47% MFU on H100 (hardware.yaml mfu_anchors) against an 80% MAMF
 # ceiling.
-GEMM_SHAPE_DERATE = 0.797
+GEMM_SHAPE_DERATE = 0.788
 # GEMM efficiency falls as the smallest per-device matrix dimension shrinks (tile quantisation, wave
 # effects): eff = eff_max * derate * d / (d + GEMM_DIM_HALF). Fitted; d=GEMM_DIM_HALF loses half.
 GEMM_DIM_HALF = 96.0
@@ -25,7 +25,7 @@ ATTN_REL_EFFICIENCY = 0.55
 # backward less (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. 1 and sec. 4), while
 # Megatron/Transformer Engine use cuDNN fused attention (FA3-class). Fitted within that range on the
 # torchtitan rows (the attention-heavy long-sequence CP runs pin it).
-FA2_HOPPER_ABS_EFFICIENCY = 0.231
+FA2_HOPPER_ABS_EFFICIENCY = 0.228
 # PyTorch-native training (FSDP2 + torch.compile or eager, no Transformer Engine) on Hopper/Blackwell:
 # fraction of the Megatron+TE per-kernel efficiency it reaches, applied to every tensor-core kernel
 # (GEMMs and attention alike). Fitted on the torchtitan and llm-foundry H100 rows together with the
@@ -33,15 +33,15 @@ FA2_HOPPER_ABS_EFFICIENCY = 0.231
 # Meta's torchtitan H100s (shared/reference/README.md caveat: a power cap throttles all tensor-core
 # work), which is why it is not applied to Ampere, where the llm-foundry A100 rows match Megatron-era
 # efficiency.
-PYTORCH_NATIVE_HOPPER_EFFICIENCY = 0.794
+PYTORCH_NATIVE_HOPPER_EFFICIENCY = 0.811
 # Grouped expert GEMMs (many small matrices, permuted tokens) reach this fraction of a dense GEMM's
 # efficiency at the same shape; fitted on the Megatron MoE rows (Mixtral/Qwen3-MoE/gpt-oss/DeepSeek-V3).
-MOE_GROUPED_GEMM_REL_EFFICIENCY = 0.576
+MOE_GROUPED_GEMM_REL_EFFICIENCY = 0.603
 # Megatron's all-to-all token dispatcher copies the per-expert token counts to the host to size the
 # all-to-all (a device-to-host sync per MoE layer, forward and backward), which drains the kernel queue
 # and exposes launch latency of the whole layer. Seconds per MoE layer per micro-batch (fwd + bwd),
-# fitted on the Megatron MoE rows, where the residual grows with MoE-layer passes (5.7 ms each).
-MOE_DISPATCH_SYNC_S = 0.00566
+# fitted on the Megatron MoE rows, where the residual grows with MoE-layer passes (5.2 ms each).
+MOE_DISPATCH_SYNC_S = 0.00520
 # Host time to launch the per-expert kernels of one MoE layer for one micro-batch, per local expert (forward +
 # backward): Transformer Engine's GroupedLinear (Megatron --moe-grouped-gemm) runs one cuBLAS GEMM per local
 # expert (fc1, fc2 forward; dgrad + wgrad of both backward) with per-expert FP8 casts, and after the dispatcher's
@@ -57,7 +57,7 @@ UNFUSED_ATTN_BYTES_PER_SCORE_FWD = 13.0
 # FP8 GEMMs: fraction of the FP8 MAMF ceiling reached by real shapes relative to BF16 (per-tensor
 # scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted (0.80 under the earlier
 # plain least-squares fit, which the DGX Cloud DeepSeek-V3 rows dragged; docs/validation.md).
-FP8_DERATE = 0.941
+FP8_DERATE = 0.882
 # Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
 # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
 # Not fitted (the dev runs cannot separate it from GEMM efficiency).
@@ -72,6 +72,12 @@ ICI_BUS_FRACTION = 0.80
 # Fraction of MoE all-to-all time hidden under computation (Megatron overlaps the combine of one
 # chunk with the next chunk's expert GEMMs only partially; DeepSeek's DualPipe hides nearly all).
 EP_OVERLAP_FRACTION = 0.0
+# Share of the TP collectives hidden under the GEMMs when TP communication overlap is on (Transformer Engine
+# userbuffers, Megatron --tp-comm-overlap; torchtitan async TP). TE splits each GEMM and its all-gather /
+# reduce-scatter into chunks (ring_exchange: tp chunks; pipeline: num_splits 4 in NVIDIA's GPT-3 175B recipe,
+# dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml ub_tp_comm_overlap_cfg), so one chunk stays exposed and
+# the overlapped kernels give up 2-24 SMs to the communication. Fitted on the dev runs whose recipes enable it.
+TP_OVERLAP_HIDDEN_FRACTION = 0.587
 # Share of the overlapping compute that hides data-parallel traffic: the gradient reduction is exposed by
 # max(0, reduction time - DP_OVERLAP_FRACTION x the last micro-batch's backward time), the ZeRO gathers by
 # the same share of the forward (Megatron --overlap-grad-reduce / --overlap-param-gather; FSDP2 per-layer

@@ -17,6 +17,7 @@ from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import expert_load
 from planner.costmodel.flops import lm_head_flops_per_token, qk_v_head_dims
 from planner.costmodel.trace import Term, formula
+from planner.specs import ModelSpec
 
 # Backward / forward time ratios: GEMMs 2 (Narayanan et al. SC21 sec. 5.1), FlashAttention-2 ~2.5
 # (Dao 2023, arXiv 2307.08691, sec. 4.1), memory-bound elementwise work 2 (read the saved input and the
@@ -31,6 +32,16 @@ ELEMENTWISE_HIDDEN_ELEMS = 10
 ELEMENTWISE_INTER_ELEMS = 3
 # MoE token permute + unpermute: read and write top_k copies of each hidden state, twice.
 MOE_PERMUTE_PASSES = 4
+# Eager PyTorch (no torch.compile) runs every op of a composite as its own kernel through HBM; the bytes per
+# element beyond the one fused kernel (read 2 B, write 2 B) the constants above charge, forward, bf16 in:
+# RMSNorm (torch.nn.RMSNorm / ATen rms_norm composite: upcast R2 W4, pow R4 W4, mean R4, x*rsqrt R4 W4,
+# downcast R4 W2, *weight R2 W2 = 36 B vs 4 B fused);
+EAGER_RMSNORM_EXTRA_BYTES = 32.0
+# SwiGLU silu(gate) R2 W2, then * up R4 W2 = 10 B per intermediate element vs the 6 B ELEMENTWISE_INTER_ELEMS charge;
+EAGER_SWIGLU_EXTRA_BYTES = 4.0
+# RoPE as torchtitan writes it (models/llama3 apply_rotary_emb: float() + view_as_complex R2 W4, complex multiply
+# R4 W4, view_as_real + type_as R4 W2 = 20 B per q/k element vs 4 B for a fused rotary kernel).
+EAGER_ROPE_EXTRA_BYTES = 16.0
 
 LAYER_COMPUTE = formula(
     "compute.layer",
@@ -117,15 +128,32 @@ def mla_up_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
 
 def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; MoE
-    layers add the token permute and unpermute."""
+    layers add the token permute and unpermute, eager PyTorch its unfused composites."""
     m, tp, tokens, h = ctx.model, shape.plan.tp, shape.tokens, ctx.model.hidden_size
     top_k = m.require_moe().top_k * expert_load(ctx) if k.moe else 0
     inter = m.require_moe().expert_ffn_hidden_size * top_k if k.moe else m.ffn_hidden_size
-    elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * h / (tp if shape.sp else 1) + ELEMENTWISE_INTER_ELEMS * inter / tp)
+    hs = h / (tp if shape.sp else 1)
+    elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * hs + ELEMENTWISE_INTER_ELEMS * inter / tp)
             * ACT_ELEM_BYTES * cal.ELEMENTWISE_BYTES_FACTOR)
     if k.moe:
         elem += tokens / tp * top_k * h * ACT_ELEM_BYTES * MOE_PERMUTE_PASSES
+    if ctx.train.framework == "fsdp" and not ctx.train.torch_compile:
+        elem += tokens * eager_elementwise_bytes(m, tp, hs, inter)
     return elem / ctx.hbm_bw
+
+
+def eager_elementwise_bytes(m: ModelSpec, tp: int, hs: float, inter: float) -> float:
+    """Bytes per token one layer's forward moves beyond fused kernels when PyTorch runs eagerly: decomposed
+    RMSNorms, SwiGLU's two kernels, RoPE through complex numbers (EAGER_* above; LayerNorm, GELU and non-rotary
+    positions are single kernels in eager too)."""
+    out = m.norms_per_layer * hs * EAGER_RMSNORM_EXTRA_BYTES if m.norm_type == "rmsnorm" else 0.0
+    if m.mlp_type == "gated":
+        out += inter / tp * EAGER_SWIGLU_EXTRA_BYTES
+    if m.position_embedding == "rope":
+        rope = m.mla.qk_rope_head_dim if m.mla is not None else m.head_dim  # MLA: decoupled rope, k shared
+        q, kv = m.num_heads * rope, (rope if m.mla is not None else m.num_kv_heads * rope)
+        out += (q + kv) / tp * EAGER_ROPE_EXTRA_BYTES
+    return out
 
 
 def local_experts(ctx: Context, shape: Shape) -> int:

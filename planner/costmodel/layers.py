@@ -11,7 +11,7 @@ from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
 from planner.costmodel.compute import kind_label, layer_compute, layer_compute_term, lm_head_fwd_s, mla_up_proj_s
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
-from planner.costmodel.tensor import tp_comm_fwd_s
+from planner.costmodel.tensor import tp_comm_fwd_s, tp_exposed_share
 from planner.costmodel.trace import Term, formula
 
 LAYER_COMM = formula(
@@ -123,5 +123,5 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
         tp.append(2 * ttp)  # collectives: forward + backward
         cp.append(2 * tcp)
         ep.append(2 * tep)
-        comm.append(2 * ((0.0 if p.tp_comm_overlap else ttp) + tcp + tep))
+        comm.append(2 * (tp_exposed_share(p) * ttp + tcp + tep))
     return StageTimes(tuple(fwd), tuple(bwd), tuple(rec), tuple(tp), tuple(cp), tuple(ep), tuple(comm))

@@ -7,15 +7,19 @@ with EP swap the MLP pair for the token all-to-alls (planner.costmodel.expert). 
 
 from __future__ import annotations
 
+from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
 from planner.costmodel.trace import Term, formula
+from planner.specs import ParallelPlan
 
 TP_COMM = formula(
     "tensor.tp_comm",
     "m x 2 (fwd + bwd) x sum over the slowest stage's layers of: SP 2 x (all-gather + reduce-scatter), else 2 "
-    "all-reduces, of tokens x h x 2 B (one pair with EP in MoE layers); 0 when overlapped with GEMMs",
-    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.2.2; alpha-beta collectives (Thakur et al. 2005)",
+    "all-reduces, of tokens x h x 2 B (one pair with EP in MoE layers); x (1 - TP_OVERLAP_HIDDEN_FRACTION) when "
+    "overlapped with GEMMs",
+    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.2.2; alpha-beta collectives (Thakur et al. 2005); "
+    "Transformer Engine userbuffers overlap (calibration.py)",
 )
 
 
@@ -34,6 +38,12 @@ def tp_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     return n_pairs * collective_time("all_reduce", buf, tp, shape.links.tp_ar)
 
 
+def tp_exposed_share(p: ParallelPlan) -> float:
+    """Share of the TP collective time left on the critical path: all of it, or what TP communication
+    overlap does not hide (calibration.TP_OVERLAP_HIDDEN_FRACTION)."""
+    return 1.0 - cal.TP_OVERLAP_HIDDEN_FRACTION if p.tp_comm_overlap else 1.0
+
+
 def tp_warnings(ctx: Context, shape: Shape) -> list[str]:
     tp, cl = shape.plan.tp, ctx.cluster
     if tp > 1 and shape.links.tp.crosses_domain:
@@ -44,7 +54,7 @@ def tp_warnings(ctx: Context, shape: Shape) -> list[str]:
 
 def tp_comm_term(shape: Shape, stage_tp_s: float) -> Term:
     p = shape.plan
-    return TP_COMM.term("tp_comm_s", shape.nmb * stage_tp_s * (0.0 if p.tp_comm_overlap else 1.0), "s",
+    return TP_COMM.term("tp_comm_s", shape.nmb * stage_tp_s * tp_exposed_share(p), "s",
                         microbatches=shape.nmb, tp_per_microbatch_s=stage_tp_s, tp=p.tp,
                         sequence_parallel=str(shape.sp), overlapped=str(p.tp_comm_overlap),
                         busbw_GBps=shape.links.tp.busbw / 1e9)

@@ -193,6 +193,7 @@ def torchtitan_args(job: Job) -> list[str]:
     opt("training.global_batch_size", t.global_batch)
     opt("training.seq_len", t.seq_len)
     opt("training.mixed_precision_param", "bfloat16")
+    a.extend(compile_args(job))
     if p.pp > 1 or p.ep > 1:
         # Trainer.Config rejects CUDA graphs with PP, and with EP unless a sync-free dispatcher is configured
         a.append("--training.disable_cuda_graphs")
@@ -203,6 +204,16 @@ def torchtitan_args(job: Job) -> list[str]:
     a.append({"none": "activation-checkpoint:none", "selective": "activation-checkpoint:selective",
               "full": "activation-checkpoint:full"}[p.recompute])
     return a
+
+
+def compile_args(job: Job) -> list[str]:
+    """CompileConfig, explicit both ways (some registry configs compile by default): the step was costed with
+    fused (compiled) or eager elementwise kernels; async TP = TP communication overlap, which needs the model
+    compiled (CompileConfig.__post_init__)."""
+    p = job.plan
+    return ["--compile.enable" if job.train.torch_compile else "--compile.no-enable",
+            "--compile.enable_async_tensor_parallel" if p.tp > 1 and p.tp_comm_overlap
+            else "--compile.no-enable_async_tensor_parallel"]
 
 
 def emit(job: Job) -> dict[str, str]:

@@ -56,6 +56,14 @@ class TrainingSpec(BaseModel):
         "2006.16668, sec. 2.2). None = dropless: expert time and memory follow the routed tokens, charged at the "
         "balanced load (vendor benchmarks force balanced routing; a real router loads the busiest expert more)",
     )
+    torch_compile: bool = Field(
+        False,
+        description="PyTorch-native stacks (framework fsdp: torchtitan, llm-foundry): the model runs under "
+        "torch.compile, whose Inductor fuses the elementwise ops of a block (norms, SwiGLU, RoPE) into single "
+        "kernels; eager (False) runs each op as its own kernel through HBM (planner.costmodel.compute, "
+        "eager_elementwise_bytes). torchtitan --compile.enable. Megatron/TE, DeepSpeed (Megatron kernels) and XLA fuse "
+        "these already",
+    )
     fp8_moe_act_cache: bool = Field(
         False,
         description="MoE SwiGLU inputs cached for backward in FP8 (1 byte) and the SwiGLU output recomputed, as "
@@ -67,6 +75,13 @@ class TrainingSpec(BaseModel):
     def _fp8_cache_needs_fp8(self) -> "TrainingSpec":
         if self.fp8_moe_act_cache and self.dtype != "fp8":
             raise ValueError("fp8_moe_act_cache stores activations in FP8: it needs dtype fp8")
+        return self
+
+    @model_validator(mode="after")
+    def _compile_is_pytorch_native(self) -> "TrainingSpec":
+        if self.torch_compile and self.framework != "fsdp":
+            raise ValueError(f"torch_compile applies to PyTorch-native stacks (framework fsdp: torchtitan, "
+                             f"llm-foundry); {self.framework} fuses its elementwise kernels already: drop it")
         return self
 
     @model_validator(mode="after")

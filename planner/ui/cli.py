@@ -23,7 +23,7 @@ KNOB_FLAGS = {  # flag -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "vpp": "vpp",
     "mbs": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "sp": "sequence_parallel",
     "schedule": "schedule", "cp_comm": "cp_comm", "recompute_layers": "recompute_layers",
-    "zero_shard": "zero_shard_size", "offload": "offload_optimizer",
+    "zero_shard": "zero_shard_size", "offload": "offload_optimizer", "tp_comm_overlap": "tp_comm_overlap",
 }
 
 
@@ -109,7 +109,14 @@ def _complete_cluster(ctx, param, incomplete):
 
 def plan_options(f):
     """Options shared by every command that builds a plan."""
-    opts = [
+    for o in reversed(_setting_options() + _knob_options()):
+        f = o(f)
+    return f
+
+
+def _setting_options() -> list:
+    """Model, cluster and training settings."""
+    return [
         click.option("--model", "model_arg", metavar="NAME|FILE", shell_complete=_complete_model,
                      help="catalog name/alias, model spec YAML/JSON, or HF config.json"),
         click.option("--cluster", "cluster_arg", metavar="HWxN|FILE", shell_complete=_complete_cluster,
@@ -129,9 +136,18 @@ def plan_options(f):
         click.option("--moe-capacity-factor", type=click.FloatRange(0, 1024, min_open=True), callback=_finite,
                      help="MoE expert capacity (x the balanced load): tokens beyond it are dropped, inputs padded to "
                      "it; time and memory are charged at it (default: dropless, charged at balanced routing)"),
+        click.option("--compile", "torch_compile", is_flag=True, default=None,
+                     help="PyTorch-native stacks (--framework fsdp / --launcher torchtitan): run under torch.compile "
+                     "(fused elementwise kernels; torchtitan --compile.enable). Default: eager"),
         click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
                      help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
                      "(scores materialised, as in stacks before mid-2022)"),
+    ]
+
+
+def _knob_options() -> list:
+    """The plan knobs (each pins one; the rest are searched) and the search/output settings."""
+    return [
         click.option("--tp", type=int, callback=_positive), click.option("--pp", type=int, callback=_positive),
         click.option("--dp", type=int, callback=_positive), click.option("--cp", type=int, callback=_positive),
         click.option("--ep", type=int, callback=_positive), click.option("--etp", type=int, callback=_positive),
@@ -144,6 +160,9 @@ def plan_options(f):
         click.option("--schedule", type=click.Choice(["1f1b", "interleaved", "gpipe", "zb", "dualpipe"])),
         click.option("--cp-comm", type=click.Choice(["ring", "a2a"])),
         click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                     help="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap with TE userbuffers; "
+                     "torchtitan async TP, needs --compile); default off"),
         click.option("--nic-bw", metavar="BW", help="NIC bandwidth per device and direction, with a unit: 400Gb "
                      "(gigabits/s) or 50GB (gigabytes/s); replaces the hardware profile's"),
         click.option("--scale-up-bw", metavar="BW",
@@ -159,9 +178,6 @@ def plan_options(f):
                      "virtual stages) of the same layout"),
         click.option("--debug", is_flag=True, help="show a traceback on errors"),
     ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
 
 
 def _handle_errors(f):
@@ -239,14 +255,21 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
 
 
 def training_overrides(train, model, kw: dict):
-    """Training settings given by flags that only some models take (--moe-capacity-factor: MoE models)."""
+    """Training settings given by flags that only some models or stacks take (--moe-capacity-factor: MoE
+    models; --compile: PyTorch-native stacks); the spec's validators own the rules."""
+    from pydantic import ValidationError
+
+    from planner.catalog.hf_import import _validation_message
     from planner.errors import InputError
-    cf = kw.get("moe_capacity_factor")
-    if cf is None:
+    upd = {k: kw[k] for k in ("moe_capacity_factor", "torch_compile") if kw.get(k) is not None}
+    if not upd:
         return train
-    if not model.is_moe:
+    if "moe_capacity_factor" in upd and not model.is_moe:
         raise InputError(f"--moe-capacity-factor applies to MoE models; {model.name} is dense: drop the flag")
-    return type(train).model_validate(train.model_dump() | {"moe_capacity_factor": cf})
+    try:
+        return type(train).model_validate(train.model_dump() | upd)
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "training settings")) from None
 
 
 def cluster_overrides(cluster, kw: dict):
@@ -357,7 +380,8 @@ def search_doc(ctx, res, kw: dict, launcher: str | None, seconds: float) -> dict
     return {"model": model_doc(ctx), "cluster": cluster_doc(ctx),
             "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
                          "framework": train.framework, "launcher": launcher, "grad_dtype": grad_dtype(train),
-                         "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl},
+                         "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl,
+                         "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor},
             "plans": plans,
             "ranking": ranking_doc(kw),
             "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,

@@ -93,6 +93,10 @@ def test_torchtitan_accepts_emitted_args(results, case):
     p, t = case.plan, case.train
     assert (r["tp"], r["pp"], r["cp"]) == (p.tp, p.pp, p.cp)
     assert r["sequence_parallel"] == (p.sequence_parallel or p.tp == 1)
+    # the step was costed with (eager) or without the unfused elementwise kernels: compile as planned, and
+    # async TP exactly when TP communication overlap was planned (torchtitan's CompileConfig checks it needs compile)
+    assert r["compile"] == t.torch_compile
+    assert r["async_tp"] == (p.tp > 1 and p.tp_comm_overlap)
     assert r["dp_replicate"] * r["dp_shard"] == p.dp
     if case.model.moe is not None:
         assert r["ep"] == p.ep

@@ -106,8 +106,9 @@ RULES = (
          lambda j: j.plan.offload_optimizer),
     Rule("ep-from-shard", "torchtitan borrows expert parallelism from dp_shard*cp*tp, which ep does not divide",
          "TT:distributed/parallel_dims.py:279, 391-420 [assert]", _ep_not_from_shard),
-    Rule("no-tp-overlap", "async TP needs torch.compile, which the planner does not turn on",
-         "TT:config/configs.py:303-310 [assert]", lambda j: j.plan.tp > 1 and j.plan.tp_comm_overlap),
+    Rule("tp-overlap-needs-compile", "async TP (TP communication overlap) needs torch.compile: add --compile",
+         "TT:config/configs.py:303-310 [assert]",
+         lambda j: j.plan.tp > 1 and j.plan.tp_comm_overlap and not j.train.torch_compile),
     Rule("state-dtypes", "--grad-dtype / --optimizer-dtype are written for Megatron-LM only; torchtitan would train "
          "with its default gradient and Adam-state dtypes", "TT:config/configs.py:78-95 (reduce in fp32 only)",
          non_default_state_dtypes),
