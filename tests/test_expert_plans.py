@@ -238,9 +238,11 @@ MFU_SCENARIOS = [
 ]
 
 
-MFU_GAP = pytest.mark.xfail(strict=True, reason="single-node 7-8B plans reach 0.71 (A100) / 0.66 (H100 BF16) MFU, "
-                            "above the best published 0.64 / 0.54 + 3 points: the fixed per-layer cost that would "
-                            "cap them ranks published expert layouts low (calibration.LAYER_OVERHEAD_S), not adopted")
+MFU_GAP = pytest.mark.xfail(strict=True, reason="Llama 3.1 8B on 8 H100s in BF16 reaches 0.58-0.59 MFU, above the "
+                            "best published H100 BF16 0.543 + 3 points; no cost in the dev runs lowers it (an "
+                            "overlapped-collective contention charge fits to zero; a fixed per-layer cost ranks "
+                            "published layouts low) and no single-node H100 BF16 run is among the sources "
+                            "(docs/validation.md)")
 
 
 @pytest.mark.parametrize("model,cluster,train", [pytest.param(*s, marks=MFU_GAP) if i == 1 else s

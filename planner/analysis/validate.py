@@ -106,7 +106,31 @@ def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
     if framework == "fsdp":
         doc, tables = ASYNC_TP_TABLES
         return "asynctp" in rid or (doc in src and any(f"{t} " in src for t in tables))
-    return False
+    # MaxText's TPU scripts and tpu-recipes launch with XLA's async collective fusion, which overlaps the TP
+    # collectives with the matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true
+    # --xla_tpu_overlap_compute_collective_tc=true; MaxText/configs/v5p/512b.sh @5431d43)
+    return framework == "maxtext" and str(run.get("hardware", "")).lower().startswith("tpu")
+
+
+def infer_fp8_recipe(run: dict) -> str | None:
+    """The FP8 scaling recipe of an fp8 run, where its id or citation says: Megatron-Bridge's FP8-CS / FP8-MX rows
+    (current per-tensor scaling / MXFP8); NeMo 24.07 and DGX Cloud's NeMo recipes (fp8_hybrid with an amax history:
+    delayed on H100; dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml fp8_amax_history_len 1024); DeepSeek-V3's own
+    fine-grained 1x128 / 128x128 scaling (report sec. 3.3.2: blockwise). Else None (the launcher's default)."""
+    if str((run.get("train") or {}).get("dtype", "")).lower() != "fp8":
+        return None
+    rid, src = str(run.get("id", "")).lower(), str(run.get("source", "")).lower()
+    if "fp8-mx" in rid:
+        return "mxfp8"
+    if "fp8-cs" in rid:
+        return "tensorwise"
+    if _deepseek_own_stack(run):
+        return "blockwise"
+    hopper = str(run.get("hardware", "")).lower().startswith(("h100", "h800"))
+    if hopper and infer_framework(run) == "megatron" and any(k in src for k in ("nemo performance summary",
+                                                                                 "dgx cloud benchmarking")):
+        return "delayed"
+    return None
 
 
 # Precision of gradients and optimizer states that a cited recipe's own config file sets (the runs
@@ -275,6 +299,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         attention_impl=infer_attention_impl(run),
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
                                         torch_compile=infer_torch_compile(run, fw),
+                                        fp8_recipe=infer_fp8_recipe(run),
                                         **infer_precision(run))
         train = TrainingSpec(**settings)
     except InputError as e:

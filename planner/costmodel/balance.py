@@ -29,7 +29,7 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
     rows = []
     for k in ctx.layer_kinds:
         lf, lb, la, lt, lc, le = layer_times(ctx, shape, k)
-        comm = 2 * (tp_exposed_share(plan) * lt + lc + le)
+        comm = 2 * (tp_exposed_share(ctx, plan) * lt + lc + le)
         dense = (k.params.total - k.params.routed_experts) / plan.tp
         selective = la + mla_up_proj_s(ctx, shape, k) if plan.recompute == "selective" else 0.0
         rows.append((lf + lb + comm + selective, lf + lt + lc + le,

@@ -27,7 +27,8 @@ PEAK = formula("rates.peak", "dense tensor-core peak of the compute dtype (atten
                "hardware profile peak_tflops (vendor datasheet, hardware_profiles/*.yaml)")
 GEMM_CEILING = formula(
     "rates.gemm_ceiling",
-    "measured MAMF ceiling (FP8: fp8 ceiling x FP8_DERATE) x GEMM_SHAPE_DERATE (x PYTORCH_NATIVE_HOPPER_EFFICIENCY for "
+    "measured MAMF ceiling (FP8: fp8 ceiling x FP8_DERATE, x MXFP8_REL_EFFICIENCY for MXFP8) x GEMM_SHAPE_DERATE "
+    "(x PYTORCH_NATIVE_HOPPER_EFFICIENCY for "
     "FSDP stacks on Hopper+); a GEMM of smallest dimension d reaches ceiling x d / (d + GEMM_DIM_HALF)",
     "hardware profile measured_gemm (MAMF); calibration.py (fitted on the dev runs)",
 )
@@ -87,6 +88,8 @@ class Context:
         eff = hw.gemm_efficiency_max
         if train.dtype == "fp8" and hw.peak_tflops.fp8:
             eff = (hw.gemm_efficiency_max_fp8 or eff) * cal.FP8_DERATE
+            if train.fp8_recipe == "mxfp8":
+                eff *= cal.MXFP8_REL_EFFICIENCY
         # a profile written by `plan calibrate` may carry its own fitted constants (specs.CalibrationSpec)
         derate = cal.profile_constant(hw, "gemm_shape_derate", cal.GEMM_SHAPE_DERATE)
         self.gemm_eff_max = eff * derate
@@ -94,6 +97,7 @@ class Context:
         self.attn_eff = hw.gemm_efficiency_max * derate * cal.profile_constant(hw, "attn_rel_efficiency",
                                                                                 cal.ATTN_REL_EFFICIENCY)
         self.step_overhead_s = cal.profile_constant(hw, "step_overhead_s", 0.0)
+        self.tp_overlap_hidden = cal.profile_constant(hw, "tp_overlap_hidden_fraction", cal.TP_OVERLAP_HIDDEN_FRACTION)
         # NVIDIA parts with FP8 tensor cores = Hopper and later, where kernel generation matters most
         hopper_plus = hw.vendor.upper().startswith("NVIDIA") and hw.peak_tflops.fp8 is not None
         if train.framework in ("fsdp",) and hopper_plus:

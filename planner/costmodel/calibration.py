@@ -58,6 +58,13 @@ UNFUSED_ATTN_BYTES_PER_SCORE_FWD = 13.0
 # scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted (0.80 under the earlier
 # plain least-squares fit, which the DGX Cloud DeepSeek-V3 rows dragged; docs/validation.md).
 FP8_DERATE = 0.882
+# MXFP8 (32-element blocks with E8M0 scales, Blackwell) GEMMs relative to per-tensor current scaling at the same
+# shapes: quantising each operand along both axes (the backward needs the transposed blocks) and the block-scaled
+# MMA. Set so that the model reproduces the mean MX / CS step ratio of the three same-job pairs Megatron-Bridge
+# publishes (25.11 performance summary, tokens/s/GPU FP8-CS (FP8-MX): Llama 3 8B GB200 31508 (29789), B200 30624
+# (29521), Llama 3.1 405B B200 661 (624): steps 5.8%, 3.7%, 5.6% longer with MXFP8, mean 5.2%;
+# tests/test_stack_knobs.py).
+MXFP8_REL_EFFICIENCY = 0.926
 # Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
 # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
 # Not fitted (the dev runs cannot separate it from GEMM efficiency).

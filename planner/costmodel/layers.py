@@ -123,5 +123,5 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
         tp.append(2 * ttp)  # collectives: forward + backward
         cp.append(2 * tcp)
         ep.append(2 * tep)
-        comm.append(2 * (tp_exposed_share(p) * ttp + tcp + tep))
+        comm.append(2 * (tp_exposed_share(ctx, p) * ttp + tcp + tep))
     return StageTimes(tuple(fwd), tuple(bwd), tuple(rec), tuple(tp), tuple(cp), tuple(ep), tuple(comm))

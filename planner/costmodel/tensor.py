@@ -7,7 +7,6 @@ with EP swap the MLP pair for the token all-to-alls (planner.costmodel.expert). 
 
 from __future__ import annotations
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
 from planner.costmodel.trace import Term, formula
@@ -38,10 +37,10 @@ def tp_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     return n_pairs * collective_time("all_reduce", buf, tp, shape.links.tp_ar)
 
 
-def tp_exposed_share(p: ParallelPlan) -> float:
+def tp_exposed_share(ctx: Context, p: ParallelPlan) -> float:
     """Share of the TP collective time left on the critical path: all of it, or what TP communication
-    overlap does not hide (calibration.TP_OVERLAP_HIDDEN_FRACTION)."""
-    return 1.0 - cal.TP_OVERLAP_HIDDEN_FRACTION if p.tp_comm_overlap else 1.0
+    overlap does not hide (calibration.TP_OVERLAP_HIDDEN_FRACTION, or the profile's pinned value)."""
+    return 1.0 - ctx.tp_overlap_hidden if p.tp_comm_overlap else 1.0
 
 
 def tp_warnings(ctx: Context, shape: Shape) -> list[str]:
@@ -52,9 +51,9 @@ def tp_warnings(ctx: Context, shape: Shape) -> list[str]:
     return []
 
 
-def tp_comm_term(shape: Shape, stage_tp_s: float) -> Term:
+def tp_comm_term(ctx: Context, shape: Shape, stage_tp_s: float) -> Term:
     p = shape.plan
-    return TP_COMM.term("tp_comm_s", shape.nmb * stage_tp_s * tp_exposed_share(p), "s",
+    return TP_COMM.term("tp_comm_s", shape.nmb * stage_tp_s * tp_exposed_share(ctx, p), "s",
                         microbatches=shape.nmb, tp_per_microbatch_s=stage_tp_s, tp=p.tp,
                         sequence_parallel=str(shape.sp), overlapped=str(p.tp_comm_overlap),
                         busbw_GBps=shape.links.tp.busbw / 1e9)

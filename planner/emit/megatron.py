@@ -199,8 +199,10 @@ def _precision_args(job: Job, a: _Args) -> None:
     t = job.train
     a.flag("--fp16" if t.dtype == "fp16" else "--bf16")
     if t.dtype == "fp8":
-        a.flag("--fp8-format", "hybrid")
-        a.flag("--fp8-recipe", "mxfp8" if job.blackwell_or_later else "tensorwise")
+        recipe = t.fp8_recipe or "tensorwise"  # the planned recipe (TrainingSpec.fp8_recipe); costed as such
+        # E4M3 forward, E5M2 gradients; TE's block-scaled recipes keep E4M3 throughout
+        a.flag("--fp8-format", "e4m3" if recipe in ("blockwise", "mxfp8") else "hybrid")
+        a.flag("--fp8-recipe", recipe)
 
 
 def _recompute_args(job: Job, a: _Args) -> None:

@@ -19,6 +19,9 @@ def dtype_errors(cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list
     if train.dtype == "fp8" and hw.peak_tflops.fp8 is None:
         errs.append(f"--dtype fp8 needs FP8 matmul units and {hw.id} has none (its profile gives no FP8 rate): "
                     "use --dtype bf16")
+    if train.fp8_recipe == "mxfp8" and hw.peak_tflops.fp4 is None:
+        errs.append(f"--fp8-recipe mxfp8 needs block-scaled (MX) tensor cores, Blackwell onwards, and {hw.id} has none "
+                    "(its profile gives no FP4 rate): use --fp8-recipe tensorwise")
     if train.dtype == "fp16" and hw.peak_tflops.fp16 is None and hw.torus is not None:
         errs.append(f"--dtype fp16: {hw.id} has no fp16 matmul units (its profile gives no fp16 rate; TPUs compute "
                     "in bf16): use --dtype bf16")

@@ -29,6 +29,9 @@ class PeakFlops(_Frozen):
     fp8: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1])
     fp32: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1],
                                description="non-tensor-core FP32 (vector) rate")
+    fp4: float | None = Field(None, ge=TFLOPS_RANGE[0], le=TFLOPS_RANGE[1],
+                              description="dense FP4 tensor-core rate: present on parts whose tensor cores run the "
+                              "block-scaled (MX) formats, Blackwell (SM100) onwards; MXFP8 needs them")
 
 
 class ScaleUp(_Frozen):
@@ -78,6 +81,8 @@ class CalibrationSpec(_Frozen):
     gemm_shape_derate: float | None = Field(None, gt=0, le=2, description="GEMM efficiency / MAMF ceiling")
     attn_rel_efficiency: float | None = Field(None, gt=0, le=2, description="attention core / GEMM efficiency")
     step_overhead_s: float | None = Field(None, ge=0, le=3600, description="fixed seconds per optimizer step")
+    tp_overlap_hidden_fraction: float | None = Field(None, ge=0, le=1, description="share of TP collectives "
+                                                     "hidden when TP communication overlap is on")
     error_band_rel: float | None = Field(None, ge=0, description="the calibration's own leave-one-out error band "
                                          "(planner.analysis.bands); replaces the dev-run regime's band")
     error_band_runs: int | None = Field(None, ge=1, description="runs behind error_band_rel")

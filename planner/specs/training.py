@@ -10,6 +10,7 @@ Dtype = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]
 AttentionImpl = Literal["flash", "unfused"]
 StateDtype = Literal["fp32", "bf16"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 
 
 class TrainingSpec(BaseModel):
@@ -56,6 +57,14 @@ class TrainingSpec(BaseModel):
         "2006.16668, sec. 2.2). None = dropless: expert time and memory follow the routed tokens, charged at the "
         "balanced load (vendor benchmarks force balanced routing; a real router loads the busiest expert more)",
     )
+    fp8_recipe: Fp8Recipe | None = Field(
+        None,
+        description="FP8 scaling recipe (Transformer Engine; Megatron --fp8-recipe): delayed (amax history, NeMo's "
+        "fp8_hybrid), tensorwise (current per-tensor scaling), blockwise (1x128 / 128x128 blocks, DeepSeek-V3 report "
+        "sec. 3.3.2), mxfp8 (32-element blocks with E8M0 scales; Blackwell's MX tensor cores only). None = the "
+        "launcher's default (tensorwise for Megatron). Only mxfp8 changes the modelled speed "
+        "(calibration.MXFP8_REL_EFFICIENCY)",
+    )
     torch_compile: bool = Field(
         False,
         description="PyTorch-native stacks (framework fsdp: torchtitan, llm-foundry): the model runs under "
@@ -75,6 +84,12 @@ class TrainingSpec(BaseModel):
     def _fp8_cache_needs_fp8(self) -> "TrainingSpec":
         if self.fp8_moe_act_cache and self.dtype != "fp8":
             raise ValueError("fp8_moe_act_cache stores activations in FP8: it needs dtype fp8")
+        return self
+
+    @model_validator(mode="after")
+    def _recipe_needs_fp8(self) -> "TrainingSpec":
+        if self.fp8_recipe is not None and self.dtype != "fp8":
+            raise ValueError(f"an FP8 recipe ({self.fp8_recipe}) needs dtype fp8: add --dtype fp8 or drop it")
         return self
 
     @model_validator(mode="after")

@@ -136,6 +136,9 @@ def _setting_options() -> list:
         click.option("--moe-capacity-factor", type=click.FloatRange(0, 1024, min_open=True), callback=_finite,
                      help="MoE expert capacity (x the balanced load): tokens beyond it are dropped, inputs padded to "
                      "it; time and memory are charged at it (default: dropless, charged at balanced routing)"),
+        click.option("--fp8-recipe", type=click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"]),
+                     help="with --dtype fp8: the scaling recipe (Megatron --fp8-recipe; mxfp8 on Blackwell only). "
+                     "Default: the launcher's (tensorwise)"),
         click.option("--compile", "torch_compile", is_flag=True, default=None,
                      help="PyTorch-native stacks (--framework fsdp / --launcher torchtitan): run under torch.compile "
                      "(fused elementwise kernels; torchtitan --compile.enable). Default: eager"),
@@ -256,12 +259,12 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
 
 def training_overrides(train, model, kw: dict):
     """Training settings given by flags that only some models or stacks take (--moe-capacity-factor: MoE
-    models; --compile: PyTorch-native stacks); the spec's validators own the rules."""
+    models; --compile: PyTorch-native stacks; --fp8-recipe: fp8); the spec's validators own the rules."""
     from pydantic import ValidationError
 
     from planner.catalog.hf_import import _validation_message
     from planner.errors import InputError
-    upd = {k: kw[k] for k in ("moe_capacity_factor", "torch_compile") if kw.get(k) is not None}
+    upd = {k: kw[k] for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe") if kw.get(k) is not None}
     if not upd:
         return train
     if "moe_capacity_factor" in upd and not model.is_moe:
@@ -381,7 +384,8 @@ def search_doc(ctx, res, kw: dict, launcher: str | None, seconds: float) -> dict
             "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
                          "framework": train.framework, "launcher": launcher, "grad_dtype": grad_dtype(train),
                          "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl,
-                         "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor},
+                         "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor,
+                         "fp8_recipe": train.fp8_recipe},
             "plans": plans,
             "ranking": ranking_doc(kw),
             "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,

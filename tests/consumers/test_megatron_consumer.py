@@ -123,7 +123,9 @@ def test_megatron_accepts_emitted_args(results, case):
     if case.model.moe is not None and case.model.moe.first_k_dense:
         assert r["moe_layer_freq"] == [int(case.model.is_moe_layer(i)) for i in range(case.model.num_layers)]
     if case.train.dtype == "fp8":
-        assert r["fp8"][0] == "hybrid"
+        # the planned (costed) recipe, tensorwise by default; TE's block-scaled recipes in E4M3
+        recipe = case.train.fp8_recipe or "tensorwise"
+        assert r["fp8"] == ["e4m3" if recipe in ("blockwise", "mxfp8") else "hybrid", recipe]
     # gradients are reduced in fp32 unless bf16 was asked for; bf16 Adam moments via the
     # precision-aware optimizer (master weights stay fp32)
     assert r["grad_reduce_in_fp32"] == (case.train.grad_dtype != "bf16" and case.train.dtype != "fp16")

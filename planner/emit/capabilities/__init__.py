@@ -22,7 +22,8 @@ from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 
 # rule ids (shared by the launcher tables) that depend on the model, dtype or hardware only
 PLAN_FREE_RULES = frozenset({"gpu-only", "registry", "decoder-block", "alibi", "parallel-block", "mla", "moe",
-                             "sliding-window", "partial-bias", "no-fp16", "no-fp8", "state-dtypes", "fp8-hardware"})
+                             "sliding-window", "partial-bias", "no-fp16", "no-fp8", "state-dtypes", "fp8-hardware",
+                             "fp8-recipe", "mxfp8-blackwell", "no-capacity"})
 
 
 @dataclass(frozen=True)

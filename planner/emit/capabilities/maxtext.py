@@ -63,6 +63,9 @@ RULES = (
     Rule("fp8-no-grad-accum", "MaxText fp8 quantization cannot be combined with gradient accumulation",
          "MT:configs/types.py:3878-3882 [assert]",
          lambda j: j.train.dtype == "fp8" and j.plan.pp == 1 and microbatches(j) > 1),
+    Rule("fp8-recipe", "MaxText's fp8 is AQT/Qwix quantization (quantization: fp8); Transformer Engine recipes "
+         "(te_fp8_*) are not verified here: drop --fp8-recipe", "MT:configs/types.py:83-103 quantization",
+         lambda j: j.train.fp8_recipe is not None),
     Rule("fp8-hardware", "{hw} has no FP8 matmul units", "MT:configs/types.py:83-103 quantization",
          lambda j: j.train.dtype == "fp8" and not j.fp8_in_hardware, needs_cluster=True,
          detail=lambda j: {"hw": j.hw_id}),

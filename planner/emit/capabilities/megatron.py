@@ -61,6 +61,10 @@ RULES = (
     Rule("low-precision-states-need-distopt", "bf16 Adam moments need the precision-aware distributed optimizer "
          "(zero_stage >= 1)", "MLM:megatron/core/optimizer/optimizer_config.py:414-426 [assert]",
          lambda j: j.train.optimizer_dtype == "bf16" and j.plan.zero_stage < 1),
+    Rule("mxfp8-blackwell", "MXFP8 is Blackwell only ({hw} has no block-scaled MX tensor cores)",
+         "MLM:megatron/core/transformer/transformer_config.py:436-442 [doc]",
+         lambda j: j.train.fp8_recipe == "mxfp8" and j.cluster.hardware.peak_tflops.fp4 is None, needs_cluster=True,
+         detail=lambda j: {"hw": j.hw_id}),
     Rule("fp8-hardware", "{hw} has no FP8 tensor cores", "MLM:megatron/core/fp8_utils.py:552-590 (Transformer Engine)",
          lambda j: j.train.dtype == "fp8" and not j.fp8_in_hardware, needs_cluster=True,
          detail=lambda j: {"hw": j.hw_id}),
@@ -92,7 +96,7 @@ CAPABILITIES = Capabilities(
     expert_tp="any etp (--expert-tensor-parallel-size); ep*etp divides tp*cp*dp",
     recompute=("none", "selective", "full"),  # full: uniform, or block for k layers per chunk
     offload="optimizer (--optimizer-cpu-offload, precision-aware distopt); no parameter offload",
-    fp8_recipes=("tensorwise", "mxfp8"),  # hybrid format; mxfp8 on Blackwell
+    fp8_recipes=("delayed", "tensorwise", "blockwise", "mxfp8"),  # --fp8-recipe; mxfp8 on Blackwell
     rank_order="tp-cp-ep-dp-pp (TP innermost), expert grid etp-ep-edp-pp",
     rules=RULES,
 )

@@ -112,6 +112,9 @@ RULES = (
     Rule("state-dtypes", "--grad-dtype / --optimizer-dtype are written for Megatron-LM only; torchtitan would train "
          "with its default gradient and Adam-state dtypes", "TT:config/configs.py:78-95 (reduce in fp32 only)",
          non_default_state_dtypes),
+    Rule("fp8-recipe", "torchtitan 0.3.0 sets its Float8 recipe in config_registry functions (rowwise), not on the "
+         "command line: drop --fp8-recipe", "TT:components/quantization/float8.py:58 (Float8LinearConfig recipe)",
+         lambda j: j.train.fp8_recipe is not None),
     Rule("fp8-hardware", "Float8 needs SM89+ ({hw} has no FP8)", "TT:components/quantization/float8.py:86-97 [assert]",
          lambda j: j.train.dtype == "fp8" and not j.fp8_in_hardware, needs_cluster=True,
          detail=lambda j: {"hw": j.hw_id}),
