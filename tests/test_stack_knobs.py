@@ -158,7 +158,7 @@ def test_mxfp8_against_current_scaling_on_blackwell(model, cluster, plan, gbs, m
 
 
 def test_fp8_recipe_rules():
-    with pytest.raises(ValueError, match="needs dtype fp8"):
+    with pytest.raises(ValueError, match="needs --dtype fp8"):
         TrainingSpec(global_batch=8, fp8_recipe="tensorwise")
     err = assert_input_error(run("--model", "llama-3.1-8b", "--cluster", "h100x8", "--dtype", "fp8",
                                  "--fp8-recipe", "mxfp8"))

@@ -89,14 +89,16 @@ class TrainingSpec(BaseModel):
     @model_validator(mode="after")
     def _recipe_needs_fp8(self) -> "TrainingSpec":
         if self.fp8_recipe is not None and self.dtype != "fp8":
-            raise ValueError(f"an FP8 recipe ({self.fp8_recipe}) needs dtype fp8: add --dtype fp8 or drop it")
+            raise ValueError(f"an FP8 recipe (--fp8-recipe {self.fp8_recipe}) needs --dtype fp8: add it or drop "
+                             "the recipe")
         return self
 
     @model_validator(mode="after")
     def _compile_is_pytorch_native(self) -> "TrainingSpec":
         if self.torch_compile and self.framework != "fsdp":
-            raise ValueError(f"torch_compile applies to PyTorch-native stacks (framework fsdp: torchtitan, "
-                             f"llm-foundry); {self.framework} fuses its elementwise kernels already: drop it")
+            raise ValueError(f"torch.compile (--compile) applies to PyTorch-native stacks (--framework fsdp, "
+                             f"--launcher torchtitan); {self.framework} fuses its elementwise kernels already: "
+                             "drop --compile")
         return self
 
     @model_validator(mode="after")

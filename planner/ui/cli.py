@@ -593,7 +593,8 @@ def _other_launchers(ctx, kw: dict, doc: dict, rank: int) -> None:
         try:
             _, _, alt = run_search(resolve_target(fw_kw, ()))
         except PlannerError as e:
-            click.echo(f"{launcher} cannot run this plan ({errs[0]}) and has no plan of its own: {e}", err=True)
+            click.echo(f"{launcher} cannot run this plan ({errs[0]}) and finds no plan of its own with the knobs "
+                       f"you pinned ({e})", err=True)
             continue
         best = alt["plans"][0]
         click.echo(f"{launcher} cannot run this plan ({errs[0]}); its best plan: {_layout(best['plan'])}, "
