@@ -176,3 +176,36 @@ def test_fp8_recipes_inferred_from_citations():
     assert infer_fp8_recipe(runs["dgxc-gpt3-175b-fp8-128xh100"]) == "delayed"  # fp8_hybrid, amax history 1024
     assert infer_fp8_recipe(runs["deepseek-v3-2048xh800"]) == "blockwise"
     assert infer_fp8_recipe(runs["dgxc-gpt3-175b-bf16-128xh100"]) is None
+
+
+# ---- recompute granularity -------------------------------------------------------------------------------
+
+def test_torchtitan_selective_ac_is_op_level():
+    # Megatron's selective recompute re-runs the attention core; torchtitan's SelectiveAC saves the attention
+    # outputs and recomputes every second matmul plus the elementwise work: more recompute time per layer
+    from planner.costmodel.compute import layer_compute, selective_recompute_s
+    from planner.costmodel.layers import layer_times
+
+    def parts(framework: str):
+        ctx = Context(get_model("llama-3.1-8b"), parse_cluster("h100x8"),
+                      TrainingSpec(seq_len=8192, global_batch=16, framework=framework,
+                                   torch_compile=framework == "fsdp"))
+        shape = plan_shape(ctx, ParallelPlan(dp=8, zero_stage=3, micro_batch=2, recompute="selective"))
+        k = ctx.kinds[0]
+        c = layer_compute(ctx, shape, k)
+        assert layer_times(ctx, shape, k).selective == selective_recompute_s(ctx, shape, k, c)
+        return c, selective_recompute_s(ctx, shape, k, c)
+
+    c, mg = parts("megatron")
+    assert mg == c.attention
+    c, tt = parts("fsdp")
+    assert tt == pytest.approx(0.5 * (c.proj + c.mlp) + c.elementwise)
+
+
+def test_torchtitan_selective_layer_is_every_second_block():
+    from planner.analysis.validate import run_inputs
+    runs = {r["id"]: r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml")}
+    _, fixed = run_inputs(runs["torchtitan-llama3-8b-64xa100-selective-layer"])
+    assert (fixed["recompute"], fixed["recompute_layers"]) == ("full", 16)  # 32 layers, every second one
+    _, fixed = run_inputs(runs["torchtitan-llama31-8b-8xh100-fsdp"])
+    assert fixed["recompute"] == "selective"

@@ -328,6 +328,11 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
     if fixed.get("zero_stage") == 3:
         fixed["zero_shard_size"] = None  # the schema: zero_stage 3 is FSDP *full* sharding, not hybrid
         fixed.update(multislice_hsdp(run, cluster, fixed))
+    if fixed.get("recompute") == "selective" and "selective-layer" in str(run.get("id", "")).lower():
+        # torchtitan's layer-level selective AC of 2024 (activation_checkpoint.selective_ac_option = N, default "2")
+        # checkpoints every N-th transformer block whole: full recompute of half the blocks ("selective layer" in
+        # torchtitan docs/performance.md, beside the op-level "selective op")
+        fixed |= {"recompute": "full", "recompute_layers": model.num_layers // 2 // pp_pub}
     if _deepseek_own_stack(run) and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     for k, v in stack_constraints(run, train).items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, plan_shape
-from planner.costmodel.compute import lm_head_fwd_s, mla_up_proj_s
+from planner.costmodel.compute import lm_head_fwd_s
 from planner.costmodel.layers import layer_times
 from planner.costmodel.memory import (
     GIB,
@@ -28,10 +28,10 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
     base_mode = plan.recompute if plan.recompute != "full" else "none"
     rows = []
     for k in ctx.layer_kinds:
-        lf, lb, la, lt, lc, le = layer_times(ctx, shape, k)
+        lf, lb, lsel, lt, lc, le = layer_times(ctx, shape, k)
         comm = 2 * (tp_exposed_share(ctx, plan) * lt + lc + le)
         dense = (k.params.total - k.params.routed_experts) / plan.tp
-        selective = la + mla_up_proj_s(ctx, shape, k) if plan.recompute == "selective" else 0.0
+        selective = lsel if plan.recompute == "selective" else 0.0
         rows.append((lf + lb + comm + selective, lf + lt + lc + le,
                      act_elems(ctx, shape, k, base_mode) * shape.tokens * ACT_ELEM_BYTES,
                      act_elems(ctx, shape, k, "full") * shape.tokens * ACT_ELEM_BYTES,

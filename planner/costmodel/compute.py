@@ -177,6 +177,18 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     return LayerCompute(proj, mlp, exp, attn, elem, merge_fwd, merge_bwd, fwd, bwd)
 
 
+def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute) -> float:
+    """Forward seconds selective recompute re-runs in one layer. Megatron (and MaxText's "minimal" policy): the
+    attention core (Korthikanti et al. 2022 sec. 5) and, for MLA, the up-projections; the norms and expert
+    activations it also recomputes are memory-bound, not charged. torchtitan (framework fsdp): op-level selective
+    AC saves the attention (SDPA) outputs and every second matmul's output and recomputes the rest
+    (torchtitan distributed/activation_checkpoint.py SelectiveAC: "recomputes every second matmul"): half the
+    GEMMs and the elementwise work."""
+    if ctx.train.framework == "fsdp":
+        return 0.5 * (c.proj + c.mlp + c.experts) + c.elementwise
+    return c.attention + mla_up_proj_s(ctx, shape, k)
+
+
 def kind_label(k: LayerKind) -> str:
     return ("MoE" if k.moe else "dense") + (" sliding" if k.sliding else "")
 
@@ -206,8 +218,9 @@ COMPUTE = formula(
 RECOMPUTE = formula(
     "compute.recompute",
     "m x recompute of the slowest stage: full = the recomputed layers' forward with its collectives, "
-    "selective = their attention core (+ MLA up-projections for MLA models)",
-    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3",
+    "selective = their attention core (+ MLA up-projections for MLA models); torchtitan: half the GEMMs + elementwise",
+    "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3; "
+    "torchtitan SelectiveAC (op-level)",
 )
 
 

@@ -8,7 +8,13 @@ from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
-from planner.costmodel.compute import kind_label, layer_compute, layer_compute_term, lm_head_fwd_s, mla_up_proj_s
+from planner.costmodel.compute import (
+    kind_label,
+    layer_compute,
+    layer_compute_term,
+    lm_head_fwd_s,
+    selective_recompute_s,
+)
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
 from planner.costmodel.tensor import tp_comm_fwd_s, tp_exposed_share
@@ -24,12 +30,13 @@ LM_HEAD_BWD_RATIO = 2
 
 
 class LayerTimes(NamedTuple):
-    """Seconds of one layer for one micro-batch on one device: forward and backward compute, the attention
-    core's forward, and the forward TP / CP / EP collectives (backward repeats each)."""
+    """Seconds of one layer for one micro-batch on one device: forward and backward compute, what selective
+    recompute re-runs (compute.selective_recompute_s), and the forward TP / CP / EP collectives (backward
+    repeats each)."""
 
     fwd: float
     bwd: float
-    attention: float
+    selective: float
     tp: float
     cp: float
     ep: float
@@ -37,7 +44,7 @@ class LayerTimes(NamedTuple):
 
 def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, tuple[Term, ...]]:
     c = layer_compute(ctx, shape, k)
-    t = LayerTimes(c.fwd, c.bwd, c.attention, tp_comm_fwd_s(ctx, shape, k),
+    t = LayerTimes(c.fwd, c.bwd, selective_recompute_s(ctx, shape, k, c), tp_comm_fwd_s(ctx, shape, k),
                    cp_comm_fwd_s(ctx, shape, c.attention), ep_comm_fwd_s(ctx, shape, k))
     comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,
                            ep_s=t.ep, tp=shape.plan.tp, cp=shape.plan.cp, ep=shape.plan.ep)
@@ -86,7 +93,7 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
     _, head_counts, tail_counts = split
     for part, full_part in ((head_counts, True), (tail_counts, False)):
         for kid, cnt in part.items():
-            lf, lb, la, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
+            lf, lb, lsel, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
             # + the fixed host/launch cost of running a layer (calibration.LAYER_OVERHEAD_S), 1/3 forward
             f += cnt * (lf + cal.LAYER_OVERHEAD_S / 3)
             b += cnt * (lb + 2 * cal.LAYER_OVERHEAD_S / 3)
@@ -96,9 +103,7 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
             if recompute == "full" and full_part:
                 rc += cnt * (lf + lt + lc + le)  # re-run the forward, collectives included
             elif recompute == "selective":
-                # re-run the attention core (Korthikanti sec. 5) and, for MLA, the up-projections; the norms
-                # and expert activations it also recomputes are memory-bound elementwise work, not charged
-                rc += cnt * (la + mla_up_proj_s(ctx, shape, ctx.kinds[kid]))
+                rc += cnt * lsel
     return f, b, rc, ttp, tcp, tep
 
 
