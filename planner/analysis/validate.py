@@ -76,26 +76,30 @@ def infer_legacy_deepspeed_zero3(run: dict, framework: str) -> bool:
 
 
 # torchtitan's Dec 2024 H100 benchmark (benchmarks/llama3_h100_202412_torchtitan.md) states torch.compile in the
-# titles of Tables 2, 4, 5 and 6; Tables 1 and 3 list it per row (the run id carries "compile").
-COMPILED_TABLES = ("llama3_h100_202412_torchtitan", ("table 2", "table 4", "table 5", "table 6"))
+# titles of Tables 2, 4, 5 and 6 (Tables 1 and 3 list it per row: the run id carries "compile") and AsyncTP in the
+# titles of Tables 5 and 6 (Table 4 per row: "asynctp" in the id).
+TORCHTITAN_H100_DOC = "llama3_h100_202412_torchtitan"
+COMPILED_TABLES = (2, 4, 5, 6)
+ASYNC_TP_TABLES = (5, 6)
+
+
+def _cites_torchtitan_table(run: dict, tables: tuple[int, ...]) -> bool:
+    src = str(run.get("source", "")).lower()
+    return TORCHTITAN_H100_DOC in src and any(f"table {t} " in src for t in tables)
 
 
 def infer_torch_compile(run: dict, framework: str) -> bool:
     """Whether a PyTorch-native run used torch.compile, from its id or the cited table's title."""
-    if framework != "fsdp":
-        return False
-    rid, src = str(run.get("id", "")).lower(), str(run.get("source", "")).lower()
-    doc, tables = COMPILED_TABLES
-    return "compile" in rid or (doc in src and any(f"{t} " in src for t in tables))
+    rid = str(run.get("id", "")).lower()
+    return framework == "fsdp" and ("compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES))
 
 
 # TP communication overlap in the cited stack (the runs schema has no field for it): NVIDIA's benchmark recipes
 # (NeMo performance summary, DGX Cloud, Megatron-Bridge) run Transformer Engine userbuffers overlap with TP > 1
 # (dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml: ub_tp_comm_overlap: true; Megatron-Bridge performance
 # recipes: CommOverlapConfig(tp_comm_overlap=True) with the userbuffers_*_tp* presets); torchtitan's Dec 2024
-# benchmark runs AsyncTP where its id says so and in Tables 5 and 6 (titles: "+ AsyncTP").
+# benchmark runs AsyncTP where its id or table title says so (ASYNC_TP_TABLES).
 NVIDIA_RECIPE_SOURCES = ("nemo performance summary", "dgx cloud benchmarking", "megatron-bridge performance summary")
-ASYNC_TP_TABLES = ("llama3_h100_202412_torchtitan", ("table 5", "table 6"))
 
 
 def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
@@ -104,8 +108,7 @@ def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
     if framework == "megatron":
         return any(k in src for k in NVIDIA_RECIPE_SOURCES)
     if framework == "fsdp":
-        doc, tables = ASYNC_TP_TABLES
-        return "asynctp" in rid or (doc in src and any(f"{t} " in src for t in tables))
+        return "asynctp" in rid or _cites_torchtitan_table(run, ASYNC_TP_TABLES)
     # MaxText's TPU scripts and tpu-recipes launch with XLA's async collective fusion, which overlaps the TP
     # collectives with the matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true
     # --xla_tpu_overlap_compute_collective_tc=true; MaxText/configs/v5p/512b.sh @5431d43)

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
+from planner.costmodel.expert import expert_load
 from planner.costmodel.pipeline import inflight_microbatches, schedule_of
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
@@ -270,7 +271,7 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
             fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"),
-            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=tr.moe_capacity_factor or 1.0)
+            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx))
     return v
 
 

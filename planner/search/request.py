@@ -19,7 +19,7 @@ def dtype_errors(cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list
     if train.dtype == "fp8" and hw.peak_tflops.fp8 is None:
         errs.append(f"--dtype fp8 needs FP8 matmul units and {hw.id} has none (its profile gives no FP8 rate): "
                     "use --dtype bf16")
-    if train.fp8_recipe == "mxfp8" and hw.peak_tflops.fp4 is None:
+    if train.fp8_recipe == "mxfp8" and not hw.mx_tensor_cores:
         errs.append(f"--fp8-recipe mxfp8 needs block-scaled (MX) tensor cores, Blackwell onwards, and {hw.id} has none "
                     "(its profile gives no FP4 rate): use --fp8-recipe tensorwise")
     if train.dtype == "fp16" and hw.peak_tflops.fp16 is None and hw.torus is not None:
@@ -35,9 +35,16 @@ def dtype_errors(cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list
     return errs
 
 
+def model_training_errors(model: ModelSpec, train: TrainingSpec) -> list[str]:
+    """Training settings the model cannot take."""
+    if train.moe_capacity_factor is not None and not model.is_moe:
+        return [f"--moe-capacity-factor applies to MoE models; {model.name} is dense: drop the flag"]
+    return []
+
+
 def request_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list[str]:
     """Every reason the request can never give a plan a launcher runs (empty = go ahead and search)."""
     pinned = pinned_errors(model, train, cluster.count, fixed)
     if pinned:
         pinned[-1] += ": change or drop the pinned knobs"
-    return dtype_errors(cluster, train, fixed) + pinned
+    return model_training_errors(model, train) + dtype_errors(cluster, train, fixed) + pinned

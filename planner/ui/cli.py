@@ -257,9 +257,9 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
     return model, cluster, train
 
 
-def training_overrides(train, model, kw: dict):
-    """Training settings given by flags that only some models or stacks take (--moe-capacity-factor: MoE
-    models; --compile: PyTorch-native stacks; --fp8-recipe: fp8); the spec's validators own the rules."""
+def training_overrides(train, kw: dict):
+    """Training settings given by flags that only some models or stacks take (--moe-capacity-factor,
+    --compile, --fp8-recipe); the spec's validators and planner.search.request own the rules."""
     from pydantic import ValidationError
 
     from planner.catalog.hf_import import _validation_message
@@ -267,8 +267,6 @@ def training_overrides(train, model, kw: dict):
     upd = {k: kw[k] for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe") if kw.get(k) is not None}
     if not upd:
         return train
-    if "moe_capacity_factor" in upd and not model.is_moe:
-        raise InputError(f"--moe-capacity-factor applies to MoE models; {model.name} is dense: drop the flag")
     try:
         return type(train).model_validate(train.model_dump() | upd)
     except ValidationError as e:
@@ -307,7 +305,7 @@ def run_search(kw: dict, show_progress: bool = False):
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
                                          kw.get("attention"))
-    train = training_overrides(train, model, kw)
+    train = training_overrides(train, kw)
     cluster = cluster_overrides(cluster, kw)
     launcher = kw.get("launcher")
     if launcher:
@@ -541,7 +539,7 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
     model, cluster, train = build_inputs(kw["model_arg"], kw["cluster_arg"], kw.get("seq_len"), kw.get("gbs"),
                                          kw["dtype"], kw["framework"], kw.get("grad_dtype"), kw.get("optimizer_dtype"),
                                          kw.get("attention"))
-    train = training_overrides(train, model, kw)
+    train = training_overrides(train, kw)
     cluster = cluster_overrides(cluster, kw)
     fixed = fixed_knobs(kw)
     check_request(model, cluster, train, {k: v for k, v in fixed.items() if k not in ("tp", "pp", "cp", "dp")},

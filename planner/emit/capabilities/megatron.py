@@ -63,7 +63,7 @@ RULES = (
          lambda j: j.train.optimizer_dtype == "bf16" and j.plan.zero_stage < 1),
     Rule("mxfp8-blackwell", "MXFP8 is Blackwell only ({hw} has no block-scaled MX tensor cores)",
          "MLM:megatron/core/transformer/transformer_config.py:436-442 [doc]",
-         lambda j: j.train.fp8_recipe == "mxfp8" and j.cluster.hardware.peak_tflops.fp4 is None, needs_cluster=True,
+         lambda j: j.train.fp8_recipe == "mxfp8" and not j.cluster.hardware.mx_tensor_cores, needs_cluster=True,
          detail=lambda j: {"hw": j.hw_id}),
     Rule("fp8-hardware", "{hw} has no FP8 tensor cores", "MLM:megatron/core/fp8_utils.py:552-590 (Transformer Engine)",
          lambda j: j.train.dtype == "fp8" and not j.fp8_in_hardware, needs_cluster=True,
