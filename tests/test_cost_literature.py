@@ -226,3 +226,29 @@ def test_offload_crosses_the_profiles_host_link(cluster, gbps):
     # + CPU-Adam on the host's shared CPUs (issue 12): the GPUs of a host update their shards on its cores
     cpu_s = term.inputs["local_params"] * term.inputs["gpus_per_host"] / term.inputs["cpu_adam_params_per_s"]
     assert term.value == pytest.approx(link_s + cpu_s)
+
+
+# NVIDIA's published "Model TFLOP/s/GPU" divided by its tokens/s/GPU is the model FLOPs per token of Megatron's
+# num_floating_point_operations (causal attention: half the score matrix). Megatron-Bridge 25.11 performance
+# summary (docs/performance-summary.md, DGX-H100 table): Llama 3 8B 744 / 14451, Llama 3 70B 719 / 1602,
+# Llama 3.1 405B 737 / 292, all at sequence 8192.
+@pytest.mark.parametrize("model,tflops,tokens_per_s", [("llama-3.1-8b", 744, 14451), ("llama-3.1-70b", 719, 1602),
+                                                        ("llama-3.1-405b", 737, 292)])
+def test_mfu_flops_match_nvidias_published_model_tflops(model, tflops, tokens_per_s):
+    from planner.catalog.models import get_model
+    from planner.costmodel.flops import model_flops_per_token
+    # the table rounds TFLOP/s to 3 digits and tokens/s to 4-5: agreement to 0.5% is what the rounding allows
+    assert model_flops_per_token(get_model(model), 8192) == pytest.approx(tflops * 1e12 / tokens_per_s, rel=5e-3)
+
+
+def test_noncausal_flops_match_the_dgx_cloud_readme():
+    # NVIDIA dgxc-benchmarking llama3.1/README_8b.md (Notes): Llama 3.1 8B at sequence 8192 costs 4.74E+14 model
+    # FLOPs per sequence counted the SC21 / PaLM way (attention 12 l h^2 (1 + g/a + s/h), the whole score matrix)
+    from planner.catalog.models import get_model
+    from planner.costmodel.flops import model_flops_per_token, noncausal_model_flops_per_token
+    m = get_model("llama-3.1-8b")
+    assert noncausal_model_flops_per_token(m, 8192) * 8192 == pytest.approx(4.74e14, rel=2e-3)
+    # the causal count keeps (s + 1) / 2 of the s keys per query: it drops 3 (fwd + bwd) x 2 GEMMs (QK^T, AV) x
+    # 2 FLOPs x (s - 1) / 2 keys x heads x head_dim per layer
+    half_core = 3 * 2 * 2 * (8192 - 1) / 2 * m.num_heads * m.head_dim * m.num_layers
+    assert noncausal_model_flops_per_token(m, 8192) - model_flops_per_token(m, 8192) == pytest.approx(half_core)

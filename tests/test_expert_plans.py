@@ -238,15 +238,7 @@ MFU_SCENARIOS = [
 ]
 
 
-MFU_GAP = pytest.mark.xfail(strict=True, reason="Llama 3.1 8B on 8 H100s in BF16 reaches 0.58-0.59 MFU, above the "
-                            "best published H100 BF16 0.543 + 3 points; no cost in the dev runs lowers it (an "
-                            "overlapped-collective contention charge fits to zero; a fixed per-layer cost ranks "
-                            "published layouts low) and no single-node H100 BF16 run is among the sources "
-                            "(docs/validation.md)")
-
-
-@pytest.mark.parametrize("model,cluster,train", [pytest.param(*s, marks=MFU_GAP) if i == 1 else s
-                                                 for i, s in enumerate(MFU_SCENARIOS)])
+@pytest.mark.parametrize("model,cluster,train", MFU_SCENARIOS)
 def test_first_plan_mfu_under_best_published(model, cluster, train):
     ctx, plans = best(model, cluster, **train)
     key = (ctx.cluster.hardware.id, _precision(ctx.train.dtype))

@@ -10,7 +10,13 @@ from typing import Any, NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.collectives import Link, span_link
-from planner.costmodel.flops import LayerFlops, is_sliding_layer, layer_flops, model_flops_per_token
+from planner.costmodel.flops import (
+    LayerFlops,
+    is_sliding_layer,
+    layer_flops,
+    model_flops_per_token,
+    noncausal_model_flops_per_token,
+)
 from planner.costmodel.params import LayerParams, count_params, layer_params
 from planner.costmodel.partition import stage_layer_counts
 from planner.costmodel.placement import placement
@@ -73,6 +79,7 @@ class Context:
         self.layer_kinds = [self.kinds[j] for j in self.kind_of_layer]
         self.params = count_params(model)
         self.model_flops_per_token = model_flops_per_token(model, train.seq_len)
+        self.noncausal_model_flops_per_token = noncausal_model_flops_per_token(model, train.seq_len)
         self._rates(cluster, train)
         # caches shared by every candidate of a search (keys hold every input of the cached value)
         self.layer_time_cache: dict[tuple, Any] = {}  # -> planner.costmodel.layers.LayerTimes

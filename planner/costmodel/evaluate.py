@@ -30,8 +30,10 @@ STEP = formula("evaluate.step", "pipeline makespan (compute + recompute + bubble
                "+ exposed pipeline p2p + exposed DP traffic + optimizer step", "the terms it sums")
 THROUGHPUT = formula("evaluate.throughput", "global batch x seq_len / step / devices", "definition")
 MFU = formula(
-    "evaluate.mfu", "model FLOPs per token x tokens per step / (step x devices x BF16 dense peak)",
-    "PaLM, Chowdhery et al. 2022, arXiv 2204.02311, app. B (6N + 12 l h s); Narayanan et al. SC21 eq. 3",
+    "evaluate.mfu", "model FLOPs per token (causal attention) x tokens per step / (step x devices x BF16 dense peak); "
+    "mfu_noncausal counts the masked half of the scores too",
+    "Megatron-LM num_floating_point_operations and NeMo/Megatron-Bridge flops formulas (causal: half the score "
+    "matrix); PaLM, Chowdhery et al. 2022, arXiv 2204.02311, app. B (6N + 12 l h s, non-causal)",
 )
 HFU = formula("evaluate.hfu", "MFU x (1 + recompute forward share / 3)",
               "PaLM, Chowdhery et al. 2022, app. B (hardware FLOPs count the recompute)")
@@ -104,7 +106,8 @@ def _rate_terms(ctx: Context, shape: Shape, st: StageTimes, step: float) -> tupl
         THROUGHPUT.term("tokens_per_s_per_device", total_tokens / step / n_dev, "tokens/s",
                         tokens_per_step=total_tokens, step_time_s=step, devices=n_dev),
         MFU.term("mfu", mfu, "", model_flops_per_token=ctx.model_flops_per_token, tokens_per_step=total_tokens,
-                 step_time_s=step, devices=n_dev, peak_bf16_flops=ctx.peak_bf16),
+                 step_time_s=step, devices=n_dev, peak_bf16_flops=ctx.peak_bf16,
+                 mfu_noncausal=mfu * ctx.noncausal_model_flops_per_token / ctx.model_flops_per_token),
         HFU.term("hfu", mfu * (1 + rec_flops_frac / 3.0), "", mfu=mfu, recompute_fwd_share=rec_flops_frac),
     )
 

@@ -109,12 +109,23 @@ def lm_head_flops_per_token(m: ModelSpec) -> float:
 
 def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     """Training model FLOPs per token for MFU: 3 x forward (fwd + 2x bwd) of every matmul that the
-    active parameters take part in plus the attention core counted NON-causally, the convention of
-    PaLM (Chowdhery et al. 2022, arXiv 2204.02311, app. B: 6N + 12 l h s) and Megatron-LM SC21 eq. 3.
-    No recompute FLOPs (those count in HFU only)."""
+    active parameters take part in plus the causal attention core (the unmasked half of the scores), the
+    convention of Megatron-LM's num_floating_point_operations ("only half of the attention matrix is non-zero"),
+    of NeMo / Megatron-Bridge's flops formulas behind NVIDIA's published "Model TFLOP/s/GPU", and of MaxText's
+    calculate_tflops_training_per_device (causal = non-causal / 2). PaLM (Chowdhery et al. 2022, app. B) and
+    SC21 eq. 3 count the masked half too (`noncausal_model_flops_per_token`). No recompute FLOPs (HFU only)."""
+    return _model_flops_per_token(m, seq_len, causal=True)
+
+
+def noncausal_model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """The same with the whole s x s score matrix counted (PaLM app. B: 6N + 12 l h s; SC21 eq. 3; torchtitan's
+    logged MFU)."""
+    return _model_flops_per_token(m, seq_len, causal=False)
+
+
+def _model_flops_per_token(m: ModelSpec, seq_len: int, causal: bool) -> float:
     total = lm_head_flops_per_token(m)
     for i in range(m.num_layers):
         lf = layer_flops(m, i, seq_len)
-        sliding = is_sliding_layer(m, i)
-        total += lf.gemm + attn_core_flops_per_token(m, seq_len, sliding, causal=False)
+        total += lf.gemm + attn_core_flops_per_token(m, seq_len, is_sliding_layer(m, i), causal=causal)
     return 3.0 * total
