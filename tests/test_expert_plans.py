@@ -2,7 +2,7 @@
 about a pinned published recipe, and checks it against the model.
 
 The MFU ceilings are not typed in: they are the best measured MFU per (hardware, 16-bit or FP8) over the
-published runs in runs/known_runs_dev.yaml, computed here from each run's measured step time with the
+published runs in runs/ (known_runs_dev.yaml and known_runs_added.yaml), computed here from each run's measured step time with the
 planner's own FLOP count (MFU = model FLOPs / (step x devices x dense BF16 peak)), plus 3 points.
 """
 
@@ -23,12 +23,16 @@ from planner.search.engine import TIE_BAND, SearchOptions, search
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.analysis.validate import run_inputs
 
-RUNS = Path(__file__).resolve().parents[1] / "runs" / "known_runs_dev.yaml"
+RUNS_DIR = Path(__file__).resolve().parents[1] / "runs"
+RUN_FILES = (RUNS_DIR / "known_runs_dev.yaml", RUNS_DIR / "known_runs_added.yaml")
 
 
 def _runs() -> list[dict]:
-    data = yaml.safe_load(RUNS.read_text())
-    return data["runs"] if isinstance(data, dict) else data
+    out: list[dict] = []
+    for path in RUN_FILES:
+        data = yaml.safe_load(path.read_text())
+        out += data["runs"] if isinstance(data, dict) else data
+    return out
 
 
 def _run(run_id: str) -> dict:
