@@ -186,6 +186,21 @@ def test_gpt_oss_recipe_fits_as_published():
     assert ev.memory["peak_gib"] < 0.9 * ev.memory["capacity_gib"]
 
 
+def test_llm_foundry_mpt_recipe_fits_with_its_fused_loss():
+    # MosaicML llm-foundry benchmark table (A100 40GB): MPT-13B on 128 GPUs, FSDP full shard, activation
+    # checkpointing, micro-batch 16 at seq 2048. Its loss is flash-attn's fused CrossEntropyLoss (llm-foundry's
+    # default loss_fn for MPT), 4 B per logit; torch's cross entropy on fp32 logits (12 B) would not fit: 32768
+    # tokens x 50368 logits x 8 B = 12.3 GiB more
+    ctx, _ = run_inputs(_run("llmfoundry-mpt-13b-a100_40gb-128gpu-seq2048"))
+    assert ctx.train.fused_cross_entropy
+    plan = ParallelPlan(dp=128, zero_stage=3, micro_batch=16, recompute="full")
+    ev = evaluate(ctx, plan)
+    assert ev.fits, ev.memory
+    torch_ce = Context(ctx.model, ctx.cluster, ctx.train.model_copy(update={"fused_cross_entropy": False}))
+    assert evaluate(torch_ce, plan).memory["peak_gib"] - ev.memory["peak_gib"] == pytest.approx(
+        32768 * 50368 * 8 / 2**30 * 1.05, rel=0.02)
+
+
 def test_deepseek_v3_plan_fits_with_its_own_recompute():
     # DeepSeek-V3 (arXiv 2412.19437): PP16 DualPipe, EP64, FP8, recomputing only RMSNorm and the MLA
     # up-projections (sec. 3.3.3), BF16 Adam moments and the MoE SwiGLU inputs cached in FP8 (sec. 3.3.2): the

@@ -138,6 +138,16 @@ def test_stack_knobs_inferred_from_citations():
     assert knobs("sc21-t1-gpt-76.1b-1024gpu") == (False, False)
 
 
+def test_fused_loss_is_llm_foundrys_and_pytorch_native_only():
+    from planner.analysis.validate import infer_fused_cross_entropy
+    runs = {r["id"]: r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml")}
+    fused = {rid: infer_fused_cross_entropy(r, infer_framework(r)) for rid, r in runs.items()}
+    assert fused["llmfoundry-mpt-7b-h100_80gb-8gpu-seq2048"] and not fused["torchtitan-llama31-8b-8xh100-fsdp"]
+    assert not fused["dgxc-gpt3-175b-fp8-128xh100"]
+    with pytest.raises(ValueError, match="PyTorch-native stack"):
+        TrainingSpec(global_batch=8, fused_cross_entropy=True)  # Megatron keeps its vocab-parallel loss
+
+
 # ---- FP8 recipes ---------------------------------------------------------------------------------------
 
 MX_PAIRS = [  # Megatron-Bridge 25.11 performance summary, tokens/s/GPU FP8-CS (FP8-MX), GBS/MBS/TP/PP/CP/VP as listed

@@ -94,6 +94,13 @@ def infer_torch_compile(run: dict, framework: str) -> bool:
     return framework == "fsdp" and ("compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES))
 
 
+def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
+    """llm-foundry's MPT runs compute the loss with flash-attn's fused CrossEntropyLoss (llm-foundry
+    ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy."""
+    text = f"{run.get('id', '')} {run.get('source', '')}".lower()
+    return framework == "fsdp" and ("foundry" in text or "mpt" in text)
+
+
 # TP communication overlap in the cited stack (the runs schema has no field for it): NVIDIA's benchmark recipes
 # (NeMo performance summary, DGX Cloud, Megatron-Bridge) run Transformer Engine userbuffers overlap with TP > 1
 # (dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml: ub_tp_comm_overlap: true; Megatron-Bridge performance
@@ -302,6 +309,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         attention_impl=infer_attention_impl(run),
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
                                         torch_compile=infer_torch_compile(run, fw),
+                                        fused_cross_entropy=infer_fused_cross_entropy(run, fw),
                                         fp8_recipe=infer_fp8_recipe(run),
                                         **infer_precision(run))
         train = TrainingSpec(**settings)

@@ -61,7 +61,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
         first_extra_bytes=ctx.params.embedding / tp * per_dense
         + shape.tokens * m.hidden_size * ACT_ELEM_BYTES * inflight[0],
         last_extra_bytes=(ctx.params.lm_head or ctx.params.embedding) / tp * per_dense
-        + shape.tokens * logits_bytes_per_token(m, tp, ctx.train.framework),
+        + shape.tokens * logits_bytes_per_token(m, tp, ctx.train),
         inflight=inflight, capacity_bytes=cap,
         uniform_recompute=plan.recompute == "full",
     )

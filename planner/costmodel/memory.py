@@ -179,11 +179,15 @@ def activation_elems_per_token(
 # copy of the logits turned into the softmax in place (exp_, div_) and saved, the backward computed in place on
 # it and cast to a 2-byte gradient: 4 B + 2 B.
 LOGIT_BYTES = {"megatron": 6.0, "deepspeed": 6.0, "fsdp": 12.0, "maxtext": 12.0}
+# A fused cross-entropy kernel on the 16-bit logits (flash-attn losses/cross_entropy.py CrossEntropyLoss, llm-foundry's
+# MPT default): it saves the 2-byte logits and its backward writes a 2-byte gradient, with no fp32 copy.
+FUSED_LOGIT_BYTES = 4.0
 
 
-def logits_bytes_per_token(m: ModelSpec, tp: int, framework: str = "fsdp") -> float:
+def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
     """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel)."""
-    return LOGIT_BYTES.get(framework, 12.0) * m.vocab_size / tp
+    per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else LOGIT_BYTES.get(train.framework, 12.0)
+    return per_logit * m.vocab_size / tp
 
 
 # ---- per-device memory of each pipeline stage ---------------------------------------------------------
@@ -326,7 +330,7 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
             p.recompute, 0 if p.recompute_layers is None else max(0, n_layers - p.recompute_layers))
         acts += inflight * kept * UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
     if s == p.pp - 1:
-        acts += tokens * logits_bytes_per_token(m, p.tp, ctx.train.framework)
+        acts += tokens * logits_bytes_per_token(m, p.tp, ctx.train)
     if s == 0:
         # embedding output kept for the first layer
         acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)
@@ -412,7 +416,7 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
                    zero_shards=z_dense, expert_zero_shards=z_expert, offloaded=str(p.offload_optimizer)),
         ACTIVATIONS.term("activations_gib", a, "GiB", inflight_microbatches=sm.inflight, tokens=shape.tokens,
                          recompute=p.recompute,
-                         logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp, ctx.train.framework)),
+                         logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp, ctx.train)),
         BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
         OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(ctx.train.framework) / GIB,
                       fragmentation=cal.ALLOCATOR_FRAGMENTATION),

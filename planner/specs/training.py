@@ -48,6 +48,14 @@ class TrainingSpec(BaseModel):
         "#1453, Oct 2021) and gradients are averaged with all-reduce, not reduce-scatter (DeepSpeed issue "
         "#1173). Nothing of ZeRO-3's traffic overlaps compute",
     )
+    fused_cross_entropy: bool = Field(
+        False,
+        description="PyTorch-native stacks (framework fsdp): the loss runs as one fused kernel on the 16-bit logits "
+        "(flash-attn's CrossEntropyLoss, llm-foundry's default loss_fn 'fused_crossentropy' for MPT), which saves "
+        "the logits and writes a 16-bit gradient: 4 bytes per logit at the loss's peak instead of the 12 of torch's "
+        "cross entropy on fp32-upcast logits (torchtitan). Megatron's vocab-parallel loss (fused or not) and MaxText "
+        "keep their own accounting (planner.costmodel.memory.LOGIT_BYTES)",
+    )
 
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=1024,
@@ -99,6 +107,13 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"torch.compile (--compile) applies to PyTorch-native stacks (--framework fsdp, "
                              f"--launcher torchtitan); {self.framework} fuses its elementwise kernels already: "
                              "drop --compile")
+        return self
+
+    @model_validator(mode="after")
+    def _fused_loss_is_pytorch_native(self) -> "TrainingSpec":
+        if self.fused_cross_entropy and self.framework != "fsdp":
+            raise ValueError("fused_cross_entropy describes a PyTorch-native stack (framework fsdp); "
+                             f"{self.framework} keeps its own loss: drop it")
         return self
 
     @model_validator(mode="after")
