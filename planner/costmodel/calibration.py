@@ -96,6 +96,12 @@ DP_OVERLAP_FRACTION = 0.8
 # parameters (`stage3_max_reuse_distance`, default 1e9 in the DeepSpeed config docs). A documented
 # default, not fitted.
 DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS = 1e9
+# DeepSpeed ZeRO-3 gathers parameters module by module and releases them once more than this many are resident
+# (`stage3_max_live_parameters`, default 1e9; a module larger than it is still gathered whole); gradients leave
+# the device through a bucket of this many elements (`reduce_bucket_size`, default 5e8). Documented defaults
+# (DeepSpeed config docs), not fitted; the planner's ds_config writes the same live limit.
+DEEPSPEED_MAX_LIVE_PARAMS = 1e9
+DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 
 # --- memory ------------------------------------------------------------------------------------
 # CUDA context + NCCL buffers + allocator fragmentation, per device. NCCL allocates per-communicator

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
 from planner.costmodel.expert import expert_load
+from planner.costmodel.params import layer_params
 from planner.costmodel.pipeline import inflight_microbatches, schedule_of
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
@@ -210,7 +211,8 @@ STATE = formula(
 ACTIVATIONS = formula(
     "memory.activations",
     "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
-    "full activations under full recompute, + unfused scores 5 a s^2 b in layers not recomputed, + loss logits "
+    "full activations under full recompute, + unfused scores 5 a s^2 b in layers not recomputed and in the one "
+    "being recomputed, + loss logits "
     "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy) x V / tp on the "
     "last stage, + the embedding output on the first)",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1 eq. 1-2 and sec. 5; in-flight micro-batches: "
@@ -218,10 +220,11 @@ ACTIVATIONS = formula(
 )
 BUFFERS = formula(
     "memory.buffers",
-    "ZeRO-3 / FSDP: 2 gathered bf16 layers + one layer's gradients; FSDP under PP: the stage's unsharded "
+    "ZeRO-3 / FSDP: 2 gathered bf16 layers + one layer's gradients (DeepSpeed: at most max(live limit, largest "
+    "module) gathered, largest module + reduce bucket of gradients); FSDP under PP: the stage's unsharded "
     "parameters and gradients",
-    "ZeRO-3 prefetch (Rajbhandari et al. SC21, arXiv 2104.07857, sec. 6.1); torchtitan reshard_after_forward="
-    "False with PP",
+    "ZeRO-3 prefetch (Rajbhandari et al. SC21, arXiv 2104.07857, sec. 6.1); DeepSpeed stage3_max_live_parameters, "
+    "reduce_bucket_size defaults; torchtitan reshard_after_forward=False with PP",
 )
 OVERHEAD = formula(
     "memory.overhead",
@@ -264,6 +267,24 @@ def largest_layer_params_per_device(ctx: Context, plan: ParallelPlan, kind_ids) 
     split by TP, routed experts by EP x ETP."""
     return max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
                 + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp) for j in kind_ids), default=0.0)
+
+
+def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan) -> float:
+    """The largest single weight matrix (one module) a device holds: the fused q/k/v projection (Megatron's
+    query_key_value), the output projection, or the first MLP matrix (gate and up fused when gated), split by TP;
+    a routed expert's first matrix split by ETP. MLA attention counts as one module (an upper bound)."""
+    h, tp = m.hidden_size, plan.tp
+    gate = 2 if m.mlp_type == "gated" else 1
+    if m.mla is not None:
+        attn = float(layer_params(m, 0).attn)
+    else:
+        attn = float(h * m.head_dim * max(m.num_heads + 2 * m.num_kv_heads, m.num_heads))
+    out = max(attn, h * m.ffn_hidden_size * gate) / tp
+    if m.moe is not None:
+        e = m.moe
+        out = max(out, h * e.expert_ffn_hidden_size * gate / plan.etp,
+                  h * (e.shared_expert_ffn_hidden_size or 0) * gate / tp)
+    return out
 
 
 def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
@@ -328,7 +349,10 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         # full recompute keeps them for the layers it does not recompute
         kept = {"none": n_layers, "selective": 0}.get(
             p.recompute, 0 if p.recompute_layers is None else max(0, n_layers - p.recompute_layers))
-        acts += inflight * kept * UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
+        score_layer = UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
+        # the layer being recomputed in the backward materialises its scores again (Korthikanti sec. 5: selective
+        # recompute re-runs the attention core one layer at a time), once, not per micro-batch in flight
+        acts += inflight * kept * score_layer + (score_layer if p.recompute != "none" else 0.0)
     if s == p.pp - 1:
         acts += tokens * logits_bytes_per_token(m, p.tp, ctx.train)
     if s == 0:
@@ -348,8 +372,14 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
     if plan.zero_stage == 3:
         # unsharded bf16 copies of the current and the prefetched layer, plus one layer's grads
         _, hc, tc = split
-        return largest_layer_params_per_device(ctx, plan, set(hc) | set(tc)) * (
-            PARAM_GATHER_BYTES * ZERO3_GATHERED_LAYERS + grad_bytes)
+        layer = largest_layer_params_per_device(ctx, plan, set(hc) | set(tc))
+        gathered, grads = ZERO3_GATHERED_LAYERS * layer, layer
+        if ctx.train.framework == "deepspeed":
+            # DeepSpeed gathers module by module up to its live limit and ships gradients through a bucket
+            module = largest_matrix_params_per_device(ctx.model, plan)
+            gathered = min(gathered, max(cal.DEEPSPEED_MAX_LIVE_PARAMS, module))
+            grads = min(grads, module + cal.DEEPSPEED_REDUCE_BUCKET_PARAMS)
+        return gathered * PARAM_GATHER_BYTES + grads * grad_bytes
     return 0.0
 
 
