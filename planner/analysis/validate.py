@@ -144,14 +144,19 @@ def infer_fp8_recipe(run: dict) -> str | None:
 
 
 # Precision of gradients and optimizer states that a cited recipe's own config file sets (the runs
-# schema has no field for it): (citation substrings that must all appear, TrainingSpec fields, config).
-RECIPE_PRECISION = (
-    (("dgxc-benchmarking", "nemo_megatron/readme_175b"), {"grad_dtype": "bf16"},
+# schema has no field for it): (citation substrings that must all appear, model config fields that must match
+# (the recipe is per model), TrainingSpec fields, config).
+NEMOTRON4_340B = {"model_type": "nemotron", "hidden_size": 18432, "num_hidden_layers": 96}
+RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], str], ...] = (
+    (("dgxc-benchmarking", "nemo_megatron/readme_175b"), {}, {"grad_dtype": "bf16"},
      "NVIDIA/dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
-    (("dgxc-benchmarking", "nemotron/readme_340b"), {"grad_dtype": "bf16", "optimizer_dtype": "bf16"},
+    (("dgxc-benchmarking", "nemotron/readme_340b"), {}, {"grad_dtype": "bf16", "optimizer_dtype": "bf16"},
      "NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml: optim distributed_fused_adam, grad_sync_dtype bf16, "
      "dtype bf16 (NeMo-Framework-Launcher conf/training/nemotron/nemotron_340b.yaml sets the same)"),
-    (("deepseek-v3 technical report",), {"optimizer_dtype": "bf16", "fp8_moe_act_cache": True},
+    (("nemo performance summary",), NEMOTRON4_340B, {"grad_dtype": "bf16", "optimizer_dtype": "bf16"},
+     "NeMo's performance summary runs NeMo-Framework-Launcher's recipes: conf/training/nemotron/nemotron_340b.yaml "
+     "optim mcore_distributed_optim, grad_sync_dtype bf16, dtype bf16"),
+    (("deepseek-v3 technical report",), {}, {"optimizer_dtype": "bf16", "fp8_moe_act_cache": True},
      "DeepSeek-V3 report (arXiv 2412.19437) sec. 3.3.2: AdamW moments tracked in BF16; the MoE SwiGLU inputs cached "
      "in FP8 with the SwiGLU output recomputed in backward (FP8 runs only)"),
 )
@@ -161,9 +166,10 @@ def infer_precision(run: dict) -> dict[str, Any]:
     """Gradient / optimizer-state dtypes (and FP8 activation storage) of the recipe the run cites, where its
     config or paper states them."""
     src = str(run.get("source", "")).lower()
+    model: dict = run["model"] if isinstance(run.get("model"), dict) else {}
     fp8 = str((run.get("train") or {}).get("dtype", "")).lower() == "fp8"
-    for keys, fields, _config in RECIPE_PRECISION:
-        if all(k in src for k in keys):
+    for keys, arch, fields, _config in RECIPE_PRECISION:
+        if all(k in src for k in keys) and all(model.get(k) == v for k, v in arch.items()):
             return {k: v for k, v in fields.items() if fp8 or not k.startswith("fp8_")}
     return {}
 

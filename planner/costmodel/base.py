@@ -111,6 +111,14 @@ class Context:
             self.gemm_eff_max *= cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
             # the same derate applies to every tensor-core kernel, attention included
             self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY) * cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
+        # The LM head (output projection) stays in 16-bit in FP8 recipes: Megatron's output_layer is a plain
+        # tensor_parallel.ColumnParallelLinear outside Transformer Engine's fp8_autocast, torchtitan's float8
+        # converter skips "output" (filter_fqns). MaxText's FP8 path is not documented here: it keeps the recipe's.
+        self.head_peak, self.head_eff_max = self.peak, self.gemm_eff_max
+        if train.dtype == "fp8" and train.framework != "maxtext":
+            bf16_ceiling = hw.gemm_efficiency_max * derate
+            self.head_peak = self.peak_bf16
+            self.head_eff_max = bf16_ceiling * (self.gemm_eff_max / (eff * derate))  # same stack factors
         self.unfused_attention = train.attention_impl == "unfused"
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
         self.rate_terms = self._rate_terms(hw, train)
@@ -149,6 +157,11 @@ class Context:
         """GEMM efficiency falls as the smallest matrix dimension shrinks: eff_max x d / (d + d_half)."""
         d = max(1.0, min(dims))
         return self.gemm_eff_max * d / (d + cal.GEMM_DIM_HALF)
+
+    def head_flops_rate(self, *dims: float) -> float:
+        """FLOP/s of the LM head GEMM at these dimensions (16-bit in FP8 recipes, see _rates)."""
+        d = max(1.0, min(dims))
+        return self.head_peak * self.head_eff_max * d / (d + cal.GEMM_DIM_HALF)
 
 
 def num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:

@@ -205,10 +205,10 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
 
 
 def lm_head_fwd_s(ctx: Context, shape: Shape) -> float:
-    """LM head GEMM h -> V over the micro-batch's tokens, vocabulary split by TP."""
+    """LM head GEMM h -> V over the micro-batch's tokens, vocabulary split by TP; 16-bit in FP8 recipes
+    (Megatron's output_layer is outside Transformer Engine's fp8_autocast)."""
     m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
-    eff = ctx.gemm_eff(tokens, m.hidden_size, m.vocab_size / tp)
-    return tokens * lm_head_flops_per_token(m) / tp / (ctx.peak * eff)
+    return tokens * lm_head_flops_per_token(m) / tp / ctx.head_flops_rate(tokens, m.hidden_size, m.vocab_size / tp)
 
 
 COMPUTE = formula(
