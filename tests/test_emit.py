@@ -295,7 +295,7 @@ def test_maxtext_batch_and_mesh_arithmetic(case):
     prod = lambda d: __import__("math").prod(d.values())  # noqa: E731
     assert prod(dcn) == cfg["num_slices"] and prod(ici) * prod(dcn) == world
     assert ici["tensor"] * dcn["tensor"] == p.tp and ici["pipeline"] * dcn["pipeline"] == p.pp
-    assert cfg["remat_policy"] == {"none": "none", "selective": "minimal", "full": "full"}[p.recompute]
+    assert cfg["remat_policy"] == {"none": "minimal_with_context", "selective": "minimal", "full": "full"}[p.recompute]
 
 
 def test_maxtext_mapping_details():

@@ -207,7 +207,13 @@ def _decoder_block(job: Job) -> str:
     raise Unsupported(f"no MaxText decoder block matches the {m.family} architecture of {m.name}")
 
 
-_REMAT = {"none": "none", "selective": "minimal", "full": "full"}
+# MaxText wraps its scanned decoder layers in jax.checkpoint whatever the policy, and remat_policy "none" leaves the
+# policy None, i.e. nothing saveable: full remat (maxtext 0.2.5 layers/nnx_decoders.py _apply_layers_sequentially;
+# only unscanned layers skip the checkpoint for "none"). Its fastest policy, first in base.yml's list, is
+# "minimal_with_context": every named matmul output (q/k/v, attention context, out_proj, mlpwi, mlpwo) is saved and
+# only the elementwise ops between them are recomputed, which is what recompute "none" means here. "minimal" also
+# recomputes the attention core: Megatron's selective recompute.
+_REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
 
 
 def maxtext_config(job: Job) -> tuple[dict, list[str]]:
