@@ -213,7 +213,7 @@ ACTIVATIONS = formula(
     "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
     "full activations under full recompute, + unfused scores 5 a s^2 b in layers not recomputed and in the one "
     "being recomputed, + loss logits "
-    "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy) x V / tp on the "
+    "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy, 4 B a fused loss kernel) x V / tp on the "
     "last stage, + the embedding output on the first)",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1 eq. 1-2 and sec. 5; in-flight micro-batches: "
     "Narayanan et al. SC21 sec. 2.2",
@@ -278,7 +278,7 @@ def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan) -> float:
     if m.mla is not None:
         attn = float(layer_params(m, 0).attn)
     else:
-        attn = float(h * m.head_dim * max(m.num_heads + 2 * m.num_kv_heads, m.num_heads))
+        attn = float(h * m.head_dim * (m.num_heads + 2 * m.num_kv_heads))
     out = max(attn, h * m.ffn_hidden_size * gate) / tp
     if m.moe is not None:
         e = m.moe
