@@ -2,8 +2,9 @@
 about a pinned published recipe, and checks it against the model.
 
 The MFU ceilings are not typed in: they are the best measured MFU per (hardware, 16-bit or FP8) over the
-published runs in runs/ (known_runs_dev.yaml and known_runs_added.yaml), computed here from each run's measured step time with the
-planner's own FLOP count (MFU = model FLOPs / (step x devices x dense BF16 peak)), plus 3 points.
+published runs in runs/ (known_runs_dev.yaml, known_runs_added.yaml and known_runs_tpu_dev.yaml), computed here
+from each run's measured step time with the planner's own FLOP count (MFU = model FLOPs / (step x devices x dense
+BF16 peak), causal attention), plus 3 points.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from planner.specs import ParallelPlan, TrainingSpec
 from planner.analysis.validate import run_inputs
 
 RUNS_DIR = Path(__file__).resolve().parents[1] / "runs"
-RUN_FILES = (RUNS_DIR / "known_runs_dev.yaml", RUNS_DIR / "known_runs_added.yaml")
+RUN_FILES = (RUNS_DIR / "known_runs_dev.yaml", RUNS_DIR / "known_runs_added.yaml", RUNS_DIR / "known_runs_tpu_dev.yaml")
 
 
 def _runs() -> list[dict]:
@@ -271,6 +272,8 @@ MFU_SCENARIOS = [
     ("llama-3.1-70b", "h100x64", dict(seq_len=4096, global_batch=256)),
     ("llama-3.1-8b", "h100x64", dict(seq_len=8192, global_batch=512, dtype="fp8")),
     ("qwen2.5-72b", "h100x128", dict(seq_len=4096, global_batch=512)),
+    ("llama-3.1-70b", "tpu-v5px1024", dict(seq_len=8192, global_batch=1024)),
+    ("llama-3.1-70b", "tpu-v6ex256", dict(seq_len=8192, global_batch=256)),
 ]
 
 
