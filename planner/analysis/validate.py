@@ -36,7 +36,7 @@ def infer_framework(run: dict) -> str:
     framework field): torchtitan / llm-foundry are FSDP2/FSDP; MaxText is JAX FSDP; DeepSpeed ZeRO;
     everything else here (Megatron-LM, NeMo, Megatron-Bridge, DGX Cloud NeMo recipes) is Megatron."""
     text = f"{run.get('id', '')} {run.get('source', '')}".lower()
-    if "torchtitan" in text or "foundry" in text or "mpt" in text:
+    if "torchtitan" in text or _cites_llm_foundry(run):
         return "fsdp"
     if "maxtext" in text or str(run.get("hardware", "")).lower().startswith("tpu"):
         return "maxtext"  # TPUs train with JAX/XLA (MaxText and its kin) in every source here
@@ -94,11 +94,16 @@ def infer_torch_compile(run: dict, framework: str) -> bool:
     return framework == "fsdp" and ("compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES))
 
 
+def _cites_llm_foundry(run: dict) -> bool:
+    """A MosaicML llm-foundry (MPT) run, from its id or citation."""
+    text = f"{run.get('id', '')} {run.get('source', '')}".lower()
+    return "foundry" in text or "mpt" in text
+
+
 def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
     """llm-foundry's MPT runs compute the loss with flash-attn's fused CrossEntropyLoss (llm-foundry
     ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy."""
-    text = f"{run.get('id', '')} {run.get('source', '')}".lower()
-    return framework == "fsdp" and ("foundry" in text or "mpt" in text)
+    return framework == "fsdp" and _cites_llm_foundry(run)
 
 
 # TP communication overlap in the cited stack (the runs schema has no field for it): NVIDIA's benchmark recipes

@@ -98,41 +98,39 @@ class Context:
             if train.fp8_recipe == "mxfp8":
                 eff *= cal.MXFP8_REL_EFFICIENCY
         # a profile written by `plan calibrate` may carry its own fitted constants (specs.CalibrationSpec)
-        derate = cal.profile_constant(hw, "gemm_shape_derate", cal.GEMM_SHAPE_DERATE)
-        self.gemm_eff_max = eff * derate
+        self.shape_derate = cal.profile_constant(hw, "gemm_shape_derate", cal.GEMM_SHAPE_DERATE)
+        self.attn_rel = cal.profile_constant(hw, "attn_rel_efficiency", cal.ATTN_REL_EFFICIENCY)
+        # PyTorch-native stacks on NVIDIA parts with FP8 tensor cores (Hopper and later, where kernel generation
+        # matters most) reach a fraction of Megatron+TE's efficiency on every tensor-core kernel
+        self.fsdp_on_hopper = (train.framework == "fsdp" and hw.vendor.upper().startswith("NVIDIA")
+                               and hw.peak_tflops.fp8 is not None)
+        stack = cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY if self.fsdp_on_hopper else 1.0
+        self.gemm_eff_max = eff * self.shape_derate * stack
         self.attn_peak = self.peak_bf16  # attention core runs in bf16 even in FP8 recipes
-        self.attn_eff = hw.gemm_efficiency_max * derate * cal.profile_constant(hw, "attn_rel_efficiency",
-                                                                                cal.ATTN_REL_EFFICIENCY)
-        self.step_overhead_s = cal.profile_constant(hw, "step_overhead_s", 0.0)
-        self.tp_overlap_hidden = cal.profile_constant(hw, "tp_overlap_hidden_fraction", cal.TP_OVERLAP_HIDDEN_FRACTION)
-        # NVIDIA parts with FP8 tensor cores = Hopper and later, where kernel generation matters most
-        hopper_plus = hw.vendor.upper().startswith("NVIDIA") and hw.peak_tflops.fp8 is not None
-        if train.framework in ("fsdp",) and hopper_plus:
-            self.gemm_eff_max *= cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
-            # the same derate applies to every tensor-core kernel, attention included
-            self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY) * cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY
+        self.attn_eff = hw.gemm_efficiency_max * self.shape_derate * self.attn_rel
+        if self.fsdp_on_hopper:
+            self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY) * stack
         # The LM head (output projection) stays in 16-bit in FP8 recipes: Megatron's output_layer is a plain
         # tensor_parallel.ColumnParallelLinear outside Transformer Engine's fp8_autocast, torchtitan's float8
         # converter skips "output" (filter_fqns). MaxText's FP8 path is not documented here: it keeps the recipe's.
-        self.head_peak, self.head_eff_max = self.peak, self.gemm_eff_max
-        if train.dtype == "fp8" and train.framework != "maxtext":
-            bf16_ceiling = hw.gemm_efficiency_max * derate
-            self.head_peak = self.peak_bf16
-            self.head_eff_max = bf16_ceiling * (self.gemm_eff_max / (eff * derate))  # same stack factors
+        head_16bit = train.dtype == "fp8" and train.framework != "maxtext"
+        self.head_peak = self.peak_bf16 if head_16bit else self.peak
+        self.head_eff_max = hw.gemm_efficiency_max * self.shape_derate * stack if head_16bit else self.gemm_eff_max
+        self.step_overhead_s = cal.profile_constant(hw, "step_overhead_s", 0.0)
+        self.tp_overlap_hidden = cal.profile_constant(hw, "tp_overlap_hidden_fraction", cal.TP_OVERLAP_HIDDEN_FRACTION)
         self.unfused_attention = train.attention_impl == "unfused"
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
         self.rate_terms = self._rate_terms(hw, train)
 
     def _rate_terms(self, hw, train: TrainingSpec) -> tuple[Term, ...]:
-        fsdp_hopper = str(train.framework == "fsdp" and hw.vendor.upper().startswith("NVIDIA")
-                          and hw.peak_tflops.fp8 is not None)
+        fsdp_hopper = str(self.fsdp_on_hopper)
         return (
             PEAK.term("peak_flops", self.peak, "FLOP/s", hardware=hw.id, dtype=train.dtype),
             GEMM_CEILING.term("gemm_efficiency_ceiling", self.gemm_eff_max, "", mamf=hw.gemm_efficiency_max,
-                              shape_derate=cal.GEMM_SHAPE_DERATE, dim_half=cal.GEMM_DIM_HALF, dtype=train.dtype,
+                              shape_derate=self.shape_derate, dim_half=cal.GEMM_DIM_HALF, dtype=train.dtype,
                               fsdp_on_hopper=fsdp_hopper, pytorch_native=cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY),
             ATTN_EFFICIENCY.term("attention_efficiency", self.attn_eff, "", mamf=hw.gemm_efficiency_max,
-                                 shape_derate=cal.GEMM_SHAPE_DERATE, rel=cal.ATTN_REL_EFFICIENCY,
+                                 shape_derate=self.shape_derate, rel=self.attn_rel,
                                  fa2_abs=cal.FA2_HOPPER_ABS_EFFICIENCY, fsdp_on_hopper=fsdp_hopper,
                                  pytorch_native=cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY,
                                  attention_impl=train.attention_impl),
