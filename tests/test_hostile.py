@@ -443,7 +443,8 @@ def test_sigterm_removes_the_temporary_file(tmp_path):
         "import planner.emit as emit\n"
         "from planner.ui.cli import _exit_on_sigterm\n"
         "_exit_on_sigterm()\n"
-        "emit.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGTERM)\n"
+        "import planner.outputs as outputs\n"
+        "outputs.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGTERM)\n"
         f"emit.atomic_write_text({str(tmp_path / 'r.html')!r}, 'x' * 100000)\n"
     )
     p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),

@@ -19,6 +19,7 @@ from pathlib import Path
 from planner.emit import deepspeed, maxtext, megatron, torchtitan
 from planner.emit.common import Job, Unsupported, cluster_name, dumps, make_job
 from planner.errors import InputError
+from planner.outputs import write_output_text
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 
 LAUNCHERS: dict[str, Callable[[Job], dict[str, str]]] = {
@@ -69,22 +70,8 @@ def emit_all(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, plan: 
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, mode: int | None = None) -> None:
-    """Write `text` to `path` through a temporary file in the same directory and os.replace."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode if mode is not None else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write `text` to `path` (planner.outputs: atomic for a regular file, in place for a device or FIFO)."""
+    write_output_text(path, text, "output", mode)
 
 
 MANIFEST = ".planner-files.json"  # the names of the planner-written files of a --out directory

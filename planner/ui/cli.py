@@ -631,31 +631,17 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dic
 
 
 def check_output_path(path: str, option: str) -> None:
-    """Refuse an output path that cannot be written before any long computation (one input-error line)."""
-    from pathlib import Path
+    """Refuse an output path that cannot be written before any long computation (planner.outputs)."""
+    from planner.outputs import check_output_path as check
 
-    from planner.errors import InputError
-
-    p = Path(path)
-    shown = safe_line(path, 200)
-    if p.is_symlink() and not p.exists():
-        raise InputError(f"{option} {shown} is a symbolic link to a missing file: remove the link or give another path")
-    if not p.parent.is_dir():
-        raise InputError(f"{option} {shown}: the folder {safe_line(p.parent, 200)} does not exist: create it first")
+    check(path, option)
 
 
 def write_text_file(path: str, option: str, text: str) -> None:
-    """Write an output file atomically; every OS failure (missing folder, read-only, full disk, a dangling
-    symlink) is one input-error line naming the option."""
-    from planner.emit import atomic_write_text
-    from planner.errors import InputError
+    """Write an output file (planner.outputs: atomic for a regular file, in place for a device or FIFO)."""
+    from planner.outputs import write_output_text
 
-    check_output_path(path, option)
-    p, shown = path, safe_line(path, 200)
-    try:
-        atomic_write_text(p, text)
-    except OSError as e:
-        raise InputError(f"{option} {shown} cannot be written ({e.strerror or e}): choose a writable path") from None
+    write_output_text(path, text, option)
 
 
 def _print_listing(kw: dict, command: str, doc: dict, text) -> None:
@@ -744,9 +730,9 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
     from planner.analysis import calibrate as c
     from planner.analysis.nccl_tests import fit_link, read_nccl_tests
     from planner.analysis.validate import load_runs
-    from planner.emit import atomic_write_text
     from planner.errors import InputError
 
+    check_output_path(out_file, "--out")
     prepared, skipped = c.prepare_runs(load_runs(runs_file))
     if not prepared:
         first = "; ".join(s["id"] + ": " + s["reason"] for s in skipped[:2])
@@ -758,8 +744,8 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
     src = (f"plan calibrate: {len(prepared)} measured runs ({Path(runs_file).name})"
            + (f", nccl-tests {', '.join(Path(p).name for p in nccl_logs)}" if nccl_logs else ""))
     doc = c.cluster_document(res.hardware, prepared, src, res.loo_errors)
-    atomic_write_text(out_file, "# Written by `plan calibrate`; use it as --cluster. " + src + "\n"
-                      + yaml.safe_dump(doc, sort_keys=False, width=120))
+    write_text_file(out_file, "--out", "# Written by `plan calibrate`; use it as --cluster. " + src + "\n"
+                    + yaml.safe_dump(doc, sort_keys=False, width=120))
     out = {"out": out_file, "links": link_lines, "link_updates": updates,
            "fitted": {k: {"before": a, "after": b} for k, (a, b) in res.fitted.items()}, "held_fixed": res.held_fixed,
            "runs": [{"id": p.id, "measured_s": p.measured_s, "error_before": e0, "error_after": e1}
