@@ -28,8 +28,8 @@ BOUNDS = {
     "ATTN_REL_EFFICIENCY": (0.2, 1.2),
     "FA2_HOPPER_ABS_EFFICIENCY": (0.1, 0.6),
     "PYTORCH_NATIVE_HOPPER_EFFICIENCY": (0.3, 1.0),
-    "MOE_GROUPED_GEMM_REL_EFFICIENCY": (0.1, 1.0),
-    "MOE_DISPATCH_SYNC_S": (0.0, 0.05),
+    "MOE_GROUPED_GEMM_REL_EFFICIENCY": (0.5, 1.1),  # DeepGEMM grouped / dense 0.99-1.07 (calibration.py)
+    "HOST_LAUNCH_S": (2e-6, 5e-5),  # per-op host time of PyTorch eager (calibration.py)
     "FP8_DERATE": (0.3, 1.0),
     "RING_WIRE_FRACTION": (0.3, 1.0),
     "DP_OVERLAP_FRACTION": (0.0, 1.0),

@@ -148,6 +148,24 @@ def infer_fp8_recipe(run: dict) -> str | None:
     return None
 
 
+# MoE dispatcher of the cited recipe (the runs schema has no field for it): Megatron-Bridge's performance configs run
+# DeepSeek-V3 and Qwen3 on Blackwell with the flex dispatcher and HybridEP (NVIDIA-NeMo/Megatron-Bridge
+# scripts/performance/configs/deepseek/deepseek_workload_base_configs.py and qwen/qwen3_workload_base_configs.py:
+# moe_flex_dispatcher_backend="hybridep" for the GB200 / B200 presets); DeepSeek's own framework dispatches with
+# DeepEP (DeepSeek-V3 report sec. 3.2.2; deepseek-ai/DeepEP). Every other MoE run: its stack's default
+# (planner.costmodel.moe.STACK_MOE).
+FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe")
+
+
+def infer_moe_dispatcher(run: dict) -> str | None:
+    src = str(run.get("source", "")).lower()
+    model_type = str((run.get("model") or {}).get("model_type", "")).lower()
+    blackwell = str(run.get("hardware", "")).lower().startswith(("b200", "gb200"))
+    if "megatron-bridge performance summary" in src and blackwell and model_type in FLEX_RECIPE_MODELS:
+        return "flex"
+    return "flex" if _deepseek_own_stack(run) else None
+
+
 # Precision of gradients and optimizer states that a cited recipe's own config file sets (the runs
 # schema has no field for it): (citation substrings that must all appear, model config fields that must match
 # (the recipe is per model), TrainingSpec fields, config).
@@ -322,6 +340,8 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         torch_compile=infer_torch_compile(run, fw),
                                         fused_cross_entropy=infer_fused_cross_entropy(run, fw),
                                         fp8_recipe=infer_fp8_recipe(run),
+                                        moe_dispatcher=infer_moe_dispatcher(run),
+                                        moe_force_balanced=bool(t.get("moe_force_balanced", False)),
                                         **infer_precision(run))
         train = TrainingSpec(**settings)
     except InputError as e:
