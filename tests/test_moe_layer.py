@@ -102,3 +102,27 @@ def test_dropless_imbalance_model():
     capped = Context(ctx.model, ctx.cluster, ctx.train.model_copy(update={"moe_capacity_factor": 1.25}))
     assert expert_load(capped, shape) == 1.25
 
+
+
+def test_megatron_batch_level_a2a_overlap_hides_ep_comm():
+    """--overlap-moe-expert-parallel-comm: the dispatch / combine of one micro-batch hide under another's compute."""
+    name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
+    _, plain = _eval(name, ep=64)
+    _, overlap = _eval(name, ep=64, moe_a2a_overlap=True)
+    assert plain.time_breakdown["ep_comm_s"] > 0
+    assert overlap.time_breakdown["ep_comm_s"] < 0.5 * plain.time_breakdown["ep_comm_s"]
+    assert overlap.step_time_s < plain.step_time_s
+    assert overlap.time_breakdown["compute_s"] == pytest.approx(plain.time_breakdown["compute_s"])
+
+
+def test_deepep_buffers_counted_only_for_the_flex_dispatcher():
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.moe import dispatcher_buffer_bytes
+
+    name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
+    ctx, ev = _eval(name, ep=16)
+    assert dispatcher_buffer_bytes(ctx, plan_shape(ctx, ev.plan)) == 0.0
+    ctx, ev = _eval(name, ep=16, moe_dispatcher="flex")
+    b = dispatcher_buffer_bytes(ctx, plan_shape(ctx, ev.plan))
+    # 10 channels x 8 NVLink peers x 256 tokens x (7168 x 2 + 2048 B) + the RDMA ring to the other node: ~0.3-0.5 GiB
+    assert 0.25 * 2**30 < b < 0.6 * 2**30

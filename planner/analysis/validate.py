@@ -161,8 +161,13 @@ def infer_moe_dispatcher(run: dict) -> str | None:
     src = str(run.get("source", "")).lower()
     model_type = str((run.get("model") or {}).get("model_type", "")).lower()
     blackwell = str(run.get("hardware", "")).lower().startswith(("b200", "gb200"))
-    if "megatron-bridge performance summary" in src and blackwell and model_type in FLEX_RECIPE_MODELS:
-        return "flex"
+    if (run.get("train") or {}).get("moe_capacity_factor"):
+        # Megatron-Bridge's token drop asserts the alltoall dispatcher (training/utils/moe_token_drop.py)
+        return None
+    if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
+        # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 on Blackwell
+        if model_type == "deepseek_v3" or blackwell:
+            return "flex"
     return "flex" if _deepseek_own_stack(run) else None
 
 
@@ -342,6 +347,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         fp8_recipe=infer_fp8_recipe(run),
                                         moe_dispatcher=infer_moe_dispatcher(run),
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
+                                        moe_capacity_factor=t.get("moe_capacity_factor"),
                                         **infer_precision(run))
         train = TrainingSpec(**settings)
     except InputError as e:

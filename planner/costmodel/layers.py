@@ -128,7 +128,9 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head
             b += LM_HEAD_BWD_RATIO * t_head
-        if dualpipe:
+        if dualpipe or (ctx.train.moe_a2a_overlap and shape.nmb > 1):
+            # DualPipe's paired chunks, or Megatron's batch-level EP overlap (a forward and a backward micro-batch
+            # merged layer by layer): the all-to-alls hide under the paired compute
             tep = dualpipe_exposed_ep_s(tep, f, b)
         fwd.append(f)
         bwd.append(b)

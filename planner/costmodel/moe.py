@@ -180,7 +180,9 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
     """The MoE terms of one layer. With a dispatcher that copies token counts to the host (has_sync) the GPU queue
     is empty after the sync, so the rest of the layer runs kernel group by kernel group at the slower of the GPU
     and of the host launching it (exposed: host launch time beyond the GPU time of the same group). The backward
-    reuses the forward's counts, but the queue the forward drained gives the host no lead, so the same holds."""
+    reuses the forward's counts, but the queue the forward drained gives the host no lead, so the same holds.
+    Without a sync the host runs ahead of the GPU and is not charged (capacity-padded Megatron-Bridge rows run
+    1.2-1.5x slower than that predicts on Blackwell: docs/validation.md)."""
     if not k.moe:
         return NO_MOE
     router, permute, experts = router_s(ctx, shape, k), permute_s(ctx, shape, permute_mode), experts_s(ctx, shape, k)
@@ -191,3 +193,31 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
         host_f = max(0.0, base_f - permute - dispatch_fwd_s) + max(0.0, exp_f - experts)
         host_b = max(0.0, base_b - 2.0 * (permute + dispatch_fwd_s)) + max(0.0, exp_b - 2.0 * experts)
     return MoEForward(router, permute, experts, host_f, host_b)
+
+
+# DeepEP (V1) normal-kernel buffers, allocated once per EP group and held for the run (deepseek-ai/DeepEP
+# csrc/config.hpp Config::get_nvl_buffer_size_hint / get_rdma_buffer_size_hint; deep_ep/buffer.py: Buffer.num_sms 20,
+# get_dispatch_config / get_combine_config: 256 NVLink and 128 RDMA receive tokens per channel at EP 8-64): per channel
+# (num_sms / 2) and peer, a ring of receive tokens of hidden bytes + top-k indices and weights (kNumMaxTopK 128 x
+# 8 + 4 B) + scales (kNumMaxScales 128 x 4 B).
+DEEPEP_CHANNELS = 10
+DEEPEP_NVL_RECV_TOKENS = 256
+DEEPEP_RDMA_RECV_TOKENS = 128
+DEEPEP_TOKEN_META_BYTES = 128 * (8 + 4) + 128 * 4
+
+
+def dispatcher_buffer_bytes(ctx: Context, shape: Shape) -> float:
+    """Bytes of the MoE dispatcher's persistent communication buffers on one device: DeepEP's NVLink ring (peers in
+    the NVLink domain, at most 8) and, when the EP group spans domains, its RDMA ring (one per remote domain); the
+    NCCL dispatchers allocate their outputs per call (counted with the activations)."""
+    p = shape.plan
+    if not ctx.model.is_moe or p.ep <= 1 or dispatcher(ctx) != "flex":
+        return 0.0
+    per_token = ctx.model.hidden_size * ACT_ELEM_BYTES + DEEPEP_TOKEN_META_BYTES
+    link = shape.links.ep
+    nvl_peers = min(p.ep, max(1, link.ranks_per_domain), 8)
+    out = DEEPEP_CHANNELS * nvl_peers * DEEPEP_NVL_RECV_TOKENS * per_token
+    if link.crosses_domain:
+        rdma_peers = max(1, p.ep // max(1, link.ranks_per_domain))
+        out += DEEPEP_CHANNELS * rdma_peers * DEEPEP_RDMA_RECV_TOKENS * per_token * 2  # send + receive rings
+    return out

@@ -73,6 +73,13 @@ class TrainingSpec(BaseModel):
         "kernels: permute fused into the dispatch, NVLink then RDMA at their published bandwidths). None = the "
         "stack's default (planner.costmodel.expert.STACK_MOE)",
     )
+    moe_a2a_overlap: bool = Field(
+        False,
+        description="Megatron batch-level EP all-to-all overlap (--overlap-moe-expert-parallel-comm with "
+        "--delay-wgrad-compute, Megatron-core 0.14): the forward of one micro-batch and the backward of another run "
+        "merged layer by layer, each one's dispatch and combine hidden under the other's compute "
+        "(megatron/core/transformer/moe/README.md)",
+    )
     moe_force_balanced: bool = Field(
         False,
         description="the run forces balanced routing (Megatron --moe-router-force-load-balancing; vendor benchmark "
