@@ -16,6 +16,7 @@ from planner.errors import PlannerError
 from planner.names import error_line, safe_line
 from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
 from planner.ui.inherit import inherit_group_options
+from planner.ui.knobopts import knob_options
 
 
 def _positive(ctx, param, value):
@@ -142,21 +143,7 @@ def _setting_options() -> list:
 def _knob_options() -> list:
     """The plan knobs (each pins one; the rest are searched) and the search/output settings."""
     return [
-        click.option("--tp", type=int, callback=_positive), click.option("--pp", type=int, callback=_positive),
-        click.option("--dp", type=int, callback=_positive), click.option("--cp", type=int, callback=_positive),
-        click.option("--ep", type=int, callback=_positive), click.option("--etp", type=int, callback=_positive),
-        click.option("--vpp", type=int, callback=_positive), click.option("--mbs", type=int, callback=_positive),
-        click.option("--zero", type=click.IntRange(0, 3)),
-        click.option("--zero-shard", type=int, callback=_positive, help="hybrid sharding group size (HSDP)"),
-        click.option("--recompute", type=click.Choice(["none", "selective", "full"])),
-        click.option("--recompute-layers", type=click.IntRange(0, None), help="with full: layers per stage recomputed"),
-        click.option("--sp/--no-sp", default=None, help="sequence parallelism (with TP)"),
-        click.option("--schedule", type=click.Choice(["1f1b", "interleaved", "gpipe", "zb", "dualpipe"])),
-        click.option("--cp-comm", type=click.Choice(["ring", "a2a"])),
-        click.option("--offload/--no-offload", default=None, help="optimizer states on the CPU"),
-        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
-                     help="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap with TE userbuffers; "
-                     "torchtitan async TP, needs --compile); default off"),
+        *knob_options(),
         click.option("--nic-bw", metavar="BW", help="NIC bandwidth per device and direction, with a unit: 400Gb "
                      "(gigabits/s) or 50GB (gigabytes/s); replaces the hardware profile's"),
         click.option("--scale-up-bw", metavar="BW",
