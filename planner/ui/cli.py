@@ -501,6 +501,9 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
     if not kw.get("model_arg") and not kw.get("cluster_arg"):
         click.echo(cctx.get_help())
         return
+    if out_dir is not None:  # before any search: an empty or unusable --out is refused up front
+        from planner.emit import check_out_dir
+        check_out_dir(out_dir)
     kw = resolve_target(kw, emit)
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     check_cost_options(cost)
@@ -622,9 +625,12 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dic
     target = doc["training"].get("launcher")
     if target in skipped:  # the search kept only plans the target runs: an emitter gap, not the user's fault
         raise InputError(f"--launcher {target} cannot write plan {rank}: {skipped[target]}")
-    write_launch_configs(out_dir, files, force=force)
+    kept: list[str] = []
+    write_launch_configs(out_dir, files, force=force, kept=kept)
     if not quiet:
         click.echo(f"wrote {', '.join(sorted(files))} to {safe_line(out_dir, 200)}", err=True)
+    if kept:  # a planner file name the manifest does not vouch for: it may be the user's, so it stays
+        click.echo(f"kept {', '.join(kept)}: changed since written (or written by an older planner)", err=True)
     for launcher, why in sorted(skipped.items()):  # on stderr under --json too (the document lists them)
         click.echo(f"not written for {launcher}: {safe_line(why, 300)}", err=True)
     return {"dir": str(out_dir), "written": sorted(files), "not_written": dict(sorted(skipped.items()))}
