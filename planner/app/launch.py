@@ -29,8 +29,10 @@ def write_launch_files(ctx, doc: dict, out_dir: str, rank: int, emit: set[str] |
     target = doc["training"].get("launcher")
     if target in skipped:  # the search kept only plans the target runs: an emitter gap, not the user's fault
         raise InputError(f"--launcher {target} cannot write plan {rank}: {skipped[target]}")
-    write_launch_configs(out_dir, files, force=force)
-    return {"dir": str(out_dir), "written": sorted(files), "not_written": dict(sorted(skipped.items()))}
+    kept: list[str] = []
+    write_launch_configs(out_dir, files, force=force, kept=kept)
+    return {"dir": str(out_dir), "written": sorted(files), "not_written": dict(sorted(skipped.items())),
+            "kept": kept}
 
 
 def other_launchers(ctx, req: PlanRequest, doc: dict, rank: int) -> list[str]:

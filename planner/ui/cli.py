@@ -267,6 +267,9 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
     if not kw.get("model_arg") and not kw.get("cluster_arg"):
         click.echo(cctx.get_help())
         return
+    if out_dir is not None:  # before any search: an empty or unusable --out is refused up front
+        from planner.emit import check_out_dir
+        check_out_dir(out_dir)
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     req = request_of(kw, emit)
     check_cost_options(cost)
@@ -298,8 +301,11 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
 
 def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dict:
     out = app.write_launch_files(ctx, doc, out_dir, rank, emit, force)
+    kept = out.pop("kept")
     if not quiet:
         click.echo(f"wrote {', '.join(out['written'])} to {safe_line(out_dir, 200)}", err=True)
+    if kept:  # a planner file name the manifest does not vouch for: it may be the user's, so it stays
+        click.echo(f"kept {', '.join(kept)}: changed since written (or written by an older planner)", err=True)
     for launcher, why in out["not_written"].items():  # on stderr under --json too (the document lists them)
         click.echo(f"not written for {launcher}: {safe_line(why, 300)}", err=True)
     return out
