@@ -592,7 +592,7 @@ def search_quality(run: dict) -> dict | None:
 
 
 def search_quality_table(rows: list[dict]) -> str:
-    from planner.ui.render import plan_label
+    from planner.specs.plan import plan_label
 
     lines = ["| run | published s (ours) | fits | search best s | claimed speed-up | best layout | "
              "published rank / feasible |",

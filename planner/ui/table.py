@@ -21,6 +21,7 @@ from planner.costmodel.trace import MEMORY_PARTS as MEM_PARTS
 from planner.costmodel.trace import TIME_TERMS as TIME_PARTS
 from planner.names import safe_line
 from planner.search.ranking import TIE_BAND_REL
+from planner.specs.plan import plan_label
 
 COMPACT_MAX_COLUMNS = 80
 PIPED_DEFAULT_COLUMNS = 140
@@ -48,21 +49,6 @@ def make_console(file=None) -> Console:
     """rich detects a terminal's width; piped output is COLUMNS wide (default 140)."""
     c = Console(file=file)
     return c if c.is_terminal else Console(file=file, width=columns_from_env())
-
-
-def plan_label(p: dict, mark_no_sp: bool = False) -> str:
-    """Short name of a plan's layout from its knobs: 'TP8 PP4x2 CP2 DP4 EP8' (x = virtual stages)."""
-    g = lambda k: p.get(k) or 1  # noqa: E731
-    s = f"TP{g('tp')}" + ("*" if mark_no_sp and g("tp") > 1 and not p.get("sequence_parallel", True) else "")
-    s += f" PP{g('pp')}" + (f"x{g('vpp')}" if g("vpp") > 1 else "")
-    if g("cp") > 1:
-        s += f" CP{g('cp')}" + ("(a2a)" if p.get("cp_comm") == "a2a" else "")
-    s += f" DP{g('dp')}"
-    if g("ep") > 1:
-        s += f" EP{g('ep')}"
-    if g("etp") > 1:
-        s += f" ETP{g('etp')}"
-    return s
 
 
 def recompute_label(p: dict, short: bool = False) -> str:
