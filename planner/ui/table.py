@@ -73,7 +73,7 @@ def memory_cell(r: dict) -> str:
 
 
 def band_label(plan: dict) -> str:
-    """'±12%': the plan's cross-validated error band (issue 15, planner.analysis.bands); '-' when absent."""
+    """'±12%': the plan's cross-validated error band (planner.analysis.bands); '-' when absent."""
     from planner.analysis.bands import band_label as label
 
     return label(plan).strip() or "-"
@@ -115,7 +115,7 @@ def legend(doc: dict, compact: bool) -> list[str]:
     distinct = (doc.get("ranking") or {}).get("distinct_layouts", True)
     lines = [RANK_NOTE + (DISTINCT_NOTE if distinct else "")]
     band = (plans[0].get("step_time_band") or {}) if plans else {}
-    if band:  # issue 15
+    if band:  # the cross-validated error band (planner.analysis.bands)
         lines.append(f"±: how far measured steps of published runs like these ({band.get('regime', '')}) landed from "
                      "the prediction, out of sample (90% of them); docs/cli.md.")
     if compact:
@@ -175,7 +175,7 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
     c.print(table)
     for line in legend(doc, compact):
         c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
-    if doc.get("band_note"):  # issue 15: the leading plans lie within each other's error band
+    if doc.get("band_note"):  # the leading plans lie within each other's error band
         c.print(escape(wrapped(f"note: {doc['band_note']}", width, "  ")), style="yellow", soft_wrap=True)
     if not doc["plans"]:
         return
