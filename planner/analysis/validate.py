@@ -21,6 +21,7 @@ from planner.errors import InputError
 from planner.names import safe_line
 from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.stacks import traits
 
 PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp",
@@ -72,7 +73,7 @@ def infer_legacy_deepspeed_zero3(run: dict, framework: str) -> bool:
     """DeepSpeed ZeRO-3 runs published before its overlapped stage-3 rewrite (DeepSpeed PR #1453, merged
     for v0.5.x in late 2021) had blocking parameter gathers (TrainingSpec.legacy_deepspeed_zero3)."""
     date = stack_date(run)
-    return framework == "deepspeed" and date is not None and date < (2021, 11)
+    return traits(framework).legacy_zero3_option and date is not None and date < (2021, 11)
 
 
 # torchtitan's Dec 2024 H100 benchmark (benchmarks/llama3_h100_202412_torchtitan.md) states torch.compile in the
@@ -91,7 +92,8 @@ def _cites_torchtitan_table(run: dict, tables: tuple[int, ...]) -> bool:
 def infer_torch_compile(run: dict, framework: str) -> bool:
     """Whether a PyTorch-native run used torch.compile, from its id or the cited table's title."""
     rid = str(run.get("id", "")).lower()
-    return framework == "fsdp" and ("compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES))
+    compiled = "compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES)
+    return traits(framework).eager_unless_compiled and compiled
 
 
 def _cites_llm_foundry(run: dict) -> bool:
@@ -103,7 +105,7 @@ def _cites_llm_foundry(run: dict) -> bool:
 def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
     """llm-foundry's MPT runs compute the loss with flash-attn's fused CrossEntropyLoss (llm-foundry
     ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy."""
-    return framework == "fsdp" and _cites_llm_foundry(run)
+    return traits(framework).fused_loss_option and _cites_llm_foundry(run)
 
 
 # TP communication overlap in the cited stack (the runs schema has no field for it): NVIDIA's benchmark recipes
@@ -117,14 +119,15 @@ NVIDIA_RECIPE_SOURCES = ("nemo performance summary", "dgx cloud benchmarking", "
 def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
     """Whether the run's stack overlapped TP communication with its GEMMs (TP > 1 only matters)."""
     rid, src = str(run.get("id", "")).lower(), str(run.get("source", "")).lower()
-    if framework == "megatron":
+    evidence = traits(framework).tp_overlap_evidence  # where the stack's runs overlap TP (planner/stacks/)
+    if evidence == "nvidia_recipes":
         return any(k in src for k in NVIDIA_RECIPE_SOURCES)
-    if framework == "fsdp":
+    if evidence == "async_tp":
         return "asynctp" in rid or _cites_torchtitan_table(run, ASYNC_TP_TABLES)
     # MaxText's TPU scripts and tpu-recipes launch with XLA's async collective fusion, which overlaps the TP
     # collectives with the matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true
     # --xla_tpu_overlap_compute_collective_tc=true; MaxText/configs/v5p/512b.sh @5431d43)
-    return framework == "maxtext" and str(run.get("hardware", "")).lower().startswith("tpu")
+    return evidence == "xla_tpu" and str(run.get("hardware", "")).lower().startswith("tpu")
 
 
 def infer_fp8_recipe(run: dict) -> str | None:
@@ -142,8 +145,8 @@ def infer_fp8_recipe(run: dict) -> str | None:
     if _deepseek_own_stack(run):
         return "blockwise"
     hopper = str(run.get("hardware", "")).lower().startswith(("h100", "h800"))
-    if hopper and infer_framework(run) == "megatron" and any(k in src for k in ("nemo performance summary",
-                                                                                 "dgx cloud benchmarking")):
+    nvidia = traits(infer_framework(run)).tp_overlap_evidence == "nvidia_recipes"  # the stack of NVIDIA's recipes
+    if hopper and nvidia and any(k in src for k in ("nemo performance summary", "dgx cloud benchmarking")):
         return "delayed"
     return None
 
@@ -413,7 +416,7 @@ def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
         # stacks before mid-2022 had neither sequence parallelism nor Megatron's distributed optimizer
         # (both arrived with Korthikanti et al. 2022, arXiv 2205.05198, and Megatron-LM after it)
         env["sequence_parallel"] = False
-        if train.framework == "megatron":
+        if traits(train.framework).zero_is_distributed_optimizer:
             env["zero_stage"] = 0
         # nor selective recompute or recompute of only some layers (`--recompute-granularity`,
         # `--recompute-method block` arrived with the same work): activation checkpointing then meant
