@@ -7,7 +7,7 @@ Adding a stack: docs/architecture.md ("Adding a stack").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from planner.stacks import deepspeed, maxtext, megatron, torchtitan
 from planner.stacks.base import PlanRule, Stack
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 STACKS: dict[str, Stack] = {s.framework: s for s in (megatron.STACK, torchtitan.STACK, deepspeed.STACK,
                                                       maxtext.STACK)}
 FRAMEWORKS: tuple[str, ...] = tuple(STACKS)
-DEFAULT_FRAMEWORK = megatron.STACK.framework
+DEFAULT_FRAMEWORK: Final = "megatron"  # the stack scored when none is named (--framework, --launcher)
 
 
 def traits(framework: str) -> Stack:
