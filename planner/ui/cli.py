@@ -225,7 +225,8 @@ def _json_error(f, kwargs: dict, code: int, message: str) -> None:
     if kwargs.get("as_json") or parent.get("as_json"):
         from planner.ui.jsondoc import dumps, error_doc
         command = {"main": "plan", "models_cmd": "models", "clusters_cmd": "clusters", "validate_cmd": "validate",
-                   "explain_cmd": "explain", "report_cmd": "plan", "compare_cmd": "compare"}.get(f.__name__, "plan")
+                   "explain_cmd": "explain", "report_cmd": "plan", "compare_cmd": "compare",
+                   "calibrate_cmd": "calibrate"}.get(f.__name__, "plan")
         click.echo(dumps(error_doc(command, code, " ".join(message.split()))))
 
 
@@ -643,6 +644,13 @@ def check_output_path(path: str, option: str) -> None:
     check(path, option)
 
 
+def check_not_an_input(path: str, option: str, inputs: list) -> None:
+    """An output that is one of the command's inputs would overwrite it: refused before any work."""
+    from planner.outputs import check_not_an_input as check
+
+    check(path, option, [str(p) for p in inputs if p])
+
+
 def write_text_file(path: str, option: str, text: str) -> None:
     """Write an output file (planner.outputs: atomic for a regular file, in place for a device or FIFO)."""
     from planner.outputs import write_output_text
@@ -697,6 +705,9 @@ def validate_cmd(**kw):
     path = kw["runs_file"] or str(data_dir("runs") / "known_runs_dev.yaml")
     if write_docs:
         check_output_path(write_docs, "--write-docs")
+        check_not_an_input(write_docs, "--write-docs", [path])
+        from planner.analysis.validate import previous_doc
+        previous = previous_doc(write_docs)  # read (bounded, UTF-8) before the work: a bad file fails first
     runs = load_runs(path)
     with progress(f"predicting {len(runs)} published runs", not as_json):
         result = validate_runs(runs)
@@ -705,10 +716,7 @@ def validate_cmd(**kw):
         with progress(f"searching the plan space of {len(runs)} published runs", not as_json):
             result["search_quality"] = [q for r in runs if (q := sq(r))]
     if write_docs:
-        from pathlib import Path
-
         from planner.analysis.validate import validation_doc
-        previous = Path(write_docs).read_text() if Path(write_docs).is_file() else ""
         write_text_file(write_docs, "--write-docs", validation_doc(result, result.get("search_quality"), previous))
     if as_json:
         from planner.ui.jsondoc import dumps, versioned
@@ -728,31 +736,25 @@ def validate_cmd(**kw):
 @_handle_errors
 def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
     """Fit the model's physical constants to your cluster's measured steps and nccl-tests logs."""
-    import json
     from pathlib import Path
 
     import yaml
 
     from planner.analysis import calibrate as c
-    from planner.analysis.nccl_tests import fit_link, read_nccl_tests
+    from planner.analysis.nccl_tests import read_nccl_tests
     from planner.analysis.validate import load_runs
-    from planner.errors import InputError
+    from planner.ui.jsondoc import dumps, versioned
 
     check_output_path(out_file, "--out")
-    prepared, skipped = c.prepare_runs(load_runs(runs_file))
-    if not prepared:
-        first = "; ".join(s["id"] + ": " + s["reason"] for s in skipped[:2])
-        raise InputError(f"{runs_file}: no run could be scored ({first})")
-    hw = c.one_hardware(prepared)
-    node = prepared[0].cluster.node_size
-    updates, link_lines = c.link_updates(hw, node, [fit_link(read_nccl_tests(p), min_bytes=1 << 20) for p in nccl_logs])
-    res = c.calibrate(prepared, c.with_values(hw, updates) if updates else hw)
-    src = (f"plan calibrate: {len(prepared)} measured runs ({Path(runs_file).name})"
-           + (f", nccl-tests {', '.join(Path(p).name for p in nccl_logs)}" if nccl_logs else ""))
-    doc = c.cluster_document(res.hardware, prepared, src, res.loo_errors)
+    check_not_an_input(out_file, "--out", [runs_file, *nccl_logs])
+    runs, tables = load_runs(runs_file), [read_nccl_tests(p) for p in nccl_logs]
+    src = (f"plan calibrate: measured runs ({safe_line(Path(runs_file).name, 200)})"
+           + (f", nccl-tests {', '.join(safe_line(Path(p).name, 200) for p in nccl_logs)}" if nccl_logs else ""))
+    cal = c.run_calibration(runs, tables, safe_line(runs_file, 200), src)
+    res, prepared, skipped, link_lines = cal.result, cal.prepared, cal.skipped, cal.link_lines
     write_text_file(out_file, "--out", "# Written by `plan calibrate`; use it as --cluster. " + src + "\n"
-                    + yaml.safe_dump(doc, sort_keys=False, width=120))
-    out = {"out": out_file, "links": link_lines, "link_updates": updates,
+                    + yaml.safe_dump(cal.cluster_doc, sort_keys=False, width=120))
+    out = {"out": out_file, "links": link_lines, "link_updates": cal.link_updates,
            "fitted": {k: {"before": a, "after": b} for k, (a, b) in res.fitted.items()}, "held_fixed": res.held_fixed,
            "runs": [{"id": p.id, "measured_s": p.measured_s, "error_before": e0, "error_after": e1}
                     | ({"error_leave_one_out": res.loo_errors[i]} if res.loo_errors else {})
@@ -760,7 +762,7 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
                                                               strict=False))],
            "skipped": skipped}
     if as_json:
-        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        click.echo(dumps(versioned("calibrate", out)))
         return
     for line in link_lines:
         click.echo(f"link: {line}")
@@ -813,6 +815,7 @@ def report_cmd(**kw):
     kw = inherit_group_options(kw)
     out_file = kw.pop("out_file")
     check_output_path(out_file, "--out")
+    check_not_an_input(out_file, "--out", [kw.get("model_arg"), kw.get("cluster_arg")])
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     check_cost_options(cost)
     # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
