@@ -6,6 +6,7 @@ device-file cases run on FIFOs in a temporary folder, never on the real /dev.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import threading
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from planner.errors import InputError
 from planner.outputs import check_output_path, write_output_text
-from tests.test_hostile import cli, one_line_error_proc
+from tests.test_hostile import cli, one_line_error, one_line_error_proc
 
 BASE = ("--model", "llama-7b", "--cluster", "h100x8")
 
@@ -556,3 +557,110 @@ def test_output_equal_to_an_input_is_refused(tmp_path):
     before = spec.read_bytes()
     line = one_line_error_proc(cli("report", "--model", spec, "--cluster", "h100x8", "--out", spec))
     assert "is also an input" in line and spec.read_bytes() == before
+
+
+# ------------------------------------------------------------------ item 6: every --json document validates
+
+
+@pytest.fixture(scope="module")
+def schema_validator():
+    import jsonschema
+
+    from planner.ui.jsondoc import load_schema
+
+    schema = load_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _json_cases(tmp: Path) -> list[tuple[list, int]]:
+    runs = _runs_file(tmp)
+    bad_log = tmp / "all_reduce_perf.txt"
+    bad_log.write_text(NCCL_LOG.format(bus="nan"))
+    return [
+        (["--json", "--version"], 0), (["--version", "--json"], 0), (["--json"], 0),
+        (["--model", "llama-7b", "--cluster", "h100x8", "--json", "--top", "2"], 0),
+        (["--model", "llama-7b", "--cluster", "h100x1000", "--min-devices", "--json"], 0),
+        (["explain", "--model", "llama-7b", "--cluster", "h100x8", "--json"], 0),
+        (["compare", "--model", "llama-7b", "--cluster", "h100x8", "--cluster", "a100x16", "--json"], 0),
+        (["validate", "--runs", runs, "--json"], 0), (["models", "--json"], 0), (["clusters", "--json"], 0),
+        (["--json", "models"], 0),
+        (["calibrate", "--runs", runs, "--out", tmp / "c.yaml", "--json"], 0),
+        # errors of every command, usage errors included
+        (["--model", "no-such-model", "--cluster", "h100x8", "--json"], 2),
+        (["--model", "llama-7b", "--cluster", "h100x8", "--tp", "3", "--json"], 2),
+        (["--model", "llama-405b", "--cluster", "h100x8", "--json"], 3),
+        (["--json", "--no-such-option"], 2), (["--model", "llama-7b", "--cluster", "h100x8", "--gbs", "x", "--json"], 2),
+        (["explain", "--model", "llama-7b", "--cluster", "zz", "--json"], 2),
+        (["compare", "--model", "llama-7b", "--json"], 2),
+        (["validate", "--runs", tmp / "missing.yaml", "--json"], 2),
+        (["models", "--json", "--bogus"], 2),
+        (["calibrate", "--runs", runs, "--nccl-tests", bad_log, "--out", tmp / "d.yaml", "--json"], 2),
+        (["calibrate", "--runs", _runs_file(tmp, 1e-6, name="absurd.yaml"), "--out", tmp / "e.yaml", "--json"], 2),
+        (["calibrate", "--runs", runs, "--out", runs, "--json"], 2),
+        (["calibrate", "--json", "--runs", runs], 2),
+        (["report", "--json", "--model", "llama-7b", "--cluster", "h100x8", "--out", tmp / "r.html"], 2),
+    ]
+
+
+def test_every_json_document_validates_against_the_shipped_schema(tmp_path, schema_validator):
+    """Issue 26 item 6: each command's --json document, successes and errors (usage errors too), is one JSON
+    object with schema_version and the right command, validates, and holds no NaN/Infinity."""
+    from tests.test_hostile import run
+
+    seen = set()
+    for args, code in _json_cases(tmp_path):
+        r = run(*args)
+        assert r.exit_code == code, (args, r.exit_code, r.stderr[-500:])
+        doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{args}: {c} in the JSON"))
+        errors = [(list(e.path), e.message[:150]) for e in schema_validator.iter_errors(doc)]
+        assert not errors, (args, errors[:3])
+        assert doc["schema_version"] and ("error" in doc) == (code != 0), args
+        sub = next((a for a in args if a in ("explain", "compare", "validate", "models", "clusters", "calibrate")),
+                   "plan")
+        assert doc["command"] == sub, (args, doc["command"])
+        seen.add((doc["command"], code))
+    assert {c for c, _ in seen} == {"plan", "explain", "compare", "validate", "calibrate", "models", "clusters"}
+
+
+def _stdout_cannot_grow():
+    """stdout's file may not grow (RLIMIT_FSIZE 0, SIGXFSZ ignored): every write fails with EFBIG, an OSError
+    other than EPIPE, as `> /dev/full` gives ENOSPC -- without touching the real /dev."""
+    import resource
+    import signal
+
+    from tests.test_hostile import LIMIT_BYTES
+    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+@pytest.mark.parametrize("args", [("models",), ("--json",), ("--model", "llama-7b", "--cluster", "h100x8", "--json"),
+                                  ("--version",)])
+def test_an_unwritable_stdout_is_one_line_not_a_traceback(tmp_path, args):
+    """Issue 26 item 5: `plan models > /dev/full` and `plan --json > /dev/full` printed a traceback."""
+    import subprocess
+    import sys
+
+    from tests.test_hostile import ROOT
+    with open(tmp_path / "out", "wb") as out:
+        p = subprocess.run([sys.executable, "-m", "planner.ui.cli", *args], stdout=out, stderr=subprocess.PIPE,
+                           text=True, timeout=60, preexec_fn=_stdout_cannot_grow,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    p.stdout = ""
+    line = one_line_error_proc(p)
+    assert "cannot write the output" in line
+
+
+def test_min_devices_with_a_budget_the_batch_does_not_divide(schema_validator):
+    """Issue 26 item 7: `plan --model llama-8b --cluster h100x1000 --min-devices` said "change or drop the pinned
+    knobs" with nothing pinned; 8 devices fit."""
+    from tests.test_hostile import run
+
+    r = run("--model", "llama-8b", "--cluster", "h100x1000", "--min-devices", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["min_devices"]["devices"] <= 16 and doc["min_devices"]["max_devices"] == 1000
+    r = run("--model", "llama-8b", "--cluster", "h100x1000")  # without --min-devices: no knob is named
+    line = one_line_error(r)
+    assert "pinned" not in line and "1000 devices" in line and "--gbs" in line

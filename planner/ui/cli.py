@@ -27,6 +27,19 @@ def _positive(ctx, param, value):
 
 
 _finite = finite  # the one click callback refusing nan/inf (planner.ui.costopts)
+_ARGV: list[str] = []  # the arguments of this invocation (for the eager --version, which runs before --json is read)
+
+
+def _print_version(ctx, param, value):
+    """--version: `plan, version X`, or with --json anywhere on the line the version document."""
+    if not value or ctx.resilient_parsing:
+        return
+    if "--json" in _ARGV:
+        from planner.ui.jsondoc import dumps, versioned
+        click.echo(dumps(versioned("plan", {"version": __version__})))
+    else:
+        click.echo(f"plan, version {__version__}")
+    ctx.exit()
 
 
 class OneLineGroup(click.Group):
@@ -38,6 +51,7 @@ class OneLineGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         previous = _exit_on_sigterm()
+        _ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
@@ -54,6 +68,10 @@ class OneLineGroup(click.Group):
             sys.exit(130)
         except BrokenPipeError:
             _quiet_broken_pipe()
+        except OSError as e:  # raised outside a command (help, --version): same rule as _handle_errors
+            if e.errno != errno.EPIPE:
+                _output_failed(e)
+            _quiet_broken_pipe()
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
@@ -68,6 +86,20 @@ def _exit_on_sigterm():
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def _output_failed(e: OSError) -> None:
+    """Writing the output failed (`> /dev/full`: ENOSPC, EIO): one line on stderr, exit 2, no traceback; stdout
+    is pointed at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    where = f" ({safe_line(e.filename, 200)})" if getattr(e, "filename", None) else ""
+    click.echo(f"error: cannot write the output{where}: {e.strerror or e}: check the disk or the redirection",
+               err=True)
+    sys.exit(2)
 
 
 def _quiet_broken_pipe() -> None:
@@ -179,7 +211,7 @@ def _handle_errors(f):
             _quiet_broken_pipe()
         except OSError as e:
             if e.errno != errno.EPIPE:
-                raise
+                _output_failed(e)
             _quiet_broken_pipe()
         except click.exceptions.Exit:
             raise
@@ -258,7 +290,8 @@ def emit_doc(doc: dict, as_json: bool, rank: int = 1, command: str = "plan") -> 
 @click.option("--target-step-s", type=click.FloatRange(0, None, min_open=True), callback=_finite,
               help="with --min-devices: required step time")
 @cost_options
-@click.version_option(__version__, "--version", prog_name="plan")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 @click.pass_context
 @_handle_errors
 def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, **kw):
@@ -266,6 +299,10 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
     if cctx.invoked_subcommand is not None:
         return
     if not kw.get("model_arg") and not kw.get("cluster_arg"):
+        if as_json:  # a bare `plan --json`: the usage as a document
+            from planner.ui.jsondoc import dumps, versioned
+            click.echo(dumps(versioned("plan", {"usage": cctx.get_help(), "commands": sorted(main.commands)})))
+            return
         click.echo(cctx.get_help())
         return
     if out_dir is not None:  # before any search: an empty or unusable --out is refused up front

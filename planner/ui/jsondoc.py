@@ -52,5 +52,6 @@ def usage_error_document(argv: list[str], message: str) -> str | None:
     the JSON error document to print on stdout when `--json` is among the arguments, else None."""
     if "--json" not in argv:
         return None
-    sub = next((a for a in argv if a in ("explain", "compare", "validate", "models", "clusters", "report")), "plan")
+    sub = next((a for a in argv if a in ("explain", "compare", "validate", "models", "clusters", "report",
+                                         "calibrate")), "plan")
     return dumps(error_doc("plan" if sub == "report" else sub, 2, " ".join(message.split())))
