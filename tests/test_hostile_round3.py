@@ -664,3 +664,44 @@ def test_min_devices_with_a_budget_the_batch_does_not_divide(schema_validator):
     r = run("--model", "llama-8b", "--cluster", "h100x1000")  # without --min-devices: no knob is named
     line = one_line_error(r)
     assert "pinned" not in line and "1000 devices" in line and "--gbs" in line
+
+
+# ------------------------------------------------------------------ item 22: the report's CSP pins its script
+
+
+def test_report_csp_pins_the_one_inline_script_by_hash():
+    import base64
+    import hashlib
+    import re
+
+    from planner.ui.report import render_report
+    from tests.test_hostile import run
+
+    r = run("--model", "llama-7b", "--cluster", "h100x8", "--json", "--top", "2")
+    page = render_report(json.loads(r.stdout))
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert "'unsafe-inline'" not in csp.split("script-src", 1)[1].split(";")[0]
+    scripts = re.findall(r"<script>(.*?)</script>", page, re.S)
+    assert len(scripts) == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in csp
+    assert not re.search(r"<[^>]+\son[a-z]+=", page)  # no inline handler (the hash would block it anyway)
+
+
+# ------------------------------------------------------------------ item 11: an ASCII-only terminal
+
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                                                                  "PYTHONIOENCODING": ""}])
+@pytest.mark.parametrize("command", [(), ("explain",), ("compare", "--cluster", "a100x8")])
+def test_ascii_only_output_falls_back_to_ascii_glyphs(env, command):
+    import subprocess
+    import sys
+
+    from tests.test_hostile import ROOT, _limits
+    args = [*command, *BASE] if command[:1] != ("compare",) else ["compare", *BASE, *command[1:]]
+    p = subprocess.run([sys.executable, "-m", "planner.ui.cli", *args], capture_output=True, timeout=60,
+                       preexec_fn=_limits, env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
+    assert p.returncode == 0, p.stderr.decode("ascii", "replace")[-800:]
+    assert p.stdout.isascii() and p.stderr.isascii() and b"Traceback" not in p.stderr
+    assert b"TP1" in p.stdout or b"TP" in p.stdout

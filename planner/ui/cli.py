@@ -51,6 +51,7 @@ class OneLineGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         previous = _exit_on_sigterm()
+        _ascii_fallback()
         _ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -76,6 +77,37 @@ class OneLineGroup(click.Group):
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+# one ASCII character per glyph, so that rich's column widths stay right
+_ASCII = {"±": "~", "█": "#", "▌": "|", "…": ".", "·": "-", "—": "-", "–": "-", "×": "x", "≤": "<", "≥": ">",
+          "≈": "~", "µ": "u", "→": ">", "←": "<", "─": "-", "│": "|", "✓": "y", "✗": "x", "°": "o", "²": "2"}
+
+
+def _ascii_glyphs(err: UnicodeError) -> tuple[str, int]:
+    """codecs error handler: the planner's glyphs as ASCII, anything else as '?'."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start:err.end]
+    return "".join(_ASCII.get(ch, "?") for ch in bad), err.end
+
+
+def _ascii_fallback() -> None:
+    """stdout/stderr that cannot carry UTF-8 (PYTHONIOENCODING=ascii, LC_ALL=C without UTF-8 mode) get ASCII
+    glyphs instead of a UnicodeEncodeError (rich switches to ASCII boxes by itself on such a stream)."""
+    import codecs
+
+    try:
+        codecs.lookup_error("planner-ascii")
+    except LookupError:
+        codecs.register_error("planner-ascii", _ascii_glyphs)
+    for stream in (sys.stdout, sys.stderr):
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if enc and not enc.startswith(("utf", "cp65001")) and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="planner-ascii")
+            except (ValueError, OSError):
+                pass
 
 
 def _exit_on_sigterm():
