@@ -23,7 +23,7 @@ from planner.analysis.runschema import (  # noqa: F401  (PLAN_FIELDS: the run-fi
     unknown_section_key,
     unknown_top_key,
 )
-from planner.catalog.files import read_structured_file
+from planner.catalog.files import read_structured_file, read_text_file
 from planner.catalog.hf_import import _validation_message
 from planner.costmodel import Context, evaluate
 from planner.errors import InputError
@@ -620,6 +620,25 @@ LEAD_MARK = "<!-- hand-written above this line: kept as it is by `plan validate 
 VALIDATE_LEGEND = ("\nrel: how reliable the published figure is (A primary source; B one transcription or a loose "
                    "figure; C inconsistent sources). fw: the framework modelled. plan: tp/pp/vpp/cp/dp/ep, "
                    "micro-batch, ZeRO stage (z), recompute. error: predicted / measured - 1.\n")
+
+
+DOC_MAX_BYTES = 4 << 20  # docs/validation.md is ~30 KiB; a file 100x that is not the one to keep prose from
+
+
+def previous_doc(path: str) -> str:
+    """The text of the file `--write-docs` replaces, to keep its lead and hand-written part: '' when it does
+    not exist or is not a regular file (a FIFO or device is written in place, never read); a file that is
+    too large or not UTF-8 is refused (planner.catalog.files)."""
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
+    except OSError:
+        return ""
+    where = f"--write-docs {safe_line(path, 200)!r}"
+    return read_text_file(path, where, DOC_MAX_BYTES, "a markdown file (or a new path)")
 
 
 def validation_doc(result: dict, quality: list[dict] | None, previous: str = "") -> str:
