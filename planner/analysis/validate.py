@@ -23,13 +23,14 @@ from planner.analysis.runschema import (  # noqa: F401  (PLAN_FIELDS: the run-fi
     unknown_section_key,
     unknown_top_key,
 )
-from planner.catalog.files import read_structured_file
+from planner.catalog.files import read_structured_file, read_text_file
 from planner.catalog.hf_import import _validation_message
 from planner.costmodel import Context, evaluate
 from planner.errors import InputError
 from planner.names import safe_line
 from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.stacks import traits
 
 
 def infer_framework(run: dict) -> str:
@@ -74,7 +75,7 @@ def infer_legacy_deepspeed_zero3(run: dict, framework: str) -> bool:
     """DeepSpeed ZeRO-3 runs published before its overlapped stage-3 rewrite (DeepSpeed PR #1453, merged
     for v0.5.x in late 2021) had blocking parameter gathers (TrainingSpec.legacy_deepspeed_zero3)."""
     date = stack_date(run)
-    return framework == "deepspeed" and date is not None and date < (2021, 11)
+    return traits(framework).legacy_zero3_option and date is not None and date < (2021, 11)
 
 
 # torchtitan's Dec 2024 H100 benchmark (benchmarks/llama3_h100_202412_torchtitan.md) states torch.compile in the
@@ -93,7 +94,8 @@ def _cites_torchtitan_table(run: dict, tables: tuple[int, ...]) -> bool:
 def infer_torch_compile(run: dict, framework: str) -> bool:
     """Whether a PyTorch-native run used torch.compile, from its id or the cited table's title."""
     rid = str(run.get("id", "")).lower()
-    return framework == "fsdp" and ("compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES))
+    compiled = "compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES)
+    return traits(framework).eager_unless_compiled and compiled
 
 
 def _cites_llm_foundry(run: dict) -> bool:
@@ -105,7 +107,7 @@ def _cites_llm_foundry(run: dict) -> bool:
 def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
     """llm-foundry's MPT runs compute the loss with flash-attn's fused CrossEntropyLoss (llm-foundry
     ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy."""
-    return framework == "fsdp" and _cites_llm_foundry(run)
+    return traits(framework).fused_loss_option and _cites_llm_foundry(run)
 
 
 # TP communication overlap in the cited stack (a record without stack.tp_comm_overlap): NVIDIA's benchmark recipes
@@ -119,14 +121,15 @@ NVIDIA_RECIPE_SOURCES = ("nemo performance summary", "dgx cloud benchmarking", "
 def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
     """Whether the run's stack overlapped TP communication with its GEMMs (TP > 1 only matters)."""
     rid, src = str(run.get("id", "")).lower(), str(run.get("source", "")).lower()
-    if framework == "megatron":
+    evidence = traits(framework).tp_overlap_evidence  # where the stack's runs overlap TP (planner/stacks/)
+    if evidence == "nvidia_recipes":
         return any(k in src for k in NVIDIA_RECIPE_SOURCES)
-    if framework == "fsdp":
+    if evidence == "async_tp":
         return "asynctp" in rid or _cites_torchtitan_table(run, ASYNC_TP_TABLES)
     # MaxText's TPU scripts and tpu-recipes launch with XLA's async collective fusion, which overlaps the TP
     # collectives with the matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true
     # --xla_tpu_overlap_compute_collective_tc=true; MaxText/configs/v5p/512b.sh @5431d43)
-    return framework == "maxtext" and str(run.get("hardware", "")).lower().startswith("tpu")
+    return evidence == "xla_tpu" and str(run.get("hardware", "")).lower().startswith("tpu")
 
 
 def infer_fp8_recipe(run: dict) -> str | None:
@@ -144,8 +147,8 @@ def infer_fp8_recipe(run: dict) -> str | None:
     if _deepseek_own_stack(run):
         return "blockwise"
     hopper = str(run.get("hardware", "")).lower().startswith(("h100", "h800"))
-    if hopper and infer_framework(run) == "megatron" and any(k in src for k in ("nemo performance summary",
-                                                                                 "dgx cloud benchmarking")):
+    nvidia = traits(infer_framework(run)).tp_overlap_evidence == "nvidia_recipes"  # the stack of NVIDIA's recipes
+    if hopper and nvidia and any(k in src for k in ("nemo performance summary", "dgx cloud benchmarking")):
         return "delayed"
     return None
 
@@ -430,7 +433,7 @@ def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
         # stacks before mid-2022 had neither sequence parallelism nor Megatron's distributed optimizer
         # (both arrived with Korthikanti et al. 2022, arXiv 2205.05198, and Megatron-LM after it)
         env["sequence_parallel"] = False
-        if train.framework == "megatron":
+        if traits(train.framework).zero_is_distributed_optimizer:
             env["zero_stage"] = 0
         # nor selective recompute or recompute of only some layers (`--recompute-granularity`,
         # `--recompute-method block` arrived with the same work): activation checkpointing then meant
@@ -617,6 +620,25 @@ LEAD_MARK = "<!-- hand-written above this line: kept as it is by `plan validate 
 VALIDATE_LEGEND = ("\nrel: how reliable the published figure is (A primary source; B one transcription or a loose "
                    "figure; C inconsistent sources). fw: the framework modelled. plan: tp/pp/vpp/cp/dp/ep, "
                    "micro-batch, ZeRO stage (z), recompute. error: predicted / measured - 1.\n")
+
+
+DOC_MAX_BYTES = 4 << 20  # docs/validation.md is ~30 KiB; a file 100x that is not the one to keep prose from
+
+
+def previous_doc(path: str) -> str:
+    """The text of the file `--write-docs` replaces, to keep its lead and hand-written part: '' when it does
+    not exist or is not a regular file (a FIFO or device is written in place, never read); a file that is
+    too large or not UTF-8 is refused (planner.catalog.files)."""
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
+    except OSError:
+        return ""
+    where = f"--write-docs {safe_line(path, 200)!r}"
+    return read_text_file(path, where, DOC_MAX_BYTES, "a markdown file (or a new path)")
 
 
 def validation_doc(result: dict, quality: list[dict] | None, previous: str = "") -> str:

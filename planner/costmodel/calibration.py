@@ -104,9 +104,7 @@ DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 
 # --- memory ------------------------------------------------------------------------------------
-# CUDA context + NCCL buffers + allocator fragmentation, per device. NCCL allocates per-communicator
-# buffers (NCCL_BUFFSIZE 4 MiB x channels x peers) and the CUDA context takes ~0.5 GiB.
-FRAMEWORK_OVERHEAD_GIB = {"megatron": 3.0, "fsdp": 2.0, "deepspeed": 3.0, "maxtext": 1.0}
+# The framework overhead per device (CUDA context, NCCL buffers) is each stack's: Stack.overhead_gib (planner/stacks/).
 # The caching allocator's reserved/allocated ratio at peak (torch.cuda.max_memory_reserved vs
 # max_memory_allocated); torchtitan reports reserved memory. Fitted on the torchtitan rows.
 ALLOCATOR_FRAGMENTATION = 1.05
