@@ -124,7 +124,7 @@ def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     hs = h / (tp if shape.sp else 1)
     elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * hs + ELEMENTWISE_INTER_ELEMS * inter / tp)
             * ACT_ELEM_BYTES * cal.ELEMENTWISE_BYTES_FACTOR)
-    if ctx.train.framework == "fsdp" and not ctx.train.torch_compile:
+    if ctx.stack.eager_unless_compiled and not ctx.train.torch_compile:
         elem += tokens * eager_elementwise_bytes(m, tp, hs, inter)
     return elem / ctx.hbm_bw
 
@@ -164,7 +164,7 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
     AC saves the attention (SDPA) outputs and every second matmul's output and recomputes the rest
     (torchtitan distributed/activation_checkpoint.py SelectiveAC: "recomputes every second matmul"): half the
     GEMMs and the elementwise work."""
-    if ctx.train.framework == "fsdp":
+    if ctx.stack.selective_recomputes == "half_gemms":
         return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
     return c.attention + mla_up_proj_s(ctx, shape, k)
 

@@ -17,7 +17,7 @@ from planner.costmodel.compute import (
 )
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
-from planner.costmodel.moe import dispatcher, moe_stack
+from planner.costmodel.moe import dispatcher
 from planner.costmodel.tensor import tp_comm_fwd_s, tp_exposed_share
 from planner.costmodel.trace import Term, formula
 
@@ -49,7 +49,7 @@ def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, 
     ep_raw = ep_comm_fwd_s(ctx, shape, k)
     # Megatron --moe-shared-expert-overlap: the shared experts run on a side stream during the dispatch and combine,
     # so the dispatcher shows only beyond them (megatron/core/transformer/moe/shared_experts.py)
-    shared_hidden = min(ep_raw, c.mlp) if k.moe and moe_stack(ctx).shared_overlap else 0.0
+    shared_hidden = min(ep_raw, c.mlp) if k.moe and ctx.stack.moe_shared_expert_overlap else 0.0
     t = LayerTimes(c.fwd, c.bwd, selective_recompute_s(ctx, shape, k, c), tp_comm_fwd_s(ctx, shape, k),
                    cp_comm_fwd_s(ctx, shape, c.attention), ep_raw - shared_hidden)
     comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,

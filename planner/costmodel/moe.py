@@ -10,7 +10,6 @@ the dense `mlp` part (compute.mlp_s); the dispatcher's all-to-all is a collectiv
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
@@ -44,51 +43,20 @@ HOST_KERNELS_PER_EXPERT_FWD = 2
 HOST_KERNELS_PER_EXPERT_BWD = 4
 
 
-@dataclass(frozen=True)
-class MoEStack:
-    """How one stack runs an MoE layer (until planner/stacks owns these traits): its default dispatcher, whether the
-    dispatcher copies token counts to the host (a device-to-host sync that empties the GPU queue), how tokens are
-    permuted, and whether the shared experts run beside the dispatch."""
-
-    dispatcher: str
-    host_sync: bool
-    permute: str  # moe.PERMUTE_PASSES key for the all-to-all / all-gather dispatchers
-    shared_overlap: bool
-    router_fused: bool  # --moe-router-fusion: TE fused top-k with the score function
-    kernels_per_expert: bool  # one GEMM launch per local expert (TE GroupedLinear), not one grouped kernel
-
-
-# Megatron (Megatron-Bridge / NeMo recipes): --moe-token-dispatcher-type alltoall, --moe-permute-fusion,
-# --moe-shared-expert-overlap; the all-to-all dispatcher copies the per-expert token counts to the host to size the
-# all-to-all and the grouped GEMM (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
-# cuda_sync_point / cuda_dtoh_point; the all-gather dispatcher's tokens_per_expert .cpu(), megatron-core 0.19.2).
-# torchtitan: all_to_all_single with splits copied to the host (torchtitan 0.3.0 models/common/token_dispatcher.py
-# AllToAllTokenDispatcher._sync_token_count_exchange: "this would incur a device-to-host sync"), permute by index
-# gather, no shared-expert overlap, torch._grouped_mm (one kernel for all local experts). DeepSpeed-MoE: GShard-style
-# capacity gating with static shapes (einsum dispatch), no sync. MaxText: static shapes under XLA, no sync, XLA fuses.
-STACK_MOE = {
-    "megatron": MoEStack("alltoall", True, "fused", True, True, True),
-    "fsdp": MoEStack("alltoall", True, "unfused", False, False, False),
-    "deepspeed": MoEStack("alltoall", False, "unfused", False, False, False),
-    "maxtext": MoEStack("alltoall", False, "fused", False, True, False),
-}
-def moe_stack(ctx: Context) -> MoEStack:
-    return STACK_MOE[ctx.train.framework]
-
-
 def dispatcher(ctx: Context) -> str:
-    return ctx.train.moe_dispatcher or moe_stack(ctx).dispatcher
+    """The MoE token dispatcher: TrainingSpec.moe_dispatcher, else the stack's (planner/stacks)."""
+    return ctx.train.moe_dispatcher or ctx.stack.moe_dispatcher
 
 
 def has_host_sync(ctx: Context) -> bool:
     """A dropless dispatcher in a stack with dynamic shapes waits for the token counts on the host (the flex
     dispatcher too: DeepEP's normal dispatch returns the per-expert counts to the host, README
     `num_recv_tokens_per_expert_list`); padding to capacity makes the sizes static (no sync)."""
-    return moe_stack(ctx).host_sync and ctx.train.moe_capacity_factor is None
+    return ctx.stack.moe_dispatch_host_sync and ctx.train.moe_capacity_factor is None
 
 
 def permute_mode(ctx: Context) -> str:
-    return "in_dispatch" if dispatcher(ctx) == "flex" else moe_stack(ctx).permute
+    return "in_dispatch" if dispatcher(ctx) == "flex" else ctx.stack.moe_permute
 
 
 class MoEForward(NamedTuple):
@@ -134,7 +102,7 @@ def router_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
     e = m.require_moe()
     gemm = tokens * k.flops.router / tp / (ctx.peak * ctx.gemm_eff(tokens / tp, m.hidden_size, e.num_experts))
-    fused = moe_stack(ctx).router_fused
+    fused = ctx.stack.moe_router_fused
     passes = ROUTER_SCORE_PASSES[fused] + (GROUP_LIMITED_EXTRA_PASSES[fused] if e.route_topk_groups else 0)
     return gemm + tokens / tp * e.num_experts * ROUTER_LOGIT_BYTES * passes / ctx.hbm_bw
 
@@ -170,7 +138,7 @@ def host_launch_s(ctx: Context, shape: Shape, backward: bool) -> tuple[float, fl
     and permutation kernels, the local experts' GEMMs with their casts), each kernel costing
     calibration.HOST_LAUNCH_S of host time."""
     per_expert = HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD
-    n_local = local_experts(ctx, shape) if moe_stack(ctx).kernels_per_expert else 1
+    n_local = local_experts(ctx, shape) if ctx.stack.moe_gemm_per_expert else 1
     base = HOST_KERNELS_BWD if backward else HOST_KERNELS_FWD
     return base * cal.HOST_LAUNCH_S, per_expert * n_local * cal.HOST_LAUNCH_S
 
