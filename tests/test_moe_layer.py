@@ -126,3 +126,14 @@ def test_deepep_buffers_counted_only_for_the_flex_dispatcher():
     b = dispatcher_buffer_bytes(ctx, plan_shape(ctx, ev.plan))
     # 10 channels x 8 NVLink peers x 256 tokens x (7168 x 2 + 2048 B) + the RDMA ring to the other node: ~0.3-0.5 GiB
     assert 0.25 * 2**30 < b < 0.6 * 2**30
+
+
+def test_interleaved_schedule_pinned_without_vpp_searches_the_virtual_stages():
+    """`--schedule interleaved --pp 8` with no --vpp: the request is valid (the search tries vpp 2..layers/stage), it
+    used to be refused because the check probed vpp 1."""
+    from planner.search.space import pinned_errors
+
+    model = get_model("qwen3-235b-a22b")
+    train = TrainingSpec(seq_len=4096, global_batch=8192)
+    assert pinned_errors(model, train, 256, {"pp": 8, "schedule": "interleaved", "ep": 32}) == []
+    assert pinned_errors(model, train, 256, {"pp": 8, "schedule": "interleaved", "vpp": 1}) != []

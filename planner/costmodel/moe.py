@@ -179,7 +179,18 @@ def dispatcher_buffer_bytes(ctx: Context, shape: Shape) -> float:
     the NVLink domain, at most 8) and, when the EP group spans domains, its RDMA ring (one per remote domain); the
     NCCL dispatchers allocate their outputs per call (counted with the activations)."""
     p = shape.plan
-    if not ctx.model.is_moe or p.ep <= 1 or dispatcher(ctx) != "flex":
+    if p.ep <= 1:
+        return 0.0
+    key = ("dispatcher_buffer_bytes",) + shape.time_key  # once per plan shape, not once per stage
+    v = ctx.layer_time_cache.get(key)
+    if v is None:
+        v = ctx.layer_time_cache[key] = _dispatcher_buffer_bytes(ctx, shape)
+    return v
+
+
+def _dispatcher_buffer_bytes(ctx: Context, shape: Shape) -> float:
+    p = shape.plan
+    if not ctx.model.is_moe or dispatcher(ctx) != "flex":
         return 0.0
     per_token = ctx.model.hidden_size * ACT_ELEM_BYTES + DEEPEP_TOKEN_META_BYTES
     link = shape.links.ep
