@@ -19,11 +19,14 @@ DUALPIPE_HIDDEN_COMPUTE_SHARE = 1.0
 
 EP_COMM = formula(
     "expert.ep_comm",
-    "m x 2 (fwd + bwd) x sum over the slowest stage's MoE layers of 2 all-to-alls (dispatch, combine) of "
-    "tokens / tp x top_k x h x bytes (group-limited routing across domains: M remote domains per token over the "
-    "NIC, top_k copies over NVLink); DualPipe: less the stage's paired compute",
+    "m x 2 (fwd + bwd) x sum over the slowest stage's MoE layers of the dispatcher's dispatch + combine of "
+    "tokens / tp x top_k x h x bytes: all-to-all (group-limited routing across domains: M remote domains per token "
+    "over the NIC, top_k copies over NVLink), all-gather + reduce-scatter of tokens x h, or flex (DeepEP / HybridEP "
+    "at DeepEP's published NVLink share and the NIC rate); less what shared experts hide; DualPipe or batch-level "
+    "EP overlap: less the stage's paired compute",
     "GShard, Lepikhin et al. 2020, arXiv 2006.16668, sec. 2.2; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1 "
-    "(DualPipe hides all-to-all) and 3.2.2 (at most 4 nodes per token, IB then NVLink)",
+    "(DualPipe hides all-to-all) and 3.2.2 (at most 4 nodes per token, IB then NVLink); deepseek-ai/DeepEP "
+    "README and docs/legacy.md (bandwidths); Megatron-core MoE README (--overlap-moe-expert-parallel-comm)",
 )
 
 
@@ -112,8 +115,8 @@ def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
     return out
 
 
-def ep_comm_term(shape: Shape, stage_ep_s: float) -> Term:
+def ep_comm_term(ctx: Context, shape: Shape, stage_ep_s: float) -> Term:
     p = shape.plan
     return EP_COMM.term("ep_comm_s", shape.nmb * stage_ep_s, "s", microbatches=shape.nmb,
-                        ep_per_microbatch_s=stage_ep_s, ep=p.ep, etp=p.etp,
+                        ep_per_microbatch_s=stage_ep_s, ep=p.ep, etp=p.etp, dispatcher=dispatcher(ctx),
                         busbw_GBps=shape.links.ep.busbw / 1e9)
