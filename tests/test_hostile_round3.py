@@ -705,3 +705,93 @@ def test_ascii_only_output_falls_back_to_ascii_glyphs(env, command):
     assert p.returncode == 0, p.stderr.decode("ascii", "replace")[-800:]
     assert p.stdout.isascii() and p.stderr.isascii() and b"Traceback" not in p.stderr
     assert b"TP1" in p.stdout or b"TP" in p.stdout
+
+
+# ------------------------------------------------------------------ items 12, 13, 21: paths, keys, messages
+
+
+def test_unknown_user_home_in_paths_and_environment(tmp_path):
+    """Issue 26 item 12: `~nosuchuser/...` crashed with "Could not determine home directory"."""
+    line = one_line_error_proc(cli("--model", "llama-7b", "--cluster", "~nosuchuser/c.yaml"))
+    assert "~nosuchuser/c.yaml" in line and "internal" not in line
+    for var in ("HF_HUB_CACHE", "HF_HOME"):
+        env = dict(os.environ, **{var: "~nosuchuser/hub"})
+        import subprocess
+        import sys
+
+        from tests.test_hostile import ROOT, _limits
+        p = subprocess.run([sys.executable, "-m", "planner.ui.cli", "--model", "someorg/some-model", "--cluster",
+                            "h100x8"], capture_output=True, text=True, timeout=30, preexec_fn=_limits,
+                           env=env | {"PYTHONPATH": str(ROOT)})
+        assert "local Hugging Face cache" in one_line_error_proc(p)
+
+
+def test_model_path_with_a_tilde_is_expanded_like_the_cluster(tmp_path):
+    import yaml
+
+    from planner.catalog.models import get_model
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(get_model("llama-7b").model_dump(mode="json", exclude_none=True)))
+    import subprocess
+    import sys
+
+    from tests.test_hostile import ROOT, _limits
+    p = subprocess.run([sys.executable, "-m", "planner.ui.cli", "--model", "~/x.yaml", "--cluster", "h100x8", "--json",
+                        "--top", "1"], capture_output=True, text=True, timeout=60, preexec_fn=_limits,
+                       env=dict(os.environ, HOME=str(tmp_path), PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stderr[-500:]
+    assert json.loads(p.stdout)["model"]["num_layers"] == 32
+
+
+@pytest.mark.parametrize("where", ["top", "train", "model"])
+def test_non_string_yaml_keys_are_one_line(tmp_path, where):
+    """Issue 26 item 13: `1: x` and `null: x` in a runs file or a model-entry file: TypeError in sorted()."""
+    import yaml
+
+    run = yaml.safe_load(_runs_file(tmp_path).read_text())[0]
+    text = yaml.safe_dump([run], sort_keys=False)
+    anchor = {"top": ("- ", "- 1: x\n  null: y\n  "), "train": ("  train:\n", "  train:\n    1: x\n    null: y\n"),
+              "model": ("  model:\n", "  model:\n    1: x\n    null: y\n")}[where]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace(*anchor, 1))
+    line = one_line_error_proc(cli("validate", "--runs", bad))
+    assert "non-string key 1" in line
+    from planner.catalog.data import data_dir
+    entry = tmp_path / "entry.yaml"
+    entry.write_text((data_dir("model_specs") / "llama-2-7b.yaml").read_text() + "1: x\nnull: y\n")
+    assert "non-string key 1" in one_line_error_proc(cli("--model", entry, "--cluster", "h100x8"))
+
+
+def test_a_run_without_global_batch_says_so(tmp_path):
+    """Issue 26 item 21: the message was `'global_batch'`."""
+    import yaml
+
+    run = yaml.safe_load(_runs_file(tmp_path).read_text())[0]
+    del run["train"]["global_batch"]
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump([run]))
+    p = cli("validate", "--runs", tmp_path / "r.yaml", "--json")
+    doc = json.loads(p.stdout)
+    reasons = [s["reason"] for s in doc.get("skipped", [])] + [doc.get("error", {}).get("message", "")]
+    assert any("no train.global_batch given" in r for r in reasons), (p.returncode, reasons)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "loop"])
+def test_cached_config_that_is_a_fifo_or_a_link_loop_is_named(tmp_path, kind):
+    """Issue 26 item 21: such a cached config.json was reported as "not in the local cache"."""
+    snap = tmp_path / "hub" / "models--someorg--some-model" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    cfg = snap / "config.json"
+    if kind == "fifo":
+        os.mkfifo(cfg)
+    else:
+        cfg.symlink_to(snap / "loop.json")
+        (snap / "loop.json").symlink_to(cfg)
+    import subprocess
+    import sys
+
+    from tests.test_hostile import ROOT, _limits
+    p = subprocess.run([sys.executable, "-m", "planner.ui.cli", "--model", "someorg/some-model", "--cluster", "h100x8"],
+                       capture_output=True, text=True, timeout=30, preexec_fn=_limits,
+                       env=dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub"), PYTHONPATH=str(ROOT)))
+    line = one_line_error_proc(p)
+    assert "in the local Hugging Face cache" not in line
+    assert ("not a regular file" in line) if kind == "fifo" else ("symbolic links" in line), line
