@@ -1,6 +1,6 @@
 """`plan calibrate`: fit the few physical constants of the cost model to one cluster's own measurements.
 
-Inputs: the user's measured steps (a runs file, schema of shared/reference/README.md, one accelerator)
+Inputs: the user's measured steps (a runs file in the runs schema, docs/runs-schema.md; one accelerator)
 and optionally nccl-tests / rccl-tests logs. Output: a cluster file whose inline hardware profile carries
 the fitted link figures and a `calibration:` block (planner.specs.CalibrationSpec) that `--cluster`
 accepts, so every later prediction uses them.

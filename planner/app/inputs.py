@@ -8,6 +8,7 @@ from typing import Any
 from planner.app.request import PlanRequest
 from planner.errors import InputError
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.stacks import DEFAULT_FRAMEWORK
 
 
 def build_inputs(req: PlanRequest) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
@@ -29,7 +30,8 @@ def build_inputs(req: PlanRequest) -> tuple[ModelSpec, ClusterSpec, TrainingSpec
     if gbs is None:
         gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
     try:
-        train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=req.dtype, framework=req.framework or "megatron",
+        train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=req.dtype,
+                             framework=req.framework or DEFAULT_FRAMEWORK,
                              grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype or "fp32",
                              attention_impl=req.attention or "flash")
     except ValidationError as e:

@@ -14,6 +14,7 @@ from planner import __version__, app
 from planner.app import KNOB_FLAGS, PlanRequest, resolve_target  # noqa: F401  (KNOB_FLAGS: flag -> knob)
 from planner.errors import PlannerError
 from planner.names import error_line, safe_line
+from planner.stacks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
 from planner.ui.inherit import inherit_group_options
 from planner.ui.knobopts import knob_options
@@ -183,7 +184,7 @@ def _setting_options() -> list:
         click.option("--launcher", type=click.Choice(["megatron", "deepspeed", "torchtitan", "maxtext"]),
                      help="plan for this stack: only plans it can run, scored with its framework behaviour; "
                           "--out writes its files (docs/launchers.md)"),
-        click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]),
+        click.option("--framework", type=click.Choice(list(FRAMEWORKS)),
                      help="whose memory/overlap behaviour to model (default: the --launcher's, else megatron)"),
         click.option("--grad-dtype", type=click.Choice(["fp32", "bf16"]),
                      help="gradient buffer / reduction dtype (default: the framework's, fp32 for Megatron and FSDP)"),
@@ -540,7 +541,7 @@ def report_cmd(**kw):
 @click.option("--seq-len", "seq_lens", type=int, multiple=True, callback=_positive_each, help="repeat to compare")
 @click.option("--gbs", type=int, callback=_positive)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16")
-@click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]), default="megatron")
+@click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK)
 @click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device")
 @cost_options
 @click.option("--json", "as_json", is_flag=True)

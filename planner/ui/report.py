@@ -636,7 +636,7 @@ def _band(plan: dict) -> str:
 
 
 def _band_note(plans: list[dict]) -> str:
-    """Issue 15: a note when the leading plans lie within each other's error band ('' otherwise)."""
+    """The error-band note: set when the leading plans lie within each other's error band ('' otherwise)."""
     from planner.analysis.bands import overlap_note
 
     note = overlap_note(plans)
