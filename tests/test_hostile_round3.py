@@ -795,3 +795,37 @@ def test_cached_config_that_is_a_fifo_or_a_link_loop_is_named(tmp_path, kind):
     line = one_line_error_proc(p)
     assert "in the local Hugging Face cache" not in line
     assert ("not a regular file" in line) if kind == "fifo" else ("symbolic links" in line), line
+
+
+# ------------------------------------------------------------------ item 16: --recompute-layers
+
+
+def test_recompute_layers_alone_implies_full_and_absurd_counts_are_refused():
+    from tests.test_hostile import run
+
+    r = run(*BASE, "--recompute-layers", "2", "--json", "--top", "3")
+    assert r.exit_code == 0, r.stderr
+    plans = json.loads(r.stdout)["plans"]
+    assert plans and all(p["plan"]["recompute"] == "full" and p["plan"]["recompute_layers"] == 2 for p in plans)
+    line = one_line_error(run(*BASE, "--recompute-layers", "1" + "0" * 29))
+    assert "more than the model's 32 layers" in line
+    assert "only to full recompute" in one_line_error(run(*BASE, "--recompute-layers", "2", "--recompute", "none"))
+
+
+# ------------------------------------------------------------------ item 19: non-UTF-8 --out path
+
+
+def test_non_utf8_out_path_gives_valid_unicode_json(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.test_hostile import ROOT, _limits
+    out = os.fsencode(tmp_path) + b"/cfg-\xff\xfe"
+    p = subprocess.run([sys.executable.encode(), b"-m", b"planner.ui.cli", b"--model", b"llama-7b", b"--cluster",
+                        b"h100x8", b"--json", b"--top", b"1", b"--out", out], capture_output=True, timeout=60,
+                       preexec_fn=_limits, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stderr[-500:]
+    text = p.stdout.decode("utf-8")  # strict: valid UTF-8
+    doc = json.loads(text)
+    assert "\\ud" not in text and doc["out"]["dir"].endswith("cfg-\ufffd\ufffd")
+    assert os.path.isdir(out)
