@@ -60,7 +60,7 @@ class PlanRequest:
                 values[f.name] = kw[name]
         knobs = {knob: kw[flag] for flag, knob in KNOB_FLAGS.items() if kw.get(flag) is not None}
         if knobs.get("recompute_layers") is not None and "recompute" not in knobs:
-            knobs["recompute"] = "full"  # --recompute-layers K counts fully recomputed layers: it implies --recompute full
+            knobs["recompute"] = "full"  # K counts fully recomputed layers: --recompute-layers implies full
         return cls(**values, knobs=knobs)
 
     def replace(self, **changes: Any) -> PlanRequest:
