@@ -829,3 +829,49 @@ def test_non_utf8_out_path_gives_valid_unicode_json(tmp_path):
     doc = json.loads(text)
     assert "\\ud" not in text and doc["out"]["dir"].endswith("cfg-\ufffd\ufffd")
     assert os.path.isdir(out)
+
+
+# ------------------------------------------------------------------ item 20: values no model or device has
+
+
+def _spec_file(tmp_path, name, base="llama-7b", **changes) -> Path:
+    import yaml
+
+    from planner.catalog.models import get_model
+    data = get_model(base).model_dump(mode="json", exclude_none=True)
+    for k, v in changes.items():
+        if "." in k:
+            outer, inner = k.split(".")
+            data[outer][inner] = v
+        else:
+            data[k] = v
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("name, changes, expect", [
+    ("layers.yaml", {"num_layers": True}, "num_layers': must be a number, got true"),
+    ("rope.yaml", {"rope_theta": 5e-324}, "rope_theta"),
+    ("pos.yaml", {"max_position_embeddings": 10**29}, "max_position_embeddings"),
+])
+def test_model_values_no_model_has_are_refused(tmp_path, name, changes, expect):
+    line = one_line_error_proc(cli("--model", _spec_file(tmp_path, name, **changes), "--cluster", "h100x8"))
+    assert expect in line
+
+
+def test_mla_dims_of_1e29_are_refused_not_exit_3(tmp_path):
+    path = _spec_file(tmp_path, "mla.yaml", base="deepseek-v3", **{"mla.kv_lora_rank": 10**29})
+    line = one_line_error_proc(cli("--model", path, "--cluster", "h100x8"))
+    assert "mla.kv_lora_rank" in line and "GiB" not in line
+
+
+def test_hbm_capacity_of_1e_300_is_refused(tmp_path):
+    import yaml
+
+    from planner.catalog.hardware import get_hardware
+    hw = get_hardware("h100-sxm-80gb").model_dump(mode="json", exclude_none=True) | {"hbm_capacity_gib": 1e-300}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "tiny", "count": 8, "hardware": hw}))
+    line = one_line_error_proc(cli("--model", "llama-7b", "--cluster", path))
+    assert "hbm_capacity_gib" in line and "-1.0" not in line
