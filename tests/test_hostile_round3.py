@@ -875,3 +875,25 @@ def test_hbm_capacity_of_1e_300_is_refused(tmp_path):
     path.write_text(yaml.safe_dump({"name": "tiny", "count": 8, "hardware": hw}))
     line = one_line_error_proc(cli("--model", "llama-7b", "--cluster", path))
     assert "hbm_capacity_gib" in line and "-1.0" not in line
+
+
+# ------------------------------------------------------------------ item 8: 40-59 columns
+
+
+@pytest.mark.parametrize("width", [40, 45, 50, 59])
+def test_narrow_terminals_keep_the_layout_and_whole_numbers(width):
+    """Issue 26 item 8: at 40-59 columns the layout column vanished and numbers were cut ('x1' for x16,
+    '77.0/78')."""
+    from click.testing import CliRunner
+
+    from planner.ui.cli import main
+    from planner.ui.table import memory_cell, plan_label
+    args = ["--model", "llama-70b", "--cluster", "h100x64"]
+    doc = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    text = CliRunner().invoke(main, args, env={"COLUMNS": str(width)}).stdout
+    assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
+    words = {w.rstrip(",:") for w in text.split()}
+    for p in doc["plans"]:
+        for w in [*plan_label(p["plan"], mark_no_sp=True).split(), f"{p['step_time_s']:.3f}",
+                  f"{100 * p['mfu']:.1f}%", memory_cell(p)]:
+            assert w in words, (width, w)
