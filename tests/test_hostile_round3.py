@@ -897,3 +897,56 @@ def test_narrow_terminals_keep_the_layout_and_whole_numbers(width):
         for w in [*plan_label(p["plan"], mark_no_sp=True).split(), f"{p['step_time_s']:.3f}",
                   f"{100 * p['mfu']:.1f}%", memory_cell(p)]:
             assert w in words, (width, w)
+
+
+# ------------------------------------------------------------------ item 9: bounded work (no timing: the bounds)
+
+
+def test_stage_solves_are_capped_whatever_top_asks(monkeypatch):
+    """Issue 26 item 9: --top 100 ran 60 CP-SAT stage solves (109 of 159 s on h100x720720)."""
+    import planner.search.engine as engine
+    from planner.app import PlanRequest, run_search
+    from planner.search.engine import MAX_STAGE_SOLVES
+
+    calls = []
+    real = engine._balanced_plan
+    monkeypatch.setattr(engine, "_balanced_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
+    req = PlanRequest.from_options({"model_arg": "llama-405b", "cluster_arg": "h100x1024", "top_k": 100,
+                                    "all_variants": True})
+    _, res, doc = run_search(req)
+    assert len(doc["plans"]) > MAX_STAGE_SOLVES  # more plans ranked than solved
+    assert 0 < len(calls) <= MAX_STAGE_SOLVES == 10
+
+
+def test_calibrate_cross_validation_is_at_most_ten_fits(monkeypatch):
+    """Leave-one-out was n fits of n runs (30 runs 23.5 s): now at most MAX_FOLDS fits, each run held out once."""
+    import dataclasses
+
+    from planner.analysis import calibrate as c
+    assert c.folds(5) == [[0], [1], [2], [3], [4]]
+    assert sorted(i for f in c.folds(37) for i in f) == list(range(37)) and len(c.folds(37)) == c.MAX_FOLDS
+    fits = []
+    monkeypatch.setattr(c, "fit_compute", lambda prepared, hw, params=None: fits.append(len(prepared)) or hw)
+    base = c.PreparedRun("r", 1.0, *[None] * 4)
+    runs = [dataclasses.replace(base, id=f"r{i}") for i in range(30)]
+    monkeypatch.setattr(c.PreparedRun, "predict", lambda self, hw: 1.0)
+    monkeypatch.setattr(c, "log_errors", lambda prepared, hw: [0.0] * len(prepared))
+    from planner.catalog.hardware import get_hardware
+    res = c.calibrate(runs, get_hardware("h100-sxm-80gb"))
+    assert len(fits) == 1 + c.MAX_FOLDS and fits[1:] == [27] * 10 and len(res.loo_errors) == 30
+
+
+def test_runs_files_over_the_run_limits_are_refused_up_front(tmp_path):
+    import yaml
+
+    from planner.analysis import calibrate as c
+    from planner.analysis.validate import MAX_RUNS
+    one = yaml.safe_load(_runs_file(tmp_path).read_text())[0]
+    many = tmp_path / "many.yaml"
+    many.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(MAX_RUNS + 1)]))
+    line = one_line_error_proc(cli("validate", "--runs", many, timeout=60))
+    assert f"{MAX_RUNS + 1:,} runs, over the {MAX_RUNS:,}" in line
+    some = tmp_path / "some.yaml"
+    some.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(c.MAX_RUNS + 1)]))
+    line = one_line_error_proc(cli("calibrate", "--runs", some, "--out", tmp_path / "c.yaml", timeout=60))
+    assert f"over the {c.MAX_RUNS} plan calibrate takes" in line

@@ -224,6 +224,18 @@ def fit_compute(prepared: list[PreparedRun], hw: HardwareSpec, params: tuple[Par
     return with_values(hw, unpack(sol.x))
 
 
+MAX_FOLDS = 10  # held-out errors from at most 10 fits: leave-one-out up to 10 runs, 10-fold beyond (bounded work)
+MAX_RUNS = 100  # a calibration fits 4 constants; 100 runs take ~1 min on the project machine (docs/performance.md)
+
+
+def folds(n: int) -> list[list[int]]:
+    """Run indices held out together: each run alone up to MAX_FOLDS runs (leave-one-out), else run i in fold
+    i mod MAX_FOLDS, so the cross-validation costs at most MAX_FOLDS fits whatever the run count (it was
+    n fits of n runs each: O(n^2), 30 runs 23.5 s, issue 26 item 9)."""
+    k = min(n, MAX_FOLDS)
+    return [list(range(j, n, k)) for j in range(k)]
+
+
 def calibrate(prepared: list[PreparedRun], hw: HardwareSpec, leave_one_out: bool = True) -> FitResult:
     before = [math.expm1(e) for e in log_errors(prepared, hw)]
     fitted_hw = fit_compute(prepared, hw)
@@ -231,11 +243,15 @@ def calibrate(prepared: list[PreparedRun], hw: HardwareSpec, leave_one_out: bool
     params = compute_params(hw)
     moved = {p.name: (get_value(hw, p), get_value(fitted_hw, p)) for p in params
              if get_value(hw, p) != get_value(fitted_hw, p)}
-    loo = []
+    loo = [0.0] * len(prepared)
     if leave_one_out and len(prepared) >= 3:
-        for i, run in enumerate(prepared):
-            rest = prepared[:i] + prepared[i + 1:]
-            loo.append(run.predict(fit_compute(rest, hw)) / run.measured_s - 1.0)
+        for held in folds(len(prepared)):
+            rest = [r for i, r in enumerate(prepared) if i not in held]
+            fit = fit_compute(rest, hw)
+            for i in held:
+                loo[i] = prepared[i].predict(fit) / prepared[i].measured_s - 1.0
+    else:
+        loo = []
     return FitResult(fitted_hw, moved, before, after, loo, [p.name for p in params if p.name not in moved])
 
 
@@ -323,6 +339,9 @@ def run_calibration(runs: list[dict], tables: list, runs_name: str, source: str)
     the compute constants; every bad value is an InputError (one line) or a skipped run with its reason."""
     from planner.analysis.nccl_tests import fit_link
 
+    if len(runs) > MAX_RUNS:  # refused before any work
+        raise InputError(f"{runs_name}: {len(runs):,} runs, over the {MAX_RUNS} plan calibrate takes (it fits 4 "
+                         f"constants; the work grows with the runs): give at most {MAX_RUNS} runs of one accelerator")
     prepared, skipped = prepare_runs(runs)
     if not prepared:
         first = "; ".join(s["id"] + ": " + s["reason"] for s in skipped[:2])

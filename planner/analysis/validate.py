@@ -202,10 +202,16 @@ def run_stack(run: dict) -> RunStack:
                     activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
 
 
+MAX_RUNS = 1_000  # ~20 ms a run: 1,000 runs are ~20 s of work (the 8 MiB file limit admits ~26,000: ~10 min)
+
+
 def load_runs(path: str | Path) -> list[dict]:
     data = read_structured_file(path, what="runs file")
     if not isinstance(data, list) or not data:
         raise InputError(f"{path}: a runs file is a YAML list of runs (see the runs schema); got {type(data).__name__}")
+    if len(data) > MAX_RUNS:  # refused up front (issue 26 item 9): split the file
+        raise InputError(f"{path}: {len(data):,} runs, over the {MAX_RUNS:,} a runs file may hold: split it into "
+                         "files of at most that many runs")
     seen = set()
     for i, run in enumerate(data):
         where = f"{path}: run #{i + 1}"
