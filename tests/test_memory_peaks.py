@@ -41,6 +41,11 @@ TARGET_P90 = 0.20
 # +51.8%), asserted as regression bounds until the memory model reaches the target p90 (see the module docstring)
 REGRESSION_P90 = 0.47
 REGRESSION_WORST = 0.52
+# runs/known_runs_memory.yaml alone (15 peaks no constant was fitted on, the issue's "published runs that are not in
+# the repository" until this branch): today median 0.217, p90 0.495 (dev rows: median 0.078, p90 0.154). Far from the
+# target; held as regression bounds
+REGRESSION_NEW_MEDIAN = 0.22
+REGRESSION_NEW_P90 = 0.50
 
 
 def _published_peaks() -> list[dict]:
@@ -84,6 +89,14 @@ def test_peak_memory_p90_regression_bound(scored):
     assert p90 <= REGRESSION_P90, errs
     assert errs[-1] <= REGRESSION_WORST, errs
     assert TARGET_P90 < REGRESSION_P90  # the bound is looser than the target: tighten it when the model gets there
+
+
+def test_memory_file_regression_bounds():
+    res = validate_runs(load_runs(MEMORY_FILE))
+    errs = sorted(abs(r["peak_memory_error"]) for r in res["runs"])
+    assert len(errs) == 15
+    assert statistics.median(errs) <= REGRESSION_NEW_MEDIAN, errs
+    assert errs[int(0.9 * (len(errs) - 1))] <= REGRESSION_NEW_P90, errs
 
 
 def test_memory_rows_carry_stack_and_citation():
