@@ -43,8 +43,8 @@ class Job:
 
     @property
     def grad_accum(self) -> int:
-        """Micro-batches per DP rank per optimizer step (Megatron's num_microbatches)."""
-        return self.train.global_batch // (self.plan.micro_batch * self.plan.dp)
+        """Micro-batches per DP rank per optimizer step (Megatron's num_microbatches; ParallelDims owns it)."""
+        return ParallelDims.of(self.plan).num_microbatches(self.train.global_batch)
 
     @property
     def is_tpu(self) -> bool:

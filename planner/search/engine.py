@@ -27,7 +27,7 @@ from planner.errors import InputError
 from planner.search.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.search.space import divisors, plan_errors
 from planner.specs import ParallelPlan
-from planner.specs.dims import cp_splits_sequence, tp_splits_heads
+from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads
 from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -375,7 +375,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
     micro-batch, recompute."""
     fx, tr = opts.fixed, ctx.train
     base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap",) and v is not None}
-    per_rank = tr.global_batch // r["dp"]
+    per_rank = ParallelDims(dp=r["dp"]).local_batch(tr.global_batch)
     mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
     mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
     for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):

@@ -143,6 +143,5 @@ def pipelined(job: Job) -> bool:
 
 
 def microbatches(job: Job) -> int:
-    """Micro-batches per DP rank per step (Megatron's num_microbatches)."""
-    p = job.plan
-    return job.train.global_batch // max(1, p.micro_batch * p.dp)
+    """Micro-batches per DP rank per step (Megatron's num_microbatches; ParallelDims owns it)."""
+    return job.grad_accum
