@@ -275,7 +275,7 @@ def placement(cluster: ClusterSpec, plan: ParallelPlan, framework: str) -> dict[
     world = plan.devices
     domain = placement_domain(cluster, world)
     linear = linear_strides(plan)
-    if traits(framework).rank_order == "mesh" or hw.torus is not None:
+    if traits(framework).rank_order == "mesh" or hw.is_tpu:
         ici, dcn = split_ici_dcn(mesh_degrees(plan), world, domain)
         torus = torus_assignment(ici, slice_shape(cluster), hw.torus.cube) if hw.torus is not None else None
         spans = {g: _mesh_span(g, axes, ici, dcn, torus, domain, up, out) for g, axes in _mesh_groups(plan).items()}

@@ -48,8 +48,7 @@ class Job:
 
     @property
     def is_tpu(self) -> bool:
-        hw = self.cluster.hardware
-        return hw.scale_up.kind == "ici_torus" or hw.id.startswith("tpu")
+        return self.cluster.hardware.is_tpu
 
     @property
     def is_gpu(self) -> bool:
