@@ -111,8 +111,7 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
 
     model, cluster, train = build_inputs(req)
     fixed = dict(req.knobs)
-    check_request(model, cluster, train, {k: v for k, v in fixed.items() if k not in ("tp", "pp", "cp", "dp")},
-                  req.memory_headroom_gib or 0.0)
+    check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
     if req.launcher:
         from planner.emit.capabilities import capabilities
         check_launcher_hardware(req.launcher, cluster)
@@ -123,8 +122,11 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
         n, _ = min_devices(model, cluster, train, opts, target_step_s)
     if n is None:
         goal = f" at <= {target_step_s:g} s per step" if target_step_s else ""
+        pins = ", ".join(f"{k}={v}" for k, v in sorted(req.knobs.items()) if v is not None)
+        goal += f" with the pinned {pins}" if pins else ""
         raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
-                             "raise the --cluster count, relax --target-step-s, or pick a bigger accelerator")
+                             "raise the --cluster count, relax --target-step-s"
+                             + (", change the pinned knobs" if pins else "") + " or pick a bigger accelerator")
     summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
                "target_step_s": target_step_s}
     return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,

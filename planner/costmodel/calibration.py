@@ -122,8 +122,8 @@ CPU_ADAM_PARAMS_PER_S_PER_HOST = 3.9e9
 
 # --- fixed costs ----------------------------------------------------------------------------------
 # Work per layer that does not shrink with its FLOPs (kernel launch gaps, small uncounted kernels), seconds per
-# transformer layer per micro-batch (forward + backward, 1/3 + 2/3), and per micro-batch per stage. Issue 12
-# fitted them on the dev runs: per micro-batch any positive value raised the p90; per layer 1.5 ms (with
+# transformer layer per micro-batch (forward + backward, 1/3 + 2/3), and per micro-batch per stage. A fit on
+# the dev runs found: per micro-batch any positive value raised the p90; per layer 1.5 ms (with
 # FP8_DERATE refitted to 1.0) gave median 7.5% / p90 19.5%, but a cost that does not shrink with TP, CP or PP
 # then ranked NeMo's published layouts 21st-31st (TP2 PP8 over NeMo's TP4 PP4 for Llama-2 70B, no CP over CP2
 # for Llama-3 8B at 8k). Launch gaps hide under long kernels, so such a cost is not physical at these sizes:
