@@ -22,6 +22,7 @@ from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel import calibration as cal
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
+from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.emit.capabilities import launcher_errors
 from planner.errors import InputError
 from planner.search.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
@@ -152,25 +153,6 @@ def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int
         cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
         out += [(ep, etp) for ep in _fixed_or(opts, "ep", cand)]
     return out
-
-
-def slice_shape(cluster) -> tuple[int, ...]:
-    """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
-    v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
-    t = cluster.hardware.torus
-    n = min(cluster.count, t.max_slice_chips)
-    best: tuple[int, ...] | None = None
-    def consider(shape):
-        nonlocal best
-        if all(a <= t.max_axis for a in shape) and (best is None or max(shape) < max(best)):
-            best = shape
-    for a in divisors(n):
-        if t.dims == 2:
-            consider(tuple(sorted((a, n // a))))
-        else:
-            for b in divisors(n // a):
-                consider(tuple(sorted((a, b, n // (a * b)))))
-    return best or (n,)
 
 
 def torus_group_sizes(cluster) -> set[int]:
