@@ -116,3 +116,12 @@ def test_a_stated_setting_the_model_does_not_price_is_listed(tmp_path):
     out = predict_run(_load(tmp_path, RUN | {"stack": stack})[0])
     assert out["stack_not_modelled"] == ["cuda_graphs: true"] and out["framework"] == "fsdp"
     assert "stack_not_modelled" not in predict_run(_load(tmp_path, RUN)[0])
+
+
+def test_every_stack_is_a_runs_file_framework():
+    """A stack added to planner/stacks is accepted in stack.framework by its own name; every other name a run
+    may give maps to one of them."""
+    from planner.analysis.runschema import FRAMEWORKS
+    from planner.stacks import FRAMEWORKS as STACKS
+
+    assert set(STACKS) <= set(FRAMEWORKS) and set(FRAMEWORKS.values()) == set(STACKS)

@@ -16,11 +16,13 @@ from planner.app.inputs import (
 from planner.app.launch import emit_set, other_launchers, write_launch_files
 from planner.app.plan import (
     Progress,
+    explain_search,
     min_devices_cluster,
     nothing_fits_message,
     quiet,
     ranking_doc,
     run_search,
+    scored_candidates,
     search_doc,
     usable_capacity_gib,
 )
@@ -35,10 +37,10 @@ from planner.app.runs import (
 )
 
 __all__ = [
-    "KNOB_FLAGS", "Calibration", "PlanRequest", "Progress", "build_inputs", "calibrate_file", "check_launcher_hardware",
-    "check_launcher_model", "check_request", "cluster_object", "cluster_overrides", "default_runs_file", "emit_set",
-    "min_devices_cluster", "model_object", "nothing_fits_message", "other_launchers", "pinned_knobs", "quiet",
-    "previous_validation_doc", "ranking_doc", "require_finite", "resolve_target", "run_search", "search_doc",
-    "training_overrides",
-    "usable_capacity_gib", "validate_file", "validation_markdown", "write_launch_files",
+    "Calibration", "KNOB_FLAGS", "PlanRequest", "Progress", "build_inputs", "calibrate_file",
+    "check_launcher_hardware", "check_launcher_model", "check_request", "cluster_object", "cluster_overrides",
+    "default_runs_file", "emit_set", "explain_search", "min_devices_cluster", "model_object", "nothing_fits_message",
+    "other_launchers", "pinned_knobs", "previous_validation_doc", "quiet", "ranking_doc", "require_finite",
+    "resolve_target", "run_search", "scored_candidates", "search_doc", "training_overrides", "usable_capacity_gib",
+    "validate_file", "validation_markdown", "write_launch_files",
 ]

@@ -131,3 +131,22 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
                "target_step_s": target_step_s}
     return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
                        devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size), summary
+
+
+def explain_search(req: PlanRequest, progress: Progress = quiet):
+    """The best plan of the request with every number's derivation and why each neighbouring plan loses:
+    (ctx, result, doc) with doc["derivation"] and doc["why_not"] (planner.analysis.explain)."""
+    from planner.analysis.explain import derivation, why_not
+
+    ctx, res, doc = run_search(req.replace(top_k=1), progress)
+    best = res.plans[0]
+    doc["why_not"] = why_not(ctx, best, usable_capacity_gib(ctx, req.memory_headroom_gib or 0.0))
+    doc["derivation"] = derivation(ctx, best)
+    return ctx, res, doc
+
+
+def scored_candidates(res) -> list[dict]:
+    """Every plan the search scored and kept (SearchResult.ranked, best first), as the report's Pareto chart
+    reads them: knobs, step time, peak memory, fits."""
+    return [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
+             "fits": e.fits} for e in res.ranked]

@@ -490,15 +490,9 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
 @_handle_errors
 def explain_cmd(**kw):
     """Every number of one plan with its formula, and why each neighbouring plan loses."""
-    from planner.analysis.explain import derivation, why_not
-
     kw = inherit_group_options(kw)
     as_json = kw.pop("as_json")
-    ctx, res, doc = run_search(kw | {"top_k": 1}, show_progress=not as_json)
-    best = res.plans[0]
-    alts = why_not(ctx, best, app.usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0))
-    doc["why_not"] = alts
-    doc["derivation"] = derivation(ctx, best)
+    _, _, doc = app.explain_search(request_of(kw), spinner(not as_json))
     if as_json:
         emit_doc(doc, True, command="explain")
         return
@@ -525,9 +519,8 @@ def report_cmd(**kw):
     check_cost_options(cost)
     # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
     # only the leading plans get a stage solve, as in `plan`
-    ctx, res, doc = run_search(kw, show_progress=True)
-    candidates = [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
-                   "fits": e.fits} for e in res.ranked]
+    _, res, doc = run_search(kw, show_progress=True)
+    candidates = app.scored_candidates(res)
     est = estimate_doc(doc["plans"][0], doc["model"]["params_total"], cost) if cost["tokens"] else None
     with progress("rendering the report", True):
         html = render_report(doc, candidates, estimate=est)
