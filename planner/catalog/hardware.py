@@ -29,6 +29,7 @@ Every bad input raises `InputError` with one line saying what is wrong and what 
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -210,7 +211,7 @@ def parse_cluster(text: str) -> ClusterSpec:
         hw = _lookup(hw_part)
         if hw is not None:
             return _build_cluster(hw, _check_count(count_part))
-    path = Path(raw).expanduser()
+    path = Path(os.path.expanduser(raw))  # os.path: '~nosuchuser/x' stays as written (Path raises)
     try:
         exists = path.exists()
     except (OSError, ValueError) as e:  # ENAMETOOLONG, an embedded NUL...
