@@ -24,6 +24,8 @@ Cluster file (YAML or JSON, at most 1 MiB), a mapping with:
     devices_per_node: <int>            # optional override of the profile's node size
     domain_size: <int>                 # optional override of the scale-up domain size
     name: <str>                        # optional
+    price_per_device_hour: <number>    # optional: this cluster's price of one device-hour (cost with --tokens)
+A price may also follow either form after `@`: `h100x16@2.5`, `my-cluster.yaml@1.9`.
 Every bad input raises `InputError` with one line saying what is wrong and what to do.
 """
 
@@ -44,13 +46,14 @@ from planner.specs.cluster import MAX_DEVICES, ClusterSpec
 from planner.specs.hardware import HardwareSpec
 
 MAX_CLUSTER_FILE_BYTES = 2**20  # 1 MiB: a cluster spec is a few lines
-CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name")
+CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name", "price_per_device_hour")
 MAX_CLUSTER_ARG_CHARS = 4096  # PATH_MAX on Linux: no shorthand or path is longer
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 # <hardware> <sep> <count>: the count part holds no separator character, so the split is always at the
 # LAST separator, and anything number-like after it is captured (so "a100x8.5" gets a clear error).
 _SHORTHAND = re.compile(r"^(?P<hw>.+?)\s*[xX×*]\s*(?P<count>[-+]?[0-9][0-9_.,eE+-]*)$")
 _REVERSED = re.compile(r"^(?P<count>[0-9]+)\s*[xX×*]\s*(?P<hw>.+)$")
+_PRICE = re.compile(r"^(?P<cluster>.+?)\s*@\s*(?P<price>[^@]*)$")
 _USAGE = "give <hardware>x<count> such as a100x64 or tpu-v5px256 (see `plan clusters`), or a cluster YAML/JSON file"
 
 
@@ -171,7 +174,7 @@ def _check_count(value: Any, what: str = "device count") -> int:
 
 
 def _build_cluster(hw: HardwareSpec, count: int, devices_per_node: int | None = None,
-                   domain_size: int | None = None, name: str = "") -> ClusterSpec:
+                   domain_size: int | None = None, name: str = "", price: float | None = None) -> ClusterSpec:
     node = devices_per_node or hw.devices_per_node
     if count > node and count % node:
         lo, hi = count // node * node, (count // node + 1) * node
@@ -181,7 +184,7 @@ def _build_cluster(hw: HardwareSpec, count: int, devices_per_node: int | None = 
         )
     try:
         return ClusterSpec(name=name or f"{hw.id}x{count}", hardware=hw, count=count,
-                           devices_per_node=devices_per_node, domain_size=domain_size)
+                           devices_per_node=devices_per_node, domain_size=domain_size, price_per_device_hour=price)
     except ValidationError as e:
         raise InputError(f"invalid cluster: {_validation_summary(e)}") from None
 
@@ -197,13 +200,34 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or "\\" in text or text.lower().endswith(_FILE_SUFFIXES) or text.startswith((".", "~"))
 
 
+def _check_price(text: str, raw: str) -> float:
+    """The price after `@` in a cluster argument: a finite number >= 0 (per device-hour)."""
+    try:
+        price = float(text.strip())
+    except ValueError:
+        price = float("nan")
+    if not (price >= 0 and price != float("inf")):
+        raise InputError(f"cluster {raw!r}: the price after @ must be a number >= 0 per device-hour, e.g. h100x16@2.5")
+    return price
+
+
 def parse_cluster(text: str) -> ClusterSpec:
-    """`<hardware>x<count>` (e.g. a100x64, mi300xx16) or the path of a cluster YAML/JSON file."""
+    """`<hardware>x<count>` (e.g. a100x64, mi300xx16) or the path of a cluster YAML/JSON file, optionally
+    followed by `@<price per device-hour>` (h100x16@2.5), which replaces a price the file gives."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty cluster; {_USAGE}")
     raw = text.strip()
     if len(raw) > MAX_CLUSTER_ARG_CHARS:
         raise InputError(f"cluster argument is {len(raw):,} characters long, over {MAX_CLUSTER_ARG_CHARS}; {_USAGE}")
+    priced = _PRICE.match(raw)
+    if priced and not Path(raw).expanduser().exists():
+        cluster = _parse_unpriced(priced.group("cluster"))
+        price = _check_price(priced.group("price"), raw)
+        return cluster.model_copy(update={"price_per_device_hour": price})
+    return _parse_unpriced(raw)
+
+
+def _parse_unpriced(raw: str) -> ClusterSpec:
     split = _split_shorthand(raw)
     if split is not None:
         hw_part, count_part = split
@@ -302,4 +326,14 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     if not name and isinstance(hw_field, dict) and "base" in hw_field:
         name = f"{hw.id}x{count} (changed by {p.name})"  # never mistaken for the catalog profile
     return _build_cluster(hw, count, _optional_positive(data, "devices_per_node", p),
-                          _optional_positive(data, "domain_size", p), name)
+                          _optional_positive(data, "domain_size", p), name, _file_price(data, p))
+
+
+def _file_price(data: dict[str, Any], p: Path) -> float | None:
+    value = data.get("price_per_device_hour")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise InputError(f"cluster file {p}: price_per_device_hour must be a number >= 0 (price of one "
+                         f"device-hour), got {value!r}")
+    return float(value)

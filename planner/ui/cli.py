@@ -18,6 +18,7 @@ from planner.names import error_line, safe_line
 from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
 from planner.ui.inherit import inherit_group_options
 from planner.ui.jsondoc import require_finite
+from planner.ui.repeats import NoRepeatCommand, NoRepeatMixin
 
 KNOB_FLAGS = {  # flag -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "vpp": "vpp",
@@ -37,10 +38,13 @@ def _positive(ctx, param, value):
 _finite = finite  # the one click callback refusing nan/inf (planner.ui.costopts)
 
 
-class OneLineGroup(click.Group):
+class OneLineGroup(NoRepeatMixin, click.Group):
     """click.Group whose usage errors are one line on stderr (exit 2), that ends quietly when its output
     pipe closes (`plan models | head -1` exits 0), and that turns SIGTERM into an exit that runs the
-    clean-up of half-written files (SIGKILL cannot be caught: a killed run may leave a .NAME.XXXX.tmp)."""
+    clean-up of half-written files (SIGKILL cannot be caught: a killed run may leave a .NAME.XXXX.tmp).
+    A scalar option given twice is a usage error (planner.ui.repeats), in the group and its subcommands."""
+
+    command_class = NoRepeatCommand
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -503,7 +507,7 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
         return
     kw = resolve_target(kw, emit)
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
-    check_cost_options(cost)
+    check_cost_options(cost, (kw.get("cluster_arg"),))
     if target_step_s and not min_devices:
         from planner.errors import InputError
         raise InputError("--target-step-s needs --min-devices")
@@ -516,7 +520,7 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
         doc["min_devices"] = fewest
     if cost["tokens"]:
         doc["training_estimate"] = estimate_doc(doc["plans"][min(rank, len(doc["plans"])) - 1],
-                                                doc["model"]["params_total"], cost)
+                                                doc["model"]["params_total"], cost, doc["cluster"])
     if out_dir:
         doc["out"] = _write_out(ctx, doc, out_dir, rank, _emit_set(kw, emit), force, quiet=as_json)
         if not kw.get("launcher"):
@@ -561,7 +565,8 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
     summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
                "target_step_s": target_step_s}
     return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
-                       devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size), summary
+                       devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size,
+                       price_per_device_hour=cluster.price_per_device_hour), summary
 
 
 def _emit_set(kw: dict, emit: tuple[str, ...]) -> set[str] | None:
@@ -808,13 +813,13 @@ def report_cmd(**kw):
     out_file = kw.pop("out_file")
     check_output_path(out_file, "--out")
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
-    check_cost_options(cost)
+    check_cost_options(cost, (kw.get("cluster_arg"),))
     # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
     # only the leading plans get a stage solve, as in `plan`
     ctx, res, doc = run_search(kw, show_progress=True)
     candidates = [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
                    "fits": e.fits} for e in res.ranked]
-    est = estimate_doc(doc["plans"][0], doc["model"]["params_total"], cost) if cost["tokens"] else None
+    est = estimate_doc(doc["plans"][0], doc["model"]["params_total"], cost, doc["cluster"]) if cost["tokens"] else None
     with progress("rendering the report", True):
         html = render_report(doc, candidates, estimate=est)
     write_text_file(out_file, "--out", html)
@@ -845,7 +850,7 @@ def compare_cmd(**kw):
     if not kw["clusters"]:
         raise InputError("missing --cluster: give one or more, e.g. --cluster a100x64 --cluster h100x32")
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
-    check_cost_options(cost)
+    check_cost_options(cost, kw["clusters"])
     common = {k: kw[k] for k in ("gbs", "dtype", "framework", "memory_headroom")}
     doc = compare_doc(kw["model_arg"], kw["clusters"], kw["seq_lens"], common, cost,
                       lambda k: run_search(k, show_progress=not kw["as_json"]))
@@ -859,6 +864,9 @@ def compare_cmd(**kw):
     console = make_console()
     for table in compare_tables(doc, console.width):
         console.print(table)
+    from planner.ui.table import columns_for_text, wrapped
+    for note in doc["band_notes"]:
+        click.echo(wrapped("note: " + note, columns_for_text(), "  "))
 
 
 def main_entry():  # pragma: no cover

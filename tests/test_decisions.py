@@ -1,0 +1,156 @@
+"""Issue 27: decisions a buyer can take -- per-cluster prices, repeated scalar options, error bands in
+`plan compare`, --min-devices at the band's upper edge, explain --rank/--vs, calibrate warnings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from planner.catalog.hardware import parse_cluster
+from planner.errors import InputError
+from planner.ui.cli import main
+
+SMALL = ("--model", "llama-8b", "--cluster", "h100x8")
+
+
+def run(*args, env=None):
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:
+        runner = CliRunner()
+    return runner.invoke(main, list(args), env=env or {}, catch_exceptions=False)
+
+
+def one_line_error(r, code=2):
+    assert r.exit_code == code, (r.exit_code, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------ repeated scalar options
+
+@pytest.mark.parametrize("args, flag", [
+    (["compare", "--model", "llama-8b", "--cluster", "h100x8", "--cluster", "a100x16", "--tokens", "1T",
+      "--price-per-device-hour", "2.5", "--price-per-device-hour", "1.5"], "--price-per-device-hour"),
+    ([*SMALL, "--framework", "fsdp", "--framework", "megatron"], "--framework"),
+    (["compare", "--model", "llama-8b", "--cluster", "h100x8", "--framework", "fsdp", "--framework", "megatron"],
+     "--framework"),
+    ([*SMALL, "--tp", "2", "--tp", "2"], "--tp"),
+    ([*SMALL, "--sp", "--no-sp"], "--sp/--no-sp"),
+    (["explain", *SMALL, "--model", "llama-70b"], "--model"),
+])
+def test_a_repeated_scalar_option_is_an_error(args, flag):
+    line = one_line_error(run(*args))
+    assert f"{flag} was given more than once: give it once" in line
+
+
+def test_repeated_price_says_how_to_price_each_cluster():
+    r = run("compare", "--model", "llama-8b", "--cluster", "h100x8", "--price-per-device-hour", "2",
+            "--price-per-device-hour", "1", "--tokens", "1T")
+    assert "--cluster h100x16@2.5" in one_line_error(r)
+
+
+def test_repeatable_options_still_repeat(tmp_path):
+    r = run("compare", "--model", "llama-8b", "--cluster", "h100x8", "--cluster", "a100x16", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert len(json.loads(r.stdout)["rows"]) == 2
+
+
+# ------------------------------------------------------------------------------ per-cluster prices
+
+def test_price_in_the_cluster_string_and_file(tmp_path):
+    assert parse_cluster("h100x16@2.5").price_per_device_hour == 2.5
+    assert parse_cluster("h100x16 @ 0").price_per_device_hour == 0.0
+    assert parse_cluster("h100x16").price_per_device_hour is None
+    f = tmp_path / "c.yaml"
+    f.write_text("hardware: a100\ncount: 32\nprice_per_device_hour: 1.5\n")
+    assert parse_cluster(str(f)).price_per_device_hour == 1.5
+    assert parse_cluster(f"{f}@1.9").price_per_device_hour == 1.9  # the string's price replaces the file's
+    for bad in ("h100x16@", "h100x16@abc", "h100x16@-1", "h100x16@inf", "h100x16@nan"):
+        with pytest.raises(InputError, match="price after @ must be a number"):
+            parse_cluster(bad)
+    f.write_text("hardware: a100\ncount: 32\nprice_per_device_hour: cheap\n")
+    with pytest.raises(InputError, match="price_per_device_hour must be a number"):
+        parse_cluster(str(f))
+
+
+def _compare(*args):
+    r = run("compare", "--model", "llama-8b", *args, "--json")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _plan_cost(cluster, price):
+    r = run("--model", "llama-8b", "--cluster", cluster, "--tokens", "1T", "--price-per-device-hour", price,
+            "--json")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)["training_estimate"]["cost"]
+
+
+def test_compare_charges_each_cluster_its_own_price():
+    doc = _compare("--cluster", "h100x8@2.5", "--cluster", "a100x16@1.5", "--tokens", "1T")
+    h100, a100 = (r["training_estimate"] for r in doc["rows"])
+    assert (h100["price_per_device_hour"], a100["price_per_device_hour"]) == (2.5, 1.5)
+    assert h100["price_source"] == a100["price_source"] == "cluster"
+    assert doc["rows"][0]["cluster"]["price_per_device_hour"] == 2.5
+    # the same figure `plan` gives for that cluster alone at that price
+    assert h100["cost"] == pytest.approx(_plan_cost("h100x8", "2.5"), rel=1e-9)
+    assert a100["cost"] == pytest.approx(_plan_cost("a100x16", "1.5"), rel=1e-9)
+    # cost = device-hours x the cluster's price
+    assert a100["cost"] == pytest.approx(a100["device_hours"] * 1.5, rel=1e-9)
+
+
+def test_the_flag_prices_only_the_clusters_without_their_own():
+    doc = _compare("--cluster", "h100x8@2.5", "--cluster", "a100x16", "--tokens", "1T",
+                   "--price-per-device-hour", "1.2")
+    h100, a100 = (r["training_estimate"] for r in doc["rows"])
+    assert (h100["price_per_device_hour"], h100["price_source"]) == (2.5, "cluster")
+    assert (a100["price_per_device_hour"], a100["price_source"]) == (1.2, "--price-per-device-hour")
+
+
+def test_a_cluster_price_lets_currency_through():
+    doc = _compare("--cluster", "h100x8@2.5", "--tokens", "1T", "--currency", "EUR")
+    assert doc["rows"][0]["training_estimate"]["currency"] == "EUR"
+
+
+# ------------------------------------------------------------------------------ bands in compare
+
+def test_compare_rows_carry_the_step_time_band_and_the_cost_band():
+    doc = _compare("--cluster", "h100x8@2.5", "--cluster", "a100x16@1.5", "--tokens", "1T")
+    for row in doc["rows"]:
+        b, e = row["step_time_band"], row["training_estimate"]
+        assert b["low_s"] < row["step_time_s"] < b["high_s"]
+        assert row["step_time_s"] * (1 + b["rel"]) == pytest.approx(b["high_s"])
+        lo, hi = e["cost_band"]
+        assert lo < e["cost"] < hi
+        # cost is device-hours x price, device-hours ~ step time: the band's relative width carries over
+        assert hi / e["cost"] == pytest.approx(1 + b["rel"], rel=0.01)
+        assert e["effective_days_band"][0] < e["effective_days"] < e["effective_days_band"][1]
+
+
+def test_compare_says_when_costs_lie_within_each_others_bands():
+    far = _compare("--cluster", "h100x8@2.5", "--cluster", "a100x16@2.5", "--tokens", "1T")
+    rows = far["rows"]
+    assert not any("costs" in n for n in far["band_notes"]), far["band_notes"]
+    # price the A100s so their cost lands on the H100s' cost: within each other's band
+    h100, a100 = (r["training_estimate"] for r in rows)
+    even = 2.5 * h100["cost"] / a100["cost"]
+    near = _compare("--cluster", "h100x8@2.5", "--cluster", f"a100x16@{even:.4f}", "--tokens", "1T")
+    assert len(near["band_notes"]) == 1
+    assert "the costs of h100-sxm-80gbx8" in near["band_notes"][0]
+    assert "cannot tell which is cheaper" in near["band_notes"][0]
+    table = run("compare", "--model", "llama-8b", "--cluster", "h100x8@2.5", "--cluster", f"a100x16@{even:.4f}",
+                "--tokens", "1T", env={"COLUMNS": "200"})
+    assert "cost band" in table.stdout and "note: the costs of" in table.stdout
+
+
+def test_compare_without_price_compares_step_times():
+    doc = _compare("--cluster", "h100x8", "--cluster", "h100x16", "--gbs", "256")
+    assert all("cost_band" not in r.get("training_estimate", {}) for r in doc["rows"])
+    a, b = doc["rows"]
+    within = (b["step_time_band"]["low_s"] <= a["step_time_s"] <= b["step_time_band"]["high_s"]
+              and a["step_time_band"]["low_s"] <= b["step_time_s"] <= a["step_time_band"]["high_s"])
+    assert within == any("step times" in n for n in doc["band_notes"])
