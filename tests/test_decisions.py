@@ -154,3 +154,49 @@ def test_compare_without_price_compares_step_times():
     within = (b["step_time_band"]["low_s"] <= a["step_time_s"] <= b["step_time_band"]["high_s"]
               and a["step_time_band"]["low_s"] <= b["step_time_s"] <= a["step_time_band"]["high_s"])
     assert within == any("step times" in n for n in doc["band_notes"])
+
+
+# ------------------------------------------------------------------------------ --min-devices
+
+def _min_devices(target):
+    r = run("--model", "llama-8b", "--cluster", "h100x256", "--seq-len", "8192", "--gbs", "256", "--min-devices",
+            "--target-step-s", str(target), "--json")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_min_devices_meets_the_target_at_the_upper_edge_of_the_band():
+    loose = _min_devices(4)  # llama-8b, seq 8192, gbs 256: 64 H100s step in ~3.3 s, ~3.7 s at the band's edge
+    n, best = loose["min_devices"]["devices"], loose["plans"][0]
+    assert loose["min_devices"]["bound"] == "step_time_band.high_s"
+    assert loose["min_devices"]["margin_rel"] == pytest.approx(best["step_time_band"]["rel"])
+    assert best["step_time_band"]["high_s"] <= 4
+    # a target the point prediction of that count meets but its band's upper edge does not: more devices
+    target = round((best["step_time_s"] + best["step_time_band"]["high_s"]) / 2, 3)
+    tight = _min_devices(target)
+    assert tight["min_devices"]["devices"] > n
+    assert tight["plans"][0]["step_time_band"]["high_s"] <= target
+
+
+def test_min_devices_sizes_even_pipeline_stages():
+    from planner.catalog.models import get_model
+
+    doc = _min_devices(4)
+    layers = get_model("llama-8b").num_layers
+    assert all(layers % p["plan"]["pp"] == 0 for p in doc["plans"])
+    assert "divide the layers evenly" in doc["min_devices"]["layout_rule"]
+
+
+def test_min_devices_does_not_step_over_a_count_between_powers_of_two():
+    """With stages dividing 80 layers and DP dividing gbs 512, 384 and 448 admit no layout of Llama 3.1 70B,
+    320 (TP4 PP5 x 16) does: the bisection must consider only counts that admit a layout."""
+    from planner.catalog.models import get_model
+    from planner.search.engine import SearchOptions, min_devices
+    from planner.specs import TrainingSpec
+
+    model, cluster = get_model("llama-3.1-70b"), parse_cluster("h100x1024")
+    train = TrainingSpec(global_batch=512, seq_len=8192)
+    opts = SearchOptions(top_k=1, even_stages=True, fixed={"tp": 4, "cp": 1, "offload_optimizer": False})
+    n, res = min_devices(model, cluster, train, opts, target_step_s=14.5, margin_rel=0.0)  # 256: 15.5 s, 320: 13.7 s
+    assert n == 320, n
+    assert res.plans[0].plan.pp == 5 and res.plans[0].step_time_s <= 14.5

@@ -19,6 +19,7 @@ from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, est
 from planner.ui.inherit import inherit_group_options
 from planner.ui.jsondoc import require_finite
 from planner.ui.repeats import NoRepeatCommand, NoRepeatMixin
+from planner.ui.sizing import sizing_bound, sizing_line
 
 KNOB_FLAGS = {  # flag -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "vpp": "vpp",
@@ -320,6 +321,7 @@ def run_search(kw: dict, show_progress: bool = False):
     t0 = time.perf_counter()
     with progress(f"searching plans for {model.name} on {cluster.name}", show_progress):
         res = search(ctx, SearchOptions(fixed=fixed, top_k=kw["top_k"], max_tp=kw.get("max_tp"),
+                                        even_stages=bool(kw.get("even_stages")),
                                         memory_headroom_gib=kw.get("memory_headroom") or 0.0,
                                         distinct_layouts=not kw.get("all_variants"), launcher=launcher))
     seconds = time.perf_counter() - t0
@@ -513,8 +515,8 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
         raise InputError("--target-step-s needs --min-devices")
     fewest = None
     if min_devices:
-        fewest_cluster, fewest = _min_devices_cluster(kw, target_step_s, show_progress=not as_json)
-        kw = kw | {"cluster_arg": fewest_cluster}
+        fewest_cluster, fewest = _min_devices_cluster(kw, target_step_s, show_progress=not as_json, quiet=as_json)
+        kw = kw | {"cluster_arg": fewest_cluster, "even_stages": True}
     ctx, res, doc = run_search(kw | {"top_k": max(kw["top_k"], rank)}, show_progress=not as_json)
     if fewest:
         doc["min_devices"] = fewest
@@ -531,7 +533,7 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
         click.echo(estimate_text(doc["training_estimate"], columns_for_text()))
 
 
-def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
+def _min_devices_cluster(kw, target_step_s, show_progress: bool = False, quiet: bool = False):
     """The cluster cut to the fewest devices (n <= the --cluster count) that fit, keeping every setting of the
     cluster (inline hardware, devices_per_node, domain_size, overrides); the normal search then runs on it.
     Returns (that cluster, the summary `--json` reports as `min_devices`)."""
@@ -552,18 +554,21 @@ def _min_devices_cluster(kw, target_step_s, show_progress: bool = False):
         from planner.emit.capabilities import capabilities
         check_launcher_hardware(kw["launcher"], cluster)
         fixed = capabilities(kw["launcher"]).search_defaults | fixed
-    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=kw.get("max_tp"),
+    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=kw.get("max_tp"), even_stages=True,
                          memory_headroom_gib=kw.get("memory_headroom") or 0.0, launcher=kw.get("launcher"))
+    bound = sizing_bound(model, cluster, train, target_step_s)
     with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}", show_progress):
-        n, _ = min_devices(model, cluster, train, opts, target_step_s)
+        n, res = min_devices(model, cluster, train, opts, target_step_s, bound["margin_rel"])
     if n is None:
-        goal = f" at <= {target_step_s:g} s per step" if target_step_s else ""
+        goal = f" at <= {target_step_s:g} s per step at the band's upper edge" if target_step_s else ""
         raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
                              "raise the --cluster count, relax --target-step-s, or pick a bigger accelerator")
-    if show_progress:
-        click.echo(f"fewest devices: {n} x {cluster.hardware.id}", err=True)
     summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
-               "target_step_s": target_step_s}
+               "target_step_s": target_step_s} | bound
+    if "pp" in fixed:
+        summary["layout_rule"] = f"--pp {fixed['pp']} as pinned, whole nodes"
+    if not quiet:
+        click.echo(sizing_line(summary, res.plans[0].step_time_s, model.num_layers), err=True)
     return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
                        devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size,
                        price_per_device_hour=cluster.price_per_device_hour), summary
