@@ -200,3 +200,54 @@ def test_min_devices_does_not_step_over_a_count_between_powers_of_two():
     n, res = min_devices(model, cluster, train, opts, target_step_s=14.5, margin_rel=0.0)  # 256: 15.5 s, 320: 13.7 s
     assert n == 320, n
     assert res.plans[0].plan.pp == 5 and res.plans[0].step_time_s <= 14.5
+
+
+# ------------------------------------------------------------------------------ explain --rank / --vs
+
+def _explain(*extra):
+    r = run("explain", "--model", "llama-8b", "--cluster", "h100x16", *extra, "--json")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _term(rows, term):
+    return next(r for r in rows if r["term"] == term)
+
+
+def test_explain_rank_explains_the_plan_of_that_row():
+    plan = json.loads(run("--model", "llama-8b", "--cluster", "h100x16", "--json").stdout)
+    doc = _explain("--rank", "2")
+    assert doc["explained_rank"] == 2
+    # the same ranking `plan` prints with the same flags
+    assert [p["plan"] for p in doc["plans"]] == [p["plan"] for p in plan["plans"]]
+    assert _term(doc["derivation"], "step_time_s")["value"] == pytest.approx(doc["plans"][1]["step_time_s"])
+    assert _term(doc["derivation"], "step_time_s")["value"] != pytest.approx(doc["plans"][0]["step_time_s"])
+    # its neighbours are #2's: "PP x2" of #2 has twice #2's pipeline depth
+    first = _explain()
+    assert doc["why_not"] != first["why_not"]
+
+
+def test_explain_vs_gives_the_per_term_difference():
+    doc = _explain("--vs", "2")
+    vs = doc["vs"]
+    assert (vs["rank"], vs["other_rank"]) == (1, 2)
+    assert (vs["plan"], vs["other_plan"]) == (doc["plans"][0]["plan"], doc["plans"][1]["plan"])
+    step = _term(vs["terms"], "step_time_s")
+    assert step["value"] == pytest.approx(doc["plans"][0]["step_time_s"])
+    assert step["other"] == pytest.approx(doc["plans"][1]["step_time_s"])
+    assert step["diff"] == pytest.approx(step["other"] - step["value"]) and step["diff"] >= 0
+    peak = _term(vs["terms"], "peak_gib")
+    assert peak["other"] == pytest.approx(doc["plans"][1]["memory"]["peak_gib"], rel=1e-6)
+    # the reverse comparison is the negation, term by term
+    back = {t["term"]: t for t in _explain("--rank", "2", "--vs", "1")["vs"]["terms"]}
+    for t in vs["terms"]:
+        assert back[t["term"]]["diff"] == pytest.approx(-t["diff"])
+    text = run("explain", "--model", "llama-8b", "--cluster", "h100x16", "--vs", "2", env={"COLUMNS": "160"}).stdout
+    assert "every term that differs (#2 - #1)" in text and "step time" in text.split("#2 - #1")[1]
+
+
+@pytest.mark.parametrize("extra, says", [(["--vs", "1"], "is the explained plan itself"),
+                                         (["--rank", "3", "--top", "1", "--pp", "1", "--tp", "1", "--cp", "1"],
+                                          "--rank 3: only 1 plan was found")])
+def test_explain_rank_out_of_range(extra, says):
+    assert says in one_line_error(run("explain", "--model", "llama-8b", "--cluster", "h100x16", *extra))

@@ -783,23 +783,24 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
 
 @main.command("explain")
 @plan_options
+@click.option("--rank", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="explain plan #N of the ranked table (as `plan` ranks it with the same flags)")
+@click.option("--vs", "vs", type=click.IntRange(1, 100),
+              help="also show, term by term, how plan #N differs from the explained plan")
 @click.option("--json", "as_json", is_flag=True)
 @_handle_errors
 def explain_cmd(**kw):
     """Every number of one plan with its formula, and why each neighbouring plan loses."""
-    from planner.analysis.explain import derivation, why_not
+    from planner.ui.explainview import explain_doc
 
     kw = inherit_group_options(kw)
-    as_json = kw.pop("as_json")
-    ctx, res, doc = run_search(kw | {"top_k": 1}, show_progress=not as_json)
-    best = res.plans[0]
-    alts = why_not(ctx, best, usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0))
-    doc["why_not"] = alts
-    doc["derivation"] = derivation(ctx, best)
+    as_json, rank, vs = kw.pop("as_json"), kw.pop("rank"), kw.pop("vs")
+    ctx, res, doc = run_search(kw | {"top_k": max(kw["top_k"], rank, vs or 1)}, show_progress=not as_json)
+    explain_doc(ctx, res, doc, rank, vs, usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0))
     if as_json:
-        emit_doc(doc, True, command="explain")
+        emit_doc(doc, True, rank=rank, command="explain")
         return
-    emit_doc(doc, False)
+    emit_doc(doc, False, rank=rank)
     from planner.ui.table import explain_text
     click.echo(explain_text(doc))
 

@@ -218,12 +218,31 @@ def columns_for_text() -> int:
 def explain_text(doc: dict, width: int | None = None) -> str:
     """`plan explain`'s derivation and why-not lists, each entry wrapped at word boundaries."""
     width = width or columns_for_text()
-    lines = ["", "How each number was computed (docs/cost-model.md names the sources):"]
+    rank = doc.get("explained_rank", 1)
+    lines = ["", f"How each number was computed, plan #{rank} (docs/cost-model.md names the sources):"]
     for r in doc["derivation"]:
         v = r["value"]
         val = f"{v:.4g}" if isinstance(v, float) else str(v)
         lines.append(wrapped(f"  {r['name']:<44} {val:>12} {r['unit']:<8} {r['formula']}", width, " " * 6))
-    lines += ["", "Why not:"]
+    lines += ["", f"Why not (neighbours of plan #{rank}):"]
     for a in doc["why_not"]:
         lines.append(wrapped(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}", width, " " * 6))
+    if doc.get("vs"):
+        lines += versus_lines(doc["vs"], width)
     return "\n".join(lines)
+
+
+def versus_lines(vs: dict, width: int) -> list[str]:
+    """`plan explain --vs N`: every term where plan #N differs from the explained plan, both values and
+    the difference (with its share of the explained plan's value)."""
+    a, b = vs["rank"], vs["other_rank"]
+    lines = ["", wrapped(f"#{a} {plan_label(vs['plan'])} vs #{b} {plan_label(vs['other_plan'])}: every term that "
+                         f"differs (#{b} - #{a})", width, "  ")]
+    lines.append(f"  {'term':<36} {'#' + str(a):>12} {'#' + str(b):>12} {'difference':>12}")
+    for t in vs["terms"]:
+        rel = f" ({100 * t['rel']:+.1f}%)" if t.get("rel") is not None else ""
+        lines.append(wrapped(f"  {t['name'][:36]:<36} {t['value']:>12.4g} {t['other']:>12.4g} {t['diff']:>+12.4g} "
+                             f"{t['unit']}{rel}", width, " " * 6))
+    if not vs["terms"]:
+        lines.append("  (no term differs)")
+    return lines
