@@ -107,3 +107,135 @@ def test_cli_refuses_a_directory_or_socket_before_work(tmp_path, command):
 def test_empty_output_path_is_refused():
     line = one_line_error_proc(cli("report", *BASE, "--out", ""))
     assert "--out is empty" in line
+
+
+# ------------------------------------------------------------------ item 2: --force and the manifest
+
+
+def _emitted(tmp_path, name="d"):
+    """A folder written by the planner (7B on 8 H100s, every launcher) and its file names."""
+    out = tmp_path / name
+    p = cli(*BASE, "--out", out, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return out, sorted(os.listdir(out))
+
+
+def test_stale_manifest_never_makes_force_delete_user_files(tmp_path):
+    """Issue 26 item 2: `echo '["notes.txt"]' > d/.planner-files.json; plan ... --out d --force`."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / ".planner-files.json").write_text('["notes.txt"]\n')
+    (d / "notes.txt").write_text("mine\n")
+    p = cli(*BASE, "--out", d, "--force", timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (d / "notes.txt").read_text() == "mine\n"
+
+
+def test_hostile_manifest_with_the_right_hash_cannot_delete_a_name_the_planner_never_writes(tmp_path):
+    import hashlib
+    import json
+
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "notes.txt").write_text("mine\n")
+    digest = hashlib.sha256(b"mine\n").hexdigest()
+    (d / ".planner-files.json").write_text(json.dumps({"version": 1, "sha256": {"notes.txt": digest}}))
+    p = cli(*BASE, "--out", d, "--force", timeout=60)
+    assert p.returncode == 0 and (d / "notes.txt").read_text() == "mine\n"
+
+
+def test_force_removes_stale_planner_files_only_when_unchanged(tmp_path):
+    """A Megatron-only set over a full set: unchanged DeepSpeed files go, an edited one stays (and is named)."""
+    out, names = _emitted(tmp_path)
+    assert "launch_deepspeed.sh" in names and "ds_config.json" in names
+    (out / "launch_deepspeed.sh").write_text("#!/bin/sh\n# my edits\n")
+    p = cli(*BASE, "--emit", "megatron", "--out", out, "--force", timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    left = set(os.listdir(out))
+    assert "ds_config.json" not in left and "deepspeed_args.json" not in left  # unchanged: removed
+    assert (out / "launch_deepspeed.sh").read_text() == "#!/bin/sh\n# my edits\n"  # changed: kept
+    assert "kept launch_deepspeed.sh" in p.stderr
+
+
+def test_fifo_manifest_does_not_block_and_fifo_target_is_refused(tmp_path):
+    """Item 3's FIFO named .planner-files.json: the run never blocks on it and never renames over it."""
+    d = tmp_path / "d"
+    d.mkdir()
+    os.mkfifo(d / ".planner-files.json")
+    line = one_line_error_proc(cli(*BASE, "--out", d, "--force", timeout=60))
+    assert ".planner-files.json is not a regular file" in line
+    assert stat.S_ISFIFO(os.lstat(d / ".planner-files.json").st_mode)
+    assert os.listdir(tmp_path) == ["d"]  # no staging folder left
+
+
+def test_every_emitted_name_is_a_planner_name():
+    """--force removes only PLANNER_FILES names: every file an emitter writes must be one of them."""
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import get_model
+    from planner.emit import PLANNER_FILES, emit_all
+    from planner.specs import ParallelPlan, TrainingSpec
+
+    names: set[str] = set()
+    for cluster in ("h100x8", "tpu-v5px8"):
+        files, _ = emit_all(get_model("llama-7b"), parse_cluster(cluster), TrainingSpec(seq_len=4096, global_batch=64),
+                            ParallelPlan(tp=1, pp=1, dp=8), None)
+        names |= set(files)
+    assert len(names) >= 10 and names <= PLANNER_FILES, names - PLANNER_FILES
+
+
+# ------------------------------------------------------------------ item 10: concurrent --out runs
+
+
+def test_a_second_writer_to_the_same_folder_is_refused(tmp_path):
+    import fcntl
+
+    from planner.emit import write_launch_configs
+
+    d = tmp_path / "d"
+    d.mkdir()
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another run in the middle of its swap
+        line = one_line_error_proc(cli(*BASE, "--out", d, "--force", timeout=60))
+        assert "being written by another plan run" in line
+        with pytest.raises(InputError, match="another plan run"):
+            write_launch_configs(d, {"plan.json": "{}\n"}, force=True)
+    finally:
+        os.close(fd)
+    assert os.listdir(d) == []
+    write_launch_configs(d, {"plan.json": "{}\n"}, force=True)  # the lock went with its holder
+    assert (d / "plan.json").read_text() == "{}\n"
+
+
+# ------------------------------------------------------------------ item 18: long names, symlinks, empty
+
+
+def test_legal_245_character_out_name_is_written(tmp_path):
+    name = "o" * 245
+    p = cli(*BASE, "--emit", "megatron", "--out", tmp_path / name, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "plan.json" in os.listdir(tmp_path / name) and os.listdir(tmp_path) == [name]
+
+
+def test_out_through_a_symlink_stages_beside_the_real_folder(tmp_path):
+    real = tmp_path / "fs2" / "real"
+    real.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    p = cli(*BASE, "--emit", "megatron", "--out", link, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert link.is_symlink() and "plan.json" in os.listdir(real)
+    assert sorted(os.listdir(tmp_path)) == ["fs2", "link"] and os.listdir(tmp_path / "fs2") == ["real"]
+
+
+def test_empty_out_folder_is_refused():
+    line = one_line_error_proc(cli(*BASE, "--out", ""))
+    assert "--out is empty" in line
+
+
+def test_failed_write_leaves_no_empty_folder(tmp_path):
+    from planner.emit import write_launch_configs
+
+    with pytest.raises(InputError, match="refusing"):
+        write_launch_configs(tmp_path / "new", {"../x": "1"})
+    assert os.listdir(tmp_path) == []

@@ -13,7 +13,7 @@ the fastest plan, one row per layout when distinct_layouts is set).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -264,9 +264,11 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     res = _search(ctx, opts)
     if not res.plans and opts.require_fit and "offload_optimizer" not in opts.fixed:
         off = _search(ctx, SearchOptions(**{**opts.__dict__, "fixed": {**opts.fixed, "offload_optimizer": True}}))
-        for e in off.plans:
-            e.warnings.append("fits only with optimizer states offloaded to the host (ZeRO-Offload): "
-                              "the optimizer step runs on the CPU over PCIe")
+        note = ("fits only with optimizer states offloaded to the host (ZeRO-Offload): "
+                "the optimizer step runs on the CPU over PCIe")
+        noted = {id(e): replace(e, warnings=(*e.warnings, note)) for e in off.plans}
+        off.plans = [noted[id(e)] for e in off.plans]
+        off.ranked = [noted.get(id(e), e) for e in off.ranked]
         if off.plans:
             off.evaluated += res.evaluated
             return off
@@ -482,10 +484,9 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
         return None
     new = evaluate(ctx, alt)
     if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:
-        new.pipeline["stage_assignment"] = {"layers_per_stage": list(a.layers_per_stage),
-                                            "recompute_per_stage": list(a.recompute_per_stage),
-                                            "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}
-        return new
+        return replace(new, pipeline={**new.pipeline, "stage_assignment": {
+            "layers_per_stage": list(a.layers_per_stage), "recompute_per_stage": list(a.recompute_per_stage),
+            "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}})
     return None
 
 

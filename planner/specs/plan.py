@@ -29,9 +29,9 @@ class ParallelPlan(BaseModel):
     zero_stage: int = Field(1, ge=0, le=3, description="0 none, 1 optimizer (= Megatron distributed optimizer), "
                             "2 + gradients, 3 + parameters (FSDP full shard)")
     zero_shard_size: int | None = Field(None, ge=1, description="hybrid sharding: ZeRO shards within groups of this "
-                                        "many DP ranks and replicates across them (HSDP); None = all of dp")
+                                        "many DP ranks and replicates across them (HSDP); unset = all of dp")
     recompute: Recompute = Field("none", description="activation recompute: none, selective (attention core), full")
-    recompute_layers: int | None = Field(None, ge=0, description="with full: layers per stage recomputed (None = all)")
+    recompute_layers: int | None = Field(None, ge=0, description="with full: layers per stage recomputed (unset = all)")
     sequence_parallel: bool = Field(True, description="Megatron sequence parallelism (only meaningful with tp > 1)")
     schedule: Schedule = Field("1f1b", description="1f1b, interleaved (vpp > 1), gpipe, zb (ZB-H1), dualpipe "
                                "(DeepSeek-V3: bidirectional, overlaps EP all-to-all with compute)")
@@ -42,7 +42,8 @@ class ParallelPlan(BaseModel):
                                          "and --account-for-loss-in-pipeline-split: the embedding and the loss each "
                                          "count as a layer, so first and last stages take one transformer layer fewer")
     offload_optimizer: bool = Field(False, description="optimizer states and step on the CPU (ZeRO-Offload)")
-    tp_comm_overlap: bool = Field(False, description="overlap TP collectives with GEMMs (Megatron/TE userbuffers)")
+    tp_comm_overlap: bool = Field(False, description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap "
+                                  "with TE userbuffers; torchtitan async TP, which needs torch.compile)")
 
     @property
     def model_parallel_size(self) -> int:
