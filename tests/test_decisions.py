@@ -251,3 +251,95 @@ def test_explain_vs_gives_the_per_term_difference():
                                           "--rank 3: only 1 plan was found")])
 def test_explain_rank_out_of_range(extra, says):
     assert says in one_line_error(run("explain", "--model", "llama-8b", "--cluster", "h100x16", *extra))
+
+
+# ------------------------------------------------------------------------------ calibrate checks
+
+def _nemo_runs():
+    from planner.analysis.validate import load_runs
+    from planner.catalog.data import data_dir
+
+    return [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml") if r["id"].startswith("nemo2407-")]
+
+
+def _inconsistent_runs(tmp_path):
+    """NeMo 24.07's seven published H100 runs with every other step time halved and the rest doubled
+    (x0.45 / x1.9): no set of physical constants explains them."""
+    import yaml
+
+    runs = [dict(r, measured=dict(r["measured"], step_time_s=r["measured"]["step_time_s"] * (0.45 if i % 2 else 1.9)))
+            for i, r in enumerate(_nemo_runs())]
+    f = tmp_path / "inconsistent.yaml"
+    f.write_text(yaml.safe_dump(runs))
+    return f
+
+
+def test_calibrate_refuses_constants_at_their_bounds(tmp_path):
+    out = tmp_path / "cluster.yaml"
+    line = one_line_error(run("calibrate", "--runs", str(_inconsistent_runs(tmp_path)), "--out", str(out)))
+    assert "calibrate wrote nothing" in line and "--force" in line
+    # measured: GEMM ceiling 0.803 -> 1 (its bound) and attention 0.574 -> 2 (its bound)
+    assert "gemm_efficiency_max ended at its bound 1" in line
+    assert "calibration.attn_rel_efficiency ended at its bound 2" in line
+    assert not out.exists()
+
+
+def test_calibrate_force_writes_and_warns(tmp_path):
+    out = tmp_path / "cluster.yaml"
+    r = run("calibrate", "--runs", str(_inconsistent_runs(tmp_path)), "--out", str(out), "--force", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert out.exists()
+    doc = json.loads(r.stdout)
+    assert any("ended at its bound" in w for w in doc["warnings"])
+    # the leave-one-out error is worse than the defaults' (measured: 55.7% vs 51.1%)
+    assert any(w.startswith("leave-one-out median |error|") for w in doc["warnings"])
+    assert sum(line.startswith("warning: ") for line in r.stderr.splitlines()) == len(doc["warnings"])
+
+
+def test_a_fit_that_makes_predictions_worse_is_refused():
+    from planner.analysis.calibrate import FitResult
+    from planner.analysis.calibrate_checks import not_improved, overfit
+    from planner.catalog.hardware import get_hardware
+
+    # the issue's figures: 11.2% before, 15.6% after, leave-one-out 29%
+    res = FitResult(get_hardware("h100"), {}, [0.112, -0.112, 0.112], [0.156, -0.156, 0.156],
+                    [0.29, -0.29, 0.29])
+    assert "11.2% before, 15.6% after" in not_improved(res)[0]
+    assert "29.0% is worse than the defaults' 11.2%" in overfit(res)[0]
+    good = FitResult(get_hardware("h100"), {}, [0.112, -0.1, 0.05], [0.02, -0.01, 0.01], [0.05, 0.04, -0.03])
+    assert not_improved(good) == [] and overfit(good) == []
+
+
+def test_calibrate_flags_runs_the_model_says_cannot_fit():
+    from planner.analysis import calibrate as c
+    from planner.analysis.calibrate_checks import unfit_runs
+
+    run_ = next(r for r in _nemo_runs() if r["id"] == "nemo2407-llama2-70b-64gpu")
+    # the same run written with TP 1 and PP 1: 70B parameters' weights, gradients and Adam states on one
+    # device whatever ZeRO-1 shards
+    unfit = dict(run_, id="typo-tp1", plan=dict(run_["plan"], tp=1, pp=1, vpp=1, dp=64))
+    prepared, skipped = c.prepare_runs([run_, unfit])
+    assert not skipped
+    flags = unfit_runs(prepared)
+    assert len(flags) == 1 and flags[0].startswith("run typo-tp1: the model says its plan does not fit")
+
+
+def test_calibrate_says_when_a_two_node_all_reduce_was_capped():
+    from testdata import NCCL_TESTS_DIR
+
+    from planner.analysis import calibrate as c
+    from planner.analysis.calibrate_checks import capped_links
+    from planner.analysis.nccl_tests import fit_link, read_nccl_tests
+    from planner.catalog.hardware import get_hardware
+
+    hw = get_hardware("h100-sxm-80gb")
+    two = fit_link(read_nccl_tests(f"{NCCL_TESTS_DIR}/h100-16gpu-2node-all_reduce.txt"), 1 << 20)
+    one = fit_link(read_nccl_tests(f"{NCCL_TESTS_DIR}/h100-8gpu-1node-all_reduce.txt"), 1 << 20)
+    upd, _ = c.link_updates(hw, 8, [two, one])
+    assert upd["scale_out.achievable_fraction"] == 1.0  # 432 GB/s busbw over 8 x 50 GB/s NICs: capped
+    notes = capped_links(hw, 8, [two, one])
+    assert len(notes) == 1
+    assert "busbw 432 GB/s is above the NIC line rate 400 GB/s" in notes[0] and "NCCL_ALGO=Ring" in notes[0]
+    mi = get_hardware("mi300x")  # 350 of 400 GB/s: below the line rate, nothing to say
+    fit = fit_link(read_nccl_tests(f"{NCCL_TESTS_DIR}/mi300x-16gpu-2node-all_reduce.txt"), 1 << 20)
+    assert capped_links(mi, 8, [fit]) == []

@@ -46,11 +46,13 @@ class Calibration:
     cluster_yaml: str
     doc: dict[str, Any]
     lines: list[str]
+    warnings: tuple[str, ...] = ()  # planner.analysis.calibrate_checks: printed on stderr, `warnings` in JSON
 
 
-def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str) -> Calibration:
+def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str, force: bool = False) -> Calibration:
     """Fit the physical constants to the measured runs of `runs_file` (and link bandwidth and latency to
-    the nccl-tests logs); the cluster document is meant for `out_file`."""
+    the nccl-tests logs); the cluster document is meant for `out_file`. A fit that ends a constant at its
+    bound or makes the predictions worse raises InputError unless `force` (planner.analysis.calibrate_checks)."""
     import yaml
 
     from planner.analysis import calibrate as c
@@ -64,8 +66,11 @@ def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str) ->
         raise InputError(f"{runs_file}: no run could be scored ({first})")
     hw = c.one_hardware(prepared)
     node = prepared[0].cluster.node_size
-    updates, link_lines = c.link_updates(hw, node, [fit_link(read_nccl_tests(p), min_bytes=1 << 20) for p in nccl_logs])
-    res = c.calibrate(prepared, c.with_values(hw, updates) if updates else hw)
+    fits = [fit_link(read_nccl_tests(p), min_bytes=1 << 20) for p in nccl_logs]
+    updates, link_lines = c.link_updates(hw, node, fits)
+    start = c.with_values(hw, updates) if updates else hw
+    res = c.calibrate(prepared, start)
+    warnings = _checked(res, start, prepared, fits, node, force)
     src = (f"plan calibrate: {len(prepared)} measured runs ({Path(runs_file).name})"
            + (f", nccl-tests {', '.join(Path(p).name for p in nccl_logs)}" if nccl_logs else ""))
     cluster = c.cluster_document(res.hardware, prepared, src, res.loo_errors)
@@ -77,8 +82,20 @@ def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str) ->
                     | ({"error_leave_one_out": res.loo_errors[i]} if res.loo_errors else {})
                     for i, (p, e0, e1) in enumerate(zip(prepared, res.errors_before, res.errors_after,
                                                               strict=False))],
-           "skipped": skipped}
-    return Calibration(text, out, _calibration_lines(res, link_lines, skipped, out_file))
+           "skipped": skipped, "warnings": warnings}
+    return Calibration(text, out, _calibration_lines(res, link_lines, skipped, out_file), tuple(warnings))
+
+
+def _checked(res, start, prepared, fits: list, node: int, force: bool) -> list[str]:
+    """The fit's warnings; raises InputError (nothing written) for a fit not worth writing, unless `force`."""
+    from planner.analysis.calibrate_checks import review
+    from planner.errors import InputError
+
+    refuse, warn = review(res, start, prepared, fits, node)
+    if refuse and not force:
+        raise InputError(f"calibrate wrote nothing: {'; '.join(refuse)}. Check the runs (a step time, plan or "
+                         "stack that is not what ran), or give --force to write the profile anyway")
+    return refuse + warn
 
 
 def _calibration_lines(res, link_lines: list[str], skipped: list[dict], out_file: str) -> list[str]:

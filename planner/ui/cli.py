@@ -394,15 +394,19 @@ def validate_cmd(**kw):
               help="an nccl-tests / rccl-tests output (repeatable): fits link bandwidth and latency")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True,
               help="cluster file to write (give it to --cluster)")
+@click.option("--force", is_flag=True, help="write the profile even when a fitted constant ends at its bound or "
+              "the fit makes the predictions worse (refused otherwise)")
 @click.option("--json", "as_json", is_flag=True)
 @_handle_errors
-def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
+def calibrate_cmd(runs_file, nccl_logs, out_file, force, as_json):
     """Fit the model's physical constants to your cluster's measured steps and nccl-tests logs."""
     import json
 
     check_output_path(out_file, "--out")
-    result = app.calibrate_file(runs_file, nccl_logs, out_file)
+    result = app.calibrate_file(runs_file, nccl_logs, out_file, force=force)
     write_text_file(out_file, "--out", result.cluster_yaml)
+    for warning in result.warnings:
+        click.echo(f"warning: {safe_line(warning, 600)}", err=True)
     if as_json:
         click.echo(json.dumps(result.doc, indent=2, sort_keys=True))
         return
