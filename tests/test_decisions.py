@@ -343,3 +343,72 @@ def test_calibrate_says_when_a_two_node_all_reduce_was_capped():
     mi = get_hardware("mi300x")  # 350 of 400 GB/s: below the line rate, nothing to say
     fit = fit_link(read_nccl_tests(f"{NCCL_TESTS_DIR}/mi300x-16gpu-2node-all_reduce.txt"), 1 << 20)
     assert capped_links(mi, 8, [fit]) == []
+
+
+# ------------------------------------------------------------------------------ small frictions
+
+def test_header_line_says_what_was_planned():
+    r = run("--model", "mixtral-8x7b", "--cluster", "h100x64", "--launcher", "torchtitan", env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    # Mixtral 8x7B: 46.7B parameters, 12.9B active; 1,024 x 4,096 = 4.19M tokens
+    assert first == ("mixtral-8x7b: 46.7B parameters (12.9B active); global batch 1,024 x 4,096 = 4.19M tokens per "
+                     "step; stack torchtitan (fsdp), bf16; 64 x h100-sxm-80gb")
+
+
+def _plan_subprocess(args, **kw):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {
+        "PYTHONPATH": str(Path(__file__).parents[1])}
+    return subprocess.Popen([sys.executable, "-m", "planner.ui.cli", *args], env=env, **kw)
+
+
+def test_a_closed_output_pipe_exits_0():
+    """`plan ... | head -1`: the reader goes away before the table is written (its end of the pipe is closed
+    at once), so rich's write fails with EPIPE; that is exit 0, not rich's SystemExit(1)."""
+    import subprocess
+
+    proc = _plan_subprocess(["--model", "llama-8b", "--cluster", "h100x8"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+
+
+def test_piped_output_follows_the_terminal_stderr_is_on():
+    """stdout piped (`plan ... | less`), stderr on an 80-column terminal, COLUMNS unset: 80 columns."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import termios
+    import threading
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+
+    def drain():  # read what goes to the terminal (a spinner) so the child never blocks on a full pty
+        try:
+            while os.read(master, 4096):
+                pass
+        except OSError:
+            pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc = _plan_subprocess(["--model", "llama-8b", "--cluster", "h100x8"], stdout=subprocess.PIPE,
+                                stderr=slave)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        os.close(slave)
+        reader.join(timeout=10)
+        os.close(master)
+    lines = out.decode().splitlines()
+    assert proc.returncode == 0 and lines
+    assert max(len(line) for line in lines) <= 80 and "Z ZeRO stage" in out.decode()  # the compact table

@@ -91,25 +91,43 @@ def _row(doc: dict, cost: dict) -> dict:
     return row
 
 
+def _band_cell(r: dict) -> str:
+    band = r.get("step_time_band")
+    return f"{100 * band['rel']:.0f}%" if band and not r["error"] else ""
+
+
 def _plan_cells(r: dict, compact: bool, seq: bool) -> list[str]:
     head = [shown(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
     if r["error"]:
         return head + ["no plan fits"]
-    band = r.get("step_time_band")
-    cells = head + [plan_label(r["plan"]), f"{r['step_time_s']:.3f}", f"{100 * band['rel']:.0f}%" if band else ""]
+    cells = head + [plan_label(r["plan"]), f"{r['step_time_s']:.3f}"]
     if not compact:
-        cells += [f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}"]
+        cells += [_band_cell(r), f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}"]
     return cells + [f"{100 * r['mfu']:.1f}%", memory_cell(r)]
 
 
-def _estimate_cells(r: dict, seq: bool) -> list[str]:
+def _prices_differ(rows: list[dict]) -> bool:
+    return len({(r.get("training_estimate") or {}).get("price_per_device_hour") for r in rows if not r["error"]}) > 1
+
+
+def _estimate_cells(r: dict, seq: bool, price: bool, bands: bool = True) -> list[str]:
     e = r.get("training_estimate")
     head = [shown(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
     if not e:
-        return head + ["", "", "", ""]
-    price = e.get("price_per_device_hour")
-    return head + [f"{e['effective_days']:.1f}", f"{price:g}" if price is not None else "-", cost_text(e),
-                   cost_band_text(e)]
+        return head + [""] * (2 + price + bands)
+    p = e.get("price_per_device_hour")
+    return head + [f"{e['effective_days']:.1f}"] + ([f"{p:g}" if p is not None else "-"] if price else []) + (
+        [cost_text(e)] + ([cost_band_text(e)] if bands else []))
+
+
+def _band_cells(r: dict, seq: bool, est: bool) -> list[str]:
+    head = [shown(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
+    return head + [_band_cell(r)] + ([cost_band_text(r.get("training_estimate") or {})] if est else [])
+
+
+def _natural_width(cols: list[str], rows: list[list[str]], compact: bool) -> int:
+    full = [max([len(c)] + [len(r[j]) if j < len(r) else 0 for r in rows]) for j, c in enumerate(cols)]
+    return sum(full) + (2 * (len(cols) - 1) if compact else 3 * (len(cols) - 1) + 4)
 
 
 def _table(title: str, cols: list[str], rows: list[list[str]], compact: bool, width: int) -> Table:
@@ -132,21 +150,28 @@ def _table(title: str, cols: list[str], rows: list[list[str]], compact: bool, wi
 
 
 def compare_tables(doc: dict, width: int) -> list[Table]:
-    """The best plan per setting; with --tokens the days and cost too (a second table when compact)."""
+    """The best plan per setting; with --tokens the days and cost too, in the same table when it fits the
+    width, else in a second one. Compact (<= 80 columns): the error band `±` (and the cost band) in a table
+    of their own. The price column only when the rows' prices differ."""
     compact = width <= COMPACT_MAX_COLUMNS
-    seq = len({r.get("seq_len") for r in doc["rows"]}) > 1
-    est = any(r.get("training_estimate") for r in doc["rows"])
+    rows_in = doc["rows"]
+    seq = len({r.get("seq_len") for r in rows_in}) > 1
+    est = any(r.get("training_estimate") for r in rows_in)
+    price = _prices_differ(rows_in)
     head = ["cluster"] + (["seq"] if seq else [])
-    cols = head + ["layout", "step s", "±"] + ([] if compact else ["tok/s total", "tok/s/dev"]) + ["MFU", "GiB"]
-    est_cols = ["days", "price/dev-h", "cost", "cost band"]
-    rows = [_plan_cells(r, compact, seq) for r in doc["rows"]]
+    cols = head + ["layout", "step s"] + ([] if compact else ["±", "tok/s total", "tok/s/dev"]) + ["MFU", "GiB"]
+    est_cols = ["days"] + (["price"] if price else []) + ["cost"] + ([] if compact else ["cost band"])
+    rows = [_plan_cells(r, compact, seq) for r in rows_in]
     title = escape(f"{doc['model']['name']}: best plan per setting")
     if est and not compact:
-        return [_table(title, cols + est_cols, [a + _estimate_cells(r, seq)[len(head):]
-                                                         for a, r in zip(rows, doc["rows"], strict=True)], compact,
-                       width)]
+        both = [a + _estimate_cells(r, seq, price)[len(head):] for a, r in zip(rows, rows_in, strict=True)]
+        if _natural_width(cols + est_cols, both, compact) <= width:
+            return [_table(title, cols + est_cols, both, compact, width)]
     out = [_table(title, cols, rows, compact, width)]
     if est:
         out.append(_table("training time and cost", head + est_cols,
-                          [_estimate_cells(r, seq) for r in doc["rows"]], compact, width))
+                          [_estimate_cells(r, seq, price, not compact) for r in rows_in], compact, width))
+    if compact:
+        out.append(_table("error bands", head + ["±"] + (["cost band"] if est else []),
+                          [_band_cells(r, seq, est) for r in rows_in if not r["error"]], compact, width))
     return out

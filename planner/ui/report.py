@@ -312,6 +312,17 @@ def _rank_labels(points: list[tuple[int, float, float]], taken: list[tuple[float
     return "".join(out)
 
 
+def _top_points(feasible: list[dict], rank_of: dict, sx: Callable[[float], float],
+                sy: Callable[[float], float]) -> list[tuple[int, float, float]]:
+    """(rank, x, y) in chart units of the first three ranked plans among the plotted candidates."""
+    points: dict[int, tuple[int, float, float]] = {}
+    for c in feasible:
+        rank = rank_of.get(_plan_key(c))
+        if rank is not None and rank <= 3 and rank not in points:
+            points[rank] = (rank, sx(_xy(c)[0]), sy(_xy(c)[1]))
+    return list(points.values())
+
+
 def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
     return min(a[2], b[2]) - max(a[0], b[0]) > 0 and min(a[3], b[3]) - max(a[1], b[1]) > 0
 
@@ -354,14 +365,11 @@ def _svg_pareto(candidates: list[dict], ranked: list[dict]) -> str:
     # dominated first, then the front on top
     for c in sorted(feasible, key=lambda c: id(c) in front_ids):
         out.append(_pareto_point(c, id(c) in front_ids, rank_of.get(_plan_key(c)), sx, sy))
-    ranked_points = {}
-    for c in feasible:
-        rank = rank_of.get(_plan_key(c))
-        if rank is not None and rank <= 3 and rank not in ranked_points:
-            ranked_points[rank] = (rank, sx(_xy(c)[0]), sy(_xy(c)[1]))
-    cap_box = ([(W - R - 4 - _text_width(len(f"capacity {_fmt(cap, 3)} GiB")), sy(cap) - 16, W - R, sy(cap) - 2)]
-               if cap is not None and cap_shown else [])
-    out.append(_rank_labels(list(ranked_points.values()), cap_box, (L, T, W - R, H - B)))
+    cap_box: list[tuple[float, float, float, float]] = []
+    if cap is not None and cap_shown:
+        cap_box.append((W - R - 4 - _text_width(len(f"capacity {_fmt(cap, 3)} GiB")), sy(cap) - 16, W - R,
+                        sy(cap) - 2))
+    out.append(_rank_labels(_top_points(feasible, rank_of, sx, sy), cap_box, (L, T, W - R, H - B)))
     items: list[tuple[str, ...]] = [("Pareto front", "#e15759"), ("other feasible", "#9aa7b8")]
     if cap_shown:
         items.append(("memory capacity", "", "cap"))
@@ -720,22 +728,25 @@ def _plans_table(plans: list[dict]) -> str:
                if c[0] not in _OPTIONAL_COLUMNS or any(c[1](i, p) not in (1, None) for i, p in enumerate(plans))]
     head = "".join(f'<th scope="col">{_e(h)}</th>' for h, _, _ in columns)
     common = _common_warnings(plans)
-    groups = []  # one <tbody> per plan: its numbers, then why it ranks there; sorting moves whole groups
-    for i, p in enumerate(plans):
-        cells = "".join(_cell(h, get(i, p), num) for h, get, num in columns)
-        reason = str(p.get("reason") or "")
-        warnings = [str(w) for w in (p.get("warnings") or []) if w and str(w) not in common]
-        why = _e(reason)
-        if warnings:
-            why += '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>"
-        cls = "plan best" if i == 0 else ("plan nofit" if p.get("fits") is False else "plan")
-        detail = (f'<tr class="why-row"><td></td><td class="why" colspan="{len(columns) - 1}">{why}</td></tr>'
-                  if why else "")
-        groups.append(f'<tbody class="{cls}" data-key="{_e(_plan_key(p))}"><tr>{cells}</tr>{detail}</tbody>')
+    # one <tbody> per plan: its numbers, then why it ranks there; sorting moves whole groups
+    groups = [_plan_group(i, p, columns, common) for i, p in enumerate(plans)]
     every = ('<div class="warn-all">Every plan below: <ul class="warn">'
              + "".join(f"<li>{_e(w)}</li>" for w in common) + "</ul></div>") if common else ""
     return (f'{every}<div class="table-wrap"><table id="plans-table"><thead><tr>{head}</tr></thead>'
             f'{"".join(groups)}</table></div>')
+
+
+def _plan_group(i: int, p: dict, columns: list, common: list[str]) -> str:
+    cells = "".join(_cell(h, get(i, p), num) for h, get, num in columns)
+    reason = str(p.get("reason") or "")
+    warnings = [str(w) for w in (p.get("warnings") or []) if w and str(w) not in common]
+    why = _e(reason)
+    if warnings:
+        why += '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>"
+    cls = "plan best" if i == 0 else ("plan nofit" if p.get("fits") is False else "plan")
+    detail = (f'<tr class="why-row"><td></td><td class="why" colspan="{len(columns) - 1}">{why}</td></tr>'
+              if why else "")
+    return f'<tbody class="{cls}" data-key="{_e(_plan_key(p))}"><tr>{cells}</tr>{detail}</tbody>'
 
 
 def _common_warnings(plans: list[dict]) -> list[str]:
