@@ -412,3 +412,33 @@ def test_piped_output_follows_the_terminal_stderr_is_on():
     lines = out.decode().splitlines()
     assert proc.returncode == 0 and lines
     assert max(len(line) for line in lines) <= 80 and "Z ZeRO stage" in out.decode()  # the compact table
+
+
+@pytest.mark.parametrize("flag, meant", [("--global-batch-size", "--gbs"), ("--micro-batch-size", "--mbs"),
+                                         ("--tensor-model-parallel-size", "--tp"), ("--seq-length", "--seq-len")])
+def test_megatron_style_flags_name_ours(flag, meant):
+    line = one_line_error(run(*SMALL, flag, "2"))
+    assert f"No such option '{flag}': here it is {meant}" in line
+
+
+@pytest.mark.parametrize("cluster, says", [
+    ("h100x8x2", "the count is total devices, written once: 8 x 2 devices are h100x16"),
+    ("dgx-h100x2", "the count is total devices (GPUs), not dgx-h100 systems: 2 dgx-h100 systems of 8 GPUs are "
+                   "dgx-h100x16"),
+    ("v5p-7", "Google's v5p-N counts TensorCores (2 per chip)"),
+])
+def test_cluster_counts_are_explained(cluster, says):
+    assert says in one_line_error(run("--model", "llama-8b", "--cluster", cluster))
+
+
+def test_dgx_h100_and_google_slice_names():
+    assert parse_cluster("dgx-h100x16").hardware.id == "h100-sxm-80gb"
+    assert parse_cluster("dgx-h100x16").count == 16
+    # Google's v5p-256 is 256 TensorCores = 128 chips (cloud.google.com/tpu/docs/v5p: 4x4x8, 256 cores, 128 chips)
+    v5p = parse_cluster("v5p-256")
+    assert (v5p.hardware.id, v5p.count, v5p.name) == ("tpu-v5p", 128, "v5p-256 (256 TensorCores = 128 chips)")
+    assert parse_cluster("tpu-v4-8").count == 4
+    # v5e and v6e count chips
+    assert (parse_cluster("v5litepod-16").hardware.id, parse_cluster("v5litepod-16").count) == ("tpu-v5e", 16)
+    assert parse_cluster("v6e-256").count == 256
+    assert parse_cluster("tpu-v5px256").count == 256  # our own <hardware>x<chips> form is unchanged

@@ -8,6 +8,11 @@ Pure functions, no global state beyond a read-only cache of the profile files:
 - `list_hardware()` -> specs sorted by id (for `plan clusters`).
 - `parse_cluster(text)` -> ClusterSpec from `<hardware>x<count>` or from a cluster file.
 
+Google's slice names are accepted too: `v5p-256` / `v4-8` count TensorCores (2 per chip: 128 and 4 chips),
+`v5e-16` / `v5litepod-16` / `v6e-256` count chips; the cluster's name says how many chips it is. A count after
+a system name (`dgx-h100x2`) is devices, so fewer than one system's devices is an error saying so, and so is a
+second count (`h100x8x2`: write h100x16).
+
 Cluster shorthand grammar: `<hardware id or alias> x <count>`, e.g. `a100x64`, `h100x16384`,
 `h800-sxm-80gbx2048`, `tpu-v5px256`, `gb200-nvl72x144` (spaces around the `x` and `X`, `*` or `×` are
 also accepted). The count is split off at the LAST separator followed only by digits, so the
@@ -53,6 +58,11 @@ _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 # LAST separator, and anything number-like after it is captured (so "a100x8.5" gets a clear error).
 _SHORTHAND = re.compile(r"^(?P<hw>.+?)\s*[xX×*]\s*(?P<count>[-+]?[0-9][0-9_.,eE+-]*)$")
 _REVERSED = re.compile(r"^(?P<count>[0-9]+)\s*[xX×*]\s*(?P<hw>.+)$")
+# Google Cloud's accelerator types: v4-N and v5p-N count TensorCores (2 per chip: v5p-256 is 128 chips, the
+# 4x4x8 slice; cloud.google.com/tpu/docs/v5p "Topology | Cores | Chips" table, and the v4 page), v5e / v5litepod-N
+# and v6e-N count chips (1 TensorCore per chip)
+_GOOGLE_SLICE = re.compile(r"^(?:tpu-?)?(?P<gen>v4|v5p|v5e|v5litepod|v6e)-(?P<n>[0-9]+)$", re.IGNORECASE)
+_CORES_PER_CHIP = {"v4": 2, "v5p": 2, "v5e": 1, "v5litepod": 1, "v6e": 1}
 _PRICE = re.compile(r"^(?P<cluster>.+?)\s*@\s*(?P<price>[^@]*)$")
 _USAGE = "give <hardware>x<count> such as a100x64 or tpu-v5px256 (see `plan clusters`), or a cluster YAML/JSON file"
 
@@ -227,13 +237,53 @@ def parse_cluster(text: str) -> ClusterSpec:
     return _parse_unpriced(raw)
 
 
+def _google_slice(raw: str) -> ClusterSpec | None:
+    """`v5p-256` (Google's name: TensorCores for v4/v5p, chips for v5e/v6e) as a cluster of chips, named so
+    that the output says how many chips it is."""
+    m = _GOOGLE_SLICE.match(raw)
+    if m is None:
+        return None
+    gen, n = m.group("gen").lower(), int(m.group("n"))
+    per = _CORES_PER_CHIP[gen]
+    if n < per or n % per:
+        raise InputError(f"cluster {raw!r}: Google's {gen}-N counts TensorCores ({per} per chip), so N is a multiple "
+                         f"of {per}; or give chips as tpu-{gen}x<chips>")
+    hw = get_hardware("tpu-v5e" if gen == "v5litepod" else f"tpu-{gen}")
+    chips = _check_count(n // per)
+    unit = "TensorCores" if per > 1 else "chips"
+    return _build_cluster(hw, chips, name=f"{raw} ({n} {unit} = {chips} chips)" if per > 1 else raw)
+
+
+def _system_count_hint(raw: str, hw_part: str, hw: HardwareSpec, count: int) -> None:
+    """`dgx-h100x2`: the count after a system name (DGX, HGX) is devices, not systems."""
+    node = hw.devices_per_node
+    if normalise(hw_part).startswith(("dgx", "hgx")) and count < node:
+        raise InputError(f"cluster {raw!r}: the count is total devices (GPUs), not {hw_part} systems: "
+                         f"{count} {hw_part} systems of {node} GPUs are {hw_part}x{count * node}")
+
+
+def _nested_count_hint(raw: str, hw_part: str, count_part: str) -> None:
+    """`h100x8x2`: one count, the total devices."""
+    inner = _split_shorthand(hw_part)
+    if inner is None or _lookup(inner[0]) is None or not inner[1].isdigit() or not count_part.isdigit():
+        return
+    total = int(inner[1]) * int(count_part)
+    raise InputError(f"cluster {raw!r}: the count is total devices, written once: {inner[1]} x {count_part} "
+                     f"devices are {inner[0]}x{total}")
+
+
 def _parse_unpriced(raw: str) -> ClusterSpec:
+    google = _google_slice(raw)
+    if google is not None:
+        return google
     split = _split_shorthand(raw)
     if split is not None:
         hw_part, count_part = split
         hw = _lookup(hw_part)
         if hw is not None:
-            return _build_cluster(hw, _check_count(count_part))
+            count = _check_count(count_part)
+            _system_count_hint(raw, hw_part, hw, count)
+            return _build_cluster(hw, count)
     path = Path(raw).expanduser()
     try:
         exists = path.exists()
@@ -246,6 +296,7 @@ def _parse_unpriced(raw: str) -> ClusterSpec:
         raise InputError(f"cluster file {raw} does not exist; {_USAGE}")
     if split is not None:
         hw_part = split[0]
+        _nested_count_hint(raw, hw_part, split[1])
         hint = did_you_mean(hw_part, _choices())
         raise InputError(f"unknown hardware {hw_part!r} in cluster {raw!r}{hint}; "
                          "run `plan clusters` to list the accelerators")

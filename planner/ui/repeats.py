@@ -18,6 +18,33 @@ _INSTEAD = {
 }
 
 
+# other stacks' names for our options (Megatron-LM arguments.py, DeepSpeed / torchtitan config keys):
+# an unknown option with one of these names says which option is meant
+FOREIGN_FLAGS = {
+    "--global-batch-size": "--gbs (global batch in sequences)",
+    "--micro-batch-size": "--mbs", "--micro-batch": "--mbs",
+    "--train-micro-batch-size-per-gpu": "--mbs", "--train-batch-size": "--gbs",
+    "--tensor-model-parallel-size": "--tp", "--pipeline-model-parallel-size": "--pp",
+    "--context-parallel-size": "--cp", "--expert-model-parallel-size": "--ep",
+    "--expert-tensor-parallel-size": "--etp", "--virtual-pipeline-model-parallel-size": "--vpp",
+    "--num-layers-per-virtual-pipeline-stage": "--vpp (virtual stages per pipeline rank, not layers per stage)",
+    "--seq-length": "--seq-len", "--seq-len-per-sample": "--seq-len", "--seq_len": "--seq-len",
+    "--sequence-parallel": "--sp", "--recompute-granularity": "--recompute", "--recompute-activations": "--recompute",
+    "--zero-stage": "--zero", "--data-parallel-size": "--dp (usually left to the search)",
+    "--fp8": "--dtype fp8", "--bf16": "--dtype bf16", "--fp16": "--dtype fp16",
+    "--tp-size": "--tp", "--pp-size": "--pp", "--cp-size": "--cp", "--ep-size": "--ep",
+}
+
+
+def _foreign(error: click.NoSuchOption, ctx: click.Context) -> click.NoSuchOption:
+    """The same error, saying which of our options another stack's flag stands for."""
+    meant = FOREIGN_FLAGS.get(error.option_name)
+    if meant is None:
+        return error
+    return click.NoSuchOption(error.option_name, message=f"No such option '{error.option_name}': "
+                              f"here it is {meant}", ctx=ctx)
+
+
 def _repeatable(param: click.Parameter) -> bool:
     if not isinstance(param, click.Option):
         return True
@@ -42,14 +69,18 @@ def refuse_repeats(ctx: click.Context, order: list[click.Parameter]) -> None:
 
 
 class NoRepeatMixin:
-    """For click.Command and click.Group: the parser refuses repeated scalar options."""
+    """For click.Command and click.Group: the parser refuses repeated scalar options and names our option for
+    another stack's flag (`--global-batch-size` -> --gbs)."""
 
     def make_parser(self, ctx: click.Context):
         parser = super().make_parser(ctx)  # type: ignore[misc]
         parse = parser.parse_args
 
         def parse_args(args):
-            opts, largs, order = parse(args)
+            try:
+                opts, largs, order = parse(args)
+            except click.NoSuchOption as e:
+                raise _foreign(e, ctx) from None
             refuse_repeats(ctx, order)
             return opts, largs, order
 
