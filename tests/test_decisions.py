@@ -442,3 +442,48 @@ def test_dgx_h100_and_google_slice_names():
     assert (parse_cluster("v5litepod-16").hardware.id, parse_cluster("v5litepod-16").count) == ("tpu-v5e", 16)
     assert parse_cluster("v6e-256").count == 256
     assert parse_cluster("tpu-v5px256").count == 256  # our own <hardware>x<chips> form is unchanged
+
+
+def _hf_config(**drop):
+    from planner.catalog.models import get_catalog_entry
+
+    cfg = dict(get_catalog_entry("llama-3.1-8b").hf_config)
+    cfg.pop("_name_or_path", None)
+    for k in drop:
+        cfg.pop(k)
+    return cfg
+
+
+def test_a_config_json_is_named_by_its_folder_or_the_hub_repo(tmp_path):
+    from planner.catalog.models import load_model
+
+    folder = tmp_path / "Meta-Llama-3.1-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_hf_config()))
+    assert load_model(str(folder / "config.json")).name == "Meta-Llama-3.1-8B"
+    snap = tmp_path / "hub" / "models--meta-llama--Llama-3.1-8B" / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(_hf_config()))
+    assert load_model(str(snap / "config.json")).name == "meta-llama/Llama-3.1-8B"
+    (tmp_path / "my-8b.json").write_text(json.dumps(_hf_config()))
+    assert load_model(str(tmp_path / "my-8b.json")).name == "my-8b"
+
+
+def test_fields_left_to_hugging_face_defaults_are_said(tmp_path):
+    f = tmp_path / "m" / "config.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(_hf_config(num_key_value_heads=None, vocab_size=None)))
+    r = run("--model", str(f), "--cluster", "h100x8", "--top", "1")
+    assert r.exit_code == 0, r.stderr
+    # HF LlamaConfig: num_key_value_heads defaults to num_attention_heads (32), vocab_size to 32000
+    assert ("note: the model file does not give num_key_value_heads, vocab_size; Hugging Face's defaults are used: "
+            "num_key_value_heads = 32, vocab_size = 32000") in r.stderr
+    doc = json.loads(run("--model", str(f), "--cluster", "h100x8", "--top", "1", "--json").stdout)
+    assert doc["model"]["defaulted_fields"] == {"num_key_value_heads": 32, "vocab_size": 32000}
+    whole = tmp_path / "w" / "config.json"
+    whole.parent.mkdir()
+    whole.write_text(json.dumps(_hf_config()))
+    r = run("--model", str(whole), "--cluster", "h100x8", "--top", "1")
+    assert "note: the model file" not in r.stderr
+    catalog = json.loads(run("--model", "llama-8b", "--cluster", "h100x8", "--json").stdout)
+    assert "defaulted_fields" not in catalog["model"]

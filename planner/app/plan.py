@@ -49,6 +49,10 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
     doc = search_doc(ctx, res, req, seconds)
+    from planner.catalog.models import model_file_defaults
+    defaults = model_file_defaults(req.model)
+    if defaults:  # a config.json that leaves fields to Hugging Face's defaults: said, not silent
+        doc["model"]["defaulted_fields"] = defaults
     from planner.analysis.bands import attach_bands
     attach_bands(ctx, doc)  # plans[i].step_time_band, band_note
     require_finite(doc)

@@ -234,7 +234,18 @@ def json_text(doc) -> str:
     return dumps(doc)
 
 
+def model_notes(doc: dict) -> None:
+    """stderr: the fields a config.json left to Hugging Face's defaults (model.defaulted_fields)."""
+    defaults = doc.get("model", {}).get("defaulted_fields")
+    if defaults:
+        given = ", ".join(f"{k} = {v}" for k, v in defaults.items())
+        click.echo(safe_line(f"note: the model file does not give {', '.join(defaults)}; Hugging Face's defaults "
+                             f"are used: {given}. Add them to the file if the model differs", 600), err=True)
+
+
 def emit_doc(doc: dict, as_json: bool, rank: int = 1, command: str = "plan") -> None:
+    if not as_json:
+        model_notes(doc)
     if as_json:
         from planner.ui.jsondoc import dumps, versioned
         # byte-identical output for identical input: leave the wall-clock timing out
