@@ -487,3 +487,38 @@ def test_fields_left_to_hugging_face_defaults_are_said(tmp_path):
     assert "note: the model file" not in r.stderr
     catalog = json.loads(run("--model", "llama-8b", "--cluster", "h100x8", "--json").stdout)
     assert "defaulted_fields" not in catalog["model"]
+
+
+def test_report_out_over_an_existing_file_needs_force(tmp_path):
+    out = tmp_path / "r.html"
+    out.write_text("mine")
+    line = one_line_error(run("report", *SMALL, "--out", str(out)))
+    assert "exists: give --force to replace it" in line and out.read_text() == "mine"
+    r = run("report", *SMALL, "--out", str(out), "--force")
+    assert r.exit_code == 0, r.stderr
+    assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_storage_write_bandwidth_sets_the_checkpoint_cost():
+    def estimate(*extra):
+        r = run("--model", "llama-8b", "--cluster", "h100x8", "--tokens", "1T", *extra, "--json")
+        assert r.exit_code == 0, r.stderr
+        return json.loads(r.stdout)["training_estimate"]
+
+    default, slow = estimate(), estimate("--storage-write-bw", "2GB")
+    # 8.03B params x 14 B (bf16 weights, fp32 master and Adam moments) = 112 GB: 56 s at 2 GB/s,
+    # 1000x less at Llama 3's 2 TB/s default
+    assert slow["checkpoint_s"] == pytest.approx(slow["checkpoint_bytes"] / 2e9)
+    assert default["checkpoint_s"] == pytest.approx(default["checkpoint_bytes"] / 2e12)
+    assert slow["goodput"] < default["goodput"]
+    assert any("storage write bandwidth 2 GB/s" in a for a in slow["assumptions"])
+    assert "add the training budget" in one_line_error(run(*SMALL, "--storage-write-bw", "2GB"))
+    assert "give the checkpoint store's aggregate write bandwidth" in one_line_error(
+        run(*SMALL, "--tokens", "1T", "--storage-write-bw", "fast"))
+
+
+def test_plan_json_has_no_pipeline_schedule_for_pp_1(tmp_path):
+    r = run(*SMALL, "--pp", "1", "--out", str(tmp_path / "o"), "--emit", "megatron")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads((tmp_path / "o" / "plan.json").read_text())
+    assert doc["plan"]["pp"] == 1 and doc["plan"]["schedule"] is None and doc["pipeline"]["schedule"] == "none"

@@ -327,11 +327,11 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dic
     return out
 
 
-def check_output_path(path: str, option: str) -> None:
+def check_output_path(path: str, option: str, force: bool | None = None) -> None:
     """Refuse an output path that cannot be written before any long computation (planner.outputs)."""
     from planner.outputs import check_output_path as check
 
-    check(path, option)
+    check(path, option, force)
 
 
 def write_text_file(path: str, option: str, text: str) -> None:
@@ -452,6 +452,7 @@ def explain_cmd(**kw):
 @main.command("report")
 @plan_options
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True, help="HTML file to write")
+@click.option("--force", is_flag=True, help="replace an existing --out file")
 @cost_options
 @_handle_errors
 def report_cmd(**kw):
@@ -460,8 +461,8 @@ def report_cmd(**kw):
     from planner.ui.report import render_report
 
     kw = inherit_group_options(kw)
-    out_file = kw.pop("out_file")
-    check_output_path(out_file, "--out")
+    out_file, force = kw.pop("out_file"), kw.pop("force")
+    check_output_path(out_file, "--out", force=force)
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     check_cost_options(cost, (kw.get("cluster_arg"),))
     # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);

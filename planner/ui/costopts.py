@@ -12,7 +12,7 @@ from planner.names import safe_line
 from planner.ui.jsondoc import _non_finite_path
 from planner.ui.table import wrapped
 
-COST_KEYS = ("tokens", "price_per_device_hour", "currency", "device_mtbf_hours", "restart_min")
+COST_KEYS = ("tokens", "price_per_device_hour", "currency", "device_mtbf_hours", "restart_min", "storage_write_bw")
 # a short label: letters (USD, EUR, credits) or one currency sign; anything else is refused, never printed
 _CURRENCY = re.compile(r"^(?:[A-Za-z]{1,8}|[$\u00a2-\u00a5\u20a0-\u20c0])$")
 
@@ -38,6 +38,9 @@ def cost_options(f):
                      help="mean time between failures per device (default: Llama 3's 16k-H100 run)"),
         click.option("--restart-min", type=click.FloatRange(0, None), default=10.0, show_default=True, callback=finite,
                      help="minutes to restart after a failure (Daly 2006 uses 10 min in his examples)"),
+        click.option("--storage-write-bw", metavar="BW",
+                     help="aggregate write bandwidth of the checkpoint store, with a unit: 20GB (gigabytes/s) or "
+                     "160Gb (gigabits/s); sets the checkpoint cost (default: Llama 3's Tectonic, 2 TB/s)"),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -56,9 +59,25 @@ def check_cost_options(kw: dict, clusters: tuple = ()) -> None:
                              "(h100x16@2.5), and --tokens")
         if not _CURRENCY.match(cur):
             raise InputError("--currency must be a short label such as USD, EUR or $ (letters only, at most 8)")
+    if kw.get("storage_write_bw") is not None:
+        if not kw.get("tokens"):
+            raise InputError("--storage-write-bw sets the checkpoint cost of --tokens: add the training budget, "
+                             "e.g. --tokens 15T")
+        storage_write_Bps(kw["storage_write_bw"])
     if kw.get("tokens"):
         from planner.analysis.goodput import parse_tokens
         parse_tokens(kw["tokens"])  # raises InputError with the accepted forms
+
+
+def storage_write_Bps(text: str) -> float:
+    """'20GB' -> 2e10 B/s, '160Gb' -> 2e10 (aggregate write bandwidth of the checkpoint store)."""
+    from planner.catalog.overrides import parse_bandwidth_GBps
+
+    try:
+        return parse_bandwidth_GBps(text, "--storage-write-bw") * 1e9
+    except InputError:
+        raise InputError(f"--storage-write-bw {safe_line(text, 40)}: give the checkpoint store's aggregate write "
+                         "bandwidth with a unit, e.g. 20GB (gigabytes/s) or 160Gb (gigabits/s)") from None
 
 
 def _cluster_price(cluster) -> float | None:
@@ -91,6 +110,8 @@ def _estimate(plan_entry: dict, params_total: float, kw: dict) -> dict | None:
     extra = {"price_per_device_hour": kw.get("price_per_device_hour")}
     if kw.get("device_mtbf_hours"):
         extra["device_mtbf_h"] = kw["device_mtbf_hours"]
+    if kw.get("storage_write_bw"):
+        extra["storage_write_Bps"] = storage_write_Bps(kw["storage_write_bw"])
     restart_min = 10.0 if kw.get("restart_min") is None else kw["restart_min"]
     try:
         est = estimate_for_plan(plan_entry, kw["tokens"], params_total=params_total,
