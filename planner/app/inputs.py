@@ -8,6 +8,7 @@ from typing import Any
 from planner.app.request import PlanRequest
 from planner.errors import InputError
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.stacks import DEFAULT_FRAMEWORK
 
 
 def build_inputs(req: PlanRequest) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
@@ -29,7 +30,8 @@ def build_inputs(req: PlanRequest) -> tuple[ModelSpec, ClusterSpec, TrainingSpec
     if gbs is None:
         gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
     try:
-        train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=req.dtype, framework=req.framework or "megatron",
+        train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=req.dtype,
+                             framework=req.framework or DEFAULT_FRAMEWORK,
                              grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype or "fp32",
                              attention_impl=req.attention or "flash")
     except ValidationError as e:
@@ -101,11 +103,15 @@ def pinned_knobs(req: PlanRequest) -> dict[str, Any]:
 
 
 def check_request(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict,
-                  headroom_gib: float) -> None:
-    """Exit 2 with the reason when the request can never give a plan (pinned knobs, dtypes, headroom)."""
-    from planner.search.request import request_errors
+                  headroom_gib: float, count_free: bool = False) -> None:
+    """Exit 2 with the reason when the request can never give a plan (pinned knobs, dtypes, headroom).
+    `count_free` (--min-devices): the device count is still to be chosen, so only the checks that hold at
+    every count run (the cluster's count is an upper bound: 1,000 devices the batch does not divide is fine
+    when 8 fit)."""
+    from planner.search.request import count_free_errors, request_errors
 
-    errs = request_errors(model, cluster, train, fixed)
+    errs = count_free_errors(model, cluster, train, fixed) if count_free else request_errors(model, cluster, train,
+                                                                                            fixed)
     if errs:
         raise InputError("; ".join(dict.fromkeys(errs)))
     if headroom_gib >= cluster.hardware.hbm_capacity_gib:

@@ -116,8 +116,7 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
 
     model, cluster, train = build_inputs(req)
     fixed = dict(req.knobs)
-    check_request(model, cluster, train, {k: v for k, v in fixed.items() if k not in ("tp", "pp", "cp", "dp")},
-                  req.memory_headroom_gib or 0.0)
+    check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
     if req.launcher:
         from planner.emit.capabilities import capabilities
         check_launcher_hardware(req.launcher, cluster)
@@ -129,8 +128,11 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
         n, res = min_devices(model, cluster, train, opts, target_step_s, bound["margin_rel"])
     if n is None:
         goal = f" at <= {target_step_s:g} s per step at the band's upper edge" if target_step_s else ""
+        pins = ", ".join(f"{k}={v}" for k, v in sorted(req.knobs.items()) if v is not None)
+        goal += f" with the pinned {pins}" if pins else ""
         raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
-                             "raise the --cluster count, relax --target-step-s, or pick a bigger accelerator")
+                             "raise the --cluster count, relax --target-step-s"
+                             + (", change the pinned knobs" if pins else "") + " or pick a bigger accelerator")
     summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
                "target_step_s": target_step_s, "step_time_s": res.plans[0].step_time_s,
                "num_layers": model.num_layers} | bound
@@ -158,3 +160,35 @@ def sizing_bound(model, cluster, train, target_step_s: float | None, pinned_pp: 
     band = band_for_context(Context(model, cluster, train))
     return {"bound": "step_time_band.high_s", "margin_rel": band.rel, "band_regime": band.regime,
             "layout_rule": rule}
+
+
+def explain_search(req: PlanRequest, progress: Progress = quiet, rank: int = 1, vs: int | None = None):
+    """Plan #`rank` of the request's ranking (the one `plan` prints with the same request) with every number's
+    derivation and why each of its neighbouring plans loses; with `vs`, the per-term difference between plan
+    #rank and plan #vs. (ctx, result, doc) with doc["explained_rank"], doc["derivation"], doc["why_not"] and
+    doc["vs"] (planner.analysis.explain)."""
+    from planner.analysis.explain import derivation, versus, why_not
+
+    ctx, res, doc = run_search(req.replace(top_k=max(req.top_k, rank, vs or 1)), progress)
+    shown = len(res.plans)
+    for flag, n in (("--rank", rank), ("--vs", vs)):
+        if n is not None and n > shown:
+            raise InputError(f"{flag} {n}: only {shown} plan{'s were' if shown != 1 else ' was'} found; "
+                             f"give a number from 1 to {shown}")
+    if vs is not None and vs == rank:
+        raise InputError(f"--vs {vs} is the explained plan itself (--rank {rank}): give another rank")
+    ev = res.plans[rank - 1]
+    doc["explained_rank"] = rank
+    doc["why_not"] = why_not(ctx, ev, usable_capacity_gib(ctx, req.memory_headroom_gib or 0.0))
+    doc["derivation"] = derivation(ctx, ev)
+    if vs is not None:
+        doc["vs"] = {"rank": rank, "other_rank": vs, "plan": doc["plans"][rank - 1]["plan"],
+                     "other_plan": doc["plans"][vs - 1]["plan"], "terms": versus(ctx, ev, res.plans[vs - 1])}
+    return ctx, res, doc
+
+
+def scored_candidates(res) -> list[dict]:
+    """Every plan the search scored and kept (SearchResult.ranked, best first), as the report's Pareto chart
+    reads them: knobs, step time, peak memory, fits."""
+    return [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
+             "fits": e.fits} for e in res.ranked]

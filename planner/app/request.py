@@ -10,6 +10,7 @@ from typing import Any
 
 from planner.specs import ClusterSpec
 from planner.specs.training import AttentionImpl, Dtype, Fp8Recipe, Framework, StateDtype
+from planner.stacks import DEFAULT_FRAMEWORK
 
 # command-line option name -> ParallelPlan field it pins (the names messages print as `--tp 4`)
 KNOB_FLAGS = {
@@ -90,4 +91,4 @@ def resolve_target(req: PlanRequest, emit: tuple[str, ...] = ()) -> PlanRequest:
             raise InputError(f"--framework {req.framework} differs from --launcher {launcher}'s ({fw}): "
                              "drop --framework")
         return req.replace(launcher=launcher, framework=fw)
-    return req.replace(framework=req.framework or "megatron")
+    return req.replace(framework=req.framework or DEFAULT_FRAMEWORK)

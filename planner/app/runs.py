@@ -32,6 +32,13 @@ def validate_file(path: str, search_quality: bool = False, progress: Progress = 
     return result
 
 
+def previous_validation_doc(path: str) -> str:
+    """The file --write-docs replaces, read (bounded, UTF-8) to keep its hand-written parts ('' if none)."""
+    from planner.analysis.validate import previous_doc
+
+    return previous_doc(path)
+
+
 def validation_markdown(result: dict, previous: str) -> str:
     """docs/validation.md from a validate result, keeping the hand-written parts of `previous`."""
     from planner.analysis.validate import validation_doc
@@ -51,47 +58,45 @@ class Calibration:
 
 def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str, force: bool = False) -> Calibration:
     """Fit the physical constants to the measured runs of `runs_file` (and link bandwidth and latency to
-    the nccl-tests logs); the cluster document is meant for `out_file`. A fit that ends a constant at its
-    bound or makes the predictions worse raises InputError unless `force` (planner.analysis.calibrate_checks)."""
+    the nccl-tests logs); the cluster document is meant for `out_file`. Every file is read through the
+    bounded reader first; every bad value is one InputError line or a skipped run with its reason
+    (planner.analysis.calibrate.run_calibration). A fit that ends a constant at its bound or makes the
+    predictions worse raises InputError unless `force` (planner.analysis.calibrate_checks)."""
     import yaml
 
     from planner.analysis import calibrate as c
-    from planner.analysis.nccl_tests import fit_link, read_nccl_tests
+    from planner.analysis.nccl_tests import read_nccl_tests
     from planner.analysis.validate import load_runs
-    from planner.errors import InputError
+    from planner.names import safe_line
 
-    prepared, skipped = c.prepare_runs(load_runs(runs_file))
-    if not prepared:
-        first = "; ".join(s["id"] + ": " + s["reason"] for s in skipped[:2])
-        raise InputError(f"{runs_file}: no run could be scored ({first})")
-    hw = c.one_hardware(prepared)
-    node = prepared[0].cluster.node_size
-    fits = [fit_link(read_nccl_tests(p), min_bytes=1 << 20) for p in nccl_logs]
-    updates, link_lines = c.link_updates(hw, node, fits)
-    start = c.with_values(hw, updates) if updates else hw
-    res = c.calibrate(prepared, start)
-    warnings = _checked(res, start, prepared, fits, node, force)
-    src = (f"plan calibrate: {len(prepared)} measured runs ({Path(runs_file).name})"
-           + (f", nccl-tests {', '.join(Path(p).name for p in nccl_logs)}" if nccl_logs else ""))
-    cluster = c.cluster_document(res.hardware, prepared, src, res.loo_errors)
+    runs, tables = load_runs(runs_file), [read_nccl_tests(p) for p in nccl_logs]
+    src = (f"plan calibrate: measured runs ({safe_line(Path(runs_file).name, 200)})"
+           + (f", nccl-tests {', '.join(safe_line(Path(p).name, 200) for p in nccl_logs)}" if nccl_logs else ""))
+    cal = c.run_calibration(runs, tables, safe_line(runs_file, 200), src)
+    res, prepared, skipped = cal.result, cal.prepared, cal.skipped
+    warnings = _checked(res, prepared, tables, force)
     text = ("# Written by `plan calibrate`; use it as --cluster. " + src + "\n"
-            + yaml.safe_dump(cluster, sort_keys=False, width=120))
-    out = {"out": out_file, "links": link_lines, "link_updates": updates,
+            + yaml.safe_dump(cal.cluster_doc, sort_keys=False, width=120))
+    out = {"out": out_file, "links": cal.link_lines, "link_updates": cal.link_updates,
            "fitted": {k: {"before": a, "after": b} for k, (a, b) in res.fitted.items()}, "held_fixed": res.held_fixed,
            "runs": [{"id": p.id, "measured_s": p.measured_s, "error_before": e0, "error_after": e1}
                     | ({"error_leave_one_out": res.loo_errors[i]} if res.loo_errors else {})
                     for i, (p, e0, e1) in enumerate(zip(prepared, res.errors_before, res.errors_after,
                                                               strict=False))],
            "skipped": skipped, "warnings": warnings}
-    return Calibration(text, out, _calibration_lines(res, link_lines, skipped, out_file), tuple(warnings))
+    return Calibration(text, out, _calibration_lines(res, cal.link_lines, skipped, safe_line(out_file, 200)),
+                       tuple(warnings))
 
 
-def _checked(res, start, prepared, fits: list, node: int, force: bool) -> list[str]:
+def _checked(res, prepared, tables: list, force: bool) -> list[str]:
     """The fit's warnings; raises InputError (nothing written) for a fit not worth writing, unless `force`."""
+    from planner.analysis import calibrate as c
     from planner.analysis.calibrate_checks import review
+    from planner.analysis.nccl_tests import fit_link
     from planner.errors import InputError
 
-    refuse, warn = review(res, start, prepared, fits, node)
+    fits = [fit_link(t, min_bytes=1 << 20) for t in tables]
+    refuse, warn = review(res, c.one_hardware(prepared), prepared, fits, prepared[0].cluster.node_size)
     if refuse and not force:
         raise InputError(f"calibrate wrote nothing: {'; '.join(refuse)}. Check the runs (a step time, plan or "
                          "stack that is not what ran), or give --force to write the profile anyway")

@@ -66,3 +66,18 @@ class ParallelPlan(BaseModel):
 
 # Every knob of a plan, in declaration order: the one list (the CLI flags and run-file keys map onto it).
 KNOBS: tuple[str, ...] = tuple(ParallelPlan.model_fields)
+
+
+def plan_label(p: dict, mark_no_sp: bool = False) -> str:
+    """Short name of a plan's layout from its knobs: 'TP8 PP4x2 CP2 DP4 EP8' (x = virtual stages)."""
+    g = lambda k: p.get(k) or 1  # noqa: E731
+    s = f"TP{g('tp')}" + ("*" if mark_no_sp and g("tp") > 1 and not p.get("sequence_parallel", True) else "")
+    s += f" PP{g('pp')}" + (f"x{g('vpp')}" if g("vpp") > 1 else "")
+    if g("cp") > 1:
+        s += f" CP{g('cp')}" + ("(a2a)" if p.get("cp_comm") == "a2a" else "")
+    s += f" DP{g('dp')}"
+    if g("ep") > 1:
+        s += f" EP{g('ep')}"
+    if g("etp") > 1:
+        s += f" ETP{g('etp')}"
+    return s

@@ -14,6 +14,7 @@ from planner import __version__, app
 from planner.app import KNOB_FLAGS, PlanRequest, resolve_target  # noqa: F401  (KNOB_FLAGS: flag -> knob)
 from planner.errors import PlannerError
 from planner.names import error_line, safe_line
+from planner.stacks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
 from planner.ui.inherit import inherit_group_options
 from planner.ui.knobopts import knob_options
@@ -28,6 +29,19 @@ def _positive(ctx, param, value):
 
 
 _finite = finite  # the one click callback refusing nan/inf (planner.ui.costopts)
+_ARGV: list[str] = []  # the arguments of this invocation (for the eager --version, which runs before --json is read)
+
+
+def _print_version(ctx, param, value):
+    """--version: `plan, version X`, or with --json anywhere on the line the version document."""
+    if not value or ctx.resilient_parsing:
+        return
+    if "--json" in _ARGV:
+        from planner.ui.jsondoc import dumps, versioned
+        click.echo(dumps(versioned("plan", {"version": __version__})))
+    else:
+        click.echo(f"plan, version {__version__}")
+    ctx.exit()
 
 
 class OneLineGroup(NoRepeatMixin, click.Group):
@@ -42,6 +56,8 @@ class OneLineGroup(NoRepeatMixin, click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         previous = _exit_on_sigterm()
+        _ascii_fallback()
+        _ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
@@ -58,10 +74,45 @@ class OneLineGroup(NoRepeatMixin, click.Group):
             sys.exit(130)
         except BrokenPipeError:
             _quiet_broken_pipe()
+        except OSError as e:  # raised outside a command (help, --version): same rule as _handle_errors
+            if e.errno != errno.EPIPE:
+                _output_failed(e)
+            _quiet_broken_pipe()
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+# one ASCII character per glyph, so that rich's column widths stay right
+_ASCII = {"±": "~", "█": "#", "▌": "|", "…": ".", "·": "-", "—": "-", "–": "-", "×": "x", "≤": "<", "≥": ">",
+          "≈": "~", "µ": "u", "→": ">", "←": "<", "─": "-", "│": "|", "✓": "y", "✗": "x", "°": "o", "²": "2"}
+
+
+def _ascii_glyphs(err: UnicodeError) -> tuple[str, int]:
+    """codecs error handler: the planner's glyphs as ASCII, anything else as '?'."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start:err.end]
+    return "".join(_ASCII.get(ch, "?") for ch in bad), err.end
+
+
+def _ascii_fallback() -> None:
+    """stdout/stderr that cannot carry UTF-8 (PYTHONIOENCODING=ascii, LC_ALL=C without UTF-8 mode) get ASCII
+    glyphs instead of a UnicodeEncodeError (rich switches to ASCII boxes by itself on such a stream)."""
+    import codecs
+
+    try:
+        codecs.lookup_error("planner-ascii")
+    except LookupError:
+        codecs.register_error("planner-ascii", _ascii_glyphs)
+    for stream in (sys.stdout, sys.stderr):
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if enc and not enc.startswith(("utf", "cp65001")) and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="planner-ascii")
+            except (ValueError, OSError):
+                pass
 
 
 def _exit_on_sigterm():
@@ -72,6 +123,20 @@ def _exit_on_sigterm():
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def _output_failed(e: OSError) -> None:
+    """Writing the output failed (`> /dev/full`: ENOSPC, EIO): one line on stderr, exit 2, no traceback; stdout
+    is pointed at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    where = f" ({safe_line(e.filename, 200)})" if getattr(e, "filename", None) else ""
+    click.echo(f"error: cannot write the output{where}: {e.strerror or e}: check the disk or the redirection",
+               err=True)
+    sys.exit(2)
 
 
 def _quiet_broken_pipe() -> None:
@@ -123,7 +188,7 @@ def _setting_options() -> list:
         click.option("--launcher", type=click.Choice(["megatron", "deepspeed", "torchtitan", "maxtext"]),
                      help="plan for this stack: only plans it can run, scored with its framework behaviour; "
                           "--out writes its files (docs/launchers.md)"),
-        click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]),
+        click.option("--framework", type=click.Choice(list(FRAMEWORKS)),
                      help="whose memory/overlap behaviour to model (default: the --launcher's, else megatron)"),
         click.option("--grad-dtype", type=click.Choice(["fp32", "bf16"]),
                      help="gradient buffer / reduction dtype (default: the framework's, fp32 for Megatron and FSDP)"),
@@ -183,7 +248,7 @@ def _handle_errors(f):
             _quiet_broken_pipe()
         except OSError as e:
             if e.errno != errno.EPIPE:
-                raise
+                _output_failed(e)
             _quiet_broken_pipe()
         except click.exceptions.Exit:
             raise
@@ -207,7 +272,8 @@ def _json_error(f, kwargs: dict, code: int, message: str) -> None:
     if kwargs.get("as_json") or parent.get("as_json"):
         from planner.ui.jsondoc import dumps, error_doc
         command = {"main": "plan", "models_cmd": "models", "clusters_cmd": "clusters", "validate_cmd": "validate",
-                   "explain_cmd": "explain", "report_cmd": "plan", "compare_cmd": "compare"}.get(f.__name__, "plan")
+                   "explain_cmd": "explain", "report_cmd": "plan", "compare_cmd": "compare",
+                   "calibrate_cmd": "calibrate"}.get(f.__name__, "plan")
         click.echo(dumps(error_doc(command, code, " ".join(message.split()))))
 
 
@@ -272,7 +338,8 @@ def emit_doc(doc: dict, as_json: bool, rank: int = 1, command: str = "plan") -> 
 @click.option("--target-step-s", type=click.FloatRange(0, None, min_open=True), callback=_finite,
               help="with --min-devices: required step time")
 @cost_options
-@click.version_option(__version__, "--version", prog_name="plan")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 @click.pass_context
 @_handle_errors
 def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, **kw):
@@ -280,6 +347,10 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
     if cctx.invoked_subcommand is not None:
         return
     if not kw.get("model_arg") and not kw.get("cluster_arg"):
+        if as_json:  # a bare `plan --json`: the usage as a document
+            from planner.ui.jsondoc import dumps, versioned
+            click.echo(dumps(versioned("plan", {"usage": cctx.get_help(), "commands": sorted(main.commands)})))
+            return
         click.echo(cctx.get_help())
         return
     if out_dir is not None:  # before any search: an empty or unusable --out is refused up front
@@ -334,6 +405,13 @@ def check_output_path(path: str, option: str, force: bool | None = None) -> None
     check(path, option, force)
 
 
+def check_not_an_input(path: str, option: str, inputs: list) -> None:
+    """An output that is one of the command's inputs would overwrite it: refused before any work."""
+    from planner.outputs import check_not_an_input as check
+
+    check(path, option, [str(p) for p in inputs if p])
+
+
 def write_text_file(path: str, option: str, text: str) -> None:
     """Write an output file (planner.outputs: atomic for a regular file, in place for a device or FIFO)."""
     from planner.outputs import write_output_text
@@ -385,11 +463,10 @@ def validate_cmd(**kw):
     as_json, write_docs = kw["as_json"], kw["write_docs"]
     if write_docs:
         check_output_path(write_docs, "--write-docs")
+        check_not_an_input(write_docs, "--write-docs", [kw["runs_file"] or app.default_runs_file()])
+        previous = app.previous_validation_doc(write_docs)  # bounded, UTF-8, read before the work
     result = app.validate_file(kw["runs_file"] or app.default_runs_file(), kw["search_quality"], spinner(not as_json))
     if write_docs:
-        from pathlib import Path
-
-        previous = Path(write_docs).read_text() if Path(write_docs).is_file() else ""
         write_text_file(write_docs, "--write-docs", app.validation_markdown(result, previous))
     if as_json:
         from planner.ui.jsondoc import dumps, versioned
@@ -411,15 +488,17 @@ def validate_cmd(**kw):
 @_handle_errors
 def calibrate_cmd(runs_file, nccl_logs, out_file, force, as_json):
     """Fit the model's physical constants to your cluster's measured steps and nccl-tests logs."""
-    import json
+    from planner.ui.jsondoc import dumps, versioned
 
     check_output_path(out_file, "--out")
+    check_not_an_input(out_file, "--out", [runs_file, *nccl_logs])
     result = app.calibrate_file(runs_file, nccl_logs, out_file, force=force)
+    text = dumps(versioned("calibrate", result.doc)) if as_json else ""  # checked finite before anything is written
     write_text_file(out_file, "--out", result.cluster_yaml)
     for warning in result.warnings:
         click.echo(f"warning: {safe_line(warning, 600)}", err=True)
     if as_json:
-        click.echo(json.dumps(result.doc, indent=2, sort_keys=True))
+        click.echo(text)
         return
     for line in result.lines:
         click.echo(line)
@@ -435,12 +514,9 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, force, as_json):
 @_handle_errors
 def explain_cmd(**kw):
     """Every number of one plan with its formula, and why each neighbouring plan loses."""
-    from planner.ui.explainview import explain_doc
-
     kw = inherit_group_options(kw)
     as_json, rank, vs = kw.pop("as_json"), kw.pop("rank"), kw.pop("vs")
-    ctx, res, doc = run_search(kw | {"top_k": max(kw["top_k"], rank, vs or 1)}, show_progress=not as_json)
-    explain_doc(ctx, res, doc, rank, vs, app.usable_capacity_gib(ctx, kw.get("memory_headroom") or 0.0))
+    _, _, doc = app.explain_search(request_of(kw), spinner(not as_json), rank=rank, vs=vs)
     if as_json:
         emit_doc(doc, True, rank=rank, command="explain")
         return
@@ -463,13 +539,13 @@ def report_cmd(**kw):
     kw = inherit_group_options(kw)
     out_file, force = kw.pop("out_file"), kw.pop("force")
     check_output_path(out_file, "--out", force=force)
+    check_not_an_input(out_file, "--out", [kw.get("model_arg"), kw.get("cluster_arg")])
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     check_cost_options(cost, (kw.get("cluster_arg"),))
     # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
     # only the leading plans get a stage solve, as in `plan`
-    ctx, res, doc = run_search(kw, show_progress=True)
-    candidates = [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
-                   "fits": e.fits} for e in res.ranked]
+    _, res, doc = run_search(kw, show_progress=True)
+    candidates = app.scored_candidates(res)
     est = estimate_doc(doc["plans"][0], doc["model"]["params_total"], cost, doc["cluster"]) if cost["tokens"] else None
     with progress("rendering the report", True):
         html = render_report(doc, candidates, estimate=est)
@@ -483,7 +559,7 @@ def report_cmd(**kw):
 @click.option("--seq-len", "seq_lens", type=int, multiple=True, callback=_positive_each, help="repeat to compare")
 @click.option("--gbs", type=int, callback=_positive)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16")
-@click.option("--framework", type=click.Choice(["megatron", "fsdp", "deepspeed", "maxtext"]), default="megatron")
+@click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK)
 @click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device")
 @cost_options
 @click.option("--json", "as_json", is_flag=True)

@@ -32,7 +32,9 @@ def dumps(doc: dict) -> str:
 
 @lru_cache(maxsize=1)
 def load_schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    from planner.catalog.files import read_structured_file
+
+    return read_structured_file(SCHEMA_PATH, what="JSON schema", max_bytes=1 << 20)  # the shipped one: ~30 KiB
 
 
 def hardware_object(hw) -> dict:
@@ -50,5 +52,6 @@ def usage_error_document(argv: list[str], message: str) -> str | None:
     the JSON error document to print on stdout when `--json` is among the arguments, else None."""
     if "--json" not in argv:
         return None
-    sub = next((a for a in argv if a in ("explain", "compare", "validate", "models", "clusters", "report")), "plan")
+    sub = next((a for a in argv if a in ("explain", "compare", "validate", "models", "clusters", "report",
+                                         "calibrate")), "plan")
     return dumps(error_doc("plan" if sub == "report" else sub, 2, " ".join(message.split())))
