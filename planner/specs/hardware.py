@@ -128,7 +128,14 @@ class HardwareSpec(_Frozen):
     def _check(self) -> "HardwareSpec":
         if self.torus is None and self.scale_up.kind == "ici_torus":
             raise ValueError("an ICI-torus accelerator needs `torus` rules")
+        if self.torus is not None and self.scale_up.kind != "ici_torus":
+            raise ValueError("`torus` rules describe a TPU slice: set scale_up.kind to ici_torus or drop them")
         return self
+
+    @property
+    def is_tpu(self) -> bool:
+        """A TPU: chips joined by an ICI torus in slices (scale_up.kind ici_torus, which `torus` rules need)."""
+        return self.scale_up.kind == "ici_torus"
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for a training dtype; fp8 falls back to bf16 where unsupported."""
