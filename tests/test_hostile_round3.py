@@ -467,6 +467,7 @@ def _fuzz_one_table(case):
         CALIBRATE_FUZZ["internal"].append((name, text[:300], f"{type(e).__name__}: {e}"))
 
 
+@pytest.mark.slow
 def test_calibrate_fuzz_3000_nccl_tables_no_internal_error():
     """Issue 26 item 4 and its must-show: 3,000 derandomized random nccl-tests tables through the parser, the
     alpha-beta fit, the profile mapping and the profile's field validation: each either fits or is one
@@ -950,3 +951,67 @@ def test_runs_files_over_the_run_limits_are_refused_up_front(tmp_path):
     some.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(c.MAX_RUNS + 1)]))
     line = one_line_error_proc(cli("calibrate", "--runs", some, "--out", tmp_path / "c.yaml", timeout=60))
     assert f"over the {c.MAX_RUNS} plan calibrate takes" in line
+
+
+# ------------------------------------------------------------------ item 4: the runs side of the calibrate fuzz
+
+HOSTILE_VALUES = [1e-6, 1e6, 1.7e308, 5e-324, 0, -1, 10**29, True, False, None, "x", [1], {"a": 1}, 1.5, 3, 7]
+RUN_FIELDS = [("measured", "step_time_s"), ("devices",), ("devices_per_node",), ("train", "global_batch"),
+              ("train", "seq_len"), ("train", "dtype"), ("model", "hidden_size"), ("model", "num_hidden_layers"),
+              ("model", "num_attention_heads"), ("model", "vocab_size"), ("plan", "tp"), ("plan", "pp"),
+              ("plan", "micro_batch"), ("plan", "zero_stage"), ("plan", "recompute"), ("hardware",)]
+RUNS_FUZZ = {"cases": 0, "input_errors": 0, "fitted": 0, "internal": []}
+
+
+@st.composite
+def _hostile_runs(draw):
+    import copy
+
+    base = _BASE_RUN[0]
+    runs = []
+    for i in range(draw(st.integers(1, 2))):
+        run = copy.deepcopy(base) | {"id": f"r{i}"}
+        run["measured"] = {"step_time_s": base["measured"]["step_time_s"] * draw(st.sampled_from([0.5, 1.0, 2.0]))}
+        for _ in range(draw(st.integers(0, 2))):
+            path = draw(st.sampled_from(RUN_FIELDS))
+            value = draw(st.one_of(st.sampled_from(HOSTILE_VALUES), st.floats(allow_nan=False, allow_infinity=False)))
+            node = run
+            for key in path[:-1]:
+                node = node.setdefault(key, {}) if isinstance(node.get(key), dict) or key not in node else node[key]
+            if isinstance(node, dict):
+                node[path[-1]] = value
+        runs.append(run)
+    return runs
+
+
+_BASE_RUN: list[dict] = []
+
+
+@settings(max_examples=1000, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(_hostile_runs())
+def _fuzz_runs(runs):
+    from planner.analysis import calibrate as c
+
+    RUNS_FUZZ["cases"] += 1
+    try:
+        c.run_calibration(runs, [], "fuzz.yaml", "fuzz")
+        RUNS_FUZZ["fitted"] += 1
+    except InputError as e:
+        assert "\n" not in str(e)
+        RUNS_FUZZ["input_errors"] += 1
+    except Exception as e:  # an internal error
+        RUNS_FUZZ["internal"].append((runs, f"{type(e).__name__}: {e}"))
+
+
+@pytest.mark.slow
+def test_calibrate_fuzz_1000_hostile_run_sets_no_internal_error(tmp_path):
+    """Issue 26 item 4, the runs side: 1,000 derandomized sets of 1-2 runs with hostile values (1e-6 / 1e6 /
+    1.7e308 s steps, 10^29 devices, booleans, strings, lists where numbers belong) through run_calibration, the
+    code `plan calibrate` runs: each fits, or is one InputError line (or a skipped run); never an internal error."""
+    import yaml
+
+    _BASE_RUN[:] = [yaml.safe_load(_runs_file(tmp_path).read_text())[0]]
+    _fuzz_runs()
+    print("runs fuzz:", {k: (len(v) if isinstance(v, list) else v) for k, v in RUNS_FUZZ.items()})
+    assert RUNS_FUZZ["cases"] >= 1000 and RUNS_FUZZ["internal"] == [], RUNS_FUZZ["internal"][:3]
+    assert RUNS_FUZZ["fitted"] > 10 and RUNS_FUZZ["input_errors"] > 10

@@ -338,7 +338,9 @@ def run_calibration(runs: list[dict], tables: list, runs_name: str, source: str)
     """Prepare the runs, fit the links of the nccl-tests tables (planner.analysis.nccl_tests.NcclTable) and
     the compute constants; every bad value is an InputError (one line) or a skipped run with its reason."""
     from planner.analysis.nccl_tests import fit_link
+    from planner.analysis.validate import check_runs
 
+    runs = check_runs(runs, runs_name)  # the runs schema (load_runs already did for a file: cheap to repeat)
     if len(runs) > MAX_RUNS:  # refused before any work
         raise InputError(f"{runs_name}: {len(runs):,} runs, over the {MAX_RUNS} plan calibrate takes (it fits 4 "
                          f"constants; the work grows with the runs): give at most {MAX_RUNS} runs of one accelerator")

@@ -206,7 +206,12 @@ MAX_RUNS = 1_000  # ~20 ms a run: 1,000 runs are ~20 s of work (the 8 MiB file l
 
 
 def load_runs(path: str | Path) -> list[dict]:
-    data = read_structured_file(path, what="runs file")
+    return check_runs(read_structured_file(path, what="runs file"), path)
+
+
+def check_runs(data: Any, path: str | Path) -> list[dict]:
+    """The runs of a runs file's content, every record checked against the runs schema (one InputError line
+    naming the run otherwise)."""
     if not isinstance(data, list) or not data:
         raise InputError(f"{path}: a runs file is a YAML list of runs (see the runs schema); got {type(data).__name__}")
     if len(data) > MAX_RUNS:  # refused up front (issue 26 item 9): split the file
