@@ -1015,3 +1015,26 @@ def test_calibrate_fuzz_1000_hostile_run_sets_no_internal_error(tmp_path):
     print("runs fuzz:", {k: (len(v) if isinstance(v, list) else v) for k, v in RUNS_FUZZ.items()})
     assert RUNS_FUZZ["cases"] >= 1000 and RUNS_FUZZ["internal"] == [], RUNS_FUZZ["internal"][:3]
     assert RUNS_FUZZ["fitted"] > 10 and RUNS_FUZZ["input_errors"] > 10
+
+
+# ------------------------------------------------------------------ item 17: nothing written that --cluster refuses
+
+
+def test_calibrate_never_writes_a_cluster_file_that_cluster_refuses(tmp_path):
+    """Issue 26 item 17: a NaN leave-one-out error gave `error_band_rel: .nan` in the written file, which --cluster
+    then refused. The band is taken over the finite errors only, and the document is checked before writing."""
+    from planner.analysis import calibrate as c
+    from planner.catalog.hardware import get_hardware
+
+    hw = get_hardware("h100-sxm-80gb")
+    run = c.PreparedRun("r", 1.0, None, type("C", (), {"count": 8, "devices_per_node": 8})(), None, None)
+    doc = c.cluster_document(hw, [run], "src", [0.05, float("nan"), -0.1, float("inf")])
+    assert doc["hardware"]["calibration"]["error_band_runs"] == 2
+    c._check_document(doc)  # finite, a valid profile
+    bad = doc | {"hardware": doc["hardware"] | {"hbm_capacity_gib": float("nan")}}
+    with pytest.raises(InputError, match="non-finite number at hardware.hbm_capacity_gib"):
+        c._check_document(bad)
+    p = cli("calibrate", "--runs", _runs_file(tmp_path, n=2), "--out", tmp_path / "c.yaml", timeout=120)
+    assert p.returncode == 0, p.stderr[-800:]
+    q = cli("--model", "llama-8b", "--cluster", tmp_path / "c.yaml", "--json", "--top", "1", timeout=60)
+    assert q.returncode == 0 and json.loads(q.stdout)["plans"], q.stderr[-500:]
