@@ -53,10 +53,11 @@ def declared_formulas() -> list[tuple[str, str]]:
 
     out = []
     for path in sorted(Path(planner.costmodel.__file__).parent.glob("*.py")):
-        calls = [n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-                 if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "formula"
-                 and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)]
-        out += [(path.name, c.args[0].value) for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset))]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        calls = sorted((n.lineno, n.col_offset, first.value) for n in ast.walk(tree)
+                       if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "formula"
+                       and n.args and isinstance(first := n.args[0], ast.Constant) and isinstance(first.value, str))
+        out += [(path.name, fid) for _, _, fid in calls]
     return out
 
 
