@@ -137,7 +137,7 @@ def write(tmp_path: Path, name: str, content: str | bytes) -> str:
 def test_load_hf_config_json(tmp_path):
     cfg = get_catalog_entry("llama-3.1-70b").hf_config
     m = load_model(write(tmp_path, "config.json", json.dumps(cfg)))
-    assert m.name == "config" and m.family == "llama"
+    assert m.name == tmp_path.name and m.family == "llama"  # named by its folder, not "config" (issue 27)
     assert count_params(m).total == 70_553_706_496
 
 

@@ -49,6 +49,8 @@ class PlanRequest:
     memory_headroom_gib: float = 0.0
     top_k: int = 5
     all_variants: bool = False
+    # only pipeline depths dividing the layers evenly (--min-devices sizes a purchase for these layouts)
+    even_stages: bool = False
 
     @classmethod
     def from_options(cls, kw: Mapping[str, Any]) -> PlanRequest:
