@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from planner.analysis.timeline import Event, busy_s, makespan_s, resolve_schedule
 from planner.catalog.hardware import list_hardware
+from planner.costmodel.stage_problem import StageProblem
 from planner.specs import HardwareSpec
 
 # ---- hardware catalog ---------------------------------------------------------------------------------------
@@ -17,6 +18,25 @@ from planner.specs import HardwareSpec
 def hardware_catalog() -> dict[str, HardwareSpec]:
     """Every hardware profile of the catalog, keyed by id (planner.catalog.hardware.list_hardware)."""
     return {h.id: h for h in list_hardware()}
+
+
+# ---- pipeline stage assignment -------------------------------------------------------------------------------
+
+
+def uniform_stage_problem(num_layers: int, pp: int, *, layer_time_s: float, layer_recompute_s: float,
+                          layer_act_bytes: float, layer_act_bytes_recompute: float, layer_state_bytes: float,
+                          capacity_bytes: float, first_extra_time_s: float = 0.0, last_extra_time_s: float = 0.0,
+                          first_extra_bytes: float = 0.0, last_extra_bytes: float = 0.0,
+                          inflight: Sequence[float] | None = None, **kw) -> StageProblem:
+    """A StageProblem of identical layers; inflight defaults to 1F1B's pp - s."""
+    def rep(x: float) -> tuple[float, ...]:
+        return (float(x),) * num_layers
+
+    return StageProblem(num_layers, pp, rep(layer_time_s), rep(layer_recompute_s), rep(layer_act_bytes),
+                        rep(layer_act_bytes_recompute), rep(layer_state_bytes), first_extra_time_s, last_extra_time_s,
+                        first_extra_bytes, last_extra_bytes,
+                        tuple(float(x) for x in (inflight if inflight is not None else range(pp, 0, -1))),
+                        capacity_bytes, **kw)
 
 
 # ---- ranking -------------------------------------------------------------------------------------------------
