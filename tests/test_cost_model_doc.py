@@ -39,6 +39,14 @@ def test_every_formula_and_constant_is_in_the_doc():
     assert f"| {cal.GEMM_SHAPE_DERATE:g} | {lo:g} - {hi:g} |" in row and "MAMF" in row
 
 
+def test_the_prose_quotes_only_constants_that_exist():
+    # `NAME` in the hand-written text must be a constant of planner/costmodel/calibration.py (a refit that removes
+    # or renames one leaves no sentence about it behind)
+    text = doc.DOC.read_text(encoding="utf-8")
+    assert "`GEMM_SHAPE_DERATE`" in text and doc.unknown_constants(text) == []
+    assert doc.unknown_constants(text + "\nsee `NO_SUCH_CONSTANT`.\n") == ["NO_SUCH_CONSTANT"]
+
+
 def test_render_replaces_a_stale_table_and_keeps_the_prose():
     text = doc.DOC.read_text(encoding="utf-8")
     row = next(line for line in _section(text, "constants").splitlines() if line.startswith("| FIT_RESERVE_GIB |"))
