@@ -48,17 +48,18 @@ def _num(v: float) -> str:
 # --- formulas ------------------------------------------------------------------------------------------------
 
 def declared_formulas() -> list[tuple[str, str]]:
-    """(module file name, formula id) for every literal `formula("id", ...)` call in planner/costmodel/, in file
-    order then line order."""
+    """(path under planner/costmodel/, formula id) for every literal `formula("id", ...)` call in
+    planner/costmodel/, in file order then line order."""
     import planner.costmodel
 
     out = []
-    for path in sorted(Path(planner.costmodel.__file__).parent.glob("*.py")):
+    base = Path(planner.costmodel.__file__).parent
+    for path in sorted(base.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         calls = sorted((n.lineno, n.col_offset, first.value) for n in ast.walk(tree)
                        if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "formula"
                        and n.args and isinstance(first := n.args[0], ast.Constant) and isinstance(first.value, str))
-        out += [(path.name, fid) for _, _, fid in calls]
+        out += [(path.relative_to(base).as_posix(), fid) for _, _, fid in calls]
     return out
 
 
@@ -68,7 +69,8 @@ def formulas_table() -> str:
 
     declared = declared_formulas()
     for module, _ in declared:  # importing a module registers its formulas
-        importlib.import_module(f"{planner.costmodel.__name__}.{module.removesuffix('.py')}")
+        parts = [planner.costmodel.__name__, *module.removesuffix(".py").split("/")]
+        importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     missing = sorted(set(FORMULAS) - {f for _, f in declared})
     if missing:
         raise SystemExit(f"formulas registered without a literal formula(\"id\", ...) call: {', '.join(missing)}")
