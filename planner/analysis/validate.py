@@ -348,7 +348,11 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
         raise InputError(f"run {rid}: {e}") from None
     except ValidationError as e:  # pydantic's own text carries a URL and several lines
         raise InputError(_validation_message(e, f"run {rid}")) from None
-    except (ValueError, KeyError, TypeError) as e:
+    except KeyError as e:  # a required field is missing: say which, not just its name in quotes
+        where = "train." if e.args and e.args[0] in ("global_batch", "seq_len", "dtype") else ""
+        raise InputError(f"run {rid}: no {where}{_printable(str(e.args[0] if e.args else e))} given: add it "
+                         "(see the runs schema)") from None
+    except (ValueError, TypeError) as e:
         raise InputError(f"run {rid}: {_one_line(e)}") from None
     return model, cluster, train
 

@@ -51,6 +51,9 @@ class SearchOptions:
     # SearchResult.ranked) does not multiply the solves.
     stage_solves: int | None = None
     launcher: str | None = None  # target stack: only plans it can run (planner.emit.capabilities)
+    # True: only pipeline depths that divide the layers evenly (unless --pp is pinned): the layouts an expert
+    # sizes a purchase for (--min-devices), not PP27 over 80 layers with a short first stage
+    even_stages: bool = False
 
 
 @dataclass
@@ -130,7 +133,8 @@ def _pp_dp_choices(ctx: Context, opts: SearchOptions, rest: int) -> list[tuple[i
     """(pp, dp) splits of the devices left after TP and CP: pp up to the layer count, dp dividing the batch."""
     m, tr, fx = ctx.model, ctx.train, opts.fixed
     out = []
-    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers]):
+    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers
+                                     and (not opts.even_stages or m.num_layers % p == 0)]):
         if rest % pp or pp > m.num_layers:
             continue
         dp = rest // pp
@@ -487,23 +491,34 @@ def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:
             f"and global batch ({ctx.train.global_batch}) divides by dp")
 
 
-def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float | None = None):
+def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float | None = None,
+                margin_rel: float = 0.0):
     """The fewest devices of the cluster's hardware (whole nodes, up to the cluster's count) on which a
-    plan fits (and, with `target_step_s`, steps at least that fast): doubling to the first feasible
-    count, then bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
+    plan fits (and, with `target_step_s`, steps at least that fast even when it runs `margin_rel` slower
+    than predicted: the upper edge of its error band): doubling to the first feasible count, then
+    bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
     from planner.specs import ClusterSpec
 
     limit = cluster.count
     node = min(cluster.node_size, limit)  # a cluster smaller than a node (h100x4) is its own step
 
-    def ok(n: int):
-        cl = ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
-                         devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size)
+    def sized(n: int) -> ClusterSpec:
+        return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
+                           devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size)
+
+    def laid_out(n: int) -> bool:  # some layout multiplies into n (cheap: no plan is scored)
         try:
-            res = search(Context(model, cl, train), opts)
+            return bool(structures(Context(model, sized(n), train), opts))
+        except (InputError, ValueError):
+            return False
+
+    def ok(n: int):
+        try:
+            res = search(Context(model, sized(n), train), opts)
         except InputError:
             return None
-        good = bool(res.plans) and (target_step_s is None or res.plans[0].step_time_s <= target_step_s)
+        good = bool(res.plans) and (target_step_s is None
+                                    or res.plans[0].step_time_s * (1 + margin_rel) <= target_step_s)
         return res if good else None
 
     n, found, last_bad = node, None, 0
@@ -518,12 +533,15 @@ def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float
             found = (limit, res)
         else:
             return None, None
-    lo, hi = last_bad // node + 1, found[0] // node - 1  # node multiples strictly between
+    # node multiples strictly between that admit a layout at all (with even stages and a batch that DP must
+    # divide, many do not: bisecting over all of them would step over 320 between 256 and 512)
+    between = [k * node for k in range(last_bad // node + 1, found[0] // node) if laid_out(k * node)]
+    lo, hi = 0, len(between) - 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        res = ok(mid * node)
+        res = ok(between[mid])
         if res is not None:
-            found, hi = (mid * node, res), mid - 1
+            found, hi = (between[mid], res), mid - 1
         else:
             lo = mid + 1
     return found

@@ -225,4 +225,6 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
           if p.zero_shard_size is not None and p.zero_stage == 0 else []),
         *(["recompute_layers applies only to full recompute"]
           if p.recompute_layers is not None and p.recompute != "full" else []),
+        *([f"recompute_layers={p.recompute_layers} is more than the model's {model.num_layers} layers: give at most "
+           "the layers of a pipeline stage"] if (p.recompute_layers or 0) > model.num_layers else []),
     ]

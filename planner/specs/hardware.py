@@ -99,7 +99,8 @@ class HardwareSpec(_Frozen):
         ..., gt=0, le=1, description="best-shape measured matmul / dense peak (MAMF, BF16)"
     )
     gemm_efficiency_max_fp8: float | None = Field(None, gt=0, le=1)
-    hbm_capacity_gib: float = Field(..., gt=0, le=GIB_MAX, description="usable HBM as the driver reports it")
+    # at least 1 GiB: the fit reserve alone is 1 GiB (costmodel.calibration.FIT_RESERVE_GIB); catalog: 16 .. 192
+    hbm_capacity_gib: float = Field(..., ge=1, le=GIB_MAX, description="usable HBM as the driver reports it")
     hbm_bandwidth_GBps: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1])
     host_link_unidir_GBps: float | None = Field(
         None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
