@@ -19,7 +19,7 @@ from planner.emit.capabilities import TARGETS, capabilities, launcher_errors, la
 from planner.catalog.hardware import parse_cluster  # noqa: E402
 from planner.catalog.models import load_model  # noqa: E402
 from planner.specs import ParallelPlan, TrainingSpec  # noqa: E402
-from testdata import HF_CONFIGS_DIR  # noqa: E402
+from support import HF_CONFIGS_DIR  # noqa: E402
 
 
 FILES = {"megatron": {"megatron_args.json", "launch_megatron.sh"},
