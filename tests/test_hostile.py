@@ -193,6 +193,7 @@ def test_utf16_file_named_as_such(tmp_path):
 # ----------------------------------------------------------------------------- critical: long paths
 
 
+@pytest.mark.slow
 def test_long_and_blank_names_bounded():
     for arg in (" " * 40_000, "a" + " " * 40_000 + "x8", "a" * 300, "a" * 300 + ".yaml", "a" * 100_000):
         one_line_error_proc(cli_process("--model", "llama-7b", "--cluster", arg))

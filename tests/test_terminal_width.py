@@ -52,7 +52,7 @@ def number(cell: str) -> float:
     return float(cell.rstrip("%!").replace(",", "").split("/")[0])
 
 
-@pytest.fixture(scope="module", params=range(len(CASES)))
+@pytest.fixture(scope="module", params=[0, pytest.param(1, marks=pytest.mark.slow), 2])  # 1: a large search
 def case(request):
     args = CASES[request.param]
     return args, json.loads(run(args + ("--json",)))

@@ -86,6 +86,7 @@ def test_gemma3_layers():
     assert from_hf_config(GEMMA3_12B | {"num_hidden_layers": 6, "layer_types": types}).num_sliding_layers == 5
 
 
+@pytest.mark.consumers
 def test_gemma3_against_transformers():
     from tests.test_transformers_counts import build_hf, numel
 
