@@ -538,8 +538,8 @@ def report_cmd(**kw):
 
     kw = inherit_group_options(kw)
     out_file, force = kw.pop("out_file"), kw.pop("force")
-    check_output_path(out_file, "--out", force=force)
     check_not_an_input(out_file, "--out", [kw.get("model_arg"), kw.get("cluster_arg")])
+    check_output_path(out_file, "--out", force=force)
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     check_cost_options(cost, (kw.get("cluster_arg"),))
     # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
