@@ -705,3 +705,195 @@ def test_ascii_only_output_falls_back_to_ascii_glyphs(env, command):
     assert p.returncode == 0, p.stderr.decode("ascii", "replace")[-800:]
     assert p.stdout.isascii() and p.stderr.isascii() and b"Traceback" not in p.stderr
     assert b"TP1" in p.stdout or b"TP" in p.stdout
+
+
+# ------------------------------------------------------------------ items 12, 13, 21: paths, keys, messages
+
+
+def test_unknown_user_home_in_paths_and_environment(tmp_path):
+    """Issue 26 item 12: `~nosuchuser/...` crashed with "Could not determine home directory"."""
+    line = one_line_error_proc(cli("--model", "llama-7b", "--cluster", "~nosuchuser/c.yaml"))
+    assert "~nosuchuser/c.yaml" in line and "internal" not in line
+    for var in ("HF_HUB_CACHE", "HF_HOME"):
+        env = dict(os.environ, **{var: "~nosuchuser/hub"})
+        import subprocess
+        import sys
+
+        from tests.test_hostile import ROOT, _limits
+        p = subprocess.run([sys.executable, "-m", "planner.ui.cli", "--model", "someorg/some-model", "--cluster",
+                            "h100x8"], capture_output=True, text=True, timeout=30, preexec_fn=_limits,
+                           env=env | {"PYTHONPATH": str(ROOT)})
+        assert "local Hugging Face cache" in one_line_error_proc(p)
+
+
+def test_model_path_with_a_tilde_is_expanded_like_the_cluster(tmp_path):
+    import yaml
+
+    from planner.catalog.models import get_model
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(get_model("llama-7b").model_dump(mode="json", exclude_none=True)))
+    import subprocess
+    import sys
+
+    from tests.test_hostile import ROOT, _limits
+    p = subprocess.run([sys.executable, "-m", "planner.ui.cli", "--model", "~/x.yaml", "--cluster", "h100x8", "--json",
+                        "--top", "1"], capture_output=True, text=True, timeout=60, preexec_fn=_limits,
+                       env=dict(os.environ, HOME=str(tmp_path), PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stderr[-500:]
+    assert json.loads(p.stdout)["model"]["num_layers"] == 32
+
+
+@pytest.mark.parametrize("where", ["top", "train", "model"])
+def test_non_string_yaml_keys_are_one_line(tmp_path, where):
+    """Issue 26 item 13: `1: x` and `null: x` in a runs file or a model-entry file: TypeError in sorted()."""
+    import yaml
+
+    run = yaml.safe_load(_runs_file(tmp_path).read_text())[0]
+    text = yaml.safe_dump([run], sort_keys=False)
+    anchor = {"top": ("- ", "- 1: x\n  null: y\n  "), "train": ("  train:\n", "  train:\n    1: x\n    null: y\n"),
+              "model": ("  model:\n", "  model:\n    1: x\n    null: y\n")}[where]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace(*anchor, 1))
+    line = one_line_error_proc(cli("validate", "--runs", bad))
+    assert "non-string key 1" in line
+    from planner.catalog.data import data_dir
+    entry = tmp_path / "entry.yaml"
+    entry.write_text((data_dir("model_specs") / "llama-2-7b.yaml").read_text() + "1: x\nnull: y\n")
+    assert "non-string key 1" in one_line_error_proc(cli("--model", entry, "--cluster", "h100x8"))
+
+
+def test_a_run_without_global_batch_says_so(tmp_path):
+    """Issue 26 item 21: the message was `'global_batch'`."""
+    import yaml
+
+    run = yaml.safe_load(_runs_file(tmp_path).read_text())[0]
+    del run["train"]["global_batch"]
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump([run]))
+    p = cli("validate", "--runs", tmp_path / "r.yaml", "--json")
+    doc = json.loads(p.stdout)
+    reasons = [s["reason"] for s in doc.get("skipped", [])] + [doc.get("error", {}).get("message", "")]
+    assert any("no train.global_batch given" in r for r in reasons), (p.returncode, reasons)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "loop"])
+def test_cached_config_that_is_a_fifo_or_a_link_loop_is_named(tmp_path, kind):
+    """Issue 26 item 21: such a cached config.json was reported as "not in the local cache"."""
+    snap = tmp_path / "hub" / "models--someorg--some-model" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    cfg = snap / "config.json"
+    if kind == "fifo":
+        os.mkfifo(cfg)
+    else:
+        cfg.symlink_to(snap / "loop.json")
+        (snap / "loop.json").symlink_to(cfg)
+    import subprocess
+    import sys
+
+    from tests.test_hostile import ROOT, _limits
+    p = subprocess.run([sys.executable, "-m", "planner.ui.cli", "--model", "someorg/some-model", "--cluster", "h100x8"],
+                       capture_output=True, text=True, timeout=30, preexec_fn=_limits,
+                       env=dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub"), PYTHONPATH=str(ROOT)))
+    line = one_line_error_proc(p)
+    assert "in the local Hugging Face cache" not in line
+    assert ("not a regular file" in line) if kind == "fifo" else ("symbolic links" in line), line
+
+
+# ------------------------------------------------------------------ item 16: --recompute-layers
+
+
+def test_recompute_layers_alone_implies_full_and_absurd_counts_are_refused():
+    from tests.test_hostile import run
+
+    r = run(*BASE, "--recompute-layers", "2", "--json", "--top", "3")
+    assert r.exit_code == 0, r.stderr
+    plans = json.loads(r.stdout)["plans"]
+    assert plans and all(p["plan"]["recompute"] == "full" and p["plan"]["recompute_layers"] == 2 for p in plans)
+    line = one_line_error(run(*BASE, "--recompute-layers", "1" + "0" * 29))
+    assert "more than the model's 32 layers" in line
+    assert "only to full recompute" in one_line_error(run(*BASE, "--recompute-layers", "2", "--recompute", "none"))
+
+
+# ------------------------------------------------------------------ item 19: non-UTF-8 --out path
+
+
+def test_non_utf8_out_path_gives_valid_unicode_json(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.test_hostile import ROOT, _limits
+    out = os.fsencode(tmp_path) + b"/cfg-\xff\xfe"
+    p = subprocess.run([sys.executable.encode(), b"-m", b"planner.ui.cli", b"--model", b"llama-7b", b"--cluster",
+                        b"h100x8", b"--json", b"--top", b"1", b"--out", out], capture_output=True, timeout=60,
+                       preexec_fn=_limits, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stderr[-500:]
+    text = p.stdout.decode("utf-8")  # strict: valid UTF-8
+    doc = json.loads(text)
+    assert "\\ud" not in text and doc["out"]["dir"].endswith("cfg-\ufffd\ufffd")
+    assert os.path.isdir(out)
+
+
+# ------------------------------------------------------------------ item 20: values no model or device has
+
+
+def _spec_file(tmp_path, name, base="llama-7b", **changes) -> Path:
+    import yaml
+
+    from planner.catalog.models import get_model
+    data = get_model(base).model_dump(mode="json", exclude_none=True)
+    for k, v in changes.items():
+        if "." in k:
+            outer, inner = k.split(".")
+            data[outer][inner] = v
+        else:
+            data[k] = v
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("name, changes, expect", [
+    ("layers.yaml", {"num_layers": True}, "num_layers': must be a number, got true"),
+    ("rope.yaml", {"rope_theta": 5e-324}, "rope_theta"),
+    ("pos.yaml", {"max_position_embeddings": 10**29}, "max_position_embeddings"),
+])
+def test_model_values_no_model_has_are_refused(tmp_path, name, changes, expect):
+    line = one_line_error_proc(cli("--model", _spec_file(tmp_path, name, **changes), "--cluster", "h100x8"))
+    assert expect in line
+
+
+def test_mla_dims_of_1e29_are_refused_not_exit_3(tmp_path):
+    path = _spec_file(tmp_path, "mla.yaml", base="deepseek-v3", **{"mla.kv_lora_rank": 10**29})
+    line = one_line_error_proc(cli("--model", path, "--cluster", "h100x8"))
+    assert "mla.kv_lora_rank" in line and "GiB" not in line
+
+
+def test_hbm_capacity_of_1e_300_is_refused(tmp_path):
+    import yaml
+
+    from planner.catalog.hardware import get_hardware
+    hw = get_hardware("h100-sxm-80gb").model_dump(mode="json", exclude_none=True) | {"hbm_capacity_gib": 1e-300}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "tiny", "count": 8, "hardware": hw}))
+    line = one_line_error_proc(cli("--model", "llama-7b", "--cluster", path))
+    assert "hbm_capacity_gib" in line and "-1.0" not in line
+
+
+# ------------------------------------------------------------------ item 8: 40-59 columns
+
+
+@pytest.mark.parametrize("width", [40, 45, 50, 59])
+def test_narrow_terminals_keep_the_layout_and_whole_numbers(width):
+    """Issue 26 item 8: at 40-59 columns the layout column vanished and numbers were cut ('x1' for x16,
+    '77.0/78')."""
+    from click.testing import CliRunner
+
+    from planner.ui.cli import main
+    from planner.ui.table import memory_cell, plan_label
+    args = ["--model", "llama-70b", "--cluster", "h100x64"]
+    doc = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    text = CliRunner().invoke(main, args, env={"COLUMNS": str(width)}).stdout
+    assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
+    words = {w.rstrip(",:") for w in text.split()}
+    for p in doc["plans"]:
+        for w in [*plan_label(p["plan"], mark_no_sp=True).split(), f"{p['step_time_s']:.3f}",
+                  f"{100 * p['mfu']:.1f}%", memory_cell(p)]:
+            assert w in words, (width, w)

@@ -348,7 +348,11 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
         raise InputError(f"run {rid}: {e}") from None
     except ValidationError as e:  # pydantic's own text carries a URL and several lines
         raise InputError(_validation_message(e, f"run {rid}")) from None
-    except (ValueError, KeyError, TypeError) as e:
+    except KeyError as e:  # a required field is missing: say which, not just its name in quotes
+        where = "train." if e.args and e.args[0] in ("global_batch", "seq_len", "dtype") else ""
+        raise InputError(f"run {rid}: no {where}{_printable(str(e.args[0] if e.args else e))} given: add it "
+                         "(see the runs schema)") from None
+    except (ValueError, TypeError) as e:
         raise InputError(f"run {rid}: {_one_line(e)}") from None
     return model, cluster, train
 
@@ -386,7 +390,7 @@ def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
     """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
     torus.max_slice_chips), slices joined by DCN."""
     slices = 1
-    if hw.scale_up.kind == "ici_torus" and hw.torus is not None:
+    if hw.is_tpu and hw.torus is not None:  # a TPU always has torus rules (HardwareSpec validator)
         slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
     return ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
                        devices_per_node=run.get("devices_per_node") or None,
@@ -408,7 +412,7 @@ def tpu_slices(run: dict) -> int:
 def multislice_hsdp(run: dict, cluster: ClusterSpec, fixed: dict[str, Any]) -> dict[str, Any]:
     """MaxText across K slices shards FSDP within a slice (ici_fsdp_parallelism) and replicates across
     slices (dcn_data_parallelism): hybrid sharding with shard groups of dp*cp / K."""
-    slices = cluster.count // cluster.scale_up_size if cluster.hardware.scale_up.kind == "ici_torus" else 1
+    slices = cluster.count // cluster.scale_up_size if cluster.hardware.is_tpu else 1
     dp_cp = (fixed.get("dp") or 0) * (fixed.get("cp") or 1)
     if slices > 1 and dp_cp and dp_cp % slices == 0:
         return {"zero_shard_size": dp_cp // slices}

@@ -36,6 +36,7 @@ Every bad input raises `InputError` with one line saying what is wrong and what 
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -284,7 +285,7 @@ def _parse_unpriced(raw: str) -> ClusterSpec:
             count = _check_count(count_part)
             _system_count_hint(raw, hw_part, hw, count)
             return _build_cluster(hw, count)
-    path = Path(raw).expanduser()
+    path = Path(os.path.expanduser(raw))  # os.path: '~nosuchuser/x' stays as written (Path raises)
     try:
         exists = path.exists()
     except (OSError, ValueError) as e:  # ENAMETOOLONG, an embedded NUL...

@@ -16,6 +16,7 @@ config.json, a catalog-style entry, or a native `ModelSpec` mapping.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -213,12 +214,13 @@ def load_model(arg: str) -> ModelSpec:
     Face repo id found in the local cache (planner.catalog.hf_cache; never the network)."""
     if not isinstance(arg, str) or not arg.strip():
         raise InputError(f"model must be a catalog name or a file path, got {arg!r}")
+    path = os.path.expanduser(arg)  # '~/x.yaml' as --cluster takes it ('~nosuchuser/x' stays as written)
     try:
-        exists = Path(arg).exists()
+        exists = os.path.lexists(path)
     except (OSError, ValueError):
         exists = False
     if exists:
-        return load_model_file(arg)
+        return load_model_file(path)
     if load_model_catalog().resolve(arg) is not None:
         return get_model(arg)
     return _model_not_in_catalog(arg.strip())

@@ -22,12 +22,13 @@ from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel import calibration as cal
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
+from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.emit.capabilities import launcher_errors
 from planner.errors import InputError
 from planner.search.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.search.space import divisors, plan_errors
 from planner.specs import ParallelPlan
-from planner.specs.dims import cp_splits_sequence, tp_splits_heads
+from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads
 from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -156,25 +157,6 @@ def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int
         cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
         out += [(ep, etp) for ep in _fixed_or(opts, "ep", cand)]
     return out
-
-
-def slice_shape(cluster) -> tuple[int, ...]:
-    """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
-    v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
-    t = cluster.hardware.torus
-    n = min(cluster.count, t.max_slice_chips)
-    best: tuple[int, ...] | None = None
-    def consider(shape):
-        nonlocal best
-        if all(a <= t.max_axis for a in shape) and (best is None or max(shape) < max(best)):
-            best = shape
-    for a in divisors(n):
-        if t.dims == 2:
-            consider(tuple(sorted((a, n // a))))
-        else:
-            for b in divisors(n // a):
-                consider(tuple(sorted((a, b, n // (a * b)))))
-    return best or (n,)
 
 
 def torus_group_sizes(cluster) -> set[int]:
@@ -379,7 +361,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
     micro-batch, recompute."""
     fx, tr = opts.fixed, ctx.train
     base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap",) and v is not None}
-    per_rank = tr.global_batch // r["dp"]
+    per_rank = ParallelDims(dp=r["dp"]).local_batch(tr.global_batch)
     mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
     mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
     for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):

@@ -133,6 +133,8 @@ def compact_table(doc: dict) -> Table:
     for j, c in enumerate(t.columns):  # numbers are never squeezed: a numeric column is as wide as its widest cell
         if c.no_wrap:
             c.min_width = max([len(str(c.header))] + [len(row[j]) for row in rows])
+        else:  # the layout wraps between its parts (TP4 / PP4x20 / DP4), never inside one
+            c.min_width = max([len(str(c.header))] + [len(w) for row in rows for w in row[j].split()])
     for row in rows:
         t.add_row(*row)
     return t
@@ -160,14 +162,32 @@ def legend(doc: dict, compact: bool) -> list[str]:
     return lines
 
 
+def narrow_table(doc: dict) -> Table:
+    """Under the compact table's width (40-59 columns): one wrapped cell per plan, its layout first, then every
+    figure of the compact table with its name; lines break between words, never inside a number."""
+    t = Table(title=f"{shown(doc['model']['name'])} on {shown(doc['cluster']['name'])}", box=box.SIMPLE_HEAD,
+              pad_edge=False, show_edge=False, padding=(0, 1))
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("plan", justify="left", overflow="fold")
+    for i, r in enumerate(doc["plans"], 1):
+        p = r["plan"]
+        t.add_row(str(i), f"{plan_label(p, mark_no_sp=True)}: {r['step_time_s']:.3f} s {band_label(r)}, "
+                          f"MFU {100 * r['mfu']:.1f}%, GiB {memory_cell(r)}, mbs {p['micro_batch']}, "
+                          f"Z {zero_label(p, True)}, rc {recompute_label(p, True)}")
+    return t
+
+
 def plans_table(doc: dict, width: int) -> tuple[Table, bool]:
-    """The wide table when the width allows and it fits, else the compact one; (table, compact)."""
+    """The wide table when the width allows and it fits, else the compact one, else (40-59 columns) the narrow
+    one: a table is never drawn narrower than its cells (rich would cut the layout and the numbers);
+    (table, compact)."""
+    probe = Console(width=1000, file=open(os.devnull, "w"))
     if width > COMPACT_MAX_COLUMNS:
         t = wide_table(doc)
-        probe = Console(width=1000, file=open(os.devnull, "w"))
         if probe.measure(t).maximum <= width:
             return t, False
-    return compact_table(doc), True
+    t = compact_table(doc)
+    return (t if probe.measure(t).minimum <= width else narrow_table(doc)), True
 
 
 def bars(title: str, parts: dict[str, float], keys: tuple[str, ...], unit: str, total: float, width: int) -> Table:
