@@ -522,3 +522,14 @@ def test_plan_json_has_no_pipeline_schedule_for_pp_1(tmp_path):
     assert r.exit_code == 0, r.stderr
     doc = json.loads((tmp_path / "o" / "plan.json").read_text())
     assert doc["plan"]["pp"] == 1 and doc["plan"]["schedule"] is None and doc["pipeline"]["schedule"] == "none"
+
+
+def test_docs_cli_names_every_option():
+    """docs/cli.md's flag tables keep step with the CLI: every option of every command is named there."""
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    missing = [f"{name} {opt}" for name, cmd in {"plan": main, **main.commands}.items() for p in cmd.params
+               for opt in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]
+               if opt.startswith("--") and opt not in doc]
+    assert missing == []
