@@ -10,8 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from planner.ui.cli import main
-from planner.search.ranking import TIE_BAND_REL, dominated_by_later, layout_key, rank, select
+from planner.search.ranking import TIE_BAND_REL, layout_key, rank, select
 from planner.specs import ParallelPlan
+
+from helpers import dominated_by_later
 
 
 @dataclass
