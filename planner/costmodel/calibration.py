@@ -3,6 +3,11 @@
 Rules: few constants, each physically meaningful; fitted on the development runs
 (shared/reference/known_runs_dev.yaml) as a whole, never per run. docs/cost-model.md explains
 the fit and its residuals.
+
+The comment directly above a constant is its evidence: docs/cost-model.md's table of constants prints it beside the
+value and the fitting bounds (planner.analysis.devfit.GPU_CONSTANTS); regenerate it with
+`python scripts/cost_model_doc.py`. A constant on the line after another, without a comment of its own, shares
+that one's row.
 """
 
 from __future__ import annotations
@@ -83,8 +88,8 @@ EP_OVERLAP_FRACTION = 0.0
 # userbuffers, Megatron --tp-comm-overlap; torchtitan async TP). TE splits each GEMM and its all-gather /
 # reduce-scatter into chunks (ring_exchange: tp chunks; pipeline: num_splits 4 in NVIDIA's GPT-3 175B recipe,
 # dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml ub_tp_comm_overlap_cfg), so one chunk stays exposed and
-# the overlapped kernels give up 2-24 SMs to the communication. Fitted on the dev runs whose recipes enable it (issue
-# 23's refit of the MoE constants held it here: refitted jointly it moves to 0.646 at equal residuals, in-sample
+# the overlapped kernels give up 2-24 SMs to the communication. Fitted on the dev runs whose recipes enable it (the
+# MoE-mechanism refit held it here: refitted jointly it moves to 0.646 at equal residuals, in-sample
 # median 5.3% / p90 17.1% either way, and the torchtitan Table 4 async-TP pair then misses by more than 5 points).
 TP_OVERLAP_HIDDEN_FRACTION = 0.588
 # Share of the overlapping compute that hides data-parallel traffic: the gradient reduction is exposed by
@@ -107,6 +112,7 @@ DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 
 # --- memory ------------------------------------------------------------------------------------
 # The framework overhead per device (CUDA context, NCCL buffers) is each stack's: Stack.overhead_gib (planner/stacks/).
+
 # The caching allocator's reserved/allocated ratio at peak (torch.cuda.max_memory_reserved vs
 # max_memory_allocated); torchtitan reports reserved memory. Fitted on the torchtitan rows.
 ALLOCATOR_FRAGMENTATION = 1.05
