@@ -33,6 +33,18 @@ from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.stacks import traits
 
 
+def runs_on_tpu(run: dict) -> bool:
+    """The run's accelerator is a TPU (HardwareSpec.is_tpu of the catalog entry its `hardware` names, alias or id);
+    an unknown accelerator is not (plan validate reports it when it builds the run)."""
+    from planner.catalog.hardware import get_hardware
+    from planner.errors import PlannerError
+
+    try:
+        return get_hardware(str(run.get("hardware", ""))).is_tpu
+    except PlannerError:
+        return False
+
+
 def infer_framework(run: dict) -> str:
     """Whose memory and overlap behaviour the run had, from the source it cites, for a record without
     stack.framework (shared/reference's files have none): torchtitan / llm-foundry are FSDP2/FSDP; MaxText is
@@ -41,7 +53,7 @@ def infer_framework(run: dict) -> str:
     text = f"{run.get('id', '')} {run.get('source', '')}".lower()
     if "torchtitan" in text or _cites_llm_foundry(run):
         return "fsdp"
-    if "maxtext" in text or str(run.get("hardware", "")).lower().startswith("tpu"):
+    if "maxtext" in text or runs_on_tpu(run):
         return "maxtext"  # TPUs train with JAX/XLA (MaxText and its kin) in every source here
     if "deepspeed" in text or "zero3" in str(run.get("id", "")).lower():
         return "deepspeed"
@@ -129,7 +141,7 @@ def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
     # MaxText's TPU scripts and tpu-recipes launch with XLA's async collective fusion, which overlaps the TP
     # collectives with the matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true
     # --xla_tpu_overlap_compute_collective_tc=true; MaxText/configs/v5p/512b.sh @5431d43)
-    return evidence == "xla_tpu" and str(run.get("hardware", "")).lower().startswith("tpu")
+    return evidence == "xla_tpu" and runs_on_tpu(run)
 
 
 def infer_fp8_recipe(run: dict) -> str | None:
