@@ -399,7 +399,8 @@ def _measured_rows(draw, ranks: int):
         t = steps(coll, n) * alpha + bus_factor(coll, n) * size / (busbw * 1e3)
         t *= 1 + draw(st.floats(-0.05, 0.05))
         alg = size / (t * 1e3)
-        fields = [str(size), _fmt(t), _fmt(alg), _fmt(alg * bus_factor(coll, n)), _fmt(t), _fmt(alg * bus_factor(coll, n))]
+        bus = _fmt(alg * bus_factor(coll, n))
+        fields = [str(size), _fmt(t), _fmt(alg), bus, _fmt(t), bus]
         if draw(st.integers(0, 9)) == 0:  # one row in ten carries a hostile value somewhere
             fields[draw(st.integers(0, 5))] = draw(st.sampled_from(NUMBERS + SIZES))
         rows.append(tuple(fields))
@@ -423,7 +424,8 @@ def _nccl_table():
         ranks = draw(st.sampled_from([0, 0, 1, 2, 8, 16, 40]))
         hosts = draw(st.integers(1, 4))
         for r in range(ranks):
-            lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r} on node{r % hosts:03d} device {r % 8} [0x{r:02x}] GPU")
+            lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r} on node{r % hosts:03d} device {r % 8} "
+                         f"[0x{r:02x}] GPU")
         if draw(st.booleans()):
             coll, rows = draw(_measured_rows(ranks))
             name = draw(st.sampled_from([f"{coll}_perf.txt", "log.txt"]))
@@ -533,7 +535,8 @@ def test_fitted_link_outside_the_profile_ranges_is_one_line_not_pydantic():
 def test_calibrate_skips_runs_measured_at_absurd_times(tmp_path, step_s):
     """Issue 26 item 4: runs measured at 1e-6 s, 1e6 s or 1.7e308 s are skipped with a reason; with no run
     left, one line names the file and the reason."""
-    line = one_line_error_proc(cli_process("calibrate", "--runs", _runs_file(tmp_path, step_s), "--out", tmp_path / "c.yaml",
+    line = one_line_error_proc(cli_process("calibrate", "--runs", _runs_file(tmp_path, step_s),
+                                           "--out", tmp_path / "c.yaml",
                                    timeout=60))
     assert "no run could be scored" in line and "a unit error?" in line and "measured.step_time_s" in line
     assert not (tmp_path / "c.yaml").exists()
@@ -543,7 +546,8 @@ def test_calibrate_skips_runs_measured_at_absurd_times(tmp_path, step_s):
 
 
 def test_calibrate_out_into_a_missing_folder_is_refused_before_the_fit(tmp_path):
-    line = one_line_error_proc(cli_process("calibrate", "--runs", _runs_file(tmp_path), "--out", tmp_path / "no" / "c.yaml"))
+    line = one_line_error_proc(cli_process("calibrate", "--runs", _runs_file(tmp_path),
+                                           "--out", tmp_path / "no" / "c.yaml"))
     assert "does not exist: create it first" in line
 
 
@@ -597,7 +601,8 @@ def _json_cases(tmp: Path) -> list[tuple[list, int]]:
         (["--model", "no-such-model", "--cluster", "h100x8", "--json"], 2),
         (["--model", "llama-7b", "--cluster", "h100x8", "--tp", "3", "--json"], 2),
         (["--model", "llama-405b", "--cluster", "h100x8", "--json"], 3),
-        (["--json", "--no-such-option"], 2), (["--model", "llama-7b", "--cluster", "h100x8", "--gbs", "x", "--json"], 2),
+        (["--json", "--no-such-option"], 2),
+        (["--model", "llama-7b", "--cluster", "h100x8", "--gbs", "x", "--json"], 2),
         (["explain", "--model", "llama-7b", "--cluster", "zz", "--json"], 2),
         (["compare", "--model", "llama-7b", "--json"], 2),
         (["validate", "--runs", tmp / "missing.yaml", "--json"], 2),
@@ -618,7 +623,7 @@ def test_every_json_document_validates_against_the_shipped_schema(tmp_path, sche
     for args, code in _json_cases(tmp_path):
         r = run_cli(*args)
         assert r.exit_code == code, (args, r.exit_code, r.stderr[-500:])
-        doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{args}: {c} in the JSON"))
+        doc = json.loads(r.stdout, parse_constant=lambda c, a=args: pytest.fail(f"{a}: {c} in the JSON"))
         errors = [(list(e.path), e.message[:150]) for e in schema_validator.iter_errors(doc)]
         assert not errors, (args, errors[:3])
         assert doc["schema_version"] and ("error" in doc) == (code != 0), args
@@ -940,11 +945,11 @@ def test_runs_files_over_the_run_limits_are_refused_up_front(tmp_path):
     one = yaml.safe_load(_runs_file(tmp_path).read_text())[0]
     many = tmp_path / "many.yaml"
     many.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(MAX_RUNS + 1)]))
-    line = one_line_error_proc(cli("validate", "--runs", many, timeout=60))
+    line = one_line_error_proc(cli_process("validate", "--runs", many, timeout=60))
     assert f"{MAX_RUNS + 1:,} runs, over the {MAX_RUNS:,}" in line
     some = tmp_path / "some.yaml"
     some.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(c.MAX_RUNS + 1)]))
-    line = one_line_error_proc(cli("calibrate", "--runs", some, "--out", tmp_path / "c.yaml", timeout=60))
+    line = one_line_error_proc(cli_process("calibrate", "--runs", some, "--out", tmp_path / "c.yaml", timeout=60))
     assert f"over the {c.MAX_RUNS} plan calibrate takes" in line
 
 
@@ -1029,7 +1034,7 @@ def test_calibrate_never_writes_a_cluster_file_that_cluster_refuses(tmp_path):
     bad = doc | {"hardware": doc["hardware"] | {"hbm_capacity_gib": float("nan")}}
     with pytest.raises(InputError, match="non-finite number at hardware.hbm_capacity_gib"):
         c._check_document(bad)
-    p = cli("calibrate", "--runs", _runs_file(tmp_path, n=2), "--out", tmp_path / "c.yaml", timeout=120)
+    p = cli_process("calibrate", "--runs", _runs_file(tmp_path, n=2), "--out", tmp_path / "c.yaml", timeout=120)
     assert p.returncode == 0, p.stderr[-800:]
-    q = cli("--model", "llama-8b", "--cluster", tmp_path / "c.yaml", "--json", "--top", "1", timeout=60)
+    q = cli_process("--model", "llama-8b", "--cluster", tmp_path / "c.yaml", "--json", "--top", "1", timeout=60)
     assert q.returncode == 0 and json.loads(q.stdout)["plans"], q.stderr[-500:]
