@@ -1062,3 +1062,16 @@ def test_a_2048_layer_tiny_moe_is_bounded_work(tmp_path):
     search = doc["search"]
     assert doc["plans"] and search["evaluated"] <= 1000 and search["evaluated"] <= 20 * search["structures"]
     assert len(solves) <= engine.MAX_STAGE_SOLVES
+
+
+def test_a_multi_gb_manifest_is_not_read(tmp_path):
+    """Issue 26 item 3: a multi-GB .planner-files.json was read whole (MemoryError under a cap); now the reader
+    stops at 64 KiB, the manifest counts as absent, and nothing but the new set's names is replaced."""
+    d = tmp_path / "d"
+    d.mkdir()
+    with open(d / ".planner-files.json", "wb") as f:
+        f.truncate(3 << 30)  # sparse: 3 GiB the 500 MB process could never hold
+    (d / "notes.txt").write_text("mine\n")
+    p = cli_process(*BASE, "--out", d, "--force", timeout=60)
+    assert p.returncode == 0, p.stderr[-800:]
+    assert (d / "notes.txt").read_text() == "mine\n" and (d / ".planner-files.json").stat().st_size < 4096
