@@ -536,3 +536,17 @@ def test_docs_cli_names_every_option():
                for opt in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]
                if opt.startswith("--") and opt not in doc]
     assert missing == []
+
+
+def test_a_large_fitted_overhead_is_warned_about():
+    from types import SimpleNamespace
+
+    from planner.analysis.calibrate import FitResult
+    from planner.analysis.calibrate_checks import large_overhead
+    from planner.catalog.hardware import get_hardware
+
+    runs = [SimpleNamespace(measured_s=s) for s in (6.0, 6.25, 7.0)]  # median 6.25 s
+    big = FitResult(get_hardware("h100"), {"calibration.step_overhead_s": (0.0, 2.8)}, [0.1], [0.05])
+    assert "2.8 s is 45% of the median measured step (6.25 s)" in large_overhead(big, runs)[0]
+    small = FitResult(get_hardware("h100"), {"calibration.step_overhead_s": (0.0, 0.3)}, [0.1], [0.05])
+    assert large_overhead(small, runs) == []
