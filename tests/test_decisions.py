@@ -550,3 +550,14 @@ def test_a_large_fitted_overhead_is_warned_about():
     assert "2.8 s is 45% of the median measured step (6.25 s)" in large_overhead(big, runs)[0]
     small = FitResult(get_hardware("h100"), {"calibration.step_overhead_s": (0.0, 0.3)}, [0.1], [0.05])
     assert large_overhead(small, runs) == []
+
+
+def test_an_option_before_and_after_the_subcommand():
+    line = one_line_error(run("--model", "llama-70b", "explain", "--model", "llama-8b", "--cluster", "h100x8"))
+    assert "--model was given before and after `explain` ('llama-70b' and 'llama-8b'): give it once" in line
+    same = run("--model", "llama-8b", "explain", "--model", "llama-8b", "--cluster", "h100x8", "--json")
+    assert same.exit_code == 0, same.stderr
+    # compare's repeatable --cluster takes both, the one before the subcommand first
+    r = run("--cluster", "h100x8", "compare", "--model", "llama-8b", "--cluster", "a100x8", "--json")
+    doc = json.loads(r.stdout)
+    assert [r["cluster"]["name"] for r in doc["rows"]] == ["h100-sxm-80gbx8", "a100-sxm-80gbx8"]
