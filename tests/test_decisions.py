@@ -515,6 +515,8 @@ def test_docs_cli_names_every_option():
     """docs/cli.md's flag tables keep step with the CLI: every option of every command is named there."""
     from pathlib import Path
 
+    from planner.ui.cli import main
+
     doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
     missing = [f"{name} {opt}" for name, cmd in {"plan": main, **main.commands}.items() for p in cmd.params
                for opt in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]
@@ -537,11 +539,11 @@ def test_a_large_fitted_overhead_is_warned_about():
 
 
 def test_an_option_before_and_after_the_subcommand():
-    line = one_line_error(run("--model", "llama-70b", "explain", "--model", "llama-8b", "--cluster", "h100x8"))
+    line = one_line_error(run_cli("--model", "llama-70b", "explain", "--model", "llama-8b", "--cluster", "h100x8"))
     assert "--model was given before and after `explain` ('llama-70b' and 'llama-8b'): give it once" in line
-    same = run("--model", "llama-8b", "explain", "--model", "llama-8b", "--cluster", "h100x8", "--json")
+    same = run_cli("--model", "llama-8b", "explain", "--model", "llama-8b", "--cluster", "h100x8", "--json")
     assert same.exit_code == 0, same.stderr
     # compare's repeatable --cluster takes both, the one before the subcommand first
-    r = run("--cluster", "h100x8", "compare", "--model", "llama-8b", "--cluster", "a100x8", "--json")
+    r = run_cli("--cluster", "h100x8", "compare", "--model", "llama-8b", "--cluster", "a100x8", "--json")
     doc = json.loads(r.stdout)
     assert [r["cluster"]["name"] for r in doc["rows"]] == ["h100-sxm-80gbx8", "a100-sxm-80gbx8"]
