@@ -940,11 +940,11 @@ def test_runs_files_over_the_run_limits_are_refused_up_front(tmp_path):
     one = yaml.safe_load(_runs_file(tmp_path).read_text())[0]
     many = tmp_path / "many.yaml"
     many.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(MAX_RUNS + 1)]))
-    line = one_line_error_proc(cli("validate", "--runs", many, timeout=60))
+    line = one_line_error_proc(cli_process("validate", "--runs", many, timeout=60))
     assert f"{MAX_RUNS + 1:,} runs, over the {MAX_RUNS:,}" in line
     some = tmp_path / "some.yaml"
     some.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(c.MAX_RUNS + 1)]))
-    line = one_line_error_proc(cli("calibrate", "--runs", some, "--out", tmp_path / "c.yaml", timeout=60))
+    line = one_line_error_proc(cli_process("calibrate", "--runs", some, "--out", tmp_path / "c.yaml", timeout=60))
     assert f"over the {c.MAX_RUNS} plan calibrate takes" in line
 
 
@@ -1029,7 +1029,7 @@ def test_calibrate_never_writes_a_cluster_file_that_cluster_refuses(tmp_path):
     bad = doc | {"hardware": doc["hardware"] | {"hbm_capacity_gib": float("nan")}}
     with pytest.raises(InputError, match="non-finite number at hardware.hbm_capacity_gib"):
         c._check_document(bad)
-    p = cli("calibrate", "--runs", _runs_file(tmp_path, n=2), "--out", tmp_path / "c.yaml", timeout=120)
+    p = cli_process("calibrate", "--runs", _runs_file(tmp_path, n=2), "--out", tmp_path / "c.yaml", timeout=120)
     assert p.returncode == 0, p.stderr[-800:]
-    q = cli("--model", "llama-8b", "--cluster", tmp_path / "c.yaml", "--json", "--top", "1", timeout=60)
+    q = cli_process("--model", "llama-8b", "--cluster", tmp_path / "c.yaml", "--json", "--top", "1", timeout=60)
     assert q.returncode == 0 and json.loads(q.stdout)["plans"], q.stderr[-500:]
