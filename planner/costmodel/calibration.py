@@ -50,10 +50,11 @@ PYTORCH_NATIVE_HOPPER_EFFICIENCY = 0.817
 MOE_GROUPED_GEMM_REL_EFFICIENCY = 0.500
 # Host time to launch one CUDA kernel from PyTorch (Python op dispatch + cudaLaunchKernel), seconds. It shows only
 # where the GPU waits for the host: after an MoE dispatcher's device-to-host sync (planner.costmodel.moe.moe_forward).
-# Measured: PyTorch's eager per-op host overhead is ~10 us (PyTorch CUDA Graphs blog, "Accelerating PyTorch with
-# CUDA Graphs", 2021: launch overheads of a few us per kernel plus the framework's Python / C++ dispatch); bounds
-# [2e-6, 5e-5] in devfit. Fitted on the dev runs: it sits at the upper bound (50 us per op), driven by the small-expert
-# Qwen3-30B-A3B rows whose step is 3-4x their GPU time; the per-op count of planner.costmodel.moe is an estimate.
+# Range: microseconds for the CUDA launch itself, more for PyTorch's per-op Python / C++ dispatch (NVIDIA's "Getting
+# Started with CUDA Graphs" and PyTorch's "Accelerating PyTorch with CUDA Graphs" blogs describe launch overhead as a
+# first-order cost of short kernels; no per-op figure is quoted here); bounds [2e-6, 5e-5] in devfit. Fitted on the
+# dev runs: it sits at the upper bound (50 us per op), driven by the small-expert Qwen3-30B-A3B rows whose step is
+# 3-4x their GPU time; the per-op counts of planner.costmodel.moe are estimates.
 HOST_LAUNCH_S = 5.0e-05
 # Unfused attention (pre-FlashAttention stacks): bytes moved per element of the s x s score matrix in
 # forward: QK^T write (2), fused scale-mask-softmax read+write (4), dropout read+write+mask (5), AV read
