@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from support import NCCL_TESTS_DIR
 
 from planner.analysis import calibrate as c
 from planner.analysis.nccl_tests import fit_link, parse_nccl_tests
-from planner.ui.cli import main
+from planner.analysis.validate import load_runs
 from planner.catalog.data import data_dir
 from planner.catalog.hardware import get_hardware, load_cluster_file
-from planner.analysis.validate import load_runs
-from support import NCCL_TESTS_DIR
+from planner.ui.cli import main
 
 REF_NCCL = str(NCCL_TESTS_DIR)  # published nccl-tests outputs, vendored (tests/data/reference/README.md)
 

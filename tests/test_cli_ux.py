@@ -109,7 +109,8 @@ def test_model_from_local_hf_cache(tmp_path):
 
 
 def test_missing_model_file_says_not_found():
-    assert "model file './nope.json' not found" in one_line_error(run_cli("--model", "./nope.json", "--cluster", "a100x8"))
+    r = run_cli("--model", "./nope.json", "--cluster", "a100x8")
+    assert "model file './nope.json' not found" in one_line_error(r)
 
 
 def test_models_explains_unversioned_aliases():

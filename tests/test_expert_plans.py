@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.costmodel import Context, evaluate
-from planner.costmodel.base import plan_shape
+from planner.analysis.validate import run_inputs
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import get_model
+from planner.costmodel import Context, evaluate
+from planner.costmodel.base import plan_shape
 from planner.costmodel.placement import placement
 from planner.search.engine import TIE_BAND, SearchOptions, search
 from planner.specs import ParallelPlan, TrainingSpec
-from planner.analysis.validate import run_inputs
 
 RUNS_DIR = Path(__file__).resolve().parents[1] / "runs"
 RUN_FILES = (RUNS_DIR / "known_runs_dev.yaml", RUNS_DIR / "known_runs_added.yaml", RUNS_DIR / "known_runs_tpu_dev.yaml")
@@ -208,6 +208,7 @@ def test_sc21_zero3_530b_fits_on_640_gpus_and_barely_on_560():
     # stage3_max_live_parameters and the recomputed layer materialises its unfused scores (5 a s^2 b): the model
     # fits at 640 and leaves less than 2% of the device at 560, where the sharded states are 1.8 GiB larger
     import copy
+
     from planner.analysis.validate import validate_runs
     run = _run("sc21-t2-zero3-529.6b-640gpu")
     rows = {}

@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from planner.catalog.data import data_dir
-from planner.errors import InputError
 from planner.catalog.hardware import (
     get_hardware,
     list_hardware,
     load_hardware_catalog,
     parse_cluster,
 )
+from planner.errors import InputError
 from planner.names import normalise
 from planner.specs.cluster import ClusterSpec
 from planner.specs.hardware import HardwareSpec

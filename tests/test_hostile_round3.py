@@ -399,7 +399,8 @@ def _measured_rows(draw, ranks: int):
         t = steps(coll, n) * alpha + bus_factor(coll, n) * size / (busbw * 1e3)
         t *= 1 + draw(st.floats(-0.05, 0.05))
         alg = size / (t * 1e3)
-        fields = [str(size), _fmt(t), _fmt(alg), _fmt(alg * bus_factor(coll, n)), _fmt(t), _fmt(alg * bus_factor(coll, n))]
+        bus = _fmt(alg * bus_factor(coll, n))
+        fields = [str(size), _fmt(t), _fmt(alg), bus, _fmt(t), bus]
         if draw(st.integers(0, 9)) == 0:  # one row in ten carries a hostile value somewhere
             fields[draw(st.integers(0, 5))] = draw(st.sampled_from(NUMBERS + SIZES))
         rows.append(tuple(fields))
@@ -423,7 +424,8 @@ def _nccl_table():
         ranks = draw(st.sampled_from([0, 0, 1, 2, 8, 16, 40]))
         hosts = draw(st.integers(1, 4))
         for r in range(ranks):
-            lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r} on node{r % hosts:03d} device {r % 8} [0x{r:02x}] GPU")
+            lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r} on node{r % hosts:03d} device {r % 8} "
+                         f"[0x{r:02x}] GPU")
         if draw(st.booleans()):
             coll, rows = draw(_measured_rows(ranks))
             name = draw(st.sampled_from([f"{coll}_perf.txt", "log.txt"]))
@@ -532,7 +534,8 @@ def test_fitted_link_outside_the_profile_ranges_is_one_line_not_pydantic():
 def test_calibrate_skips_runs_measured_at_absurd_times(tmp_path, step_s):
     """Issue 26 item 4: runs measured at 1e-6 s, 1e6 s or 1.7e308 s are skipped with a reason; with no run
     left, one line names the file and the reason."""
-    line = one_line_error_proc(cli_process("calibrate", "--runs", _runs_file(tmp_path, step_s), "--out", tmp_path / "c.yaml",
+    line = one_line_error_proc(cli_process("calibrate", "--runs", _runs_file(tmp_path, step_s), "--out",
+                                           tmp_path / "c.yaml",
                                    timeout=60))
     assert "no run could be scored" in line and "a unit error?" in line and "measured.step_time_s" in line
     assert not (tmp_path / "c.yaml").exists()
@@ -542,7 +545,8 @@ def test_calibrate_skips_runs_measured_at_absurd_times(tmp_path, step_s):
 
 
 def test_calibrate_out_into_a_missing_folder_is_refused_before_the_fit(tmp_path):
-    line = one_line_error_proc(cli_process("calibrate", "--runs", _runs_file(tmp_path), "--out", tmp_path / "no" / "c.yaml"))
+    line = one_line_error_proc(cli_process("calibrate", "--runs", _runs_file(tmp_path), "--out",
+                                           tmp_path / "no" / "c.yaml"))
     assert "does not exist: create it first" in line
 
 
@@ -596,7 +600,8 @@ def _json_cases(tmp: Path) -> list[tuple[list, int]]:
         (["--model", "no-such-model", "--cluster", "h100x8", "--json"], 2),
         (["--model", "llama-7b", "--cluster", "h100x8", "--tp", "3", "--json"], 2),
         (["--model", "llama-405b", "--cluster", "h100x8", "--json"], 3),
-        (["--json", "--no-such-option"], 2), (["--model", "llama-7b", "--cluster", "h100x8", "--gbs", "x", "--json"], 2),
+        (["--json", "--no-such-option"], 2),
+        (["--model", "llama-7b", "--cluster", "h100x8", "--gbs", "x", "--json"], 2),
         (["explain", "--model", "llama-7b", "--cluster", "zz", "--json"], 2),
         (["compare", "--model", "llama-7b", "--json"], 2),
         (["validate", "--runs", tmp / "missing.yaml", "--json"], 2),
@@ -617,7 +622,7 @@ def test_every_json_document_validates_against_the_shipped_schema(tmp_path, sche
     for args, code in _json_cases(tmp_path):
         r = run_cli(*args)
         assert r.exit_code == code, (args, r.exit_code, r.stderr[-500:])
-        doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{args}: {c} in the JSON"))
+        doc = json.loads(r.stdout, parse_constant=lambda c, args=args: pytest.fail(f"{args}: {c} in the JSON"))
         errors = [(list(e.path), e.message[:150]) for e in schema_validator.iter_errors(doc)]
         assert not errors, (args, errors[:3])
         assert doc["schema_version"] and ("error" in doc) == (code != 0), args
