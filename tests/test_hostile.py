@@ -351,10 +351,10 @@ def test_min_devices_keeps_cluster_file_settings(tmp_path):
 
 def test_json_never_prints_non_finite(tmp_path):
     from planner.errors import InputError
-    from planner.ui.cli import json_text
+    from planner.ui.jsondoc import dumps  # the one place JSON reaches stdout (sorted keys, checked finite)
 
     with pytest.raises(InputError, match=r"plans\.0\.mfu"):
-        json_text({"plans": [{"mfu": float("nan")}]})
+        dumps({"plans": [{"mfu": float("nan")}]})
     r = run_cli("--model", "llama-7b", "--cluster", "h100x8", "--json", "--tokens", "15T")
     assert r.exit_code == 0 and "NaN" not in r.stdout and "Infinity" not in r.stdout
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))

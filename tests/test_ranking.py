@@ -7,9 +7,10 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
+from helpers import dominated_by_later
 from support import run_cli
 
-from planner.search.ranking import TIE_BAND_REL, dominated_by_later, layout_key, rank, select
+from planner.search.ranking import TIE_BAND_REL, layout_key, rank, select
 from planner.specs import ParallelPlan
 
 

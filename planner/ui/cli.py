@@ -294,12 +294,6 @@ def run_search(kw: dict, show_progress: bool = False):
     return app.run_search(request_of(kw), spinner(show_progress))
 
 
-def json_text(doc) -> str:
-    """The one place JSON reaches stdout (planner.ui.jsondoc.dumps: sorted keys, checked finite)."""
-    from planner.ui.jsondoc import dumps
-    return dumps(doc)
-
-
 def model_notes(doc: dict) -> None:
     """stderr: the fields a config.json left to Hugging Face's defaults (model.defaulted_fields)."""
     defaults = doc.get("model", {}).get("defaulted_fields")
@@ -398,18 +392,12 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dic
     return out
 
 
-def check_output_path(path: str, option: str, force: bool | None = None) -> None:
-    """Refuse an output path that cannot be written before any long computation (planner.outputs)."""
+def check_output_path(path: str, option: str, force: bool | None = None, inputs: tuple = ()) -> None:
+    """Refuse an output path that cannot be written, or that is one of the command's `inputs`, before any
+    long computation (planner.outputs)."""
     from planner.outputs import check_output_path as check
 
-    check(path, option, force)
-
-
-def check_not_an_input(path: str, option: str, inputs: list) -> None:
-    """An output that is one of the command's inputs would overwrite it: refused before any work."""
-    from planner.outputs import check_not_an_input as check
-
-    check(path, option, [str(p) for p in inputs if p])
+    check(path, option, force, tuple(str(p) for p in inputs if p))
 
 
 def write_text_file(path: str, option: str, text: str) -> None:
@@ -462,8 +450,7 @@ def validate_cmd(**kw):
     kw = inherit_group_options(kw)
     as_json, write_docs = kw["as_json"], kw["write_docs"]
     if write_docs:
-        check_output_path(write_docs, "--write-docs")
-        check_not_an_input(write_docs, "--write-docs", [kw["runs_file"] or app.default_runs_file()])
+        check_output_path(write_docs, "--write-docs", inputs=(kw["runs_file"] or app.default_runs_file(),))
         previous = app.previous_validation_doc(write_docs)  # bounded, UTF-8, read before the work
     result = app.validate_file(kw["runs_file"] or app.default_runs_file(), kw["search_quality"], spinner(not as_json))
     if write_docs:
@@ -490,8 +477,7 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, force, as_json):
     """Fit the model's physical constants to your cluster's measured steps and nccl-tests logs."""
     from planner.ui.jsondoc import dumps, versioned
 
-    check_output_path(out_file, "--out")
-    check_not_an_input(out_file, "--out", [runs_file, *nccl_logs])
+    check_output_path(out_file, "--out", inputs=(runs_file, *nccl_logs))
     result = app.calibrate_file(runs_file, nccl_logs, out_file, force=force)
     text = dumps(versioned("calibrate", result.doc)) if as_json else ""  # checked finite before anything is written
     write_text_file(out_file, "--out", result.cluster_yaml)
@@ -538,8 +524,7 @@ def report_cmd(**kw):
 
     kw = inherit_group_options(kw)
     out_file, force = kw.pop("out_file"), kw.pop("force")
-    check_output_path(out_file, "--out", force=force)
-    check_not_an_input(out_file, "--out", [kw.get("model_arg"), kw.get("cluster_arg")])
+    check_output_path(out_file, "--out", force=force, inputs=(kw.get("model_arg"), kw.get("cluster_arg")))
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     check_cost_options(cost, (kw.get("cluster_arg"),))
     # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
@@ -594,10 +579,6 @@ def compare_cmd(**kw):
     from planner.ui.table import columns_for_text, wrapped
     for note in doc["band_notes"]:
         click.echo(wrapped("note: " + note, columns_for_text(), "  "))
-
-
-def main_entry():  # pragma: no cover
-    main()
 
 
 if __name__ == "__main__":  # python -m planner.ui.cli
