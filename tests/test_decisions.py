@@ -10,6 +10,7 @@ from support import one_line_error, run_cli
 
 from planner.catalog.hardware import parse_cluster
 from planner.errors import InputError
+from planner.ui.cli import main
 
 SMALL = ("--model", "llama-8b", "--cluster", "h100x8")
 

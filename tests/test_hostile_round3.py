@@ -885,13 +885,10 @@ def test_hbm_capacity_of_1e_300_is_refused(tmp_path):
 def test_narrow_terminals_keep_the_layout_and_whole_numbers(width):
     """Issue 26 item 8: at 40-59 columns the layout column vanished and numbers were cut ('x1' for x16,
     '77.0/78')."""
-    from click.testing import CliRunner
-
-    from planner.ui.cli import main
     from planner.ui.table import memory_cell, plan_label
     args = ["--model", "llama-70b", "--cluster", "h100x64"]
-    doc = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
-    text = CliRunner().invoke(main, args, env={"COLUMNS": str(width)}).stdout
+    doc = json.loads(run_cli(*args, "--json").stdout)
+    text = run_cli(*args, env={"COLUMNS": str(width)}).stdout
     assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
     words = {w.rstrip(",:") for w in text.split()}
     for p in doc["plans"]:
@@ -945,11 +942,11 @@ def test_runs_files_over_the_run_limits_are_refused_up_front(tmp_path):
     one = yaml.safe_load(_runs_file(tmp_path).read_text())[0]
     many = tmp_path / "many.yaml"
     many.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(MAX_RUNS + 1)]))
-    line = one_line_error_proc(cli("validate", "--runs", many, timeout=60))
+    line = one_line_error_proc(cli_process("validate", "--runs", many, timeout=60))
     assert f"{MAX_RUNS + 1:,} runs, over the {MAX_RUNS:,}" in line
     some = tmp_path / "some.yaml"
     some.write_text(yaml.safe_dump([one | {"id": f"r{i}"} for i in range(c.MAX_RUNS + 1)]))
-    line = one_line_error_proc(cli("calibrate", "--runs", some, "--out", tmp_path / "c.yaml", timeout=60))
+    line = one_line_error_proc(cli_process("calibrate", "--runs", some, "--out", tmp_path / "c.yaml", timeout=60))
     assert f"over the {c.MAX_RUNS} plan calibrate takes" in line
 
 
@@ -1034,7 +1031,7 @@ def test_calibrate_never_writes_a_cluster_file_that_cluster_refuses(tmp_path):
     bad = doc | {"hardware": doc["hardware"] | {"hbm_capacity_gib": float("nan")}}
     with pytest.raises(InputError, match="non-finite number at hardware.hbm_capacity_gib"):
         c._check_document(bad)
-    p = cli("calibrate", "--runs", _runs_file(tmp_path, n=2), "--out", tmp_path / "c.yaml", timeout=120)
+    p = cli_process("calibrate", "--runs", _runs_file(tmp_path, n=2), "--out", tmp_path / "c.yaml", timeout=120)
     assert p.returncode == 0, p.stderr[-800:]
-    q = cli("--model", "llama-8b", "--cluster", tmp_path / "c.yaml", "--json", "--top", "1", timeout=60)
+    q = cli_process("--model", "llama-8b", "--cluster", tmp_path / "c.yaml", "--json", "--top", "1", timeout=60)
     assert q.returncode == 0 and json.loads(q.stdout)["plans"], q.stderr[-500:]

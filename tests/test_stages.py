@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import uniform_stage_problem
 
 from planner.costmodel.partition import stage_layer_counts
 from planner.search.stages import (
@@ -28,8 +29,6 @@ from planner.search.stages import (
     stage_costs,
     uniform_assignment,
 )
-
-from helpers import uniform_stage_problem
 
 GB = 1e9
 

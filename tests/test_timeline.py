@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers import analytic_bubble_fraction, bubble_fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,8 +19,6 @@ from planner.analysis.timeline import (
     stage_orders,
 )
 from planner.errors import InputError
-
-from helpers import analytic_bubble_fraction, bubble_fraction
 
 F, B = 2.0, 4.0  # seconds per micro-batch per stage (backward = 2 x forward)
 
