@@ -111,6 +111,7 @@ def test_unidentifiable_constants_are_held(h100_runs):
     assert set(res.held_fixed) | set(res.fitted) <= {p.name for p in c.compute_params(base)}
 
 
+@pytest.mark.slow
 def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path, h100_runs):
     runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml") if r["id"].startswith("nemo2407-")]
     runs_file = tmp_path / "mine.yaml"

@@ -151,6 +151,7 @@ def test_subprocess_entry_point():
     assert bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_moe_capacity_factor_flag():
     # a dense model has no experts to cap: one line, exit 2; on an MoE model the flag reaches the plan
     err = one_line_error(run_cli("--model", "llama-3.1-8b", "--cluster", "h100x8", "--moe-capacity-factor", "1.25"))

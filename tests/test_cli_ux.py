@@ -142,6 +142,7 @@ def test_rank_n_reason_and_bars_describe_plan_n():
     assert "Time per step, plan #3" in out and f"{p3['time_breakdown']['compute_s']:.3f} s" in out
 
 
+@pytest.mark.slow
 def test_validate_legend_explains_rel():
     out = run_cli("validate").stdout
     assert "rel: how reliable the published figure is (A primary source" in out

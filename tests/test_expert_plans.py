@@ -80,7 +80,8 @@ def best(model: str, cluster: str, fixed: dict | None = None, **train):
 ALIGN_SCENARIOS = [
     ("gpt3-175b", "a100-sxm-80gbx768", dict(seq_len=2048, global_batch=1536, dtype="fp16")),
     ("llama-3.1-70b", "h100x48", dict(seq_len=131072, global_batch=8)),
-    ("qwen3-235b-a22b", "gb200-nvl72x144", dict(seq_len=4096, global_batch=1152)),
+    pytest.param("qwen3-235b-a22b", "gb200-nvl72x144", dict(seq_len=4096, global_batch=1152),
+                 marks=pytest.mark.slow),  # a large search
     ("llama-3.1-405b", "h100x768", dict(seq_len=8192, global_batch=768)),
 ]
 
@@ -273,7 +274,8 @@ MFU_SCENARIOS = [
     ("llama-3.1-70b", "h100x64", dict(seq_len=4096, global_batch=256)),
     ("llama-3.1-8b", "h100x64", dict(seq_len=8192, global_batch=512, dtype="fp8")),
     ("qwen2.5-72b", "h100x128", dict(seq_len=4096, global_batch=512)),
-    ("llama-3.1-70b", "tpu-v5px1024", dict(seq_len=8192, global_batch=1024)),
+    pytest.param("llama-3.1-70b", "tpu-v5px1024", dict(seq_len=8192, global_batch=1024),
+                 marks=pytest.mark.slow),  # a large search
     ("llama-3.1-70b", "tpu-v6ex256", dict(seq_len=8192, global_batch=256)),
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,7 @@ def check_file(tmp_path_factory, text):
     assert isinstance(out, ModelSpec)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.dictionaries(keys, values, max_size=12))
 def test_random_dicts(cfg):

@@ -127,6 +127,7 @@ def test_fuzz_names_never_add_a_line_or_key(tmp_path_factory, clean_files, name)
 # ------------------------------------------------------------------------- critical: files and bombs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/urandom"])
 def test_device_files_are_refused_at_once(special):
     for args in (["--model", special, "--cluster", "h100x8"], ["--model", "llama-7b", "--cluster", special],

@@ -476,6 +476,7 @@ def _fuzz_one_table(case):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_calibrate_fuzz_3000_nccl_tables_no_internal_error():
     """Issue 26 item 4 and its must-show: 3,000 derandomized random nccl-tests tables through the parser, the
     alpha-beta fit, the profile mapping and the profile's field validation: each either fits or is one
