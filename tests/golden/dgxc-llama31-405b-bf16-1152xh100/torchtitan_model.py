@@ -9,23 +9,11 @@ and checkpoint settings otherwise).
 import dataclasses
 
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear
-from torchtitan.models.common.config_utils import (
-    make_ffn_config,
-    make_gqa_config,
-    make_moe_config,
-    make_routed_experts_config,
-    make_router_config,
-)
+from torchtitan.models.common.config_utils import (make_ffn_config, make_gqa_config, make_moe_config,
+                                                   make_routed_experts_config, make_router_config)
 from torchtitan.models.common.nn_modules import RMSNorm
-from torchtitan.models.qwen3 import (
-    _EMBEDDING_SKIP_INIT,
-    _LINEAR_INIT,
-    _NORM_INIT,
-    Qwen3Model,
-    Qwen3TransformerBlock,
-    _moe_experts_init,
-    _residual_output_init,
-)
+from torchtitan.models.qwen3 import (_EMBEDDING_SKIP_INIT, _LINEAR_INIT, _NORM_INIT, Qwen3Model,
+                                     Qwen3TransformerBlock, _moe_experts_init, _residual_output_init)
 from torchtitan.models.qwen3 import config_registry as base
 
 MODEL_NAME = "llama-3.1-405b"
