@@ -16,9 +16,9 @@ from planner.analysis.bands import (
     overlap_note,
     residuals_from_validation,
 )
-from planner.ui.cli import main
-from planner.catalog.data import data_dir
 from planner.analysis.validate import load_runs, validate_runs
+from planner.catalog.data import data_dir
+from planner.ui.cli import main
 
 
 def test_bands_cover_80_percent_of_dev_runs_cross_validated():

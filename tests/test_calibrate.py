@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from support import NCCL_TESTS_DIR
 
 from planner.analysis import calibrate as c
 from planner.analysis.nccl_tests import fit_link, parse_nccl_tests
-from planner.ui.cli import main
+from planner.analysis.validate import load_runs
 from planner.catalog.data import data_dir
 from planner.catalog.hardware import get_hardware, load_cluster_file
-from planner.analysis.validate import load_runs
-from support import NCCL_TESTS_DIR
+from planner.ui.cli import main
 
 REF_NCCL = str(NCCL_TESTS_DIR)  # published nccl-tests outputs, vendored (tests/data/reference/README.md)
 
@@ -111,6 +111,7 @@ def test_unidentifiable_constants_are_held(h100_runs):
     assert set(res.held_fixed) | set(res.fitted) <= {p.name for p in c.compute_params(base)}
 
 
+@pytest.mark.slow
 def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path, h100_runs):
     runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml") if r["id"].startswith("nemo2407-")]
     runs_file = tmp_path / "mine.yaml"

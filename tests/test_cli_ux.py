@@ -109,7 +109,8 @@ def test_model_from_local_hf_cache(tmp_path):
 
 
 def test_missing_model_file_says_not_found():
-    assert "model file './nope.json' not found" in one_line_error(run_cli("--model", "./nope.json", "--cluster", "a100x8"))
+    r = run_cli("--model", "./nope.json", "--cluster", "a100x8")
+    assert "model file './nope.json' not found" in one_line_error(r)
 
 
 def test_models_explains_unversioned_aliases():
@@ -141,6 +142,7 @@ def test_rank_n_reason_and_bars_describe_plan_n():
     assert "Time per step, plan #3" in out and f"{p3['time_breakdown']['compute_s']:.3f} s" in out
 
 
+@pytest.mark.slow
 def test_validate_legend_explains_rel():
     out = run_cli("validate").stdout
     assert "rel: how reliable the published figure is (A primary source" in out

@@ -1,18 +1,17 @@
 """The cost model's building blocks against the literature's own numbers."""
 
-import math
 
 import pytest
 
 from planner.costmodel.collectives import Link, collective_time
 from planner.costmodel.memory import activation_elems_per_token, state_bytes_per_param
+from planner.costmodel.partition import stage_layer_counts
+from planner.costmodel.pipeline import inflight_microbatches, pipeline_step_time
 from planner.specs import TrainingSpec
 
 
 def _train(framework: str, **kw) -> TrainingSpec:
     return TrainingSpec(global_batch=8, framework=framework, **kw)
-from planner.costmodel.partition import stage_layer_counts
-from planner.costmodel.pipeline import inflight_microbatches, pipeline_step_time
 
 
 @pytest.mark.parametrize("stage,expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
@@ -118,8 +117,8 @@ def test_deepspeed_zero3_gathers_each_parameter_tensor():
     # ZeRO-Infinity sec. 6.1: every parameter is partitioned and all-gathered on its own. A GPT-2 layer
     # in Megatron's fused layout holds 12 tensors: QKV and proj weights+biases, 2 LayerNorms (w, b),
     # fc1 and fc2 weights+biases.
-    from planner.costmodel.data import param_tensors_per_layer
     from planner.catalog.hf_import import from_hf_config
+    from planner.costmodel.data import param_tensors_per_layer
 
     gpt = from_hf_config({"model_type": "gpt2", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_inner": 1024,
                           "vocab_size": 1000, "n_positions": 128}, name="t")
@@ -147,10 +146,10 @@ def test_deepspeed_recompute_regathers_beyond_the_reuse_window():
     # parameter only when reused within stage3_max_reuse_distance = 1e9 parameters; evenly spread, the
     # share beyond it is 1 - 1e9 / (2 * 1.812e9) = 0.724. A Llama-3.1-8B layer (0.218e9) stays resident,
     # and FSDP2 unshards a block once before its recompute.
-    from planner.costmodel import Context
-    from planner.costmodel.data import zero3_regather_fraction
     from planner.catalog.hardware import parse_cluster
     from planner.catalog.models import get_model
+    from planner.costmodel import Context
+    from planner.costmodel.data import zero3_regather_fraction
     from planner.specs import ParallelPlan
 
     def frac(model, framework, recompute="full"):
@@ -170,17 +169,17 @@ def test_legacy_deepspeed_zero3_exposes_every_gather_and_all_reduces_gradients()
     # #1173). Per micro-batch everything is exposed: the forward gather, 1 + f backward gathers and a ring
     # all-reduce of the fp16 gradients, (2 + f + 2) (n-1)/n * 2 P / busbw, plus ring latency (n-1) alpha per
     # step for each of the 12 tensors of each of the 96 layers (twice the steps for the all-reduce).
-    from planner.costmodel.collectives import group_link
-    from planner.costmodel import Context, evaluate
-    from planner.costmodel.data import zero3_regather_fraction
     from planner.catalog.hardware import parse_cluster
     from planner.catalog.models import get_model
+    from planner.costmodel import Context, evaluate
+    from planner.costmodel.collectives import group_link
+    from planner.costmodel.data import zero3_regather_fraction
     from planner.specs import ParallelPlan
 
     cl = parse_cluster("a100x384")
     plan = ParallelPlan(dp=384, zero_stage=3, recompute="full", micro_batch=4)
-    legacy = Context(get_model("gpt3-175b"), cl, _train("deepspeed", seq_len=2048, dtype="fp16",
-                                                        legacy_deepspeed_zero3=True).model_copy(update={"global_batch": 1536}))
+    train = _train("deepspeed", seq_len=2048, dtype="fp16", legacy_deepspeed_zero3=True)
+    legacy = Context(get_model("gpt3-175b"), cl, train.model_copy(update={"global_batch": 1536}))
     modern = Context(legacy.model, cl, legacy.train.model_copy(update={"legacy_deepspeed_zero3": False}))
     old, new = evaluate(legacy, plan), evaluate(modern, plan)
     f = zero3_regather_fraction(legacy, plan, legacy.stage_kind_counts(1, None, None, None)[0])
@@ -212,12 +211,13 @@ def test_adam_step_bytes_follow_the_stated_dtypes():
 def test_offload_crosses_the_profiles_host_link(cluster, gbps):
     # hardware_profiles/*.yaml host_link_unidir_GBps (PCIe Gen4 / Gen5 x16, hardware.yaml links), the
     # slowest listed x16 rate where a profile states none (TPUs)
-    from planner.costmodel import Context, evaluate
     from planner.catalog.hardware import parse_cluster
     from planner.catalog.models import load_model
+    from planner.costmodel import Context, evaluate
     from planner.specs import ParallelPlan
 
-    ctx = Context(load_model("llama-3.1-8b"), parse_cluster(cluster), TrainingSpec(global_batch=8, framework="megatron"))
+    ctx = Context(load_model("llama-3.1-8b"), parse_cluster(cluster), TrainingSpec(global_batch=8,
+                                                                                   framework="megatron"))
     ev = evaluate(ctx, ParallelPlan(tp=1, dp=8, zero_stage=1, offload_optimizer=True))
     term = next(t for t in ev.trace.time if t.name == "optimizer_s")
     assert term.inputs["bandwidth_GBps"] == gbps

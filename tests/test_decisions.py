@@ -10,6 +10,7 @@ from support import one_line_error, run_cli
 
 from planner.catalog.hardware import parse_cluster
 from planner.errors import InputError
+from planner.ui.cli import main
 
 SMALL = ("--model", "llama-8b", "--cluster", "h100x8")
 
@@ -149,6 +150,7 @@ def _min_devices(target):
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_min_devices_meets_the_target_at_the_upper_edge_of_the_band():
     loose = _min_devices(4)  # llama-8b, seq 8192, gbs 256: 64 H100s step in ~3.3 s, ~3.7 s at the band's edge
     n, best = loose["min_devices"]["devices"], loose["plans"][0]
@@ -162,6 +164,7 @@ def test_min_devices_meets_the_target_at_the_upper_edge_of_the_band():
     assert tight["plans"][0]["step_time_band"]["high_s"] <= target
 
 
+@pytest.mark.slow
 def test_min_devices_sizes_even_pipeline_stages():
     from planner.catalog.models import get_model
 
@@ -258,6 +261,7 @@ def _inconsistent_runs(tmp_path):
     return f
 
 
+@pytest.mark.slow
 def test_calibrate_refuses_constants_at_their_bounds(tmp_path):
     out = tmp_path / "cluster.yaml"
     line = one_line_error(run_cli("calibrate", "--runs", str(_inconsistent_runs(tmp_path)), "--out", str(out)))
@@ -268,6 +272,7 @@ def test_calibrate_refuses_constants_at_their_bounds(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_calibrate_force_writes_and_warns(tmp_path):
     out = tmp_path / "cluster.yaml"
     r = run_cli("calibrate", "--runs", str(_inconsistent_runs(tmp_path)), "--out", str(out), "--force", "--json")
@@ -351,6 +356,7 @@ def _plan_subprocess(args, **kw):
     return subprocess.Popen([sys.executable, "-m", "planner.ui.cli", *args], env=env, **kw)
 
 
+@pytest.mark.slow
 def test_a_closed_output_pipe_exits_0():
     """`plan ... | head -1`: the reader goes away before the table is written (its end of the pipe is closed
     at once), so rich's write fails with EPIPE; that is exit 0, not rich's SystemExit(1)."""
@@ -363,6 +369,7 @@ def test_a_closed_output_pipe_exits_0():
     assert proc.returncode == 0, err
 
 
+@pytest.mark.slow
 def test_piped_output_follows_the_terminal_stderr_is_on():
     """stdout piped (`plan ... | less`), stderr on an 80-column terminal, COLUMNS unset: 80 columns."""
     import fcntl
@@ -515,7 +522,6 @@ def test_docs_cli_names_every_option():
     """docs/cli.md's flag tables keep step with the CLI: every option of every command is named there."""
     from pathlib import Path
 
-    from planner.ui.cli import main
 
     doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
     missing = [f"{name} {opt}" for name, cmd in {"plan": main, **main.commands}.items() for p in cmd.params

@@ -8,13 +8,13 @@ import json
 
 from click.testing import CliRunner
 
-from planner.ui.cli import main
-from planner.emit.common import make_job
-from planner.errors import InputError
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import load_model
+from planner.emit.common import make_job
+from planner.errors import InputError
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.specs.dims import ParallelDims, plan_errors
+from planner.ui.cli import main
 
 CMD = ["--model", "llama-3.1-8b", "--cluster", "h100x16", "--framework", "fsdp", "--seq-len", "32768", "--gbs", "64",
        "--tp", "2", "--cp", "4", "--zero", "3", "--zero-shard", "4"]
@@ -70,9 +70,9 @@ def test_regression_same_answer_with_and_without_out(tmp_path):
 def test_knob_names_come_from_one_list():
     """Issue 14: knob names were listed three times. ParallelPlan's fields are the list; the CLI flags and
     the run-file keys map onto it."""
-    from planner.ui.cli import KNOB_FLAGS
-    from planner.specs.plan import KNOBS
     from planner.analysis.validate import PLAN_FIELDS
+    from planner.specs.plan import KNOBS
+    from planner.ui.cli import KNOB_FLAGS
 
     assert KNOBS == tuple(ParallelPlan.model_fields) and len(KNOBS) == len(set(KNOBS))
     assert set(KNOB_FLAGS.values()) <= set(KNOBS) and set(PLAN_FIELDS.values()) <= set(KNOBS)

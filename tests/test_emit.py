@@ -12,9 +12,18 @@ import subprocess
 
 import pytest
 import yaml
+from consumers.cases import (
+    CONSUMER_CASES,
+    DEEPSEEK_V3,
+    GOLDEN_CASES,
+    LLAMA31_8B,
+    LLAMA31_70B,
+    MIXTRAL_8X7B,
+    Case,
+    catalog_cases,
+    cluster,
+)
 
-from consumers.cases import CONSUMER_CASES, DEEPSEEK_V3, GOLDEN_CASES, LLAMA31_8B, LLAMA31_70B, MIXTRAL_8X7B, \
-    Case, catalog_cases, cluster
 import planner.emit as emit_mod
 from planner.emit import LAUNCHERS, MANIFEST, emit_all, write_launch_configs
 from planner.emit.common import run_length_expr
@@ -329,7 +338,7 @@ def test_jax_mesh_document(case):
     doc = json.loads(files_of(case, ["jax"])["jax_mesh.json"])
     import math
     assert math.prod(doc["mesh_shape"]) == case.cluster.count == doc["devices"]
-    assert [i * d for i, d in zip(doc["ici_mesh_shape"], doc["dcn_mesh_shape"])] == doc["mesh_shape"]
+    assert [i * d for i, d in zip(doc["ici_mesh_shape"], doc["dcn_mesh_shape"], strict=True)] == doc["mesh_shape"]
     assert math.prod(doc["dcn_mesh_shape"]) == doc["num_slices"]
     axes = set(doc["axis_names"])
     for entry in list(doc["param_specs"].values()) + list(doc["activation_specs"].values()):
@@ -339,9 +348,9 @@ def test_jax_mesh_document(case):
                 assert a is None or a in axes
         for d in entry["shape"]:
             assert d in doc["dims"]
-    size = dict(zip(doc["axis_names"], doc["mesh_shape"]))
+    size = dict(zip(doc["axis_names"], doc["mesh_shape"], strict=True))
     for name, entry in doc["param_specs"].items():  # the real model's shapes shard evenly
-        for d, s in zip(entry["shape"], entry["spec"]):
+        for d, s in zip(entry["shape"], entry["spec"], strict=False):
             k = math.prod(size[a] for a in (s if isinstance(s, list) else [s]) if a)
             assert doc["dims"][d] % k == 0, (name, d, s)
 

@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from consumers.cases import GOLDEN_CASES
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

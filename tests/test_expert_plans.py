@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.costmodel import Context, evaluate
-from planner.costmodel.base import plan_shape
+from planner.analysis.validate import run_inputs
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import get_model
+from planner.costmodel import Context, evaluate
+from planner.costmodel.base import plan_shape
 from planner.costmodel.placement import placement
 from planner.search.engine import TIE_BAND, SearchOptions, search
 from planner.specs import ParallelPlan, TrainingSpec
-from planner.analysis.validate import run_inputs
 
 RUNS_DIR = Path(__file__).resolve().parents[1] / "runs"
 RUN_FILES = (RUNS_DIR / "known_runs_dev.yaml", RUNS_DIR / "known_runs_added.yaml", RUNS_DIR / "known_runs_tpu_dev.yaml")
@@ -80,7 +80,8 @@ def best(model: str, cluster: str, fixed: dict | None = None, **train):
 ALIGN_SCENARIOS = [
     ("gpt3-175b", "a100-sxm-80gbx768", dict(seq_len=2048, global_batch=1536, dtype="fp16")),
     ("llama-3.1-70b", "h100x48", dict(seq_len=131072, global_batch=8)),
-    ("qwen3-235b-a22b", "gb200-nvl72x144", dict(seq_len=4096, global_batch=1152)),
+    pytest.param("qwen3-235b-a22b", "gb200-nvl72x144", dict(seq_len=4096, global_batch=1152),
+                 marks=pytest.mark.slow),  # a large search
     ("llama-3.1-405b", "h100x768", dict(seq_len=8192, global_batch=768)),
 ]
 
@@ -208,6 +209,7 @@ def test_sc21_zero3_530b_fits_on_640_gpus_and_barely_on_560():
     # stage3_max_live_parameters and the recomputed layer materialises its unfused scores (5 a s^2 b): the model
     # fits at 640 and leaves less than 2% of the device at 560, where the sharded states are 1.8 GiB larger
     import copy
+
     from planner.analysis.validate import validate_runs
     run = _run("sc21-t2-zero3-529.6b-640gpu")
     rows = {}
@@ -272,7 +274,8 @@ MFU_SCENARIOS = [
     ("llama-3.1-70b", "h100x64", dict(seq_len=4096, global_batch=256)),
     ("llama-3.1-8b", "h100x64", dict(seq_len=8192, global_batch=512, dtype="fp8")),
     ("qwen2.5-72b", "h100x128", dict(seq_len=4096, global_batch=512)),
-    ("llama-3.1-70b", "tpu-v5px1024", dict(seq_len=8192, global_batch=1024)),
+    pytest.param("llama-3.1-70b", "tpu-v5px1024", dict(seq_len=8192, global_batch=1024),
+                 marks=pytest.mark.slow),  # a large search
     ("llama-3.1-70b", "tpu-v6ex256", dict(seq_len=8192, global_batch=256)),
 ]
 

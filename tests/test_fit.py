@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from planner.analysis.fit import calibrated, fit_constants, leave_one_out, predict_step_s, prepare, summary
-from planner.costmodel import calibration as cal
-from planner.catalog.data import data_dir
 from planner.analysis.validate import load_runs
+from planner.catalog.data import data_dir
+from planner.costmodel import calibration as cal
 
 IDS = ("nemo2407-llama2-70b-64gpu", "nemo2407-gpt3-5b-64gpu", "sc21-t1-gpt-7.5b-128gpu")
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.errors import InputError
 from planner.catalog.hf_import import from_hf_config
 from planner.catalog.models import load_model
+from planner.errors import InputError
 from planner.specs import ModelSpec
 
 DATA = Path(__file__).parent / "data"
@@ -19,7 +20,8 @@ FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=list(Healt
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.sampled_from([0, -1, 1, 2**31, 2**63]),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
-values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c, max_size=4)),
+values = st.recursive(scalars,
+                      lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c, max_size=4)),
                       max_leaves=12)
 KEYS = sorted({k for c in CONFIGS for k in c} | {"model_type", "hidden_size", "num_hidden_layers",
                                                 "num_attention_heads", "num_key_value_heads", "intermediate_size",
@@ -46,6 +48,7 @@ def check_file(tmp_path_factory, text):
     assert isinstance(out, ModelSpec)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.dictionaries(keys, values, max_size=12))
 def test_random_dicts(cfg):
@@ -91,6 +94,7 @@ def test_load_model_files(tmp_path_factory, cfg):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.one_of(st.text(max_size=200), st.dictionaries(keys, values, max_size=8).map(lambda d: json.dumps(d, default=str))))
+@given(st.one_of(st.text(max_size=200),
+                 st.dictionaries(keys, values, max_size=8).map(lambda d: json.dumps(d, default=str))))
 def test_load_model_random_text(tmp_path_factory, text):
     check_file(tmp_path_factory, text)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import HF_CONFIG_FILES, N_HF_CONFIGS
 
-from planner.errors import InputError
 from planner.catalog.hf_import import SUPPORTED_MODEL_TYPES, from_hf_config
 from planner.catalog.models import load_model_catalog
 from planner.costmodel.params import count_params
+from planner.errors import InputError
 from planner.specs import ModelSpec
-from support import HF_CONFIG_FILES, N_HF_CONFIGS
 
 HF_FILES = HF_CONFIG_FILES  # tests/data/reference/hf_configs: copies of shared/reference/hf_configs
 
@@ -71,7 +71,8 @@ def test_reference_family_details():
     assert (g.norms_per_layer, g.head_dim, g.sliding_window, g.num_sliding_layers) == (4, 128, 4096, 23)
     assert g.tied_embeddings and g.activation == "gelu_tanh"
     n = load["nemotron-4-340b"]
-    assert (n.mlp_type, n.norm_type, n.norm_bias, n.head_dim, n.activation) == ("plain", "layernorm", True, 192, "relu2")
+    assert (n.mlp_type, n.norm_type, n.norm_bias, n.head_dim, n.activation) == ("plain", "layernorm", True, 192,
+                                                                                "relu2")
     o = load["gpt-oss-120b"]
     assert o.attention_sinks and o.qkv_bias and o.attn_out_bias
     assert o.moe.router_bias and o.moe.expert_bias and (o.moe.num_experts, o.moe.top_k) == (128, 4)
@@ -83,7 +84,8 @@ def test_reference_family_details():
     d2 = load["deepseek-v2"]
     assert (d2.moe.num_experts, d2.moe.top_k, d2.moe.num_shared_experts, d2.num_moe_layers) == (160, 6, 2, 59)
     f = load["falcon-180b"]
-    assert (f.num_kv_heads, f.norms_per_layer, f.parallel_attn_mlp, f.qkv_bias, f.tied_embeddings) == (8, 2, True, False, True)
+    assert (f.num_kv_heads, f.norms_per_layer, f.parallel_attn_mlp, f.qkv_bias, f.tied_embeddings) == (8, 2, True,
+                                                                                                       False, True)
     b = load["bloom-176b"]
     assert b.embedding_norm and b.position_embedding == "alibi" and b.ffn_hidden_size == 4 * 14336 and b.mlp_bias
     g3 = load["gpt3-175b"]

@@ -29,7 +29,7 @@ INJECTION = "x\ntouch {marker}\n#"
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
          "num_hidden_layers": 32, "vocab_size": 32000}
 # 538 bytes in the issue; this one is the same shape: 9 levels of 9 aliases = 9^9 expanded nodes
-BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
 BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + BOMB
 
 
@@ -127,6 +127,7 @@ def test_fuzz_names_never_add_a_line_or_key(tmp_path_factory, clean_files, name)
 # ------------------------------------------------------------------------- critical: files and bombs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/urandom"])
 def test_device_files_are_refused_at_once(special):
     for args in (["--model", special, "--cluster", "h100x8"], ["--model", "llama-7b", "--cluster", special],
@@ -207,7 +208,8 @@ def test_mlp_only_layers_over_100000_layers_bounded(tmp_path):
            "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": n, "vocab_size": 1000,
            "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
            "mlp_only_layers": list(range(0, n, 2))}
-    assert "num_hidden_layers" in one_line_error_proc(cli_process("--model", write(tmp_path, "q.json", cfg), "--cluster", "h100x8"))
+    assert "num_hidden_layers" in one_line_error_proc(cli_process("--model", write(tmp_path, "q.json", cfg),
+                                                                  "--cluster", "h100x8"))
 
 
 # --------------------------------------------------------------------------------- exit 1 -> exit 2
@@ -338,7 +340,8 @@ def test_min_devices_keeps_cluster_file_settings(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["cluster"]["hardware"] == "h100-custom" and doc["cluster"]["devices_per_node"] == 4
     assert doc["cluster"]["hbm_capacity_gib"] == 40.0 and doc["cluster"]["count"] % 4 == 0
-    reused = write(tmp_path, "r.yaml", yaml.safe_dump({"hardware": json.loads(json.dumps(h100 | {"hbm_capacity_gib": 40.0})),
+    reused = write(tmp_path, "r.yaml",
+                   yaml.safe_dump({"hardware": json.loads(json.dumps(h100 | {"hbm_capacity_gib": 40.0})),
                                                        "count": 64}))
     r = run_cli("--model", "llama-7b", "--cluster", reused, "--min-devices", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["cluster"]["hbm_capacity_gib"] == 40.0

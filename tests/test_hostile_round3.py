@@ -478,6 +478,7 @@ def _fuzz_one_table(case):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_calibrate_fuzz_3000_nccl_tables_no_internal_error():
     """Issue 26 item 4 and its must-show: 3,000 derandomized random nccl-tests tables through the parser, the
     alpha-beta fit, the profile mapping and the profile's field validation: each either fits or is one
@@ -887,13 +888,10 @@ def test_hbm_capacity_of_1e_300_is_refused(tmp_path):
 def test_narrow_terminals_keep_the_layout_and_whole_numbers(width):
     """Issue 26 item 8: at 40-59 columns the layout column vanished and numbers were cut ('x1' for x16,
     '77.0/78')."""
-    from click.testing import CliRunner
-
-    from planner.ui.cli import main
     from planner.ui.table import memory_cell, plan_label
     args = ["--model", "llama-70b", "--cluster", "h100x64"]
-    doc = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
-    text = CliRunner().invoke(main, args, env={"COLUMNS": str(width)}).stdout
+    doc = json.loads(run_cli(*args, "--json").stdout)
+    text = run_cli(*args, env={"COLUMNS": str(width)}).stdout
     assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
     words = {w.rstrip(",:") for w in text.split()}
     for p in doc["plans"]:

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import HF_CONFIG_FILES, MODELS_YAML, N_HF_CONFIGS
 
 from planner.catalog.data import data_dir
-from planner.errors import InputError
 from planner.catalog.models import get_catalog_entry, get_model, list_models, load_model, load_model_catalog
-from planner.names import normalise
 from planner.costmodel.params import count_params
+from planner.errors import InputError
+from planner.names import normalise
 from planner.specs import ModelSpec
-from support import HF_CONFIG_FILES, MODELS_YAML, N_HF_CONFIGS
 
 SPEC_FILES = sorted(data_dir("model_specs").glob("*.yaml"))
 
@@ -203,7 +203,8 @@ def test_load_native_spec(tmp_path):
     ("hf_config: {model_type: llama}\n", "field 'name' must be a non-empty string"),
     ("name: a\nhf_config: {model_type: llama, hidden_size: 64}\n", "'num_hidden_layers' is missing"),
     ("name: a\nhf_config: [1]\n", "'hf_config' must be a mapping"),
-    ("name: a\nweights: x\nhf_config: {model_type: gpt2, n_embd: 8, n_layer: 1, n_head: 2}\n", "unknown field 'weights'"),
+    ("name: a\nweights: x\nhf_config: {model_type: gpt2, n_embd: 8, n_layer: 1, n_head: 2}\n",
+     "unknown field 'weights'"),
     ("{1: 2}", "non-string key 1"),  # issue 26 item 13: refused by the reader, whatever the file holds
 ])
 def test_bad_yaml_files(tmp_path, content, match):

@@ -4,13 +4,11 @@ files; their README lists the sources and the format variants)."""
 
 from __future__ import annotations
 
-
 import pytest
+from support import NCCL_TESTS_DIR
 
 from planner.analysis.nccl_tests import fit_link, parse_nccl_tests, read_nccl_tests
 from planner.errors import InputError
-from support import NCCL_TESTS_DIR
-
 
 
 def load(name):

@@ -13,13 +13,12 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 import yaml
+from support import MODELS_YAML
 
 from planner.catalog.hf_import import from_hf_config
 from planner.catalog.models import get_catalog_entry, get_model, list_models
 from planner.costmodel.params import LayerParams, ParamCounts, count_params, layer_params
 from planner.specs import ModelSpec, MoESpec
-from support import MODELS_YAML
-
 
 # models.yaml key -> (catalog name, computed_params as written in models.yaml)
 COMPUTED = {
@@ -209,11 +208,11 @@ def test_mla_attention_per_layer():
 
 def test_megatron_formula():
     """specs.md sec. 2: l*(12h^2+13h) + V*h + s*h + 2h for GPT-3 and Megatron 1T; BLOOM l*(12h^2+13h) + V*h + 4h."""
-    for name, (l, h, v, s) in {"gpt3-175b": (96, 12288, 50257, 2048),
-                               "megatron-gpt-1t": (128, 25600, 51200, 2048)}.items():
-        assert count_params(get_model(name)).total == l * (12 * h * h + 13 * h) + v * h + s * h + 2 * h
-    l, h, v = 70, 14336, 250880
-    assert count_params(get_model("bloom-176b")).total == l * (12 * h * h + 13 * h) + v * h + 4 * h
+    for name, (n, h, v, s) in {"gpt3-175b": (96, 12288, 50257, 2048),
+                               "megatron-gpt-1t": (128, 25600, 51200, 2048)}.items():  # n = l, the layers
+        assert count_params(get_model(name)).total == n * (12 * h * h + 13 * h) + v * h + s * h + 2 * h
+    n, h, v = 70, 14336, 250880
+    assert count_params(get_model("bloom-176b")).total == n * (12 * h * h + 13 * h) + v * h + 4 * h
 
 
 def test_mixtral_active_by_hand():

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planner.costmodel import Context, evaluate
-from planner.errors import InputError
 from planner.catalog.hardware import list_hardware, parse_cluster
+from planner.costmodel import Context, evaluate
+from planner.costmodel import calibration as cal
+from planner.errors import InputError
 from planner.search.engine import MAX_SEARCH_VPP, SearchOptions, _zero_choices, search
 from planner.search.space import divisors, plan_errors
-from planner.costmodel import calibration as cal
 from planner.specs import ModelSpec, MoESpec, ParallelPlan, TrainingSpec
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -77,7 +77,8 @@ def plans_for(draw, model, train, n, zero_stages=(0, 1, 2, 3), max_vpp=8):
     rc = draw(st.sampled_from(RECOMPUTE))
     try:
         p = ParallelPlan(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, vpp=vpp, schedule=sched,
-                         micro_batch=draw(st.sampled_from([1, 2, 4])), zero_stage=draw(st.sampled_from(list(zero_stages))),
+                         micro_batch=draw(st.sampled_from([1, 2, 4])),
+                         zero_stage=draw(st.sampled_from(list(zero_stages))),
                          recompute=rc, sequence_parallel=tp > 1 and draw(st.booleans()))
     except ValueError:
         assume(False)

@@ -11,9 +11,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from planner.errors import InputError
 from planner.analysis.goodput import estimate_for_plan
 from planner.costmodel.pipeline import pipeline_step_time
+from planner.errors import InputError
 from planner.ui.report import CHART_IDS, pareto_front, plan_label, render_report
 
 # --- hand-written fixtures ---------------------------------------------------------------------
@@ -65,8 +65,10 @@ def sample_candidates() -> list[dict]:
         make_plan(2, 8, 4, step=15.5, tps=1667.0, mfu=0.33, peak=52.0, m=16),  # dominated by the 3rd ranked
         make_plan(8, 1, 8, step=11.0, tps=2350.0, mfu=0.46, peak=95.0, fits=False),  # faster but does not fit
         make_plan(4, 4, 4, step=13.0, tps=1985.0, mfu=0.39, peak=70.0, m=32),  # dominated by #1
-        make_plan(8, 2, 4, step=12.5, tps=2066.0, mfu=0.40, peak=78.0, m=32, recompute="none"),  # dominated by #1 (12.3 s, 61.2 GiB)
-        make_plan(8, 4, 2, step=12.1, tps=2135.0, mfu=0.42, peak=77.9, m=32, recompute="none"),  # front: fastest feasible
+        # dominated by #1 (12.3 s, 61.2 GiB)
+        make_plan(8, 2, 4, step=12.5, tps=2066.0, mfu=0.40, peak=78.0, m=32, recompute="none"),
+        # front: fastest feasible
+        make_plan(8, 4, 2, step=12.1, tps=2135.0, mfu=0.42, peak=77.9, m=32, recompute="none"),
     ]
     return res["plans"] + extra
 

@@ -4,6 +4,7 @@ fills only what it leaves out, and an unknown key anywhere is refused with the k
 from __future__ import annotations
 
 import copy
+from functools import cache
 
 import pytest
 import yaml
@@ -24,7 +25,11 @@ from planner.analysis.validate import (
 from planner.catalog.data import data_dir
 from planner.errors import InputError
 
-DEV_RUNS = load_runs(data_dir("runs") / "known_runs_dev.yaml") + load_runs(data_dir("runs") / "known_runs_tpu_dev.yaml")
+
+@cache
+def dev_runs() -> list[dict]:
+    """The GPU and TPU development runs, parsed once when a test first asks (not at collection)."""
+    return load_runs(data_dir("runs") / "known_runs_dev.yaml") + load_runs(data_dir("runs") / "known_runs_tpu_dev.yaml")
 # a run with nothing in its id or citation the inference rules know: modelled as Megatron unless it says otherwise
 LLAMA_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "hidden_act": "silu"}
@@ -42,7 +47,7 @@ def _load(tmp_path, run: dict) -> list[dict]:
 
 def test_a_legacy_record_is_modelled_by_the_citation_inference_as_before():
     """Every shipped run (no stack block) gets exactly what the infer_* rules give."""
-    for r in DEV_RUNS:
+    for r in dev_runs():
         st, fw = run_stack(r), infer_framework(r)
         assert (st.framework, st.torch_compile, st.tp_comm_overlap, st.fp8_recipe, st.attention, st.fused_loss) == (
             fw, infer_torch_compile(r, fw), infer_tp_comm_overlap(r, fw), infer_fp8_recipe(r),
@@ -56,7 +61,7 @@ def test_the_stack_block_is_read_first(tmp_path):
     train = run_specs(run)[2]
     assert (train.framework, train.torch_compile, train.fused_cross_entropy) == ("fsdp", True, False)
     # a torchtitan citation, but the record says Megatron-Bridge with TP overlap: the record wins
-    titan = next(r for r in DEV_RUNS if r["id"].startswith("torchtitan") and "compile" in r["id"])
+    titan = next(r for r in dev_runs() if r["id"].startswith("torchtitan") and "compile" in r["id"])
     assert run_specs(titan)[2].torch_compile
     stated = copy.deepcopy(titan) | {"stack": {"framework": "megatron-bridge", "tp_comm_overlap": True}}
     m, c, t = run_specs(stated)
@@ -66,7 +71,7 @@ def test_the_stack_block_is_read_first(tmp_path):
 
 
 def test_null_stack_keys_are_inferred(tmp_path):
-    titan = next(r for r in DEV_RUNS if r["id"].startswith("torchtitan") and "compile" in r["id"])
+    titan = next(r for r in dev_runs() if r["id"].startswith("torchtitan") and "compile" in r["id"])
     nulls = copy.deepcopy(titan) | {"stack": {"framework": None, "torch_compile": None}}
     assert run_stack(nulls) == run_stack(titan)
 

@@ -3,9 +3,9 @@
 import pytest
 
 import planner.search.engine as S
-from planner.costmodel import Context
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import get_model
+from planner.costmodel import Context
 from planner.search.engine import SearchOptions, min_devices, search, slice_shape, torus_group_sizes
 from planner.search.space import plan_errors
 from planner.specs import TrainingSpec

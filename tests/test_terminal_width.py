@@ -119,7 +119,8 @@ def test_compare_fits_the_width(width):
         row = next(line for line in lines if re.search(rf"{re.escape(name)}\s+\S*\s*{seq}\s", line))
         cells = row_cells(row) if "│" in row else row.split()
         mem = r["memory"]
-        for w in (f"{r['step_time_s']:.3f}", f"{100 * r['mfu']:.1f}%", f"{mem['peak_gib']:.1f}/{mem['usable_gib']:.1f}"):
+        for w in (f"{r['step_time_s']:.3f}", f"{100 * r['mfu']:.1f}%",
+                  f"{mem['peak_gib']:.1f}/{mem['usable_gib']:.1f}"):
             assert w in cells, (w, cells)
         e = r["training_estimate"]
         assert re.search(rf"{re.escape(name)}.*{seq}.*{e['effective_days']:.1f}.*{e['cost']:,.0f} USD", text)

@@ -23,11 +23,11 @@ import json
 import os
 
 import pytest
+from support import HF_CONFIG_FILES, N_HF_CONFIGS
 
 from planner.catalog.hf_import import from_hf_config
 from planner.catalog.models import load_model_catalog
 from planner.costmodel.params import count_params, layer_params
-from support import HF_CONFIG_FILES, N_HF_CONFIGS
 
 pytestmark = pytest.mark.consumers  # real transformers models (the `validate` extra), as the consumer tests
 

@@ -6,9 +6,9 @@ import json
 
 from click.testing import CliRunner
 
-from planner.ui.cli import main
-from planner.catalog.data import data_dir
 from planner.analysis.validate import load_runs, validate_runs
+from planner.catalog.data import data_dir
+from planner.ui.cli import main
 
 TPU_FILE = data_dir("runs") / "known_runs_tpu_dev.yaml"
 

@@ -25,7 +25,7 @@ def test_every_run_is_predicted(result):
     assert len(result["runs"]) == len(dev_runs()) == 75
     for r in result["runs"]:
         assert r["step_time_s"] > 0 and r["peak_memory_gib"] > 0
-    for run, row in zip(dev_runs(), result["runs"]):
+    for run, row in zip(dev_runs(), result["runs"], strict=True):
         pub = {k: v for k, v in (run["plan"] or {}).items() if v is not None}
         for key, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("ep", "ep"), ("vpp", "vpp"),
                           ("micro_batch", "micro_batch"), ("zero_stage", "zero_stage"), ("recompute", "recompute")):
@@ -120,7 +120,7 @@ def test_peak_memory_median_target_torchtitan(result):
 
 def test_summary_of_known_errors():
     # |errors| 0.05, 0.1, 0.2, 0.3, 0.4: median 0.2; p90 by the floor index int(0.9 * 4) = 3 -> 0.3
-    rows = [{"id": k, "step_time_error": e} for k, e in zip("abcde", (0.1, -0.2, 0.3, 0.05, -0.4))]
+    rows = [{"id": k, "step_time_error": e} for k, e in zip("abcde", (0.1, -0.2, 0.3, 0.05, -0.4), strict=True)]
     rows[0]["peak_memory_error"], rows[1]["peak_memory_error"] = -0.08, 0.02
     rows.append({"id": "f"})  # unmeasured: counted as a run, not in the error statistics
     s = summarise(rows)

@@ -13,7 +13,16 @@ from functools import lru_cache
 import yaml
 
 from planner.catalog.data import data_dir
-from planner.specs import ClusterSpec, HardwareSpec, MLASpec, ModelSpec, MoESpec, ParallelPlan, RopeScaling, TrainingSpec
+from planner.specs import (
+    ClusterSpec,
+    HardwareSpec,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    ParallelPlan,
+    RopeScaling,
+    TrainingSpec,
+)
 
 # Llama 3.1 RoPE: base 500000 with llama3 scaling (meta-llama Llama-3.1 config.json; model_specs/llama-3.1-*.yaml)
 LLAMA31_ROPE = dict(rope_theta=500000.0, rope_scaling=RopeScaling(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
@@ -227,9 +236,9 @@ def search_cases() -> tuple[Case, ...]:
     check what the search actually emits (uneven CP-SAT stage splits, interleaving, EP/ETP). Four full
     searches: call it inside a test or fixture (tests parametrize over SEARCH_CASE_NAMES)."""
     try:
-        from planner.costmodel import Context
         from planner.catalog.hardware import parse_cluster
         from planner.catalog.models import get_model
+        from planner.costmodel import Context
         from planner.search.engine import SearchOptions, search
     except ImportError:
         return ()

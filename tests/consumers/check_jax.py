@@ -74,10 +74,10 @@ def tiny_dims(doc, overrides):
     """Smallest sizes that every spec can shard: per dimension name, the lcm of the mesh-axis products
     that shard it (x2 so no dimension is a single element per shard); attention widths are unified so
     the toy attention can combine them, likewise the MLA latent widths."""
-    size = dict(zip(doc["axis_names"], doc["mesh_shape"]))
+    size = dict(zip(doc["axis_names"], doc["mesh_shape"], strict=True))
     need = {}
     for entry in list(doc["param_specs"].values()) + list(doc["activation_specs"].values()):
-        for dim, s in zip(entry["shape"], entry["spec"]):
+        for dim, s in zip(entry["shape"], entry["spec"], strict=False):
             axes = s if isinstance(s, list) else ([s] if s else [])
             need[dim] = math.lcm(need.get(dim, 1), math.prod(size.get(a, 1) for a in axes))  # JAX judges unknown axes
     groups = [("q_out", "kv_out", "o_in", "kv_b_out"), ("kv_a", "kv_lora", "q_lora")]
@@ -91,7 +91,7 @@ def tiny_dims(doc, overrides):
     return tiny
 
 
-def jax_step(doc, overrides, mesh_shape_override=None):
+def jax_step(doc, overrides, mesh_shape_override=None):  # noqa: PLR0915  (one straight script: mesh, model, step)
     import jax
     import jax.numpy as jnp
     import numpy as np

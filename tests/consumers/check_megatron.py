@@ -55,14 +55,13 @@ def main(req_path: str, out_path: str) -> None:
 
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
-    import megatron.training.arguments as A
-    from megatron.core.parallel_state import RankGenerator
-    from megatron.training.argument_utils import core_transformer_config_from_args
-
     # Transformer Engine is on the target GPU nodes, not here: report TE 2.14 to the config checks
     # (version gates only) and a stand-in for TE's fused RoPE kernel, which is only tested for None.
     import megatron.core.models.common.embeddings.rope_utils as rope_utils
     import megatron.core.transformer.transformer_config as tc
+    import megatron.training.arguments as A
+    from megatron.core.parallel_state import RankGenerator
+    from megatron.training.argument_utils import core_transformer_config_from_args
     from packaging.version import Version
     tc.is_te_min_version = lambda v, check_equality=True: Version("2.14.0") >= Version(str(v))
     tc.get_te_version = lambda: Version("2.14.0")

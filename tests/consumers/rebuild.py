@@ -35,7 +35,8 @@ def megatron_spec(f: dict) -> ModelSpec:
                       qk_rope_head_dim=f["qk_pos_emb_head_dim"], v_head_dim=f["v_head_dim"])
     heads = f["num_attention_heads"]
     scaling = RopeScaling(rope_type="llama3", factor=f["rope_scaling_factor"], low_freq_factor=1.0,
-                          high_freq_factor=4.0, original_max_position_embeddings=8192) if f["use_rope_scaling"] else None
+                          high_freq_factor=4.0,
+                          original_max_position_embeddings=8192) if f["use_rope_scaling"] else None
     return ModelSpec(
         name="rebuilt", num_layers=f["num_layers"], hidden_size=f["hidden_size"], num_heads=heads,
         num_kv_heads=f["num_query_groups"] or heads if mla is None else heads,
@@ -47,10 +48,12 @@ def megatron_spec(f: dict) -> ModelSpec:
         qkv_bias=bool(f["add_bias_linear"] or f["add_qkv_bias"]), attn_out_bias=bool(f["add_bias_linear"]),
         mlp_bias=bool(f["add_bias_linear"]), qk_norm=bool(f["qk_layernorm"]),
         tied_embeddings=not f["untie_embeddings_and_output_weights"],
-        position_embedding={"rope": "rope", "learned_absolute": "learned", "none": "none"}[f["position_embedding_type"]],
+        position_embedding={"rope": "rope", "learned_absolute": "learned", "none": "none"}[
+            f["position_embedding_type"]],
         rope_theta=float(f["rotary_base"]), rope_scaling=scaling, mla=mla,
         moe=_moe(f["num_moe_experts"], f["moe_router_topk"], f["moe_ffn_hidden_size"],
-                 f["moe_shared_expert_intermediate_size"], f["moe_layer_freq"], bool(f["moe_router_enable_expert_bias"]),
+                 f["moe_shared_expert_intermediate_size"], f["moe_layer_freq"],
+                 bool(f["moe_router_enable_expert_bias"]),
                  bool(f["moe_shared_expert_gate"])))
 
 
@@ -74,7 +77,8 @@ def maxtext_spec(f: dict) -> ModelSpec:
                               original_max_position_embeddings=8192)  # LLaMARotaryEmbedding's fixed constants
     moe = None
     if f["num_experts"] and f["num_experts"] > 1:
-        moe = MoESpec(num_experts=f["num_experts"], top_k=f["num_experts_per_tok"], expert_ffn_hidden_size=f["moe_mlp_dim"],
+        moe = MoESpec(num_experts=f["num_experts"], top_k=f["num_experts_per_tok"],
+                      expert_ffn_hidden_size=f["moe_mlp_dim"],
                       num_shared_experts=f["shared_experts"] or 0,
                       shared_expert_ffn_hidden_size=f["moe_mlp_dim"] if f["shared_experts"] else None,
                       first_k_dense=f["first_num_dense_layers"] or 0)
@@ -133,7 +137,8 @@ def mds_spec(args: list[str]) -> tuple[ModelSpec, argparse.Namespace]:
         name="rebuilt", num_layers=a.num_layers, hidden_size=a.hidden_size, num_heads=heads,
         num_kv_heads=a.num_key_value_heads or heads, head_dim=a.kv_channels or a.hidden_size // heads,
         ffn_hidden_size=a.ffn_hidden_size, vocab_size=a.vocab_size, max_position_embeddings=a.max_position_embeddings,
-        mlp_type="gated" if a.swiglu else "plain", activation="silu" if a.swiglu else ("relu2" if a.squared_relu else "gelu"),
+        mlp_type="gated" if a.swiglu else "plain",
+        activation="silu" if a.swiglu else ("relu2" if a.squared_relu else "gelu"),
         norm_type=a.normalization, qkv_bias=a.add_bias_linear, attn_out_bias=a.add_bias_linear,
         mlp_bias=a.add_bias_linear, tied_embeddings=not a.untie_embeddings_and_output_weights,
         position_embedding="rope" if rope else ("learned" if a.add_position_embedding else "none"),

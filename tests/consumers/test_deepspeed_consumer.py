@@ -11,8 +11,8 @@ from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import argv_of_script, mds_spec, same_model
 from consumers.scenarios import run_id, scenario_run, written, written_keys
-from planner.emit.capabilities import launcher_errors
 from planner.catalog.models import load_model
+from planner.emit.capabilities import launcher_errors
 from planner.specs import ParallelPlan
 
 pytestmark = pytest.mark.consumers

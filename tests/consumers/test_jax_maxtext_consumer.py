@@ -70,7 +70,7 @@ def results():
 def test_jax_mesh_and_sharded_step(results, case):
     r = accepted(results, "jax:" + case.name)
     doc = _mesh(case)
-    assert r["mesh_shape"] == dict(zip(doc["axis_names"], doc["mesh_shape"]))
+    assert r["mesh_shape"] == dict(zip(doc["axis_names"], doc["mesh_shape"], strict=True))
     assert r["ici_in_slice"], "an axis without a DCN factor crosses slices"
     assert r["finite"] and r["param_specs_kept"]
     p = case.plan
@@ -89,8 +89,8 @@ def test_maxtext_accepts_emitted_config(results, case):
         assert r["pipeline_microbatches"] == t.global_batch // (p.micro_batch * p.dp)
     else:
         assert r["grad_accum"] == t.global_batch // (p.micro_batch * p.dp)
-    ici = dict(zip(r["mesh_axes"], r["ici"]))
-    dcn = dict(zip(r["mesh_axes"], r["dcn"]))
+    ici = dict(zip(r["mesh_axes"], r["ici"], strict=True))
+    dcn = dict(zip(r["mesh_axes"], r["dcn"], strict=True))
     deg = {a: ici[a] * dcn[a] for a in r["mesh_axes"]}
     assert (deg["tensor"], deg["stage"], deg["context"], deg["expert"]) == (p.tp, p.pp, p.cp, p.ep)
     assert deg["data"] * deg["fsdp"] * deg["expert"] == p.dp
@@ -117,7 +117,7 @@ def test_scenario_maxtext_files_run_and_reproduce_the_model(results, key):
     r = accepted(results, run.id)
     doc = run.plan_doc
     p = doc["plan"]
-    ici, dcn = dict(zip(r["mesh_axes"], r["ici"])), dict(zip(r["mesh_axes"], r["dcn"]))
+    ici, dcn = dict(zip(r["mesh_axes"], r["ici"], strict=True)), dict(zip(r["mesh_axes"], r["dcn"], strict=True))
     deg = {a: ici[a] * dcn[a] for a in r["mesh_axes"]}
     assert (deg["tensor"], deg["stage"], deg["context"], deg["expert"]) == (p["tp"], p["pp"], p["cp"], p["ep"])
     assert deg["data"] * deg["fsdp"] * deg["expert"] == p["dp"]
@@ -132,7 +132,7 @@ def test_scenario_maxtext_files_run_and_reproduce_the_model(results, key):
 def test_tpu_multislice_puts_only_data_or_stage_on_dcn(results):
     for name in ("llama8b-tp4-hsdp-2x32-tpu-v5p", "llama8b-tp4-pp2-fsdp8-2x32-tpu-v5p"):
         r = accepted(results, "mt:" + name)
-        dcn = dict(zip(r["mesh_axes"], r["dcn"]))
+        dcn = dict(zip(r["mesh_axes"], r["dcn"], strict=True))
         assert r["num_slices"] == 2 and dcn["tensor"] == 1 and dcn["fsdp"] == 1
         assert dcn["data"] * dcn["stage"] == 2
 

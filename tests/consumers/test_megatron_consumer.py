@@ -8,7 +8,14 @@ import json
 import pytest
 
 from consumers.cases import (
-    CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, LLAMA31_405B, SEARCH_CASE_NAMES, Case, catalog_cases, cluster,
+    CONSUMER_CASES,
+    GOLDEN_CASES,
+    LLAMA31_8B,
+    LLAMA31_405B,
+    SEARCH_CASE_NAMES,
+    Case,
+    catalog_cases,
+    cluster,
     search_cases,
 )
 from consumers.conftest import accepted, rejected, require, run_checker

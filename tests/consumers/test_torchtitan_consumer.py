@@ -11,7 +11,7 @@ from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, cata
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
-from planner.emit.torchtitan import FLAVORS, _MODULE_OF
+from planner.emit.torchtitan import _MODULE_OF, FLAVORS
 from planner.specs import ParallelPlan, TrainingSpec
 
 pytestmark = pytest.mark.consumers
@@ -60,7 +60,8 @@ def results():
              "module_text": c.emit(["torchtitan"])[0].get("torchtitan_model.py")} for c in CASES] + _bad_requests()
     reqs += [{"id": f"flavor:{m}:{cfg}", "flavor": [m, cfg]} for m, cfg in REGISTRY]
     reqs += [{"id": run.id, "args": json.loads(run.files["torchtitan_args.json"])["args"],
-              "world": run.plan_doc["devices"], "count_params": True, "pythonpath": str(run.out)} for run in written("torchtitan")]
+              "world": run.plan_doc["devices"], "count_params": True,
+              "pythonpath": str(run.out)} for run in written("torchtitan")]
     return run_checker("check_torchtitan.py", reqs)
 
 
