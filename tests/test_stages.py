@@ -228,6 +228,7 @@ def test_megatron_flags():
     assert megatron_flags(mk([12])) == (None, None)
 
 
+@pytest.mark.slow
 def test_126_layers_16_stages_optimal_and_128_by_64_deterministic():
     # the budget is CP-SAT deterministic time (work units), so these outcomes do not depend on load:
     # 126 x 16 proves optimal well inside it; 128 x 64 does not, and its best-found split is the same
