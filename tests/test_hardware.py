@@ -8,19 +8,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import hardware_catalog
 
 from planner.catalog.data import data_dir
-from planner.errors import InputError
 from planner.catalog.hardware import (
     get_hardware,
     list_hardware,
     parse_cluster,
 )
+from planner.errors import InputError
 from planner.names import normalise
 from planner.specs.cluster import ClusterSpec
 from planner.specs.hardware import HardwareSpec
-
-from helpers import hardware_catalog
 
 REQUIRED_IDS = {
     "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h800-sxm-80gb", "h200-sxm-141gb",

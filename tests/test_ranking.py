@@ -28,9 +28,9 @@ def ev(t, mem, **knobs):
 def assert_ranked(times, mems):
     t0 = min(times)
     edge = t0 * (1 + TIE_BAND_REL)
-    for a, b in zip(times, times[1:]):
+    for a, b in zip(times, times[1:], strict=False):
         assert b >= a or a <= edge, (a, b)  # out of order only inside the band around the fastest
-    assert dominated_by_later(list(zip(times, mems))) == []
+    assert dominated_by_later(list(zip(times, mems, strict=True))) == []
 
 
 def test_band_prefers_smaller_memory_then_time_order():

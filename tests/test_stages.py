@@ -18,12 +18,17 @@ import subprocess
 import sys
 
 import pytest
+from helpers import uniform_stage_problem
 
 from planner.costmodel.partition import stage_layer_counts
-from planner.search.stages import (StageAssignment, StageProblem, assign_stages, megatron_flags, stage_costs,
-                            uniform_assignment)
-
-from helpers import uniform_stage_problem
+from planner.search.stages import (
+    StageAssignment,
+    StageProblem,
+    assign_stages,
+    megatron_flags,
+    stage_costs,
+    uniform_assignment,
+)
 
 GB = 1e9
 
@@ -38,7 +43,7 @@ def _check(p: StageProblem, a: StageAssignment) -> None:
     """The assignment is well formed and its reported numbers are the cost model's."""
     assert len(a.layers_per_stage) == p.pp and sum(a.layers_per_stage) == p.num_layers
     assert all(n >= 1 for n in a.layers_per_stage)
-    assert all(0 <= r <= n for r, n in zip(a.recompute_per_stage, a.layers_per_stage))
+    assert all(0 <= r <= n for r, n in zip(a.recompute_per_stage, a.layers_per_stage, strict=True))
     times, mem = stage_costs(p, a.layers_per_stage, a.recompute_per_stage)
     assert a.stage_time_s == pytest.approx(tuple(times))
     assert a.stage_bytes == pytest.approx(tuple(mem))

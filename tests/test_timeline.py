@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers import analytic_bubble_fraction, bubble_fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.errors import InputError
 from planner.analysis.timeline import (
     Event,
     busy_s,
@@ -18,8 +18,7 @@ from planner.analysis.timeline import (
     schedule_events,
     stage_orders,
 )
-
-from helpers import analytic_bubble_fraction, bubble_fraction
+from planner.errors import InputError
 
 F, B = 2.0, 4.0  # seconds per micro-batch per stage (backward = 2 x forward)
 
@@ -146,7 +145,7 @@ def _check_dependencies(ev: list[Event], pp: int, vpp: int, p2p: float = 0.0):
             assert e.start_s >= end[("B", e.microbatch, vs)] - eps
     for s in range(pp):  # one pass at a time per rank
         mine = sorted((e for e in ev if e.stage == s), key=lambda e: e.start_s)
-        for a, b in zip(mine, mine[1:]):
+        for a, b in zip(mine, mine[1:], strict=False):
             assert b.start_s >= a.end_s - eps
 
 
@@ -174,7 +173,7 @@ def test_any_schedule_respects_dependencies(pp, vpp, groups, schedule, seed, p2p
     for s, busy in enumerate(busy_s(ev, pp)):
         assert busy == pytest.approx(m * (fwd[s] + bwd[s]))
     # a non-uniform pipeline is never better than its slowest stage allows
-    assert makespan_s(ev) >= max(m * (f + b) for f, b in zip(fwd, bwd)) - 1e-9
+    assert makespan_s(ev) >= max(m * (f + b) for f, b in zip(fwd, bwd, strict=True)) - 1e-9
 
 
 def test_slow_stage_dominates():
