@@ -119,28 +119,93 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
     return dropped
 
 
-def activation_elems_per_token(
-    m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
-    fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False, expert_load: float = 1.0,
-) -> float:
-    """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
-    this device (tokens already divided by CP), sharded by TP as Megatron shards them. fp8_moe_act_cache:
-    the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2). expert_load: routed tokens
-    per expert relative to the balanced load (the capacity factor when padded to capacity)."""
+@dataclass(frozen=True)
+class StackActivations:
+    """What one stack's layers keep for backward where stacks differ (measured on torchtitan 0.3.0's real Llama,
+    tests/test_memory_real_code.py; Megatron/TE from Korthikanti et al. 2022 and Megatron-core's fused kernels)."""
+
+    eager_swiglu_keeps_act: bool  # eager `silu(gate) * up` also keeps silu(gate) (a 4th FFN-sized tensor)
+    selective: str  # "modules": Megatron --recompute-modules; "op_sac": torchtitan SelectiveAC; "half": MaxText
+    norm_rstd: bool  # each RMSNorm keeps its fp32 rstd per token (torch _fused_rms_norm backward)
+    final_norm: bool  # the final norm keeps its input and output (the LM head's input) on the last stage
+
+
+# torchtitan/FSDP2: eager PyTorch ops (torch SwiGLU, _fused_rms_norm on CUDA) and op-level SAC; Megatron/TE and
+# DeepSpeed (Megatron kernels): bias_swiglu_impl keeps only its input, module-level recompute; MaxText: XLA fuses
+# the activation, its remat policies are not per-op (kept as "half of the layer", not measured).
+STACK_ACTIVATIONS = {
+    "fsdp": StackActivations(eager_swiglu_keeps_act=True, selective="op_sac", norm_rstd=True, final_norm=True),
+    "megatron": StackActivations(eager_swiglu_keeps_act=False, selective="modules", norm_rstd=False, final_norm=True),
+    "deepspeed": StackActivations(eager_swiglu_keeps_act=False, selective="modules", norm_rstd=False,
+                                  final_norm=True),
+    "maxtext": StackActivations(eager_swiglu_keeps_act=False, selective="half", norm_rstd=False, final_norm=True),
+}
+
+
+def stack_activations(framework: str) -> StackActivations:
+    return STACK_ACTIVATIONS.get(framework, STACK_ACTIVATIONS["megatron"])
+
+
+def _op_sac_elems(m: ModelSpec, tp: int, sp: bool, hs: float, qkv: float, attn_out: float) -> float:
+    """torchtitan 0.3.0 SelectiveAC (op-level): saves compute-intensive op outputs except every second matmul
+    (fused wqkv: mm 1 saved, wo 2 recomputed, w1 3 saved, w3 4 recomputed, w2 5 saved), the SDPA/flex output with
+    its fp32 logsumexp, and reduce-scatter outputs (torchtitan distributed/activation_checkpoint.py). Measured on
+    CPU for tp 1 (tests/test_memory_real_code.py): block input + qkv + attention out + lse + w1 out + w2 out."""
     h = m.hidden_size
-    hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
-    if recompute == "full":
-        return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
+    lse = 2.0 * m.num_heads / tp  # fp32 logsumexp per head, in 2-byte elements
+    mlp = m.ffn_hidden_size / tp  # w1 output (fc1 when not gated)
+    if m.mlp_type == "gated":
+        # w2's matmul output is [tokens, h] partial sums before its reduce-scatter (from the save list; tp > 1 not
+        # measured)
+        mlp += h
+    rs = 2.0 * hs if (sp and tp > 1) else 0.0  # the two reduce-scatter outputs (wo, w2) under SP
+    return hs + qkv + attn_out + lse + mlp + rs
+
+
+def _attention_widths(m: ModelSpec, tp: int) -> tuple[float, float]:
+    """(q, k, v elements, attention output elements) per token on one TP rank."""
     if m.mla is not None:
         a = m.mla
         dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q_lat = a.q_lora_rank or 0
         # MLA saves the latents (q: qr, kv: kvr + rope) and the up-projected q, k, v for the core.
         qkv = (q_lat + a.kv_lora_rank + a.qk_rope_head_dim) + m.num_heads * (2 * dqk + a.v_head_dim) / tp
-        attn_out = m.num_heads * a.v_head_dim / tp
-    else:
-        qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim / tp
-        attn_out = m.num_heads * m.head_dim / tp
+        return qkv, m.num_heads * a.v_head_dim / tp
+    return (m.num_heads + 2 * m.num_kv_heads) * m.head_dim / tp, m.num_heads * m.head_dim / tp
+
+
+def _moe_mlp_elems(m: ModelSpec, tp: int, hs: float, g: float, etp: int, fp8_moe_act_cache: bool,
+                   expert_load: float) -> float:
+    """The MoE block: dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)."""
+    e = m.require_moe()
+    h, fe = m.hidden_size, e.expert_ffn_hidden_size
+    swiglu_in = 0.5 if fp8_moe_act_cache else 1.0  # gate and up outputs, 2 x fe per routed token
+    per_expert_token = g * h + ((2 * swiglu_in + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
+    shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
+    shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
+    shared = shared_inter / tp if e.num_shared_experts else 0.0
+    # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
+    return hs + g * hs + e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
+
+
+def activation_elems_per_token(
+    m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
+    fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False, expert_load: float = 1.0,
+    compiled: bool = False,
+) -> float:
+    """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
+    this device (tokens already divided by CP), sharded by TP as Megatron shards them. fp8_moe_act_cache:
+    the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2). expert_load: routed tokens
+    per expert relative to the balanced load (the capacity factor when padded to capacity). compiled: the
+    layer runs under torch.compile (PyTorch-native stacks), whose partitioner fuses the SwiGLU."""
+    h = m.hidden_size
+    hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
+    stack = stack_activations(framework)
+    if recompute == "full":
+        return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
+    qkv, attn_out = _attention_widths(m, tp)
+    if recompute == "selective" and stack.selective == "op_sac" and not moe_layer:
+        return _op_sac_elems(m, tp, sp, hs, qkv, attn_out)
     # Transformer Engine FP8 linears save their GEMM inputs for backward as FP8 (1 byte, half an element)
     g = 0.5 if fp8_gemm_inputs else 1.0
     # attention block: norm input + qkv input (norm output) + q,k,v + softmax stats (fp32 per head) + O
@@ -148,25 +213,19 @@ def activation_elems_per_token(
     # projection saves its own FP8 copy on top)
     attn = hs + g * hs + qkv + attn_out * (2.0 - g if g < 1 else 1.0) + 2.0 * m.num_heads / tp
     if moe_layer:
-        e = m.require_moe()
-        fe = e.expert_ffn_hidden_size
-        # dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)
-        swiglu_in = 0.5 if fp8_moe_act_cache else 1.0  # gate and up outputs, 2 x fe per routed token
-        per_expert_token = g * h + ((2 * swiglu_in + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
-        shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
-        shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
-        shared = shared_inter / tp if e.num_shared_experts else 0.0
-        # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
-        mlp = hs + g * hs + e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
+        mlp = _moe_mlp_elems(m, tp, hs, g, etp, fp8_moe_act_cache, expert_load)
     else:
+        # eager torch SwiGLU: `silu(gate) * up` keeps silu(gate) as well (measured on torchtitan's FeedForward)
+        act_kept = 1.0 if (stack.eager_swiglu_keeps_act and not compiled) else 0.0
         f = m.ffn_hidden_size
-        # gated: gate, up, act(gate)*up (fc2 input); plain: fc1 out, act (fc2 input)
-        inter = (2 + g) * f if m.mlp_type == "gated" else (1 + g) * f
+        # gated: gate, up, act(gate)*up (fc2 input) [+ act(gate) in eager torch]; plain: fc1 out, act (fc2 input)
+        inter = (2 + g + act_kept) * f if m.mlp_type == "gated" else (1 + g) * f
         mlp = hs + g * hs + inter / tp
-    total = attn + mlp
-    if recompute == "selective" and framework in ("fsdp", "maxtext"):
-        # torchtitan "op" selective AC saves every other matmul output and the attention output,
-        # recomputing the rest from the layer input: roughly half the per-layer tensors.
+    # two fp32 rstd per token (torch _fused_rms_norm keeps (input, rstd, weight)): 8 B = 4 elements
+    total = attn + mlp + (4.0 if stack.norm_rstd else 0.0)
+    if recompute == "selective" and stack.selective in ("half", "op_sac"):
+        # MaxText remat "minimal"-like policies, and op-level SAC in MoE layers (not measured): every other
+        # matmul output and the attention output, roughly half the per-layer tensors
         return hs + 0.5 * (total - hs)
     if recompute == "selective":
         return total - _selective_dropped(m, moe_layer, tp, hs, g, etp, expert_load)
@@ -175,7 +234,8 @@ def activation_elems_per_token(
 
 # Bytes per logit at the loss's peak. torch cross_entropy on fp32-upcast logits (torchtitan, llm-foundry; the
 # planner keeps it for MaxText, not measured): the saved fp32 log-softmax output, its incoming fp32 gradient and
-# the fp32 input gradient coexist at the start of backward (3 x 4 B). Megatron's vocab-parallel cross entropy
+# the fp32 input gradient coexist at the start of backward (3 x 4 B; measured on torchtitan's CrossEntropyLoss,
+# tests/test_memory_real_code.py). Megatron's vocab-parallel cross entropy
 # (megatron/core/tensor_parallel/cross_entropy.py, also its fused variant and Megatron-DeepSpeed's): one fp32
 # copy of the logits turned into the softmax in place (exp_, div_) and saved, the backward computed in place on
 # it and cast to a 2-byte gradient: 4 B + 2 B.
@@ -183,12 +243,23 @@ LOGIT_BYTES = {"megatron": 6.0, "deepspeed": 6.0, "fsdp": 12.0, "maxtext": 12.0}
 # A fused cross-entropy kernel on the 16-bit logits (flash-attn losses/cross_entropy.py CrossEntropyLoss, llm-foundry's
 # MPT default): it saves the 2-byte logits and its backward writes a 2-byte gradient, with no fp32 copy.
 FUSED_LOGIT_BYTES = 4.0
+# torchtitan's ChunkedLossWrapper keeps each chunk's bf16 logits alive through that chunk's backward (the loop
+# variable `logits`), on top of the loss's own bytes: 2 B per logit of one chunk (torchtitan components/loss.py).
+CHUNK_LOGIT_BYTES = 2.0
+# ... accumulates the hidden-state gradient of every chunk in an fp32 buffer (GradAccumulator, dtype float32), 4 B
+# per hidden element of the micro-batch, and splits the hidden states into detached contiguous chunks (a bf16 copy,
+# 2 B, when the micro-batch has more than one sequence; counted always).
+CHUNK_GRAD_BUFFER_BYTES = 4.0 + 2.0
 
 
 def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
-    """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel)."""
+    """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel).
+    Chunked (train.loss_chunks > 1): one chunk's logits and loss at a time plus the fp32 hidden-gradient buffer."""
     per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else LOGIT_BYTES.get(train.framework, 12.0)
-    return per_logit * m.vocab_size / tp
+    if train.loss_chunks <= 1:
+        return per_logit * m.vocab_size / tp
+    return ((per_logit + CHUNK_LOGIT_BYTES) * m.vocab_size / tp / train.loss_chunks
+            + CHUNK_GRAD_BUFFER_BYTES * m.hidden_size)
 
 
 # ---- per-device memory of each pipeline stage ---------------------------------------------------------
@@ -198,6 +269,9 @@ def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
 UNFUSED_SCORE_BYTES = 5.0
 # Unsharded bf16 copies ZeRO-3/FSDP holds at once: the layer being computed and the prefetched next one.
 ZERO3_GATHERED_LAYERS = 2
+# The final norm keeps its bf16 input and its bf16 output (the LM head's saved input): 4 B per hidden element
+# (measured on torchtitan, tests/test_memory_real_code.py).
+FINAL_NORM_BYTES_PER_H = 4.0
 # Framework overhead of a framework without a calibrated figure (GiB).
 DEFAULT_FRAMEWORK_OVERHEAD_GIB = 2.0
 
@@ -211,7 +285,8 @@ STATE = formula(
 ACTIVATIONS = formula(
     "memory.activations",
     "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
-    "full activations under full recompute, + unfused scores 5 a s^2 b in layers not recomputed and in the one "
+    "full activations under full recompute, on the last stage max(that, the loss) + the final norm 4 h B, "
+    "+ unfused scores 5 a s^2 b in layers not recomputed and in the one "
     "being recomputed, + loss logits "
     "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy, 4 B a fused loss kernel) x V / tp on the "
     "last stage, + the embedding output on the first)",
@@ -296,7 +371,7 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
             fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"),
-            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx))
+            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx), compiled=tr.torch_compile)
     return v
 
 
@@ -341,8 +416,10 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     n_layers = split[s][0]
     per_mb, worst_layer = _layer_activations(ctx, shape, split[s])
     acts = per_mb * inflight
-    if p.recompute == "full":
-        acts += worst_layer  # one layer's full activations exist while it is recomputed
+    # one layer's full activations exist while it is recomputed; on the last stage the loss and the LM head's
+    # backward finish before any block is recomputed, so the two peaks do not add (measured on torchtitan,
+    # tests/test_memory_real_code.py)
+    recomputing = worst_layer if p.recompute == "full" else 0.0
     if ctx.unfused_attention:
         # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer, kept only by
         # layers saving everything: selective recompute drops exactly these (Table 2: 34 s b h / t with SP),
@@ -354,7 +431,12 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         # recompute re-runs the attention core one layer at a time), once, not per micro-batch in flight
         acts += inflight * kept * score_layer + (score_layer if p.recompute != "none" else 0.0)
     if s == p.pp - 1:
-        acts += tokens * logits_bytes_per_token(m, p.tp, ctx.train)
+        loss = tokens * logits_bytes_per_token(m, p.tp, ctx.train)
+        acts += max(loss, recomputing)
+        if stack_activations(ctx.train.framework).final_norm:
+            acts += tokens * FINAL_NORM_BYTES_PER_H * m.hidden_size  # final norm input and output (LM head input)
+    else:
+        acts += recomputing
     if s == 0:
         # embedding output kept for the first layer
         acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)

@@ -57,6 +57,13 @@ class TrainingSpec(BaseModel):
         "keep their own accounting (planner.costmodel.memory.LOGIT_BYTES)",
     )
 
+    loss_chunks: int = Field(
+        1, ge=1, le=4096,
+        description="the loss is computed and back-propagated over this many slices of the sequence, one at a time "
+        "(torchtitan ChunkedLossWrapper num_chunks, 8 in torchtitan 0.3.0's Llama 3 / Qwen3 configs; MaxText "
+        "num_vocab_tiling): the loss peak holds one slice's logits plus an fp32 buffer of the hidden-state gradient "
+        "(planner.costmodel.memory.logits_bytes_per_token). 1 = the whole micro-batch's logits at once",
+    )
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=1024,
         description="MoE expert capacity as a multiple of the balanced load (tokens x top_k / experts); tokens "
@@ -114,6 +121,13 @@ class TrainingSpec(BaseModel):
         if self.fused_cross_entropy and self.framework != "fsdp":
             raise ValueError("fused_cross_entropy describes a PyTorch-native stack (framework fsdp); "
                              f"{self.framework} keeps its own loss: drop it")
+        return self
+
+    @model_validator(mode="after")
+    def _chunked_loss_stacks(self) -> "TrainingSpec":
+        if self.loss_chunks > 1 and self.framework not in ("fsdp", "maxtext"):
+            raise ValueError(f"a chunked loss (loss_chunks {self.loss_chunks}) is torchtitan's ChunkedLossWrapper or "
+                             f"MaxText's num_vocab_tiling; {self.framework} computes the loss in one piece: drop it")
         return self
 
     @model_validator(mode="after")
