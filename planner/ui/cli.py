@@ -142,6 +142,13 @@ def _setting_options() -> list:
         click.option("--compile", "torch_compile", is_flag=True, default=None,
                      help="PyTorch-native stacks (--framework fsdp / --launcher torchtitan): run under torch.compile "
                      "(fused elementwise kernels; torchtitan --compile.enable). Default: eager"),
+        click.option("--loss-chunks", type=click.IntRange(1, 4096),
+                     help="compute and back-propagate the loss over this many slices of the sequence (torchtitan "
+                     "ChunkedLossWrapper num_chunks, MaxText num_vocab_tiling): the loss peak holds one slice's "
+                     "logits. Default: 8 with --launcher torchtitan (its Llama 3 / Qwen3 configs), else 1"),
+        click.option("--fp8-act-cache/--no-fp8-act-cache", "fp8_moe_act_cache", default=None,
+                     help="with --dtype fp8 on MoE models: cache the experts' SwiGLU inputs for backward in FP8 and "
+                     "recompute the SwiGLU output (DeepSeek-V3 report sec. 3.3.2); default off (Megatron keeps BF16)"),
         click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
                      help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
                      "(scores materialised, as in stacks before mid-2022)"),
@@ -257,6 +264,11 @@ def build_inputs(model_arg, cluster_arg, seq_len, gbs, dtype, framework, grad_dt
     return model, cluster, train
 
 
+# torchtitan 0.3.0 ChunkedLossWrapper.Config.num_chunks default (torchtitan components/loss.py), used by its Llama 3
+# and Qwen3 configs and kept by the planner's emitted torchtitan_model.py
+TORCHTITAN_LOSS_CHUNKS = 8
+
+
 def training_overrides(train, kw: dict):
     """Training settings given by flags that only some models or stacks take (--moe-capacity-factor,
     --compile, --fp8-recipe); the spec's validators and planner.search.request own the rules."""
@@ -264,7 +276,11 @@ def training_overrides(train, kw: dict):
 
     from planner.catalog.hf_import import _validation_message
     from planner.errors import InputError
-    upd = {k: kw[k] for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe") if kw.get(k) is not None}
+    upd = {k: kw[k] for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe", "loss_chunks",
+                              "fp8_moe_act_cache") if kw.get(k) is not None}
+    if kw.get("loss_chunks") is None and kw.get("launcher") == "torchtitan":
+        # torchtitan 0.3.0's Llama 3 / Qwen3 configs and the planner's torchtitan_model.py: ChunkedLossWrapper(8)
+        upd["loss_chunks"] = TORCHTITAN_LOSS_CHUNKS
     if not upd:
         return train
     try:
@@ -383,7 +399,8 @@ def search_doc(ctx, res, kw: dict, launcher: str | None, seconds: float) -> dict
                          "framework": train.framework, "launcher": launcher, "grad_dtype": grad_dtype(train),
                          "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl,
                          "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor,
-                         "fp8_recipe": train.fp8_recipe},
+                         "fp8_recipe": train.fp8_recipe, "loss_chunks": train.loss_chunks,
+                         "fp8_moe_act_cache": train.fp8_moe_act_cache},
             "plans": plans,
             "ranking": ranking_doc(kw),
             "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
