@@ -100,10 +100,21 @@ def _cites_llm_foundry(run: dict) -> bool:
     return "foundry" in text or "mpt" in text
 
 
+# torchtitan compiles its loss function with --training.compile since April 2025 (pytorch/torchtitan PR #1033,
+# merged 2025-04-01: "compiling the loss fn if job_config.training.compile is set"; 0.3.0's BaseLoss._maybe_compile)
+TORCHTITAN_COMPILED_LOSS_SINCE = (2025, 4)
+
+
 def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
     """llm-foundry's MPT runs compute the loss with flash-attn's fused CrossEntropyLoss (llm-foundry
-    ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy."""
-    return framework == "fsdp" and _cites_llm_foundry(run)
+    ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy, compiled
+    into one fused kernel (bf16 logits saved, bf16 gradient) when the run compiles and its torchtitan has PR #1033."""
+    if framework != "fsdp":
+        return False
+    date = stack_date(run)
+    compiled_loss = (infer_torch_compile(run, framework) and date is not None
+                     and date >= TORCHTITAN_COMPILED_LOSS_SINCE and "torchtitan" in str(run.get("source", "")).lower())
+    return _cites_llm_foundry(run) or compiled_loss
 
 
 # TP communication overlap in the cited stack (the runs schema has no field for it): NVIDIA's benchmark recipes
@@ -362,9 +373,27 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
     return fixed
 
 
+# Meta's Grand Teton H100s, on which torchtitan ran its published H100 benchmarks, carry 96 GB of HBM2e per GPU
+# (torchtitan benchmarks/llama3_h100_202412_torchtitan.md and asyncTP_llama3_h100_2025-06_torchtitan.md, "Hardware":
+# "Each H100 GPU is equipped with 96GB HBM2e"), where the runs schema names them h100-sxm-80gb: their measured peaks
+# (up to 84.9 GiB) exceed the 80 GB part. Capacity = 96 x the 80 GB part's driver-visible share (79.65 GiB of 80,
+# hardware_profiles/h100-sxm-80gb.yaml): a derived figure, no driver reading of the 96 GB part is published.
+GRAND_TETON_H100_HBM_GIB = 96 * 79.65 / 80
+GRAND_TETON_DOCS = ("llama3_h100_202412_torchtitan", "asyncTP_llama3_h100_2025-06_torchtitan".lower())
+
+
+def run_hardware(run: dict, hw):
+    """The run's accelerator profile, with the HBM of the part the source states when the schema's id differs."""
+    src = str(run.get("source", "")).lower()
+    if hw.id == "h100-sxm-80gb" and any(d in src for d in GRAND_TETON_DOCS):
+        return hw.model_copy(update={"hbm_capacity_gib": GRAND_TETON_H100_HBM_GIB})
+    return hw
+
+
 def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
     """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
     torus.max_slice_chips), slices joined by DCN."""
+    hw = run_hardware(run, hw)
     slices = 1
     if hw.scale_up.kind == "ici_torus" and hw.torus is not None:
         slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))

@@ -128,6 +128,7 @@ class StackActivations:
     selective: str  # "modules": Megatron --recompute-modules; "op_sac": torchtitan SelectiveAC; "half": MaxText
     norm_rstd: bool  # each RMSNorm keeps its fp32 rstd per token (torch _fused_rms_norm backward)
     final_norm: bool  # the final norm keeps its input and output (the LM head's input) on the last stage
+    caching_allocator: bool = True  # PyTorch's CUDA caching allocator: reserved > allocated (fragmentation)
 
 
 # torchtitan/FSDP2: eager PyTorch ops (torch SwiGLU, _fused_rms_norm on CUDA) and op-level SAC; Megatron/TE and
@@ -138,7 +139,9 @@ STACK_ACTIVATIONS = {
     "megatron": StackActivations(eager_swiglu_keeps_act=False, selective="modules", norm_rstd=False, final_norm=True),
     "deepspeed": StackActivations(eager_swiglu_keeps_act=False, selective="modules", norm_rstd=False,
                                   final_norm=True),
-    "maxtext": StackActivations(eager_swiglu_keeps_act=False, selective="half", norm_rstd=False, final_norm=True),
+    # XLA assigns every buffer at compile time (no caching allocator, reserved = allocated)
+    "maxtext": StackActivations(eager_swiglu_keeps_act=False, selective="half", norm_rstd=False, final_norm=True,
+                                caching_allocator=False),
 }
 
 
@@ -258,7 +261,9 @@ def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
     per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else LOGIT_BYTES.get(train.framework, 12.0)
     if train.loss_chunks <= 1:
         return per_logit * m.vocab_size / tp
-    return ((per_logit + CHUNK_LOGIT_BYTES) * m.vocab_size / tp / train.loss_chunks
+    # a fused loss saves the chunk's logits themselves: they are already in its 4 B
+    chunk_logits = 0.0 if train.fused_cross_entropy else CHUNK_LOGIT_BYTES
+    return ((per_logit + chunk_logits) * m.vocab_size / tp / train.loss_chunks
             + CHUNK_GRAD_BUFFER_BYTES * m.hidden_size)
 
 
@@ -465,6 +470,12 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
     return 0.0
 
 
+def allocator_fragmentation(framework: str) -> float:
+    """Reserved / allocated at the peak: the caching allocator's (calibration.ALLOCATOR_FRAGMENTATION) for PyTorch
+    stacks, 1 for XLA's static buffer assignment."""
+    return cal.ALLOCATOR_FRAGMENTATION if stack_activations(framework).caching_allocator else 1.0
+
+
 def framework_overhead_bytes(framework: str) -> float:
     return cal.FRAMEWORK_OVERHEAD_GIB.get(framework, DEFAULT_FRAMEWORK_OVERHEAD_GIB) * GIB
 
@@ -504,7 +515,7 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     acts = stage_activations(ctx, shape, split, s, inflight)
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
     allocated = w + g + o + acts + buffers
-    frag = allocated * (cal.ALLOCATOR_FRAGMENTATION - 1.0)
+    frag = allocated * (allocator_fragmentation(ctx.train.framework) - 1.0)
     return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight)
 
 
@@ -531,7 +542,7 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
                          logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp, ctx.train)),
         BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
         OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(ctx.train.framework) / GIB,
-                      fragmentation=cal.ALLOCATOR_FRAGMENTATION),
+                      fragmentation=allocator_fragmentation(ctx.train.framework)),
     )
     peak = 0.0
     for t in parts:  # the order of the original dict sum

@@ -278,6 +278,10 @@ def training_overrides(train, kw: dict):
     from planner.errors import InputError
     upd = {k: kw[k] for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe", "loss_chunks",
                               "fp8_moe_act_cache") if kw.get(k) is not None}
+    if upd.get("torch_compile") and kw.get("launcher") == "torchtitan":
+        # torchtitan compiles its loss with --compile (PR #1033, 0.3.0 BaseLoss._maybe_compile): Inductor's fused
+        # cross entropy keeps the bf16 logits and writes a bf16 gradient, the fused_cross_entropy accounting
+        upd["fused_cross_entropy"] = True
     if kw.get("loss_chunks") is None and kw.get("launcher") == "torchtitan":
         # torchtitan 0.3.0's Llama 3 / Qwen3 configs and the planner's torchtitan_model.py: ChunkedLossWrapper(8)
         upd["loss_chunks"] = TORCHTITAN_LOSS_CHUNKS
