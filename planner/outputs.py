@@ -17,7 +17,7 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.names import safe_line
 
-__all__ = ["check_output_path", "write_output_text"]
+__all__ = ["check_not_an_input", "check_output_path", "write_output_text"]
 
 
 def _kind(path: Path) -> str:
@@ -53,6 +53,25 @@ def check_output_path(path: str, option: str) -> None:
     if kind != "stream" and not target.parent.is_dir():
         raise InputError(f"{option} {safe_line(path, 200)}: the folder {safe_line(str(target.parent), 200)} does "
                          "not exist: create it first")
+
+
+def check_not_an_input(path: str, option: str, inputs: list[str]) -> None:
+    """Refuse an output path that names one of the inputs (the same file, through any link or spelling):
+    writing it would destroy the input (`report --out m.yaml --model m.yaml`)."""
+    try:
+        out = os.stat(path)
+    except OSError:
+        return  # a new file cannot be an input
+    if not stat.S_ISREG(out.st_mode):
+        return  # /dev/stdout, a FIFO: written in place, nothing is replaced
+    for inp in inputs:
+        try:
+            st = os.stat(inp)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            raise InputError(f"{option} {safe_line(path, 200)} is also an input ({safe_line(inp, 200)}): writing it "
+                             "would overwrite the input; give another path")
 
 
 def write_output_text(path: str | os.PathLike, text: str, option: str = "--out", mode: int | None = None) -> None:

@@ -1,5 +1,5 @@
 """Hardware profiles and cluster parsing, against the cited reference numbers
-(/work/shared/reference/hardware.yaml and specs.md)."""
+(shared/reference/hardware.yaml and specs.md of the workspace, quoted in the comments; not read)."""
 
 from __future__ import annotations
 

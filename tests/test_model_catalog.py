@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,8 @@ from planner.catalog.models import get_catalog_entry, get_model, list_models, lo
 from planner.names import normalise
 from planner.costmodel.params import count_params
 from planner.specs import ModelSpec
+from testdata import HF_CONFIG_FILES, MODELS_YAML, N_HF_CONFIGS
 
-REFERENCE = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference"))
 SPEC_FILES = sorted(data_dir("model_specs").glob("*.yaml"))
 
 CANONICAL = [
@@ -52,10 +51,7 @@ def test_spec_file_format(path):
 
 
 def test_sources_and_official_figures_copied_from_models_yaml():
-    path = REFERENCE / "models.yaml"
-    if not path.exists():
-        pytest.skip(f"{path} not available")
-    models = yaml.safe_load(path.read_text())["models"]
+    models = yaml.safe_load(MODELS_YAML.read_text())["models"]
     by_official = {m["official_params"]: m for m in models.values()}
     for name in CANONICAL:
         e = get_catalog_entry(name)
@@ -146,10 +142,8 @@ def test_load_hf_config_json(tmp_path):
 
 
 def test_load_reference_files_directly():
-    files = sorted((REFERENCE / "hf_configs").glob("*.json"))
-    if not files:
-        pytest.skip(f"no reference configs under {REFERENCE}")
-    for f in files:
+    assert len(HF_CONFIG_FILES) == N_HF_CONFIGS
+    for f in HF_CONFIG_FILES:
         m = load_model(str(f))
         assert count_params(m).total == count_params(get_model(f.stem)).total
 

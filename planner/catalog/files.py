@@ -96,6 +96,15 @@ def _decode(raw: bytes, where: str, hint: str) -> str:
         raise InputError(f"{where} is not UTF-8 text: pass {hint} saved as UTF-8") from None
 
 
+def read_text_file(path: str | Path, where: str, max_bytes: int, hint: str, errors: str = "strict") -> str:
+    """The text of a regular UTF-8 file of at most `max_bytes` (read_limited_bytes: never blocks, never reads
+    past the limit); `errors="replace"` keeps going over stray bytes (logs), else non-UTF-8 is refused."""
+    raw = read_limited_bytes(path, where, max_bytes, hint)
+    if errors == "strict":
+        return _decode(raw, where, hint)
+    return raw.decode("utf-8-sig", errors=errors)
+
+
 # ------------------------------------------------------------------------------------------- YAML
 
 

@@ -24,6 +24,20 @@ def hub_dir() -> Path:
     return Path("~/.cache/huggingface/hub").expanduser()
 
 
+REF_MAX_BYTES = 256  # refs/main holds one commit hash (40 hex digits, 64 for SHA-256 repos) and a newline
+
+
+def _ref_commit(ref: Path) -> str:
+    """The commit refs/main names ('' when it is not a small regular text file: then the snapshots decide)."""
+    from planner.catalog.files import read_text_file
+    from planner.errors import InputError
+
+    try:
+        return read_text_file(ref, str(ref), REF_MAX_BYTES, "a commit hash", errors="replace").strip()
+    except InputError:
+        return ""
+
+
 def cached_config(repo_id: str) -> Path | None:
     """config.json of `repo_id` in the local cache: the snapshot refs/main names, else the only (or the
     lexicographically last) snapshot that has one; None when the repo is not cached."""
@@ -34,7 +48,7 @@ def cached_config(repo_id: str) -> Path | None:
         return None
     ref = repo / "refs" / "main"
     if ref.is_file():
-        commit = ref.read_text(encoding="utf-8", errors="replace").strip()
+        commit = _ref_commit(ref)
         if re.fullmatch(r"[0-9a-f]{6,64}", commit) and (snaps / commit / "config.json").is_file():
             return snaps / commit / "config.json"
     found = sorted(p for p in snaps.glob("*/config.json") if p.is_file())

@@ -28,6 +28,7 @@ from planner.costmodel.params import layer_params
 from planner.costmodel.pipeline import inflight_microbatches, schedule_of
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
+from planner.stacks import stack_of, traits
 
 GIB = float(2**30)
 
@@ -56,7 +57,7 @@ def grad_dtype(train: TrainingSpec) -> str:
     main-grad buffer / FSDP2's fp32 reduce_dtype, else (DeepSpeed) the compute dtype."""
     if train.grad_dtype is not None:
         return train.grad_dtype
-    if train.framework in ("megatron", "fsdp", "maxtext"):
+    if stack_of(train).grad_reduce_dtype == "fp32":
         return "fp32"
     return "fp16" if train.dtype == "fp16" else "bf16"
 
@@ -70,13 +71,14 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
     """Weights/grads/optimizer bytes per parameter (ZeRO paper sec. 3.1, K=12: fp32 master 4 + Adam m, v
     4 each; 8 with bf16 moments) for each framework."""
     moments = 8.0 if train.optimizer_dtype == "fp32" else 4.0
-    if train.framework in ("fsdp", "maxtext") and zero_stage == 3:
+    stack = stack_of(train)
+    if stack.zero3_fp32_sharded_params and zero_stage == 3:
         # FSDP2 mixed precision: fp32 sharded params (4), grads (fp32 unless stated), Adam moments.
         return StateBytesPerParam(4.0, True, grad_bytes_per_param(train), True,
                                   0.0 if offload_optimizer else moments, True)
     # the stored gradient: Megatron's main-grad buffer and DeepSpeed's buffer hold the reduction dtype;
     # replicated (DDP-style) PyTorch keeps .grad in the compute dtype unless a dtype is stated
-    stored_as_reduced = train.grad_dtype is not None or train.framework in ("megatron", "deepspeed")
+    stored_as_reduced = train.grad_dtype is not None or stack.grad_buffer_in_reduce_dtype
     grad = grad_bytes_per_param(train) if stored_as_reduced else 2.0
     return StateBytesPerParam(
         weights=2.0,
@@ -117,36 +119,6 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
         assert a is not None  # selective_recompute_modules lists mla_up_proj only for MLA models
         dropped += m.num_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim) / tp  # q, k, v
     return dropped
-
-
-@dataclass(frozen=True)
-class StackActivations:
-    """What one stack's layers keep for backward where stacks differ (measured on torchtitan 0.3.0's real Llama,
-    tests/test_memory_real_code.py; Megatron/TE from Korthikanti et al. 2022 and Megatron-core's fused kernels)."""
-
-    eager_swiglu_keeps_act: bool  # eager `silu(gate) * up` also keeps silu(gate) (a 4th FFN-sized tensor)
-    selective: str  # "modules": Megatron --recompute-modules; "op_sac": torchtitan SelectiveAC; "half": MaxText
-    norm_rstd: bool  # each RMSNorm keeps its fp32 rstd per token (torch _fused_rms_norm backward)
-    final_norm: bool  # the final norm keeps its input and output (the LM head's input) on the last stage
-    caching_allocator: bool = True  # PyTorch's CUDA caching allocator: reserved > allocated (fragmentation)
-
-
-# torchtitan/FSDP2: eager PyTorch ops (torch SwiGLU, _fused_rms_norm on CUDA) and op-level SAC; Megatron/TE and
-# DeepSpeed (Megatron kernels): bias_swiglu_impl keeps only its input, module-level recompute; MaxText: XLA fuses
-# the activation, its remat policies are not per-op (kept as "half of the layer", not measured).
-STACK_ACTIVATIONS = {
-    "fsdp": StackActivations(eager_swiglu_keeps_act=True, selective="op_sac", norm_rstd=True, final_norm=True),
-    "megatron": StackActivations(eager_swiglu_keeps_act=False, selective="modules", norm_rstd=False, final_norm=True),
-    "deepspeed": StackActivations(eager_swiglu_keeps_act=False, selective="modules", norm_rstd=False,
-                                  final_norm=True),
-    # XLA assigns every buffer at compile time (no caching allocator, reserved = allocated)
-    "maxtext": StackActivations(eager_swiglu_keeps_act=False, selective="half", norm_rstd=False, final_norm=True,
-                                caching_allocator=False),
-}
-
-
-def stack_activations(framework: str) -> StackActivations:
-    return STACK_ACTIVATIONS.get(framework, STACK_ACTIVATIONS["megatron"])
 
 
 def _op_sac_elems(m: ModelSpec, tp: int, sp: bool, hs: float, qkv: float, attn_out: float) -> float:
@@ -203,11 +175,11 @@ def activation_elems_per_token(
     layer runs under torch.compile (PyTorch-native stacks), whose partitioner fuses the SwiGLU."""
     h = m.hidden_size
     hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
-    stack = stack_activations(framework)
+    stack = traits(framework)
     if recompute == "full":
         return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
     qkv, attn_out = _attention_widths(m, tp)
-    if recompute == "selective" and stack.selective == "op_sac" and not moe_layer:
+    if recompute == "selective" and stack.selective_saves == "op_sac" and not moe_layer:
         return _op_sac_elems(m, tp, sp, hs, qkv, attn_out)
     # Transformer Engine FP8 linears save their GEMM inputs for backward as FP8 (1 byte, half an element)
     g = 0.5 if fp8_gemm_inputs else 1.0
@@ -225,8 +197,8 @@ def activation_elems_per_token(
         inter = (2 + g + act_kept) * f if m.mlp_type == "gated" else (1 + g) * f
         mlp = hs + g * hs + inter / tp
     # two fp32 rstd per token (torch _fused_rms_norm keeps (input, rstd, weight)): 8 B = 4 elements
-    total = attn + mlp + (4.0 if stack.norm_rstd else 0.0)
-    if recompute == "selective" and stack.selective in ("half", "op_sac"):
+    total = attn + mlp + (4.0 if stack.norm_keeps_rstd else 0.0)
+    if recompute == "selective" and stack.selective_saves in ("half", "op_sac"):
         # MaxText remat "minimal"-like policies, and op-level SAC in MoE layers (not measured): every other
         # matmul output and the attention output, roughly half the per-layer tensors
         return hs + 0.5 * (total - hs)
@@ -235,14 +207,7 @@ def activation_elems_per_token(
     return total
 
 
-# Bytes per logit at the loss's peak. torch cross_entropy on fp32-upcast logits (torchtitan, llm-foundry; the
-# planner keeps it for MaxText, not measured): the saved fp32 log-softmax output, its incoming fp32 gradient and
-# the fp32 input gradient coexist at the start of backward (3 x 4 B; measured on torchtitan's CrossEntropyLoss,
-# tests/test_memory_real_code.py). Megatron's vocab-parallel cross entropy
-# (megatron/core/tensor_parallel/cross_entropy.py, also its fused variant and Megatron-DeepSpeed's): one fp32
-# copy of the logits turned into the softmax in place (exp_, div_) and saved, the backward computed in place on
-# it and cast to a 2-byte gradient: 4 B + 2 B.
-LOGIT_BYTES = {"megatron": 6.0, "deepspeed": 6.0, "fsdp": 12.0, "maxtext": 12.0}
+# Bytes per logit at the loss's peak with each stack's own loss kernel: Stack.logit_bytes (planner/stacks/).
 # A fused cross-entropy kernel on the 16-bit logits (flash-attn losses/cross_entropy.py CrossEntropyLoss, llm-foundry's
 # MPT default): it saves the 2-byte logits and its backward writes a 2-byte gradient, with no fp32 copy.
 FUSED_LOGIT_BYTES = 4.0
@@ -258,7 +223,7 @@ CHUNK_GRAD_BUFFER_BYTES = 4.0 + 2.0
 def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
     """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel).
     Chunked (train.loss_chunks > 1): one chunk's logits and loss at a time plus the fp32 hidden-gradient buffer."""
-    per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else LOGIT_BYTES.get(train.framework, 12.0)
+    per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else stack_of(train).logit_bytes
     if train.loss_chunks <= 1:
         return per_logit * m.vocab_size / tp
     # a fused loss saves the chunk's logits themselves: they are already in its 4 B
@@ -277,8 +242,6 @@ ZERO3_GATHERED_LAYERS = 2
 # The final norm keeps its bf16 input and its bf16 output (the LM head's saved input): 4 B per hidden element
 # (measured on torchtitan, tests/test_memory_real_code.py).
 FINAL_NORM_BYTES_PER_H = 4.0
-# Framework overhead of a framework without a calibrated figure (GiB).
-DEFAULT_FRAMEWORK_OVERHEAD_GIB = 2.0
 
 STATE = formula(
     "memory.states",
@@ -309,7 +272,7 @@ BUFFERS = formula(
 OVERHEAD = formula(
     "memory.overhead",
     "framework overhead (CUDA context, NCCL buffers) + (allocator fragmentation - 1) x allocated",
-    "calibration.FRAMEWORK_OVERHEAD_GIB and ALLOCATOR_FRAGMENTATION (fitted on the torchtitan rows)",
+    "Stack.overhead_gib (planner/stacks/) and calibration.ALLOCATOR_FRAGMENTATION (fitted on the torchtitan rows)",
 )
 PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
 CAPACITY = formula("memory.capacity", "HBM capacity of one device",
@@ -375,7 +338,7 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     if v is None:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
-            fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"),
+            fp8_gemm_inputs=(tr.dtype == "fp8" and ctx.stack.fp8_saves_gemm_inputs),
             fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx), compiled=tr.torch_compile)
     return v
 
@@ -438,8 +401,7 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     if s == p.pp - 1:
         loss = tokens * logits_bytes_per_token(m, p.tp, ctx.train)
         acts += max(loss, recomputing)
-        if stack_activations(ctx.train.framework).final_norm:
-            acts += tokens * FINAL_NORM_BYTES_PER_H * m.hidden_size  # final norm input and output (LM head input)
+        acts += tokens * FINAL_NORM_BYTES_PER_H * m.hidden_size  # final norm input and output (LM head input)
     else:
         acts += recomputing
     if s == 0:
@@ -451,7 +413,7 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
 def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, split: StageSplit,
                   grad_bytes: float) -> float:
     """Bytes of the unsharded parameter and gradient buffers ZeRO-3 / FSDP adds (formula memory.buffers)."""
-    if plan.zero_stage == 3 and plan.pp > 1 and ctx.train.framework in ("fsdp", "maxtext"):
+    if plan.zero_stage == 3 and plan.pp > 1 and ctx.stack.zero3_unsharded_under_pp:
         # FSDP under pipelining keeps the stage's parameters unsharded between micro-batches
         # (torchtitan: reshard_after_forward=False with PP) and accumulates unsharded gradients
         # until the last micro-batch (torch.distributed.pipelining backward_maybe_with_nosync).
@@ -461,7 +423,7 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
         _, hc, tc = split
         layer = largest_layer_params_per_device(ctx, plan, set(hc) | set(tc))
         gathered, grads = ZERO3_GATHERED_LAYERS * layer, layer
-        if ctx.train.framework == "deepspeed":
+        if ctx.stack.zero3_gather == "tensor":
             # DeepSpeed gathers module by module up to its live limit and ships gradients through a bucket
             module = largest_matrix_params_per_device(ctx.model, plan)
             gathered = min(gathered, max(cal.DEEPSPEED_MAX_LIVE_PARAMS, module))
@@ -473,11 +435,12 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
 def allocator_fragmentation(framework: str) -> float:
     """Reserved / allocated at the peak: the caching allocator's (calibration.ALLOCATOR_FRAGMENTATION) for PyTorch
     stacks, 1 for XLA's static buffer assignment."""
-    return cal.ALLOCATOR_FRAGMENTATION if stack_activations(framework).caching_allocator else 1.0
+    return cal.ALLOCATOR_FRAGMENTATION if traits(framework).caching_allocator else 1.0
 
 
 def framework_overhead_bytes(framework: str) -> float:
-    return cal.FRAMEWORK_OVERHEAD_GIB.get(framework, DEFAULT_FRAMEWORK_OVERHEAD_GIB) * GIB
+    """The stack's CUDA context and communicator buffers per device (Stack.overhead_gib)."""
+    return traits(framework).overhead_gib * GIB
 
 
 class StateLayout(NamedTuple):

@@ -31,6 +31,7 @@ import numpy as np
 
 from planner.specs import ClusterSpec, ParallelPlan
 from planner.specs.dims import ParallelDims
+from planner.stacks import traits
 
 GROUPS = ("tp", "cp", "ep", "dp", "edp", "pp")
 MESH_AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")  # MaxText, outermost first
@@ -267,13 +268,14 @@ def _mesh_span(group: str, axes: tuple[str, ...], ici: dict, dcn: dict, torus: d
 
 def placement(cluster: ClusterSpec, plan: ParallelPlan, framework: str) -> dict[str, GroupSpan]:
     """Span of every group kind of `plan` on `cluster` under `framework`'s rank order: MaxText's hybrid
-    mesh (and a torus mapping) on TPU or with framework maxtext, the linear tp-cp-ep-dp-pp order else."""
+    mesh (and a torus mapping) on TPU or for a stack with a mesh rank order (MaxText), the linear tp-cp-ep-dp-pp
+    order else."""
     hw = cluster.hardware
     up, out = _SCALE_UP_LINK[hw.scale_up.kind], hw.scale_out.kind
     world = plan.devices
     domain = placement_domain(cluster, world)
     linear = linear_strides(plan)
-    if framework == "maxtext" or hw.torus is not None:
+    if traits(framework).rank_order == "mesh" or hw.torus is not None:
         ici, dcn = split_ici_dcn(mesh_degrees(plan), world, domain)
         torus = torus_assignment(ici, slice_shape(cluster), hw.torus.cube) if hw.torus is not None else None
         spans = {g: _mesh_span(g, axes, ici, dcn, torus, domain, up, out) for g, axes in _mesh_groups(plan).items()}

@@ -13,7 +13,7 @@ the fastest plan, one row per layout when distinct_layouts is set).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -83,13 +83,9 @@ def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
 
 
 def _zero_choices(ctx: Context, opts: SearchOptions) -> list[int]:
-    fw = ctx.train.framework
     if "zero_stage" in opts.fixed and opts.fixed["zero_stage"] is not None:
         return [opts.fixed["zero_stage"]]
-    # Megatron's default is its distributed optimizer (ZeRO-1); ZeRO-3 there (Megatron-FSDP) only when
-    # asked: the published ZeRO-3 runs at scale (SC21 Table 2) ran 1.5-5x slower than its bandwidth
-    # model, so the planner does not prefer it on that evidence.
-    return {"megatron": [1], "fsdp": [3], "maxtext": [3], "deepspeed": [1, 2, 3]}[fw]
+    return list(ctx.stack.searched_zero_stages)  # each stack's default (planner/stacks/: Megatron's is ZeRO-1)
 
 
 def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
@@ -260,9 +256,11 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     res = _search(ctx, opts)
     if not res.plans and opts.require_fit and "offload_optimizer" not in opts.fixed:
         off = _search(ctx, SearchOptions(**{**opts.__dict__, "fixed": {**opts.fixed, "offload_optimizer": True}}))
-        for e in off.plans:
-            e.warnings.append("fits only with optimizer states offloaded to the host (ZeRO-Offload): "
-                              "the optimizer step runs on the CPU over PCIe")
+        note = ("fits only with optimizer states offloaded to the host (ZeRO-Offload): "
+                "the optimizer step runs on the CPU over PCIe")
+        noted = {id(e): replace(e, warnings=(*e.warnings, note)) for e in off.plans}
+        off.plans = [noted[id(e)] for e in off.plans]
+        off.ranked = [noted.get(id(e), e) for e in off.ranked]
         if off.plans:
             off.evaluated += res.evaluated
             return off
@@ -296,7 +294,7 @@ def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[i
     if "zero_shard_size" in opts.fixed:
         return [opts.fixed["zero_shard_size"]]
     group, node = r["dp"] * r["cp"], ctx.cluster.scale_up_size // max(1, r["tp"])
-    if z == 3 and ctx.train.framework in ("fsdp", "maxtext") and 1 < node < group and group % node == 0:
+    if z == 3 and ctx.stack.hsdp_searched and 1 < node < group and group % node == 0:
         return [None, node]
     return [None]
 
@@ -308,12 +306,12 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
     zeros = _zero_choices(ctx, opts)
     # prune (structure, zero) pairs whose model states alone exceed the capacity
     pairs = [(r, z) for r in rows for z in zeros]
-    if tr.framework == "megatron" and "zero_stage" not in fx:
+    if ctx.stack.zero3_in_domain_searched and "zero_stage" not in fx:
         # Megatron-FSDP (ZeRO-3) where the whole model-replica group sits in one NVLink domain: the
         # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network. Only layouts that
         # Megatron-FSDP is known to run (planner/emit/capabilities/megatron.py: not with PP > 1, unverified)
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
-                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, "megatron")]
+                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, ctx.stack.emitter)]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
     keep = [pr for pr, b in zip(pairs, lb, strict=False)
             if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
@@ -478,10 +476,9 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
         return None
     new = evaluate(ctx, alt)
     if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:
-        new.pipeline["stage_assignment"] = {"layers_per_stage": list(a.layers_per_stage),
-                                            "recompute_per_stage": list(a.recompute_per_stage),
-                                            "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}
-        return new
+        return replace(new, pipeline={**new.pipeline, "stage_assignment": {
+            "layers_per_stage": list(a.layers_per_stage), "recompute_per_stage": list(a.recompute_per_stage),
+            "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}})
     return None
 
 

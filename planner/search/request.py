@@ -42,9 +42,18 @@ def model_training_errors(model: ModelSpec, train: TrainingSpec) -> list[str]:
     return []
 
 
+def count_free_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list[str]:
+    """The reasons that hold whatever the device count (for --min-devices, where the count is searched)."""
+    return model_training_errors(model, train) + dtype_errors(cluster, train, fixed)
+
+
 def request_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list[str]:
-    """Every reason the request can never give a plan a launcher runs (empty = go ahead and search)."""
+    """Every reason the request can never give a plan a launcher runs (empty = go ahead and search). The advice
+    names pinned knobs only when the user pinned some; else it names the batch and the device count."""
     pinned = pinned_errors(model, train, cluster.count, fixed)
     if pinned:
-        pinned[-1] += ": change or drop the pinned knobs"
-    return model_training_errors(model, train) + dtype_errors(cluster, train, fixed) + pinned
+        given = [k for k, v in fixed.items() if v is not None]
+        pinned[-1] += (": change or drop the pinned knobs" if given else
+                       f": no layout of {cluster.count} devices takes these settings; change --gbs / --seq-len or "
+                       "the device count (--min-devices searches the counts up to it)")
+    return count_free_errors(model, cluster, train, fixed) + pinned

@@ -20,6 +20,8 @@ Rules (Megatron-core / torchtitan):
   global_batch % (dp * micro_batch) == 0
   zero_shard_size: a multiple of cp dividing dp * cp (whole CP groups, whole replicas)
   sequence parallelism only with tp > 1; interleaving only with pp > 1
+A stack adds its own rules (planner/stacks/: Megatron's interleaved micro-batch count divisible by pp, stage sizes
+divisible by vpp, embedding and loss units split over pp x vpp), read through `stack_of(train).plan_errors`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from planner.specs.model import ModelSpec
 from planner.specs.plan import ParallelPlan
 from planner.specs.training import TrainingSpec
+from planner.stacks import stack_of
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def _tensor_context_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPla
     return errs
 
 
-def _pipeline_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+def _pipeline_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
     errs = []
     if p.pp > model.num_layers:
         errs.append(f"pp={p.pp} exceeds the {model.num_layers} layers")
@@ -138,11 +141,6 @@ def _pipeline_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> 
         errs.append("virtual pipeline stages (vpp > 1) need pp > 1")
     if p.schedule == "interleaved" and p.vpp == 1 and p.pp > 1:
         errs.append("the interleaved schedule needs vpp > 1")
-    per_step = p.dp * p.micro_batch
-    if (p.schedule == "interleaved" and p.pp > 1 and per_step and train.global_batch % per_step == 0
-            and (train.global_batch // per_step) % p.pp):
-        errs.append(f"the interleaved schedule needs the micro-batch count "
-                    f"({train.global_batch // per_step}) divisible by pp={p.pp} (Megatron rule)")
     if p.vpp > 1 and p.schedule != "interleaved":
         errs.append("vpp > 1 needs the interleaved schedule")
     return errs
@@ -159,23 +157,13 @@ def _stage_split_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
     rest = model.num_layers - fixed
     if rest < 0 or (free and rest % free) or (not free and rest):
         return [f"uneven stages first={first} last={last} do not split {model.num_layers} layers over pp={p.pp}"]
-    if p.vpp > 1 and any(c % p.vpp for c in (first, last, rest // free if free else 0) if c is not None):
-        return [f"with vpp={p.vpp} every stage's layer count must divide into {p.vpp} virtual stages "
-                "(Megatron rule for --decoder-first/last-pipeline-num-layers)"]
     return []
 
 
 def _embedding_loss_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
-    if not p.account_embedding_loss:
-        return []
-    errs = []
-    units = model.num_layers + 2
-    if p.pp < 2 or units % p.pp or (units // p.pp) % p.vpp:
-        errs.append(f"counting the embedding and loss as layers needs pp > 1 and {units} divisible by pp={p.pp} "
-                    f"into stages divisible by vpp={p.vpp} (Megatron rule)")
-    if p.first_stage_layers is not None or p.last_stage_layers is not None:
-        errs.append("account_embedding_loss and first/last stage sizes are exclusive")
-    return errs
+    if p.account_embedding_loss and (p.first_stage_layers is not None or p.last_stage_layers is not None):
+        return ["account_embedding_loss and first/last stage sizes are exclusive"]
+    return []
 
 
 def batch_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
@@ -203,9 +191,10 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
     return [
         *size_errors(devices, p),
         *_tensor_context_errors(model, train, p),
-        *_pipeline_errors(model, train, p),
+        *_pipeline_errors(model, p),
         *_stage_split_errors(model, p),
         *_embedding_loss_errors(model, p),
+        *stack_of(train).plan_errors(model, train, p),  # the stack's own rules (planner/stacks/)
         *batch_errors(train, p),
         *expert_errors(model, p),
         *([zero] if zero else []),

@@ -21,6 +21,7 @@ from planner.costmodel.trace import MEMORY_PARTS as MEM_PARTS
 from planner.costmodel.trace import TIME_TERMS as TIME_PARTS
 from planner.names import safe_line
 from planner.search.ranking import TIE_BAND_REL
+from planner.specs.plan import plan_label
 
 COMPACT_MAX_COLUMNS = 80
 PIPED_DEFAULT_COLUMNS = 140
@@ -50,21 +51,6 @@ def make_console(file=None) -> Console:
     return c if c.is_terminal else Console(file=file, width=columns_from_env())
 
 
-def plan_label(p: dict, mark_no_sp: bool = False) -> str:
-    """Short name of a plan's layout from its knobs: 'TP8 PP4x2 CP2 DP4 EP8' (x = virtual stages)."""
-    g = lambda k: p.get(k) or 1  # noqa: E731
-    s = f"TP{g('tp')}" + ("*" if mark_no_sp and g("tp") > 1 and not p.get("sequence_parallel", True) else "")
-    s += f" PP{g('pp')}" + (f"x{g('vpp')}" if g("vpp") > 1 else "")
-    if g("cp") > 1:
-        s += f" CP{g('cp')}" + ("(a2a)" if p.get("cp_comm") == "a2a" else "")
-    s += f" DP{g('dp')}"
-    if g("ep") > 1:
-        s += f" EP{g('ep')}"
-    if g("etp") > 1:
-        s += f" ETP{g('etp')}"
-    return s
-
-
 def recompute_label(p: dict, short: bool = False) -> str:
     k = p.get("recompute_layers")
     if p["recompute"] == "full" and k is not None:
@@ -87,7 +73,7 @@ def memory_cell(r: dict) -> str:
 
 
 def band_label(plan: dict) -> str:
-    """'±12%': the plan's cross-validated error band (issue 15, planner.analysis.bands); '-' when absent."""
+    """'±12%': the plan's cross-validated error band (planner.analysis.bands); '-' when absent."""
     from planner.analysis.bands import band_label as label
 
     return label(plan).strip() or "-"
@@ -129,7 +115,7 @@ def legend(doc: dict, compact: bool) -> list[str]:
     distinct = (doc.get("ranking") or {}).get("distinct_layouts", True)
     lines = [RANK_NOTE + (DISTINCT_NOTE if distinct else "")]
     band = (plans[0].get("step_time_band") or {}) if plans else {}
-    if band:  # issue 15
+    if band:  # the cross-validated error band (planner.analysis.bands)
         lines.append(f"±: how far measured steps of published runs like these ({band.get('regime', '')}) landed from "
                      "the prediction, out of sample (90% of them); docs/cli.md.")
     if compact:
@@ -189,7 +175,7 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
     c.print(table)
     for line in legend(doc, compact):
         c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
-    if doc.get("band_note"):  # issue 15: the leading plans lie within each other's error band
+    if doc.get("band_note"):  # the leading plans lie within each other's error band
         c.print(escape(wrapped(f"note: {doc['band_note']}", width, "  ")), style="yellow", soft_wrap=True)
     if not doc["plans"]:
         return

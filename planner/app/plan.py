@@ -1,0 +1,153 @@
+"""Plan a request: build its specs, refuse what can never give a plan, search, and assemble the result
+document every view renders (`plan`, `plan --json`, explain, report, compare)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Callable
+
+from planner.app.documents import cluster_object, model_object, require_finite
+from planner.app.inputs import build_inputs, check_launcher_hardware, check_launcher_model, check_request, pinned_knobs
+from planner.app.request import PlanRequest, resolve_target
+from planner.errors import InputError, NoFeasiblePlan
+from planner.specs import ClusterSpec
+
+Progress = Callable[[str], AbstractContextManager]  # shows a message while a long step runs (the CLI's spinner)
+
+
+def quiet(message: str) -> AbstractContextManager:
+    """The default Progress: shows nothing."""
+    return nullcontext()
+
+
+def run_search(req: PlanRequest, progress: Progress = quiet):
+    """Search for the request's plans; returns (ctx, result, doc). Raises InputError (exit 2) for a request
+    that can never give a plan and NoFeasiblePlan (exit 3) when nothing fits."""
+    req = resolve_target(req)
+    from planner.costmodel import Context
+    from planner.search.engine import SearchOptions, search
+
+    model, cluster, train = build_inputs(req)
+    launcher = req.launcher
+    if launcher:
+        check_launcher_model(launcher, model, train, cluster)
+    fixed = pinned_knobs(req)
+    headroom = req.memory_headroom_gib or 0.0
+    check_request(model, cluster, train, fixed, headroom)
+    ctx = Context(model, cluster, train)
+    t0 = time.perf_counter()
+    with progress(f"searching plans for {model.name} on {cluster.name}"):
+        res = search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
+                                        memory_headroom_gib=headroom,
+                                        distinct_layouts=not req.all_variants, launcher=launcher))
+    seconds = time.perf_counter() - t0
+    if not res.plans and not res.structures:
+        raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
+                         f"knobs ({req.pins_text()}): pin fewer knobs or change the device count")
+    if not res.plans:
+        raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
+    doc = search_doc(ctx, res, req, seconds)
+    from planner.analysis.bands import attach_bands
+    attach_bands(ctx, doc)  # plans[i].step_time_band, band_note
+    require_finite(doc)
+    return ctx, res, doc
+
+
+def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
+    """The result document of a search: model, cluster, training, ranked plans, ranking and search stats."""
+    from planner.analysis.explain import reason
+    from planner.costmodel.memory import grad_dtype
+
+    train = ctx.train
+    usable = usable_capacity_gib(ctx, req.memory_headroom_gib or 0.0)
+    plans = []
+    for ev in res.plans:
+        d = ev.to_dict()
+        d["memory"] = dict(d["memory"], usable_gib=usable)
+        d["reason"] = reason(ctx, ev, usable)
+        plans.append(d)
+    return {"model": model_object(ctx.model, ctx.params), "cluster": cluster_object(ctx.cluster),
+            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
+                         "framework": train.framework, "launcher": req.launcher, "grad_dtype": grad_dtype(train),
+                         "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl,
+                         "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor,
+                         "fp8_recipe": train.fp8_recipe, "loss_chunks": train.loss_chunks,
+                         "fp8_moe_act_cache": train.fp8_moe_act_cache},
+            "plans": plans,
+            "ranking": ranking_doc(req),
+            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
+                       "pruned": res.pruned, "memory_headroom_gib": req.memory_headroom_gib or 0.0,
+                       "seconds": seconds}}  # the --json output drops "seconds" (same input, same bytes)
+
+
+def ranking_doc(req: PlanRequest) -> dict:
+    from planner.search.ranking import TIE_BAND_REL
+
+    return {"order": "step_time_s", "tie_band_rel": TIE_BAND_REL, "tie_break": ["memory.peak_gib", "simpler layout"],
+            "distinct_layouts": not req.all_variants}
+
+
+def usable_capacity_gib(ctx, headroom: float) -> float:
+    """The memory per device the search allows a plan: HBM less the fit reserve and the headroom."""
+    from planner.costmodel import calibration as cal
+
+    return ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
+
+
+def nothing_fits_message(ctx, res, headroom: float) -> str:
+    cap = usable_capacity_gib(ctx, headroom)
+    low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
+    return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
+            f"smallest peak any plan reaches is {low}. Try more devices, --recompute full, --zero 3, "
+            f"--offload, a shorter --seq-len, or an accelerator with more memory")
+
+
+def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
+                        progress: Progress = quiet) -> tuple[ClusterSpec, dict[str, Any]]:
+    """The cluster cut to the fewest devices (n <= the request's count) that fit, keeping every setting of the
+    cluster (inline hardware, devices_per_node, domain_size, overrides); the normal search then runs on it.
+    Returns (that cluster, the summary `--json` reports as `min_devices`)."""
+    from planner.search.engine import SearchOptions, min_devices
+
+    model, cluster, train = build_inputs(req)
+    fixed = dict(req.knobs)
+    check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
+    if req.launcher:
+        from planner.emit.capabilities import capabilities
+        check_launcher_hardware(req.launcher, cluster)
+        fixed = capabilities(req.launcher).search_defaults | fixed
+    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp,
+                         memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=req.launcher)
+    with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}"):
+        n, _ = min_devices(model, cluster, train, opts, target_step_s)
+    if n is None:
+        goal = f" at <= {target_step_s:g} s per step" if target_step_s else ""
+        pins = ", ".join(f"{k}={v}" for k, v in sorted(req.knobs.items()) if v is not None)
+        goal += f" with the pinned {pins}" if pins else ""
+        raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
+                             "raise the --cluster count, relax --target-step-s"
+                             + (", change the pinned knobs" if pins else "") + " or pick a bigger accelerator")
+    summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
+               "target_step_s": target_step_s}
+    return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
+                       devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size), summary
+
+
+def explain_search(req: PlanRequest, progress: Progress = quiet):
+    """The best plan of the request with every number's derivation and why each neighbouring plan loses:
+    (ctx, result, doc) with doc["derivation"] and doc["why_not"] (planner.analysis.explain)."""
+    from planner.analysis.explain import derivation, why_not
+
+    ctx, res, doc = run_search(req.replace(top_k=1), progress)
+    best = res.plans[0]
+    doc["why_not"] = why_not(ctx, best, usable_capacity_gib(ctx, req.memory_headroom_gib or 0.0))
+    doc["derivation"] = derivation(ctx, best)
+    return ctx, res, doc
+
+
+def scored_candidates(res) -> list[dict]:
+    """Every plan the search scored and kept (SearchResult.ranked, best first), as the report's Pareto chart
+    reads them: knobs, step time, peak memory, fits."""
+    return [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
+             "fits": e.fits} for e in res.ranked]
