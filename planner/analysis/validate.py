@@ -183,6 +183,32 @@ RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], s
 )
 
 
+def infer_maxtext_memory(run: dict, framework: str) -> dict[str, Any]:
+    """MaxText settings a TPU recipe's notes state (the runs schema has no field for them): weight_dtype=bfloat16
+    (bf16 master parameters; the Adam moments inherit it, MT:configs/base.yml mu_dtype), num_vocab_tiling=N (the
+    loss over N slices), remat_policy=custom with named tensors = offload / device (MT:configs/base.yml)."""
+    import re
+
+    if not traits(framework).custom_remat_option:
+        return {}
+    notes = str(run.get("notes", ""))
+    out: dict[str, Any] = {}
+    if re.search(r"weight_dtype\s*=\s*bfloat16", notes):
+        out |= {"param_dtype": "bf16", "optimizer_dtype": "bf16"}
+    tiles = re.search(r"num_vocab_tiling\s*=\s*(\d+)", notes)
+    if tiles and int(tiles.group(1)) > 1:
+        out["loss_chunks"] = int(tiles.group(1))
+    custom = re.search(r"remat_policy\s*=\s*custom(.*?)(?:\.\s|$)", notes, re.S)
+    if custom:
+        named: dict[str, list[str]] = {"offload": [], "device": []}
+        for names, where in re.findall(r"((?:[a-z_0-9]+\s*[,/]\s*)*[a-z_0-9]+)\s*=\s*(offload|device|remat)",
+                                       custom.group(1)):
+            if where in named:
+                named[where] += [n.strip() for n in re.split(r"[,/]", names)]
+        out |= {"remat_offloaded": tuple(named["offload"]), "remat_device": tuple(named["device"])}
+    return out
+
+
 def infer_precision(run: dict) -> dict[str, Any]:
     """Gradient / optimizer-state dtypes (and FP8 activation storage) of the recipe the run cites, where its
     config or paper states them."""
@@ -348,7 +374,8 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
         t = run["train"]
         st = run_stack(run)
         fw = st.framework
-        precision = infer_precision(run) | {k: t[k] for k in ("grad_dtype", "optimizer_dtype") if t.get(k)}
+        precision = (infer_precision(run) | infer_maxtext_memory(run, fw)
+                     | {k: t[k] for k in ("grad_dtype", "optimizer_dtype") if t.get(k)})
         settings: dict[str, Any] = dict(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
                                         dtype=t.get("dtype", "bf16"), framework=fw, attention_impl=st.attention,
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
@@ -437,6 +464,8 @@ def tpu_slices(run: dict) -> int:
 def multislice_hsdp(run: dict, cluster: ClusterSpec, fixed: dict[str, Any]) -> dict[str, Any]:
     """MaxText across K slices shards FSDP within a slice (ici_fsdp_parallelism) and replicates across
     slices (dcn_data_parallelism): hybrid sharding with shard groups of dp*cp / K."""
+    if "dcn_fsdp_parallelism" in str(run.get("notes", "")):
+        return {}  # FSDP spans the slices too (MaxText dcn_fsdp_parallelism): full sharding, not HSDP
     slices = cluster.count // cluster.scale_up_size if cluster.hardware.scale_up.kind == "ici_torus" else 1
     dp_cp = (fixed.get("dp") or 0) * (fixed.get("cp") or 1)
     if slices > 1 and dp_cp and dp_cp % slices == 0:

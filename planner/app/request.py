@@ -48,7 +48,7 @@ class PlanRequest:
     scale_up_bw: str | None = None
     knobs: Mapping[str, Any] = field(default_factory=dict)
     max_tp: int | None = None
-    memory_headroom_gib: float = 0.0
+    memory_headroom_gib: float | None = None  # GiB kept free; None: the default memory margin (capacity.py)
     top_k: int = 5
     all_variants: bool = False
 

@@ -111,6 +111,12 @@ DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 ALLOCATOR_FRAGMENTATION = 1.05
 # Memory left free for the driver and transient spikes when deciding whether a plan fits.
 FIT_RESERVE_GIB = 1.0
+# The memory error band: 90% of the published peaks (runs/known_runs_*.yaml with peak_memory_gib, 20 torchtitan
+# rows) lie within a factor 1 + MEMORY_BAND_REL of the prediction, cross-validated (the fitted overhead refitted
+# without each run): `python -m planner.analysis.membands` computes it, tests/test_memory_validation.py checks this
+# copy. By default a plan whose peak lies within this share of the usable capacity ranks after the plans of its
+# step-time band that do not (planner.costmodel.capacity); --memory-headroom replaces the margin.
+MEMORY_BAND_REL = 0.2047
 
 # --- host (optimizer offload) ---------------------------------------------------------------------
 # DeepSpeed CPU-Adam throughput of one host, parameters updated per second with all its cores (ZeRO-Offload,

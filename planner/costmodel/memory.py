@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
+from planner.costmodel.capacity import memory_margin_rel, usable_capacity_gib
 from planner.costmodel.expert import expert_load
 from planner.costmodel.params import layer_params
 from planner.costmodel.pipeline import inflight_microbatches, schedule_of
@@ -73,8 +74,9 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
     moments = 8.0 if train.optimizer_dtype == "fp32" else 4.0
     stack = stack_of(train)
     if stack.zero3_fp32_sharded_params and zero_stage == 3:
-        # FSDP2 mixed precision: fp32 sharded params (4), grads (fp32 unless stated), Adam moments.
-        return StateBytesPerParam(4.0, True, grad_bytes_per_param(train), True,
+        # FSDP2 mixed precision: fp32 sharded params (4; MaxText weight_dtype bf16: 2), grads (fp32 unless stated),
+        # Adam moments.
+        return StateBytesPerParam(4.0 if train.param_dtype == "fp32" else 2.0, True, grad_bytes_per_param(train), True,
                                   0.0 if offload_optimizer else moments, True)
     # the stored gradient: Megatron's main-grad buffer and DeepSpeed's buffer hold the reduction dtype;
     # replicated (DDP-style) PyTorch keeps .grad in the compute dtype unless a dtype is stated
@@ -163,10 +165,23 @@ def _moe_mlp_elems(m: ModelSpec, tp: int, hs: float, g: float, etp: int, fp8_moe
     return hs + g * hs + e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
 
 
+def maxtext_custom_remat_elems(m: ModelSpec, tp: int, hs: float, device: tuple[str, ...],
+                               offloaded: tuple[str, ...]) -> float:
+    """Elements per token one layer keeps in HBM under MaxText's custom remat policy: the tensors named 'device'
+    plus the layer input (decoder_layer_input, the scan's remat start point) unless offloaded; offloaded tensors
+    stream to host memory (MT:configs/base.yml remat_policy custom)."""
+    a, k, d, f = m.num_heads, m.num_kv_heads, m.head_dim, m.ffn_hidden_size
+    size = {"decoder_layer_input": hs, "query_proj": a * d / tp, "key_proj": k * d / tp, "value_proj": k * d / tp,
+            "qkv_proj": (a + 2 * k) * d / tp, "out_proj": hs, "context": a * d / tp, "mlpwi": 2 * f / tp,
+            "mlpwi_0": f / tp, "mlpwi_1": f / tp, "mlpwo": hs}
+    kept = set(device) | ({"decoder_layer_input"} - set(offloaded))
+    return sum(size[n] for n in kept)
+
+
 def activation_elems_per_token(
     m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
     fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False, expert_load: float = 1.0,
-    compiled: bool = False,
+    compiled: bool = False, custom_remat: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
 ) -> float:
     """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
     this device (tokens already divided by CP), sharded by TP as Megatron shards them. fp8_moe_act_cache:
@@ -179,6 +194,8 @@ def activation_elems_per_token(
     if recompute == "full":
         return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
     qkv, attn_out = _attention_widths(m, tp)
+    if recompute == "selective" and custom_remat is not None:
+        return maxtext_custom_remat_elems(m, tp, hs, *custom_remat)
     if recompute == "selective" and stack.selective_saves == "op_sac" and not moe_layer:
         return _op_sac_elems(m, tp, sp, hs, qkv, attn_out)
     # Transformer Engine FP8 linears save their GEMM inputs for backward as FP8 (1 byte, half an element)
@@ -277,6 +294,10 @@ OVERHEAD = formula(
 PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
 CAPACITY = formula("memory.capacity", "HBM capacity of one device",
                    "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
+USABLE = formula("memory.usable", "HBM - fit reserve - --memory-headroom; the margin: peak <= usable x (1 - band) "
+                 "unless a headroom is given (planner.costmodel.capacity)",
+                 "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL (cross-validated band of the published "
+                 "peaks, planner.analysis.membands)")
 
 
 @dataclass(frozen=True)
@@ -330,6 +351,13 @@ def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan) -> float:
     return out
 
 
+def custom_remat(train: TrainingSpec) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(device, offloaded) tensor names of a MaxText custom remat policy, None for the stack's own policies."""
+    if train.remat_device or train.remat_offloaded:
+        return train.remat_device, train.remat_offloaded
+    return None
+
+
 def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     """activation_elems_per_token of layer kind `k` under recompute `mode`, cached in the context."""
     p, tr = shape.plan, ctx.train
@@ -339,7 +367,8 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
             fp8_gemm_inputs=(tr.dtype == "fp8" and ctx.stack.fp8_saves_gemm_inputs),
-            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx), compiled=tr.torch_compile)
+            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx), compiled=tr.torch_compile,
+            custom_remat=custom_remat(tr))
     return v
 
 
@@ -387,7 +416,8 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     # one layer's full activations exist while it is recomputed; on the last stage the loss and the LM head's
     # backward finish before any block is recomputed, so the two peaks do not add (measured on torchtitan,
     # tests/test_memory_real_code.py)
-    recomputing = worst_layer if p.recompute == "full" else 0.0
+    custom = p.recompute == "selective" and custom_remat(ctx.train) is not None
+    recomputing = worst_layer if (p.recompute == "full" or custom) else 0.0
     if ctx.unfused_attention:
         # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer, kept only by
         # layers saving everything: selective recompute drops exactly these (Table 2: 34 s b h / t with SP),
@@ -428,6 +458,11 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
             module = largest_matrix_params_per_device(ctx.model, plan)
             gathered = min(gathered, max(cal.DEEPSPEED_MAX_LIVE_PARAMS, module))
             grads = min(grads, module + cal.DEEPSPEED_REDUCE_BUCKET_PARAMS)
+        elif ctx.stack.zero3_resident_per_matrix:
+            # XLA: each weight is its own array, all-gathered right before its dot and reduce-scattered right after
+            # its gradient; the latency-hiding scheduler keeps the current and the next one in flight
+            module = largest_matrix_params_per_device(ctx.model, plan)
+            gathered, grads = min(gathered, ZERO3_GATHERED_LAYERS * module), min(grads, module)
         return gathered * PARAM_GATHER_BYTES + grads * grad_bytes
     return 0.0
 
@@ -511,5 +546,10 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
     for t in parts:  # the order of the original dict sum
         peak += t.value
     cap = ctx.cluster.hardware.hbm_capacity_gib
+    headroom = ctx.memory_headroom_gib
     return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
-            CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id))
+            CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id),
+            USABLE.term("usable_gib", usable_capacity_gib(cap, headroom), "GiB", reserve_gib=cal.FIT_RESERVE_GIB,
+                        headroom_gib=headroom or 0.0),
+            USABLE.term("memory_margin_rel", memory_margin_rel(headroom), "", band_rel=cal.MEMORY_BAND_REL,
+                        headroom_given=str(headroom is not None)))

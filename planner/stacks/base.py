@@ -57,6 +57,9 @@ class Stack:
     #                          with --launcher): 1 = the whole micro-batch's logits at once
     compile_fuses_loss: bool  # --compile compiles the loss too: a fused 16-bit loss (TrainingSpec.fused_cross_entropy)
     chunked_loss_option: bool  # the loss may run over slices of the sequence (TrainingSpec.loss_chunks > 1)
+    zero3_resident_per_matrix: bool  # ZeRO-3 memory: gathered weights / unsharded gradients in flight are single
+    #                                  matrices (the current and the next), not whole layers (memory.zero3_buffers)
+    custom_remat_option: bool  # named layer tensors kept / offloaded / rematerialised (MaxText remat_policy custom)
 
     # ---- compute
     pytorch_native_kernels: bool  # PyTorch-native kernels (no Transformer Engine): a fraction of TE's efficiency

@@ -40,6 +40,8 @@ STACK = Stack(
     # fuses the cross entropy, which keeps the bf16 logits and writes a bf16 gradient
     compile_fuses_loss=True,
     chunked_loss_option=True,  # ChunkedLossWrapper (torchtitan components/loss.py)
+    zero3_resident_per_matrix=False,  # fully_shard per block: the whole block is unsharded at once
+    custom_remat_option=False,  # no named-tensor remat policy
     # with PP, FSDP keeps the stage's parameters unsharded between micro-batches (torchtitan:
     # reshard_after_forward=False with PP) and reduces the unsharded gradients after the last micro-batch
     # (torch.distributed.pipelining backward_maybe_with_nosync)

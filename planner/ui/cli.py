@@ -223,8 +223,10 @@ def _knob_options() -> list:
                      "with a unit: 450GB or 3600Gb; measured busbw scales with it"),
         click.option("--max-tp", type=int, callback=_positive,
                      help="largest TP to consider (default: scale-up domain)"),
-        click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, callback=_finite,
-                     help="GiB to keep free per device"),
+        click.option("--memory-headroom", type=click.FloatRange(0, None), default=None, callback=_finite,
+                     help="GiB to keep free per device. Default: a margin of the memory error band (plans whose peak "
+                     "lies within it of the usable memory rank after the plans of their step-time band that do not; "
+                     "--out writes a plan that fits at its band's upper edge); 0 opts out"),
         click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True,
                      help="plans to show: distinct layouts, each its best variant"),
         click.option("--all-variants", is_flag=True, help="also list other variants (micro-batch, ZeRO, recompute, "
@@ -384,6 +386,8 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dic
         click.echo(f"wrote {', '.join(out['written'])} to {safe_line(out_dir, 200)}", err=True)
     if kept:  # a planner file name the manifest does not vouch for: it may be the user's, so it stays
         click.echo(f"kept {', '.join(kept)}: changed since written (or written by an older planner)", err=True)
+    if out.get("memory_warning"):
+        click.echo(f"warning: {out['memory_warning']}", err=True)
     for launcher, why in out["not_written"].items():  # on stderr under --json too (the document lists them)
         click.echo(f"not written for {launcher}: {safe_line(why, 300)}", err=True)
     return out
@@ -542,7 +546,8 @@ def report_cmd(**kw):
 @click.option("--gbs", type=int, callback=_positive)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16")
 @click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK)
-@click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device")
+@click.option("--memory-headroom", type=click.FloatRange(0, None), default=None,
+              help="GiB to keep free per device (default: the memory-band margin; 0 opts out)")
 @cost_options
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--debug", is_flag=True)
