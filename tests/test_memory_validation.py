@@ -124,3 +124,19 @@ def test_memory_headroom_zero_opts_out_of_the_margin():
     fastest = min(p["step_time_s"] for p in plain["plans"])
     assert plain["plans"][0]["step_time_s"] <= fastest * 1.002
     assert default["plans"][0]["step_time_s"] >= plain["plans"][0]["step_time_s"]
+
+
+def test_published_tpu_and_deepseek_plans_fit_from_the_cli():
+    # AI-Hypercomputer's Llama 3.1 70B MaxText recipe on v6e-256 (remat_policy custom, the layer input and q/k/v
+    # offloaded to host; runs/known_runs_tpu_dev.yaml) and DeepSeek-V3's own plan on 2048 H800s (FP8, DualPipe,
+    # BF16 moments, FP8 MoE activation cache; the report, arXiv 2412.19437): both fit with the flags describing them
+    v6e = _plan(["--model", "llama-3.1-70b", "--cluster", "tpu-v6ex256", "--gbs", "1280", "--seq-len", "8192",
+                 "--launcher", "maxtext", "--tp", "1", "--pp", "1", "--cp", "1", "--zero", "3", "--mbs", "5",
+                 "--recompute", "selective", "--remat-offload", "decoder_layer_input,query_proj,key_proj,value_proj"])
+    dsv3 = _plan(["--model", "deepseek-v3", "--cluster", "h800x2048", "--seq-len", "4096", "--gbs", "15360",
+                  "--dtype", "fp8", "--tp", "1", "--pp", "16", "--ep", "64", "--dp", "128", "--zero", "1", "--mbs", "1",
+                  "--recompute", "selective", "--schedule", "dualpipe", "--optimizer-dtype", "bf16",
+                  "--fp8-act-cache"])
+    for doc in (v6e, dsv3):
+        assert doc["plans"][0]["fits"], doc["plans"][0]["memory"]
+    assert dsv3["training"]["fp8_moe_act_cache"]
