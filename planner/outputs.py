@@ -40,15 +40,21 @@ def _kind(path: Path) -> str:
     raise InputError(f"{shown} is {what}: give the path of a file to write")
 
 
-def check_output_path(path: str, option: str) -> None:
-    """Refuse an output path that cannot be written before any long computation (one input-error line)."""
+def check_output_path(path: str, option: str, force: bool | None = None, inputs: tuple = ()) -> None:
+    """Refuse an output path that cannot be written before any long computation (one input-error line).
+    An output that names one of `inputs` is refused first, whatever `force` says. `force=False`: an
+    existing regular file is refused too (the command replaces it only with --force, as `plan --out DIR`
+    does a non-empty folder); None: the command's files are replaced (calibrate's profile)."""
     if not path:
         raise InputError(f"{option} is empty: give the path of a file to write")
+    check_not_an_input(path, option, [i for i in inputs if i])
     p = Path(path)
     try:
         kind = _kind(p)
     except InputError as e:
         raise InputError(f"{option} {e}") from None
+    if kind == "regular" and force is False:
+        raise InputError(f"{option} {safe_line(path, 200)} exists: give --force to replace it, or another path")
     target = Path(os.path.realpath(p)) if kind == "regular" else p
     if kind != "stream" and not target.parent.is_dir():
         raise InputError(f"{option} {safe_line(path, 200)}: the folder {safe_line(str(target.parent), 200)} does "

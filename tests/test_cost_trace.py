@@ -39,7 +39,7 @@ def test_memory_terms_sum_to_the_peak(ev):
     # the one usable-capacity rule (planner.costmodel.capacity): HBM - 1 GiB reserve - headroom (none here)
     assert ev.memory["usable_gib"] == ev.memory["capacity_gib"] - 1.0
     assert ev.fits == (ev.memory["peak_gib"] <= ev.memory["capacity_gib"] - 1.0)
-    assert ev.within_margin == (ev.memory["peak_gib"] <= ev.memory["usable_gib"] * (1 - ev.memory["memory_margin_rel"]))
+    assert ev.within_margin == (ev.memory["peak_gib"] * (1 + ev.memory["memory_margin_rel"]) <= ev.memory["usable_gib"])
 
 
 def test_every_term_names_a_declared_formula_and_its_source():

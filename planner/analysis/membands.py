@@ -18,7 +18,7 @@ import sys
 from planner.analysis.bands import BAND_QUANTILE, _quantile
 from planner.catalog.data import data_dir
 
-RUN_FILES = ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml", "known_runs_added.yaml", "known_runs_peaks.yaml")
+RUN_FILES = ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml", "known_runs_added.yaml", "known_runs_memory.yaml")
 # the overhead values tried when refitting without one run (GiB, 0.25 GiB steps)
 OVERHEAD_GRID_GIB = tuple(x / 4 for x in range(0, 41))
 

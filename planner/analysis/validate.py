@@ -33,6 +33,18 @@ from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.stacks import traits
 
 
+def runs_on_tpu(run: dict) -> bool:
+    """The run's accelerator is a TPU (HardwareSpec.is_tpu of the catalog entry its `hardware` names, alias or id);
+    an unknown accelerator is not (plan validate reports it when it builds the run)."""
+    from planner.catalog.hardware import get_hardware
+    from planner.errors import PlannerError
+
+    try:
+        return get_hardware(str(run.get("hardware", ""))).is_tpu
+    except PlannerError:
+        return False
+
+
 def infer_framework(run: dict) -> str:
     """Whose memory and overlap behaviour the run had, from the source it cites, for a record without
     stack.framework (shared/reference's files have none): torchtitan / llm-foundry are FSDP2/FSDP; MaxText is
@@ -41,7 +53,7 @@ def infer_framework(run: dict) -> str:
     text = f"{run.get('id', '')} {run.get('source', '')}".lower()
     if "torchtitan" in text or _cites_llm_foundry(run):
         return "fsdp"
-    if "maxtext" in text or str(run.get("hardware", "")).lower().startswith("tpu"):
+    if "maxtext" in text or runs_on_tpu(run):
         return "maxtext"  # TPUs train with JAX/XLA (MaxText and its kin) in every source here
     if "deepspeed" in text or "zero3" in str(run.get("id", "")).lower():
         return "deepspeed"
@@ -111,14 +123,19 @@ TORCHTITAN_COMPILED_LOSS_SINCE = (2025, 4)
 
 def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
     """llm-foundry's MPT runs compute the loss with flash-attn's fused CrossEntropyLoss (llm-foundry
-    ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy, compiled
-    into one fused kernel (bf16 logits saved, bf16 gradient) when the run compiles and its torchtitan has PR #1033."""
-    if not traits(framework).fused_loss_option:
+    ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy."""
+    return traits(framework).fused_loss_option and _cites_llm_foundry(run)
+
+
+def infer_compiled_loss(run: dict, framework: str, compiled: bool) -> bool:
+    """torchtitan compiles its cross entropy with --compile since PR #1033 (April 2025) into one fused kernel that
+    keeps the bf16 logits and writes a bf16 gradient (the fused-loss accounting): a compiled run whose torchtitan is
+    that recent, by the citation's date, or torchao's 2025 float8/MX training docs (torch 2.7 to 2.9)."""
+    if not (compiled and traits(framework).compile_fuses_loss):
         return False
+    src = str(run.get("source", "")).lower()
     date = stack_date(run)
-    compiled_loss = (infer_torch_compile(run, framework) and date is not None
-                     and date >= TORCHTITAN_COMPILED_LOSS_SINCE and "torchtitan" in str(run.get("source", "")).lower())
-    return _cites_llm_foundry(run) or compiled_loss
+    return ("pytorch/ao/" in src or "torchao" in src) or (date is not None and date >= TORCHTITAN_COMPILED_LOSS_SINCE)
 
 
 # TP communication overlap in the cited stack (a record without stack.tp_comm_overlap): NVIDIA's benchmark recipes
@@ -140,7 +157,7 @@ def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
     # MaxText's TPU scripts and tpu-recipes launch with XLA's async collective fusion, which overlaps the TP
     # collectives with the matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true
     # --xla_tpu_overlap_compute_collective_tc=true; MaxText/configs/v5p/512b.sh @5431d43)
-    return evidence == "xla_tpu" and str(run.get("hardware", "")).lower().startswith("tpu")
+    return evidence == "xla_tpu" and runs_on_tpu(run)
 
 
 def infer_fp8_recipe(run: dict) -> str | None:
@@ -234,15 +251,27 @@ def run_stack(run: dict) -> RunStack:
                     tp_comm_overlap=pick("tp_comm_overlap", lambda: infer_tp_comm_overlap(run, fw)),
                     fp8_recipe=pick("fp8_recipe", lambda: infer_fp8_recipe(run)),
                     attention=pick("attention", lambda: infer_attention_impl(run)),
-                    fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw)),
+                    fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw))
+                    or infer_compiled_loss(run, fw, pick("torch_compile", lambda: infer_torch_compile(run, fw))),
                     moe_dispatcher=given.get("moe_dispatcher"), cuda_graphs=given.get("cuda_graphs"),
                     activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
 
 
+MAX_RUNS = 1_000  # ~20 ms a run: 1,000 runs are ~20 s of work (the 8 MiB file limit admits ~26,000: ~10 min)
+
+
 def load_runs(path: str | Path) -> list[dict]:
-    data = read_structured_file(path, what="runs file")
+    return check_runs(read_structured_file(path, what="runs file"), path)
+
+
+def check_runs(data: Any, path: str | Path) -> list[dict]:
+    """The runs of a runs file's content, every record checked against the runs schema (one InputError line
+    naming the run otherwise)."""
     if not isinstance(data, list) or not data:
         raise InputError(f"{path}: a runs file is a YAML list of runs (see the runs schema); got {type(data).__name__}")
+    if len(data) > MAX_RUNS:  # refused up front (issue 26 item 9): split the file
+        raise InputError(f"{path}: {len(data):,} runs, over the {MAX_RUNS:,} a runs file may hold: split it into "
+                         "files of at most that many runs")
     seen = set()
     for i, run in enumerate(data):
         where = f"{path}: run #{i + 1}"
@@ -386,7 +415,11 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
         raise InputError(f"run {rid}: {e}") from None
     except ValidationError as e:  # pydantic's own text carries a URL and several lines
         raise InputError(_validation_message(e, f"run {rid}")) from None
-    except (ValueError, KeyError, TypeError) as e:
+    except KeyError as e:  # a required field is missing: say which, not just its name in quotes
+        where = "train." if e.args and e.args[0] in ("global_batch", "seq_len", "dtype") else ""
+        raise InputError(f"run {rid}: no {where}{_printable(str(e.args[0] if e.args else e))} given: add it "
+                         "(see the runs schema)") from None
+    except (ValueError, TypeError) as e:
         raise InputError(f"run {rid}: {_one_line(e)}") from None
     return model, cluster, train
 
@@ -442,7 +475,7 @@ def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
     torus.max_slice_chips), slices joined by DCN."""
     hw = run_hardware(run, hw)
     slices = 1
-    if hw.scale_up.kind == "ici_torus" and hw.torus is not None:
+    if hw.is_tpu and hw.torus is not None:  # a TPU always has torus rules (HardwareSpec validator)
         slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
     return ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
                        devices_per_node=run.get("devices_per_node") or None,
@@ -466,7 +499,7 @@ def multislice_hsdp(run: dict, cluster: ClusterSpec, fixed: dict[str, Any]) -> d
     slices (dcn_data_parallelism): hybrid sharding with shard groups of dp*cp / K."""
     if "dcn_fsdp_parallelism" in str(run.get("notes", "")):
         return {}  # FSDP spans the slices too (MaxText dcn_fsdp_parallelism): full sharding, not HSDP
-    slices = cluster.count // cluster.scale_up_size if cluster.hardware.scale_up.kind == "ici_torus" else 1
+    slices = cluster.count // cluster.scale_up_size if cluster.hardware.is_tpu else 1
     dp_cp = (fixed.get("dp") or 0) * (fixed.get("cp") or 1)
     if slices > 1 and dp_cp and dp_cp % slices == 0:
         return {"zero_shard_size": dp_cp // slices}

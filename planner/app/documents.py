@@ -49,4 +49,5 @@ def cluster_object(cluster) -> dict:
     return {"name": cluster.name or f"{hw.id}x{cluster.count}", "hardware": hw.id, "count": cluster.count,
             "devices_per_node": cluster.node_size, "scale_up_domain": cluster.scale_up_size,
             "hbm_capacity_gib": hw.hbm_capacity_gib, "peak_tflops_bf16": hw.peak_tflops.bf16,
-            "scale_up_GBps": hw.scale_up.unidir_GBps, "nic_GBps": hw.scale_out.unidir_GBps_per_device}
+            "scale_up_GBps": hw.scale_up.unidir_GBps, "nic_GBps": hw.scale_out.unidir_GBps_per_device} | (
+        {} if cluster.price_per_device_hour is None else {"price_per_device_hour": cluster.price_per_device_hour})

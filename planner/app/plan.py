@@ -40,7 +40,8 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     with progress(f"searching plans for {model.name} on {cluster.name}"):
         res = search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
                                         memory_headroom_gib=headroom, margin_time_band_rel=margin_time_band(ctx),
-                                        distinct_layouts=not req.all_variants, launcher=launcher))
+                                        distinct_layouts=not req.all_variants, launcher=launcher,
+                                        even_stages=req.even_stages))
     seconds = time.perf_counter() - t0
     if not res.plans and not res.structures:
         raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
@@ -48,6 +49,10 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
     doc = search_doc(ctx, res, req, seconds)
+    from planner.catalog.models import model_file_defaults
+    defaults = model_file_defaults(req.model)
+    if defaults:  # a config.json that leaves fields to Hugging Face's defaults: said, not silent
+        doc["model"]["defaulted_fields"] = defaults
     from planner.analysis.bands import attach_bands
     attach_bands(ctx, doc)  # plans[i].step_time_band, band_note
     require_finite(doc)
@@ -143,32 +148,69 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
         from planner.emit.capabilities import capabilities
         check_launcher_hardware(req.launcher, cluster)
         fixed = capabilities(req.launcher).search_defaults | fixed
-    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp,
+    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,
                          memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=req.launcher)
+    bound = sizing_bound(model, cluster, train, target_step_s, pinned_pp=fixed.get("pp"))
     with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}"):
-        n, _ = min_devices(model, cluster, train, opts, target_step_s)
+        n, res = min_devices(model, cluster, train, opts, target_step_s, bound["margin_rel"])
     if n is None:
-        goal = f" at <= {target_step_s:g} s per step" if target_step_s else ""
+        goal = f" at <= {target_step_s:g} s per step at the band's upper edge" if target_step_s else ""
         pins = ", ".join(f"{k}={v}" for k, v in sorted(req.knobs.items()) if v is not None)
         goal += f" with the pinned {pins}" if pins else ""
         raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
                              "raise the --cluster count, relax --target-step-s"
                              + (", change the pinned knobs" if pins else "") + " or pick a bigger accelerator")
     summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
-               "target_step_s": target_step_s}
+               "target_step_s": target_step_s, "step_time_s": res.plans[0].step_time_s,
+               "num_layers": model.num_layers} | bound
     return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
-                       devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size), summary
+                       devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size,
+                       price_per_device_hour=cluster.price_per_device_hour), summary
 
 
-def explain_search(req: PlanRequest, progress: Progress = quiet):
-    """The best plan of the request with every number's derivation and why each neighbouring plan loses:
-    (ctx, result, doc) with doc["derivation"] and doc["why_not"] (planner.analysis.explain)."""
-    from planner.analysis.explain import derivation, why_not
+EVEN_STAGES_RULE = ("pipeline depths that divide the layers evenly (no short first or last stage), whole nodes, "
+                    "unless --pp is pinned")
 
-    ctx, res, doc = run_search(req.replace(top_k=1), progress)
-    best = res.plans[0]
-    doc["why_not"] = why_not(ctx, best, usable_capacity_gib(ctx, req.memory_headroom_gib))
-    doc["derivation"] = derivation(ctx, best)
+
+def sizing_bound(model, cluster, train, target_step_s: float | None, pinned_pp: int | None = None) -> dict:
+    """What --min-devices sizes against. A device count is bought once and run for months, so the target
+    step time must hold at the upper edge of the prediction's error band (planner.analysis.bands: 90% of
+    published runs like it landed inside), not at the point prediction, which about half the outcomes
+    exceed. Fields: `bound` ('step_time_band.high_s' with a target, else 'fits'), `margin_rel` (the band's
+    rel the predicted step is multiplied by), `band_regime`, `layout_rule`."""
+    rule = EVEN_STAGES_RULE if pinned_pp is None else f"--pp {pinned_pp} as pinned, whole nodes"
+    if target_step_s is None:
+        return {"bound": "fits", "margin_rel": 0.0, "band_regime": None, "layout_rule": rule}
+    from planner.analysis.bands import band_for_context
+    from planner.costmodel import Context
+
+    band = band_for_context(Context(model, cluster, train))
+    return {"bound": "step_time_band.high_s", "margin_rel": band.rel, "band_regime": band.regime,
+            "layout_rule": rule}
+
+
+def explain_search(req: PlanRequest, progress: Progress = quiet, rank: int = 1, vs: int | None = None):
+    """Plan #`rank` of the request's ranking (the one `plan` prints with the same request) with every number's
+    derivation and why each of its neighbouring plans loses; with `vs`, the per-term difference between plan
+    #rank and plan #vs. (ctx, result, doc) with doc["explained_rank"], doc["derivation"], doc["why_not"] and
+    doc["vs"] (planner.analysis.explain)."""
+    from planner.analysis.explain import derivation, versus, why_not
+
+    ctx, res, doc = run_search(req.replace(top_k=max(req.top_k, rank, vs or 1)), progress)
+    shown = len(res.plans)
+    for flag, n in (("--rank", rank), ("--vs", vs)):
+        if n is not None and n > shown:
+            raise InputError(f"{flag} {n}: only {shown} plan{'s were' if shown != 1 else ' was'} found; "
+                             f"give a number from 1 to {shown}")
+    if vs is not None and vs == rank:
+        raise InputError(f"--vs {vs} is the explained plan itself (--rank {rank}): give another rank")
+    ev = res.plans[rank - 1]
+    doc["explained_rank"] = rank
+    doc["why_not"] = why_not(ctx, ev, usable_capacity_gib(ctx, req.memory_headroom_gib))
+    doc["derivation"] = derivation(ctx, ev)
+    if vs is not None:
+        doc["vs"] = {"rank": rank, "other_rank": vs, "plan": doc["plans"][rank - 1]["plan"],
+                     "other_plan": doc["plans"][vs - 1]["plan"], "terms": versus(ctx, ev, res.plans[vs - 1])}
     return ctx, res, doc
 
 

@@ -54,6 +54,8 @@ class PlanRequest:
     memory_headroom_gib: float | None = None  # GiB kept free; None: the default memory margin (capacity.py)
     top_k: int = 5
     all_variants: bool = False
+    # only pipeline depths dividing the layers evenly (--min-devices sizes a purchase for these layouts)
+    even_stages: bool = False
 
     @classmethod
     def from_options(cls, kw: Mapping[str, Any]) -> PlanRequest:
@@ -64,6 +66,8 @@ class PlanRequest:
             if f.name != "knobs" and kw.get(name) is not None:
                 values[f.name] = kw[name]
         knobs = {knob: kw[flag] for flag, knob in KNOB_FLAGS.items() if kw.get(flag) is not None}
+        if knobs.get("recompute_layers") is not None and "recompute" not in knobs:
+            knobs["recompute"] = "full"  # K counts fully recomputed layers: --recompute-layers implies full
         return cls(**values, knobs=knobs)
 
     def replace(self, **changes: Any) -> PlanRequest:

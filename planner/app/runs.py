@@ -53,13 +53,15 @@ class Calibration:
     cluster_yaml: str
     doc: dict[str, Any]
     lines: list[str]
+    warnings: tuple[str, ...] = ()  # planner.analysis.calibrate_checks: printed on stderr, `warnings` in JSON
 
 
-def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str) -> Calibration:
+def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str, force: bool = False) -> Calibration:
     """Fit the physical constants to the measured runs of `runs_file` (and link bandwidth and latency to
     the nccl-tests logs); the cluster document is meant for `out_file`. Every file is read through the
     bounded reader first; every bad value is one InputError line or a skipped run with its reason
-    (planner.analysis.calibrate.run_calibration)."""
+    (planner.analysis.calibrate.run_calibration). A fit that ends a constant at its bound or makes the
+    predictions worse raises InputError unless `force` (planner.analysis.calibrate_checks)."""
     import yaml
 
     from planner.analysis import calibrate as c
@@ -72,6 +74,7 @@ def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str) ->
            + (f", nccl-tests {', '.join(safe_line(Path(p).name, 200) for p in nccl_logs)}" if nccl_logs else ""))
     cal = c.run_calibration(runs, tables, safe_line(runs_file, 200), src)
     res, prepared, skipped = cal.result, cal.prepared, cal.skipped
+    warnings = _checked(res, prepared, tables, force)
     text = ("# Written by `plan calibrate`; use it as --cluster. " + src + "\n"
             + yaml.safe_dump(cal.cluster_doc, sort_keys=False, width=120))
     out = {"out": out_file, "links": cal.link_lines, "link_updates": cal.link_updates,
@@ -80,8 +83,24 @@ def calibrate_file(runs_file: str, nccl_logs: tuple[str, ...], out_file: str) ->
                     | ({"error_leave_one_out": res.loo_errors[i]} if res.loo_errors else {})
                     for i, (p, e0, e1) in enumerate(zip(prepared, res.errors_before, res.errors_after,
                                                               strict=False))],
-           "skipped": skipped}
-    return Calibration(text, out, _calibration_lines(res, cal.link_lines, skipped, safe_line(out_file, 200)))
+           "skipped": skipped, "warnings": warnings}
+    return Calibration(text, out, _calibration_lines(res, cal.link_lines, skipped, safe_line(out_file, 200)),
+                       tuple(warnings))
+
+
+def _checked(res, prepared, tables: list, force: bool) -> list[str]:
+    """The fit's warnings; raises InputError (nothing written) for a fit not worth writing, unless `force`."""
+    from planner.analysis import calibrate as c
+    from planner.analysis.calibrate_checks import review
+    from planner.analysis.nccl_tests import fit_link
+    from planner.errors import InputError
+
+    fits = [fit_link(t, min_bytes=1 << 20) for t in tables]
+    refuse, warn = review(res, c.one_hardware(prepared), prepared, fits, prepared[0].cluster.node_size)
+    if refuse and not force:
+        raise InputError(f"calibrate wrote nothing: {'; '.join(refuse)}. Check the runs (a step time, plan or "
+                         "stack that is not what ran), or give --force to write the profile anyway")
+    return refuse + warn
 
 
 def _calibration_lines(res, link_lines: list[str], skipped: list[dict], out_file: str) -> list[str]:

@@ -167,12 +167,6 @@ class Context:
         return self.head_peak * self.head_eff_max * d / (d + cal.GEMM_DIM_HALF)
 
 
-def num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
-    """Micro-batches per step per data-parallel rank: global batch / (dp x micro-batch)."""
-    per_rank = train.global_batch / (plan.dp * plan.micro_batch)
-    return max(1, int(round(per_rank)))
-
-
 class Links(NamedTuple):
     """The fabric each group of the plan runs on, from the launcher's rank order (planner.costmodel.placement)."""
 
@@ -220,8 +214,9 @@ def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
 
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
     sp = plan.sequence_parallel and plan.tp > 1
-    return Shape(plan=plan, sp=sp, nmb=num_microbatches(plan, ctx.train),
+    dims = ParallelDims.of(plan)
+    return Shape(plan=plan, sp=sp, nmb=dims.num_microbatches(ctx.train.global_batch),
                  tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
                  links=plan_links(ctx.cluster, plan, ctx.train.framework),
-                 dims=ParallelDims.of(plan),
+                 dims=dims,
                  time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm))

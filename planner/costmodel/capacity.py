@@ -3,8 +3,8 @@ that capacity that the model's own memory error could push it over. The search, 
 --json and --out all read these functions.
 
 - usable = HBM - calibration.FIT_RESERVE_GIB - headroom, headroom the user's --memory-headroom (GiB, default 0).
-- the margin: without an explicit --memory-headroom a plan must keep its peak within usable x (1 -
-  calibration.MEMORY_BAND_REL), the cross-validated memory error band of the published peaks
+- the margin: without an explicit --memory-headroom a plan must keep the upper edge of its peak's band,
+  peak x (1 + calibration.MEMORY_BAND_REL), within the usable capacity (the cross-validated band of the published peaks
   (planner.analysis.membands), to count as fitting with margin; plans that do not rank after the plans of their
   step-time band that do (planner.search.ranking). An explicit --memory-headroom (0 included) replaces the margin.
 """
@@ -26,5 +26,5 @@ def memory_margin_rel(headroom_gib: float | None) -> float:
 
 
 def within_margin(peak_gib: float, usable_gib: float, margin_rel: float) -> bool:
-    """The peak fits even at the upper edge of its memory band: peak <= usable x (1 - margin)."""
-    return peak_gib <= usable_gib * (1.0 - margin_rel)
+    """The peak fits even at the upper edge of its memory band: peak x (1 + margin) <= usable."""
+    return peak_gib * (1.0 + margin_rel) <= usable_gib

@@ -294,7 +294,7 @@ OVERHEAD = formula(
 PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
 CAPACITY = formula("memory.capacity", "HBM capacity of one device",
                    "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
-USABLE = formula("memory.usable", "HBM - fit reserve - --memory-headroom; the margin: peak <= usable x (1 - band) "
+USABLE = formula("memory.usable", "HBM - fit reserve - --memory-headroom; the margin: peak x (1 + band) <= usable "
                  "unless a headroom is given (planner.costmodel.capacity)",
                  "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL (cross-validated band of the published "
                  "peaks, planner.analysis.membands)")

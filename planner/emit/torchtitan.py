@@ -84,7 +84,7 @@ def torchtitan_args(job: Job) -> list[str]:
 
     # batch: local_batch_size is per DP rank per gradient-accumulation step; with PP it is split into
     # pipeline micro-batches of pipeline_parallel_microbatch_size, so the whole per-rank batch goes in one step.
-    local = t.global_batch // p.dp if p.pp > 1 else p.micro_batch
+    local = p.dims.local_batch(t.global_batch) if p.pp > 1 else p.micro_batch
     opt("training.local_batch_size", local)
     opt("training.global_batch_size", t.global_batch)
     opt("training.seq_len", t.seq_len)

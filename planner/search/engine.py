@@ -22,12 +22,13 @@ from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.capacity import usable_capacity_gib
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
+from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.emit.capabilities import launcher_errors
 from planner.errors import InputError
 from planner.search.ranking import TIE_BAND_REL, at_memory_edge, complexity, leaders_first, rank, select
 from planner.search.space import divisors, plan_errors
 from planner.specs import ParallelPlan
-from planner.specs.dims import cp_splits_sequence, tp_splits_heads
+from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads
 from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -53,6 +54,9 @@ class SearchOptions:
     # SearchResult.ranked) does not multiply the solves.
     stage_solves: int | None = None
     launcher: str | None = None  # target stack: only plans it can run (planner.emit.capabilities)
+    # True: only pipeline depths that divide the layers evenly (unless --pp is pinned): the layouts an expert
+    # sizes a purchase for (--min-devices), not PP27 over 80 layers with a short first stage
+    even_stages: bool = False
 
 
 @dataclass
@@ -145,7 +149,8 @@ def _pp_dp_choices(ctx: Context, opts: SearchOptions, rest: int) -> list[tuple[i
     """(pp, dp) splits of the devices left after TP and CP: pp up to the layer count, dp dividing the batch."""
     m, tr, fx = ctx.model, ctx.train, opts.fixed
     out = []
-    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers]):
+    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers
+                                     and (not opts.even_stages or m.num_layers % p == 0)]):
         if rest % pp or pp > m.num_layers:
             continue
         dp = rest // pp
@@ -168,25 +173,6 @@ def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int
         cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
         out += [(ep, etp) for ep in _fixed_or(opts, "ep", cand)]
     return out
-
-
-def slice_shape(cluster) -> tuple[int, ...]:
-    """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
-    v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
-    t = cluster.hardware.torus
-    n = min(cluster.count, t.max_slice_chips)
-    best: tuple[int, ...] | None = None
-    def consider(shape):
-        nonlocal best
-        if all(a <= t.max_axis for a in shape) and (best is None or max(shape) < max(best)):
-            best = shape
-    for a in divisors(n):
-        if t.dims == 2:
-            consider(tuple(sorted((a, n // a))))
-        else:
-            for b in divisors(n // a):
-                consider(tuple(sorted((a, b, n // (a * b)))))
-    return best or (n,)
 
 
 def torus_group_sizes(cluster) -> set[int]:
@@ -391,7 +377,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
     micro-batch, recompute."""
     fx, tr = opts.fixed, ctx.train
     base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap",) and v is not None}
-    per_rank = tr.global_batch // r["dp"]
+    per_rank = ParallelDims(dp=r["dp"]).local_batch(tr.global_batch)
     mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
     mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
     for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):
@@ -436,6 +422,10 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
 
 
 STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not seconds: load-independent)
+# At most this many stage solves per search, whatever --top asks: each costs up to ~1-2 s on the project machine
+# (60 solves of --top 100 on h100x720720 took 109 s of 159 s, issue 26 item 9); plans ranked below are kept with
+# the even split the scan scored, as the plans beyond `stage_solves` always were.
+MAX_STAGE_SOLVES = 10
 
 
 def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float) -> list[Evaluation]:
@@ -447,7 +437,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
     out, done = list(results), 0
-    solves = opts.top_k if opts.stage_solves is None else opts.stage_solves
+    solves = min(MAX_STAGE_SOLVES, opts.top_k if opts.stage_solves is None else opts.stage_solves)
     for i, ev in enumerate(results):
         if done >= solves:
             break
@@ -522,23 +512,34 @@ def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:
             f"and global batch ({ctx.train.global_batch}) divides by dp")
 
 
-def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float | None = None):
+def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float | None = None,
+                margin_rel: float = 0.0):
     """The fewest devices of the cluster's hardware (whole nodes, up to the cluster's count) on which a
-    plan fits (and, with `target_step_s`, steps at least that fast): doubling to the first feasible
-    count, then bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
+    plan fits (and, with `target_step_s`, steps at least that fast even when it runs `margin_rel` slower
+    than predicted: the upper edge of its error band): doubling to the first feasible count, then
+    bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
     from planner.specs import ClusterSpec
 
     limit = cluster.count
     node = min(cluster.node_size, limit)  # a cluster smaller than a node (h100x4) is its own step
 
-    def ok(n: int):
-        cl = ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
-                         devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size)
+    def sized(n: int) -> ClusterSpec:
+        return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
+                           devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size)
+
+    def laid_out(n: int) -> bool:  # some layout multiplies into n (cheap: no plan is scored)
         try:
-            res = search(Context(model, cl, train), opts)
+            return bool(structures(Context(model, sized(n), train), opts))
+        except (InputError, ValueError):
+            return False
+
+    def ok(n: int):
+        try:
+            res = search(Context(model, sized(n), train), opts)
         except InputError:
             return None
-        good = bool(res.plans) and (target_step_s is None or res.plans[0].step_time_s <= target_step_s)
+        good = bool(res.plans) and (target_step_s is None
+                                    or res.plans[0].step_time_s * (1 + margin_rel) <= target_step_s)
         return res if good else None
 
     n, found, last_bad = node, None, 0
@@ -553,12 +554,15 @@ def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float
             found = (limit, res)
         else:
             return None, None
-    lo, hi = last_bad // node + 1, found[0] // node - 1  # node multiples strictly between
+    # node multiples strictly between that admit a layout at all (with even stages and a batch that DP must
+    # divide, many do not: bisecting over all of them would step over 320 between 256 and 512)
+    between = [k * node for k in range(last_bad // node + 1, found[0] // node) if laid_out(k * node)]
+    lo, hi = 0, len(between) - 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        res = ok(mid * node)
+        res = ok(between[mid])
         if res is not None:
-            found, hi = (mid * node, res), mid - 1
+            found, hi = (between[mid], res), mid - 1
         else:
             lo = mid + 1
     return found

@@ -45,14 +45,35 @@ class ParallelDims:
     ep: int = 1
     etp: int = 1
     zero_shard_size: int | None = None
+    micro_batch: int = 1
 
     @classmethod
     def of(cls, plan: ParallelPlan) -> ParallelDims:
-        return cls(plan.tp, plan.pp, plan.dp, plan.cp, plan.ep, plan.etp, plan.zero_shard_size)
+        return cls(plan.tp, plan.pp, plan.dp, plan.cp, plan.ep, plan.etp, plan.zero_shard_size, plan.micro_batch)
 
     @property
     def world(self) -> int:
+        """Devices the plan runs on: tp * pp * cp * dp (torchtitan ParallelDims world_size)."""
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def samples_per_microbatch(self) -> int:
+        """Sequences one micro-batch step takes over all data-parallel ranks: dp * micro_batch."""
+        return self.dp * self.micro_batch
+
+    def batch_divides(self, global_batch: int) -> bool:
+        """The global batch splits into whole micro-batches on every data-parallel rank."""
+        return global_batch % self.samples_per_microbatch == 0
+
+    def local_batch(self, global_batch: int) -> int:
+        """Sequences per data-parallel rank per step (torchtitan local_batch_size with PP): global_batch / dp."""
+        return global_batch // self.dp
+
+    def num_microbatches(self, global_batch: int) -> int:
+        """Micro-batches per data-parallel rank per step: global_batch / (dp * micro_batch) (Megatron-core
+        num_microbatches_calculator; DeepSpeed gradient_accumulation_steps). A batch that does not divide (which
+        `batch_errors` reports) is rounded, at least 1, so the cost model can still score a published run."""
+        return max(1, int(round(global_batch / self.samples_per_microbatch)))
 
     @property
     def dp_cp(self) -> int:
@@ -115,8 +136,9 @@ def cp_splits_sequence(seq_len: int, cp: int) -> bool:
 
 
 def size_errors(devices: int, p: ParallelPlan) -> list[str]:
-    if p.tp * p.pp * p.cp * p.dp != devices:
-        return [f"tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {p.tp * p.pp * p.cp * p.dp}, not the {devices} devices"]
+    world = ParallelDims.of(p).world
+    if world != devices:
+        return [f"tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {world}, not the {devices} devices"]
     return []
 
 
@@ -167,8 +189,9 @@ def _embedding_loss_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
 
 
 def batch_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
-    if train.global_batch % (p.dp * p.micro_batch):
-        return [f"global batch {train.global_batch} is not divisible by dp*micro_batch={p.dp * p.micro_batch}"]
+    dims = ParallelDims.of(p)
+    if not dims.batch_divides(train.global_batch):
+        return [f"global batch {train.global_batch} is not divisible by dp*micro_batch={dims.samples_per_microbatch}"]
     return []
 
 
@@ -202,4 +225,6 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
           if p.zero_shard_size is not None and p.zero_stage == 0 else []),
         *(["recompute_layers applies only to full recompute"]
           if p.recompute_layers is not None and p.recompute != "full" else []),
+        *([f"recompute_layers={p.recompute_layers} is more than the model's {model.num_layers} layers: give at most "
+           "the layers of a pipeline stage"] if (p.recompute_layers or 0) > model.num_layers else []),
     ]

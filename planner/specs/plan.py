@@ -6,9 +6,12 @@ N = tp * pp * cp * dp, and expert parallelism is carved out of dp * cp.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from planner.specs.dims import ParallelDims
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb", "dualpipe"]
@@ -46,19 +49,21 @@ class ParallelPlan(BaseModel):
                                   "with TE userbuffers; torchtitan async TP, which needs torch.compile)")
 
     @property
-    def model_parallel_size(self) -> int:
-        return self.tp * self.pp * self.cp
+    def devices(self) -> int:
+        """tp * pp * cp * dp (planner.specs.dims.ParallelDims.world owns the rule)."""
+        return self.dims.world
 
     @property
-    def devices(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
+    def dims(self) -> ParallelDims:
+        """The plan's degrees and derived sizes (planner.specs.dims.ParallelDims)."""
+        from planner.specs.dims import ParallelDims
+
+        return ParallelDims.of(self)
 
     @property
     def edp(self) -> int:
         """Expert-data-parallel size (planner.specs.dims.ParallelDims.edp owns the rule)."""
-        from planner.specs.dims import ParallelDims
-
-        return ParallelDims.of(self).edp
+        return self.dims.edp
 
     def knobs(self) -> dict:
         return self.model_dump()

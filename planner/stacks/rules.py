@@ -17,12 +17,11 @@ def interleaved_microbatches(who: str) -> PlanRule:
     """The interleaved schedule runs the micro-batches in groups of pp: their count must divide by pp."""
 
     def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
-        per_step = p.dp * p.micro_batch
-        if (p.schedule == "interleaved" and p.pp > 1 and per_step and train.global_batch % per_step == 0
-                and (train.global_batch // per_step) % p.pp):
-            return [f"the interleaved schedule needs the micro-batch count "
-                    f"({train.global_batch // per_step}) divisible by pp={p.pp} ({who} rule)"]
-        return []
+        if p.schedule != "interleaved" or p.pp == 1 or not p.dims.batch_divides(train.global_batch):
+            return []  # a batch that does not divide is planner.specs.dims.batch_errors'
+        n = p.dims.num_microbatches(train.global_batch)
+        return [f"the interleaved schedule needs the micro-batch count ({n}) divisible by pp={p.pp} ({who} rule)"
+                ] if n % p.pp else []
 
     return rule
 

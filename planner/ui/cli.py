@@ -18,6 +18,7 @@ from planner.stacks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
 from planner.ui.inherit import inherit_group_options
 from planner.ui.knobopts import knob_options
+from planner.ui.repeats import NoRepeatCommand, NoRepeatMixin
 
 
 def _positive(ctx, param, value):
@@ -43,10 +44,13 @@ def _print_version(ctx, param, value):
     ctx.exit()
 
 
-class OneLineGroup(click.Group):
+class OneLineGroup(NoRepeatMixin, click.Group):
     """click.Group whose usage errors are one line on stderr (exit 2), that ends quietly when its output
     pipe closes (`plan models | head -1` exits 0), and that turns SIGTERM into an exit that runs the
-    clean-up of half-written files (SIGKILL cannot be caught: a killed run may leave a .NAME.XXXX.tmp)."""
+    clean-up of half-written files (SIGKILL cannot be caught: a killed run may leave a .NAME.XXXX.tmp).
+    A scalar option given twice is a usage error (planner.ui.repeats), in the group and its subcommands."""
+
+    command_class = NoRepeatCommand
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -209,7 +213,7 @@ def _setting_options() -> list:
         click.option("--remat-offload", metavar="NAMES",
                      help="MaxText remat_policy custom: comma-separated layer tensors offloaded to host memory "
                      "(decoder_layer_input, query_proj, key_proj, value_proj, qkv_proj, out_proj, context, mlpwi, "
-                     "mlpwi_0, mlpwi_1, mlpwo); with --recompute selective"),
+                     "mlpwi_0, mlpwi_1, mlpwo), under selective recompute"),
         click.option("--remat-device", metavar="NAMES",
                      help="MaxText remat_policy custom: comma-separated layer tensors kept in HBM (the others are "
                      "rematerialised; the layer input is kept unless offloaded)"),
@@ -234,8 +238,8 @@ def _knob_options() -> list:
         click.option("--max-tp", type=int, callback=_positive,
                      help="largest TP to consider (default: scale-up domain)"),
         click.option("--memory-headroom", type=click.FloatRange(0, None), default=None, callback=_finite,
-                     help="GiB to keep free per device. Default: a margin of the memory error band (plans whose peak "
-                     "lies within it of the usable memory rank after the plans of their step-time band that do not; "
+                     help="GiB to keep free per device. Default: a margin of the memory error band (plans whose peak's "
+                     "band reaches past the usable memory rank after the plans of their step-time band that do not; "
                      "--out writes a plan that fits at its band's upper edge); 0 opts out"),
         click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True,
                      help="plans to show: distinct layouts, each its best variant"),
@@ -309,13 +313,18 @@ def run_search(kw: dict, show_progress: bool = False):
     return app.run_search(request_of(kw), spinner(show_progress))
 
 
-def json_text(doc) -> str:
-    """The one place JSON reaches stdout (planner.ui.jsondoc.dumps: sorted keys, checked finite)."""
-    from planner.ui.jsondoc import dumps
-    return dumps(doc)
+def model_notes(doc: dict) -> None:
+    """stderr: the fields a config.json left to Hugging Face's defaults (model.defaulted_fields)."""
+    defaults = doc.get("model", {}).get("defaulted_fields")
+    if defaults:
+        given = ", ".join(f"{k} = {v}" for k, v in defaults.items())
+        click.echo(safe_line(f"note: the model file does not give {', '.join(defaults)}; Hugging Face's defaults "
+                             f"are used: {given}. Add them to the file if the model differs", 600), err=True)
 
 
 def emit_doc(doc: dict, as_json: bool, rank: int = 1, command: str = "plan") -> None:
+    if not as_json:
+        model_notes(doc)
     if as_json:
         from planner.ui.jsondoc import dumps, versioned
         # byte-identical output for identical input: leave the wall-clock timing out
@@ -362,7 +371,7 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
         check_out_dir(out_dir)
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
     req = request_of(kw, emit)
-    check_cost_options(cost)
+    check_cost_options(cost, (kw.get("cluster_arg"),))
     if target_step_s and not min_devices:
         from planner.errors import InputError
         raise InputError("--target-step-s needs --min-devices")
@@ -370,14 +379,15 @@ def main(cctx, as_json, out_dir, emit, rank, force, min_devices, target_step_s, 
     if min_devices:
         fewest_cluster, fewest = app.min_devices_cluster(req, target_step_s, spinner(not as_json))
         if not as_json:
-            click.echo(f"fewest devices: {fewest['devices']} x {fewest['hardware']}", err=True)
-        req = req.replace(cluster=fewest_cluster)
+            from planner.ui.sizing import sizing_line
+            click.echo(sizing_line(fewest), err=True)
+        req = req.replace(cluster=fewest_cluster, even_stages=True)
     ctx, res, doc = app.run_search(req.replace(top_k=max(req.top_k, rank)), spinner(not as_json))
     if fewest:
         doc["min_devices"] = fewest
     if cost["tokens"]:
         doc["training_estimate"] = estimate_doc(doc["plans"][min(rank, len(doc["plans"])) - 1],
-                                                doc["model"]["params_total"], cost)
+                                                doc["model"]["params_total"], cost, doc["cluster"])
     if out_dir:
         doc["out"] = _write_out(ctx, doc, out_dir, rank, app.emit_set(req, emit), force, quiet=as_json)
         if not req.launcher:
@@ -403,18 +413,12 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dic
     return out
 
 
-def check_output_path(path: str, option: str) -> None:
-    """Refuse an output path that cannot be written before any long computation (planner.outputs)."""
+def check_output_path(path: str, option: str, force: bool | None = None, inputs: tuple = ()) -> None:
+    """Refuse an output path that cannot be written, or that is one of the command's `inputs`, before any
+    long computation (planner.outputs)."""
     from planner.outputs import check_output_path as check
 
-    check(path, option)
-
-
-def check_not_an_input(path: str, option: str, inputs: list) -> None:
-    """An output that is one of the command's inputs would overwrite it: refused before any work."""
-    from planner.outputs import check_not_an_input as check
-
-    check(path, option, [str(p) for p in inputs if p])
+    check(path, option, force, tuple(str(p) for p in inputs if p))
 
 
 def write_text_file(path: str, option: str, text: str) -> None:
@@ -467,8 +471,7 @@ def validate_cmd(**kw):
     kw = inherit_group_options(kw)
     as_json, write_docs = kw["as_json"], kw["write_docs"]
     if write_docs:
-        check_output_path(write_docs, "--write-docs")
-        check_not_an_input(write_docs, "--write-docs", [kw["runs_file"] or app.default_runs_file()])
+        check_output_path(write_docs, "--write-docs", inputs=(kw["runs_file"] or app.default_runs_file(),))
         previous = app.previous_validation_doc(write_docs)  # bounded, UTF-8, read before the work
     result = app.validate_file(kw["runs_file"] or app.default_runs_file(), kw["search_quality"], spinner(not as_json))
     if write_docs:
@@ -487,17 +490,20 @@ def validate_cmd(**kw):
               help="an nccl-tests / rccl-tests output (repeatable): fits link bandwidth and latency")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True,
               help="cluster file to write (give it to --cluster)")
+@click.option("--force", is_flag=True, help="write the profile even when a fitted constant ends at its bound or "
+              "the fit makes the predictions worse (refused otherwise)")
 @click.option("--json", "as_json", is_flag=True)
 @_handle_errors
-def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
+def calibrate_cmd(runs_file, nccl_logs, out_file, force, as_json):
     """Fit the model's physical constants to your cluster's measured steps and nccl-tests logs."""
     from planner.ui.jsondoc import dumps, versioned
 
-    check_output_path(out_file, "--out")
-    check_not_an_input(out_file, "--out", [runs_file, *nccl_logs])
-    result = app.calibrate_file(runs_file, nccl_logs, out_file)
+    check_output_path(out_file, "--out", inputs=(runs_file, *nccl_logs))
+    result = app.calibrate_file(runs_file, nccl_logs, out_file, force=force)
     text = dumps(versioned("calibrate", result.doc)) if as_json else ""  # checked finite before anything is written
     write_text_file(out_file, "--out", result.cluster_yaml)
+    for warning in result.warnings:
+        click.echo(f"warning: {safe_line(warning, 600)}", err=True)
     if as_json:
         click.echo(text)
         return
@@ -507,17 +513,21 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, as_json):
 
 @main.command("explain")
 @plan_options
+@click.option("--rank", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="explain plan #N of the ranked table (as `plan` ranks it with the same flags)")
+@click.option("--vs", "vs", type=click.IntRange(1, 100),
+              help="also show, term by term, how plan #N differs from the explained plan")
 @click.option("--json", "as_json", is_flag=True)
 @_handle_errors
 def explain_cmd(**kw):
     """Every number of one plan with its formula, and why each neighbouring plan loses."""
     kw = inherit_group_options(kw)
-    as_json = kw.pop("as_json")
-    _, _, doc = app.explain_search(request_of(kw), spinner(not as_json))
+    as_json, rank, vs = kw.pop("as_json"), kw.pop("rank"), kw.pop("vs")
+    _, _, doc = app.explain_search(request_of(kw), spinner(not as_json), rank=rank, vs=vs)
     if as_json:
-        emit_doc(doc, True, command="explain")
+        emit_doc(doc, True, rank=rank, command="explain")
         return
-    emit_doc(doc, False)
+    emit_doc(doc, False, rank=rank)
     from planner.ui.table import explain_text
     click.echo(explain_text(doc))
 
@@ -525,6 +535,7 @@ def explain_cmd(**kw):
 @main.command("report")
 @plan_options
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), required=True, help="HTML file to write")
+@click.option("--force", is_flag=True, help="replace an existing --out file")
 @cost_options
 @_handle_errors
 def report_cmd(**kw):
@@ -533,16 +544,15 @@ def report_cmd(**kw):
     from planner.ui.report import render_report
 
     kw = inherit_group_options(kw)
-    out_file = kw.pop("out_file")
-    check_output_path(out_file, "--out")
-    check_not_an_input(out_file, "--out", [kw.get("model_arg"), kw.get("cluster_arg")])
+    out_file, force = kw.pop("out_file"), kw.pop("force")
+    check_output_path(out_file, "--out", force=force, inputs=(kw.get("model_arg"), kw.get("cluster_arg")))
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
-    check_cost_options(cost)
+    check_cost_options(cost, (kw.get("cluster_arg"),))
     # one search: the ranked plans and every scored candidate of the same run (SearchResult.ranked);
     # only the leading plans get a stage solve, as in `plan`
     _, res, doc = run_search(kw, show_progress=True)
     candidates = app.scored_candidates(res)
-    est = estimate_doc(doc["plans"][0], doc["model"]["params_total"], cost) if cost["tokens"] else None
+    est = estimate_doc(doc["plans"][0], doc["model"]["params_total"], cost, doc["cluster"]) if cost["tokens"] else None
     with progress("rendering the report", True):
         html = render_report(doc, candidates, estimate=est)
     write_text_file(out_file, "--out", html)
@@ -574,7 +584,7 @@ def compare_cmd(**kw):
     if not kw["clusters"]:
         raise InputError("missing --cluster: give one or more, e.g. --cluster a100x64 --cluster h100x32")
     cost = {k: kw.pop(k, None) for k in COST_KEYS}
-    check_cost_options(cost)
+    check_cost_options(cost, kw["clusters"])
     common = {k: kw[k] for k in ("gbs", "dtype", "framework", "memory_headroom")}
     doc = compare_doc(kw["model_arg"], kw["clusters"], kw["seq_lens"], common, cost,
                       lambda k: run_search(k, show_progress=not kw["as_json"]))
@@ -588,10 +598,9 @@ def compare_cmd(**kw):
     console = make_console()
     for table in compare_tables(doc, console.width):
         console.print(table)
-
-
-def main_entry():  # pragma: no cover
-    main()
+    from planner.ui.table import columns_for_text, wrapped
+    for note in doc["band_notes"]:
+        click.echo(wrapped("note: " + note, columns_for_text(), "  "))
 
 
 if __name__ == "__main__":  # python -m planner.ui.cli

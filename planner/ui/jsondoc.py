@@ -27,7 +27,24 @@ def dumps(doc: dict) -> str:
     """The one place JSON reaches stdout: sorted keys, two-space indent (the same input gives the same bytes),
     checked finite and written with allow_nan=False (NaN/Infinity are not JSON)."""
     require_finite(doc)
-    return json.dumps(doc, indent=2, sort_keys=True, default=float, allow_nan=False)
+    return json.dumps(_valid_unicode(doc), indent=2, sort_keys=True, default=float, allow_nan=False)
+
+
+def _valid_unicode(obj):
+    """Strings with lone surrogates (a non-UTF-8 path decoded with surrogateescape) as valid text: the bytes that
+    are not UTF-8 become U+FFFD, never a '\\udcff' escape no JSON reader can turn into Unicode."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return obj
+        except UnicodeEncodeError:
+            return obj.encode("utf-8", "surrogateescape").decode("utf-8", "replace").encode(
+                "utf-8", "replace").decode("utf-8")
+    if isinstance(obj, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_valid_unicode(v) for v in obj]
+    return obj
 
 
 @lru_cache(maxsize=1)
