@@ -515,8 +515,35 @@ def test_docs_cli_names_every_option():
     """docs/cli.md's flag tables keep step with the CLI: every option of every command is named there."""
     from pathlib import Path
 
+    from planner.ui.cli import main
+
     doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
     missing = [f"{name} {opt}" for name, cmd in {"plan": main, **main.commands}.items() for p in cmd.params
                for opt in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]
                if opt.startswith("--") and opt not in doc]
     assert missing == []
+
+
+def test_a_large_fitted_overhead_is_warned_about():
+    from types import SimpleNamespace
+
+    from planner.analysis.calibrate import FitResult
+    from planner.analysis.calibrate_checks import large_overhead
+    from planner.catalog.hardware import get_hardware
+
+    runs = [SimpleNamespace(measured_s=s) for s in (6.0, 6.25, 7.0)]  # median 6.25 s
+    big = FitResult(get_hardware("h100"), {"calibration.step_overhead_s": (0.0, 2.8)}, [0.1], [0.05])
+    assert "2.8 s is 45% of the median measured step (6.25 s)" in large_overhead(big, runs)[0]
+    small = FitResult(get_hardware("h100"), {"calibration.step_overhead_s": (0.0, 0.3)}, [0.1], [0.05])
+    assert large_overhead(small, runs) == []
+
+
+def test_an_option_before_and_after_the_subcommand():
+    line = one_line_error(run_cli("--model", "llama-70b", "explain", "--model", "llama-8b", "--cluster", "h100x8"))
+    assert "--model was given before and after `explain` ('llama-70b' and 'llama-8b'): give it once" in line
+    same = run_cli("--model", "llama-8b", "explain", "--model", "llama-8b", "--cluster", "h100x8", "--json")
+    assert same.exit_code == 0, same.stderr
+    # compare's repeatable --cluster takes both, the one before the subcommand first
+    r = run_cli("--cluster", "h100x8", "compare", "--model", "llama-8b", "--cluster", "a100x8", "--json")
+    doc = json.loads(r.stdout)
+    assert [r["cluster"]["name"] for r in doc["rows"]] == ["h100-sxm-80gbx8", "a100-sxm-80gbx8"]
