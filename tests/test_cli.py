@@ -26,7 +26,6 @@ def test_json_schema(llama70b):
     assert doc["cluster"]["count"] == 64
     plans = doc["plans"]
     assert plans
-    times = [p["step_time_s"] for p in plans]
     # best first; plans within the search's 0.5% tie band rank simplest-first (planner.search.engine.TIE_BAND)
     from planner.search.engine import TIE_BAND
     # the default memory margin (planner.costmodel.capacity): plans whose peak lies within the memory band of the
