@@ -27,6 +27,7 @@ FILES = {"megatron": {"megatron_args.json", "launch_megatron.sh"},
          "deepspeed": {"ds_config.json", "deepspeed_args.json", "launch_deepspeed.sh"},
          "torchtitan": {"torchtitan_args.json"}, "maxtext": {"maxtext.yml"}}
 OWN_MODULE = {"torchtitan_model.py"}  # torchtitan, for a model no registry function builds
+HF_PATH = {"hf_config.json", "train_hf.py"}  # DeepSpeed, for a model Megatron-DeepSpeed cannot express
 
 
 def _cli(*argv):
@@ -46,7 +47,8 @@ def test_launcher_target_writes_its_files_or_says_why_not(run):
         return
     assert run.exit_code == 0, run.stderr
     extra = set(run.files) - FILES[run.launcher] - {"plan.json", ".planner-files.json"}
-    assert FILES[run.launcher] <= set(run.files) and extra <= (OWN_MODULE if run.launcher == "torchtitan" else set())
+    own = {"torchtitan": OWN_MODULE, "deepspeed": HF_PATH}.get(run.launcher, set())
+    assert FILES[run.launcher] <= set(run.files) and extra <= own
     doc = run.plan_doc
     assert doc["training"]["launcher"] == run.launcher
     assert doc["training"]["framework"] == capabilities(run.launcher).framework

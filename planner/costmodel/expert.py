@@ -8,6 +8,7 @@ from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
 from planner.costmodel.trace import Term, formula
+from planner.specs import ModelSpec, TrainingSpec
 
 # FP8 recipes dispatch tokens in FP8 (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.2): 1 byte per element.
 FP8_DISPATCH_BYTES = 1.0
@@ -32,6 +33,16 @@ def expert_load(ctx: Context) -> float:
     return ctx.train.moe_capacity_factor or 1.0
 
 
+def node_limited_dispatch(model: ModelSpec, train: TrainingSpec) -> bool:
+    """Whether the stack sends group-limited routing once per target node (DeepEP's internode dispatch behind
+    Megatron-LM's flex dispatcher, which planner.emit.megatron writes for these models). Without it (Megatron's
+    alltoall dispatcher, torchtitan's and MaxText's all-to-alls) every one of the top_k copies crosses the
+    network; DeepEP refuses padding to capacity (megatron-core 0.19.2 transformer_config.py flex + deepep)."""
+    moe = model.moe
+    return (moe is not None and moe.route_topk_groups is not None and train.framework == "megatron"
+            and train.moe_capacity_factor is None)
+
+
 def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Forward dispatch + combine all-to-all of one MoE layer for one micro-batch (exposed share)."""
     p = shape.plan
@@ -43,7 +54,7 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     moe = m.require_moe()
     a2a_bytes = shape.tokens / p.tp * moe.top_k * expert_load(ctx) * m.hidden_size * elem * ep
     t = collective_time("all_to_all", a2a_bytes / ep, ep, link)
-    if link.crosses_domain and moe.route_topk_groups:
+    if link.crosses_domain and node_limited_dispatch(m, ctx.train):
         t = min(t, node_limited_dispatch_s(ctx, shape, elem))
     return 2 * t * (1.0 - cal.EP_OVERLAP_FRACTION)
 

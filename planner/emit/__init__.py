@@ -78,7 +78,8 @@ MANIFEST = ".planner-files.json"  # the names of the planner-written files of a 
 # every name an emitter writes (older directories have no manifest: these are still the planner's)
 PLANNER_FILES = frozenset({"plan.json", "megatron_args.json", "launch_megatron.sh", "ds_config.json",
                            "deepspeed_args.json", "launch_deepspeed.sh", "maxtext.yml", "jax_mesh.json",
-                           "torchtitan_args.json", "torchtitan_model.py"})
+                           "torchtitan_args.json", "torchtitan_model.py", "hf_config.json", "train_hf.py",
+                           "launch_torchtitan.sh"})
 
 
 def _write_file(path: Path, text: str, mode: int) -> None:

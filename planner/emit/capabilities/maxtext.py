@@ -5,7 +5,7 @@ Citations: MT = maxtext@e591f30:src/maxtext/ (launcher_capabilities.md sec. 4).
 
 from __future__ import annotations
 
-from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches, non_default_state_dtypes
+from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
 from planner.emit.common import Job, Unsupported
 from planner.specs.dims import ParallelDims
 
@@ -37,6 +37,7 @@ def _ring_seq(job: Job) -> bool:
 
 
 RULES = (
+    contract_rule("maxtext"),
     Rule("schedules", "MaxText pipelines with GPipe or its circular (repeat) schedule only, not {s}",
          "MT:docs/guides/optimization/sharding.md:363-385 [doc]",
          lambda j: j.plan.pp > 1 and j.plan.schedule in ("zb", "dualpipe"), detail=lambda j: {"s": j.plan.schedule}),
