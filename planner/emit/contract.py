@@ -259,23 +259,30 @@ def _activation_gap(m: ModelSpec, gated: tuple[str, ...], plain: tuple[str, ...]
     return [] if ok else [f"a {'gated ' if m.mlp_type == 'gated' else ''}{m.activation} MLP"]
 
 
+def _megatron_rope_ok(m: ModelSpec, sc: tuple) -> bool:
+    """RoPE scalings megatron-core 0.19.2 writes: Llama 3.1's, yarn through GPTModel (mscale 1, mscale_all_dim 0),
+    MLA's yarn with MLATransformerConfig's original length 4096 and beta 32/1."""
+    if sc[0] == "llama3":
+        return sc[2:] == (1.0, 4.0, 8192)
+    if sc[0] != "yarn":
+        return False
+    return sc[5:] == (1.0, 0.0) if m.mla is None else sc[2:5] == (4096, 32.0, 1.0)
+
+
 def _megatron_gaps(m: ModelSpec, t: TrainingSpec) -> list[str]:
     gaps = _activation_gap(m, MEGATRON_GATED, MEGATRON_PLAIN)
     if not gaps and m.mlp_type == "plain" and m.activation in ("gelu_tanh", "gelu_new") and bias_layout(m) != "all":
         # megatron-core runs the tanh approximation only as its fused bias-GeLU (planner.emit.megatron)
         gaps.append("a bias-free tanh-approximated GeLU MLP")
     sc = _rope(m, t)
-    if sc is not None:
-        ok = ((sc[0] == "llama3" and sc[2:] == (1.0, 4.0, 8192))
-              or (sc[0] == "yarn" and m.mla is None and sc[5:] == (1.0, 0.0))
-              or (sc[0] == "yarn" and m.mla is not None and sc[2:5] == (4096, 32.0, 1.0)))
-        if not ok:
-            gaps.append(f"{sc[0]} RoPE scaling with these parameters")
+    if sc is not None and not _megatron_rope_ok(m, sc):
+        gaps.append(f"{sc[0]} RoPE scaling with these parameters")
     if m.position_embedding == "rope" and m.rope_theta != int(m.rope_theta):
         gaps.append("a non-integer RoPE base")
     if bias_layout(m) == "partial":
         gaps.append("biases on some linear layers only")
-    if m.moe is not None and m.moe.score_function == "sigmoid" and not m.moe.norm_topk_prob and m.moe.top_k > 1:
+    e = m.moe
+    if e is not None and e.score_function == "sigmoid" and not e.norm_topk_prob and e.top_k > 1:
         gaps.append("un-normalised sigmoid gate weights")
     if m.sliding_window is not None and m.num_sliding_layers and m.sliding_pattern() is None:
         gaps.append("sliding windows on layers the model does not name")
