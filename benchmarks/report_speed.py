@@ -1,4 +1,4 @@
-"""Whole-process wall time of `plan report` against the same `plan` (issue 14 target: report <= 3x plan).
+"""Whole-process wall time of `plan report` against the same `plan` (target: report <= 3x plan).
 
 Run from a checkout: python benchmarks/report_speed.py [repeats]
 Runs this checkout's code (`python -m planner.ui.cli` with PYTHONPATH = the checkout), best of `repeats`.

@@ -1,4 +1,4 @@
-"""Whole-process wall time of representative searches (issue 4 targets), printed as a table.
+"""Whole-process wall time of representative searches against each case's target (CASES), printed as a table.
 
 Run: python benchmarks/search_speed.py   (this checkout's code: `python -m planner.ui.cli`, PYTHONPATH = checkout)
 """

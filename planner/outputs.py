@@ -17,7 +17,7 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.names import safe_line
 
-__all__ = ["check_output_path", "write_output_text"]
+__all__ = ["check_not_an_input", "check_output_path", "write_output_text"]
 
 
 def _kind(path: Path) -> str:
@@ -40,19 +40,44 @@ def _kind(path: Path) -> str:
     raise InputError(f"{shown} is {what}: give the path of a file to write")
 
 
-def check_output_path(path: str, option: str) -> None:
-    """Refuse an output path that cannot be written before any long computation (one input-error line)."""
+def check_output_path(path: str, option: str, force: bool | None = None, inputs: tuple = ()) -> None:
+    """Refuse an output path that cannot be written before any long computation (one input-error line).
+    An output that names one of `inputs` is refused first, whatever `force` says. `force=False`: an
+    existing regular file is refused too (the command replaces it only with --force, as `plan --out DIR`
+    does a non-empty folder); None: the command's files are replaced (calibrate's profile)."""
     if not path:
         raise InputError(f"{option} is empty: give the path of a file to write")
+    check_not_an_input(path, option, [i for i in inputs if i])
     p = Path(path)
     try:
         kind = _kind(p)
     except InputError as e:
         raise InputError(f"{option} {e}") from None
+    if kind == "regular" and force is False:
+        raise InputError(f"{option} {safe_line(path, 200)} exists: give --force to replace it, or another path")
     target = Path(os.path.realpath(p)) if kind == "regular" else p
     if kind != "stream" and not target.parent.is_dir():
         raise InputError(f"{option} {safe_line(path, 200)}: the folder {safe_line(str(target.parent), 200)} does "
                          "not exist: create it first")
+
+
+def check_not_an_input(path: str, option: str, inputs: list[str]) -> None:
+    """Refuse an output path that names one of the inputs (the same file, through any link or spelling):
+    writing it would destroy the input (`report --out m.yaml --model m.yaml`)."""
+    try:
+        out = os.stat(path)
+    except OSError:
+        return  # a new file cannot be an input
+    if not stat.S_ISREG(out.st_mode):
+        return  # /dev/stdout, a FIFO: written in place, nothing is replaced
+    for inp in inputs:
+        try:
+            st = os.stat(inp)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            raise InputError(f"{option} {safe_line(path, 200)} is also an input ({safe_line(inp, 200)}): writing it "
+                             "would overwrite the input; give another path")
 
 
 def write_output_text(path: str | os.PathLike, text: str, option: str = "--out", mode: int | None = None) -> None:

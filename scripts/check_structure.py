@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Structure check of issue 14's "Must show": no function over 60 lines (data tables excepted) and no
-cyclomatic complexity grade worse than C (radon) in planner/.
+"""Function length: no function over 60 lines in planner/ (data tables excepted), the one structure rule
+ruff cannot express (complexity and statement counts are ruff's C901 and PLR0915, pyproject.toml).
 
     python scripts/check_structure.py [PATH ...]      (default: planner/ next to this script)
 
@@ -9,9 +9,6 @@ Prints one line per offence (path:line kind name: figure) and exits 1 if there i
 * Length: every def (functions, methods, nested functions) as the AST spans it, decorators excluded:
   end_lineno - lineno + 1, docstring and comments included. A data table is exempt: a function whose
   body, after its docstring, is one `return` of a dict/list/tuple/set literal.
-* Complexity: the blocks `radon cc` reports (functions, methods, classes; a closure counts towards the
-  function that holds it), graded with radon's own ranks (A 1-5, B 6-10, C 11-20, D 21-30, E 31-40,
-  F 41+); D or worse is an offence, as `radon cc -n D` lists them.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 MAX_FUNCTION_LINES = 60
-WORST_GRADE = "C"  # radon ranks are letters A..F: anything after this one is an offence
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,18 +52,6 @@ def long_functions(src: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[int,
     return sorted(out)
 
 
-def complex_blocks(src: str, worst: str = WORST_GRADE) -> list[tuple[int, str, str, int]]:
-    """(line, name, grade, complexity) of every radon block graded worse than `worst`."""
-    from radon.complexity import cc_rank, cc_visit
-
-    out = []
-    for block in cc_visit(src):
-        grade = cc_rank(block.complexity)
-        if grade > worst:
-            out.append((block.lineno, block.fullname, grade, block.complexity))
-    return sorted(out)
-
-
 def check(paths: list[Path]) -> list[str]:
     """One line per offence over the given files and folders."""
     problems = []
@@ -79,8 +63,6 @@ def check(paths: list[Path]) -> list[str]:
             shown = f
         for line, name, length in long_functions(src):
             problems.append(f"{shown}:{line} length {name}: {length} lines (limit {MAX_FUNCTION_LINES})")
-        for line, name, grade, cc in complex_blocks(src):
-            problems.append(f"{shown}:{line} complexity {name}: grade {grade} ({cc}), worse than {WORST_GRADE}")
     return problems
 
 

@@ -1,7 +1,10 @@
-"""scripts/check_structure.py (issue 14's structure check) on hand-written sources: what it flags and
-what it lets through."""
+"""The structure rules on hand-written sources: scripts/check_structure.py's function length, and ruff's
+complexity rules (C901, PLR0915) that replaced its radon check, with the project's own configuration."""
 
 import importlib.util
+import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -35,15 +38,33 @@ def _branches(n: int) -> str:
     return "def f(x):\n" + "".join(f"    if x == {i}:\n        return {i}\n" for i in range(n)) + "    return -1\n"
 
 
-def test_complexity_grades_follow_radon():
-    assert cs.complex_blocks(_branches(19)) == []  # complexity 20: grade C
-    assert cs.complex_blocks(_branches(20)) == [(1, "f", "D", 21)]
+def _ruff(tmp_path, src: str) -> list[str]:
+    """The rule codes ruff reports on `src` with the project's pyproject.toml."""
+    f = tmp_path / "probe.py"
+    f.write_text(src)
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--config", str(ROOT / "pyproject.toml"),
+                        "--select", "C901,PLR0915", "--output-format", "concise", "--no-cache", str(f)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode in (0, 1), r.stderr
+    return re.findall(r"^\S*probe\.py:\d+:\d+: (\w+)", r.stdout, re.M)
+
+
+def test_complexity_limit_is_radons_grade_c(tmp_path):
+    """Complexity 20 (radon grade C, the worst allowed before) passes; 21 (grade D) is C901."""
+    assert _ruff(tmp_path, _branches(19)) == []
+    assert _ruff(tmp_path, _branches(20)) == ["C901"]
+
+
+def test_statement_limit(tmp_path):
+    # ruff 0.17.6 reports 51 statements for 51 assignments and a return: 50 assignments and a return pass
+    assert _ruff(tmp_path, _function("ok", 51)) == []
+    assert _ruff(tmp_path, _function("many", 52)) == ["PLR0915"]
 
 
 def test_main_exit_codes(tmp_path):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text(_function("g", 10))
-    bad.write_text(_branches(40))
+    bad.write_text(_function("b", 70))
     assert cs.main([str(good)]) == 0
     assert cs.main([str(bad)]) == 1
     assert cs.main([str(tmp_path / "missing")]) == 2

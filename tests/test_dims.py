@@ -76,3 +76,23 @@ def test_knob_names_come_from_one_list():
 
     assert KNOBS == tuple(ParallelPlan.model_fields) and len(KNOBS) == len(set(KNOBS))
     assert set(KNOB_FLAGS.values()) <= set(KNOBS) and set(PLAN_FIELDS.values()) <= set(KNOBS)
+
+
+def test_parallel_dims_owns_world_and_microbatch_count():
+    """One owner of the world size and the micro-batch count (Megatron-core num_microbatches_calculator): the cost
+    model's shape, the emitters' Job and the launcher rules read ParallelDims."""
+    from planner.costmodel import Context
+    from planner.costmodel.base import plan_shape
+    from planner.emit.capabilities import microbatches
+
+    model, cluster = load_model("llama-3.1-8b"), parse_cluster("h100x16")
+    train = TrainingSpec(global_batch=96)
+    for plan in (ParallelPlan(tp=2, dp=8, micro_batch=2), ParallelPlan(tp=2, pp=2, dp=4, micro_batch=3),
+                 ParallelPlan(tp=4, pp=4, dp=1)):
+        dims = ParallelDims.of(plan)
+        n = 96 // (plan.dp * plan.micro_batch)
+        assert dims.world == plan.devices == 16 and dims.num_microbatches(96) == n
+        assert dims.local_batch(96) == 96 // plan.dp and dims.batch_divides(96)
+        job = make_job(model, cluster, train, plan)
+        assert plan_shape(Context(model, cluster, train), plan).nmb == job.grad_accum == microbatches(job) == n
+    assert not ParallelDims(dp=5).batch_divides(96) and ParallelDims(dp=64).num_microbatches(96) == 2  # rounded

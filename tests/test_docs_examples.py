@@ -1,5 +1,7 @@
-"""Every `$ plan ...` line in the ```console blocks of docs/quickstart.md and docs/cli.md runs and exits
-as documented (0, or the code of a trailing `# exit N` comment)."""
+"""Every `$ plan ...` line in the ```console blocks of docs/quickstart.md, docs/cli.md and docs/runs-schema.md
+runs and exits as documented (0, or the code of a trailing `# exit N` comment). A ```yaml block whose first
+line is `# NAME.yaml: ...` is written to NAME.yaml in the working directory first (docs/runs-schema.md's
+example runs file goes through `plan validate` and `plan calibrate`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,14 @@ from click.testing import CliRunner
 from planner.ui.cli import main
 
 DOCS = Path(__file__).parents[1] / "docs"
-PAGES = ("quickstart.md", "cli.md")
+PAGES = ("quickstart.md", "cli.md", "runs-schema.md")
+
+
+def example_files(page: str) -> dict[str, str]:
+    """name -> text of every ```yaml block of `page` whose first line names its file (`# NAME.yaml: ...`)."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    return {m.group(1): m.group(0)[len("```yaml\n"):] for m in
+            re.finditer(r"```yaml\n# ([\w.-]+\.ya?ml):[^\n]*\n.*?(?=```)", text, re.S)}
 
 
 def console_commands(page: str) -> list[tuple[str, list[str], dict, int]]:
@@ -42,6 +51,20 @@ EXAMPLES = [(page, *c) for page in PAGES for c in console_commands(page)]
 def test_every_page_has_examples():
     for page in PAGES:
         assert len(console_commands(page)) >= 5, page
+    assert set(example_files("runs-schema.md")) == {"my_runs.yaml", "typo_runs.yaml"}
+
+
+def test_the_typo_example_is_refused_with_its_fix(tmp_path, monkeypatch):
+    """docs/runs-schema.md's misspelt key: one line on stderr naming the key and the one meant."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "typo_runs.yaml").write_text(example_files("runs-schema.md")["typo_runs.yaml"], encoding="utf-8")
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:
+        runner = CliRunner()
+    r = runner.invoke(main, ["validate", "--runs", "typo_runs.yaml"])
+    assert r.exit_code == 2
+    assert "unknown field measured.step_time; did you mean measured.step_time_s?" in r.stderr
 
 
 @pytest.mark.parametrize("page,line,argv,env,code", EXAMPLES, ids=[f"{e[0]}:{' '.join(e[2])[:60]}" for e in EXAMPLES])
@@ -51,6 +74,8 @@ def test_documented_example_runs(page, line, argv, env, code, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     # the user's own Hugging Face config.json that the quickstart reads
     (tmp_path / "config.json").write_text(json.dumps(get_catalog_entry("llama-3.1-8b").hf_config))
+    for name, text in example_files(page).items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
     try:
         runner = CliRunner(mix_stderr=False)
     except TypeError:

@@ -4,6 +4,7 @@ The real libraries judge the same files in tests/consumers/ (marker `consumers`)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -424,7 +425,9 @@ def test_write_launch_configs(tmp_path):
     written = write_launch_configs(out, files)
     assert sorted(p.name for p in written) == sorted(files)
     assert sorted(os.listdir(out)) == sorted([*files, MANIFEST])  # no temp files left behind
-    assert json.loads((out / MANIFEST).read_text()) == sorted(files)
+    recorded = json.loads((out / MANIFEST).read_text())["sha256"]
+    assert sorted(recorded) == sorted(files)
+    assert all(recorded[n] == hashlib.sha256(t.encode()).hexdigest() for n, t in files.items())
     for name, text in files.items():
         assert (out / name).read_text() == text
     assert os.stat(out / "launch_megatron.sh").st_mode & stat.S_IXUSR

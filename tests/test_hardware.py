@@ -1,5 +1,5 @@
 """Hardware profiles and cluster parsing, against the cited reference numbers
-(/work/shared/reference/hardware.yaml and specs.md)."""
+(shared/reference/hardware.yaml and specs.md of the workspace, quoted in the comments; not read)."""
 
 from __future__ import annotations
 
@@ -325,3 +325,15 @@ def test_bad_names_are_input_errors():
             get_hardware(bad)
     with pytest.raises(InputError):
         get_hardware(None)  # type: ignore[arg-type]
+
+
+def test_is_tpu_has_one_spelling():
+    """HardwareSpec.is_tpu is the one answer to "is this a TPU" (ICI torus scale-up, which needs torus rules, and
+    torus rules need it); every TPU profile of the catalog says yes, every GPU profile no."""
+    cat = load_hardware_catalog()
+    for hw in cat.values():
+        assert hw.is_tpu == hw.id.startswith("tpu") == (hw.torus is not None), hw.id
+    gpu = next(h for h in cat.values() if not h.is_tpu).model_dump()
+    tpu = next(h for h in cat.values() if h.is_tpu)
+    with pytest.raises(ValueError, match="describe a TPU slice"):
+        HardwareSpec(**(gpu | {"torus": tpu.torus.model_dump()}))

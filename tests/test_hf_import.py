@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +11,9 @@ from planner.catalog.hf_import import SUPPORTED_MODEL_TYPES, from_hf_config
 from planner.catalog.models import load_model_catalog
 from planner.costmodel.params import count_params
 from planner.specs import ModelSpec
+from testdata import HF_CONFIG_FILES, N_HF_CONFIGS
 
-REFERENCE = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference"))
-HF_FILES = sorted((REFERENCE / "hf_configs").glob("*.json"))
+HF_FILES = HF_CONFIG_FILES  # tests/data/reference/hf_configs: copies of shared/reference/hf_configs
 
 REQUIRED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2",
                   "deepseek_v3", "gpt2", "bloom", "falcon", "gemma2", "nemotron", "gpt_oss", "gpt_neox", "mpt"}
@@ -24,6 +22,10 @@ REQUIRED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", 
 def llama(**kw) -> dict:
     return {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
             "intermediate_size": 11008, **kw}
+
+
+def test_every_reference_config_is_vendored():
+    assert len(HF_FILES) == N_HF_CONFIGS
 
 
 def test_supported_types():
@@ -60,8 +62,6 @@ def test_catalog_hf_config_imports(name):
 
 
 def test_reference_family_details():
-    if not HF_FILES:
-        pytest.skip(f"no reference configs under {REFERENCE}")
     load = {p.stem: from_hf_config(json.loads(p.read_text())) for p in HF_FILES}
     q = load["qwen2.5-72b"]
     assert q.qkv_bias and not q.attn_out_bias

@@ -1,21 +1,20 @@
-"""The nccl-tests / rccl-tests parser against the real published outputs in shared/reference/nccl_tests/
-(numbers below are read off those files; their README lists the format variants)."""
+"""The nccl-tests / rccl-tests parser against the real published outputs vendored in
+tests/data/reference/nccl_tests/ (copied from shared/reference/nccl_tests/; numbers below are read off those
+files; their README lists the sources and the format variants)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 
 from planner.analysis.nccl_tests import fit_link, parse_nccl_tests, read_nccl_tests
 from planner.errors import InputError
+from testdata import NCCL_TESTS_DIR
 
-REF = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference")) / "nccl_tests"
 
 
 def load(name):
-    return read_nccl_tests(REF / name)
+    return read_nccl_tests(NCCL_TESTS_DIR / name)
 
 
 def test_h100_one_node_nvls_all_reduce():

@@ -1,17 +1,15 @@
 """Parameter counts of the catalog models against the reference figures.
 
 `COMPUTED` is models.yaml `computed_params` (shared/reference/models.yaml: the HF module-layout count of
-each listed config; rules in specs.md section 2), copied here so the test runs without the reference
-folder and cross-checked against the file when it is present. `OFFICIAL` holds each model owner's stated
+each listed config; rules in specs.md section 2), copied here and cross-checked against the vendored
+copy tests/data/reference/models.yaml. `OFFICIAL` holds each model owner's stated
 figure (models.yaml `official_params`, quoted) with the precision it was stated to.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import FrozenInstanceError
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,8 +18,8 @@ from planner.catalog.hf_import import from_hf_config
 from planner.catalog.models import get_catalog_entry, get_model, list_models
 from planner.costmodel.params import LayerParams, ParamCounts, count_params, layer_params
 from planner.specs import ModelSpec, MoESpec
+from testdata import MODELS_YAML
 
-REFERENCE = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference"))
 
 # models.yaml key -> (catalog name, computed_params as written in models.yaml)
 COMPUTED = {
@@ -62,10 +60,7 @@ def _variant(name: str, **fields) -> ModelSpec:
 
 
 def test_computed_table_matches_models_yaml():
-    path = REFERENCE / "models.yaml"
-    if not path.exists():
-        pytest.skip(f"{path} not available")
-    models = yaml.safe_load(path.read_text())["models"]
+    models = yaml.safe_load(MODELS_YAML.read_text())["models"]
     assert set(models) == set(COMPUTED)
     for key, (_, computed) in COMPUTED.items():
         assert models[key]["computed_params"] == computed, key

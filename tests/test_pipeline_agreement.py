@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 
 import planner.analysis.timeline as tl
-from planner.ui.cli import build_inputs
+from planner.app import PlanRequest, build_inputs
 from planner.costmodel import Context, evaluate
-from planner.ui.report import scored_timeline
 from planner.specs import ParallelPlan
+from planner.ui.report import scored_timeline
 
 # (model, cluster, global batch, plan knobs, whether the slowest stage is the last: the plain simulation agrees)
 CASES = [
@@ -32,7 +32,7 @@ CASES = [
 
 
 def _scored(model, cluster, gbs, knobs):
-    m, c, t = build_inputs(model, cluster, None, gbs, "bf16", "megatron")
+    m, c, t = build_inputs(PlanRequest(model=model, cluster=cluster, gbs=gbs, framework="megatron"))
     ev = evaluate(Context(m, c, t), ParallelPlan(**knobs, sequence_parallel=knobs["tp"] > 1))
     return ev.to_dict()
 

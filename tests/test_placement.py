@@ -1,5 +1,7 @@
 """Rank placement (issue 12 items 1 and 8): which links each group of a plan spans, from the launcher's order."""
 
+import math
+
 import pytest
 
 from planner.catalog.hardware import parse_cluster
@@ -146,3 +148,25 @@ def test_mesh_groups_the_mesh_cannot_express_fall_back_to_the_linear_order():
     plan = ParallelPlan(tp=2, dp=8, ep=4, zero_stage=3)
     sp = placement(cl, plan, "maxtext")
     assert sp["edp"].size == plan.edp and sp["ep"].size == 4 and sp["dp"].size == 8
+
+
+# Google's published v5p single-slice topologies (cloud.google.com/tpu/docs/v5p, "Configurations": 2x2x1 ... 16x16x24,
+# every axis a multiple of 4 from one 4x4x4 cube up), as sorted chip counts per axis
+V5P_TOPOLOGIES = {4: (1, 2, 2), 8: (2, 2, 2), 32: (2, 4, 4), 64: (4, 4, 4), 128: (4, 4, 8), 256: (4, 8, 8),
+                  512: (8, 8, 8), 1024: (8, 8, 16), 2048: (8, 16, 16), 4096: (16, 16, 16), 6144: (16, 16, 24)}
+
+
+@pytest.mark.parametrize("chips,shape", sorted(V5P_TOPOLOGIES.items()))
+def test_slice_shape_is_a_topology_google_offers(chips, shape):
+    assert slice_shape(parse_cluster(f"tpu-v5px{chips}")) == shape
+
+
+def test_search_and_cost_model_share_one_slice_shape():
+    """9216 v5p chips are two 4608-chip slices (6144, the largest slice, does not divide 9216; multislice jobs use
+    equal slices). The search once said 16x16x24 (a 6144-chip slice), the cost model 16x16x18 (18 is no multiple of
+    the 4-chip cube edge): the slice is 12x16x24, for both."""
+    from planner.search import engine
+
+    cl = parse_cluster("tpu-v5px9216")
+    assert engine.slice_shape is slice_shape
+    assert slice_shape(cl) == (12, 16, 24) and math.prod(slice_shape(cl)) * 2 == 9216

@@ -9,9 +9,10 @@ from click.testing import CliRunner
 
 import planner.search.engine
 import planner.search.stages
-from planner.ui.cli import build_inputs, main
+from planner.app import PlanRequest, build_inputs
 from planner.costmodel import Context
 from planner.search.engine import SearchOptions, search
+from planner.ui.cli import main
 
 ARGS = ["--model", "deepseek-v3", "--cluster", "h100x1024", "--pp", "8", "--schedule", "1f1b"]
 
@@ -52,7 +53,7 @@ def test_report_runs_one_search_with_the_plans_stage_solves(monkeypatch, tmp_pat
 
 def test_stage_solves_is_its_own_setting(monkeypatch):
     calls = _counting(monkeypatch)
-    ctx = Context(*build_inputs("deepseek-v3", "h100x1024", None, None, "bf16", "megatron"))
+    ctx = Context(*build_inputs(PlanRequest(model="deepseek-v3", cluster="h100x1024", framework="megatron")))
     fixed = {"pp": 8, "schedule": "1f1b"}
     res = search(ctx, SearchOptions(fixed=fixed, top_k=2, stage_solves=7))
     assert calls["solve"] == 7 and len(res.plans) == 2 and len(res.ranked) > 7

@@ -2,7 +2,7 @@
 
 Every config is instantiated with `AutoModelForCausalLM.from_config` on the meta device (no memory, no
 weights) and `sum(p.numel() for p in model.parameters())` is compared with our count, exactly. Besides
-the reference configs (shared/reference/hf_configs) and the catalog, small configs per family exercise
+the reference configs (tests/data/reference/hf_configs) and the catalog, small configs per family exercise
 the HF defaults of absent fields and each option the importer reads (biases, GQA/MQA, tied heads, MoE
 layer rules, MLA without q-LoRA, Falcon layouts, ...), and the per-layer split is checked module by module.
 
@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
 from planner.catalog.hf_import import from_hf_config
 from planner.catalog.models import load_model_catalog
 from planner.costmodel.params import count_params, layer_params
+from testdata import HF_CONFIG_FILES, N_HF_CONFIGS
 
-REFERENCE = Path(os.environ.get("PLANNER_REFERENCE_DIR", "/work/shared/reference"))
-HF_FILES = sorted((REFERENCE / "hf_configs").glob("*.json"))
+HF_FILES = HF_CONFIG_FILES  # tests/data/reference/hf_configs: copies of shared/reference/hf_configs
 
 
 def require_transformers():
@@ -210,8 +209,7 @@ ADDED_KEYS = {"llama-3.1-8b": {"rope_scaling"}, "llama-3.1-70b": {"rope_scaling"
 
 def test_catalog_configs_are_the_reference_files():
     """The catalog's hf_config is the reference config.json verbatim, where one exists (plus cited additions)."""
-    if not HF_FILES:
-        pytest.skip(f"no reference configs under {REFERENCE}")
+    assert len(HF_FILES) == N_HF_CONFIGS
     by_name = load_model_catalog().entries
     for f in HF_FILES:
         added = ADDED_KEYS.get(f.stem, set())

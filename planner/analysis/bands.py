@@ -102,6 +102,9 @@ def band_for(residuals: tuple[Residual, ...], family: str, moe: bool, framework:
     raise AssertionError("unreachable")
 
 
+BANDS_MAX_BYTES = 1 << 20  # the shipped file is ~20 KiB (one line per dev run)
+
+
 def _default_path() -> Path:
     from planner.catalog.data import data_dir
 
@@ -110,7 +113,9 @@ def _default_path() -> Path:
 
 @functools.lru_cache(maxsize=4)
 def load_residuals(path: str | None = None) -> tuple[Residual, ...]:
-    data = yaml.safe_load(Path(path or _default_path()).read_text())
+    from planner.catalog.files import read_structured_file
+
+    data = read_structured_file(Path(path or _default_path()), what="error bands file", max_bytes=BANDS_MAX_BYTES)
     return tuple(Residual(**r) for r in data["runs"])
 
 

@@ -1,6 +1,6 @@
 """`plan calibrate`: fit the few physical constants of the cost model to one cluster's own measurements.
 
-Inputs: the user's measured steps (a runs file, schema of shared/reference/README.md, one accelerator)
+Inputs: the user's measured steps (a runs file in the runs schema, docs/runs-schema.md; one accelerator)
 and optionally nccl-tests / rccl-tests logs. Output: a cluster file whose inline hardware profile carries
 the fitted link figures and a `calibration:` block (planner.specs.CalibrationSpec) that `--cluster`
 accepts, so every later prediction uses them.
@@ -28,9 +28,14 @@ import statistics
 from dataclasses import dataclass, field
 
 from planner.errors import InputError
+from planner.names import safe_line
 from planner.specs import CalibrationSpec, ClusterSpec, HardwareSpec, ModelSpec, ParallelPlan, TrainingSpec
 
 SENSITIVITY_MIN = 0.02  # a constant that moves no run's log step time by 2% per unit log change is not fitted
+# A measured step more than 100x from the default prediction is not fitted: the fitted constants together span
+# less (GEMM efficiency 0.05-1 is 20x, attention 0.05-2 relative), so such a run is a unit or transcription
+# error (ms for s, a per-token figure), and it would pin every constant at its bound.
+MAX_MEASURED_RATIO = 100.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,20 @@ def get_value(hw: HardwareSpec, p: Param) -> float:
     for part in p.name.split("."):
         obj = getattr(obj, part)
     return float(obj)  # type: ignore[arg-type]  # a numeric profile field by construction (compute_params)
+
+
+def checked_with_values(hw: HardwareSpec, values: dict[str, float], what: str) -> HardwareSpec:
+    """with_values for figures taken from the user's measurements: a value outside its field's range is an
+    InputError naming the field and the value (never pydantic's text)."""
+    from pydantic import ValidationError
+
+    try:
+        return with_values(hw, values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err.get("loc", ()))
+        raise InputError(f"{what} gives {field} = {values.get(field, err.get('input'))!r}, outside the profile's "
+                         f"range ({safe_line(err.get('msg', ''), 80)}): check the measurements") from None
 
 
 def with_values(hw: HardwareSpec, values: dict[str, float]) -> HardwareSpec:
@@ -116,11 +135,25 @@ def prepare_runs(runs: list[dict]) -> tuple[list[PreparedRun], list[dict]]:
                 plan = evaluate(ctx, res.smallest_peak_plan).plan
             else:
                 raise InputError(f"run {run['id']}: no valid plan with the published knobs")
+            prepared = PreparedRun(str(run["id"]), float(step), ctx.model, ctx.cluster, ctx.train, plan)
+            _check_measured(prepared)
         except InputError as e:
             skipped.append(skip_record(run, e))
             continue
-        out.append(PreparedRun(str(run["id"]), float(step), ctx.model, ctx.cluster, ctx.train, plan))
+        out.append(prepared)
     return out, skipped
+
+
+def _check_measured(run: PreparedRun) -> None:
+    """A measured step the default model predicts within MAX_MEASURED_RATIO either way; else the run is skipped."""
+    predicted = run.predict(run.cluster.hardware)
+    if not (math.isfinite(predicted) and predicted > 0):
+        raise InputError(f"run {run.id}: the model gives no finite step time for it ({predicted!r})")
+    ratio = run.measured_s / predicted
+    if not 1 / MAX_MEASURED_RATIO <= ratio <= MAX_MEASURED_RATIO:
+        raise InputError(f"run {run.id}: measured.step_time_s {run.measured_s:.4g} s is {ratio:.3g}x the "
+                         f"modelled {predicted:.4g} s (over {MAX_MEASURED_RATIO:g}x either way: a unit error?); "
+                         "not fitted")
 
 
 def one_hardware(prepared: list[PreparedRun]) -> HardwareSpec:
@@ -226,7 +259,7 @@ def link_updates(hw: HardwareSpec, node_size: int, fits: list) -> tuple[dict[str
                 target = "scale_up.ring_busbw_GBps"
             up_lat.append(f.alpha_us)
         else:
-            per_domain = min(f.ranks // nodes, hw.scale_up.domain_size)
+            per_domain = max(1, min(f.ranks // nodes, hw.scale_up.domain_size))
             line_rate = per_domain * hw.scale_out.unidir_GBps_per_device
             out_frac.append(min(1.0, f.busbw_GBps / line_rate))
             out_lat.append(f.alpha_us)
@@ -255,7 +288,8 @@ def cluster_document(hw: HardwareSpec, prepared: list[PreparedRun], source: str,
     leave-one-out errors, its predictions carry that error band instead of the dev runs' one."""
     from planner.analysis.bands import band_from_errors
 
-    band = {"error_band_rel": band_from_errors(loo_errors), "error_band_runs": len(loo_errors)} if loo_errors else {}
+    finite = [e for e in (loo_errors or []) if math.isfinite(e) and e > -1]
+    band = {"error_band_rel": band_from_errors(finite), "error_band_runs": len(finite)} if finite else {}
     cal = (hw.calibration or CalibrationSpec()).model_copy(update={"source": source} | band)
     note = "Fitted by plan calibrate (calibration.source) where it differs from the figures cited: "
     prof = hw.model_copy(update={"calibration": cal, "aliases": (), "name": f"{hw.name or hw.id} (calibrated)",
@@ -268,3 +302,63 @@ def cluster_document(hw: HardwareSpec, prepared: list[PreparedRun], source: str,
     if biggest.cluster.devices_per_node:
         doc["devices_per_node"] = biggest.cluster.devices_per_node
     return doc
+
+
+# --------------------------------------------------------------------------- the whole command
+
+@dataclass
+class Calibration:
+    """Everything `plan calibrate` prints and writes."""
+
+    cluster_doc: dict  # the cluster file (load_cluster_file accepts it)
+    result: FitResult
+    prepared: list[PreparedRun]
+    skipped: list[dict]
+    link_lines: list[str]
+    link_updates: dict[str, float]
+
+
+def run_calibration(runs: list[dict], tables: list, runs_name: str, source: str) -> Calibration:
+    """Prepare the runs, fit the links of the nccl-tests tables (planner.analysis.nccl_tests.NcclTable) and
+    the compute constants; every bad value is an InputError (one line) or a skipped run with its reason."""
+    from planner.analysis.nccl_tests import fit_link
+
+    prepared, skipped = prepare_runs(runs)
+    if not prepared:
+        first = "; ".join(s["id"] + ": " + s["reason"] for s in skipped[:2])
+        raise InputError(f"{runs_name}: no run could be scored ({first or 'the file lists no run'})")
+    hw = one_hardware(prepared)
+    node = prepared[0].cluster.node_size
+    updates, link_lines = link_updates(hw, node, [fit_link(t, min_bytes=1 << 20) for t in tables])
+    base = checked_with_values(hw, updates, "the nccl-tests fit") if updates else hw
+    res = calibrate(prepared, base)
+    doc = cluster_document(res.hardware, prepared, source, res.loo_errors)
+    _check_document(doc)
+    return Calibration(doc, res, prepared, skipped, link_lines, updates)
+
+
+def _check_document(doc: dict) -> None:
+    """The cluster file must be one `--cluster` accepts: finite numbers and a valid profile (else nothing is
+    written and the line says which figure)."""
+    from pydantic import ValidationError
+
+    bad = _non_finite(doc)
+    if bad:
+        raise InputError(f"the fitted cluster file would hold a non-finite number at {bad}: check the measurements")
+    try:
+        HardwareSpec(**doc["hardware"])
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(f"the fitted profile has {'.'.join(map(str, err.get('loc', ())))} = {err.get('input')!r} "
+                         f"({safe_line(err.get('msg', ''), 80)}): check the measurements") from None
+
+
+def _non_finite(obj, path: str = "") -> str | None:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "(top)"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{path}.{k}" if path else str(k))
+        if found:
+            return found
+    return None

@@ -13,7 +13,7 @@
   with the held-out source. Each run's plan is the one plan validate scores with the shipped constants
   and stays fixed during the refits.
 
-Relation to issue 14a's planner.analysis.fit (which arrived on main after this was written): the constants
+Relation to planner.analysis.fit (the fitting core of `plan calibrate`): the constants
 are set through its `calibrated` context manager; `loso` differs from `fit.leave_one_out(by_group=True)` in
 grouping by publication (bands.source_key, not the full citation) and in setting unidentifiable constants
 to NO_EFFECT instead of the shipped values.
@@ -55,7 +55,7 @@ ROBUST_SCALE = 0.1
 
 def constants(values: dict[str, float]):
     """planner.costmodel.calibration with some constants replaced for the duration (offline analysis only;
-    the cost model reads them at call time): issue 14a's planner.analysis.fit.calibrated."""
+    the cost model reads them at call time): planner.analysis.fit.calibrated."""
     from planner.analysis.fit import calibrated
 
     return calibrated(values)

@@ -122,3 +122,26 @@ def derivation(ctx: Context, ev: Evaluation) -> list[dict]:
     first = [t for t in tr.factors if t.name not in SUMMARY_TERMS and t is not step]
     last = [t for t in tr.factors if t.name in SUMMARY_TERMS]
     return [term_row(t) for t in (*first, *tr.time, step, *tr.memory, *last)]
+
+
+def versus(ctx: Context, ev: Evaluation, other: Evaluation) -> list[dict]:
+    """Per-term difference of two plans of the same request (`plan explain --vs N`): every numeric term of
+    the two traces (shape, rates, step-time terms, memory parts, throughput), in derivation order, with
+    both values and other - this; terms equal in both are left out."""
+    mine = {r["term"]: r for r in derivation(ctx, ev)}
+    out = []
+    for r in derivation(ctx, other):
+        a = mine.get(r["term"])
+        if a is None or not _numeric(a["value"]) or not _numeric(r["value"]):
+            continue
+        diff = float(r["value"]) - float(a["value"])
+        if abs(diff) <= 1e-6 * max(abs(float(a["value"])), abs(float(r["value"]))):
+            continue  # equal but for float rounding
+        out.append({"name": r["name"], "term": r["term"], "unit": r["unit"], "value": float(a["value"]),
+                    "other": float(r["value"]), "diff": diff,
+                    "rel": diff / float(a["value"]) if float(a["value"]) else None})
+    return out
+
+
+def _numeric(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -9,7 +9,7 @@ Each run's plan is fixed before fitting: the plan `plan validate` chooses with t
 are (the published knobs, the search filling the rest). Only `evaluate` is re-run while fitting, with
 a fresh Context per prediction because Contexts cache per-layer times computed from the constants.
 
-Reusable core (issue 15's `plan calibrate` builds on it): `prepare(runs)` -> fixed `RunCase`s,
+Reusable core (`plan calibrate`, planner/analysis/calibrate.py, builds on it): `prepare(runs)` -> fixed `RunCase`s,
 `fit_constants(cases, names, bounds)` -> `FitResult`, `leave_one_out(cases, names, bounds)`.
 """
 

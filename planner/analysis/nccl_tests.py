@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.errors import InputError
+from planner.names import safe_line
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
 MAX_LOG_BYTES = 8 << 20  # 8 MiB: a full sweep with rank listing is a few tens of KiB
@@ -67,8 +68,16 @@ def bus_factor(collective: str, n: int) -> float:
     return 1.0
 
 
+MAX_SIZE_DIGITS = 20  # sizes up to 2^64 bytes (nccl-tests' size_t); a longer number is not a message size
+
+
+class _BadRow(Exception):
+    """A data row whose numbers cannot be a measurement (the message names the field and the value)."""
+
+
 def _row(tokens: list[str]) -> NcclRow | None:
-    """A data row: 13 fields (size count type redop root | time algbw busbw wrong | same in-place)."""
+    """A data row: 13 fields (size count type redop root | time algbw busbw wrong | same in-place).
+    None when the line is not a data row; _BadRow when it is one with a value no measurement has."""
     if len(tokens) != 13 or not tokens[0].isdigit() or not tokens[1].isdigit():
         return None
     try:
@@ -76,28 +85,42 @@ def _row(tokens: list[str]) -> NcclRow | None:
         t_in, bus_in = float(tokens[9]), float(tokens[11])
     except ValueError:
         return None
+    if len(tokens[0]) > MAX_SIZE_DIGITS:
+        raise _BadRow(f"size {safe_line(tokens[0], 40)} has {len(tokens[0])} digits (more than a 64-bit size)")
+    for field, v in (("time", t), ("algbw", alg), ("busbw", bus), ("in-place time", t_in), ("in-place busbw", bus_in)):
+        if not math.isfinite(v) or v < 0:
+            raise _BadRow(f"{field} {v:g} is not a finite non-negative number")
     return NcclRow(int(tokens[0]), t, alg, bus, t_in, bus_in)
 
 
-def _collective_from_ratio(ratio: float, ranks: int | None, hint: str | None) -> tuple[str, int]:
-    """(collective, ranks) consistent with busbw/algbw; a file-name hint wins where it fits."""
+def _ranks_from_ratio(collective: str, ratio: float) -> int | None:
+    """The rank count whose bus factor is `ratio` (None when no count has it: busbw/algbw of 2 or more for an
+    all-reduce, 1 or more for an all-gather / reduce-scatter / all-to-all means infinitely many ranks)."""
+    top = 2.0 if collective == "all_reduce" else 1.0
+    if not 0.0 <= ratio < top - 1e-9:
+        return None
+    return max(2, min(1 << 24, round(top / (top - ratio))))
+
+
+def _collective_from_ratio(ratio: float, ranks: int | None, hint: str | None) -> tuple[str, int] | None:
+    """(collective, ranks) consistent with busbw/algbw; a file-name hint wins where it fits; None when the ratio
+    fits no rank count."""
     if hint is not None and ranks is not None:
         return hint, ranks
+    if hint == "sendrecv":
+        return hint, 2
     if hint is not None:
-        if hint == "all_reduce" and ratio < 2.0:
-            return hint, max(2, round(2.0 / (2.0 - ratio)))
-        if hint in ("all_gather", "reduce_scatter", "alltoall") and ratio < 1.0:
-            return hint, max(2, round(1.0 / (1.0 - ratio)))
-        if hint == "sendrecv":
-            return hint, ranks or 2
+        n = _ranks_from_ratio(hint, ratio)
+        if n is not None:
+            return hint, n
     if ranks is not None:
         best = min(COLLECTIVES, key=lambda c: abs(bus_factor(c, ranks) - ratio))
         return best, ranks
     if abs(ratio - 1.0) < 0.01:
         return "sendrecv", 2
-    if ratio > 1.0:
-        return "all_reduce", max(2, round(2.0 / (2.0 - ratio)))
-    return "all_gather", max(2, round(1.0 / (1.0 - ratio)))
+    kind = "all_reduce" if ratio > 1.0 else "all_gather"
+    n = _ranks_from_ratio(kind, ratio)
+    return None if n is None else (kind, n)
 
 
 def collective_hint(name: str) -> str | None:
@@ -115,7 +138,7 @@ def parse_nccl_tests(text: str, name: str = "nccl-tests log") -> NcclTable:
     hosts: dict[int, str] = {}
     devices: dict[int, str] = {}
     iters = version = library = avg = None
-    for raw in text.splitlines():
+    for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw, count=1) if _PREFIX.match(raw) and not raw.lstrip().startswith("#") else raw
         line = line.strip()
         if (m := _RANK.match(line)) is not None:
@@ -127,28 +150,52 @@ def parse_nccl_tests(text: str, name: str = "nccl-tests log") -> NcclTable:
         elif line.startswith("rccl-tests:") and library is None:
             library = "RCCL"
         elif (m := _AVG.match(line)) is not None:
-            avg = float(m.group(1))
-        elif not line.startswith("#") and (row := _row(line.split())) is not None:
+            avg = float(m.group(1)) if len(m.group(1)) < 40 else None
+        elif not line.startswith("#") and (row := _data_row(line, name, lineno)) is not None:
             rows.append(row)
+    collective, ranks = _shape(rows, hosts, name)
+    return NcclTable(tuple(rows), collective, ranks, len(set(hosts.values())) or None, library, version, iters, avg,
+                     tuple(devices[k] for k in sorted(devices)))
+
+
+def _data_row(line: str, name: str, lineno: int) -> NcclRow | None:
+    try:
+        return _row(line.split())
+    except _BadRow as e:
+        raise InputError(f"{name} line {lineno}: {e}: give the output of an nccl-tests/rccl-tests *_perf "
+                         "binary as printed") from None
+
+
+def _shape(rows: list[NcclRow], hosts: dict[int, str], name: str) -> tuple[str, int]:
+    """(collective, ranks) of a table: the rank listing, the file name and busbw/algbw of the largest row."""
     if not rows:
         raise InputError(f"{name}: no nccl-tests data rows found (expected lines 'size count type redop root time "
                          "algbw busbw #wrong ...'): give the output of an nccl-tests/rccl-tests *_perf binary")
     big = max(rows, key=lambda r: r.size_bytes)
     ratio = big.busbw_GBps / big.algbw_GBps if big.algbw_GBps > 0 else 1.0
-    collective, ranks = _collective_from_ratio(ratio, len(hosts) or None, collective_hint(name))
-    return NcclTable(tuple(rows), collective, ranks, len(set(hosts.values())) or None, library, version, iters, avg,
-                     tuple(devices[k] for k in sorted(devices)))
+    found = _collective_from_ratio(ratio, len(hosts) or None, collective_hint(name))
+    if found is None:
+        raise InputError(f"{name}: busbw/algbw = {ratio:.4g} on the largest row fits no rank count of any "
+                         "collective: keep the '#  Rank ...' listing in the log or name the collective in the "
+                         "file name (e.g. all_reduce_perf.txt)")
+    collective, ranks = found
+    if ranks < 2:
+        raise InputError(f"{name}: the log lists one rank: a collective over one rank crosses no link; give a "
+                         "run over two or more devices")
+    return collective, ranks
 
 
 def read_nccl_tests(path: str | Path) -> NcclTable:
+    """One log through the safe reader (a regular file of at most MAX_LOG_BYTES; a FIFO or device never
+    blocks); stray non-UTF-8 bytes are replaced, binary data is refused."""
+    from planner.catalog.files import read_text_file
+
     p = Path(path)
-    try:
-        if p.stat().st_size > MAX_LOG_BYTES:
-            raise InputError(f"{p}: larger than {MAX_LOG_BYTES >> 20} MiB; give one nccl-tests output per file")
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise InputError(f"cannot read nccl-tests log {p}: {e.strerror or e}") from None
-    return parse_nccl_tests(text, name=p.name)
+    where = f"nccl-tests log {safe_line(str(p), 200)!r}"
+    text = read_text_file(p, where, MAX_LOG_BYTES, "one nccl-tests output per file", errors="replace")
+    if "\x00" in text:
+        raise InputError(f"{where} is binary: give the text output of an nccl-tests/rccl-tests *_perf binary")
+    return parse_nccl_tests(text, name=safe_line(p.name, 200))
 
 
 @dataclass(frozen=True)
@@ -173,25 +220,46 @@ def steps(collective: str, n: int) -> int:
 
 
 def fit_link(table: NcclTable, min_bytes: int = 1) -> LinkFit:
-    """Least squares on relative time error (scipy), out-of-place rows of at least `min_bytes`."""
+    """Least squares on relative time error (scipy), out-of-place rows of at least `min_bytes` and at least
+    two distinct message sizes; InputError when the fit does not give a finite link in the profile's ranges."""
+    rows = [r for r in table.rows if r.size_bytes >= min_bytes and r.time_us > 0]
+    if len({r.size_bytes for r in rows}) < 2:
+        raise InputError(f"{table.collective} table: at least two message sizes (of {min_bytes:,} bytes or more, "
+                         "with a positive time) are needed to fit bandwidth and latency")
+    try:
+        busbw, alpha, rms = _least_squares(table, rows)
+    except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as e:
+        raise InputError(f"{table.collective} table: the alpha-beta fit failed ({safe_line(e, 120)}): check the "
+                         "log's times and bandwidths") from None
+    from planner.specs.hardware import GBPS_RANGE, LATENCY_US_MAX
+
+    if not (math.isfinite(busbw) and GBPS_RANGE[0] <= busbw <= GBPS_RANGE[1]):
+        raise InputError(f"{table.collective} table: the fitted bus bandwidth {busbw:.4g} GB/s is outside "
+                         f"{GBPS_RANGE[0]:g}-{GBPS_RANGE[1]:g} GB/s: check the log's times and sizes")
+    if not (math.isfinite(alpha) and 0 <= alpha <= LATENCY_US_MAX):
+        raise InputError(f"{table.collective} table: the fitted latency {alpha:.4g} us per step is outside "
+                         f"0-{LATENCY_US_MAX:g} us: check the log's times")
+    return LinkFit(table.collective, table.ranks, table.nodes, busbw, alpha, rms if math.isfinite(rms) else 1.0)
+
+
+def _least_squares(table: NcclTable, rows: list[NcclRow]) -> tuple[float, float, float]:
+    """(busbw GB/s, alpha us per step, relative RMS) of t(S) = steps * alpha + bus_factor * S / busbw."""
     import numpy as np
     from scipy.optimize import least_squares
 
-    rows = [r for r in table.rows if r.size_bytes >= min_bytes and r.time_us > 0]
-    if len(rows) < 2:
-        raise InputError(f"{table.collective} table: at least two message sizes are needed to fit bandwidth "
-                         "and latency")
-    size = np.array([r.size_bytes for r in rows], dtype=float)
+    size = np.array([float(r.size_bytes) for r in rows], dtype=float)
     t_us = np.array([r.time_us for r in rows], dtype=float)
     k, f = steps(table.collective, table.ranks), table.bus_factor
-    bw0 = max(r.busbw_GBps for r in rows) or 1.0
-    a0 = max(1e-3, min(t_us) / k)
+    bw0 = min(max(max(r.busbw_GBps for r in rows), 1e-2), 1e5)
+    a0 = min(max(1e-3, min(t_us) / k), 1e5)
 
-    def resid(x):  # x = log(alpha_us), log(busbw_GBps)
-        pred = k * math.e ** x[0] + f * size / (math.e ** x[1] * 1e3)  # GB/s * 1e3 = bytes/us
+    def resid(x):  # x = log(alpha_us), log(busbw_GBps), kept within exp's range
+        x = np.clip(x, -50.0, 50.0)
+        pred = k * np.exp(x[0]) + f * size / (np.exp(x[1]) * 1e3)  # GB/s * 1e3 = bytes/us
         return pred / t_us - 1.0
 
-    sol = least_squares(resid, [math.log(a0), math.log(bw0)], method="lm")
-    r = resid(sol.x)
-    return LinkFit(table.collective, table.ranks, table.nodes, float(math.e ** sol.x[1]), float(math.e ** sol.x[0]),
-                   float(np.sqrt(np.mean(r * r))))
+    with np.errstate(all="ignore"):
+        sol = least_squares(resid, [math.log(a0), math.log(bw0)], method="lm")
+        r = resid(sol.x)
+        x = np.clip(sol.x, -50.0, 50.0)
+        return float(np.exp(x[1])), float(np.exp(x[0])), float(np.sqrt(np.mean(r * r)))

@@ -1,6 +1,6 @@
 """Same-job pairs: do predictions order two runs of the same job the way the measurements do?
 
-A job (issue 15's definition) is a model (architecture fields), a device count and a global batch: runs of one
+A job is a model (architecture fields), a device count and a global batch: runs of one
 job differ in plan, software stack (framework, container release, FP8 recipe, overlap options) and sometimes in
 accelerator or sequence length, and a planner that orders them wrongly would recommend the slower one. The
 strict grouping (`strict_job_key`) also fixes the accelerator and the sequence length: the pairs that differ only
@@ -22,7 +22,7 @@ def _arch(run: dict) -> tuple:
 
 
 def job_key(run: dict) -> tuple:
-    """Issue 15's job: same model, device count and global batch."""
+    """A job: same model, device count and global batch."""
     return (_arch(run), run["devices"], run["train"]["global_batch"])
 
 

@@ -1,8 +1,8 @@
 """`plan validate`: hold the cost model against measured, published runs.
 
-For each run (schema: shared/reference/README.md) every published knob is fixed, the planner picks
-the unpublished ones (null) itself as a user tuning the run would, and the prediction is compared with
-the measured step time and peak memory.
+For each run (the runs schema: docs/runs-schema.md, planner.analysis.runschema) every published knob is
+fixed, the planner picks the unpublished ones (null) itself as a user tuning the run would, and the
+prediction is compared with the measured step time and peak memory.
 """
 
 from __future__ import annotations
@@ -10,31 +10,34 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from planner.catalog.files import read_structured_file
+from planner.analysis.runschema import (  # noqa: F401  (PLAN_FIELDS: the run-file plan keys, read by tests)
+    PLAN_FIELDS,
+    RunStack,
+    stack_problem,
+    stated_stack,
+    train_problem,
+    unknown_section_key,
+    unknown_top_key,
+)
+from planner.catalog.files import read_structured_file, read_text_file
 from planner.catalog.hf_import import _validation_message
 from planner.costmodel import Context, evaluate
 from planner.errors import InputError
 from planner.names import safe_line
 from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
-
-PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
-    "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp",
-    "zero_stage": "zero_stage", "micro_batch": "micro_batch", "recompute": "recompute",
-    "sequence_parallel": "sequence_parallel", "schedule": "schedule",
-}
-RUN_KEYS = {"id", "source", "reliability", "model", "hardware", "devices", "devices_per_node", "train",
-            "plan", "measured", "notes"}
+from planner.stacks import traits
 
 
 def infer_framework(run: dict) -> str:
-    """Whose memory and overlap behaviour the run had, from the source it cites (the schema has no
-    framework field): torchtitan / llm-foundry are FSDP2/FSDP; MaxText is JAX FSDP; DeepSpeed ZeRO;
-    everything else here (Megatron-LM, NeMo, Megatron-Bridge, DGX Cloud NeMo recipes) is Megatron."""
+    """Whose memory and overlap behaviour the run had, from the source it cites, for a record without
+    stack.framework (shared/reference's files have none): torchtitan / llm-foundry are FSDP2/FSDP; MaxText is
+    JAX FSDP; DeepSpeed ZeRO; everything else here (Megatron-LM, NeMo, Megatron-Bridge, DGX Cloud NeMo
+    recipes) is Megatron."""
     text = f"{run.get('id', '')} {run.get('source', '')}".lower()
     if "torchtitan" in text or _cites_llm_foundry(run):
         return "fsdp"
@@ -72,7 +75,7 @@ def infer_legacy_deepspeed_zero3(run: dict, framework: str) -> bool:
     """DeepSpeed ZeRO-3 runs published before its overlapped stage-3 rewrite (DeepSpeed PR #1453, merged
     for v0.5.x in late 2021) had blocking parameter gathers (TrainingSpec.legacy_deepspeed_zero3)."""
     date = stack_date(run)
-    return framework == "deepspeed" and date is not None and date < (2021, 11)
+    return traits(framework).legacy_zero3_option and date is not None and date < (2021, 11)
 
 
 # torchtitan's Dec 2024 H100 benchmark (benchmarks/llama3_h100_202412_torchtitan.md) states torch.compile in the
@@ -91,7 +94,8 @@ def _cites_torchtitan_table(run: dict, tables: tuple[int, ...]) -> bool:
 def infer_torch_compile(run: dict, framework: str) -> bool:
     """Whether a PyTorch-native run used torch.compile, from its id or the cited table's title."""
     rid = str(run.get("id", "")).lower()
-    return framework == "fsdp" and ("compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES))
+    compiled = "compile" in rid or _cites_torchtitan_table(run, COMPILED_TABLES)
+    return traits(framework).eager_unless_compiled and compiled
 
 
 def _cites_llm_foundry(run: dict) -> bool:
@@ -103,10 +107,10 @@ def _cites_llm_foundry(run: dict) -> bool:
 def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
     """llm-foundry's MPT runs compute the loss with flash-attn's fused CrossEntropyLoss (llm-foundry
     ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy."""
-    return framework == "fsdp" and _cites_llm_foundry(run)
+    return traits(framework).fused_loss_option and _cites_llm_foundry(run)
 
 
-# TP communication overlap in the cited stack (the runs schema has no field for it): NVIDIA's benchmark recipes
+# TP communication overlap in the cited stack (a record without stack.tp_comm_overlap): NVIDIA's benchmark recipes
 # (NeMo performance summary, DGX Cloud, Megatron-Bridge) run Transformer Engine userbuffers overlap with TP > 1
 # (dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml: ub_tp_comm_overlap: true; Megatron-Bridge performance
 # recipes: CommOverlapConfig(tp_comm_overlap=True) with the userbuffers_*_tp* presets); torchtitan's Dec 2024
@@ -117,14 +121,15 @@ NVIDIA_RECIPE_SOURCES = ("nemo performance summary", "dgx cloud benchmarking", "
 def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
     """Whether the run's stack overlapped TP communication with its GEMMs (TP > 1 only matters)."""
     rid, src = str(run.get("id", "")).lower(), str(run.get("source", "")).lower()
-    if framework == "megatron":
+    evidence = traits(framework).tp_overlap_evidence  # where the stack's runs overlap TP (planner/stacks/)
+    if evidence == "nvidia_recipes":
         return any(k in src for k in NVIDIA_RECIPE_SOURCES)
-    if framework == "fsdp":
+    if evidence == "async_tp":
         return "asynctp" in rid or _cites_torchtitan_table(run, ASYNC_TP_TABLES)
     # MaxText's TPU scripts and tpu-recipes launch with XLA's async collective fusion, which overlaps the TP
     # collectives with the matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true
     # --xla_tpu_overlap_compute_collective_tc=true; MaxText/configs/v5p/512b.sh @5431d43)
-    return framework == "maxtext" and str(run.get("hardware", "")).lower().startswith("tpu")
+    return evidence == "xla_tpu" and str(run.get("hardware", "")).lower().startswith("tpu")
 
 
 def infer_fp8_recipe(run: dict) -> str | None:
@@ -142,15 +147,15 @@ def infer_fp8_recipe(run: dict) -> str | None:
     if _deepseek_own_stack(run):
         return "blockwise"
     hopper = str(run.get("hardware", "")).lower().startswith(("h100", "h800"))
-    if hopper and infer_framework(run) == "megatron" and any(k in src for k in ("nemo performance summary",
-                                                                                 "dgx cloud benchmarking")):
+    nvidia = traits(infer_framework(run)).tp_overlap_evidence == "nvidia_recipes"  # the stack of NVIDIA's recipes
+    if hopper and nvidia and any(k in src for k in ("nemo performance summary", "dgx cloud benchmarking")):
         return "delayed"
     return None
 
 
-# Precision of gradients and optimizer states that a cited recipe's own config file sets (the runs
-# schema has no field for it): (citation substrings that must all appear, model config fields that must match
-# (the recipe is per model), TrainingSpec fields, config).
+# Precision of gradients and optimizer states that a cited recipe's own config file sets, for a record
+# without train.grad_dtype / train.optimizer_dtype: (citation substrings that must all appear, model config
+# fields that must match (the recipe is per model), TrainingSpec fields, config).
 NEMOTRON4_340B = {"model_type": "nemotron", "hidden_size": 18432, "num_hidden_layers": 96}
 RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], str], ...] = (
     (("dgxc-benchmarking", "nemo_megatron/readme_175b"), {}, {"grad_dtype": "bf16"},
@@ -179,6 +184,24 @@ def infer_precision(run: dict) -> dict[str, Any]:
     return {}
 
 
+def run_stack(run: dict) -> RunStack:
+    """The run's stack: its `stack:` block first (docs/runs-schema.md); what the block leaves out, or a legacy
+    record without one, is inferred from the citation (infer_framework and the other infer_* above)."""
+    given = stated_stack(run)
+    fw = given["framework"] if "framework" in given else infer_framework(run)
+
+    def pick(key: str, infer: Callable[[], Any]) -> Any:
+        return given[key] if key in given else infer()
+
+    return RunStack(framework=fw, torch_compile=pick("torch_compile", lambda: infer_torch_compile(run, fw)),
+                    tp_comm_overlap=pick("tp_comm_overlap", lambda: infer_tp_comm_overlap(run, fw)),
+                    fp8_recipe=pick("fp8_recipe", lambda: infer_fp8_recipe(run)),
+                    attention=pick("attention", lambda: infer_attention_impl(run)),
+                    fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw)),
+                    moe_dispatcher=given.get("moe_dispatcher"), cuda_graphs=given.get("cuda_graphs"),
+                    activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
+
+
 def load_runs(path: str | Path) -> list[dict]:
     data = read_structured_file(path, what="runs file")
     if not isinstance(data, list) or not data:
@@ -188,9 +211,9 @@ def load_runs(path: str | Path) -> list[dict]:
         where = f"{path}: run #{i + 1}"
         if not isinstance(run, dict):
             raise InputError(f"{where} is not a mapping")
-        unknown = set(run) - RUN_KEYS
+        unknown = unknown_top_key(run)
         if unknown:
-            raise InputError(f"{where} has unknown field(s) {sorted(unknown)}; allowed: {sorted(RUN_KEYS)}")
+            raise InputError(f"{where}: {unknown}")
         for key in ("id", "model", "hardware", "devices", "train"):
             if run.get(key) in (None, ""):
                 raise InputError(f"{where} is missing required field '{key}'")
@@ -205,10 +228,7 @@ def load_runs(path: str | Path) -> list[dict]:
             raise InputError(f"{where} ({run['id']}): 'train' must be a mapping with seq_len, global_batch, dtype")
         if run.get("plan") is not None and not isinstance(run["plan"], dict):
             raise InputError(f"{where} ({run['id']}): 'plan' must be a mapping or null")
-        unknown_plan = set(run.get("plan") or {}) - set(PLAN_FIELDS)
-        if unknown_plan:
-            raise InputError(f"{where} ({run['id']}): unknown plan field(s) {sorted(unknown_plan)}")
-        problem = run_record_problem(run)
+        problem = unknown_section_key(run) or run_record_problem(run)
         if problem:
             raise InputError(f"{where} ({safe_line(run['id'])}): {problem}")
     return data
@@ -230,7 +250,8 @@ def _positive_number(v: Any) -> bool:
 def run_record_problem(run: dict) -> str | None:
     """What is wrong with one run record's types and values (None = nothing): the runs schema, checked
     before any prediction so every nonsense value gets a one-line reason instead of a crash or a number."""
-    return _run_header_problem(run) or _run_measured_problem(run) or _run_plan_problem(run)
+    return (_run_header_problem(run) or _run_measured_problem(run) or _run_plan_problem(run) or stack_problem(run)
+            or train_problem(run))
 
 
 def _run_header_problem(run: dict) -> str | None:
@@ -287,7 +308,7 @@ def _plan_knob_problem(key: str, v: Any) -> str | None:
 class UnscorableRun(InputError):
     """A well-formed run the planner cannot score (an architecture or accelerator it does not model, no
     valid plan with the published knobs): plan validate lists it and scores the others. Nonsense values
-    (negative steps, seq_len 0, ...) stay plain InputErrors that refuse the file (issue 16)."""
+    (negative steps, seq_len 0, ...) stay plain InputErrors that refuse the file (docs/runs-schema.md)."""
 
 
 def run_inputs(run: dict) -> tuple[Context, dict[str, Any]]:
@@ -314,21 +335,24 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
             raise InputError(f"devices must be an integer, got {dev!r}")
         cluster = run_cluster(run, hw, dev)
         t = run["train"]
-        fw = infer_framework(run)
+        st = run_stack(run)
+        fw = st.framework
+        precision = infer_precision(run) | {k: t[k] for k in ("grad_dtype", "optimizer_dtype") if t.get(k)}
         settings: dict[str, Any] = dict(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
-                                        dtype=t.get("dtype", "bf16"), framework=fw,
-                                        attention_impl=infer_attention_impl(run),
+                                        dtype=t.get("dtype", "bf16"), framework=fw, attention_impl=st.attention,
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
-                                        torch_compile=infer_torch_compile(run, fw),
-                                        fused_cross_entropy=infer_fused_cross_entropy(run, fw),
-                                        fp8_recipe=infer_fp8_recipe(run),
-                                        **infer_precision(run))
+                                        torch_compile=st.torch_compile, fused_cross_entropy=st.fused_loss,
+                                        fp8_recipe=st.fp8_recipe, **precision)
         train = TrainingSpec(**settings)
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
     except ValidationError as e:  # pydantic's own text carries a URL and several lines
         raise InputError(_validation_message(e, f"run {rid}")) from None
-    except (ValueError, KeyError, TypeError) as e:
+    except KeyError as e:  # a required field is missing: say which, not just its name in quotes
+        where = "train." if e.args and e.args[0] in ("global_batch", "seq_len", "dtype") else ""
+        raise InputError(f"run {rid}: no {where}{_printable(str(e.args[0] if e.args else e))} given: add it "
+                         "(see the runs schema)") from None
+    except (ValueError, TypeError) as e:
         raise InputError(f"run {rid}: {_one_line(e)}") from None
     return model, cluster, train
 
@@ -366,7 +390,7 @@ def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
     """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
     torus.max_slice_chips), slices joined by DCN."""
     slices = 1
-    if hw.scale_up.kind == "ici_torus" and hw.torus is not None:
+    if hw.is_tpu and hw.torus is not None:  # a TPU always has torus rules (HardwareSpec validator)
         slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
     return ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
                        devices_per_node=run.get("devices_per_node") or None,
@@ -388,7 +412,7 @@ def tpu_slices(run: dict) -> int:
 def multislice_hsdp(run: dict, cluster: ClusterSpec, fixed: dict[str, Any]) -> dict[str, Any]:
     """MaxText across K slices shards FSDP within a slice (ici_fsdp_parallelism) and replicates across
     slices (dcn_data_parallelism): hybrid sharding with shard groups of dp*cp / K."""
-    slices = cluster.count // cluster.scale_up_size if cluster.hardware.scale_up.kind == "ici_torus" else 1
+    slices = cluster.count // cluster.scale_up_size if cluster.hardware.is_tpu else 1
     dp_cp = (fixed.get("dp") or 0) * (fixed.get("cp") or 1)
     if slices > 1 and dp_cp and dp_cp % slices == 0:
         return {"zero_shard_size": dp_cp // slices}
@@ -404,7 +428,7 @@ def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
     """What the run's software stack could do at all, independent of the plan chosen: applied to the
     published plan and to the unconstrained search it is compared with."""
     env: dict[str, Any] = {"offload_optimizer": False}  # no offload field in the schema; none of the runs offloads
-    if infer_tp_comm_overlap(run, train.framework):
+    if run_stack(run).tp_comm_overlap:
         env["tp_comm_overlap"] = True
     if _deepseek_own_stack(run):
         # DeepSeek's own framework runs DualPipe (DeepSeek-V3 report sec. 3.2.1) besides the usual schedules
@@ -413,7 +437,7 @@ def stack_constraints(run: dict, train: TrainingSpec) -> dict[str, Any]:
         # stacks before mid-2022 had neither sequence parallelism nor Megatron's distributed optimizer
         # (both arrived with Korthikanti et al. 2022, arXiv 2205.05198, and Megatron-LM after it)
         env["sequence_parallel"] = False
-        if train.framework == "megatron":
+        if traits(train.framework).zero_is_distributed_optimizer:
             env["zero_stage"] = 0
         # nor selective recompute or recompute of only some layers (`--recompute-granularity`,
         # `--recompute-method block` arrived with the same work): activation checkpointing then meant
@@ -458,6 +482,9 @@ def predict_run(run: dict) -> dict:
         "time_breakdown": ev.time_breakdown,
         "memory": ev.memory,
     }
+    not_modelled = run_stack(run).not_modelled()
+    if not_modelled:  # stated in the run's stack block, not priced: the prediction is for the default
+        out["stack_not_modelled"] = not_modelled
     if meas.get("step_time_s"):
         out["step_time_error"] = ev.step_time_s / meas["step_time_s"] - 1.0
     if meas.get("peak_memory_gib"):
@@ -572,7 +599,7 @@ def search_quality(run: dict) -> dict | None:
 
 
 def search_quality_table(rows: list[dict]) -> str:
-    from planner.ui.render import plan_label
+    from planner.specs.plan import plan_label
 
     lines = ["| run | published s (ours) | fits | search best s | claimed speed-up | best layout | "
              "published rank / feasible |",
@@ -589,7 +616,7 @@ def search_quality_table(rows: list[dict]) -> str:
 DOC_TITLE = "# Validation against published runs\n\n"
 DOC_COMMAND = "Generated by `plan validate --write-docs docs/validation.md --search-quality`.\n\n"
 HAND_WRITTEN_MARK = "<!-- hand-written below this line: kept as it is by `plan validate --write-docs` -->"
-# issue 15: the file LEADS with the out-of-sample (leave-one-source-out) headline, written by hand from
+# docs/validation.md LEADS with the out-of-sample (leave-one-source-out) headline, written by hand from
 # `python -m planner.analysis.devfit`; everything between the title and this mark is kept too
 LEAD_MARK = "<!-- hand-written above this line: kept as it is by `plan validate --write-docs` -->\n"
 
@@ -597,6 +624,25 @@ LEAD_MARK = "<!-- hand-written above this line: kept as it is by `plan validate 
 VALIDATE_LEGEND = ("\nrel: how reliable the published figure is (A primary source; B one transcription or a loose "
                    "figure; C inconsistent sources). fw: the framework modelled. plan: tp/pp/vpp/cp/dp/ep, "
                    "micro-batch, ZeRO stage (z), recompute. error: predicted / measured - 1.\n")
+
+
+DOC_MAX_BYTES = 4 << 20  # docs/validation.md is ~30 KiB; a file 100x that is not the one to keep prose from
+
+
+def previous_doc(path: str) -> str:
+    """The text of the file `--write-docs` replaces, to keep its lead and hand-written part: '' when it does
+    not exist or is not a regular file (a FIFO or device is written in place, never read); a file that is
+    too large or not UTF-8 is refused (planner.catalog.files)."""
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
+    except OSError:
+        return ""
+    where = f"--write-docs {safe_line(path, 200)!r}"
+    return read_text_file(path, where, DOC_MAX_BYTES, "a markdown file (or a new path)")
 
 
 def validation_doc(result: dict, quality: list[dict] | None, previous: str = "") -> str:

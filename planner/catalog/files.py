@@ -9,6 +9,7 @@ What it refuses, each with one line naming the file and what to do:
 - YAML alias bombs: the node graph is composed first and its expanded size counted (shared nodes once per
   use); more than MAX_EXPANDED_NODES, or more than ALIAS_GROWTH times the written nodes, is refused before
   any Python object is built; recursive aliases are refused too;
+- non-string mapping keys (YAML `1: x`, `null: x`: every field of every input is named),
 - duplicate mapping keys (YAML and JSON), non-finite numbers (.inf, .nan, NaN, Infinity) and integers
   longer than MAX_INT_DIGITS digits.
 """
@@ -96,6 +97,15 @@ def _decode(raw: bytes, where: str, hint: str) -> str:
         raise InputError(f"{where} is not UTF-8 text: pass {hint} saved as UTF-8") from None
 
 
+def read_text_file(path: str | Path, where: str, max_bytes: int, hint: str, errors: str = "strict") -> str:
+    """The text of a regular UTF-8 file of at most `max_bytes` (read_limited_bytes: never blocks, never reads
+    past the limit); `errors="replace"` keeps going over stray bytes (logs), else non-UTF-8 is refused."""
+    raw = read_limited_bytes(path, where, max_bytes, hint)
+    if errors == "strict":
+        return _decode(raw, where, hint)
+    return raw.decode("utf-8-sig", errors=errors)
+
+
 # ------------------------------------------------------------------------------------------- YAML
 
 
@@ -135,6 +145,9 @@ class _SafeLoader(yaml.SafeLoader):
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue
                 key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, str):  # every field of every input is named: 1:, null:, true: are typos
+                    raise _Refused(f"has the non-string key {safe_line(repr(key), 60)} (line "
+                                   f"{key_node.start_mark.line + 1}): field names are text; quote it or remove it")
                 try:
                     dup = key in seen
                     seen.add(key)

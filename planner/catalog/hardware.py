@@ -8,6 +8,11 @@ Pure functions, no global state beyond a read-only cache of the profile files:
 - `list_hardware()` -> specs sorted by id (for `plan clusters`).
 - `parse_cluster(text)` -> ClusterSpec from `<hardware>x<count>` or from a cluster file.
 
+Google's slice names are accepted too: `v5p-256` / `v4-8` count TensorCores (2 per chip: 128 and 4 chips),
+`v5e-16` / `v5litepod-16` / `v6e-256` count chips; the cluster's name says how many chips it is. A count after
+a system name (`dgx-h100x2`) is devices, so fewer than one system's devices is an error saying so, and so is a
+second count (`h100x8x2`: write h100x16).
+
 Cluster shorthand grammar: `<hardware id or alias> x <count>`, e.g. `a100x64`, `h100x16384`,
 `h800-sxm-80gbx2048`, `tpu-v5px256`, `gb200-nvl72x144` (spaces around the `x` and `X`, `*` or `×` are
 also accepted). The count is split off at the LAST separator followed only by digits, so the
@@ -24,11 +29,14 @@ Cluster file (YAML or JSON, at most 1 MiB), a mapping with:
     devices_per_node: <int>            # optional override of the profile's node size
     domain_size: <int>                 # optional override of the scale-up domain size
     name: <str>                        # optional
+    price_per_device_hour: <number>    # optional: this cluster's price of one device-hour (cost with --tokens)
+A price may also follow either form after `@`: `h100x16@2.5`, `my-cluster.yaml@1.9`.
 Every bad input raises `InputError` with one line saying what is wrong and what to do.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -44,13 +52,19 @@ from planner.specs.cluster import MAX_DEVICES, ClusterSpec
 from planner.specs.hardware import HardwareSpec
 
 MAX_CLUSTER_FILE_BYTES = 2**20  # 1 MiB: a cluster spec is a few lines
-CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name")
+CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name", "price_per_device_hour")
 MAX_CLUSTER_ARG_CHARS = 4096  # PATH_MAX on Linux: no shorthand or path is longer
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 # <hardware> <sep> <count>: the count part holds no separator character, so the split is always at the
 # LAST separator, and anything number-like after it is captured (so "a100x8.5" gets a clear error).
 _SHORTHAND = re.compile(r"^(?P<hw>.+?)\s*[xX×*]\s*(?P<count>[-+]?[0-9][0-9_.,eE+-]*)$")
 _REVERSED = re.compile(r"^(?P<count>[0-9]+)\s*[xX×*]\s*(?P<hw>.+)$")
+# Google Cloud's accelerator types: v4-N and v5p-N count TensorCores (2 per chip: v5p-256 is 128 chips, the
+# 4x4x8 slice; cloud.google.com/tpu/docs/v5p "Topology | Cores | Chips" table, and the v4 page), v5e / v5litepod-N
+# and v6e-N count chips (1 TensorCore per chip)
+_GOOGLE_SLICE = re.compile(r"^(?:tpu-?)?(?P<gen>v4|v5p|v5e|v5litepod|v6e)-(?P<n>[0-9]+)$", re.IGNORECASE)
+_CORES_PER_CHIP = {"v4": 2, "v5p": 2, "v5e": 1, "v5litepod": 1, "v6e": 1}
+_PRICE = re.compile(r"^(?P<cluster>.+?)\s*@\s*(?P<price>[^@]*)$")
 _USAGE = "give <hardware>x<count> such as a100x64 or tpu-v5px256 (see `plan clusters`), or a cluster YAML/JSON file"
 
 
@@ -171,7 +185,7 @@ def _check_count(value: Any, what: str = "device count") -> int:
 
 
 def _build_cluster(hw: HardwareSpec, count: int, devices_per_node: int | None = None,
-                   domain_size: int | None = None, name: str = "") -> ClusterSpec:
+                   domain_size: int | None = None, name: str = "", price: float | None = None) -> ClusterSpec:
     node = devices_per_node or hw.devices_per_node
     if count > node and count % node:
         lo, hi = count // node * node, (count // node + 1) * node
@@ -181,7 +195,7 @@ def _build_cluster(hw: HardwareSpec, count: int, devices_per_node: int | None = 
         )
     try:
         return ClusterSpec(name=name or f"{hw.id}x{count}", hardware=hw, count=count,
-                           devices_per_node=devices_per_node, domain_size=domain_size)
+                           devices_per_node=devices_per_node, domain_size=domain_size, price_per_device_hour=price)
     except ValidationError as e:
         raise InputError(f"invalid cluster: {_validation_summary(e)}") from None
 
@@ -197,20 +211,81 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or "\\" in text or text.lower().endswith(_FILE_SUFFIXES) or text.startswith((".", "~"))
 
 
+def _check_price(text: str, raw: str) -> float:
+    """The price after `@` in a cluster argument: a finite number >= 0 (per device-hour)."""
+    try:
+        price = float(text.strip())
+    except ValueError:
+        price = float("nan")
+    if not (price >= 0 and price != float("inf")):
+        raise InputError(f"cluster {raw!r}: the price after @ must be a number >= 0 per device-hour, e.g. h100x16@2.5")
+    return price
+
+
 def parse_cluster(text: str) -> ClusterSpec:
-    """`<hardware>x<count>` (e.g. a100x64, mi300xx16) or the path of a cluster YAML/JSON file."""
+    """`<hardware>x<count>` (e.g. a100x64, mi300xx16) or the path of a cluster YAML/JSON file, optionally
+    followed by `@<price per device-hour>` (h100x16@2.5), which replaces a price the file gives."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty cluster; {_USAGE}")
     raw = text.strip()
     if len(raw) > MAX_CLUSTER_ARG_CHARS:
         raise InputError(f"cluster argument is {len(raw):,} characters long, over {MAX_CLUSTER_ARG_CHARS}; {_USAGE}")
+    priced = _PRICE.match(raw)
+    if priced and not Path(raw).expanduser().exists():
+        cluster = _parse_unpriced(priced.group("cluster"))
+        price = _check_price(priced.group("price"), raw)
+        return cluster.model_copy(update={"price_per_device_hour": price})
+    return _parse_unpriced(raw)
+
+
+def _google_slice(raw: str) -> ClusterSpec | None:
+    """`v5p-256` (Google's name: TensorCores for v4/v5p, chips for v5e/v6e) as a cluster of chips, named so
+    that the output says how many chips it is."""
+    m = _GOOGLE_SLICE.match(raw)
+    if m is None:
+        return None
+    gen, n = m.group("gen").lower(), int(m.group("n"))
+    per = _CORES_PER_CHIP[gen]
+    if n < per or n % per:
+        raise InputError(f"cluster {raw!r}: Google's {gen}-N counts TensorCores ({per} per chip), so N is a multiple "
+                         f"of {per}; or give chips as tpu-{gen}x<chips>")
+    hw = get_hardware("tpu-v5e" if gen == "v5litepod" else f"tpu-{gen}")
+    chips = _check_count(n // per)
+    unit = "TensorCores" if per > 1 else "chips"
+    return _build_cluster(hw, chips, name=f"{raw} ({n} {unit} = {chips} chips)" if per > 1 else raw)
+
+
+def _system_count_hint(raw: str, hw_part: str, hw: HardwareSpec, count: int) -> None:
+    """`dgx-h100x2`: the count after a system name (DGX, HGX) is devices, not systems."""
+    node = hw.devices_per_node
+    if normalise(hw_part).startswith(("dgx", "hgx")) and count < node:
+        raise InputError(f"cluster {raw!r}: the count is total devices (GPUs), not {hw_part} systems: "
+                         f"{count} {hw_part} systems of {node} GPUs are {hw_part}x{count * node}")
+
+
+def _nested_count_hint(raw: str, hw_part: str, count_part: str) -> None:
+    """`h100x8x2`: one count, the total devices."""
+    inner = _split_shorthand(hw_part)
+    if inner is None or _lookup(inner[0]) is None or not inner[1].isdigit() or not count_part.isdigit():
+        return
+    total = int(inner[1]) * int(count_part)
+    raise InputError(f"cluster {raw!r}: the count is total devices, written once: {inner[1]} x {count_part} "
+                     f"devices are {inner[0]}x{total}")
+
+
+def _parse_unpriced(raw: str) -> ClusterSpec:
+    google = _google_slice(raw)
+    if google is not None:
+        return google
     split = _split_shorthand(raw)
     if split is not None:
         hw_part, count_part = split
         hw = _lookup(hw_part)
         if hw is not None:
-            return _build_cluster(hw, _check_count(count_part))
-    path = Path(raw).expanduser()
+            count = _check_count(count_part)
+            _system_count_hint(raw, hw_part, hw, count)
+            return _build_cluster(hw, count)
+    path = Path(os.path.expanduser(raw))  # os.path: '~nosuchuser/x' stays as written (Path raises)
     try:
         exists = path.exists()
     except (OSError, ValueError) as e:  # ENAMETOOLONG, an embedded NUL...
@@ -222,6 +297,7 @@ def parse_cluster(text: str) -> ClusterSpec:
         raise InputError(f"cluster file {raw} does not exist; {_USAGE}")
     if split is not None:
         hw_part = split[0]
+        _nested_count_hint(raw, hw_part, split[1])
         hint = did_you_mean(hw_part, _choices())
         raise InputError(f"unknown hardware {hw_part!r} in cluster {raw!r}{hint}; "
                          "run `plan clusters` to list the accelerators")
@@ -302,4 +378,14 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     if not name and isinstance(hw_field, dict) and "base" in hw_field:
         name = f"{hw.id}x{count} (changed by {p.name})"  # never mistaken for the catalog profile
     return _build_cluster(hw, count, _optional_positive(data, "devices_per_node", p),
-                          _optional_positive(data, "domain_size", p), name)
+                          _optional_positive(data, "domain_size", p), name, _file_price(data, p))
+
+
+def _file_price(data: dict[str, Any], p: Path) -> float | None:
+    value = data.get("price_per_device_hour")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise InputError(f"cluster file {p}: price_per_device_hour must be a number >= 0 (price of one "
+                         f"device-hour), got {value!r}")
+    return float(value)

@@ -17,11 +17,27 @@ def looks_like_repo_id(text: str) -> bool:
 
 
 def hub_dir() -> Path:
+    """os.path.expanduser, not Path.expanduser: '~nosuchuser/x' (or no home at all) stays as written instead
+    of raising RuntimeError."""
     if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+        return Path(os.path.expanduser(os.environ["HF_HUB_CACHE"]))
     if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    return Path("~/.cache/huggingface/hub").expanduser()
+        return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
+    return Path(os.path.expanduser("~/.cache/huggingface/hub"))
+
+
+REF_MAX_BYTES = 256  # refs/main holds one commit hash (40 hex digits, 64 for SHA-256 repos) and a newline
+
+
+def _ref_commit(ref: Path) -> str:
+    """The commit refs/main names ('' when it is not a small regular text file: then the snapshots decide)."""
+    from planner.catalog.files import read_text_file
+    from planner.errors import InputError
+
+    try:
+        return read_text_file(ref, str(ref), REF_MAX_BYTES, "a commit hash", errors="replace").strip()
+    except InputError:
+        return ""
 
 
 def cached_config(repo_id: str) -> Path | None:
@@ -34,8 +50,13 @@ def cached_config(repo_id: str) -> Path | None:
         return None
     ref = repo / "refs" / "main"
     if ref.is_file():
-        commit = ref.read_text(encoding="utf-8", errors="replace").strip()
-        if re.fullmatch(r"[0-9a-f]{6,64}", commit) and (snaps / commit / "config.json").is_file():
+        commit = _ref_commit(ref)
+        if re.fullmatch(r"[0-9a-f]{6,64}", commit) and os.path.lexists(snaps / commit / "config.json"):
             return snaps / commit / "config.json"
-    found = sorted(p for p in snaps.glob("*/config.json") if p.is_file())
+    # a config.json that is there but is a FIFO, a device or a symbolic-link loop is returned too: the safe
+    # reader then says what it is, instead of "not in the local cache"
+    try:  # not Path.glob: it drops a config.json that is a symbolic-link loop
+        found = sorted(d / "config.json" for d in snaps.iterdir() if os.path.lexists(d / "config.json"))
+    except OSError:
+        return None
     return found[-1] if found else None

@@ -111,6 +111,7 @@ class _Reader:
         self.cfg = cfg
         self.family = family
         self.where = where or f"{family} config"
+        self.defaulted: dict[str, Any] = {}  # integer fields absent from the config -> the HF default used
 
     def _err(self, key: str, what: str) -> InputError:
         return InputError(f"{self.where}: field '{key}' {what}")
@@ -137,6 +138,8 @@ class _Reader:
             if default is _REQUIRED:
                 hint = f" ({what})" if what else ""
                 raise self._err(key, f"is missing: add it{hint} to the config")
+            if default is not None:
+                self.defaulted.setdefault(key, default)
             return default
         if isinstance(v, float) and v.is_integer():
             v = int(v)
@@ -306,6 +309,8 @@ def _llama_shape(r: _Reader, mt: str, d: dict[str, Any]) -> dict[str, Any]:
     nh = r.int("num_attention_heads", what="attention heads per layer")
     ffn = r.int("intermediate_size", what="FFN width per matrix")
     nkv = r.int("num_key_value_heads", d["kv"], null=None)
+    if nkv is None and "num_key_value_heads" not in r.cfg:
+        r.defaulted.setdefault("num_key_value_heads", nh)  # HF LlamaConfig: None -> num_attention_heads (MHA)
     nkv = nh if nkv is None else nkv
     vocab = r.int("vocab_size", d["vocab"])
     act_key = "hidden_activation" if mt in ("gemma2", "gemma3_text") else "hidden_act"
@@ -730,6 +735,22 @@ def _validation_message(e: ValidationError, prefix: str) -> str:
         msg = "is not a known field: remove it or fix its spelling"
     more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
     return f"{prefix}: field '{loc}': {msg}{more}" if loc else f"{prefix}: {msg}{more}"
+
+
+def defaulted_fields(cfg: dict) -> dict[str, Any]:
+    """The integer fields `from_hf_config` reads that `cfg` does not give, with the Hugging Face default it
+    used for each (num_key_value_heads -> num_attention_heads, vocab_size -> the family's): {} when the
+    config is not importable (its error comes from from_hf_config)."""
+    try:
+        mt = cfg.get("model_type") or next((_ARCHITECTURES[a] for a in cfg.get("architectures") or ()
+                                           if isinstance(a, str) and a in _ARCHITECTURES), None)
+        if mt not in _FAMILIES:
+            return {}
+        r = _Reader(cfg, mt)
+        _FAMILIES[mt](r)
+        return dict(r.defaulted)
+    except (InputError, TypeError, ValueError, AttributeError):
+        return {}
 
 
 def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:

@@ -16,6 +16,7 @@ config.json, a catalog-style entry, or a native `ModelSpec` mapping.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -150,6 +151,39 @@ def _read_mapping(path: Path) -> Any:
                                 hint="a HF config.json, a catalog entry or a ModelSpec mapping (JSON or YAML)")
 
 
+def _file_model_name(path: Path, data: dict) -> str:
+    """The name of a model read from a HF config file without `_name_or_path`: the file's stem unless it is
+    the generic `config`, then the Hugging Face cache's repo id (models--org--name/snapshots/<commit>/), else
+    the folder holding it, else the model_type."""
+    if path.stem.lower() != "config":
+        return path.stem
+    folder = path.resolve().parent
+    repo = folder.parent.parent.name
+    if folder.parent.name == "snapshots" and repo.startswith("models--") and len(repo) > len("models--"):
+        return repo[len("models--"):].replace("--", "/")
+    if folder.name and folder != folder.parent:
+        return folder.name
+    mt = data.get("model_type")
+    return f"hf-{mt}" if isinstance(mt, str) and mt.strip() else "hf-model"
+
+
+def model_file_defaults(arg: object) -> dict:
+    """For a `--model` naming a Hugging Face config file: the integer fields it does not give and the
+    defaults used for them (planner.catalog.hf_import.defaulted_fields); {} for anything else."""
+    try:
+        path = Path(str(arg))
+        if not path.is_file():
+            return {}
+        data = _read_mapping(path)
+    except (InputError, OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or "hf_config" in data or not ("model_type" in data or "architectures" in data):
+        return {}
+    from planner.catalog.hf_import import defaulted_fields
+
+    return defaulted_fields(data)
+
+
 def load_model_file(path: str | Path) -> ModelSpec:
     """A model from a file: HF config.json (has model_type/architectures), catalog entry (has hf_config)
     or native ModelSpec mapping."""
@@ -164,7 +198,7 @@ def load_model_file(path: str | Path) -> ModelSpec:
     if "model_type" in data or "architectures" in data:
         try:
             nm = data.get("_name_or_path")
-            return from_hf_config(data, name=nm if isinstance(nm, str) and nm.strip() else path.stem)
+            return from_hf_config(data, name=nm if isinstance(nm, str) and nm.strip() else _file_model_name(path, data))
         except InputError as e:
             raise InputError(f"{where}: {e}") from None
     try:
@@ -180,12 +214,13 @@ def load_model(arg: str) -> ModelSpec:
     Face repo id found in the local cache (planner.catalog.hf_cache; never the network)."""
     if not isinstance(arg, str) or not arg.strip():
         raise InputError(f"model must be a catalog name or a file path, got {arg!r}")
+    path = os.path.expanduser(arg)  # '~/x.yaml' as --cluster takes it ('~nosuchuser/x' stays as written)
     try:
-        exists = Path(arg).exists()
+        exists = os.path.lexists(path)
     except (OSError, ValueError):
         exists = False
     if exists:
-        return load_model_file(arg)
+        return load_model_file(path)
     if load_model_catalog().resolve(arg) is not None:
         return get_model(arg)
     return _model_not_in_catalog(arg.strip())

@@ -1,4 +1,4 @@
-"""The layer -> stage balancing problem of a plan (planner.search.stages.StageProblem), built from the same
+"""The layer -> stage balancing problem of a plan (planner.costmodel.stage_problem.StageProblem), built from the same
 per-layer costs `evaluate` uses."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from planner.costmodel.memory import (
     state_bytes_per_param,
 )
 from planner.costmodel.pipeline import inflight_microbatches
+from planner.costmodel.stage_problem import StageProblem
 from planner.costmodel.tensor import tp_exposed_share
 from planner.specs import ParallelPlan
 
@@ -44,8 +45,6 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     fully recomputed layer, activation bytes per in-flight micro-batch with and without full recompute,
     model-state bytes per layer, the embedding / LM head + loss extras and in-flight micro-batches per
     stage. Capacity = usable memory less the framework overhead, over the allocator fragmentation."""
-    from planner.search.stages import StageProblem
-
     m, pp, tp = ctx.model, plan.pp, plan.tp
     shape = plan_shape(ctx, plan)
     t, rc, act, act_rc, state = _layer_rows(ctx, plan)

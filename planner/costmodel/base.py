@@ -23,6 +23,7 @@ from planner.costmodel.placement import placement
 from planner.costmodel.trace import Term, formula
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from planner.specs.dims import ParallelDims
+from planner.stacks import DEFAULT_FRAMEWORK, stack_of
 
 # Bytes per activation element as the layers exchange and save them (bf16), Korthikanti et al. 2022 sec. 4.1.
 ACT_ELEM_BYTES = 2.0
@@ -66,6 +67,7 @@ class Context:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec):
         self.model, self.cluster, self.train = model, cluster, train
+        self.stack = stack_of(train)  # the stack's cost traits (planner/stacks/)
         kinds: dict[tuple[bool, bool], int] = {}
         self.kinds: list[LayerKind] = []  # the distinct layer kinds (dense/MoE x global/sliding)
         self.kind_of_layer: list[int] = []  # layer index -> kind index
@@ -102,7 +104,7 @@ class Context:
         self.attn_rel = cal.profile_constant(hw, "attn_rel_efficiency", cal.ATTN_REL_EFFICIENCY)
         # PyTorch-native stacks on NVIDIA parts with FP8 tensor cores (Hopper and later, where kernel generation
         # matters most) reach a fraction of Megatron+TE's efficiency on every tensor-core kernel
-        self.fsdp_on_hopper = (train.framework == "fsdp" and hw.vendor.upper().startswith("NVIDIA")
+        self.fsdp_on_hopper = (self.stack.pytorch_native_kernels and hw.vendor.upper().startswith("NVIDIA")
                                and hw.peak_tflops.fp8 is not None)
         stack = cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY if self.fsdp_on_hopper else 1.0
         self.gemm_eff_max = eff * self.shape_derate * stack
@@ -113,7 +115,7 @@ class Context:
         # The LM head (output projection) stays in 16-bit in FP8 recipes: Megatron's output_layer is a plain
         # tensor_parallel.ColumnParallelLinear outside Transformer Engine's fp8_autocast, torchtitan's float8
         # converter skips "output" (filter_fqns). MaxText's FP8 path is not documented here: it keeps the recipe's.
-        head_16bit = train.dtype == "fp8" and train.framework != "maxtext"
+        head_16bit = train.dtype == "fp8" and not self.stack.fp8_lm_head
         self.head_peak = self.peak_bf16 if head_16bit else self.peak
         self.head_eff_max = hw.gemm_efficiency_max * self.shape_derate * stack if head_16bit else self.gemm_eff_max
         self.step_overhead_s = cal.profile_constant(hw, "step_overhead_s", 0.0)
@@ -162,12 +164,6 @@ class Context:
         return self.head_peak * self.head_eff_max * d / (d + cal.GEMM_DIM_HALF)
 
 
-def num_microbatches(plan: ParallelPlan, train: TrainingSpec) -> int:
-    """Micro-batches per step per data-parallel rank: global batch / (dp x micro-batch)."""
-    per_rank = train.global_batch / (plan.dp * plan.micro_batch)
-    return max(1, int(round(per_rank)))
-
-
 class Links(NamedTuple):
     """The fabric each group of the plan runs on, from the launcher's rank order (planner.costmodel.placement)."""
 
@@ -181,7 +177,7 @@ class Links(NamedTuple):
     edp: Link  # replicas of one expert shard, reduce-scatter / all-gather
 
 
-def plan_links(cluster: ClusterSpec, plan: ParallelPlan, framework: str = "megatron") -> Links:
+def plan_links(cluster: ClusterSpec, plan: ParallelPlan, framework: str = DEFAULT_FRAMEWORK) -> Links:
     span = placement(cluster, plan, framework)
     return Links(
         tp=span_link(cluster, span["tp"]),
@@ -215,8 +211,9 @@ def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
 
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
     sp = plan.sequence_parallel and plan.tp > 1
-    return Shape(plan=plan, sp=sp, nmb=num_microbatches(plan, ctx.train),
+    dims = ParallelDims.of(plan)
+    return Shape(plan=plan, sp=sp, nmb=dims.num_microbatches(ctx.train.global_batch),
                  tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
                  links=plan_links(ctx.cluster, plan, ctx.train.framework),
-                 dims=ParallelDims.of(plan),
+                 dims=dims,
                  time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm))

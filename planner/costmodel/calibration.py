@@ -104,9 +104,7 @@ DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 
 # --- memory ------------------------------------------------------------------------------------
-# CUDA context + NCCL buffers + allocator fragmentation, per device. NCCL allocates per-communicator
-# buffers (NCCL_BUFFSIZE 4 MiB x channels x peers) and the CUDA context takes ~0.5 GiB.
-FRAMEWORK_OVERHEAD_GIB = {"megatron": 3.0, "fsdp": 2.0, "deepspeed": 3.0, "maxtext": 1.0}
+# The framework overhead per device (CUDA context, NCCL buffers) is each stack's: Stack.overhead_gib (planner/stacks/).
 # The caching allocator's reserved/allocated ratio at peak (torch.cuda.max_memory_reserved vs
 # max_memory_allocated); torchtitan reports reserved memory. Fitted on the torchtitan rows.
 ALLOCATOR_FRAGMENTATION = 1.05
@@ -124,8 +122,8 @@ CPU_ADAM_PARAMS_PER_S_PER_HOST = 3.9e9
 
 # --- fixed costs ----------------------------------------------------------------------------------
 # Work per layer that does not shrink with its FLOPs (kernel launch gaps, small uncounted kernels), seconds per
-# transformer layer per micro-batch (forward + backward, 1/3 + 2/3), and per micro-batch per stage. Issue 12
-# fitted them on the dev runs: per micro-batch any positive value raised the p90; per layer 1.5 ms (with
+# transformer layer per micro-batch (forward + backward, 1/3 + 2/3), and per micro-batch per stage. A fit on
+# the dev runs found: per micro-batch any positive value raised the p90; per layer 1.5 ms (with
 # FP8_DERATE refitted to 1.0) gave median 7.5% / p90 19.5%, but a cost that does not shrink with TP, CP or PP
 # then ranked NeMo's published layouts 21st-31st (TP2 PP8 over NeMo's TP4 PP4 for Llama-2 70B, no CP over CP2
 # for Llama-3 8B at 8k). Launch gaps hide under long kernels, so such a cost is not physical at these sizes:

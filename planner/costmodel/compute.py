@@ -137,7 +137,7 @@ def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
             * ACT_ELEM_BYTES * cal.ELEMENTWISE_BYTES_FACTOR)
     if k.moe:
         elem += tokens / tp * top_k * h * ACT_ELEM_BYTES * MOE_PERMUTE_PASSES
-    if ctx.train.framework == "fsdp" and not ctx.train.torch_compile:
+    if ctx.stack.eager_unless_compiled and not ctx.train.torch_compile:
         elem += tokens * eager_elementwise_bytes(m, tp, hs, inter)
     return elem / ctx.hbm_bw
 
@@ -169,7 +169,7 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     fwd = proj + mlp + exp + attn + elem + merge_fwd
     bwd = (BWD_GEMM_RATIO * (proj + mlp + exp) + BWD_ATTN_RATIO * attn + BWD_ELEMENTWISE_RATIO * elem
            + merge_bwd)
-    if k.moe and ctx.train.framework == "megatron":
+    if k.moe and ctx.stack.moe_dispatch_host_sync:
         # the dispatcher's device-to-host sync per MoE layer, a third in forward, two in backward
         host_s = cal.MOE_DISPATCH_SYNC_S + cal.MOE_EXPERT_LAUNCH_S * local_experts(ctx, shape)
         fwd += host_s / 3
@@ -184,7 +184,7 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
     AC saves the attention (SDPA) outputs and every second matmul's output and recomputes the rest
     (torchtitan distributed/activation_checkpoint.py SelectiveAC: "recomputes every second matmul"): half the
     GEMMs and the elementwise work."""
-    if ctx.train.framework == "fsdp":
+    if ctx.stack.selective_recomputes == "half_gemms":
         return 0.5 * (c.proj + c.mlp + c.experts) + c.elementwise
     return c.attention + mla_up_proj_s(ctx, shape, k)
 

@@ -76,7 +76,7 @@ def zero3_collectives_per_pass(ctx: Context, stage_split: StageSplit) -> float:
     flat buffer per transformer block (torchtitan applies fully_shard per block)."""
     _, hc, tc = stage_split
     allc = hc + tc
-    if ctx.train.framework == "deepspeed":
+    if ctx.stack.zero3_gather == "tensor":
         return float(sum(n * param_tensors_per_layer(ctx.model, ctx.kinds[j].moe) for j, n in allc.items()))
     return float(sum(allc.values()))
 
@@ -89,7 +89,7 @@ def zero3_regather_fraction(ctx: Context, plan: ParallelPlan, stage_split: Stage
     relative position x is next used after the 2 (1 - x) P parameters of the rest of the recompute and the
     backward down to it, so the share beyond the window is max(0, 1 - W / 2P). FSDP2 unshards a block once
     before its recompute (checkpointing inside fully_shard): 0 there."""
-    if ctx.train.framework != "deepspeed" or plan.recompute != "full":
+    if not ctx.stack.zero3_regather_on_recompute or plan.recompute != "full":
         return 0.0
     _, hc, tc = stage_split
     layer = largest_layer_params_per_device(ctx, plan, hc + tc)
@@ -135,7 +135,7 @@ def _zero3_term(ctx: Context, shape: Shape, st: StageTimes, split: list[StageSpl
     bwd_ag = (1.0 + regather) * ag
     if ctx.train.legacy_deepspeed_zero3:
         form, t_dp = DP_ZERO3_BLOCKING, nmb * (ag + bwd_ag + rs)
-    elif plan.pp > 1 and ctx.train.framework in ("fsdp", "maxtext"):
+    elif plan.pp > 1 and ctx.stack.zero3_unsharded_under_pp:
         form, t_dp = DP_ZERO3_PIPELINED, max(0.0, ag - f_ov * fwd_mb) + max(0.0, rs - f_ov * bwd_mb)
     else:
         per_mb = max(0.0, ag - f_ov * fwd_mb) + max(0.0, bwd_ag + rs - f_ov * bwd_mb)

@@ -10,7 +10,7 @@ traffic (data) and the optimizer step (optimizer) close it. Memory per stage: pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import Context, Shape, plan_shape, shape_terms
@@ -39,7 +39,7 @@ HFU = formula("evaluate.hfu", "MFU x (1 + recompute forward share / 3)",
               "PaLM, Chowdhery et al. 2022, app. B (hardware FLOPs count the recompute)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evaluation:
     """One evaluated plan. Every number is read from `trace`; `warnings` and `pipeline` (schedule,
     layers per stage, per-stage micro-batch times; the search adds a stage assignment) travel beside it."""
@@ -47,7 +47,7 @@ class Evaluation:
     plan: ParallelPlan
     trace: CostTrace
     peak_stage: int
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
     pipeline: dict = field(default_factory=dict)
 
     @property
@@ -154,5 +154,4 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
                                *_rate_terms(ctx, shape, st, step)))
     counts = [c for c, _, _ in split]
     ev = Evaluation(plan=plan, trace=trace, peak_stage=peak_stage, pipeline=_pipeline_doc(shape, st, counts))
-    ev.warnings.extend(_warnings(ctx, shape, ev, counts))
-    return ev
+    return replace(ev, warnings=tuple(_warnings(ctx, shape, ev, counts)))

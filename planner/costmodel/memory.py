@@ -28,6 +28,7 @@ from planner.costmodel.params import layer_params
 from planner.costmodel.pipeline import inflight_microbatches, schedule_of
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
+from planner.stacks import stack_of, traits
 
 GIB = float(2**30)
 
@@ -56,7 +57,7 @@ def grad_dtype(train: TrainingSpec) -> str:
     main-grad buffer / FSDP2's fp32 reduce_dtype, else (DeepSpeed) the compute dtype."""
     if train.grad_dtype is not None:
         return train.grad_dtype
-    if train.framework in ("megatron", "fsdp", "maxtext"):
+    if stack_of(train).grad_reduce_dtype == "fp32":
         return "fp32"
     return "fp16" if train.dtype == "fp16" else "bf16"
 
@@ -70,13 +71,14 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
     """Weights/grads/optimizer bytes per parameter (ZeRO paper sec. 3.1, K=12: fp32 master 4 + Adam m, v
     4 each; 8 with bf16 moments) for each framework."""
     moments = 8.0 if train.optimizer_dtype == "fp32" else 4.0
-    if train.framework in ("fsdp", "maxtext") and zero_stage == 3:
+    stack = stack_of(train)
+    if stack.zero3_fp32_sharded_params and zero_stage == 3:
         # FSDP2 mixed precision: fp32 sharded params (4), grads (fp32 unless stated), Adam moments.
         return StateBytesPerParam(4.0, True, grad_bytes_per_param(train), True,
                                   0.0 if offload_optimizer else moments, True)
     # the stored gradient: Megatron's main-grad buffer and DeepSpeed's buffer hold the reduction dtype;
     # replicated (DDP-style) PyTorch keeps .grad in the compute dtype unless a dtype is stated
-    stored_as_reduced = train.grad_dtype is not None or train.framework in ("megatron", "deepspeed")
+    stored_as_reduced = train.grad_dtype is not None or stack.grad_buffer_in_reduce_dtype
     grad = grad_bytes_per_param(train) if stored_as_reduced else 2.0
     return StateBytesPerParam(
         weights=2.0,
@@ -164,7 +166,7 @@ def activation_elems_per_token(
         inter = (2 + g) * f if m.mlp_type == "gated" else (1 + g) * f
         mlp = hs + g * hs + inter / tp
     total = attn + mlp
-    if recompute == "selective" and framework in ("fsdp", "maxtext"):
+    if recompute == "selective" and traits(framework).selective_saves == "half":
         # torchtitan "op" selective AC saves every other matmul output and the attention output,
         # recomputing the rest from the layer input: roughly half the per-layer tensors.
         return hs + 0.5 * (total - hs)
@@ -173,13 +175,7 @@ def activation_elems_per_token(
     return total
 
 
-# Bytes per logit at the loss's peak. torch cross_entropy on fp32-upcast logits (torchtitan, llm-foundry; the
-# planner keeps it for MaxText, not measured): the saved fp32 log-softmax output, its incoming fp32 gradient and
-# the fp32 input gradient coexist at the start of backward (3 x 4 B). Megatron's vocab-parallel cross entropy
-# (megatron/core/tensor_parallel/cross_entropy.py, also its fused variant and Megatron-DeepSpeed's): one fp32
-# copy of the logits turned into the softmax in place (exp_, div_) and saved, the backward computed in place on
-# it and cast to a 2-byte gradient: 4 B + 2 B.
-LOGIT_BYTES = {"megatron": 6.0, "deepspeed": 6.0, "fsdp": 12.0, "maxtext": 12.0}
+# Bytes per logit at the loss's peak with each stack's own loss kernel: Stack.logit_bytes (planner/stacks/).
 # A fused cross-entropy kernel on the 16-bit logits (flash-attn losses/cross_entropy.py CrossEntropyLoss, llm-foundry's
 # MPT default): it saves the 2-byte logits and its backward writes a 2-byte gradient, with no fp32 copy.
 FUSED_LOGIT_BYTES = 4.0
@@ -187,7 +183,7 @@ FUSED_LOGIT_BYTES = 4.0
 
 def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
     """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel)."""
-    per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else LOGIT_BYTES.get(train.framework, 12.0)
+    per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else stack_of(train).logit_bytes
     return per_logit * m.vocab_size / tp
 
 
@@ -198,8 +194,6 @@ def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
 UNFUSED_SCORE_BYTES = 5.0
 # Unsharded bf16 copies ZeRO-3/FSDP holds at once: the layer being computed and the prefetched next one.
 ZERO3_GATHERED_LAYERS = 2
-# Framework overhead of a framework without a calibrated figure (GiB).
-DEFAULT_FRAMEWORK_OVERHEAD_GIB = 2.0
 
 STATE = formula(
     "memory.states",
@@ -229,7 +223,7 @@ BUFFERS = formula(
 OVERHEAD = formula(
     "memory.overhead",
     "framework overhead (CUDA context, NCCL buffers) + (allocator fragmentation - 1) x allocated",
-    "calibration.FRAMEWORK_OVERHEAD_GIB and ALLOCATOR_FRAGMENTATION (fitted on the torchtitan rows)",
+    "Stack.overhead_gib (planner/stacks/) and calibration.ALLOCATOR_FRAGMENTATION (fitted on the torchtitan rows)",
 )
 PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
 CAPACITY = formula("memory.capacity", "HBM capacity of one device",
@@ -295,7 +289,7 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     if v is None:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
-            fp8_gemm_inputs=(tr.dtype == "fp8" and tr.framework == "megatron"),
+            fp8_gemm_inputs=(tr.dtype == "fp8" and ctx.stack.fp8_saves_gemm_inputs),
             fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx))
     return v
 
@@ -364,7 +358,7 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
 def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, split: StageSplit,
                   grad_bytes: float) -> float:
     """Bytes of the unsharded parameter and gradient buffers ZeRO-3 / FSDP adds (formula memory.buffers)."""
-    if plan.zero_stage == 3 and plan.pp > 1 and ctx.train.framework in ("fsdp", "maxtext"):
+    if plan.zero_stage == 3 and plan.pp > 1 and ctx.stack.zero3_unsharded_under_pp:
         # FSDP under pipelining keeps the stage's parameters unsharded between micro-batches
         # (torchtitan: reshard_after_forward=False with PP) and accumulates unsharded gradients
         # until the last micro-batch (torch.distributed.pipelining backward_maybe_with_nosync).
@@ -374,7 +368,7 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
         _, hc, tc = split
         layer = largest_layer_params_per_device(ctx, plan, set(hc) | set(tc))
         gathered, grads = ZERO3_GATHERED_LAYERS * layer, layer
-        if ctx.train.framework == "deepspeed":
+        if ctx.stack.zero3_gather == "tensor":
             # DeepSpeed gathers module by module up to its live limit and ships gradients through a bucket
             module = largest_matrix_params_per_device(ctx.model, plan)
             gathered = min(gathered, max(cal.DEEPSPEED_MAX_LIVE_PARAMS, module))
@@ -384,7 +378,8 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
 
 
 def framework_overhead_bytes(framework: str) -> float:
-    return cal.FRAMEWORK_OVERHEAD_GIB.get(framework, DEFAULT_FRAMEWORK_OVERHEAD_GIB) * GIB
+    """The stack's CUDA context and communicator buffers per device (Stack.overhead_gib)."""
+    return traits(framework).overhead_gib * GIB
 
 
 class StateLayout(NamedTuple):

@@ -137,7 +137,7 @@ def p2p_term(ctx: Context, shape: Shape, st: StageTimes) -> Term:
         return P2P.term("pp_comm_s", 0.0, "s", pp=p.pp)
     # each TP rank sends its 1/tp of the activation: sequence parallelism shards it, and without it Megatron's
     # scatter/gather optimisation does (Narayanan et al. SC21, arXiv 2104.04473, sec. 4.1)
-    split = p.tp if (shape.sp or ctx.train.framework == "megatron") else 1
+    split = p.tp if (shape.sp or ctx.stack.pp_p2p_scatter_gather) else 1
     nbytes = shape.tokens * ctx.model.hidden_size * ACT_ELEM_BYTES / split
     t_one = collective_time("send_recv", nbytes, 2, shape.links.pp)
     exposed, steady = p2p_transfer_counts(schedule_of(p), p.pp, p.vpp, shape.nmb)

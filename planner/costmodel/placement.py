@@ -31,6 +31,7 @@ import numpy as np
 
 from planner.specs import ClusterSpec, ParallelPlan
 from planner.specs.dims import ParallelDims
+from planner.stacks import traits
 
 GROUPS = ("tp", "cp", "ep", "dp", "edp", "pp")
 MESH_AXES = ("stage", "data", "fsdp", "expert", "context", "tensor")  # MaxText, outermost first
@@ -174,19 +175,24 @@ def placement_domain(cluster: ClusterSpec, world: int) -> int:
 
 
 def slice_shape(cluster: ClusterSpec) -> tuple[int, ...]:
-    """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
-    v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
+    """The shape of one TPU slice of the cluster (the one owner: the search's TP sizes and the cost model's torus
+    mapping read it). A slice holds placement_domain chips (equal slices that divide the job, at most
+    max_slice_chips). Its shape is a topology Google offers: 2D up to 16x16 (v5e/v6e); 3D (v4/v5p) with every axis
+    a multiple of the 4-chip cube edge from one cube up, else every axis <= 4 (GCP types-topologies: "AxBxC where
+    A<=B<=C and A, B, C are either all <= 4 or all integer multiples of 4"; v5p's table: 2x2x1 ... 4x4x8, 8x8x16,
+    16x16x24, every axis a multiple of 4 from 4x4x4); the one closest to a cube (GCP: the default topology of a chip
+    count is "the one that's most similar to a cube"): the smallest longest axis, then the largest shortest.
+    A count no such topology holds falls back to the closest-to-a-cube factorisation with axes <= max_axis."""
     t = cluster.hardware.torus
-    assert t is not None  # callers pass TPU clusters only (hardware with a torus)
+    assert t is not None  # callers pass TPU clusters only (HardwareSpec.is_tpu: torus rules)
     n = min(placement_domain(cluster, cluster.count), t.max_slice_chips)
-    best: tuple[int, ...] | None = None
-    for a in _divisors(n):
-        shapes = [(a, n // a)] if t.dims == 2 else [(a, b, n // (a * b)) for b in _divisors(n // a)]
-        for unsorted in shapes:
-            shape = tuple(sorted(unsorted))
-            if all(x <= t.max_axis for x in shape) and (best is None or max(shape) < max(best)):
-                best = shape
-    return best or (n,)
+    shapes = {tuple(sorted(s)) for a in _divisors(n)
+              for s in ([(a, n // a)] if t.dims == 2 else [(a, b, n // (a * b)) for b in _divisors(n // a)])}
+    shapes = {s for s in shapes if max(s) <= t.max_axis}
+    full_cubes = t.dims == 3 and n >= t.cube ** 3
+    offered = {s for s in shapes if t.dims == 2 or (all(x % t.cube == 0 for x in s) if full_cubes
+                                                     else max(s) <= t.cube)}
+    return min(offered or shapes, key=lambda s: (max(s), -min(s), s), default=(n,))
 
 
 def _divisors(n: int) -> list[int]:
@@ -267,13 +273,14 @@ def _mesh_span(group: str, axes: tuple[str, ...], ici: dict, dcn: dict, torus: d
 
 def placement(cluster: ClusterSpec, plan: ParallelPlan, framework: str) -> dict[str, GroupSpan]:
     """Span of every group kind of `plan` on `cluster` under `framework`'s rank order: MaxText's hybrid
-    mesh (and a torus mapping) on TPU or with framework maxtext, the linear tp-cp-ep-dp-pp order else."""
+    mesh (and a torus mapping) on TPU or for a stack with a mesh rank order (MaxText), the linear tp-cp-ep-dp-pp
+    order else."""
     hw = cluster.hardware
     up, out = _SCALE_UP_LINK[hw.scale_up.kind], hw.scale_out.kind
     world = plan.devices
     domain = placement_domain(cluster, world)
     linear = linear_strides(plan)
-    if framework == "maxtext" or hw.torus is not None:
+    if traits(framework).rank_order == "mesh" or hw.is_tpu:
         ici, dcn = split_ici_dcn(mesh_degrees(plan), world, domain)
         torus = torus_assignment(ici, slice_shape(cluster), hw.torus.cube) if hw.torus is not None else None
         spans = {g: _mesh_span(g, axes, ici, dcn, torus, domain, up, out) for g, axes in _mesh_groups(plan).items()}

@@ -43,13 +43,12 @@ class Job:
 
     @property
     def grad_accum(self) -> int:
-        """Micro-batches per DP rank per optimizer step (Megatron's num_microbatches)."""
-        return self.train.global_batch // (self.plan.micro_batch * self.plan.dp)
+        """Micro-batches per DP rank per optimizer step (Megatron's num_microbatches; ParallelDims owns it)."""
+        return ParallelDims.of(self.plan).num_microbatches(self.train.global_batch)
 
     @property
     def is_tpu(self) -> bool:
-        hw = self.cluster.hardware
-        return hw.scale_up.kind == "ici_torus" or hw.id.startswith("tpu")
+        return self.cluster.hardware.is_tpu
 
     @property
     def is_gpu(self) -> bool:

@@ -13,7 +13,7 @@ the fastest plan, one row per layout when distinct_layouts is set).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,12 +22,13 @@ from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel import calibration as cal
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
+from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.emit.capabilities import capabilities, launcher_errors
 from planner.errors import InputError
 from planner.search.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
 from planner.search.space import divisors, plan_errors
 from planner.specs import ParallelPlan
-from planner.specs.dims import cp_splits_sequence, tp_splits_heads
+from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads
 from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -50,6 +51,9 @@ class SearchOptions:
     # SearchResult.ranked) does not multiply the solves.
     stage_solves: int | None = None
     launcher: str | None = None  # target stack: only plans it can run (planner.emit.capabilities)
+    # True: only pipeline depths that divide the layers evenly (unless --pp is pinned): the layouts an expert
+    # sizes a purchase for (--min-devices), not PP27 over 80 layers with a short first stage
+    even_stages: bool = False
 
 
 @dataclass
@@ -83,13 +87,9 @@ def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
 
 
 def _zero_choices(ctx: Context, opts: SearchOptions) -> list[int]:
-    fw = ctx.train.framework
     if "zero_stage" in opts.fixed and opts.fixed["zero_stage"] is not None:
         return [opts.fixed["zero_stage"]]
-    # Megatron's default is its distributed optimizer (ZeRO-1); ZeRO-3 there (Megatron-FSDP) only when
-    # asked: the published ZeRO-3 runs at scale (SC21 Table 2) ran 1.5-5x slower than its bandwidth
-    # model, so the planner does not prefer it on that evidence.
-    return {"megatron": [1], "fsdp": [3], "maxtext": [3], "deepspeed": [1, 2, 3]}[fw]
+    return list(ctx.stack.searched_zero_stages)  # each stack's default (planner/stacks/: Megatron's is ZeRO-1)
 
 
 def structures(ctx: Context, opts: SearchOptions) -> list[dict]:
@@ -133,7 +133,8 @@ def _pp_dp_choices(ctx: Context, opts: SearchOptions, rest: int) -> list[tuple[i
     """(pp, dp) splits of the devices left after TP and CP: pp up to the layer count, dp dividing the batch."""
     m, tr, fx = ctx.model, ctx.train, opts.fixed
     out = []
-    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers]):
+    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers
+                                     and (not opts.even_stages or m.num_layers % p == 0)]):
         if rest % pp or pp > m.num_layers:
             continue
         dp = rest // pp
@@ -156,25 +157,6 @@ def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int
         cand = [e for e in divisors(m.moe.num_experts) if (tp * cp * dp) % (e * etp) == 0]
         out += [(ep, etp) for ep in _fixed_or(opts, "ep", cand)]
     return out
-
-
-def slice_shape(cluster) -> tuple[int, ...]:
-    """The TPU slice shape for the cluster's chips in one slice (specs.md 1.6): 2D up to 16x16 for
-    v5e/v6e, 3D from 4x4x4 cubes for v4/v5p; the most balanced factorisation with axes <= max_axis."""
-    t = cluster.hardware.torus
-    n = min(cluster.count, t.max_slice_chips)
-    best: tuple[int, ...] | None = None
-    def consider(shape):
-        nonlocal best
-        if all(a <= t.max_axis for a in shape) and (best is None or max(shape) < max(best)):
-            best = shape
-    for a in divisors(n):
-        if t.dims == 2:
-            consider(tuple(sorted((a, n // a))))
-        else:
-            for b in divisors(n // a):
-                consider(tuple(sorted((a, b, n // (a * b)))))
-    return best or (n,)
 
 
 def torus_group_sizes(cluster) -> set[int]:
@@ -260,9 +242,11 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     res = _search(ctx, opts)
     if not res.plans and opts.require_fit and "offload_optimizer" not in opts.fixed:
         off = _search(ctx, SearchOptions(**{**opts.__dict__, "fixed": {**opts.fixed, "offload_optimizer": True}}))
-        for e in off.plans:
-            e.warnings.append("fits only with optimizer states offloaded to the host (ZeRO-Offload): "
-                              "the optimizer step runs on the CPU over PCIe")
+        note = ("fits only with optimizer states offloaded to the host (ZeRO-Offload): "
+                "the optimizer step runs on the CPU over PCIe")
+        noted = {id(e): replace(e, warnings=(*e.warnings, note)) for e in off.plans}
+        off.plans = [noted[id(e)] for e in off.plans]
+        off.ranked = [noted.get(id(e), e) for e in off.ranked]
         if off.plans:
             off.evaluated += res.evaluated
             return off
@@ -303,7 +287,7 @@ def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[i
     if "zero_shard_size" in opts.fixed:
         return [opts.fixed["zero_shard_size"]]
     group, node = r["dp"] * r["cp"], ctx.cluster.scale_up_size // max(1, r["tp"])
-    if z == 3 and ctx.train.framework in ("fsdp", "maxtext") and 1 < node < group and group % node == 0:
+    if z == 3 and ctx.stack.hsdp_searched and 1 < node < group and group % node == 0:
         return [None, node]
     return [None]
 
@@ -315,12 +299,12 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
     zeros = _zero_choices(ctx, opts)
     # prune (structure, zero) pairs whose model states alone exceed the capacity
     pairs = [(r, z) for r in rows for z in zeros]
-    if tr.framework == "megatron" and "zero_stage" not in fx:
+    if ctx.stack.zero3_in_domain_searched and "zero_stage" not in fx:
         # Megatron-FSDP (ZeRO-3) where the whole model-replica group sits in one NVLink domain: the
         # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network. Only layouts that
         # Megatron-FSDP is known to run (planner/emit/capabilities/megatron.py: not with PP > 1, unverified)
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
-                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, "megatron")]
+                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, ctx.stack.emitter)]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
     keep = [pr for pr, b in zip(pairs, lb, strict=False)
             if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
@@ -385,7 +369,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
     micro-batch, recompute."""
     fx, tr = opts.fixed, ctx.train
     base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap",) and v is not None}
-    per_rank = tr.global_batch // r["dp"]
+    per_rank = ParallelDims(dp=r["dp"]).local_batch(tr.global_batch)
     mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
     mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
     for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):
@@ -486,10 +470,9 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
         return None
     new = evaluate(ctx, alt)
     if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:
-        new.pipeline["stage_assignment"] = {"layers_per_stage": list(a.layers_per_stage),
-                                            "recompute_per_stage": list(a.recompute_per_stage),
-                                            "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}
-        return new
+        return replace(new, pipeline={**new.pipeline, "stage_assignment": {
+            "layers_per_stage": list(a.layers_per_stage), "recompute_per_stage": list(a.recompute_per_stage),
+            "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}})
     return None
 
 
@@ -516,23 +499,34 @@ def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:
             f"and global batch ({ctx.train.global_batch}) divides by dp")
 
 
-def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float | None = None):
+def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float | None = None,
+                margin_rel: float = 0.0):
     """The fewest devices of the cluster's hardware (whole nodes, up to the cluster's count) on which a
-    plan fits (and, with `target_step_s`, steps at least that fast): doubling to the first feasible
-    count, then bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
+    plan fits (and, with `target_step_s`, steps at least that fast even when it runs `margin_rel` slower
+    than predicted: the upper edge of its error band): doubling to the first feasible count, then
+    bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
     from planner.specs import ClusterSpec
 
     limit = cluster.count
     node = min(cluster.node_size, limit)  # a cluster smaller than a node (h100x4) is its own step
 
-    def ok(n: int):
-        cl = ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
-                         devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size)
+    def sized(n: int) -> ClusterSpec:
+        return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
+                           devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size)
+
+    def laid_out(n: int) -> bool:  # some layout multiplies into n (cheap: no plan is scored)
         try:
-            res = search(Context(model, cl, train), opts)
+            return bool(structures(Context(model, sized(n), train), opts))
+        except (InputError, ValueError):
+            return False
+
+    def ok(n: int):
+        try:
+            res = search(Context(model, sized(n), train), opts)
         except InputError:
             return None
-        good = bool(res.plans) and (target_step_s is None or res.plans[0].step_time_s <= target_step_s)
+        good = bool(res.plans) and (target_step_s is None
+                                    or res.plans[0].step_time_s * (1 + margin_rel) <= target_step_s)
         return res if good else None
 
     n, found, last_bad = node, None, 0
@@ -547,12 +541,15 @@ def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float
             found = (limit, res)
         else:
             return None, None
-    lo, hi = last_bad // node + 1, found[0] // node - 1  # node multiples strictly between
+    # node multiples strictly between that admit a layout at all (with even stages and a batch that DP must
+    # divide, many do not: bisecting over all of them would step over 320 between 256 and 512)
+    between = [k * node for k in range(last_bad // node + 1, found[0] // node) if laid_out(k * node)]
+    lo, hi = 0, len(between) - 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        res = ok(mid * node)
+        res = ok(between[mid])
         if res is not None:
-            found, hi = (mid * node, res), mid - 1
+            found, hi = (between[mid], res), mid - 1
         else:
             lo = mid + 1
     return found

@@ -22,11 +22,11 @@ def dtype_errors(cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list
     if train.fp8_recipe == "mxfp8" and not hw.mx_tensor_cores:
         errs.append(f"--fp8-recipe mxfp8 needs block-scaled (MX) tensor cores, Blackwell onwards, and {hw.id} has none "
                     "(its profile gives no FP4 rate): use --fp8-recipe tensorwise")
-    if train.dtype == "fp16" and hw.peak_tflops.fp16 is None and hw.torus is not None:
+    if train.dtype == "fp16" and hw.peak_tflops.fp16 is None and hw.is_tpu:
         errs.append(f"--dtype fp16: {hw.id} has no fp16 matmul units (its profile gives no fp16 rate; TPUs compute "
                     "in bf16): use --dtype bf16")
     custom_states = train.grad_dtype is not None or train.optimizer_dtype != "fp32"
-    if custom_states and hw.torus is not None:
+    if custom_states and hw.is_tpu:
         errs.append("--grad-dtype / --optimizer-dtype are written for Megatron-LM only, which does not run on "
                     f"{hw.id}: drop them")
     if train.optimizer_dtype == "bf16" and fixed.get("zero_stage") == 0:
@@ -42,9 +42,18 @@ def model_training_errors(model: ModelSpec, train: TrainingSpec) -> list[str]:
     return []
 
 
+def count_free_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list[str]:
+    """The reasons that hold whatever the device count (for --min-devices, where the count is searched)."""
+    return model_training_errors(model, train) + dtype_errors(cluster, train, fixed)
+
+
 def request_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list[str]:
-    """Every reason the request can never give a plan a launcher runs (empty = go ahead and search)."""
+    """Every reason the request can never give a plan a launcher runs (empty = go ahead and search). The advice
+    names pinned knobs only when the user pinned some; else it names the batch and the device count."""
     pinned = pinned_errors(model, train, cluster.count, fixed)
     if pinned:
-        pinned[-1] += ": change or drop the pinned knobs"
-    return model_training_errors(model, train) + dtype_errors(cluster, train, fixed) + pinned
+        given = [k for k, v in fixed.items() if v is not None]
+        pinned[-1] += (": change or drop the pinned knobs" if given else
+                       f": no layout of {cluster.count} devices takes these settings; change --gbs / --seq-len or "
+                       "the device count (--min-devices searches the counts up to it)")
+    return count_free_errors(model, cluster, train, fixed) + pinned

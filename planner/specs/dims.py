@@ -20,6 +20,8 @@ Rules (Megatron-core / torchtitan):
   global_batch % (dp * micro_batch) == 0
   zero_shard_size: a multiple of cp dividing dp * cp (whole CP groups, whole replicas)
   sequence parallelism only with tp > 1; interleaving only with pp > 1
+A stack adds its own rules (planner/stacks/: Megatron's interleaved micro-batch count divisible by pp, stage sizes
+divisible by vpp, embedding and loss units split over pp x vpp), read through `stack_of(train).plan_errors`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from planner.specs.model import ModelSpec
 from planner.specs.plan import ParallelPlan
 from planner.specs.training import TrainingSpec
+from planner.stacks import stack_of
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,35 @@ class ParallelDims:
     ep: int = 1
     etp: int = 1
     zero_shard_size: int | None = None
+    micro_batch: int = 1
 
     @classmethod
     def of(cls, plan: ParallelPlan) -> ParallelDims:
-        return cls(plan.tp, plan.pp, plan.dp, plan.cp, plan.ep, plan.etp, plan.zero_shard_size)
+        return cls(plan.tp, plan.pp, plan.dp, plan.cp, plan.ep, plan.etp, plan.zero_shard_size, plan.micro_batch)
 
     @property
     def world(self) -> int:
+        """Devices the plan runs on: tp * pp * cp * dp (torchtitan ParallelDims world_size)."""
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def samples_per_microbatch(self) -> int:
+        """Sequences one micro-batch step takes over all data-parallel ranks: dp * micro_batch."""
+        return self.dp * self.micro_batch
+
+    def batch_divides(self, global_batch: int) -> bool:
+        """The global batch splits into whole micro-batches on every data-parallel rank."""
+        return global_batch % self.samples_per_microbatch == 0
+
+    def local_batch(self, global_batch: int) -> int:
+        """Sequences per data-parallel rank per step (torchtitan local_batch_size with PP): global_batch / dp."""
+        return global_batch // self.dp
+
+    def num_microbatches(self, global_batch: int) -> int:
+        """Micro-batches per data-parallel rank per step: global_batch / (dp * micro_batch) (Megatron-core
+        num_microbatches_calculator; DeepSpeed gradient_accumulation_steps). A batch that does not divide (which
+        `batch_errors` reports) is rounded, at least 1, so the cost model can still score a published run."""
+        return max(1, int(round(global_batch / self.samples_per_microbatch)))
 
     @property
     def dp_cp(self) -> int:
@@ -112,8 +136,9 @@ def cp_splits_sequence(seq_len: int, cp: int) -> bool:
 
 
 def size_errors(devices: int, p: ParallelPlan) -> list[str]:
-    if p.tp * p.pp * p.cp * p.dp != devices:
-        return [f"tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {p.tp * p.pp * p.cp * p.dp}, not the {devices} devices"]
+    world = ParallelDims.of(p).world
+    if world != devices:
+        return [f"tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {world}, not the {devices} devices"]
     return []
 
 
@@ -130,7 +155,7 @@ def _tensor_context_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPla
     return errs
 
 
-def _pipeline_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+def _pipeline_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
     errs = []
     if p.pp > model.num_layers:
         errs.append(f"pp={p.pp} exceeds the {model.num_layers} layers")
@@ -138,11 +163,6 @@ def _pipeline_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> 
         errs.append("virtual pipeline stages (vpp > 1) need pp > 1")
     if p.schedule == "interleaved" and p.vpp == 1 and p.pp > 1:
         errs.append("the interleaved schedule needs vpp > 1")
-    per_step = p.dp * p.micro_batch
-    if (p.schedule == "interleaved" and p.pp > 1 and per_step and train.global_batch % per_step == 0
-            and (train.global_batch // per_step) % p.pp):
-        errs.append(f"the interleaved schedule needs the micro-batch count "
-                    f"({train.global_batch // per_step}) divisible by pp={p.pp} (Megatron rule)")
     if p.vpp > 1 and p.schedule != "interleaved":
         errs.append("vpp > 1 needs the interleaved schedule")
     return errs
@@ -159,28 +179,19 @@ def _stage_split_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
     rest = model.num_layers - fixed
     if rest < 0 or (free and rest % free) or (not free and rest):
         return [f"uneven stages first={first} last={last} do not split {model.num_layers} layers over pp={p.pp}"]
-    if p.vpp > 1 and any(c % p.vpp for c in (first, last, rest // free if free else 0) if c is not None):
-        return [f"with vpp={p.vpp} every stage's layer count must divide into {p.vpp} virtual stages "
-                "(Megatron rule for --decoder-first/last-pipeline-num-layers)"]
     return []
 
 
 def _embedding_loss_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
-    if not p.account_embedding_loss:
-        return []
-    errs = []
-    units = model.num_layers + 2
-    if p.pp < 2 or units % p.pp or (units // p.pp) % p.vpp:
-        errs.append(f"counting the embedding and loss as layers needs pp > 1 and {units} divisible by pp={p.pp} "
-                    f"into stages divisible by vpp={p.vpp} (Megatron rule)")
-    if p.first_stage_layers is not None or p.last_stage_layers is not None:
-        errs.append("account_embedding_loss and first/last stage sizes are exclusive")
-    return errs
+    if p.account_embedding_loss and (p.first_stage_layers is not None or p.last_stage_layers is not None):
+        return ["account_embedding_loss and first/last stage sizes are exclusive"]
+    return []
 
 
 def batch_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
-    if train.global_batch % (p.dp * p.micro_batch):
-        return [f"global batch {train.global_batch} is not divisible by dp*micro_batch={p.dp * p.micro_batch}"]
+    dims = ParallelDims.of(p)
+    if not dims.batch_divides(train.global_batch):
+        return [f"global batch {train.global_batch} is not divisible by dp*micro_batch={dims.samples_per_microbatch}"]
     return []
 
 
@@ -203,9 +214,10 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
     return [
         *size_errors(devices, p),
         *_tensor_context_errors(model, train, p),
-        *_pipeline_errors(model, train, p),
+        *_pipeline_errors(model, p),
         *_stage_split_errors(model, p),
         *_embedding_loss_errors(model, p),
+        *stack_of(train).plan_errors(model, train, p),  # the stack's own rules (planner/stacks/)
         *batch_errors(train, p),
         *expert_errors(model, p),
         *([zero] if zero else []),
@@ -213,4 +225,6 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
           if p.zero_shard_size is not None and p.zero_stage == 0 else []),
         *(["recompute_layers applies only to full recompute"]
           if p.recompute_layers is not None and p.recompute != "full" else []),
+        *([f"recompute_layers={p.recompute_layers} is more than the model's {model.num_layers} layers: give at most "
+           "the layers of a pipeline stage"] if (p.recompute_layers or 0) > model.num_layers else []),
     ]

@@ -99,7 +99,8 @@ class HardwareSpec(_Frozen):
         ..., gt=0, le=1, description="best-shape measured matmul / dense peak (MAMF, BF16)"
     )
     gemm_efficiency_max_fp8: float | None = Field(None, gt=0, le=1)
-    hbm_capacity_gib: float = Field(..., gt=0, le=GIB_MAX, description="usable HBM as the driver reports it")
+    # at least 1 GiB: the fit reserve alone is 1 GiB (costmodel.calibration.FIT_RESERVE_GIB); catalog: 16 .. 192
+    hbm_capacity_gib: float = Field(..., ge=1, le=GIB_MAX, description="usable HBM as the driver reports it")
     hbm_bandwidth_GBps: float = Field(..., ge=GBPS_RANGE[0], le=GBPS_RANGE[1])
     host_link_unidir_GBps: float | None = Field(
         None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
@@ -127,7 +128,14 @@ class HardwareSpec(_Frozen):
     def _check(self) -> "HardwareSpec":
         if self.torus is None and self.scale_up.kind == "ici_torus":
             raise ValueError("an ICI-torus accelerator needs `torus` rules")
+        if self.torus is not None and self.scale_up.kind != "ici_torus":
+            raise ValueError("`torus` rules describe a TPU slice: set scale_up.kind to ici_torus or drop them")
         return self
+
+    @property
+    def is_tpu(self) -> bool:
+        """A TPU: chips joined by an ICI torus in slices (scale_up.kind ici_torus, which `torus` rules need)."""
+        return self.scale_up.kind == "ici_torus"
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for a training dtype; fp8 falls back to bf16 where unsupported."""

@@ -18,26 +18,45 @@ from planner.names import check_name
 MAX_LAYERS = 2_048
 
 
+def _admits_bool(annotation) -> bool:
+    """Whether a field's type takes true/false (bool itself, or a union or literal holding it)."""
+    import typing
+
+    if annotation is bool:
+        return True
+    return any(_admits_bool(a) or a is True or a is False for a in typing.get_args(annotation))
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, v, info):
+        """`num_layers: true` is not one layer: true/false are refused where a number is expected (pydantic's
+        lax mode would read them as 1 and 0)."""
+        if isinstance(v, bool) and info.field_name and not _admits_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"must be a number, got {str(v).lower()}")
+        return v
 
 
 class MLASpec(_Frozen):
     """Multi-head latent attention (DeepSeek-V2 paper, arXiv 2405.04434, sec. 2.1)."""
 
-    q_lora_rank: int | None = Field(None, ge=1, description="low-rank query compression; None = full q_proj")
-    kv_lora_rank: int = Field(..., ge=1, description="latent KV dimension d_c")
-    qk_nope_head_dim: int = Field(..., ge=1, description="per-head non-rotary q/k dimension")
-    qk_rope_head_dim: int = Field(..., ge=0, description="decoupled rotary q/k dimension (shared k_rope)")
-    v_head_dim: int = Field(..., ge=1, description="per-head value dimension")
+    q_lora_rank: int | None = Field(None, ge=1, le=1_000_000,
+                                    description="low-rank query compression; None = full q_proj")
+    kv_lora_rank: int = Field(..., ge=1, le=1_000_000, description="latent KV dimension d_c")
+    qk_nope_head_dim: int = Field(..., ge=1, le=100_000, description="per-head non-rotary q/k dimension")
+    qk_rope_head_dim: int = Field(..., ge=0, le=100_000, description="decoupled rotary q/k dimension (shared k_rope)")
+    v_head_dim: int = Field(..., ge=1, le=100_000, description="per-head value dimension")
 
 
 class MoESpec(_Frozen):
     """Mixture-of-experts FFN (Switch/GShard style token routing)."""
 
-    num_experts: int = Field(..., ge=1, description="routed experts per MoE layer")
-    top_k: int = Field(..., ge=1, description="routed experts per token")
-    expert_ffn_hidden_size: int = Field(..., ge=1, description="FFN width of one routed expert")
+    num_experts: int = Field(..., ge=1, le=1_000_000, description="routed experts per MoE layer")
+    top_k: int = Field(..., ge=1, le=1_000_000, description="routed experts per token")
+    expert_ffn_hidden_size: int = Field(..., ge=1, le=10_000_000, description="FFN width of one routed expert")
     num_shared_experts: int = Field(0, ge=0, description="always-on shared experts (DeepSeekMoE)")
     shared_expert_ffn_hidden_size: int | None = Field(
         None, ge=1, description="FFN width of one shared expert (default: expert_ffn_hidden_size)"
@@ -131,7 +150,9 @@ class ModelSpec(_Frozen):
                           description="per-head q/k/v width (not hidden/heads for Qwen3, Gemma 2, gpt-oss)")
     ffn_hidden_size: int = Field(..., ge=1, le=10_000_000, description="dense FFN width (per matrix)")
     vocab_size: int = Field(..., ge=1, le=100_000_000)
-    max_position_embeddings: int = Field(4096, ge=1)
+    # int32 positions in every launcher (Megatron --max-position-embeddings, torchtitan max_seq_len); the
+    # longest published context is 10M tokens (Llama 4 Scout)
+    max_position_embeddings: int = Field(4096, ge=1, le=2**31 - 1)
     mlp_type: Literal["gated", "plain"] = Field(
         "gated", description="gated = 3 matrices (SwiGLU/GeGLU gate, up, down); plain = 2 (GELU/ReLU^2 up, down)"
     )
@@ -152,7 +173,9 @@ class ModelSpec(_Frozen):
     relative_attention_num_buckets: int = Field(
         0, ge=0, le=100_000, description="T5-style relative position bias: buckets x heads logit biases, one table "
         "per model as in HF T5 (only with position_embedding 'relative')")
-    rope_theta: float = Field(10000.0, gt=0, description="RoPE base (HF rope_theta; 10000 as in RoFormer/Llama 1)")
+    # a base <= 1 has no rotation (5e-324 was written as Megatron --rotary-base 0); published bases 1e4 .. 1e7
+    rope_theta: float = Field(10000.0, gt=1, le=1e12,
+                              description="RoPE base (HF rope_theta; 10000 as in RoFormer/Llama 1)")
     rope_scaling: RopeScaling | None = Field(None, description="RoPE frequency scaling (HF rope_scaling)")
     rope_local_theta: float | None = Field(None, gt=0, description="RoPE base of the sliding-window layers when it "
                                            "differs (Gemma 3 `rope_local_base_freq`); None = rope_theta")

@@ -6,9 +6,12 @@ N = tp * pp * cp * dp, and expert parallelism is carved out of dp * cp.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from planner.specs.dims import ParallelDims
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb", "dualpipe"]
@@ -29,9 +32,9 @@ class ParallelPlan(BaseModel):
     zero_stage: int = Field(1, ge=0, le=3, description="0 none, 1 optimizer (= Megatron distributed optimizer), "
                             "2 + gradients, 3 + parameters (FSDP full shard)")
     zero_shard_size: int | None = Field(None, ge=1, description="hybrid sharding: ZeRO shards within groups of this "
-                                        "many DP ranks and replicates across them (HSDP); None = all of dp")
+                                        "many DP ranks and replicates across them (HSDP); unset = all of dp")
     recompute: Recompute = Field("none", description="activation recompute: none, selective (attention core), full")
-    recompute_layers: int | None = Field(None, ge=0, description="with full: layers per stage recomputed (None = all)")
+    recompute_layers: int | None = Field(None, ge=0, description="with full: layers per stage recomputed (unset = all)")
     sequence_parallel: bool = Field(True, description="Megatron sequence parallelism (only meaningful with tp > 1)")
     schedule: Schedule = Field("1f1b", description="1f1b, interleaved (vpp > 1), gpipe, zb (ZB-H1), dualpipe "
                                "(DeepSeek-V3: bidirectional, overlaps EP all-to-all with compute)")
@@ -42,7 +45,8 @@ class ParallelPlan(BaseModel):
                                          "and --account-for-loss-in-pipeline-split: the embedding and the loss each "
                                          "count as a layer, so first and last stages take one transformer layer fewer")
     offload_optimizer: bool = Field(False, description="optimizer states and step on the CPU (ZeRO-Offload)")
-    tp_comm_overlap: bool = Field(False, description="overlap TP collectives with GEMMs (Megatron/TE userbuffers)")
+    tp_comm_overlap: bool = Field(False, description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap "
+                                  "with TE userbuffers; torchtitan async TP, which needs torch.compile)")
 
     @property
     def model_parallel_size(self) -> int:
@@ -50,14 +54,20 @@ class ParallelPlan(BaseModel):
 
     @property
     def devices(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
+        """tp * pp * cp * dp (planner.specs.dims.ParallelDims.world owns the rule)."""
+        return self.dims.world
+
+    @property
+    def dims(self) -> ParallelDims:
+        """The plan's degrees and derived sizes (planner.specs.dims.ParallelDims)."""
+        from planner.specs.dims import ParallelDims
+
+        return ParallelDims.of(self)
 
     @property
     def edp(self) -> int:
         """Expert-data-parallel size (planner.specs.dims.ParallelDims.edp owns the rule)."""
-        from planner.specs.dims import ParallelDims
-
-        return ParallelDims.of(self).edp
+        return self.dims.edp
 
     def knobs(self) -> dict:
         return self.model_dump()
@@ -65,3 +75,18 @@ class ParallelPlan(BaseModel):
 
 # Every knob of a plan, in declaration order: the one list (the CLI flags and run-file keys map onto it).
 KNOBS: tuple[str, ...] = tuple(ParallelPlan.model_fields)
+
+
+def plan_label(p: dict, mark_no_sp: bool = False) -> str:
+    """Short name of a plan's layout from its knobs: 'TP8 PP4x2 CP2 DP4 EP8' (x = virtual stages)."""
+    g = lambda k: p.get(k) or 1  # noqa: E731
+    s = f"TP{g('tp')}" + ("*" if mark_no_sp and g("tp") > 1 and not p.get("sequence_parallel", True) else "")
+    s += f" PP{g('pp')}" + (f"x{g('vpp')}" if g("vpp") > 1 else "")
+    if g("cp") > 1:
+        s += f" CP{g('cp')}" + ("(a2a)" if p.get("cp_comm") == "a2a" else "")
+    s += f" DP{g('dp')}"
+    if g("ep") > 1:
+        s += f" EP{g('ep')}"
+    if g("etp") > 1:
+        s += f" ETP{g('etp')}"
+    return s

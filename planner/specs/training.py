@@ -6,8 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.stacks import traits
+
 Dtype = Literal["bf16", "fp16", "fp8"]
-Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]
+Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]  # planner.stacks.FRAMEWORKS (one module each)
 AttentionImpl = Literal["flash", "unfused"]
 StateDtype = Literal["fp32", "bf16"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
@@ -54,7 +56,7 @@ class TrainingSpec(BaseModel):
         "(flash-attn's CrossEntropyLoss, llm-foundry's default loss_fn 'fused_crossentropy' for MPT), which saves "
         "the logits and writes a 16-bit gradient: 4 bytes per logit at the loss's peak instead of the 12 of torch's "
         "cross entropy on fp32-upcast logits (torchtitan). Megatron's vocab-parallel loss (fused or not) and MaxText "
-        "keep their own accounting (planner.costmodel.memory.LOGIT_BYTES)",
+        "keep their own accounting (planner.stacks: Stack.logit_bytes)",
     )
 
     moe_capacity_factor: float | None = Field(
@@ -103,7 +105,7 @@ class TrainingSpec(BaseModel):
 
     @model_validator(mode="after")
     def _compile_is_pytorch_native(self) -> "TrainingSpec":
-        if self.torch_compile and self.framework != "fsdp":
+        if self.torch_compile and not traits(self.framework).eager_unless_compiled:
             raise ValueError(f"torch.compile (--compile) applies to PyTorch-native stacks (--framework fsdp, "
                              f"--launcher torchtitan); {self.framework} fuses its elementwise kernels already: "
                              "drop --compile")
@@ -111,13 +113,13 @@ class TrainingSpec(BaseModel):
 
     @model_validator(mode="after")
     def _fused_loss_is_pytorch_native(self) -> "TrainingSpec":
-        if self.fused_cross_entropy and self.framework != "fsdp":
+        if self.fused_cross_entropy and not traits(self.framework).fused_loss_option:
             raise ValueError("fused_cross_entropy describes a PyTorch-native stack (framework fsdp); "
                              f"{self.framework} keeps its own loss: drop it")
         return self
 
     @model_validator(mode="after")
     def _legacy_zero3_is_deepspeed(self) -> "TrainingSpec":
-        if self.legacy_deepspeed_zero3 and self.framework != "deepspeed":
+        if self.legacy_deepspeed_zero3 and not traits(self.framework).legacy_zero3_option:
             raise ValueError("legacy_deepspeed_zero3 describes DeepSpeed; set framework to deepspeed or drop it")
         return self

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.errors import NoFeasiblePlan
-from planner.ui.costopts import cost_text, estimate_doc
+from planner.ui.costopts import cost_band_text, cost_text, estimate_doc
 from planner.ui.table import COMPACT_MAX_COLUMNS, memory_cell, plan_label, shown
 
 
@@ -36,7 +36,45 @@ def compare_doc(model_arg: str, clusters: tuple[str, ...], seq_lens: tuple[int, 
             rows.append(_row(doc, cost))
     if all(r["error"] for r in rows):
         raise NoFeasiblePlan(f"no setting has a fitting plan: {rows[0]['error']['message']}")
-    return {"model": model_object(spec, count_params(spec)), "rows": rows}
+    return {"model": model_object(spec, count_params(spec)), "rows": rows, "band_notes": band_notes(rows)}
+
+
+def _within(a: float, band_a: list[float], b: float, band_b: list[float]) -> bool:
+    """Each value inside the other's band: the model cannot tell which is smaller."""
+    return band_b[0] <= a <= band_b[1] and band_a[0] <= b <= band_a[1]
+
+
+def _pairs(rows: list[dict]):
+    ok = [r for r in rows if not r["error"]]
+    for i, a in enumerate(ok):
+        for b in ok[i + 1:]:
+            yield a, b
+
+
+def _setting(r: dict, seq: bool) -> str:
+    return r["cluster"]["name"] + (f" at seq {r['seq_len']}" if seq else "")
+
+
+def band_notes(rows: list[dict]) -> list[str]:
+    """One sentence per pair of settings whose costs (with a price), else step times, lie within each
+    other's error bands (planner.analysis.bands): the comparison does not decide between them."""
+    notes = []
+    seq = len({r.get("seq_len") for r in rows}) > 1
+    for a, b in _pairs(rows):
+        ea, eb = a.get("training_estimate") or {}, b.get("training_estimate") or {}
+        if ea.get("cost_band") and eb.get("cost_band"):
+            if _within(ea["cost"], ea["cost_band"], eb["cost"], eb["cost_band"]):
+                notes.append(f"the costs of {_setting(a, seq)} ({cost_text(ea)}) and {_setting(b, seq)} "
+                             f"({cost_text(eb)}) lie within each other's error bands: the model cannot tell "
+                             "which is cheaper; measure both")
+            continue
+        ba, bb = a.get("step_time_band"), b.get("step_time_band")
+        if ba and bb and _within(a["step_time_s"], [ba["low_s"], ba["high_s"]],
+                                 b["step_time_s"], [bb["low_s"], bb["high_s"]]):
+            notes.append(f"the step times of {_setting(a, seq)} ({a['step_time_s']:.3f} s) and {_setting(b, seq)} "
+                         f"({b['step_time_s']:.3f} s) lie within each other's error bands: the model cannot tell "
+                         "which is faster; measure both")
+    return notes
 
 
 def _row(doc: dict, cost: dict) -> dict:
@@ -46,9 +84,16 @@ def _row(doc: dict, cost: dict) -> dict:
            "tokens_per_s_per_device": best["tokens_per_s_per_device"],
            "tokens_per_s": best["tokens_per_s_per_device"] * doc["cluster"]["count"], "mfu": best["mfu"],
            "memory": best["memory"], "fits": best["fits"], "error": None}
+    if best.get("step_time_band"):
+        row["step_time_band"] = best["step_time_band"]
     if cost.get("tokens"):
-        row["training_estimate"] = estimate_doc(best, doc["model"]["params_total"], cost)
+        row["training_estimate"] = estimate_doc(best, doc["model"]["params_total"], cost, doc["cluster"])
     return row
+
+
+def _band_cell(r: dict) -> str:
+    band = r.get("step_time_band")
+    return f"{100 * band['rel']:.0f}%" if band and not r["error"] else ""
 
 
 def _plan_cells(r: dict, compact: bool, seq: bool) -> list[str]:
@@ -57,14 +102,32 @@ def _plan_cells(r: dict, compact: bool, seq: bool) -> list[str]:
         return head + ["no plan fits"]
     cells = head + [plan_label(r["plan"]), f"{r['step_time_s']:.3f}"]
     if not compact:
-        cells += [f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}"]
+        cells += [_band_cell(r), f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_device']:,.0f}"]
     return cells + [f"{100 * r['mfu']:.1f}%", memory_cell(r)]
 
 
-def _estimate_cells(r: dict, seq: bool) -> list[str]:
+def _prices_differ(rows: list[dict]) -> bool:
+    return len({(r.get("training_estimate") or {}).get("price_per_device_hour") for r in rows if not r["error"]}) > 1
+
+
+def _estimate_cells(r: dict, seq: bool, price: bool, bands: bool = True) -> list[str]:
     e = r.get("training_estimate")
     head = [shown(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
-    return head + ([f"{e['effective_days']:.1f}", cost_text(e)] if e else ["", ""])
+    if not e:
+        return head + [""] * (2 + price + bands)
+    p = e.get("price_per_device_hour")
+    return head + [f"{e['effective_days']:.1f}"] + ([f"{p:g}" if p is not None else "-"] if price else []) + (
+        [cost_text(e)] + ([cost_band_text(e)] if bands else []))
+
+
+def _band_cells(r: dict, seq: bool, est: bool) -> list[str]:
+    head = [shown(r["cluster"]["name"])] + ([str(r.get("seq_len") or "")] if seq else [])
+    return head + [_band_cell(r)] + ([cost_band_text(r.get("training_estimate") or {})] if est else [])
+
+
+def _natural_width(cols: list[str], rows: list[list[str]], compact: bool) -> int:
+    full = [max([len(c)] + [len(r[j]) if j < len(r) else 0 for r in rows]) for j, c in enumerate(cols)]
+    return sum(full) + (2 * (len(cols) - 1) if compact else 3 * (len(cols) - 1) + 4)
 
 
 def _table(title: str, cols: list[str], rows: list[list[str]], compact: bool, width: int) -> Table:
@@ -87,20 +150,28 @@ def _table(title: str, cols: list[str], rows: list[list[str]], compact: bool, wi
 
 
 def compare_tables(doc: dict, width: int) -> list[Table]:
-    """The best plan per setting; with --tokens the days and cost too (a second table when compact)."""
+    """The best plan per setting; with --tokens the days and cost too, in the same table when it fits the
+    width, else in a second one. Compact (<= 80 columns): the error band `±` (and the cost band) in a table
+    of their own. The price column only when the rows' prices differ."""
     compact = width <= COMPACT_MAX_COLUMNS
-    seq = len({r.get("seq_len") for r in doc["rows"]}) > 1
-    est = any(r.get("training_estimate") for r in doc["rows"])
+    rows_in = doc["rows"]
+    seq = len({r.get("seq_len") for r in rows_in}) > 1
+    est = any(r.get("training_estimate") for r in rows_in)
+    price = _prices_differ(rows_in)
     head = ["cluster"] + (["seq"] if seq else [])
-    cols = head + ["layout", "step s"] + ([] if compact else ["tok/s total", "tok/s/dev"]) + ["MFU", "GiB"]
-    rows = [_plan_cells(r, compact, seq) for r in doc["rows"]]
+    cols = head + ["layout", "step s"] + ([] if compact else ["±", "tok/s total", "tok/s/dev"]) + ["MFU", "GiB"]
+    est_cols = ["days"] + (["price"] if price else []) + ["cost"] + ([] if compact else ["cost band"])
+    rows = [_plan_cells(r, compact, seq) for r in rows_in]
     title = escape(f"{doc['model']['name']}: best plan per setting")
     if est and not compact:
-        return [_table(title, cols + ["days", "cost"], [a + _estimate_cells(r, seq)[len(head):]
-                                                         for a, r in zip(rows, doc["rows"], strict=True)], compact,
-                       width)]
+        both = [a + _estimate_cells(r, seq, price)[len(head):] for a, r in zip(rows, rows_in, strict=True)]
+        if _natural_width(cols + est_cols, both, compact) <= width:
+            return [_table(title, cols + est_cols, both, compact, width)]
     out = [_table(title, cols, rows, compact, width)]
     if est:
-        out.append(_table("training time and cost", head + ["days", "cost"],
-                          [_estimate_cells(r, seq) for r in doc["rows"]], compact, width))
+        out.append(_table("training time and cost", head + est_cols,
+                          [_estimate_cells(r, seq, price, not compact) for r in rows_in], compact, width))
+    if compact:
+        out.append(_table("error bands", head + ["±"] + (["cost band"] if est else []),
+                          [_band_cells(r, seq, est) for r in rows_in if not r["error"]], compact, width))
     return out

@@ -4,11 +4,10 @@ JSON Schema (planner/ui/schema/plan.schema.json, documented field by field in do
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+from planner.app.documents import _non_finite_path, cluster_object, model_object, require_finite  # noqa: F401
 
 SCHEMA_VERSION = "1.0"  # major bumps only when a listed field is removed or changes meaning
 SCHEMA_PATH = Path(__file__).parent / "schema" / "plan.schema.json"
@@ -24,51 +23,35 @@ def error_doc(command: str, code: int, message: str) -> dict:
     return versioned(command, {"error": {"code": int(code), "message": message}})
 
 
-def _non_finite_path(obj, path: str = "") -> str | None:
-    """The key path of the first NaN/infinite number in a JSON-able document (None: all finite)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return path or "(top)"
-    items: Iterable[tuple[Any, Any]]
-    if isinstance(obj, dict):
-        items = obj.items()
-    elif isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
-    else:
-        return None
-    for k, v in items:
-        found = _non_finite_path(v, f"{path}.{k}" if path else str(k))
-        if found:
-            return found
-    return None
-
-
-def require_finite(doc) -> None:
-    """A non-finite number in a result (NaN/Infinity are not JSON) is an input error naming its field."""
-    from planner.errors import InputError
-
-    bad = _non_finite_path(doc)
-    if bad:
-        raise InputError(f"the result has a non-finite number at {bad}: an input value is out of range "
-                         "(check the model, hardware and option figures)")
-
-
 def dumps(doc: dict) -> str:
     """The one place JSON reaches stdout: sorted keys, two-space indent (the same input gives the same bytes),
     checked finite and written with allow_nan=False (NaN/Infinity are not JSON)."""
     require_finite(doc)
-    return json.dumps(doc, indent=2, sort_keys=True, default=float, allow_nan=False)
+    return json.dumps(_valid_unicode(doc), indent=2, sort_keys=True, default=float, allow_nan=False)
+
+
+def _valid_unicode(obj):
+    """Strings with lone surrogates (a non-UTF-8 path decoded with surrogateescape) as valid text: the bytes that
+    are not UTF-8 become U+FFFD, never a '\\udcff' escape no JSON reader can turn into Unicode."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return obj
+        except UnicodeEncodeError:
+            return obj.encode("utf-8", "surrogateescape").decode("utf-8", "replace").encode(
+                "utf-8", "replace").decode("utf-8")
+    if isinstance(obj, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_valid_unicode(v) for v in obj]
+    return obj
 
 
 @lru_cache(maxsize=1)
 def load_schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    from planner.catalog.files import read_structured_file
 
-
-def model_object(spec, params) -> dict:
-    """A model as every document names it (`params` from planner.costmodel.params.count_params)."""
-    return {"name": spec.name, "family": spec.family, "params_total": params.total, "params_active": params.active,
-            "params_embedding": params.embedding, "num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
-            "num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads, "moe": spec.moe is not None}
+    return read_structured_file(SCHEMA_PATH, what="JSON schema", max_bytes=1 << 20)  # the shipped one: ~30 KiB
 
 
 def hardware_object(hw) -> dict:
@@ -81,19 +64,11 @@ def hardware_object(hw) -> dict:
             "scale_out": {"kind": hw.scale_out.kind, "unidir_GBps_per_device": hw.scale_out.unidir_GBps_per_device}}
 
 
-def cluster_object(cluster) -> dict:
-    """A cluster as `plan`, `explain` and `compare` name it."""
-    hw = cluster.hardware
-    return {"name": cluster.name or f"{hw.id}x{cluster.count}", "hardware": hw.id, "count": cluster.count,
-            "devices_per_node": cluster.node_size, "scale_up_domain": cluster.scale_up_size,
-            "hbm_capacity_gib": hw.hbm_capacity_gib, "peak_tflops_bf16": hw.peak_tflops.bf16,
-            "scale_up_GBps": hw.scale_up.unidir_GBps, "nic_GBps": hw.scale_out.unidir_GBps_per_device}
-
-
 def usage_error_document(argv: list[str], message: str) -> str | None:
     """For a click usage error (bad option value, unknown option) caught by the group's entry point:
     the JSON error document to print on stdout when `--json` is among the arguments, else None."""
     if "--json" not in argv:
         return None
-    sub = next((a for a in argv if a in ("explain", "compare", "validate", "models", "clusters", "report")), "plan")
+    sub = next((a for a in argv if a in ("explain", "compare", "validate", "models", "clusters", "report",
+                                         "calibrate")), "plan")
     return dumps(error_doc("plan" if sub == "report" else sub, 2, " ".join(message.split())))

@@ -15,6 +15,8 @@ chart; without it the ranked plans are used.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -278,9 +280,53 @@ def _pareto_point(c: dict, on_front: bool, rank: int | None, sx: Callable[[float
     r = 6 if on_front else 4
     out = (f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{r}" class="{cls}" data-key="{_e(_plan_key(c))}">'
            f"<title>{_e(tip)}</title></circle>")
-    if rank is not None and rank <= 3:
-        out += f'<text x="{sx(x) + 8:.1f}" y="{sy(y) - 8:.1f}" class="rank-label">#{rank}</text>'
     return out
+
+
+# (dx, dy, anchor) of a rank label around its point, tried in order until one overlaps no label placed before
+_LABEL_SPOTS = ((8, -8, "start"), (8, 16, "start"), (-8, -8, "end"), (-8, 16, "end"), (8, -22, "start"),
+                (-8, -22, "end"), (8, 30, "start"), (-8, 30, "end"))
+RANK_LABEL_CHAR_PX, RANK_LABEL_H = 7.2, 12  # the 11 px semibold .rank-label font
+
+
+def _rank_labels(points: list[tuple[int, float, float]], taken: list[tuple[float, float, float, float]],
+                 bounds: tuple[float, float, float, float]) -> str:
+    """'#1'..'#3' beside their points (x, y in chart units), each at the first spot that overlaps neither an
+    earlier label nor the boxes in `taken` and stays inside `bounds` (x0, y0, x1, y1)."""
+    out = []
+    for rank, px, py in sorted(points):
+        w = len(f"#{rank}") * RANK_LABEL_CHAR_PX
+        chosen = None
+        for dx, dy, anchor in _LABEL_SPOTS:
+            x = px + dx
+            left = x if anchor == "start" else x - w
+            box = (left, py + dy - RANK_LABEL_H + 2, left + w, py + dy + 2)
+            inside = bounds[0] <= box[0] and box[2] <= bounds[2] and bounds[1] <= box[1] and box[3] <= bounds[3]
+            if inside and not any(_overlap(box, t) for t in taken):
+                chosen = (x, py + dy, anchor, box)
+                break
+        if chosen is None:  # crowded: the first spot, clamped inside the plot
+            x = min(max(px + 8, bounds[0]), bounds[2] - w)
+            chosen = (x, py - 8, "start", (x, py - 18, x + w, py - 6))
+        x, y, anchor, box = chosen
+        taken.append(box)
+        out.append(f'<text x="{x:.1f}" y="{y:.1f}" class="rank-label" text-anchor="{anchor}">#{rank}</text>')
+    return "".join(out)
+
+
+def _top_points(feasible: list[dict], rank_of: dict, sx: Callable[[float], float],
+                sy: Callable[[float], float]) -> list[tuple[int, float, float]]:
+    """(rank, x, y) in chart units of the first three ranked plans among the plotted candidates."""
+    points: dict[int, tuple[int, float, float]] = {}
+    for c in feasible:
+        rank = rank_of.get(_plan_key(c))
+        if rank is not None and rank <= 3 and rank not in points:
+            points[rank] = (rank, sx(_xy(c)[0]), sy(_xy(c)[1]))
+    return list(points.values())
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return min(a[2], b[2]) - max(a[0], b[0]) > 0 and min(a[3], b[3]) - max(a[1], b[1]) > 0
 
 
 def _pareto_note(feasible: int, front: int, infeasible: int) -> str:
@@ -321,6 +367,11 @@ def _svg_pareto(candidates: list[dict], ranked: list[dict]) -> str:
     # dominated first, then the front on top
     for c in sorted(feasible, key=lambda c: id(c) in front_ids):
         out.append(_pareto_point(c, id(c) in front_ids, rank_of.get(_plan_key(c)), sx, sy))
+    cap_box: list[tuple[float, float, float, float]] = []
+    if cap is not None and cap_shown:
+        cap_box.append((W - R - 4 - _text_width(len(f"capacity {_fmt(cap, 3)} GiB")), sy(cap) - 16, W - R,
+                        sy(cap) - 2))
+    out.append(_rank_labels(_top_points(feasible, rank_of, sx, sy), cap_box, (L, T, W - R, H - B)))
     items: list[tuple[str, ...]] = [("Pareto front", "#e15759"), ("other feasible", "#9aa7b8")]
     if cap_shown:
         items.append(("memory capacity", "", "cap"))
@@ -540,6 +591,13 @@ def _stacked_legend_items(rows: list[_Bar], parts: Sequence[tuple[str, str, str]
     return used + extra
 
 
+TICK_CHAR_PX = 6.6  # a generous average advance of an 11 px sans-serif character (the .tick font), digits included
+
+
+def _text_width(chars: int, px_per_char: float = TICK_CHAR_PX) -> int:
+    return int(chars * px_per_char + 0.999)
+
+
 def _stacked_bar(row: _Bar, y: float, bar_h: int, L: float, sx: Callable[[float], float], unit: str,
                  total_label: str, limit_label: str) -> str:
     """One plan's label, stacked segments, total mark and limit line."""
@@ -569,7 +627,10 @@ def _svg_stacked(chart_id: str, plans: list[dict], block: str, parts: Sequence[t
     rows = _stacked_rows(plans, block, parts, total_key, limit_key)
     if not rows:
         return _chart_missing(chart_id, f"No plan has a {block.replace('_', ' ')} to draw.")
-    W, L, R, T = 760, 150, 24, 20
+    # the left margin holds the longest "#rank layout" label whole (MoE layouts run to 30 characters);
+    # the plot keeps its width and the viewBox grows instead
+    L = max(150, _text_width(max(len(f"#{r[0]} {r[1]}") for r in rows)) + 16)
+    W, R, T = L + 586, 24, 20
     bar_h, gap = 22, 10
     vmax = max(max(sum(v for _, _, v in vals), total or 0.0, limit or 0.0) for _, _, vals, total, limit in rows)
     vmax = vmax or 1.0
@@ -634,7 +695,7 @@ def _band(plan: dict) -> str:
 
 
 def _band_note(plans: list[dict]) -> str:
-    """Issue 15: a note when the leading plans lie within each other's error band ('' otherwise)."""
+    """The error-band note: set when the leading plans lie within each other's error band ('' otherwise)."""
     from planner.analysis.bands import overlap_note
 
     note = overlap_note(plans)
@@ -668,20 +729,35 @@ def _plans_table(plans: list[dict]) -> str:
     columns = [c for c in _COLUMNS
                if c[0] not in _OPTIONAL_COLUMNS or any(c[1](i, p) not in (1, None) for i, p in enumerate(plans))]
     head = "".join(f'<th scope="col">{_e(h)}</th>' for h, _, _ in columns)
-    groups = []  # one <tbody> per plan: its numbers, then why it ranks there; sorting moves whole groups
-    for i, p in enumerate(plans):
-        cells = "".join(_cell(h, get(i, p), num) for h, get, num in columns)
-        reason = str(p.get("reason") or "")
-        warnings = [str(w) for w in (p.get("warnings") or []) if w]
-        why = _e(reason)
-        if warnings:
-            why += '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>"
-        cls = "plan best" if i == 0 else ("plan nofit" if p.get("fits") is False else "plan")
-        detail = (f'<tr class="why-row"><td></td><td class="why" colspan="{len(columns) - 1}">{why}</td></tr>'
-                  if why else "")
-        groups.append(f'<tbody class="{cls}" data-key="{_e(_plan_key(p))}"><tr>{cells}</tr>{detail}</tbody>')
-    return (f'<div class="table-wrap"><table id="plans-table"><thead><tr>{head}</tr></thead>'
+    common = _common_warnings(plans)
+    # one <tbody> per plan: its numbers, then why it ranks there; sorting moves whole groups
+    groups = [_plan_group(i, p, columns, common) for i, p in enumerate(plans)]
+    every = ('<div class="warn-all">Every plan below: <ul class="warn">'
+             + "".join(f"<li>{_e(w)}</li>" for w in common) + "</ul></div>") if common else ""
+    return (f'{every}<div class="table-wrap"><table id="plans-table"><thead><tr>{head}</tr></thead>'
             f'{"".join(groups)}</table></div>')
+
+
+def _plan_group(i: int, p: dict, columns: list, common: list[str]) -> str:
+    cells = "".join(_cell(h, get(i, p), num) for h, get, num in columns)
+    reason = str(p.get("reason") or "")
+    warnings = [str(w) for w in (p.get("warnings") or []) if w and str(w) not in common]
+    why = _e(reason)
+    if warnings:
+        why += '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>"
+    cls = "plan best" if i == 0 else ("plan nofit" if p.get("fits") is False else "plan")
+    detail = (f'<tr class="why-row"><td></td><td class="why" colspan="{len(columns) - 1}">{why}</td></tr>'
+              if why else "")
+    return f'<tbody class="{cls}" data-key="{_e(_plan_key(p))}"><tr>{cells}</tr>{detail}</tbody>'
+
+
+def _common_warnings(plans: list[dict]) -> list[str]:
+    """The warnings every plan carries (said once above the table instead of under each plan); none for a
+    single plan, whose own list says it."""
+    if len(plans) < 2:
+        return []
+    lists = [[str(w) for w in (p.get("warnings") or []) if w] for p in plans]
+    return [w for w in dict.fromkeys(lists[0]) if all(w in ws for ws in lists[1:])]
 
 
 def _estimate_table(estimate: Any) -> str:
@@ -743,6 +819,7 @@ tbody.hl td{background:#e8f1fb}
 tr.why-row td{padding-top:0;font-size:12.5px}
 td.why{color:#33404d}
 ul.warn{margin:4px 0 0;padding-left:18px;color:#9c4a00}
+.warn-all{margin:4px 0 10px;color:#9c4a00}
 table.kv{width:auto}
 table.kv th{font-weight:normal;color:var(--muted)}
 .note,.facts{color:var(--muted);font-size:12.5px;margin:6px 0 0}
@@ -914,7 +991,11 @@ def _page(page_title: str, sub: list[str], cards: str, sections: list[str]) -> s
         from planner import __version__ as version
     except ImportError:  # pragma: no cover
         version = ""
-    csp = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+    script = _JS % {'ids': '[' + ','.join(repr(i) for i in CHART_IDS) + ']'}
+    # the one inline script is pinned by its hash (CSP Level 2 'sha256-<base64>'): an injected <script> or
+    # inline handler does not run even if escaping were ever missed
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    csp = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; img-src data:"
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -925,7 +1006,7 @@ def _page(page_title: str, sub: list[str], cards: str, sections: list[str]) -> s
         f'<p class="sub">{_e(" · ".join(sub))}</p>{cards}</header>'
         f'<main>{"".join(sections)}</main>'
         f"<footer>Generated by planner {_e(version)}. Self-contained: no network resources.</footer>"
-        f"<script>{_JS % {'ids': '[' + ','.join(repr(i) for i in CHART_IDS) + ']'}}</script>"
+        f"<script>{script}</script>"
         "</body></html>\n"
     )
 

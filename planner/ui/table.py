@@ -21,6 +21,7 @@ from planner.costmodel.trace import MEMORY_PARTS as MEM_PARTS
 from planner.costmodel.trace import TIME_TERMS as TIME_PARTS
 from planner.names import safe_line
 from planner.search.ranking import TIE_BAND_REL
+from planner.specs.plan import plan_label
 
 COMPACT_MAX_COLUMNS = 80
 PIPED_DEFAULT_COLUMNS = 140
@@ -37,32 +38,45 @@ def shown(name: object) -> str:
 
 
 def columns_from_env(default: int = PIPED_DEFAULT_COLUMNS) -> int:
-    """COLUMNS (clamped to 40..1000) when it is a whole number, else `default`."""
+    """COLUMNS (clamped to 40..1000) when it is a whole number, else the width of the terminal stderr is on
+    (`plan ... | less` in an 80-column terminal is 80 wide), else `default`."""
     raw = os.environ.get("COLUMNS", "").strip()
     if raw.isdigit() and int(raw) > 0:
         return max(MIN_COLUMNS, min(int(raw), 1000))  # narrower than 40 columns is drawn at 40
-    return default
+    tty = _stderr_terminal_columns()
+    return max(MIN_COLUMNS, min(tty, 1000)) if tty else default
+
+
+def _stderr_terminal_columns() -> int | None:
+    import sys
+
+    try:
+        if sys.stderr is not None and sys.stderr.isatty():
+            return os.get_terminal_size(sys.stderr.fileno()).columns or None
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+class _Console(Console):
+    """rich's Console, except that a closed output pipe (`plan ... | head -1`) ends the program with
+    exit 0, as docs/cli.md promises, instead of rich's SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise SystemExit(0)
 
 
 def make_console(file=None) -> Console:
-    """rich detects a terminal's width; piped output is COLUMNS wide (default 140)."""
-    c = Console(file=file)
-    return c if c.is_terminal else Console(file=file, width=columns_from_env())
-
-
-def plan_label(p: dict, mark_no_sp: bool = False) -> str:
-    """Short name of a plan's layout from its knobs: 'TP8 PP4x2 CP2 DP4 EP8' (x = virtual stages)."""
-    g = lambda k: p.get(k) or 1  # noqa: E731
-    s = f"TP{g('tp')}" + ("*" if mark_no_sp and g("tp") > 1 and not p.get("sequence_parallel", True) else "")
-    s += f" PP{g('pp')}" + (f"x{g('vpp')}" if g("vpp") > 1 else "")
-    if g("cp") > 1:
-        s += f" CP{g('cp')}" + ("(a2a)" if p.get("cp_comm") == "a2a" else "")
-    s += f" DP{g('dp')}"
-    if g("ep") > 1:
-        s += f" EP{g('ep')}"
-    if g("etp") > 1:
-        s += f" ETP{g('etp')}"
-    return s
+    """rich detects a terminal's width; piped output is COLUMNS wide, else as wide as the terminal stderr
+    is on, else 140."""
+    c = _Console(file=file)
+    return c if c.is_terminal else _Console(file=file, width=columns_from_env())
 
 
 def recompute_label(p: dict, short: bool = False) -> str:
@@ -87,7 +101,7 @@ def memory_cell(r: dict) -> str:
 
 
 def band_label(plan: dict) -> str:
-    """'±12%': the plan's cross-validated error band (issue 15, planner.analysis.bands); '-' when absent."""
+    """'±12%': the plan's cross-validated error band (planner.analysis.bands); '-' when absent."""
     from planner.analysis.bands import band_label as label
 
     return label(plan).strip() or "-"
@@ -119,6 +133,8 @@ def compact_table(doc: dict) -> Table:
     for j, c in enumerate(t.columns):  # numbers are never squeezed: a numeric column is as wide as its widest cell
         if c.no_wrap:
             c.min_width = max([len(str(c.header))] + [len(row[j]) for row in rows])
+        else:  # the layout wraps between its parts (TP4 / PP4x20 / DP4), never inside one
+            c.min_width = max([len(str(c.header))] + [len(w) for row in rows for w in row[j].split()])
     for row in rows:
         t.add_row(*row)
     return t
@@ -129,7 +145,7 @@ def legend(doc: dict, compact: bool) -> list[str]:
     distinct = (doc.get("ranking") or {}).get("distinct_layouts", True)
     lines = [RANK_NOTE + (DISTINCT_NOTE if distinct else "")]
     band = (plans[0].get("step_time_band") or {}) if plans else {}
-    if band:  # issue 15
+    if band:  # the cross-validated error band (planner.analysis.bands)
         lines.append(f"±: how far measured steps of published runs like these ({band.get('regime', '')}) landed from "
                      "the prediction, out of sample (90% of them); docs/cli.md.")
     if compact:
@@ -146,14 +162,32 @@ def legend(doc: dict, compact: bool) -> list[str]:
     return lines
 
 
+def narrow_table(doc: dict) -> Table:
+    """Under the compact table's width (40-59 columns): one wrapped cell per plan, its layout first, then every
+    figure of the compact table with its name; lines break between words, never inside a number."""
+    t = Table(title=f"{shown(doc['model']['name'])} on {shown(doc['cluster']['name'])}", box=box.SIMPLE_HEAD,
+              pad_edge=False, show_edge=False, padding=(0, 1))
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("plan", justify="left", overflow="fold")
+    for i, r in enumerate(doc["plans"], 1):
+        p = r["plan"]
+        t.add_row(str(i), f"{plan_label(p, mark_no_sp=True)}: {r['step_time_s']:.3f} s {band_label(r)}, "
+                          f"MFU {100 * r['mfu']:.1f}%, GiB {memory_cell(r)}, mbs {p['micro_batch']}, "
+                          f"Z {zero_label(p, True)}, rc {recompute_label(p, True)}")
+    return t
+
+
 def plans_table(doc: dict, width: int) -> tuple[Table, bool]:
-    """The wide table when the width allows and it fits, else the compact one; (table, compact)."""
+    """The wide table when the width allows and it fits, else the compact one, else (40-59 columns) the narrow
+    one: a table is never drawn narrower than its cells (rich would cut the layout and the numbers);
+    (table, compact)."""
+    probe = Console(width=1000, file=open(os.devnull, "w"))
     if width > COMPACT_MAX_COLUMNS:
         t = wide_table(doc)
-        probe = Console(width=1000, file=open(os.devnull, "w"))
         if probe.measure(t).maximum <= width:
             return t, False
-    return compact_table(doc), True
+    t = compact_table(doc)
+    return (t if probe.measure(t).minimum <= width else narrow_table(doc)), True
 
 
 def bars(title: str, parts: dict[str, float], keys: tuple[str, ...], unit: str, total: float, width: int) -> Table:
@@ -186,10 +220,12 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
     c = console or make_console()
     width = c.width
     table, compact = plans_table(doc, width)
+    if doc.get("model") and doc.get("training"):
+        c.print(escape(wrapped(header_line(doc), width, "  ")), soft_wrap=True)
     c.print(table)
     for line in legend(doc, compact):
         c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
-    if doc.get("band_note"):  # issue 15: the leading plans lie within each other's error band
+    if doc.get("band_note"):  # the leading plans lie within each other's error band
         c.print(escape(wrapped(f"note: {doc['band_note']}", width, "  ")), style="yellow", soft_wrap=True)
     if not doc["plans"]:
         return
@@ -210,6 +246,30 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
         c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
 
 
+def _count(n: float) -> str:
+    """6.74B, 405B, 1.07T, 4.19M."""
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:g}"
+
+
+def header_line(doc: dict) -> str:
+    """'llama-2-7b: 6.74B parameters; global batch 1,024 x 4,096 = 4.19M tokens per step; stack megatron,
+    bf16; 64 x a100-sxm-80gb': what was planned, before the table."""
+    m, t, cl = doc["model"], doc["training"], doc.get("cluster") or {}
+    params = f"{_count(m['params_total'])} parameters"
+    if m.get("params_active") and m["params_active"] < m["params_total"]:
+        params += f" ({_count(m['params_active'])} active)"
+    gb, seq = t["global_batch"], t["seq_len"]
+    stack = t.get("launcher") or t.get("framework") or "megatron"
+    if t.get("launcher") and t.get("framework") and t["framework"] != t["launcher"]:
+        stack += f" ({t['framework']})"
+    where = f"; {cl['count']} x {cl['hardware']}" if cl.get("count") and cl.get("hardware") else ""
+    return (f"{m['name']}: {params}; global batch {gb:,} x {seq:,} = {_count(gb * seq)} tokens per step; "
+            f"stack {stack}, {t.get('dtype', 'bf16')}{where}")
+
+
 def columns_for_text() -> int:
     """The width plain text lines are wrapped to: the console's (terminal or COLUMNS)."""
     return make_console().width
@@ -218,12 +278,31 @@ def columns_for_text() -> int:
 def explain_text(doc: dict, width: int | None = None) -> str:
     """`plan explain`'s derivation and why-not lists, each entry wrapped at word boundaries."""
     width = width or columns_for_text()
-    lines = ["", "How each number was computed (docs/cost-model.md names the sources):"]
+    rank = doc.get("explained_rank", 1)
+    lines = ["", f"How each number was computed, plan #{rank} (docs/cost-model.md names the sources):"]
     for r in doc["derivation"]:
         v = r["value"]
         val = f"{v:.4g}" if isinstance(v, float) else str(v)
         lines.append(wrapped(f"  {r['name']:<44} {val:>12} {r['unit']:<8} {r['formula']}", width, " " * 6))
-    lines += ["", "Why not:"]
+    lines += ["", f"Why not (neighbours of plan #{rank}):"]
     for a in doc["why_not"]:
         lines.append(wrapped(f"  {a['change']:<16} {a['verdict']:<16} {a['detail']}", width, " " * 6))
+    if doc.get("vs"):
+        lines += versus_lines(doc["vs"], width)
     return "\n".join(lines)
+
+
+def versus_lines(vs: dict, width: int) -> list[str]:
+    """`plan explain --vs N`: every term where plan #N differs from the explained plan, both values and
+    the difference (with its share of the explained plan's value)."""
+    a, b = vs["rank"], vs["other_rank"]
+    lines = ["", wrapped(f"#{a} {plan_label(vs['plan'])} vs #{b} {plan_label(vs['other_plan'])}: every term that "
+                         f"differs (#{b} - #{a})", width, "  ")]
+    lines.append(f"  {'term':<36} {'#' + str(a):>12} {'#' + str(b):>12} {'difference':>12}")
+    for t in vs["terms"]:
+        rel = f" ({100 * t['rel']:+.1f}%)" if t.get("rel") is not None else ""
+        lines.append(wrapped(f"  {t['name'][:36]:<36} {t['value']:>12.4g} {t['other']:>12.4g} {t['diff']:>+12.4g} "
+                             f"{t['unit']}{rel}", width, " " * 6))
+    if not vs["terms"]:
+        lines.append("  (no term differs)")
+    return lines

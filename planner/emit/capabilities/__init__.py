@@ -120,13 +120,8 @@ def refuse(job: Job, launcher: str) -> None:
 
 def launchers_for(cluster: ClusterSpec) -> tuple[str, ...]:
     """The target launchers that run on this cluster's hardware."""
-    kind = "tpu" if _is_tpu(cluster) else "gpu"
+    kind = "tpu" if cluster.hardware.is_tpu else "gpu"
     return tuple(t for t in TARGETS if kind in capabilities(t).hardware)
-
-
-def _is_tpu(cluster: ClusterSpec) -> bool:
-    hw = cluster.hardware
-    return hw.scale_up.kind == "ici_torus" or hw.id.startswith("tpu")
 
 
 def contract_rule(launcher: str) -> Rule:
@@ -147,7 +142,7 @@ _LAUNCHER_NAMES = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "maxtext
 
 # ---- predicates shared by several launchers' tables
 def is_tpu(job: Job) -> bool:
-    return _is_tpu(job.cluster)
+    return job.is_tpu
 
 
 def non_default_state_dtypes(job: Job) -> bool:
@@ -159,6 +154,5 @@ def pipelined(job: Job) -> bool:
 
 
 def microbatches(job: Job) -> int:
-    """Micro-batches per DP rank per step (Megatron's num_microbatches)."""
-    p = job.plan
-    return job.train.global_batch // max(1, p.micro_batch * p.dp)
+    """Micro-batches per DP rank per step (Megatron's num_microbatches; ParallelDims owns it)."""
+    return job.grad_accum

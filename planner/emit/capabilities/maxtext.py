@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
 from planner.emit.common import Job, Unsupported
+from planner.emit.maxtext_mesh import _decoder_block, mesh_degrees, split_ici_dcn
 from planner.specs.dims import ParallelDims
 
 
 def _mesh_impossible(job: Job) -> bool:
-    """EP must be carved from the DP axes and the mesh must lay over whole slices (planner.emit.maxtext)."""
-    from planner.emit.maxtext import mesh_degrees, split_ici_dcn
-
+    """EP must be carved from the DP axes and the mesh must lay over whole slices (planner.emit.maxtext_mesh)."""
     try:
         split_ici_dcn(job, mesh_degrees(job))
     except Unsupported:
@@ -37,8 +36,6 @@ def _fsdp_over_dcn(job: Job) -> bool:
 
 
 def _no_decoder_block(job: Job) -> bool:
-    from planner.emit.maxtext import _decoder_block
-
     try:
         _decoder_block(job)
     except Unsupported:

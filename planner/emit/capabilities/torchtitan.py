@@ -10,12 +10,11 @@ from dataclasses import replace
 
 from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
 from planner.emit.common import Job, Unsupported
+from planner.emit.torchtitan_registry import registry_config, stage_split
 from planner.specs.dims import ParallelDims
 
 
 def _no_registry_config(job: Job) -> bool:
-    from planner.emit.torchtitan import registry_config
-
     try:
         registry_config(replace(job, notes=[]))  # a probe: its notes are not the emitter's
     except Unsupported:
@@ -24,8 +23,6 @@ def _no_registry_config(job: Job) -> bool:
 
 
 def _registry_reason(job: Job) -> dict:
-    from planner.emit.torchtitan import registry_config
-
     try:
         registry_config(replace(job, notes=[]))
     except Unsupported as e:
@@ -36,8 +33,6 @@ def _registry_reason(job: Job) -> dict:
 def _stage_split_impossible(job: Job) -> bool:
     if job.plan.pp == 1:
         return False
-    from planner.emit.torchtitan import stage_split
-
     try:
         stage_split(replace(job, notes=[]))
     except Unsupported:

@@ -1,0 +1,120 @@
+"""From a request to the specs the cost model and the search take, with every check that refuses a request
+before the search runs (exit 2 with the reason)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.app.request import PlanRequest
+from planner.errors import InputError
+from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.stacks import DEFAULT_FRAMEWORK
+
+
+def build_inputs(req: PlanRequest) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
+    """The model, cluster and training specs of a request, with the flag overrides applied."""
+    from pydantic import ValidationError
+
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.hf_import import _validation_message
+    from planner.catalog.models import load_model
+
+    if not req.model:
+        raise InputError("missing --model: give a catalog name (see `plan models`), a spec file or a config.json")
+    if not req.cluster:
+        raise InputError("missing --cluster: give <hardware>x<count> such as a100x64 (see `plan clusters`) or a file")
+    model = load_model(req.model)
+    cluster = req.cluster if isinstance(req.cluster, ClusterSpec) else parse_cluster(req.cluster)
+    seq = req.seq_len or 4096
+    gbs = req.gbs
+    if gbs is None:
+        gbs = max(1, round(4 * 2**20 / seq))  # ~4M tokens per step, the usual pretraining batch
+    try:
+        train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=req.dtype,
+                             framework=req.framework or DEFAULT_FRAMEWORK,
+                             grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype or "fp32",
+                             attention_impl=req.attention or "flash")
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "training settings")) from None
+    train = training_overrides(train, req)
+    return model, cluster_overrides(cluster, req), train
+
+
+def training_overrides(train: TrainingSpec, req: PlanRequest) -> TrainingSpec:
+    """Training settings given by flags that only some models or stacks take (--moe-capacity-factor,
+    --compile, --fp8-recipe); the spec's validators and planner.search.request own the rules."""
+    from pydantic import ValidationError
+
+    from planner.catalog.hf_import import _validation_message
+
+    upd = {k: getattr(req, k) for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe")
+           if getattr(req, k) is not None}
+    if not upd:
+        return train
+    try:
+        return type(train).model_validate(train.model_dump() | upd)
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "training settings")) from None
+
+
+def cluster_overrides(cluster: ClusterSpec, req: PlanRequest) -> ClusterSpec:
+    """--nic-bw and --scale-up-bw applied to the parsed cluster (planner.catalog.overrides)."""
+    from planner.catalog.overrides import with_bandwidths
+    return with_bandwidths(cluster, req.nic_bw, req.scale_up_bw)
+
+
+def check_launcher_hardware(launcher: str, cluster: ClusterSpec) -> None:
+    from planner.emit.capabilities import launchers_for
+
+    ok = launchers_for(cluster)
+    if launcher not in ok:
+        raise InputError(f"--launcher {launcher} does not run on {cluster.hardware.id}; choose one of {', '.join(ok)}")
+
+
+def check_launcher_model(launcher: str, model: ModelSpec, train: TrainingSpec, cluster: ClusterSpec) -> None:
+    """Exit 2 when the target --launcher cannot run on the hardware or cannot express the model."""
+    from planner.emit.capabilities import model_errors
+
+    check_launcher_hardware(launcher, cluster)
+    cannot = model_errors(model, train, launcher, cluster)
+    if cannot:
+        raise InputError(f"--launcher {launcher} cannot run {model.name} on {cluster.hardware.id}: {cannot[0]}")
+
+
+def pinned_knobs(req: PlanRequest) -> dict[str, Any]:
+    """The knobs the user pinned, checked as a ParallelPlan, with the implied schedule and the launcher's
+    own search defaults where nothing was pinned."""
+    from pydantic import ValidationError
+
+    from planner.catalog.hf_import import _validation_message
+    from planner.specs import ParallelPlan
+
+    fixed = dict(req.knobs)
+    try:
+        ParallelPlan(**fixed)
+    except ValidationError as e:
+        raise InputError(_validation_message(e, "pinned knobs")) from None
+    if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
+        fixed["schedule"] = "interleaved"
+    if req.launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
+        from planner.emit.capabilities import capabilities
+        fixed = capabilities(req.launcher).search_defaults | fixed
+    return fixed
+
+
+def check_request(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict,
+                  headroom_gib: float, count_free: bool = False) -> None:
+    """Exit 2 with the reason when the request can never give a plan (pinned knobs, dtypes, headroom).
+    `count_free` (--min-devices): the device count is still to be chosen, so only the checks that hold at
+    every count run (the cluster's count is an upper bound: 1,000 devices the batch does not divide is fine
+    when 8 fit)."""
+    from planner.search.request import count_free_errors, request_errors
+
+    errs = count_free_errors(model, cluster, train, fixed) if count_free else request_errors(model, cluster, train,
+                                                                                            fixed)
+    if errs:
+        raise InputError("; ".join(dict.fromkeys(errs)))
+    if headroom_gib >= cluster.hardware.hbm_capacity_gib:
+        raise InputError(f"--memory-headroom {headroom_gib:g} GiB leaves nothing of the "
+                         f"{cluster.hardware.hbm_capacity_gib:g} GiB per {cluster.hardware.id}: "
+                         "give a smaller headroom")

@@ -1,0 +1,194 @@
+"""Plan a request: build its specs, refuse what can never give a plan, search, and assemble the result
+document every view renders (`plan`, `plan --json`, explain, report, compare)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Callable
+
+from planner.app.documents import cluster_object, model_object, require_finite
+from planner.app.inputs import build_inputs, check_launcher_hardware, check_launcher_model, check_request, pinned_knobs
+from planner.app.request import PlanRequest, resolve_target
+from planner.errors import InputError, NoFeasiblePlan
+from planner.specs import ClusterSpec
+
+Progress = Callable[[str], AbstractContextManager]  # shows a message while a long step runs (the CLI's spinner)
+
+
+def quiet(message: str) -> AbstractContextManager:
+    """The default Progress: shows nothing."""
+    return nullcontext()
+
+
+def run_search(req: PlanRequest, progress: Progress = quiet):
+    """Search for the request's plans; returns (ctx, result, doc). Raises InputError (exit 2) for a request
+    that can never give a plan and NoFeasiblePlan (exit 3) when nothing fits."""
+    req = resolve_target(req)
+    from planner.costmodel import Context
+    from planner.search.engine import SearchOptions, search
+
+    model, cluster, train = build_inputs(req)
+    launcher = req.launcher
+    if launcher:
+        check_launcher_model(launcher, model, train, cluster)
+    fixed = pinned_knobs(req)
+    headroom = req.memory_headroom_gib or 0.0
+    check_request(model, cluster, train, fixed, headroom)
+    ctx = Context(model, cluster, train)
+    t0 = time.perf_counter()
+    with progress(f"searching plans for {model.name} on {cluster.name}"):
+        res = search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
+                                        memory_headroom_gib=headroom,
+                                        distinct_layouts=not req.all_variants, launcher=launcher,
+                                        even_stages=req.even_stages))
+    seconds = time.perf_counter() - t0
+    if not res.plans and not res.structures:
+        raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
+                         f"knobs ({req.pins_text()}): pin fewer knobs or change the device count")
+    if not res.plans:
+        raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
+    doc = search_doc(ctx, res, req, seconds)
+    from planner.catalog.models import model_file_defaults
+    defaults = model_file_defaults(req.model)
+    if defaults:  # a config.json that leaves fields to Hugging Face's defaults: said, not silent
+        doc["model"]["defaulted_fields"] = defaults
+    from planner.analysis.bands import attach_bands
+    attach_bands(ctx, doc)  # plans[i].step_time_band, band_note
+    require_finite(doc)
+    return ctx, res, doc
+
+
+def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
+    """The result document of a search: model, cluster, training, ranked plans, ranking and search stats."""
+    from planner.analysis.explain import reason
+    from planner.costmodel.memory import grad_dtype
+
+    train = ctx.train
+    usable = usable_capacity_gib(ctx, req.memory_headroom_gib or 0.0)
+    plans = []
+    for ev in res.plans:
+        d = ev.to_dict()
+        d["memory"] = dict(d["memory"], usable_gib=usable)
+        d["reason"] = reason(ctx, ev, usable)
+        plans.append(d)
+    return {"model": model_object(ctx.model, ctx.params), "cluster": cluster_object(ctx.cluster),
+            "training": {"seq_len": train.seq_len, "global_batch": train.global_batch, "dtype": train.dtype,
+                         "framework": train.framework, "launcher": req.launcher, "grad_dtype": grad_dtype(train),
+                         "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl,
+                         "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor,
+                         "fp8_recipe": train.fp8_recipe},
+            "plans": plans,
+            "ranking": ranking_doc(req),
+            "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
+                       "pruned": res.pruned, "memory_headroom_gib": req.memory_headroom_gib or 0.0,
+                       "seconds": seconds}}  # the --json output drops "seconds" (same input, same bytes)
+
+
+def ranking_doc(req: PlanRequest) -> dict:
+    from planner.search.ranking import TIE_BAND_REL
+
+    return {"order": "step_time_s", "tie_band_rel": TIE_BAND_REL, "tie_break": ["memory.peak_gib", "simpler layout"],
+            "distinct_layouts": not req.all_variants}
+
+
+def usable_capacity_gib(ctx, headroom: float) -> float:
+    """The memory per device the search allows a plan: HBM less the fit reserve and the headroom."""
+    from planner.costmodel import calibration as cal
+
+    return ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
+
+
+def nothing_fits_message(ctx, res, headroom: float) -> str:
+    cap = usable_capacity_gib(ctx, headroom)
+    low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
+    return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
+            f"smallest peak any plan reaches is {low}. Try more devices, --recompute full, --zero 3, "
+            f"--offload, a shorter --seq-len, or an accelerator with more memory")
+
+
+def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
+                        progress: Progress = quiet) -> tuple[ClusterSpec, dict[str, Any]]:
+    """The cluster cut to the fewest devices (n <= the request's count) that fit, keeping every setting of the
+    cluster (inline hardware, devices_per_node, domain_size, overrides); the normal search then runs on it.
+    Returns (that cluster, the summary `--json` reports as `min_devices`)."""
+    from planner.search.engine import SearchOptions, min_devices
+
+    model, cluster, train = build_inputs(req)
+    fixed = dict(req.knobs)
+    check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
+    if req.launcher:
+        from planner.emit.capabilities import capabilities
+        check_launcher_hardware(req.launcher, cluster)
+        fixed = capabilities(req.launcher).search_defaults | fixed
+    opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,
+                         memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=req.launcher)
+    bound = sizing_bound(model, cluster, train, target_step_s, pinned_pp=fixed.get("pp"))
+    with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}"):
+        n, res = min_devices(model, cluster, train, opts, target_step_s, bound["margin_rel"])
+    if n is None:
+        goal = f" at <= {target_step_s:g} s per step at the band's upper edge" if target_step_s else ""
+        pins = ", ".join(f"{k}={v}" for k, v in sorted(req.knobs.items()) if v is not None)
+        goal += f" with the pinned {pins}" if pins else ""
+        raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
+                             "raise the --cluster count, relax --target-step-s"
+                             + (", change the pinned knobs" if pins else "") + " or pick a bigger accelerator")
+    summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
+               "target_step_s": target_step_s, "step_time_s": res.plans[0].step_time_s,
+               "num_layers": model.num_layers} | bound
+    return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
+                       devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size,
+                       price_per_device_hour=cluster.price_per_device_hour), summary
+
+
+EVEN_STAGES_RULE = ("pipeline depths that divide the layers evenly (no short first or last stage), whole nodes, "
+                    "unless --pp is pinned")
+
+
+def sizing_bound(model, cluster, train, target_step_s: float | None, pinned_pp: int | None = None) -> dict:
+    """What --min-devices sizes against. A device count is bought once and run for months, so the target
+    step time must hold at the upper edge of the prediction's error band (planner.analysis.bands: 90% of
+    published runs like it landed inside), not at the point prediction, which about half the outcomes
+    exceed. Fields: `bound` ('step_time_band.high_s' with a target, else 'fits'), `margin_rel` (the band's
+    rel the predicted step is multiplied by), `band_regime`, `layout_rule`."""
+    rule = EVEN_STAGES_RULE if pinned_pp is None else f"--pp {pinned_pp} as pinned, whole nodes"
+    if target_step_s is None:
+        return {"bound": "fits", "margin_rel": 0.0, "band_regime": None, "layout_rule": rule}
+    from planner.analysis.bands import band_for_context
+    from planner.costmodel import Context
+
+    band = band_for_context(Context(model, cluster, train))
+    return {"bound": "step_time_band.high_s", "margin_rel": band.rel, "band_regime": band.regime,
+            "layout_rule": rule}
+
+
+def explain_search(req: PlanRequest, progress: Progress = quiet, rank: int = 1, vs: int | None = None):
+    """Plan #`rank` of the request's ranking (the one `plan` prints with the same request) with every number's
+    derivation and why each of its neighbouring plans loses; with `vs`, the per-term difference between plan
+    #rank and plan #vs. (ctx, result, doc) with doc["explained_rank"], doc["derivation"], doc["why_not"] and
+    doc["vs"] (planner.analysis.explain)."""
+    from planner.analysis.explain import derivation, versus, why_not
+
+    ctx, res, doc = run_search(req.replace(top_k=max(req.top_k, rank, vs or 1)), progress)
+    shown = len(res.plans)
+    for flag, n in (("--rank", rank), ("--vs", vs)):
+        if n is not None and n > shown:
+            raise InputError(f"{flag} {n}: only {shown} plan{'s were' if shown != 1 else ' was'} found; "
+                             f"give a number from 1 to {shown}")
+    if vs is not None and vs == rank:
+        raise InputError(f"--vs {vs} is the explained plan itself (--rank {rank}): give another rank")
+    ev = res.plans[rank - 1]
+    doc["explained_rank"] = rank
+    doc["why_not"] = why_not(ctx, ev, usable_capacity_gib(ctx, req.memory_headroom_gib or 0.0))
+    doc["derivation"] = derivation(ctx, ev)
+    if vs is not None:
+        doc["vs"] = {"rank": rank, "other_rank": vs, "plan": doc["plans"][rank - 1]["plan"],
+                     "other_plan": doc["plans"][vs - 1]["plan"], "terms": versus(ctx, ev, res.plans[vs - 1])}
+    return ctx, res, doc
+
+
+def scored_candidates(res) -> list[dict]:
+    """Every plan the search scored and kept (SearchResult.ranked, best first), as the report's Pareto chart
+    reads them: knobs, step time, peak memory, fits."""
+    return [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
+             "fits": e.fits} for e in res.ranked]

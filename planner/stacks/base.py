@@ -1,0 +1,83 @@
+"""The traits table every stack fills: how a training stack's behaviour enters the cost model and the search.
+
+A `Stack` is data (one frozen instance per module of planner/stacks/); the cost model and the search read its
+fields, never the stack's name. Each stack module cites the source of every value it sets.
+
+This layer imports nothing from the rest of the planner at run time (the specs' types only for type checking):
+planner.specs.training reads it to validate stack-specific training switches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from planner.specs.model import ModelSpec
+    from planner.specs.plan import ParallelPlan
+    from planner.specs.training import TrainingSpec
+
+# a rule of the stack that any plan must keep whatever the launcher: (model, training, plan) -> one-line errors
+PlanRule = Callable[["ModelSpec", "TrainingSpec", "ParallelPlan"], list[str]]
+
+GradReduceDtype = Literal["fp32", "compute"]
+SelectiveSaves = Literal["modules", "half"]
+SelectiveRecomputes = Literal["attention_core", "half_gemms"]
+Zero3Gather = Literal["block", "tensor"]
+RankOrder = Literal["linear", "mesh"]
+TpOverlapEvidence = Literal["nvidia_recipes", "async_tp", "xla_tpu", "none"]
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One training stack's cost traits, search defaults and plan rules."""
+
+    # ---- identity
+    name: str  # how the docs and messages name it
+    framework: str  # its TrainingSpec.framework value (--framework)
+    covers: tuple[str, ...]  # the stacks whose behaviour these traits model
+    emitter: str  # the launcher whose files the planner writes for it (planner/emit/<emitter>.py)
+
+    # ---- memory
+    overhead_gib: float  # CUDA context + communicator buffers per device, GiB (memory.overhead)
+    logit_bytes: float  # bytes per logit at the loss's peak with the stack's own loss kernel (memory.activations)
+    grad_reduce_dtype: GradReduceDtype  # default dtype of the data-parallel gradient reduction
+    grad_buffer_in_reduce_dtype: bool  # replicated gradients are stored in the reduction dtype (a main-grad buffer)
+    zero3_fp32_sharded_params: bool  # ZeRO-3 keeps fp32 sharded parameters only (FSDP2 mixed precision)
+    fp8_saves_gemm_inputs: bool  # FP8 linears save their GEMM inputs for backward in FP8 (1 byte)
+    selective_saves: SelectiveSaves  # selective recompute keeps: "modules" (all but the recomputed modules), "half"
+    zero3_unsharded_under_pp: bool  # ZeRO-3 with pp > 1 keeps the stage unsharded between micro-batches and
+    #                                 reduces its gradients once per step, not once per micro-batch
+
+    # ---- compute
+    pytorch_native_kernels: bool  # PyTorch-native kernels (no Transformer Engine): a fraction of TE's efficiency
+    #                               on NVIDIA parts with FP8 tensor cores (calibration.PYTORCH_NATIVE_HOPPER_EFFICIENCY)
+    eager_unless_compiled: bool  # elementwise composites run eagerly unless torch.compile fuses them; the stack
+    #                              takes --compile (others fuse them already and refuse it)
+    fused_loss_option: bool  # the loss may be a fused 16-bit cross-entropy kernel (TrainingSpec.fused_cross_entropy)
+    fp8_lm_head: bool  # the LM head GEMM runs in FP8 under an FP8 recipe (else it stays 16-bit)
+    moe_dispatch_host_sync: bool  # the MoE dispatcher syncs with the host once per MoE layer
+    selective_recomputes: SelectiveRecomputes  # what selective recompute re-runs: the attention core, or half the GEMMs
+
+    # ---- ZeRO-3 / data parallelism
+    zero3_gather: Zero3Gather  # ZeRO-3 gathers one flat buffer per block, or every parameter tensor on its own
+    zero3_regather_on_recompute: bool  # a fully recomputed layer gathers its parameters again for backward
+    legacy_zero3_option: bool  # the 2021 blocking ZeRO-3 (TrainingSpec.legacy_deepspeed_zero3) applies
+    zero_is_distributed_optimizer: bool  # its ZeRO-1/2 is Megatron's distributed optimizer (absent before mid-2022)
+
+    # ---- placement and communication
+    rank_order: RankOrder  # linear tp-cp-ep-dp-pp rank order, or MaxText's hybrid device mesh
+    pp_p2p_scatter_gather: bool  # pipeline sends split over the TP ranks even without sequence parallelism
+    tp_overlap_evidence: TpOverlapEvidence  # where the runs of this stack overlap TP communication by default
+
+    # ---- search
+    searched_zero_stages: tuple[int, ...]  # ZeRO stages the search tries when none is pinned
+    hsdp_searched: bool  # the search also tries one shard group per scale-up domain (HSDP) under ZeRO-3
+    zero3_in_domain_searched: bool  # ZeRO-3 tried besides the default where the replica group fits one domain
+
+    # ---- rules any plan of this stack keeps (planner.specs.dims.plan_errors adds them to the neutral ones)
+    plan_rules: tuple[PlanRule, ...] = ()
+
+    def plan_errors(self, model: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> list[str]:
+        return [e for rule in self.plan_rules for e in rule(model, train, plan)]

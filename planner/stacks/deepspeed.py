@@ -1,0 +1,53 @@
+"""DeepSpeed (ZeRO) with Megatron-DeepSpeed models: TrainingSpec framework "deepspeed", launch files by
+planner/emit/deepspeed.py."""
+
+from __future__ import annotations
+
+from planner.stacks.base import Stack
+from planner.stacks.rules import embedding_loss_units_split, interleaved_microbatches, uneven_stages_split_into_vpp
+
+STACK = Stack(
+    name="DeepSpeed",
+    framework="deepspeed",
+    covers=("DeepSpeed", "Megatron-DeepSpeed"),
+    emitter="deepspeed",
+    # CUDA context (~0.5 GiB) + NCCL per-communicator buffers; was calibration.FRAMEWORK_OVERHEAD_GIB["deepspeed"]
+    overhead_gib=3.0,
+    logit_bytes=6.0,  # Megatron-DeepSpeed keeps Megatron's vocab-parallel cross entropy (4 B fp32 + 2 B gradient)
+    grad_reduce_dtype="compute",  # reduced in the compute dtype (TrainingSpec.grad_dtype: DeepSpeed's default)
+    grad_buffer_in_reduce_dtype=True,  # DeepSpeed's gradient buffer holds the reduction dtype
+    zero3_fp32_sharded_params=False,  # bf16/fp16 weights + fp32 master in the optimizer (ZeRO sec. 3.1, K=12)
+    fp8_saves_gemm_inputs=False,  # no FP8 training switch in ds_config (emit/capabilities/deepspeed.py no-fp8)
+    selective_saves="modules",  # Megatron-DeepSpeed's selective recompute: the attention core (Korthikanti sec. 5)
+    zero3_unsharded_under_pp=False,  # its pipeline engine runs ZeRO 0-1 only (DS:runtime/pipe/engine.py:76-77)
+    pytorch_native_kernels=False,  # Megatron kernels: modelled at the Megatron ceilings
+    eager_unless_compiled=False,  # Megatron-DeepSpeed's fused kernels; no --compile
+    fused_loss_option=False,  # its vocab-parallel loss is counted by logit_bytes
+    fp8_lm_head=False,  # the LM head stays 16-bit under FP8 recipes, as in Megatron
+    moe_dispatch_host_sync=False,  # the host sync is Megatron's all-to-all dispatcher's (fitted on Megatron rows)
+    selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5
+    # DeepSpeed partitions and gathers every parameter tensor on its own (ZeRO-Infinity, Rajbhandari et al. SC21,
+    # arXiv 2104.07857, sec. 6.1), module by module up to stage3_max_live_parameters, gradients through
+    # reduce_bucket_size (DeepSpeed config docs; calibration.DEEPSPEED_MAX_LIVE_PARAMS, _REDUCE_BUCKET_PARAMS)
+    zero3_gather="tensor",
+    # a gathered parameter is kept for backward only within stage3_max_reuse_distance parameters (DeepSpeed config
+    # docs; calibration.DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS)
+    zero3_regather_on_recompute=True,
+    # ZeRO-3 before v0.5.x (2021): blocking gathers (DeepSpeed PR #1188; overlap arrived with PR #1453) and
+    # all-reduced gradients (DeepSpeed issue #1173)
+    legacy_zero3_option=True,
+    zero_is_distributed_optimizer=False,  # ZeRO stages 1-3 since 2020 (Rajbhandari et al., SC20, arXiv 1910.02054)
+    rank_order="linear",  # pipe-data-model, TP innermost (PipelineModule topology)
+    pp_p2p_scatter_gather=False,  # the scatter/gather optimisation is modelled for Megatron-LM only (SC21 sec. 4.1)
+    tp_overlap_evidence="none",  # Megatron-DeepSpeed has no TP communication overlap (MDS:megatron/arguments.py)
+    searched_zero_stages=(1, 2, 3),  # ZeRO stages 1-3 are all first-class in ds_config
+    hsdp_searched=False,  # shards over all data-parallel ranks: MiCS was removed in 0.19 (DS:runtime/zero/config.py)
+    zero3_in_domain_searched=False,  # its ZeRO-3 is already among the searched stages (searched_zero_stages)
+    # Megatron-DeepSpeed forked Megatron-LM's pipeline argument checks (MDS:megatron/arguments.py, megatron/
+    # schedules.py); the DeepSpeed launcher refuses virtual stages and stage sizes altogether
+    plan_rules=(
+        interleaved_microbatches("Megatron"),
+        uneven_stages_split_into_vpp("Megatron", "--decoder-first/last-pipeline-num-layers"),
+        embedding_loss_units_split("Megatron"),
+    ),
+)

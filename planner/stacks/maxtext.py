@@ -1,0 +1,48 @@
+"""MaxText (JAX/XLA): TrainingSpec framework "maxtext", launch files by planner/emit/maxtext.py."""
+
+from __future__ import annotations
+
+from planner.stacks.base import Stack
+from planner.stacks.rules import embedding_loss_units_split, interleaved_microbatches, uneven_stages_split_into_vpp
+
+STACK = Stack(
+    name="MaxText",
+    framework="maxtext",
+    covers=("MaxText", "JAX/XLA FSDP"),
+    emitter="maxtext",
+    # the runtime's own buffers (XLA preallocation aside); was calibration.FRAMEWORK_OVERHEAD_GIB["maxtext"]
+    overhead_gib=1.0,
+    logit_bytes=12.0,  # torch's fp32-upcast cross entropy kept for MaxText (3 x 4 B): not measured
+    grad_reduce_dtype="fp32",  # MaxText base.yml grad_dtype float32
+    grad_buffer_in_reduce_dtype=False,  # replicated gradients in the compute dtype, as PyTorch's .grad
+    zero3_fp32_sharded_params=True,  # fp32 parameters sharded over the fsdp axis (weight_dtype float32)
+    fp8_saves_gemm_inputs=False,  # AQT/Qwix fp8: the planner counts saved inputs at 2 B
+    selective_saves="half",  # remat policy "minimal"-like: modelled as torchtitan's op-level AC (not measured)
+    # modelled as torchtitan's FSDP under PP (parameters gathered once per step, not measured for MaxText)
+    zero3_unsharded_under_pp=True,
+    pytorch_native_kernels=False,  # XLA fuses the kernels; the TPU ceilings are the profile's own
+    eager_unless_compiled=False,  # XLA compiles the whole step (no --compile)
+    fused_loss_option=False,  # MaxText keeps its own loss, counted by logit_bytes
+    fp8_lm_head=True,  # MaxText's FP8 path is not documented here: the LM head keeps the recipe's dtype
+    moe_dispatch_host_sync=False,  # the host sync is Megatron's all-to-all dispatcher's (fitted on Megatron rows)
+    selective_recomputes="attention_core",  # MaxText's "minimal" policy re-runs the attention core, as Megatron
+    zero3_gather="block",  # XLA gathers each scanned layer's weights as one collective per layer
+    zero3_regather_on_recompute=False,  # modelled as FSDP2: a layer gathered once for recompute and backward
+    legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)
+    zero_is_distributed_optimizer=False,  # shard_optimizer_over_data / the fsdp axis (MT:configs/base.yml)
+    rank_order="mesh",  # the hybrid ICI x DCN device mesh (MT:utils/max_utils.py create_device_mesh)
+    pp_p2p_scatter_gather=False,  # sends the full activation unless sequence parallelism shards it
+    # MaxText's TPU scripts launch with XLA's async collective fusion, overlapping the TP collectives with the
+    # matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true; MaxText/configs/v5p/512b.sh @5431d43)
+    tp_overlap_evidence="xla_tpu",
+    searched_zero_stages=(3,),  # weights sharded over the fsdp axis (MT:configs/base.yml ici_fsdp_parallelism)
+    hsdp_searched=True,  # fsdp axis within a slice, data axis across (MT:configs/base.yml dcn_data_parallelism)
+    zero3_in_domain_searched=False,  # its ZeRO-3 is already among the searched stages (searched_zero_stages)
+    # implied by MaxText's stricter rules (MT:configs/types.py:3574-3617: layers split evenly over pp x vpp with no
+    # stage sizes, the micro-batch count a multiple of pp for every schedule)
+    plan_rules=(
+        interleaved_microbatches("MaxText"),
+        uneven_stages_split_into_vpp("MaxText", "num_layers_per_pipeline_stage"),
+        embedding_loss_units_split("MaxText"),
+    ),
+)

@@ -1,0 +1,62 @@
+"""Megatron-LM / megatron-core, and the stacks built on it (Megatron-Bridge, NeMo): TrainingSpec framework
+"megatron", launch files by planner/emit/megatron.py."""
+
+from __future__ import annotations
+
+from planner.stacks.base import Stack
+from planner.stacks.rules import embedding_loss_units_split, interleaved_microbatches, uneven_stages_split_into_vpp
+
+STACK = Stack(
+    name="Megatron-LM",
+    framework="megatron",
+    covers=("Megatron-LM", "megatron-core", "Megatron-Bridge", "NeMo"),
+    emitter="megatron",
+    # CUDA context (~0.5 GiB) + NCCL per-communicator buffers (NCCL_BUFFSIZE 4 MiB x channels x peers); was
+    # calibration.FRAMEWORK_OVERHEAD_GIB["megatron"]
+    overhead_gib=3.0,
+    # vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py, also the fused variant): one
+    # fp32 copy of the logits turned into the softmax in place and saved, backward in place, cast to 2 B: 4 + 2
+    logit_bytes=6.0,
+    grad_reduce_dtype="fp32",  # the fp32 main-grad buffer (TrainingSpec.grad_dtype; --grad-reduce-in-bf16 = bf16)
+    grad_buffer_in_reduce_dtype=True,  # the main-grad buffer holds the reduction dtype (DistributedDataParallel)
+    zero3_fp32_sharded_params=False,  # distributed optimizer: bf16 weights + sharded fp32 master (ZeRO sec. 3.1)
+    fp8_saves_gemm_inputs=True,  # Transformer Engine FP8 linears save their GEMM inputs in FP8 for backward
+    # --recompute-modules: core_attn (Korthikanti et al. 2022, arXiv 2205.05198, sec. 5), + layernorm/moe_act/
+    # mla_up_proj (planner.costmodel.memory.selective_recompute_modules)
+    selective_saves="modules",
+    zero3_unsharded_under_pp=False,  # Megatron-FSDP is not run with PP (emit/capabilities/megatron.py fsdp-with-pp)
+    pytorch_native_kernels=False,  # Transformer Engine kernels: the efficiency ceilings are fitted on Megatron rows
+    eager_unless_compiled=False,  # Transformer Engine fuses the norms, SwiGLU and RoPE already (no --compile)
+    fused_loss_option=False,  # its vocab-parallel loss, fused or not, is counted by logit_bytes
+    fp8_lm_head=False,  # output_layer is a ColumnParallelLinear outside Transformer Engine's fp8_autocast
+    # the all-to-all token dispatcher copies the per-expert token counts to the host once per MoE layer
+    # (calibration.MOE_DISPATCH_SYNC_S, fitted on the Megatron MoE rows)
+    moe_dispatch_host_sync=True,
+    selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)
+    zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
+    zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward
+    legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)
+    # ZeRO-1/2 is the distributed optimizer, which arrived after Korthikanti et al. 2022 (arXiv 2205.05198)
+    zero_is_distributed_optimizer=True,
+    rank_order="linear",  # tp-cp-ep-dp-pp, TP innermost (megatron/core/parallel_state.py RankGenerator)
+    # each TP rank sends 1/tp of the activation without sequence parallelism too (scatter/gather optimisation,
+    # Narayanan et al. SC21, arXiv 2104.04473, sec. 4.1)
+    pp_p2p_scatter_gather=True,
+    # NVIDIA's benchmark recipes run Transformer Engine userbuffers overlap with TP > 1 (dgxc-benchmarking
+    # nemo_megatron/gpt3_175b_hydra.yaml ub_tp_comm_overlap: true; Megatron-Bridge CommOverlapConfig)
+    tp_overlap_evidence="nvidia_recipes",
+    # the distributed optimizer is the default; the published ZeRO-3 runs at scale (SC21 Table 2) ran 1.5-5x
+    # slower than its bandwidth model, so ZeRO-3 (Megatron-FSDP) only where the replica group fits one domain
+    searched_zero_stages=(1,),
+    hsdp_searched=False,  # --num-distributed-optimizer-instances is tried only when pinned (--zero-shard)
+    zero3_in_domain_searched=True,  # Megatron-FSDP within one NVLink domain, where SC21 Table 2 says nothing against it
+    plan_rules=(  # each rule cited above it
+        # megatron-core 0.19.2 pipeline_parallel/schedules.py:1133-1150 (microbatch_group_size_per_vp_stage
+        # defaults to pp; the remainder must be 0); core_v0.16.1 schedules.py:995-1015 [assert]
+        interleaved_microbatches("Megatron"),
+        # megatron-core 0.19.2 transformer/transformer_config.py:1990-2062 [raise]
+        uneven_stages_split_into_vpp("Megatron", "--decoder-first/last-pipeline-num-layers"),
+        # megatron-core 0.19.2 transformer/transformer_config.py:2063-2105 [raise]
+        embedding_loss_units_split("Megatron"),
+    ),
+)

@@ -1,0 +1,68 @@
+"""Pipeline rules some stacks impose on every plan, whatever the launcher files (planner.specs.dims keeps the
+launcher-neutral ones). Each factory takes the stack's name for the message; the stack module cites the code."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.stacks.base import PlanRule
+
+if TYPE_CHECKING:
+    from planner.specs.model import ModelSpec
+    from planner.specs.plan import ParallelPlan
+    from planner.specs.training import TrainingSpec
+
+
+def interleaved_microbatches(who: str) -> PlanRule:
+    """The interleaved schedule runs the micro-batches in groups of pp: their count must divide by pp."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        if p.schedule != "interleaved" or p.pp == 1 or not p.dims.batch_divides(train.global_batch):
+            return []  # a batch that does not divide is planner.specs.dims.batch_errors'
+        n = p.dims.num_microbatches(train.global_batch)
+        return [f"the interleaved schedule needs the micro-batch count ({n}) divisible by pp={p.pp} ({who} rule)"
+                ] if n % p.pp else []
+
+    return rule
+
+
+def _uneven_split_holds(model: ModelSpec, p: ParallelPlan) -> tuple[int, int] | None:
+    """(layers left for the free stages, free stages) of a valid explicit first/last split, else None."""
+    first, last = p.first_stage_layers, p.last_stage_layers
+    free = p.pp - (first is not None) - (last is not None)
+    rest = model.num_layers - (first or 0) - (last or 0)
+    if rest < 0 or (free and rest % free) or (not free and rest):
+        return None  # planner.specs.dims reports the split itself
+    return rest, free
+
+
+def uneven_stages_split_into_vpp(who: str, flags: str) -> PlanRule:
+    """With virtual stages, each explicitly sized stage's layer count divides into vpp chunks."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        first, last = p.first_stage_layers, p.last_stage_layers
+        if (first is None and last is None) or p.vpp == 1:
+            return []
+        split = _uneven_split_holds(model, p)
+        if split is None:
+            return []
+        rest, free = split
+        if any(c % p.vpp for c in (first, last, rest // free if free else 0) if c is not None):
+            return [f"with vpp={p.vpp} every stage's layer count must divide into {p.vpp} virtual stages "
+                    f"({who} rule for {flags})"]
+        return []
+
+    return rule
+
+
+def embedding_loss_units_split(who: str) -> PlanRule:
+    """Counting the embedding and the loss as a layer each: layers + 2 units split evenly over pp x vpp."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        units = model.num_layers + 2
+        if p.account_embedding_loss and (p.pp < 2 or units % p.pp or (units // p.pp) % p.vpp):
+            return [f"counting the embedding and loss as layers needs pp > 1 and {units} divisible by pp={p.pp} "
+                    f"into stages divisible by vpp={p.vpp} ({who} rule)"]
+        return []
+
+    return rule

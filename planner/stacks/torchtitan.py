@@ -1,0 +1,60 @@
+"""PyTorch-native FSDP2 stacks: torchtitan (and llm-foundry, NeMo AutoModel as FSDP2): TrainingSpec framework
+"fsdp" (the framework's name; "FSDP" the sharding is zero_stage 3), launch files by planner/emit/torchtitan.py."""
+
+from __future__ import annotations
+
+from planner.stacks.base import Stack
+from planner.stacks.rules import embedding_loss_units_split, uneven_stages_split_into_vpp
+
+STACK = Stack(
+    name="torchtitan (FSDP2)",
+    framework="fsdp",
+    covers=("torchtitan", "llm-foundry", "PyTorch FSDP2"),
+    emitter="torchtitan",
+    # CUDA context (~0.5 GiB) + NCCL per-communicator buffers; was calibration.FRAMEWORK_OVERHEAD_GIB["fsdp"]
+    overhead_gib=2.0,
+    # torch cross_entropy on fp32-upcast logits: the saved fp32 log-softmax output, its incoming fp32 gradient and
+    # the fp32 input gradient coexist at the start of backward (3 x 4 B)
+    logit_bytes=12.0,
+    grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
+    grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
+    zero3_fp32_sharded_params=True,  # FSDP2 mixed precision: fp32 sharded parameters, bf16 only when gathered
+    fp8_saves_gemm_inputs=False,  # torchao Float8Linear: the planner counts its saved inputs at 2 B
+    # op-level selective AC saves every other matmul output and the attention output (torchtitan
+    # distributed/activation_checkpoint.py SelectiveAC): about half the layer's tensors
+    selective_saves="half",
+    # with PP, FSDP keeps the stage's parameters unsharded between micro-batches (torchtitan:
+    # reshard_after_forward=False with PP) and reduces the unsharded gradients after the last micro-batch
+    # (torch.distributed.pipelining backward_maybe_with_nosync)
+    zero3_unsharded_under_pp=True,
+    # no Transformer Engine: a fraction of Megatron+TE's efficiency on NVIDIA parts with FP8 tensor cores
+    # (calibration.PYTORCH_NATIVE_HOPPER_EFFICIENCY, fitted on the torchtitan and llm-foundry H100 rows)
+    pytorch_native_kernels=True,
+    # eager PyTorch runs each elementwise op as its own kernel; torchtitan --compile.enable fuses them (Inductor)
+    eager_unless_compiled=True,
+    # flash-attn's fused CrossEntropyLoss (llm-foundry ComposerMPTCausalLM loss_fn 'fused_crossentropy')
+    fused_loss_option=True,
+    fp8_lm_head=False,  # torchtitan's float8 converter skips "output" (filter_fqns)
+    moe_dispatch_host_sync=False,  # the host sync is Megatron's all-to-all dispatcher's (fitted on Megatron rows)
+    # SelectiveAC "recomputes every second matmul": half the GEMMs and the elementwise work
+    selective_recomputes="half_gemms",
+    zero3_gather="block",  # torchtitan applies fully_shard per transformer block: one all-gather per block
+    zero3_regather_on_recompute=False,  # FSDP2 unshards a block once before its recompute (checkpoint inside)
+    legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)
+    zero_is_distributed_optimizer=False,  # FSDP (Zhao et al. 2023, arXiv 2304.11277) shards with its own API
+    rank_order="linear",  # pp -> dp_replicate -> dp_shard -> cp -> tp, tp innermost (parallel_dims.py build_mesh)
+    pp_p2p_scatter_gather=False,  # sends the full activation unless sequence parallelism shards it
+    # torchtitan's Dec 2024 H100 benchmark runs AsyncTP where its id or table title says so
+    # (benchmarks/llama3_h100_202412_torchtitan.md Tables 4-6)
+    tp_overlap_evidence="async_tp",
+    searched_zero_stages=(3,),  # torchtitan shards with FSDP2 (fully_shard) whenever dp_shard > 1
+    hsdp_searched=True,  # HSDP: data_parallel_replicate_degree x one shard group per scale-up domain
+    zero3_in_domain_searched=False,  # its ZeRO-3 is already among the searched stages (searched_zero_stages)
+    # torchtitan's own rules imply these two (TT:distributed/pipeline_parallel.py:400-427: no stage sizes with
+    # virtual stages; layers + the embedding and output units split over pp x vpp stages). It has no rule on the
+    # interleaved micro-batch count beyond n % (n // pp) (torch 2.13 pipelining schedules.py:2935-2942)
+    plan_rules=(
+        uneven_stages_split_into_vpp("torchtitan", "pipeline_parallel_first/last_stage_less_layers"),
+        embedding_loss_units_split("torchtitan"),
+    ),
+)

@@ -1,0 +1,141 @@
+"""Peak memory against every published, measured peak in runs/*.yaml (issue 22: item 4 and its "Must show": at
+least 15 published peaks, median |error| <= 10%, p90 <= 20%).
+
+The peaks: 12 rows of runs/known_runs_dev.yaml (torchtitan's Dec 2024 H100 benchmark) and the 15 rows of
+runs/known_runs_memory.yaml: the six other rows of the same benchmark's Tables 1-6, Trainy's two torchtitan Llama
+3.1 8B rows on 32 and 64 H200s (June 2025), and seven torchtitan Llama 3 8B rows of torchao's float8/MX training
+benchmarks on 8 H100s, 8 MI300Xs and 8 B200s (2025), each citing its table and row. All of them are torchtitan's
+logged `memory:` figure, the caching allocator's peak *reserved* bytes (torchtitan DeviceMemoryMonitor
+max_reserved_gib; the file's header comments say why), compared with the planner's `peak_gib`.
+
+Today's figures (this branch, main at cf67687; plan validate's own statistics: median, p90 at the floor index
+int(0.9 * (n - 1))): 27 peaks, median |error| 8.7%, p90 46.2%. The median meets the issue's target; the p90 does
+NOT. Under-predicted: the 405B pipeline rows (1F1B -32.0%, interleaved 1F1B -21.7%, FSDP1 CP8 -17.9%) and the 70B
+FSDP x TP rows (-20.4%, -15.4%). Over-predicted: the 2025 torchtitan 8B rows on newer torch, where the planner
+prints the same 50.7 GiB for one configuration measured at 47.7 (H100, torch 2.7), 39.1 (MI300X, torch 2.9) and
+33.4-33.9 GiB (B200, torch 2.9): +30% on MI300X, +50% to +52% on B200; Trainy's H200 rows +46% and +45%. So the p90
+and the worst row are asserted at today's values as regression bounds, not as the target; the memory model is
+being improved on branch `memory` (issue 22 items 1-3), which should tighten them (its tip at eff7652 gives median
+8.2%, p90 38.1% on the same 27 rows).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from click.testing import CliRunner
+
+from planner.analysis.validate import load_runs, validate_runs
+from planner.catalog.data import data_dir
+from planner.ui.cli import main
+
+RUN_FILES = sorted(data_dir("runs").glob("known_runs*.yaml"))
+MEMORY_FILE = data_dir("runs") / "known_runs_memory.yaml"
+
+# Issue 22 targets over the published peaks
+TARGET_MEDIAN = 0.10
+TARGET_P90 = 0.20
+# Today's p90 (0.462: Trainy 8B on 32 H200, +46.2%) and worst row (0.518: torchao's B200 float8 tensorwise row,
+# +51.8%), asserted as regression bounds until the memory model reaches the target p90 (see the module docstring)
+REGRESSION_P90 = 0.47
+REGRESSION_WORST = 0.52
+# runs/known_runs_memory.yaml alone (15 peaks no constant was fitted on, the issue's "published runs that are not in
+# the repository" until this branch): today median 0.217, p90 0.495 (dev rows: median 0.078, p90 0.154). Far from the
+# target; held as regression bounds
+REGRESSION_NEW_MEDIAN = 0.22
+REGRESSION_NEW_P90 = 0.50
+
+
+def _published_peaks() -> list[dict]:
+    return [r for f in RUN_FILES for r in load_runs(f)
+            if (r.get("measured") or {}).get("peak_memory_gib") is not None]
+
+
+@pytest.fixture(scope="module")
+def scored():
+    runs = _published_peaks()
+    return runs, validate_runs(runs)
+
+
+def test_at_least_twenty_published_peaks_all_scored(scored):
+    runs, res = scored
+    assert len(runs) >= 27  # 12 dev rows + 15 in known_runs_memory.yaml; the issue asks for at least 15
+    assert len({r["id"] for r in runs}) == len(runs)  # ids unique across the run files
+    assert res["skipped"] == [] and len(res["runs"]) == len(runs)
+    for run, row in zip(runs, res["runs"], strict=True):
+        assert row["id"] == run["id"]
+        assert row["measured_peak_memory_gib"] == run["measured"]["peak_memory_gib"]
+        assert row["peak_memory_gib"] > 0
+        err = row["peak_memory_gib"] / row["measured_peak_memory_gib"] - 1
+        assert row["peak_memory_error"] == pytest.approx(err)
+
+
+def test_peak_memory_median_meets_the_target(scored):
+    _, res = scored
+    errs = sorted(abs(r["peak_memory_error"]) for r in res["runs"])
+    assert res["summary"]["peak_memory"]["n"] == len(errs)
+    assert res["summary"]["peak_memory"]["median_abs_error"] == pytest.approx(statistics.median(errs))
+    assert statistics.median(errs) <= TARGET_MEDIAN, errs  # today 0.087
+
+
+def test_peak_memory_p90_regression_bound(scored):
+    # the issue's target is p90 <= 20%: NOT met today (0.462); held at today's value so it cannot get worse
+    _, res = scored
+    errs = sorted(abs(r["peak_memory_error"]) for r in res["runs"])
+    p90 = errs[int(0.9 * (len(errs) - 1))]
+    assert res["summary"]["peak_memory"]["p90_abs_error"] == pytest.approx(p90)
+    assert p90 <= REGRESSION_P90, errs
+    assert errs[-1] <= REGRESSION_WORST, errs
+    assert TARGET_P90 < REGRESSION_P90  # the bound is looser than the target: tighten it when the model gets there
+
+
+def test_memory_file_regression_bounds():
+    res = validate_runs(load_runs(MEMORY_FILE))
+    errs = sorted(abs(r["peak_memory_error"]) for r in res["runs"])
+    assert len(errs) == 15
+    assert statistics.median(errs) <= REGRESSION_NEW_MEDIAN, errs
+    assert errs[int(0.9 * (len(errs) - 1))] <= REGRESSION_NEW_P90, errs
+
+
+def test_memory_rows_carry_stack_and_citation():
+    runs = load_runs(MEMORY_FILE)
+    assert len(runs) == 15
+    for r in runs:
+        assert r["measured"]["peak_memory_gib"] > 0 and r["measured"]["step_time_s"] > 0, r["id"]
+        assert any(url in r["source"] for url in ("https://github.com/pytorch/torchtitan/blob/main/benchmarks/",
+                                                  "https://github.com/pytorch/ao/blob/main/docs/")), r["id"]
+        assert " row " in r["source"], r["id"]  # the table row the figures are read from
+        assert r["reliability"] == "A"
+        assert r["stack"]["framework"] == "torchtitan" and isinstance(r["stack"]["torch_compile"], bool), r["id"]
+        if r["train"]["dtype"] == "fp8":
+            # torchao float8's dynamic tensorwise scaling, or the MX row's mxfp8
+            assert r["stack"]["fp8_recipe"] in ("tensorwise", "mxfp8"), r["id"]
+        else:
+            assert r["stack"]["fp8_recipe"] is None, r["id"]
+
+
+def test_dev_and_memory_rows_do_not_overlap():
+    # the new file adds rows of the same tables: none may repeat a dev row's figures
+    def key(r: dict) -> tuple:
+        return r["model"]["hidden_size"], r["devices"], r["train"]["seq_len"], r["measured"]["peak_memory_gib"]
+
+    dev = load_runs(data_dir("runs") / "known_runs_dev.yaml")
+    dev_keys = {key(r) for r in dev if (r.get("measured") or {}).get("peak_memory_gib") is not None}
+    assert not dev_keys & {key(r) for r in load_runs(MEMORY_FILE)}
+
+
+def test_cli_validate_reads_every_memory_row():
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:  # click >= 8.2 always separates stderr
+        runner = CliRunner()
+    r = runner.invoke(main, ["validate", "--runs", str(MEMORY_FILE), "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    ids = [run["id"] for run in load_runs(MEMORY_FILE)]
+    assert [row["id"] for row in out["runs"]] == ids
+    assert out["summary"]["skipped"] == 0 and out["summary"]["peak_memory"]["n"] == len(ids)
+    for row in out["runs"]:
+        assert row["framework"] == "fsdp" and row["peak_memory_gib"] > 0, row["id"]
