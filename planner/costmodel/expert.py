@@ -38,8 +38,10 @@ def node_limited_dispatch(model: ModelSpec, train: TrainingSpec) -> bool:
     Megatron-LM's flex dispatcher, which planner.emit.megatron writes for these models). Without it (Megatron's
     alltoall dispatcher, torchtitan's and MaxText's all-to-alls) every one of the top_k copies crosses the
     network; DeepEP refuses padding to capacity (megatron-core 0.19.2 transformer_config.py flex + deepep)."""
+    from planner.stacks import stack_of
+
     moe = model.moe
-    return (moe is not None and moe.route_topk_groups is not None and train.framework == "megatron"
+    return (moe is not None and moe.route_topk_groups is not None and stack_of(train).moe_node_limited_dispatch
             and train.moe_capacity_factor is None)
 
 

@@ -78,6 +78,9 @@ class Stack:
 
     # ---- rules any plan of this stack keeps (planner.specs.dims.plan_errors adds them to the neutral ones)
     plan_rules: tuple[PlanRule, ...] = ()
+    # group-limited MoE routing crosses the network once per target node (DeepEP behind Megatron-LM's flex
+    # dispatcher, which planner/emit/megatron.py writes for such models); else every top_k copy crosses it
+    moe_node_limited_dispatch: bool = False
 
     def plan_errors(self, model: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> list[str]:
         return [e for rule in self.plan_rules for e in rule(model, train, plan)]

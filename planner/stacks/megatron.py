@@ -38,6 +38,9 @@ STACK = Stack(
     legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)
     # ZeRO-1/2 is the distributed optimizer, which arrived after Korthikanti et al. 2022 (arXiv 2205.05198)
     zero_is_distributed_optimizer=True,
+    # DeepSeek-V3 report arXiv 2412.19437 sec. 3.2.2; megatron-core 0.19.2 --moe-token-dispatcher-type flex
+    # --moe-flex-dispatcher-backend deepep (written by planner/emit/megatron.py for group-limited routing)
+    moe_node_limited_dispatch=True,
     rank_order="linear",  # tp-cp-ep-dp-pp, TP innermost (megatron/core/parallel_state.py RankGenerator)
     # each TP rank sends 1/tp of the activation without sequence parallelism too (scatter/gather optimisation,
     # Narayanan et al. SC21, arXiv 2104.04473, sec. 4.1)
