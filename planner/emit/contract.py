@@ -102,7 +102,7 @@ FIELDS: tuple[ContractField, ...] = (
     ContractField("sliding_window", _window, None, "sliding-window attention"),
     ContractField("qkv_bias", lambda m, t: m.qkv_bias, False, "q/k/v biases"),
     ContractField("attn_out_bias", lambda m, t: m.attn_out_bias, False, "attention output bias"),
-    ContractField("mlp_bias", lambda m, t: m.mlp_bias, False, "MLP biases"),
+    ContractField("mlp_bias", lambda m, t: bool(m.mlp_bias and m.num_dense_layers), False, "MLP biases"),
     ContractField("qk_norm", lambda m, t: m.qk_norm, False, "QK-norm"),
     ContractField("scale_embeddings", lambda m, t: m.scale_embeddings, False, "the sqrt(hidden) embedding scale"),
     ContractField("attention_sinks", lambda m, t: m.attention_sinks, False, "attention sinks"),
