@@ -506,3 +506,17 @@ def test_hybrid_sharding_for_zero1_and_expert_tp_limits():
     files, _ = same.emit({"maxtext", "jax"})
     doc = json.loads(files["jax_mesh.json"])
     assert doc["param_specs"]["layers.experts.w_gate"]["spec"] == ["stage", "expert", "fsdp", "tensor"]
+
+
+def test_torchtitan_launch_script_runs_its_args_on_every_node():
+    """issue 24: a runnable launch_torchtitan.sh (NODE_RANK / MASTER_ADDR like the others) passing exactly the
+    torchtitan_args.json arguments, and the trainer settings the registry function supplies listed, not silent."""
+    case = next(c for c in CONSUMER_CASES if "torchtitan_args.json" in files_of(c, ["torchtitan"]))
+    files = files_of(case, ["torchtitan"])
+    sh, doc = files["launch_torchtitan.sh"], json.loads(files["torchtitan_args.json"])
+    subprocess.run(["bash", "-n"], input=sh, text=True, check=True)
+    assert '--node-rank "${NODE_RANK:-0}"' in sh and '--master-addr "${MASTER_ADDR:-localhost}"' in sh
+    assert f"--nnodes {doc['nnodes']} --nproc-per-node {doc['nproc_per_node']}" in sh and '"$@"' in sh
+    for tok in doc["args"]:
+        assert tok in sh
+    assert {"training.steps", "dataset", "tokenizer"} <= set(doc["inherited"])

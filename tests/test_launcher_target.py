@@ -24,7 +24,7 @@ from testdata import HF_CONFIGS_DIR  # noqa: E402
 
 FILES = {"megatron": {"megatron_args.json", "launch_megatron.sh"},
          "deepspeed": {"ds_config.json", "deepspeed_args.json", "launch_deepspeed.sh"},
-         "torchtitan": {"torchtitan_args.json"}, "maxtext": {"maxtext.yml"}}
+         "torchtitan": {"torchtitan_args.json", "launch_torchtitan.sh"}, "maxtext": {"maxtext.yml"}}
 OWN_MODULE = {"torchtitan_model.py"}  # torchtitan, for a model no registry function builds
 HF_PATH = {"hf_config.json", "train_hf.py"}  # DeepSpeed, for a model Megatron-DeepSpeed cannot express
 
