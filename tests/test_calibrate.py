@@ -18,7 +18,7 @@ from planner.ui.cli import main
 from planner.catalog.data import data_dir
 from planner.catalog.hardware import get_hardware, load_cluster_file
 from planner.analysis.validate import load_runs
-from testdata import NCCL_TESTS_DIR
+from support import NCCL_TESTS_DIR
 
 REF_NCCL = str(NCCL_TESTS_DIR)  # published nccl-tests outputs, vendored (tests/data/reference/README.md)
 

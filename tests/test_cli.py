@@ -8,35 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
-
-from planner.ui.cli import main
+from support import one_line_error, plan_json, run_cli
 
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
          "sequence_parallel", "schedule")
-
-
-def run(*args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:  # click >= 8.2 always separates stderr
-        runner = CliRunner()
-    return runner.invoke(main, list(args), catch_exceptions=False)
-
-
-def plan_json(*args):
-    r = run(*args, "--json")
-    assert r.exit_code == 0, r.stderr
-    return json.loads(r.stdout), r.stdout
-
-
-def assert_input_error(r, code=2):
-    assert r.exit_code == code, (r.exit_code, r.stdout, r.stderr)
-    err = r.stderr.strip()
-    assert "Traceback" not in r.stderr + r.stdout
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("error:"), err
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +72,7 @@ def test_moe_fixed_ep():
 
 def test_models_and_clusters_lists():
     for cmd, must in (("models", "llama"), ("clusters", "a100")):
-        r = run(cmd)
+        r = run_cli(cmd)
         assert r.exit_code == 0
         lines = [l for l in r.stdout.splitlines() if l.strip()]
         assert len(lines) >= 3
@@ -107,7 +82,7 @@ def test_models_and_clusters_lists():
 
 
 def test_version():
-    r = run("--version")
+    r = run_cli("--version")
     assert r.exit_code == 0
     assert "plan" in r.stdout and any(ch.isdigit() for ch in r.stdout)
 
@@ -121,7 +96,7 @@ def test_version():
     (["--model", "llama-70b", "--cluster", "a100x64", "--tp", "8", "--pp", "8", "--dp", "8"], ""),
 ])
 def test_bad_inputs(args, needle):
-    err = assert_input_error(run(*args))
+    err = one_line_error(run_cli(*args))
     assert needle in err.lower()
 
 
@@ -142,16 +117,16 @@ BAD_FILES = {
 def test_bad_model_files(tmp_path, fname):
     f = tmp_path / fname
     f.write_bytes(BAD_FILES[fname])
-    assert_input_error(run("--model", str(f), "--cluster", "a100x8"))
+    one_line_error(run_cli("--model", str(f), "--cluster", "a100x8"))
 
 
 def test_directory_as_model(tmp_path):
-    assert_input_error(run("--model", str(tmp_path), "--cluster", "a100x8"))
+    one_line_error(run_cli("--model", str(tmp_path), "--cluster", "a100x8"))
 
 
 def test_no_feasible_plan():
-    r = run("--model", "llama-405b", "--cluster", "a100x8")
-    err = assert_input_error(r, code=3)
+    r = run_cli("--model", "llama-405b", "--cluster", "a100x8")
+    err = one_line_error(r, code=3)
     assert "GiB" in err and "smallest" in err
     assert "more devices" in err
 
@@ -159,7 +134,7 @@ def test_no_feasible_plan():
 def test_validate_bad_runs(tmp_path):
     f = tmp_path / "runs.yaml"
     f.write_text("runs: [ {model: 1, \n")
-    assert_input_error(run("validate", "--runs", str(f)))
+    one_line_error(run_cli("validate", "--runs", str(f)))
 
 
 def test_subprocess_entry_point():
@@ -178,9 +153,9 @@ def test_subprocess_entry_point():
 
 def test_moe_capacity_factor_flag():
     # a dense model has no experts to cap: one line, exit 2; on an MoE model the flag reaches the plan
-    err = assert_input_error(run("--model", "llama-3.1-8b", "--cluster", "h100x8", "--moe-capacity-factor", "1.25"))
+    err = one_line_error(run_cli("--model", "llama-3.1-8b", "--cluster", "h100x8", "--moe-capacity-factor", "1.25"))
     assert "MoE" in err and "drop the flag" in err
-    assert_input_error(run("--model", "mixtral-8x7b", "--cluster", "h100x64", "--moe-capacity-factor", "0"))
+    one_line_error(run_cli("--model", "mixtral-8x7b", "--cluster", "h100x64", "--moe-capacity-factor", "0"))
     capped, _ = plan_json("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1", "--moe-capacity-factor",
                           "1.25")
     dropless, _ = plan_json("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1")

@@ -6,28 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from support import one_line_error, run_cli
 
 from planner.catalog.hardware import parse_cluster
 from planner.errors import InputError
-from planner.ui.cli import main
 
 SMALL = ("--model", "llama-8b", "--cluster", "h100x8")
-
-
-def run(*args, env=None):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(main, list(args), env=env or {}, catch_exceptions=False)
-
-
-def one_line_error(r, code=2):
-    assert r.exit_code == code, (r.exit_code, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
-    return lines[0]
 
 
 # ------------------------------------------------------------------------------ repeated scalar options
@@ -43,18 +27,18 @@ def one_line_error(r, code=2):
     (["explain", *SMALL, "--model", "llama-70b"], "--model"),
 ])
 def test_a_repeated_scalar_option_is_an_error(args, flag):
-    line = one_line_error(run(*args))
+    line = one_line_error(run_cli(*args))
     assert f"{flag} was given more than once: give it once" in line
 
 
 def test_repeated_price_says_how_to_price_each_cluster():
-    r = run("compare", "--model", "llama-8b", "--cluster", "h100x8", "--price-per-device-hour", "2",
+    r = run_cli("compare", "--model", "llama-8b", "--cluster", "h100x8", "--price-per-device-hour", "2",
             "--price-per-device-hour", "1", "--tokens", "1T")
     assert "--cluster h100x16@2.5" in one_line_error(r)
 
 
 def test_repeatable_options_still_repeat(tmp_path):
-    r = run("compare", "--model", "llama-8b", "--cluster", "h100x8", "--cluster", "a100x16", "--json")
+    r = run_cli("compare", "--model", "llama-8b", "--cluster", "h100x8", "--cluster", "a100x16", "--json")
     assert r.exit_code == 0, r.stderr
     assert len(json.loads(r.stdout)["rows"]) == 2
 
@@ -78,13 +62,13 @@ def test_price_in_the_cluster_string_and_file(tmp_path):
 
 
 def _compare(*args):
-    r = run("compare", "--model", "llama-8b", *args, "--json")
+    r = run_cli("compare", "--model", "llama-8b", *args, "--json")
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
 
 
 def _plan_cost(cluster, price):
-    r = run("--model", "llama-8b", "--cluster", cluster, "--tokens", "1T", "--price-per-device-hour", price,
+    r = run_cli("--model", "llama-8b", "--cluster", cluster, "--tokens", "1T", "--price-per-device-hour", price,
             "--json")
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)["training_estimate"]["cost"]
@@ -142,7 +126,7 @@ def test_compare_says_when_costs_lie_within_each_others_bands():
     assert len(near["band_notes"]) == 1
     assert "the costs of h100-sxm-80gbx8" in near["band_notes"][0]
     assert "cannot tell which is cheaper" in near["band_notes"][0]
-    table = run("compare", "--model", "llama-8b", "--cluster", "h100x8@2.5", "--cluster", f"a100x16@{even:.4f}",
+    table = run_cli("compare", "--model", "llama-8b", "--cluster", "h100x8@2.5", "--cluster", f"a100x16@{even:.4f}",
                 "--tokens", "1T", env={"COLUMNS": "200"})
     assert "cost band" in table.stdout and "note: the costs of" in table.stdout
 
@@ -159,7 +143,7 @@ def test_compare_without_price_compares_step_times():
 # ------------------------------------------------------------------------------ --min-devices
 
 def _min_devices(target):
-    r = run("--model", "llama-8b", "--cluster", "h100x256", "--seq-len", "8192", "--gbs", "256", "--min-devices",
+    r = run_cli("--model", "llama-8b", "--cluster", "h100x256", "--seq-len", "8192", "--gbs", "256", "--min-devices",
             "--target-step-s", str(target), "--json")
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
@@ -205,7 +189,7 @@ def test_min_devices_does_not_step_over_a_count_between_powers_of_two():
 # ------------------------------------------------------------------------------ explain --rank / --vs
 
 def _explain(*extra):
-    r = run("explain", "--model", "llama-8b", "--cluster", "h100x16", *extra, "--json")
+    r = run_cli("explain", "--model", "llama-8b", "--cluster", "h100x16", *extra, "--json")
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -215,7 +199,7 @@ def _term(rows, term):
 
 
 def test_explain_rank_explains_the_plan_of_that_row():
-    plan = json.loads(run("--model", "llama-8b", "--cluster", "h100x16", "--json").stdout)
+    plan = json.loads(run_cli("--model", "llama-8b", "--cluster", "h100x16", "--json").stdout)
     doc = _explain("--rank", "2")
     assert doc["explained_rank"] == 2
     # the same ranking `plan` prints with the same flags
@@ -242,7 +226,7 @@ def test_explain_vs_gives_the_per_term_difference():
     back = {t["term"]: t for t in _explain("--rank", "2", "--vs", "1")["vs"]["terms"]}
     for t in vs["terms"]:
         assert back[t["term"]]["diff"] == pytest.approx(-t["diff"])
-    text = run("explain", "--model", "llama-8b", "--cluster", "h100x16", "--vs", "2", env={"COLUMNS": "160"}).stdout
+    text = run_cli("explain", "--model", "llama-8b", "--cluster", "h100x16", "--vs", "2", env={"COLUMNS": "160"}).stdout
     assert "every term that differs (#2 - #1)" in text and "step time" in text.split("#2 - #1")[1]
 
 
@@ -250,7 +234,7 @@ def test_explain_vs_gives_the_per_term_difference():
                                          (["--rank", "3", "--top", "1", "--pp", "1", "--tp", "1", "--cp", "1"],
                                           "--rank 3: only 1 plan was found")])
 def test_explain_rank_out_of_range(extra, says):
-    assert says in one_line_error(run("explain", "--model", "llama-8b", "--cluster", "h100x16", *extra))
+    assert says in one_line_error(run_cli("explain", "--model", "llama-8b", "--cluster", "h100x16", *extra))
 
 
 # ------------------------------------------------------------------------------ calibrate checks
@@ -276,7 +260,7 @@ def _inconsistent_runs(tmp_path):
 
 def test_calibrate_refuses_constants_at_their_bounds(tmp_path):
     out = tmp_path / "cluster.yaml"
-    line = one_line_error(run("calibrate", "--runs", str(_inconsistent_runs(tmp_path)), "--out", str(out)))
+    line = one_line_error(run_cli("calibrate", "--runs", str(_inconsistent_runs(tmp_path)), "--out", str(out)))
     assert "calibrate wrote nothing" in line and "--force" in line
     # measured: GEMM ceiling 0.803 -> 1 (its bound) and attention 0.574 -> 2 (its bound)
     assert "gemm_efficiency_max ended at its bound 1" in line
@@ -286,7 +270,7 @@ def test_calibrate_refuses_constants_at_their_bounds(tmp_path):
 
 def test_calibrate_force_writes_and_warns(tmp_path):
     out = tmp_path / "cluster.yaml"
-    r = run("calibrate", "--runs", str(_inconsistent_runs(tmp_path)), "--out", str(out), "--force", "--json")
+    r = run_cli("calibrate", "--runs", str(_inconsistent_runs(tmp_path)), "--out", str(out), "--force", "--json")
     assert r.exit_code == 0, r.stderr
     assert out.exists()
     doc = json.loads(r.stdout)
@@ -325,7 +309,7 @@ def test_calibrate_flags_runs_the_model_says_cannot_fit():
 
 
 def test_calibrate_says_when_a_two_node_all_reduce_was_capped():
-    from testdata import NCCL_TESTS_DIR
+    from support import NCCL_TESTS_DIR
 
     from planner.analysis import calibrate as c
     from planner.analysis.calibrate_checks import capped_links
@@ -348,7 +332,7 @@ def test_calibrate_says_when_a_two_node_all_reduce_was_capped():
 # ------------------------------------------------------------------------------ small frictions
 
 def test_header_line_says_what_was_planned():
-    r = run("--model", "mixtral-8x7b", "--cluster", "h100x64", "--launcher", "torchtitan", env={"COLUMNS": "200"})
+    r = run_cli("--model", "mixtral-8x7b", "--cluster", "h100x64", "--launcher", "torchtitan", env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.stderr
     first = r.stdout.splitlines()[0]
     # Mixtral 8x7B: 46.7B parameters, 12.9B active; 1,024 x 4,096 = 4.19M tokens
@@ -417,7 +401,7 @@ def test_piped_output_follows_the_terminal_stderr_is_on():
 @pytest.mark.parametrize("flag, meant", [("--global-batch-size", "--gbs"), ("--micro-batch-size", "--mbs"),
                                          ("--tensor-model-parallel-size", "--tp"), ("--seq-length", "--seq-len")])
 def test_megatron_style_flags_name_ours(flag, meant):
-    line = one_line_error(run(*SMALL, flag, "2"))
+    line = one_line_error(run_cli(*SMALL, flag, "2"))
     assert f"No such option '{flag}': here it is {meant}" in line
 
 
@@ -428,7 +412,7 @@ def test_megatron_style_flags_name_ours(flag, meant):
     ("v5p-7", "Google's v5p-N counts TensorCores (2 per chip)"),
 ])
 def test_cluster_counts_are_explained(cluster, says):
-    assert says in one_line_error(run("--model", "llama-8b", "--cluster", cluster))
+    assert says in one_line_error(run_cli("--model", "llama-8b", "--cluster", cluster))
 
 
 def test_dgx_h100_and_google_slice_names():
@@ -473,35 +457,35 @@ def test_fields_left_to_hugging_face_defaults_are_said(tmp_path):
     f = tmp_path / "m" / "config.json"
     f.parent.mkdir()
     f.write_text(json.dumps(_hf_config(num_key_value_heads=None, vocab_size=None)))
-    r = run("--model", str(f), "--cluster", "h100x8", "--top", "1")
+    r = run_cli("--model", str(f), "--cluster", "h100x8", "--top", "1")
     assert r.exit_code == 0, r.stderr
     # HF LlamaConfig: num_key_value_heads defaults to num_attention_heads (32), vocab_size to 32000
     assert ("note: the model file does not give num_key_value_heads, vocab_size; Hugging Face's defaults are used: "
             "num_key_value_heads = 32, vocab_size = 32000") in r.stderr
-    doc = json.loads(run("--model", str(f), "--cluster", "h100x8", "--top", "1", "--json").stdout)
+    doc = json.loads(run_cli("--model", str(f), "--cluster", "h100x8", "--top", "1", "--json").stdout)
     assert doc["model"]["defaulted_fields"] == {"num_key_value_heads": 32, "vocab_size": 32000}
     whole = tmp_path / "w" / "config.json"
     whole.parent.mkdir()
     whole.write_text(json.dumps(_hf_config()))
-    r = run("--model", str(whole), "--cluster", "h100x8", "--top", "1")
+    r = run_cli("--model", str(whole), "--cluster", "h100x8", "--top", "1")
     assert "note: the model file" not in r.stderr
-    catalog = json.loads(run("--model", "llama-8b", "--cluster", "h100x8", "--json").stdout)
+    catalog = json.loads(run_cli("--model", "llama-8b", "--cluster", "h100x8", "--json").stdout)
     assert "defaulted_fields" not in catalog["model"]
 
 
 def test_report_out_over_an_existing_file_needs_force(tmp_path):
     out = tmp_path / "r.html"
     out.write_text("mine")
-    line = one_line_error(run("report", *SMALL, "--out", str(out)))
+    line = one_line_error(run_cli("report", *SMALL, "--out", str(out)))
     assert "exists: give --force to replace it" in line and out.read_text() == "mine"
-    r = run("report", *SMALL, "--out", str(out), "--force")
+    r = run_cli("report", *SMALL, "--out", str(out), "--force")
     assert r.exit_code == 0, r.stderr
     assert out.read_text().startswith("<!DOCTYPE html>")
 
 
 def test_storage_write_bandwidth_sets_the_checkpoint_cost():
     def estimate(*extra):
-        r = run("--model", "llama-8b", "--cluster", "h100x8", "--tokens", "1T", *extra, "--json")
+        r = run_cli("--model", "llama-8b", "--cluster", "h100x8", "--tokens", "1T", *extra, "--json")
         assert r.exit_code == 0, r.stderr
         return json.loads(r.stdout)["training_estimate"]
 
@@ -512,13 +496,54 @@ def test_storage_write_bandwidth_sets_the_checkpoint_cost():
     assert default["checkpoint_s"] == pytest.approx(default["checkpoint_bytes"] / 2e12)
     assert slow["goodput"] < default["goodput"]
     assert any("storage write bandwidth 2 GB/s" in a for a in slow["assumptions"])
-    assert "add the training budget" in one_line_error(run(*SMALL, "--storage-write-bw", "2GB"))
+    assert "add the training budget" in one_line_error(run_cli(*SMALL, "--storage-write-bw", "2GB"))
     assert "give the checkpoint store's aggregate write bandwidth" in one_line_error(
-        run(*SMALL, "--tokens", "1T", "--storage-write-bw", "fast"))
+        run_cli(*SMALL, "--tokens", "1T", "--storage-write-bw", "fast"))
 
 
 def test_plan_json_has_no_pipeline_schedule_for_pp_1(tmp_path):
-    r = run(*SMALL, "--pp", "1", "--out", str(tmp_path / "o"), "--emit", "megatron")
+    r = run_cli(*SMALL, "--pp", "1", "--out", str(tmp_path / "o"), "--emit", "megatron")
     assert r.exit_code == 0, r.stderr
     doc = json.loads((tmp_path / "o" / "plan.json").read_text())
-    assert doc["plan"]["pp"] == 1 and doc["plan"]["schedule"] is None and doc["pipeline"]["schedule"] == "none"
+    assert doc["plan"]["pp"] == 1 and "schedule" not in doc["plan"] and doc["pipeline"]["schedule"] == "none"
+    from planner.specs import ParallelPlan
+
+    assert ParallelPlan(**doc["plan"]).pp == 1  # the file still reads back as a plan
+
+
+def test_docs_cli_names_every_option():
+    """docs/cli.md's flag tables keep step with the CLI: every option of every command is named there."""
+    from pathlib import Path
+
+    from planner.ui.cli import main
+
+    doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    missing = [f"{name} {opt}" for name, cmd in {"plan": main, **main.commands}.items() for p in cmd.params
+               for opt in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]
+               if opt.startswith("--") and opt not in doc]
+    assert missing == []
+
+
+def test_a_large_fitted_overhead_is_warned_about():
+    from types import SimpleNamespace
+
+    from planner.analysis.calibrate import FitResult
+    from planner.analysis.calibrate_checks import large_overhead
+    from planner.catalog.hardware import get_hardware
+
+    runs = [SimpleNamespace(measured_s=s) for s in (6.0, 6.25, 7.0)]  # median 6.25 s
+    big = FitResult(get_hardware("h100"), {"calibration.step_overhead_s": (0.0, 2.8)}, [0.1], [0.05])
+    assert "2.8 s is 45% of the median measured step (6.25 s)" in large_overhead(big, runs)[0]
+    small = FitResult(get_hardware("h100"), {"calibration.step_overhead_s": (0.0, 0.3)}, [0.1], [0.05])
+    assert large_overhead(small, runs) == []
+
+
+def test_an_option_before_and_after_the_subcommand():
+    line = one_line_error(run_cli("--model", "llama-70b", "explain", "--model", "llama-8b", "--cluster", "h100x8"))
+    assert "--model was given before and after `explain` ('llama-70b' and 'llama-8b'): give it once" in line
+    same = run_cli("--model", "llama-8b", "explain", "--model", "llama-8b", "--cluster", "h100x8", "--json")
+    assert same.exit_code == 0, same.stderr
+    # compare's repeatable --cluster takes both, the one before the subcommand first
+    r = run_cli("--cluster", "h100x8", "compare", "--model", "llama-8b", "--cluster", "a100x8", "--json")
+    doc = json.loads(r.stdout)
+    assert [r["cluster"]["name"] for r in doc["rows"]] == ["h100-sxm-80gbx8", "a100-sxm-80gbx8"]

@@ -11,9 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from planner.ui.cli import main
+from support import run_cli
 
 DOCS = Path(__file__).parents[1] / "docs"
 PAGES = ("quickstart.md", "cli.md", "runs-schema.md")
@@ -58,11 +56,7 @@ def test_the_typo_example_is_refused_with_its_fix(tmp_path, monkeypatch):
     """docs/runs-schema.md's misspelt key: one line on stderr naming the key and the one meant."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "typo_runs.yaml").write_text(example_files("runs-schema.md")["typo_runs.yaml"], encoding="utf-8")
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    r = runner.invoke(main, ["validate", "--runs", "typo_runs.yaml"])
+    r = run_cli("validate", "--runs", "typo_runs.yaml")
     assert r.exit_code == 2
     assert "unknown field measured.step_time; did you mean measured.step_time_s?" in r.stderr
 
@@ -76,11 +70,7 @@ def test_documented_example_runs(page, line, argv, env, code, tmp_path, monkeypa
     (tmp_path / "config.json").write_text(json.dumps(get_catalog_entry("llama-3.1-8b").hf_config))
     for name, text in example_files(page).items():
         (tmp_path / name).write_text(text, encoding="utf-8")
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    r = runner.invoke(main, argv, env=env, catch_exceptions=False)
+    r = run_cli(*argv, env=env)
     assert r.exit_code == code, (line, r.exit_code, r.stderr[-500:])
     if code:
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:")

@@ -49,11 +49,6 @@ def test_training_seconds():
     assert s / 86400 == pytest.approx(10.0918, rel=1e-4)
 
 
-def test_training_seconds_from_steps_rounds_up_to_whole_steps():
-    # 1e9 tokens, 4M-token steps (1024 x 4096) -> 239 steps (238.4 rounded up) at 12.3 s
-    assert g.training_seconds_from_steps(1e9, 12.3, 1024 * 4096) == pytest.approx(239 * 12.3)
-
-
 def test_device_hours_and_cost():
     dh = g.device_hours(86400.0, 1024)  # one day on 1,024 devices
     assert dh == pytest.approx(24_576.0)

@@ -14,12 +14,13 @@ from planner.errors import InputError
 from planner.catalog.hardware import (
     get_hardware,
     list_hardware,
-    load_hardware_catalog,
     parse_cluster,
 )
 from planner.names import normalise
 from planner.specs.cluster import ClusterSpec
 from planner.specs.hardware import HardwareSpec
+
+from helpers import hardware_catalog
 
 REQUIRED_IDS = {
     "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h800-sxm-80gb", "h200-sxm-141gb",
@@ -32,7 +33,7 @@ PROFILE_FILES = sorted(data_dir("hardware_profiles").glob("*.yaml"))
 
 
 def test_required_profiles_present():
-    cat = load_hardware_catalog()
+    cat = hardware_catalog()
     assert REQUIRED_IDS <= set(cat)
     assert [h.id for h in list_hardware()] == sorted(cat)
 
@@ -93,7 +94,7 @@ def test_usable_not_nominal_hbm():
     assert get_hardware("h100").hbm_capacity_gib == pytest.approx(79.65)
     assert get_hardware("h200").hbm_capacity_gib == pytest.approx(140.4)
     assert get_hardware("b200").hbm_capacity_gib == pytest.approx(179.06)
-    assert get_hardware("a100").hbm_capacity_bytes == pytest.approx(79.21 * 2**30)
+    assert get_hardware("a100").hbm_capacity_gib == pytest.approx(79.21)
 
 
 def test_scale_up_is_per_direction():
@@ -330,7 +331,7 @@ def test_bad_names_are_input_errors():
 def test_is_tpu_has_one_spelling():
     """HardwareSpec.is_tpu is the one answer to "is this a TPU" (ICI torus scale-up, which needs torus rules, and
     torus rules need it); every TPU profile of the catalog says yes, every GPU profile no."""
-    cat = load_hardware_catalog()
+    cat = hardware_catalog()
     for hw in cat.values():
         assert hw.is_tpu == hw.id.startswith("tpu") == (hw.torus is not None), hw.id
     gpu = next(h for h in cat.values() if not h.is_tpu).model_dump()

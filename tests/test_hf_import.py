@@ -11,7 +11,7 @@ from planner.catalog.hf_import import SUPPORTED_MODEL_TYPES, from_hf_config
 from planner.catalog.models import load_model_catalog
 from planner.costmodel.params import count_params
 from planner.specs import ModelSpec
-from testdata import HF_CONFIG_FILES, N_HF_CONFIGS
+from support import HF_CONFIG_FILES, N_HF_CONFIGS
 
 HF_FILES = HF_CONFIG_FILES  # tests/data/reference/hf_configs: copies of shared/reference/hf_configs
 

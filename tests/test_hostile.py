@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import stat
@@ -21,14 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import ROOT, _limits, cli_process, one_line_error_proc, run_cli
+from support import one_line_error as shared_one_line_error
 
-from planner.ui.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
-LIMIT_BYTES = 500 * 2**20
 INJECTION = "x\ntouch {marker}\n#"
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
          "num_hidden_layers": 32, "vocab_size": 32000}
@@ -37,41 +33,9 @@ BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcd
 BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + BOMB
 
 
-def run(*args, **kw):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:  # click >= 8.2 always separates stderr
-        runner = CliRunner()
-    return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kw)
-
-
 def one_line_error(r, code=2) -> str:
-    out = r.stdout + r.stderr
-    assert r.exit_code == code, (r.exit_code, out[-2000:])
-    assert "Traceback" not in out
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, lines[:5]
-    assert lines[0].startswith("error: ") and len(lines[0]) <= 700, lines[0][:300]
-    return lines[0]
-
-
-def _limits():
-    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
-
-
-def cli(*args, cwd=None, timeout=10.0):
-    """The CLI of this checkout in a subprocess under 500 MB and `timeout` seconds."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONHASHSEED="0")
-    return subprocess.run([sys.executable, "-m", "planner.ui.cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, preexec_fn=_limits)
-
-
-def one_line_error_proc(p, code=2) -> str:
-    assert p.returncode == code, (p.returncode, p.stderr[-2000:])
-    assert "Traceback" not in p.stderr + p.stdout and "MemoryError" not in p.stderr
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and len(lines[0]) <= 700, lines[:3]
-    return lines[0]
+    """support.one_line_error, and the line stays short whatever the input held."""
+    return shared_one_line_error(r, code, max_chars=700)
 
 
 def write(tmp_path: Path, name: str, content) -> Path:
@@ -91,16 +55,16 @@ def test_injected_model_name_is_refused_at_input(tmp_path):
     for f in (write(tmp_path, "config.json", cfg), write(tmp_path, "spec.yaml", yaml.safe_dump(
             {"name": "x\ntouch y\n#", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "num_kv_heads": 4,
              "head_dim": 16, "ffn_hidden_size": 128, "vocab_size": 100}))):
-        err = one_line_error(run("--model", f, "--cluster", "h100x8", "--out", tmp_path / "o", "--force"))
+        err = one_line_error(run_cli("--model", f, "--cluster", "h100x8", "--out", tmp_path / "o", "--force"))
         assert "control character" in err and "\\x0a" in err
     assert not (tmp_path / "o").exists() and not (tmp_path / "PWNED").exists()
 
 
 def _emit_with_name(name: str, tmp_path: Path) -> dict[str, str]:
     """Emit every launcher for a model whose name skipped input validation (defence in depth)."""
-    from planner.emit import emit_all
     from planner.catalog.hardware import parse_cluster
     from planner.catalog.models import get_model
+    from planner.emit import emit_all
     from planner.specs import ParallelPlan, TrainingSpec
 
     model = get_model("llama-7b").model_copy(update={"name": name})
@@ -167,7 +131,7 @@ def test_fuzz_names_never_add_a_line_or_key(tmp_path_factory, clean_files, name)
 def test_device_files_are_refused_at_once(special):
     for args in (["--model", special, "--cluster", "h100x8"], ["--model", "llama-7b", "--cluster", special],
                  ["validate", "--runs", special]):
-        assert "not a regular file" in one_line_error_proc(cli(*args))
+        assert "not a regular file" in one_line_error_proc(cli_process(*args))
 
 
 def test_fifo_and_socket_never_block(tmp_path):
@@ -181,7 +145,7 @@ def test_fifo_and_socket_never_block(tmp_path):
     try:
         for args in (["--model", fifo, "--cluster", "h100x8"], ["--model", "llama-7b", "--cluster", fifo],
                      ["validate", "--runs", sock_path], ["--model", sock_path, "--cluster", "h100x8"]):
-            assert "not a regular file" in one_line_error(run(*args))
+            assert "not a regular file" in one_line_error(run_cli(*args))
     finally:
         sock.close()
 
@@ -207,32 +171,33 @@ def test_yaml_alias_bombs_refused_fast_in_every_file(tmp_path):
     runs = write(tmp_path, "runs.yaml", "- id: r\n" + anchors + "  source: *i\n")
     for args in (["--model", model, "--cluster", "h100x8"], ["--model", "llama-7b", "--cluster", cluster],
                  ["validate", "--runs", runs]):
-        err = one_line_error_proc(cli(*args))
+        err = one_line_error_proc(cli_process(*args))
         m = re.search(r"expands its YAML aliases to ([0-9,]+) nodes", err)
         assert m and int(m.group(1).replace(",", "")) > 9**9, err  # the 9^9 "lol" leaves were counted, not built
 
 
 def test_recursive_alias_and_duplicate_keys(tmp_path):
-    assert "recursive alias" in one_line_error(run("--model", write(tmp_path, "r.yaml", "a: &a [*a]\n"),
+    assert "recursive alias" in one_line_error(run_cli("--model", write(tmp_path, "r.yaml", "a: &a [*a]\n"),
                                                      "--cluster", "h100x8"))
     dup_yaml = write(tmp_path, "d.yaml", "hardware: h100\ncount: 8\ncount: 16\n")
-    assert "repeats the key 'count'" in one_line_error(run("--model", "llama-7b", "--cluster", dup_yaml))
+    assert "repeats the key 'count'" in one_line_error(run_cli("--model", "llama-7b", "--cluster", dup_yaml))
     dup_json = write(tmp_path, "d.json", '{"model_type": "llama", "hidden_size": 64, "hidden_size": 128}')
-    assert "repeats the key 'hidden_size'" in one_line_error(run("--model", dup_json, "--cluster", "h100x8"))
+    assert "repeats the key 'hidden_size'" in one_line_error(run_cli("--model", dup_json, "--cluster", "h100x8"))
 
 
 def test_utf16_file_named_as_such(tmp_path):
     f = write(tmp_path, "c.yaml", "hardware: h100\ncount: 8\n".encode("utf-16"))
-    assert "UTF-16 text: save it as UTF-8" in one_line_error(run("--model", "llama-7b", "--cluster", f))
+    assert "UTF-16 text: save it as UTF-8" in one_line_error(run_cli("--model", "llama-7b", "--cluster", f))
 
 
 # ----------------------------------------------------------------------------- critical: long paths
 
 
+@pytest.mark.slow
 def test_long_and_blank_names_bounded():
     for arg in (" " * 40_000, "a" + " " * 40_000 + "x8", "a" * 300, "a" * 300 + ".yaml", "a" * 100_000):
-        one_line_error_proc(cli("--model", "llama-7b", "--cluster", arg))
-    err = one_line_error_proc(cli("--model", "m" * 100_000, "--cluster", "h100x8"))
+        one_line_error_proc(cli_process("--model", "llama-7b", "--cluster", arg))
+    err = one_line_error_proc(cli_process("--model", "m" * 100_000, "--cluster", "h100x8"))
     assert "plan models" in err  # the 'what to do' tail survives the cut
 
 
@@ -242,7 +207,7 @@ def test_mlp_only_layers_over_100000_layers_bounded(tmp_path):
            "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": n, "vocab_size": 1000,
            "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
            "mlp_only_layers": list(range(0, n, 2))}
-    assert "num_hidden_layers" in one_line_error_proc(cli("--model", write(tmp_path, "q.json", cfg), "--cluster", "h100x8"))
+    assert "num_hidden_layers" in one_line_error_proc(cli_process("--model", write(tmp_path, "q.json", cfg), "--cluster", "h100x8"))
 
 
 # --------------------------------------------------------------------------------- exit 1 -> exit 2
@@ -251,13 +216,13 @@ def test_mlp_only_layers_over_100000_layers_bounded(tmp_path):
 def test_overflowing_estimates_exit_2():
     for extra in (["--tokens", "15T", "--restart-min", "1e9"], ["--tokens", "15T", "--device-mtbf-hours", "0.00001"],
                   ["--tokens", "1e300"], ["--tokens", "15T", "--price-per-device-hour", "1e308"]):
-        one_line_error(run("--model", "llama-7b", "--cluster", "h100x8", *extra))
+        one_line_error(run_cli("--model", "llama-7b", "--cluster", "h100x8", *extra))
 
 
 def test_huge_integer_and_absurd_hardware(tmp_path):
     big = write(tmp_path, "config.json", "")
     big.write_text(json.dumps(LLAMA).replace('"hidden_size": 4096', '"hidden_size": ' + "9" * 5000))
-    assert "5,000 digits" in one_line_error(run("--model", big, "--cluster", "h100x8"))
+    assert "5,000 digits" in one_line_error(run_cli("--model", big, "--cluster", "h100x8"))
     hw = {"id": "fastgpu", "peak_tflops": {"bf16": 1000}, "gemm_efficiency_max": 0.7, "hbm_capacity_gib": 80,
           "hbm_bandwidth_GBps": 1e308, "devices_per_node": 8,
           "scale_up": {"kind": "nvswitch", "domain_size": 8, "unidir_GBps": 1e308, "latency_us": 0},
@@ -266,19 +231,19 @@ def test_huge_integer_and_absurd_hardware(tmp_path):
              "bf16_inf": hw | {"peak_tflops": {"bf16": ".inf"}}, "bf16_tiny": hw | {"peak_tflops": {"bf16": 1e-300}}}
     for name, h in cases.items():
         text = yaml.safe_dump({"hardware": h, "count": 8}).replace("'.inf'", ".inf")
-        one_line_error(run("--model", "llama-7b", "--cluster", write(tmp_path, f"{name}.yaml", text)))
+        one_line_error(run_cli("--model", "llama-7b", "--cluster", write(tmp_path, f"{name}.yaml", text)))
 
 
 def test_output_files_that_cannot_be_written(tmp_path, monkeypatch):
     base = ("--model", "llama-7b", "--cluster", "h100x8")
-    assert "does not exist" in one_line_error(run("report", *base, "--out", "/nonexistent/r.html"))
-    assert "does not exist" in one_line_error(run("validate", "--write-docs", "/nonexistent/v.md"))
+    assert "does not exist" in one_line_error(run_cli("report", *base, "--out", "/nonexistent/r.html"))
+    assert "does not exist" in one_line_error(run_cli("validate", "--write-docs", "/nonexistent/v.md"))
     link = tmp_path / "r.html"
     link.symlink_to(tmp_path / "missing" / "target.html")
-    assert "symbolic link to a missing" in one_line_error(run("report", *base, "--out", link))
+    assert "symbolic link to a missing" in one_line_error(run_cli("report", *base, "--out", link))
     dlink = tmp_path / "outdir"
     dlink.symlink_to(tmp_path / "missing-dir")
-    assert "symbolic link to a missing" in one_line_error(run(*base, "--out", dlink))
+    assert "symbolic link to a missing" in one_line_error(run_cli(*base, "--out", dlink))
 
     import planner.emit as emit
 
@@ -286,14 +251,14 @@ def test_output_files_that_cannot_be_written(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(emit.os, "fsync", full_disk)
-    assert "No space left" in one_line_error(run("report", *base, "--out", tmp_path / "full.html"))
+    assert "No space left" in one_line_error(run_cli("report", *base, "--out", tmp_path / "full.html"))
     monkeypatch.undo()
 
     def read_only(*a, **k):  # as root a chmod'ed folder stays writable: simulate the EROFS of a read-only mount
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
     monkeypatch.setattr(emit.tempfile, "mkstemp", read_only)
-    assert "Read-only" in one_line_error(run("report", *base, "--out", tmp_path / "ro.html"))
+    assert "Read-only" in one_line_error(run_cli("report", *base, "--out", tmp_path / "ro.html"))
     monkeypatch.undo()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
@@ -317,7 +282,7 @@ RUN = {"id": "r1", "model": {"model_type": "llama", "hidden_size": 1024, "interm
 ])
 def test_runs_records_refused_one_line_each(tmp_path, change, match):
     text = yaml.safe_dump([RUN | change]).replace("'.nan'", ".nan")
-    err = one_line_error(run("validate", "--runs", write(tmp_path, "runs.yaml", text)))
+    err = one_line_error(run_cli("validate", "--runs", write(tmp_path, "runs.yaml", text)))
     assert match in err and "http" not in err, err
 
 
@@ -325,11 +290,11 @@ def test_runs_records_refused_one_line_each(tmp_path, change, match):
 
 
 def test_compare_exit_codes():
-    assert "unknown model" in one_line_error(run("compare", "--model", "nosuchmodel", "--cluster", "h100x8"))
-    assert "nosuch" in one_line_error(run("compare", "--model", "llama-7b", "--cluster", "nosuchx8"))
+    assert "unknown model" in one_line_error(run_cli("compare", "--model", "nosuchmodel", "--cluster", "h100x8"))
+    assert "nosuch" in one_line_error(run_cli("compare", "--model", "llama-7b", "--cluster", "nosuchx8"))
     for seq in ("--seq-len=-5", "--seq-len=0"):
-        assert "positive" in one_line_error(run("compare", "--model", "llama-7b", "--cluster", "h100x8", seq))
-    err = one_line_error(run("compare", "--model", "llama-70b", "--cluster", "h100x1"), code=3)
+        assert "positive" in one_line_error(run_cli("compare", "--model", "llama-7b", "--cluster", "h100x8", seq))
+    err = one_line_error(run_cli("compare", "--model", "llama-70b", "--cluster", "h100x1"), code=3)
     assert "Try more devices" in err  # the whole reason, not 60 characters of it
 
 
@@ -351,14 +316,14 @@ def test_compare_exit_codes():
     (["--optimizer-dtype", "bf16", "--zero", "0"], "distributed optimizer"),
 ])
 def test_impossible_or_ignored_pins_exit_2(args, match):
-    err = one_line_error(run("--model", "llama-7b", "--cluster", "h100x8", *args))
+    err = one_line_error(run_cli("--model", "llama-7b", "--cluster", "h100x8", *args))
     assert match in err, err
 
 
 def test_dtypes_no_launcher_runs():
-    assert "FP8 matmul units" in one_line_error(run("--model", "llama-7b", "--cluster", "a100x8", "--dtype", "fp8"))
-    assert "fp16" in one_line_error(run("--model", "llama-7b", "--cluster", "tpu-v5px8", "--dtype", "fp16"))
-    assert run("--model", "llama-7b", "--cluster", "h100x8", "--dtype", "fp8").exit_code == 0
+    assert "FP8 matmul units" in one_line_error(run_cli("--model", "llama-7b", "--cluster", "a100x8", "--dtype", "fp8"))
+    assert "fp16" in one_line_error(run_cli("--model", "llama-7b", "--cluster", "tpu-v5px8", "--dtype", "fp16"))
+    assert run_cli("--model", "llama-7b", "--cluster", "h100x8", "--dtype", "fp8").exit_code == 0
 
 
 def test_min_devices_keeps_cluster_file_settings(tmp_path):
@@ -368,27 +333,27 @@ def test_min_devices_keeps_cluster_file_settings(tmp_path):
     custom = h100 | {"id": "h100-custom", "aliases": (), "hbm_capacity_gib": 40.0}
     f = write(tmp_path, "c.yaml", yaml.safe_dump({"hardware": json.loads(json.dumps(custom)), "count": 64,
                                                   "devices_per_node": 4}))
-    r = run("--model", "llama-7b", "--cluster", f, "--min-devices", "--json")
+    r = run_cli("--model", "llama-7b", "--cluster", f, "--min-devices", "--json")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["cluster"]["hardware"] == "h100-custom" and doc["cluster"]["devices_per_node"] == 4
     assert doc["cluster"]["hbm_capacity_gib"] == 40.0 and doc["cluster"]["count"] % 4 == 0
     reused = write(tmp_path, "r.yaml", yaml.safe_dump({"hardware": json.loads(json.dumps(h100 | {"hbm_capacity_gib": 40.0})),
                                                        "count": 64}))
-    r = run("--model", "llama-7b", "--cluster", reused, "--min-devices", "--json")
+    r = run_cli("--model", "llama-7b", "--cluster", reused, "--min-devices", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["cluster"]["hbm_capacity_gib"] == 40.0
-    assert run("--model", "llama-7b", "--cluster", "h100x4").exit_code == 0
-    r = run("--model", "llama-7b", "--cluster", "h100x4", "--min-devices", "--json")
+    assert run_cli("--model", "llama-7b", "--cluster", "h100x4").exit_code == 0
+    r = run_cli("--model", "llama-7b", "--cluster", "h100x4", "--min-devices", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["cluster"]["count"] <= 4
 
 
 def test_json_never_prints_non_finite(tmp_path):
-    from planner.ui.cli import json_text
     from planner.errors import InputError
+    from planner.ui.jsondoc import dumps  # the one place JSON reaches stdout (sorted keys, checked finite)
 
     with pytest.raises(InputError, match=r"plans\.0\.mfu"):
-        json_text({"plans": [{"mfu": float("nan")}]})
-    r = run("--model", "llama-7b", "--cluster", "h100x8", "--json", "--tokens", "15T")
+        dumps({"plans": [{"mfu": float("nan")}]})
+    r = run_cli("--model", "llama-7b", "--cluster", "h100x8", "--json", "--tokens", "15T")
     assert r.exit_code == 0 and "NaN" not in r.stdout and "Infinity" not in r.stdout
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
 
@@ -399,24 +364,24 @@ def test_json_never_prints_non_finite(tmp_path):
 def test_usage_errors_are_one_line():
     for args in (["--bogus"], ["validate", "--bogus"], ["--model", "llama-7b", "--cluster", "h100x8", "--tp", "x"],
                  ["compare"]):
-        one_line_error(run(*args))
+        one_line_error(run_cli(*args))
 
 
 def test_pydantic_messages_have_no_url(tmp_path):
     f = write(tmp_path, "m.yaml", yaml.safe_dump({"name": "m", "num_layers": "many"}))
-    err = one_line_error(run("--model", f, "--cluster", "h100x8"))
+    err = one_line_error(run_cli("--model", f, "--cluster", "h100x8"))
     assert "http" not in err and "num_layers" in err
 
 
 def test_ansi_and_long_names_escaped_and_cut():
-    err = one_line_error(run("--model", "\x1b[31mred\x1b[0m\nsecond", "--cluster", "h100x8"))
+    err = one_line_error(run_cli("--model", "\x1b[31mred\x1b[0m\nsecond", "--cluster", "h100x8"))
     assert "\x1b" not in err and "\\x1b" in err
-    err = one_line_error(run("--model", "n" * 100_000, "--cluster", "h100x8"))
+    err = one_line_error(run_cli("--model", "n" * 100_000, "--cluster", "h100x8"))
     assert len(err) < 700
 
 
 def test_json_out_reports_not_written(tmp_path):
-    r = run("--model", "llama-7b", "--cluster", "h100x8", "--json", "--out", tmp_path / "o", "--emit", "megatron",
+    r = run_cli("--model", "llama-7b", "--cluster", "h100x8", "--json", "--out", tmp_path / "o", "--emit", "megatron",
             "--emit", "deepspeed", "--optimizer-dtype", "bf16")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)["out"]
@@ -462,8 +427,8 @@ YAML_BITS = st.sampled_from(["a: &x [1, 2]\n", "b: *x\n", "c: [*x, *x, *x]\n", "
 @given(st.lists(YAML_BITS, max_size=12), st.sampled_from([".yaml", ".json"]))
 def test_fuzz_reader_only_raises_input_errors(tmp_path_factory, bits, suffix):
     """Random YAML/JSON fragments, not from the repository: the reader returns data or one InputError line."""
-    from planner.errors import InputError
     from planner.catalog.files import read_structured_file
+    from planner.errors import InputError
 
     f = tmp_path_factory.mktemp("rd") / f"x{suffix}"
     f.write_text("".join(bits), encoding="utf-8")

@@ -7,18 +7,9 @@ import json
 
 import jsonschema
 import pytest
-from click.testing import CliRunner
+from support import run_cli
 
-from planner.ui.cli import main
 from planner.ui.jsondoc import SCHEMA_PATH, SCHEMA_VERSION, load_schema
-
-
-def run(*args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:  # click >= 8.2 always separates stderr
-        runner = CliRunner()
-    return runner.invoke(main, list(args), catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +20,7 @@ def validator():
 
 
 def valid_doc(validator, args, code=0):
-    r = run(*args)
+    r = run_cli(*args)
     assert r.exit_code == code, (r.exit_code, r.stderr)
     doc = json.loads(r.stdout)
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
@@ -40,8 +31,9 @@ def valid_doc(validator, args, code=0):
 
 def test_schema_ships_inside_the_package():
     assert SCHEMA_PATH.parent.parent.name == "ui" and SCHEMA_PATH.is_file()
-    import tomllib
     from pathlib import Path
+
+    import tomllib
     py = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert "planner" in py["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     assert any(d.startswith("jsonschema") for d in py["project"]["optional-dependencies"]["test"])

@@ -12,14 +12,14 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from consumers.scenarios import CANNOT, SCENARIOS, runs  # noqa: E402
+from consumers.scenarios import BY_NAME, CANNOT, SCENARIOS, run_id, run_keys, scenario_run  # noqa: E402
 
 from planner.ui.cli import main  # noqa: E402
 from planner.emit.capabilities import TARGETS, capabilities, launcher_errors, launchers_for  # noqa: E402
 from planner.catalog.hardware import parse_cluster  # noqa: E402
 from planner.catalog.models import load_model  # noqa: E402
 from planner.specs import ParallelPlan, TrainingSpec  # noqa: E402
-from testdata import HF_CONFIGS_DIR  # noqa: E402
+from support import HF_CONFIGS_DIR  # noqa: E402
 
 
 FILES = {"megatron": {"megatron_args.json", "launch_megatron.sh"},
@@ -38,9 +38,9 @@ def test_scenarios_cover_the_kinds():
     assert {s.kind for s in SCENARIOS} == {"dense", "moe", "long-context", "fp8", "tpu"}
 
 
-@pytest.mark.parametrize("run", runs(), ids=lambda r: r.id)
-def test_launcher_target_writes_its_files_or_says_why_not(run):
-    key = (run.scenario.name, run.launcher)
+@pytest.mark.parametrize("key", run_keys(), ids=lambda k: run_id(*k))
+def test_launcher_target_writes_its_files_or_says_why_not(key):
+    run = scenario_run(*key)
     if key in CANNOT:
         assert run.exit_code == 2 and not run.files
         return
@@ -59,10 +59,10 @@ def test_launcher_target_writes_its_files_or_says_why_not(run):
 
 
 def test_cannot_table_reasons_are_the_cli_errors():
-    by_key = {(r.scenario.name, r.launcher): r for r in runs()}
+    assert set(CANNOT) <= set(run_keys())
     for key, why in CANNOT.items():
-        res = _cli("--model", by_key[key].scenario.model, "--cluster", by_key[key].scenario.cluster,
-                   "--dtype", by_key[key].scenario.dtype, "--launcher", key[1])
+        sc = BY_NAME[key[0]]
+        res = _cli("--model", sc.model, "--cluster", sc.cluster, "--dtype", sc.dtype, "--launcher", key[1])
         assert res.exit_code == 2 and why.lower() in res.output.lower(), (key, res.output)
 
 

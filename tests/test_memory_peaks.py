@@ -25,11 +25,10 @@ import json
 import statistics
 
 import pytest
-from click.testing import CliRunner
+from support import run_cli
 
 from planner.analysis.validate import load_runs, validate_runs
 from planner.catalog.data import data_dir
-from planner.ui.cli import main
 
 RUN_FILES = sorted(data_dir("runs").glob("known_runs*.yaml"))
 MEMORY_FILE = data_dir("runs") / "known_runs_memory.yaml"
@@ -127,11 +126,7 @@ def test_dev_and_memory_rows_do_not_overlap():
 
 
 def test_cli_validate_reads_every_memory_row():
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:  # click >= 8.2 always separates stderr
-        runner = CliRunner()
-    r = runner.invoke(main, ["validate", "--runs", str(MEMORY_FILE), "--json"], catch_exceptions=False)
+    r = run_cli("validate", "--runs", MEMORY_FILE, "--json")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     ids = [run["id"] for run in load_runs(MEMORY_FILE)]

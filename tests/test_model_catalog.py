@@ -14,7 +14,7 @@ from planner.catalog.models import get_catalog_entry, get_model, list_models, lo
 from planner.names import normalise
 from planner.costmodel.params import count_params
 from planner.specs import ModelSpec
-from testdata import HF_CONFIG_FILES, MODELS_YAML, N_HF_CONFIGS
+from support import HF_CONFIG_FILES, MODELS_YAML, N_HF_CONFIGS
 
 SPEC_FILES = sorted(data_dir("model_specs").glob("*.yaml"))
 

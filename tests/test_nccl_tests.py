@@ -9,7 +9,7 @@ import pytest
 
 from planner.analysis.nccl_tests import fit_link, parse_nccl_tests, read_nccl_tests
 from planner.errors import InputError
-from testdata import NCCL_TESTS_DIR
+from support import NCCL_TESTS_DIR
 
 
 

@@ -1,12 +1,13 @@
-"""Same-job pairs of the development runs ordered as measured (planner.analysis.pairs)."""
+"""Same-job pairs of the development runs ordered as measured (tests/helpers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.analysis.pairs import job_key, ordering_rate, same_job_pairs, strict_job_key
 from planner.analysis.validate import load_runs, validate_runs
 from planner.catalog.data import data_dir
+
+from helpers import job_key, ordering_rate, same_job_pairs, strict_job_key
 
 FILES = ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml")
 

@@ -18,7 +18,7 @@ from planner.catalog.hf_import import from_hf_config
 from planner.catalog.models import get_catalog_entry, get_model, list_models
 from planner.costmodel.params import LayerParams, ParamCounts, count_params, layer_params
 from planner.specs import ModelSpec, MoESpec
-from testdata import MODELS_YAML
+from support import MODELS_YAML
 
 
 # models.yaml key -> (catalog name, computed_params as written in models.yaml)

@@ -210,6 +210,7 @@ def search_setups(draw):
     return Context(m, c, t)
 
 
+@pytest.mark.slow
 @FAST
 @given(search_setups(), st.data())
 def test_search_results_valid_and_best(ctx, data):

@@ -7,10 +7,10 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
-from click.testing import CliRunner
+from helpers import dominated_by_later
+from support import run_cli
 
-from planner.ui.cli import main
-from planner.search.ranking import TIE_BAND_REL, dominated_by_later, layout_key, rank, select
+from planner.search.ranking import TIE_BAND_REL, layout_key, rank, select
 from planner.specs import ParallelPlan
 
 
@@ -73,11 +73,7 @@ def test_select_distinct_layouts():
 
 
 def _run(*args):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    r = runner.invoke(main, list(args) + ["--json"], catch_exceptions=False)
+    r = run_cli(*args, "--json")
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
 

@@ -25,7 +25,7 @@ _browser = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_browser)
 chromium = _browser.chromium  # the fixture: Chromium or a skip (a failure under PLANNER_REQUIRE_CONSUMERS=1)
 
-MEASURE = r"""<script>
+MEASURE_JS = r"""
 (function(){
  function hit(a,b){return Math.min(a.right,b.right)-Math.max(a.left,b.left)>1
   &&Math.min(a.bottom,b.bottom)-Math.max(a.top,b.top)>1;}
@@ -48,7 +48,20 @@ MEASURE = r"""<script>
  }
  window.addEventListener('load',check);
 })();
-</script>"""
+"""
+
+
+def _with_measure(html: str) -> str:
+    """The page with the measuring script appended and allowed by its Content-Security-Policy (which lists the
+    hashes of the scripts it runs: the report's own one only)."""
+    import base64
+    import hashlib
+    import re
+
+    digest = base64.b64encode(hashlib.sha256(MEASURE_JS.encode()).digest()).decode()
+    html, n = re.subn(r"script-src ([^;\"]*)", lambda m: f"script-src {m.group(1)} 'sha256-{digest}'", html, count=1)
+    assert n == 1, "the report's CSP names its scripts"
+    return html.replace("</body>", f"<script>{MEASURE_JS}</script></body>")
 
 
 class _Body(HTMLParser):
@@ -72,7 +85,7 @@ def test_moe_labels_are_whole_at_1280px(chromium, tmp_path, model, cluster):
     # the layouts are MoE ones with long names (EP and ETP in the label)
     assert any(p["plan"]["ep"] > 1 for p in doc["plans"])
     page = tmp_path / "report.html"
-    page.write_text(html.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    page.write_text(_with_measure(html), encoding="utf-8")
     proc = _browser._run(chromium, tmp_path, "--dump-dom", page.as_uri(), window="1280,2600")
     assert proc.returncode == 0, proc.stderr[-2000:]
     body = _Body()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from click.testing import CliRunner
 
 import planner.search.engine
@@ -34,6 +35,7 @@ def _counting(monkeypatch) -> dict[str, int]:
     return calls
 
 
+@pytest.mark.slow
 def test_report_runs_one_search_with_the_plans_stage_solves(monkeypatch, tmp_path):
     calls = _counting(monkeypatch)
     r = CliRunner().invoke(main, ARGS + ["--json"])
@@ -51,6 +53,7 @@ def test_report_runs_one_search_with_the_plans_stage_solves(monkeypatch, tmp_pat
     assert f"{best['step_time_s']:.3g}" in page or f"{best['step_time_s']:.4g}" in page
 
 
+@pytest.mark.slow
 def test_stage_solves_is_its_own_setting(monkeypatch):
     calls = _counting(monkeypatch)
     ctx = Context(*build_inputs(PlanRequest(model="deepseek-v3", cluster="h100x1024", framework="megatron")))

@@ -34,6 +34,7 @@ def test_hsdp_candidates_for_fsdp():
         assert not plan_errors(ctx.model, ctx.train, 64, e.plan)
 
 
+@pytest.mark.slow
 def test_beam_matches_exhaustive_closely(monkeypatch):
     ctx = ctx_for("llama-70b", "h100x512", seq_len=8192, global_batch=512)
     full = search(ctx, SearchOptions(top_k=1))
@@ -59,6 +60,7 @@ def test_tp_fits_the_torus():
         assert r["tp"] in sizes
 
 
+@pytest.mark.slow
 def test_min_devices_is_minimal():
     model, cluster = get_model("llama-70b"), parse_cluster("h100x256")
     train = TrainingSpec(global_batch=512, seq_len=4096)

@@ -8,7 +8,7 @@ and ring context parallelism's merges. torchtitan's Dec 2024 H100 benchmark
 from __future__ import annotations
 
 import pytest
-from test_cli import assert_input_error, plan_json, run  # tests/ is on sys.path (rootdir conftest-less layout)
+from support import one_line_error, plan_json, run_cli
 
 from planner.analysis.validate import (
     infer_framework,
@@ -59,7 +59,7 @@ def test_compile_speedup_against_torchtitan_tables_1_and_3(devices, gbs, measure
 def test_compile_is_for_pytorch_native_stacks_only():
     with pytest.raises(ValueError, match="fuses its elementwise kernels"):
         TrainingSpec(global_batch=8, torch_compile=True)
-    assert_input_error(run("--model", "llama-3.1-8b", "--cluster", "h100x8", "--compile"))
+    one_line_error(run_cli("--model", "llama-3.1-8b", "--cluster", "h100x8", "--compile"))
     doc, _ = plan_json("--model", "llama-3.1-8b", "--cluster", "h100x8", "--framework", "fsdp", "--compile",
                        "--top", "1")
     eager, _ = plan_json("--model", "llama-3.1-8b", "--cluster", "h100x8", "--framework", "fsdp", "--top", "1")
@@ -170,7 +170,7 @@ def test_mxfp8_against_current_scaling_on_blackwell(model, cluster, plan, gbs, m
 def test_fp8_recipe_rules():
     with pytest.raises(ValueError, match="needs --dtype fp8"):
         TrainingSpec(global_batch=8, fp8_recipe="tensorwise")
-    err = assert_input_error(run("--model", "llama-3.1-8b", "--cluster", "h100x8", "--dtype", "fp8",
+    err = one_line_error(run_cli("--model", "llama-3.1-8b", "--cluster", "h100x8", "--dtype", "fp8",
                                  "--fp8-recipe", "mxfp8"))
     assert "Blackwell" in err
     doc, _ = plan_json("--model", "llama-3.1-8b", "--cluster", "b200x8", "--dtype", "fp8", "--fp8-recipe", "mxfp8",

@@ -86,6 +86,15 @@ def test_every_trait_is_set_with_its_source():
         assert not uncited, (path.name, uncited)
 
 
+def test_every_trait_is_read():
+    """Nothing declared that nothing reads: each cost or search trait is read outside planner/stacks (a trait whose
+    last reader goes is removed with it; a per-stack table elsewhere moves into the Stack instead)."""
+    text = "\n".join(p.read_text() for p in PLANNER.rglob("*.py") if STACK_DIR not in p.parents)
+    unread = [f.name for f in fields(Stack) if f.name not in ("name", "covers", "plan_rules")
+              and not re.search(rf"\.{f.name}\b", text)]
+    assert not unread, unread
+
+
 def _six_microbatch_plan() -> tuple:
     model, cluster = load_model("llama-3.1-8b"), parse_cluster("h100x4")
     plan = ParallelPlan(pp=4, vpp=2, schedule="interleaved", micro_batch=1)

@@ -23,6 +23,8 @@ from planner.costmodel.partition import stage_layer_counts
 from planner.search.stages import (StageAssignment, StageProblem, assign_stages, megatron_flags, stage_costs,
                             uniform_assignment)
 
+from helpers import uniform_stage_problem
+
 GB = 1e9
 
 LLAMA70 = dict(layer_time_s=0.031, layer_recompute_s=0.010, layer_act_bytes=0.57 * GB,
@@ -76,7 +78,7 @@ def _dp_optimum(p: StageProblem) -> float | None:
 
 
 def test_even_split_when_uniform_without_extras():
-    p = StageProblem.uniform(64, 8, layer_time_s=0.031, layer_recompute_s=0.010, layer_act_bytes=0.57 * GB,
+    p = uniform_stage_problem(64, 8, layer_time_s=0.031, layer_recompute_s=0.010, layer_act_bytes=0.57 * GB,
                              layer_act_bytes_recompute=0.034 * GB, layer_state_bytes=0.97 * GB, capacity_bytes=80 * GB)
     a = assign_stages(p)
     assert a is not None and a.optimal
@@ -91,7 +93,7 @@ def test_even_split_when_uniform_without_extras():
 
 def test_heavy_lm_head_61_layers_16_stages():
     # DeepSeek-V3-like, memory not binding: the LM head (1.5 layers of time) sits on the last stage
-    p = StageProblem.uniform(61, 16, layer_time_s=0.020, layer_recompute_s=0.007, layer_act_bytes=0.3 * GB,
+    p = uniform_stage_problem(61, 16, layer_time_s=0.020, layer_recompute_s=0.007, layer_act_bytes=0.3 * GB,
                              layer_act_bytes_recompute=0.015 * GB, layer_state_bytes=2.0 * GB,
                              first_extra_time_s=0.001, last_extra_time_s=0.030,
                              first_extra_bytes=1.2 * GB, last_extra_bytes=2.5 * GB, capacity_bytes=75 * GB)
@@ -115,7 +117,7 @@ def test_memory_tight_recomputes_first_stage_only():
     # activations, 10 * 0.97 + 8 * 10 * 0.57 + 1.18 = 56.5 GB; the last stage holds one (~18 GB).
     # Without recompute stage s fits at most 7, 8, 9, 10, 11, 11, 11, 11 layers: 78 < 80, so moving
     # layers back cannot avoid recompute (it would take 12 layers, 372 ms, somewhere)
-    p = StageProblem.uniform(80, 8, capacity_bytes=40 * GB, **LLAMA70)
+    p = uniform_stage_problem(80, 8, capacity_bytes=40 * GB, **LLAMA70)
     a, u = assign_stages(p), uniform_assignment(p)
     assert a is not None and u is not None and a.optimal
     _check(p, a)
@@ -125,34 +127,34 @@ def test_memory_tight_recomputes_first_stage_only():
     # the even split cannot fit without recomputing on the first stage either
     assert u.recompute_per_stage[0] > 0 and u.recompute_per_stage[-1] == 0
     # where recompute saves no memory, only moving layers helps: strictly slower (or infeasible)
-    useless = StageProblem.uniform(80, 8, capacity_bytes=40 * GB,
+    useless = uniform_stage_problem(80, 8, capacity_bytes=40 * GB,
                                    **{**LLAMA70, "layer_act_bytes_recompute": LLAMA70["layer_act_bytes"]})
     b = assign_stages(useless)
     assert b is None or b.slowest_stage_s > a.slowest_stage_s
     # with room to spare nothing is recomputed
-    roomy = assign_stages(StageProblem.uniform(80, 8, capacity_bytes=80 * GB, **LLAMA70))
+    roomy = assign_stages(uniform_stage_problem(80, 8, capacity_bytes=80 * GB, **LLAMA70))
     assert roomy is not None and sum(roomy.recompute_per_stage) == 0
 
 
 def test_uniform_recompute_is_one_count_for_every_stage():
-    p = StageProblem.uniform(80, 8, capacity_bytes=40 * GB, uniform_recompute=True, **LLAMA70)
+    p = uniform_stage_problem(80, 8, capacity_bytes=40 * GB, uniform_recompute=True, **LLAMA70)
     a = assign_stages(p)
     assert a is not None
     _check(p, a)
     rc = max(a.recompute_per_stage)
     assert rc > 0
     assert a.recompute_per_stage == tuple(min(rc, n) for n in a.layers_per_stage)
-    free = assign_stages(StageProblem.uniform(80, 8, capacity_bytes=40 * GB, **LLAMA70))
+    free = assign_stages(uniform_stage_problem(80, 8, capacity_bytes=40 * GB, **LLAMA70))
     assert free is not None and free.slowest_stage_s <= a.slowest_stage_s + 1e-12
 
 
 def test_infeasible_returns_none():
     # 80 layers of 0.97 GB states over 4 stages: 19.4 GB of states alone per stage > 16 GB
-    p = StageProblem.uniform(80, 4, capacity_bytes=16 * GB, **LLAMA70)
+    p = uniform_stage_problem(80, 4, capacity_bytes=16 * GB, **LLAMA70)
     assert assign_stages(p) is None
     assert uniform_assignment(p) is None
     # more stages than layers
-    assert assign_stages(StageProblem.uniform(4, 8, capacity_bytes=80 * GB, **LLAMA70)) is None
+    assert assign_stages(uniform_stage_problem(4, 8, capacity_bytes=80 * GB, **LLAMA70)) is None
 
 
 def test_non_uniform_layers_match_exhaustive_dp():
@@ -226,15 +228,16 @@ def test_megatron_flags():
     assert megatron_flags(mk([12])) == (None, None)
 
 
+@pytest.mark.slow
 def test_126_layers_16_stages_optimal_and_128_by_64_deterministic():
     # the budget is CP-SAT deterministic time (work units), so these outcomes do not depend on load:
     # 126 x 16 proves optimal well inside it; 128 x 64 does not, and its best-found split is the same
     # every solve and no slower than the default split
-    p = StageProblem.uniform(126, 16, capacity_bytes=60 * GB, **LLAMA70)
+    p = uniform_stage_problem(126, 16, capacity_bytes=60 * GB, **LLAMA70)
     a = assign_stages(p)
     assert a is not None and a.optimal
     _check(p, a)
-    q = StageProblem.uniform(128, 64, capacity_bytes=60 * GB, **LLAMA70)
+    q = uniform_stage_problem(128, 64, capacity_bytes=60 * GB, **LLAMA70)
     b, c = assign_stages(q, deterministic_time=0.3), assign_stages(q, deterministic_time=0.3)
     u = uniform_assignment(q)
     assert b is not None and u is not None and not b.optimal
@@ -252,9 +255,9 @@ def test_problem_validation():
     with pytest.raises(ValueError):
         StageProblem(4, 2, (0.1,) * 3, (0.1,) * 4, (1.0,) * 4, (1.0,) * 4, (1.0,) * 4, 0, 0, 0, 0, (2.0, 1.0), 10.0)
     with pytest.raises(ValueError):
-        StageProblem.uniform(4, 2, layer_time_s=0.1, layer_recompute_s=0.0, layer_act_bytes=1.0,
+        uniform_stage_problem(4, 2, layer_time_s=0.1, layer_recompute_s=0.0, layer_act_bytes=1.0,
                              layer_act_bytes_recompute=1.0, layer_state_bytes=1.0, capacity_bytes=10.0,
                              inflight=(1.0,))
     with pytest.raises(ValueError):
-        StageProblem.uniform(4, 2, layer_time_s=-0.1, layer_recompute_s=0.0, layer_act_bytes=1.0,
+        uniform_stage_problem(4, 2, layer_time_s=-0.1, layer_recompute_s=0.0, layer_act_bytes=1.0,
                              layer_act_bytes_recompute=1.0, layer_state_bytes=1.0, capacity_bytes=10.0)

@@ -7,9 +7,7 @@ import json
 import re
 
 import pytest
-from click.testing import CliRunner
-
-from planner.ui.cli import main
+from support import run_cli
 
 CASES = [
     ("--model", "llama-70b", "--cluster", "a100x64", "--tokens", "15T", "--price-per-device-hour", "2.5",
@@ -22,12 +20,7 @@ CASES = [
 
 
 def run(args, width=None):
-    try:
-        runner = CliRunner(mix_stderr=False)
-    except TypeError:
-        runner = CliRunner()
-    env = {"COLUMNS": str(width)} if width else {}
-    r = runner.invoke(main, list(args), env=env, catch_exceptions=False)
+    r = run_cli(*args, env={"COLUMNS": str(width)} if width else None)
     assert r.exit_code == 0, r.stderr
     return r.stdout
 
@@ -59,7 +52,7 @@ def number(cell: str) -> float:
     return float(cell.rstrip("%!").replace(",", "").split("/")[0])
 
 
-@pytest.fixture(scope="module", params=range(len(CASES)))
+@pytest.fixture(scope="module", params=[0, pytest.param(1, marks=pytest.mark.slow), 2])  # 1: a large search
 def case(request):
     args = CASES[request.param]
     return args, json.loads(run(args + ("--json",)))

@@ -11,16 +11,15 @@ from hypothesis import strategies as st
 from planner.errors import InputError
 from planner.analysis.timeline import (
     Event,
-    analytic_bubble_fraction,
-    bubble_fraction,
     busy_s,
     idle_intervals,
     makespan_s,
     peak_in_flight,
-    pipeline_events,
     schedule_events,
     stage_orders,
 )
+
+from helpers import analytic_bubble_fraction, bubble_fraction
 
 F, B = 2.0, 4.0  # seconds per micro-batch per stage (backward = 2 x forward)
 
@@ -206,16 +205,11 @@ def test_idle_intervals_sum_to_the_bubble():
     assert gaps[3][-1] == pytest.approx((span - 3 * B, span))
 
 
-def test_pipeline_events_from_json_block():
-    block = {"pp": 4, "vpp": 1, "num_microbatches": 8, "schedule": "1f1b",
-             "fwd_s_per_microbatch": [2.0, 2.0, 2.0, 2.0], "bwd_s_per_microbatch": [4.0, 4.0, 4.0, 4.0]}
-    ev = pipeline_events(block)
+def test_per_stage_times_and_the_no_pipeline_schedule():
+    ev = schedule_events(4, 1, 8, "1f1b", [2.0, 2.0, 2.0, 2.0], [4.0, 4.0, 4.0, 4.0])
     assert makespan_s(ev) == pytest.approx(66.0)
-    with pytest.raises(InputError):
-        pipeline_events({"pp": 4})
     # the cost model labels a plan without pipelining schedule "none"
-    one = pipeline_events({"pp": 1, "vpp": 1, "num_microbatches": 4, "schedule": "none",
-                           "fwd_s_per_microbatch": [1.0], "bwd_s_per_microbatch": [2.0]})
+    one = schedule_events(1, 1, 4, "none", [1.0], [2.0])
     assert makespan_s(one) == pytest.approx(12.0) and bubble_fraction(one) == 0.0
     with pytest.raises(InputError):
         schedule_events(4, 1, 8, "none", F, B)

@@ -4,18 +4,23 @@ tpu-recipes logs on v4, v5e, v5p, v6e)."""
 from __future__ import annotations
 
 import statistics
+from functools import cache
 
 import pytest
 
-from planner.catalog.data import data_dir
 from planner.analysis.validate import load_runs, run_inputs, tpu_slices, validate_runs
+from planner.catalog.data import data_dir
 
-RUNS = load_runs(data_dir("runs") / "known_runs_tpu_dev.yaml")
+
+@cache
+def tpu_runs() -> list[dict]:
+    """The TPU development runs, parsed once when a test first asks (not at collection)."""
+    return load_runs(data_dir("runs") / "known_runs_tpu_dev.yaml")
 
 
 @pytest.fixture(scope="module")
 def result():
-    return validate_runs(RUNS)
+    return validate_runs(tpu_runs())
 
 
 def test_every_tpu_run_is_scored(result):
@@ -31,7 +36,7 @@ def test_tpu_step_time_targets(result):
 
 
 def _run(rid):
-    return next(r for r in RUNS if r["id"] == rid)
+    return next(r for r in tpu_runs() if r["id"] == rid)
 
 
 def test_multislice_runs_are_hsdp_over_dcn():

@@ -27,7 +27,9 @@ import pytest
 from planner.catalog.hf_import import from_hf_config
 from planner.catalog.models import load_model_catalog
 from planner.costmodel.params import count_params, layer_params
-from testdata import HF_CONFIG_FILES, N_HF_CONFIGS
+from support import HF_CONFIG_FILES, N_HF_CONFIGS
+
+pytestmark = pytest.mark.consumers  # real transformers models (the `validate` extra), as the consumer tests
 
 HF_FILES = HF_CONFIG_FILES  # tests/data/reference/hf_configs: copies of shared/reference/hf_configs
 

@@ -1,26 +1,31 @@
 """The cost model against published, measured runs (runs/known_runs_dev.yaml, copied with citations
 from the project's reference data)."""
 
+from functools import cache
 from pathlib import Path
 
 import pytest
 
-from planner.catalog.data import data_dir
 from planner.analysis.validate import load_runs, predict_run, search_quality, summarise, validate_runs
+from planner.catalog.data import data_dir
 
-RUNS = load_runs(data_dir("runs") / "known_runs_dev.yaml")
+
+@cache
+def dev_runs() -> list[dict]:
+    """The GPU development runs, parsed once when a test first asks (not at collection)."""
+    return load_runs(data_dir("runs") / "known_runs_dev.yaml")
 
 
 @pytest.fixture(scope="module")
 def result():
-    return validate_runs(RUNS)
+    return validate_runs(dev_runs())
 
 
 def test_every_run_is_predicted(result):
-    assert len(result["runs"]) == len(RUNS) == 75
+    assert len(result["runs"]) == len(dev_runs()) == 75
     for r in result["runs"]:
         assert r["step_time_s"] > 0 and r["peak_memory_gib"] > 0
-    for run, row in zip(RUNS, result["runs"]):
+    for run, row in zip(dev_runs(), result["runs"]):
         pub = {k: v for k, v in (run["plan"] or {}).items() if v is not None}
         for key, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("ep", "ep"), ("vpp", "vpp"),
                           ("micro_batch", "micro_batch"), ("zero_stage", "zero_stage"), ("recompute", "recompute")):
@@ -68,9 +73,9 @@ def test_pre_2022_stacks_recompute_every_layer_or_none(result):
 def test_recipe_precision_from_the_cited_config(result):
     from planner.analysis.validate import infer_precision
 
-    run = next(r for r in RUNS if r["id"] == "dgxc-nemotron4-340b-bf16-128xh100")
+    run = next(r for r in dev_runs() if r["id"] == "dgxc-nemotron4-340b-bf16-128xh100")
     assert infer_precision(run) == {"grad_dtype": "bf16", "optimizer_dtype": "bf16"}
-    assert infer_precision(next(r for r in RUNS if r["id"].startswith("torchtitan"))) == {}
+    assert infer_precision(next(r for r in dev_runs() if r["id"].startswith("torchtitan"))) == {}
     # with the recipe's bf16 grads and moments the published plan fits without recompute, as it ran
     row = _row(result, "dgxc-nemotron4-340b-bf16-128xh100")
     assert row["fits"] and row["plan"]["recompute"] in ("none", "selective")
@@ -83,7 +88,7 @@ def test_nothing_fits_scores_the_plan_closest_to_fitting(result):
     # smallest-memory plan (full recompute; the run leaves recompute unpublished) and flagged as not fitting
     import copy
     assert _row(result, "sc21-t2-zero3-529.6b-640gpu")["fits"]
-    run = copy.deepcopy(next(r for r in RUNS if r["id"] == "sc21-t2-zero3-529.6b-640gpu"))
+    run = copy.deepcopy(next(r for r in dev_runs() if r["id"] == "sc21-t2-zero3-529.6b-640gpu"))
     run["id"], run["devices"], run["train"]["global_batch"], run["plan"]["dp"] = "zero3-480", 480, 1920, 480
     assert run["plan"]["recompute"] is None
     row = validate_runs([run])["runs"][0]
@@ -95,9 +100,9 @@ def test_legacy_deepspeed_zero3_only_for_2021_deepspeed_runs(result):
     # gathers, all-reduced gradients. Their Megatron rows and every later run are unaffected.
     from planner.analysis.validate import infer_framework, infer_legacy_deepspeed_zero3, stack_date
 
-    legacy = {r["id"] for r in RUNS if infer_legacy_deepspeed_zero3(r, infer_framework(r))}
-    assert legacy == {r["id"] for r in RUNS if r["id"].startswith("sc21-t2-zero3")} and len(legacy) == 4
-    assert stack_date(next(r for r in RUNS if r["id"].startswith("sc21-t2-zero3"))) == (2021, 4)
+    legacy = {r["id"] for r in dev_runs() if infer_legacy_deepspeed_zero3(r, infer_framework(r))}
+    assert legacy == {r["id"] for r in dev_runs() if r["id"].startswith("sc21-t2-zero3")} and len(legacy) == 4
+    assert stack_date(next(r for r in dev_runs() if r["id"].startswith("sc21-t2-zero3"))) == (2021, 4)
     modern = {"id": "x", "source": "DeepSpeed ZeRO-3 blog, 2023"}
     assert not infer_legacy_deepspeed_zero3(modern, "deepspeed")
     for rid in legacy:
@@ -152,7 +157,7 @@ def test_dev_run_step_time_targets(result):
 def test_search_finds_published_plan_or_better(run_id):
     """Issue 4 quality: the unconstrained search finds a plan at least as fast as the published one by
     its own model, and the published plan ranks near the top (experts tuned it)."""
-    run = next(r for r in RUNS if r["id"] == run_id)
+    run = next(r for r in dev_runs() if r["id"] == run_id)
     q = search_quality(run)
     assert q["published_fits"]
     assert q["best_step_s"] <= q["published_step_s"] * (1 + 1e-9)
@@ -190,7 +195,7 @@ def test_bad_runs_file(tmp_path):
 @pytest.fixture(scope="module")
 def quality():
     """search_quality of every run whose layout is published (the slow part: three searches a run)."""
-    return [q for r in RUNS if (q := search_quality(r))]
+    return [q for r in dev_runs() if (q := search_quality(r))]
 
 
 @pytest.mark.slow

@@ -198,30 +198,35 @@ class FitResult:
 
 
 def fit_compute(prepared: list[PreparedRun], hw: HardwareSpec, params: tuple[Param, ...] | None = None) -> HardwareSpec:
-    """Least squares (scipy) on log(predicted / measured) over the sensitive params."""
-    import numpy as np
-    from scipy.optimize import least_squares
+    """Least squares on log(predicted / measured) over the sensitive params (planner.analysis.fit, the one
+    fitter): log-scaled, an additive overhead in units of the median measured step."""
+    from planner.analysis.fit import FitParam, least_squares_fit
 
     params = _sensitive(prepared, hw, params if params is not None else compute_params(hw))
     if not params or not prepared:
         return hw
     med = statistics.median(r.measured_s for r in prepared)
 
-    def unpack(x):
-        return {p.name: (p.lo + x[i] * med if p.additive else math.exp(x[i])) for i, p in enumerate(params)}
-
-    def resid(x):
+    def resid(values: dict[str, float]) -> list[float]:
         try:
-            return np.array(log_errors(prepared, with_values(hw, unpack(x))))
+            return log_errors(prepared, with_values(hw, values))
         except ValueError:  # a trial value outside a profile field's range
-            return np.full(len(prepared), 10.0)
+            return [10.0] * len(prepared)
 
-    x0 = [((get_value(hw, p) - p.lo) / med if p.additive else math.log(get_value(hw, p))) for p in params]
-    lo = [0.0 if p.additive else math.log(p.lo) for p in params]
-    hi = [(p.hi - p.lo) / med if p.additive else math.log(p.hi) for p in params]
-    x0 = [min(max(v, a + 1e-9), b - 1e-9) for v, a, b in zip(x0, lo, hi, strict=True)]
-    sol = least_squares(resid, x0, bounds=(lo, hi), x_scale=1.0, diff_step=1e-3)
-    return with_values(hw, unpack(sol.x))
+    fit_params = [FitParam(p.name, p.lo, p.hi, p.additive, med if p.additive else 1.0) for p in params]
+    return with_values(hw, least_squares_fit(resid, fit_params, {p.name: get_value(hw, p) for p in params}))
+
+
+MAX_FOLDS = 10  # held-out errors from at most 10 fits: leave-one-out up to 10 runs, 10-fold beyond (bounded work)
+MAX_RUNS = 100  # a calibration fits 4 constants; 100 runs take ~1 min on the project machine (docs/performance.md)
+
+
+def folds(n: int) -> list[list[int]]:
+    """Run indices held out together: each run alone up to MAX_FOLDS runs (leave-one-out), else run i in fold
+    i mod MAX_FOLDS, so the cross-validation costs at most MAX_FOLDS fits whatever the run count (it was
+    n fits of n runs each: O(n^2), 30 runs 23.5 s, issue 26 item 9)."""
+    k = min(n, MAX_FOLDS)
+    return [list(range(j, n, k)) for j in range(k)]
 
 
 def calibrate(prepared: list[PreparedRun], hw: HardwareSpec, leave_one_out: bool = True) -> FitResult:
@@ -231,11 +236,17 @@ def calibrate(prepared: list[PreparedRun], hw: HardwareSpec, leave_one_out: bool
     params = compute_params(hw)
     moved = {p.name: (get_value(hw, p), get_value(fitted_hw, p)) for p in params
              if get_value(hw, p) != get_value(fitted_hw, p)}
-    loo = []
+    loo = [0.0] * len(prepared)
     if leave_one_out and len(prepared) >= 3:
-        for i, run in enumerate(prepared):
-            rest = prepared[:i] + prepared[i + 1:]
-            loo.append(run.predict(fit_compute(rest, hw)) / run.measured_s - 1.0)
+        from planner.analysis.fit import leave_group_out
+
+        k = min(len(prepared), MAX_FOLDS)  # run i is held out with the others of fold i mod k (folds())
+        held_out = leave_group_out(  # each run predicted by a fit without its fold
+            list(enumerate(prepared)), lambda ir: ir[0] % k, lambda rest: fit_compute([r for _, r in rest], hw),
+            lambda held, fitted: {i: r.predict(fitted) / r.measured_s - 1.0 for i, r in held})
+        loo = [held_out[i] for i in range(len(prepared))]
+    else:
+        loo = []
     return FitResult(fitted_hw, moved, before, after, loo, [p.name for p in params if p.name not in moved])
 
 
@@ -322,7 +333,12 @@ def run_calibration(runs: list[dict], tables: list, runs_name: str, source: str)
     """Prepare the runs, fit the links of the nccl-tests tables (planner.analysis.nccl_tests.NcclTable) and
     the compute constants; every bad value is an InputError (one line) or a skipped run with its reason."""
     from planner.analysis.nccl_tests import fit_link
+    from planner.analysis.validate import check_runs
 
+    runs = check_runs(runs, runs_name)  # the runs schema (load_runs already did for a file: cheap to repeat)
+    if len(runs) > MAX_RUNS:  # refused before any work
+        raise InputError(f"{runs_name}: {len(runs):,} runs, over the {MAX_RUNS} plan calibrate takes (it fits 4 "
+                         f"constants; the work grows with the runs): give at most {MAX_RUNS} runs of one accelerator")
     prepared, skipped = prepare_runs(runs)
     if not prepared:
         first = "; ".join(s["id"] + ": " + s["reason"] for s in skipped[:2])

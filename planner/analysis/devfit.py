@@ -13,10 +13,11 @@
   with the held-out source. Each run's plan is the one plan validate scores with the shipped constants
   and stays fixed during the refits.
 
-Relation to planner.analysis.fit (the fitting core of `plan calibrate`): the constants
-are set through its `calibrated` context manager; `loso` differs from `fit.leave_one_out(by_group=True)` in
-grouping by publication (bands.source_key, not the full citation) and in setting unidentifiable constants
-to NO_EFFECT instead of the shipped values.
+Fitting is planner.analysis.fit's (the one fitter, also `plan calibrate`'s): `least_squares_fit` for the
+GPU refit (soft-L1 loss) and, through calibrate.fit_compute, the TPU ceilings; `leave_group_out` for LOSO,
+grouped by publication (bands.source_key), with unidentifiable constants at NO_EFFECT instead of the shipped
+values. The constants are set through fit's `calibrated` context manager. GPU_CONSTANTS below is the one table
+of their fitting bounds (benchmarks/fit_calibration.py reads it).
 """
 
 from __future__ import annotations
@@ -78,22 +79,15 @@ def _identifiable(runs: list[c.PreparedRun], names: list[str]) -> list[str]:
 
 
 def fit_gpu(runs: list[c.PreparedRun]) -> dict[str, float]:
-    """Least squares over the GPU constants the runs can move; the others at NO_EFFECT."""
-    from scipy.optimize import least_squares
+    """Robust least squares (planner.analysis.fit, the one fitter) over the GPU constants the runs can move, in
+    log space within GPU_CONSTANTS' bounds; the others at NO_EFFECT."""
+    from planner.analysis.fit import FitParam, least_squares_fit
 
     names = _identifiable(runs, list(GPU_CONSTANTS))
     fixed = {n: GPU_CONSTANTS[n][2] for n in GPU_CONSTANTS if n not in names}
-    x0 = [math.log(getattr(cal, n)) for n in names]
-    lo = [math.log(GPU_CONSTANTS[n][0]) for n in names]
-    hi = [math.log(GPU_CONSTANTS[n][1]) for n in names]
-    x0 = [min(max(x, a + 1e-6), b - 1e-6) for x, a, b in zip(x0, lo, hi, strict=True)]
-
-    def resid(x):
-        return _log_errs(runs, fixed | {n: math.exp(v) for n, v in zip(names, x, strict=True)})
-
-    sol = (least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3, loss=ROBUST_LOSS, f_scale=ROBUST_SCALE)
-           if names else None)
-    return fixed | ({n: math.exp(v) for n, v in zip(names, sol.x, strict=True)} if sol is not None else {})
+    params = [FitParam(n, GPU_CONSTANTS[n][0], GPU_CONSTANTS[n][1]) for n in names]
+    return fixed | least_squares_fit(lambda v: _log_errs(runs, fixed | v), params, {n: getattr(cal, n) for n in names},
+                                     loss=ROBUST_LOSS, f_scale=ROBUST_SCALE)
 
 
 def fit_tpu(runs: list[c.PreparedRun], fallback_from: list[c.PreparedRun] | None = None) -> dict[str, float]:
@@ -114,19 +108,18 @@ def predict_tpu(run: c.PreparedRun, effs: dict[str, float]) -> float:
 
 
 def loso(runs: list[c.PreparedRun], sources: dict[str, str], tpu: bool) -> dict[str, float]:
-    """run id -> predicted/measured - 1 when its source was left out of the fit."""
-    out: dict[str, float] = {}
-    for src in sorted(set(sources.values())):
-        train = [r for r in runs if sources[r.id] != src]
-        test = [r for r in runs if sources[r.id] == src]
-        if tpu:
-            effs = fit_tpu(train)
-            out |= {r.id: predict_tpu(r, effs) / r.measured_s - 1 for r in test}
-        else:
-            values = fit_gpu(train)
-            with constants(values):
-                out |= {r.id: r.predict(r.cluster.hardware) / r.measured_s - 1 for r in test}
-    return out
+    """run id -> predicted/measured - 1 when its source was left out of the fit (planner.analysis.fit's
+    leave_group_out, grouped by publication)."""
+    from planner.analysis.fit import leave_group_out
+
+    def predict_gpu(test: list[c.PreparedRun], values: dict[str, float]) -> dict[str, float]:
+        with constants(values):
+            return {r.id: r.predict(r.cluster.hardware) / r.measured_s - 1 for r in test}
+
+    if tpu:
+        return leave_group_out(runs, lambda r: sources[r.id], fit_tpu,
+                               lambda test, effs: {r.id: predict_tpu(r, effs) / r.measured_s - 1 for r in test})
+    return leave_group_out(runs, lambda r: sources[r.id], fit_gpu, predict_gpu)
 
 
 def _stats(errs: list[float]) -> str:

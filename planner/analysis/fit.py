@@ -1,4 +1,10 @@
-"""Refit calibration constants to measured step times (scipy least squares on log error).
+"""Refit calibration constants to measured step times (scipy least squares on log error): the one fitter.
+
+`least_squares_fit` (bounded trust-region least squares over log-scaled or additive parameters) and
+`leave_group_out` (refit without each group, predict it) are the core every fit of the project calls: the
+development-run refit and its leave-one-source-out (planner.analysis.devfit), `plan calibrate` and its
+leave-one-out (planner.analysis.calibrate), and the constant refit below (benchmarks/fit_calibration.py). The
+fitting bounds of the dev-fitted constants live in one table, planner.analysis.devfit.GPU_CONSTANTS.
 
 The project's constants (planner.calibration) were fitted on the development runs; this module makes
 that fit reproducible: `fit_constants(runs, names, bounds)` minimises sum_i log(predicted_i /
@@ -21,6 +27,58 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class FitParam:
+    """One fitted quantity: fitted in log space between lo and hi, or (additive: an overhead that may be 0)
+    linearly, as (value - lo) / unit."""
+
+    name: str
+    lo: float
+    hi: float
+    additive: bool = False
+    unit: float = 1.0
+
+    def to_x(self, v: float) -> float:
+        return (v - self.lo) / self.unit if self.additive else math.log(v)
+
+    def from_x(self, x: float) -> float:
+        return self.lo + x * self.unit if self.additive else math.exp(x)
+
+    @property
+    def x_bounds(self) -> tuple[float, float]:
+        return (0.0, (self.hi - self.lo) / self.unit) if self.additive else (math.log(self.lo), math.log(self.hi))
+
+
+def least_squares_fit(resid: Callable[[dict[str, float]], Sequence[float]], params: Sequence[FitParam],
+                      start: Mapping[str, float], loss: str = "linear", f_scale: float = 1.0) -> dict[str, float]:
+    """The values of `params` minimising sum rho(resid(values)^2) (scipy.optimize.least_squares, 'trf', bounded,
+    diff_step 1e-3), starting from `start` moved just inside the bounds. `loss`: scipy's ("soft_l1": robust)."""
+    from scipy.optimize import least_squares
+
+    if not params:
+        return {}
+    lo, hi = zip(*(p.x_bounds for p in params), strict=True)
+    x0 = [min(max(p.to_x(start[p.name]), a + 1e-9), b - 1e-9) for p, a, b in zip(params, lo, hi, strict=True)]
+
+    def unpack(x) -> dict[str, float]:
+        return {p.name: p.from_x(float(v)) for p, v in zip(params, x, strict=True)}
+
+    sol = least_squares(lambda x: resid(unpack(x)), x0, bounds=(lo, hi), x_scale=1.0, diff_step=1e-3, loss=loss,
+                        f_scale=f_scale)
+    return unpack(sol.x)
+
+
+def leave_group_out(items: Sequence[Any], group_of: Callable[[Any], Any], fit: Callable[[list], Any],
+                    predict: Callable[[list, Any], dict]) -> dict:
+    """Out-of-sample predictions: for every group (sorted), `fit` on the other items and `predict` the group's
+    with that fit. `predict(held, fitted)` returns {key: value}; the union is returned."""
+    out: dict = {}
+    for g in sorted({group_of(i) for i in items}):
+        held = [i for i in items if group_of(i) == g]
+        out |= predict(held, fit([i for i in items if group_of(i) != g]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -113,35 +171,28 @@ def log_errors(cases: Sequence[RunCase], names: Sequence[str], x: Sequence[float
 def fit_constants(cases: Sequence[RunCase], names: Sequence[str], bounds: Sequence[tuple[float, float]],
                   x0: Sequence[float] | None = None,
                   predict: Callable[[RunCase], float] = predict_step_s) -> FitResult:
-    """Least squares on log step-time error over the cases (scipy.optimize.least_squares, 'trf', bounded).
-    Starts from the current constants (or x0), clipped into the bounds."""
-    from scipy.optimize import least_squares
-
+    """Least squares on log step-time error over the cases (least_squares_fit: log-scaled constants, additive
+    where the lower bound is 0). Starts from the current constants (or x0), clipped into the bounds."""
     cal = _calibration_module()
     initial = tuple(float(getattr(cal, n)) for n in names)
-    lo, hi = [b[0] for b in bounds], [b[1] for b in bounds]
-    start = [min(max(v, a), b) for v, a, b in zip(x0 or initial, lo, hi, strict=True)]
-    fun = lambda x: log_errors(cases, names, x, predict)  # noqa: E731
-    res = least_squares(fun, start, bounds=(lo, hi), method="trf", diff_step=1e-3, xtol=1e-10, ftol=1e-10)
-    values = tuple(float(v) for v in res.x)
-    return FitResult(tuple(names), initial, values, tuple(fun(values)), tuple(fun(initial)), bool(res.success),
-                     str(res.message))
+    params = [FitParam(n, lo, hi, additive=lo <= 0) for n, (lo, hi) in zip(names, bounds, strict=True)]
+    fitted = least_squares_fit(lambda v: log_errors(cases, names, [v[n] for n in names], predict), params,
+                               dict(zip(names, x0 or initial, strict=True)))
+    values = tuple(fitted[n] for n in names)
+    errs = tuple(log_errors(cases, names, values, predict))
+    return FitResult(tuple(names), initial, values, errs, tuple(log_errors(cases, names, initial, predict)),
+                     True, "least_squares_fit")
 
 
 def leave_one_out(cases: Sequence[RunCase], names: Sequence[str], bounds: Sequence[tuple[float, float]],
                   by_group: bool = False, start: Sequence[float] | None = None,
                   predict: Callable[[RunCase], float] = predict_step_s) -> dict[str, float]:
     """Out-of-sample log error of every case: refit without it (or without its whole group, the
-    run's source) from `start`, then predict it. Returns {case id: log error}."""
-    units = sorted({c.group for c in cases}) if by_group else [c.id for c in cases]
-    out: dict[str, float] = {}
-    for u in units:
-        held = [c for c in cases if (c.group if by_group else c.id) == u]
-        rest = [c for c in cases if c not in held]
-        fit = fit_constants(rest, names, bounds, x0=start, predict=predict)
-        for c, e in zip(held, log_errors(held, names, fit.values, predict), strict=True):
-            out[c.id] = e
-    return out
+    run's source) from `start`, then predict it (leave_group_out). Returns {case id: log error}."""
+    return leave_group_out(
+        cases, (lambda c: c.group) if by_group else (lambda c: c.id),
+        lambda rest: fit_constants(rest, names, bounds, x0=start, predict=predict).values,
+        lambda held, values: dict(zip((c.id for c in held), log_errors(held, names, values, predict), strict=True)))
 
 
 def summary(log_errs: Sequence[float]) -> dict[str, float]:

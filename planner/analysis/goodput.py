@@ -120,15 +120,6 @@ def training_seconds(total_tokens: float, tokens_per_s_per_device: float, device
     return total_tokens / (tps * n)
 
 
-def training_seconds_from_steps(total_tokens: float, step_time_s: float, tokens_per_step: float) -> float:
-    """Failure-free wall-clock seconds from the step time: whole optimizer steps, rounded up."""
-    total_tokens = _positive("total_tokens", total_tokens)
-    step_time_s = _positive("step_time_s", step_time_s)
-    tokens_per_step = _positive("tokens_per_step", tokens_per_step)
-    # steps = ceil(tokens / (global_batch * seq_len)); time = steps * step time
-    return math.ceil(total_tokens / tokens_per_step) * step_time_s
-
-
 def device_hours(wall_s: float, devices: int) -> float:
     """Device-hours consumed by `devices` devices held for `wall_s` seconds."""
     # device-hours = N * wall-clock hours  (definition)

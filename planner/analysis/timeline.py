@@ -290,24 +290,6 @@ def schedule_events(
     return events
 
 
-def pipeline_events(pipeline: dict, **kwargs) -> list[Event]:
-    """`schedule_events` from a plan's "pipeline" block of the `--json` schema."""
-    try:
-        return schedule_events(
-            int(pipeline.get("pp", 1)),
-            int(pipeline.get("vpp", 1)),
-            int(pipeline["num_microbatches"]),
-            str(pipeline.get("schedule", "1f1b")),
-            pipeline["fwd_s_per_microbatch"],
-            pipeline["bwd_s_per_microbatch"],
-            **kwargs,
-        )
-    except KeyError as e:
-        raise InputError(f"pipeline block has no {e.args[0]!r}") from None
-    except (TypeError, ValueError) as e:
-        raise InputError(f"malformed pipeline block: {e}") from None
-
-
 # ---------------------------------------------------------------------------------------------
 # Measurements on events
 # ---------------------------------------------------------------------------------------------
@@ -350,20 +332,6 @@ def idle_intervals(events: Sequence[Event], pp: int | None = None) -> list[list[
             mine.append((t, span_end))
         gaps.append(mine)
     return gaps
-
-
-def bubble_fraction(events: Sequence[Event]) -> float:
-    """Idle time over compute time, summed over stages (Narayanan et al. 2021's t_pb / t_id).
-
-    For uniform stages this is the familiar (pp-1)/m for GPipe and 1F1B, (pp-1)/(vpp*m) for
-    interleaved 1F1B.
-    """
-    busy = busy_s(events)
-    total_busy = sum(busy)
-    if total_busy <= 0:
-        return 0.0
-    span = makespan_s(events)
-    return (span * len(busy) - total_busy) / total_busy
 
 
 def critical_bubble_s(events: Sequence[Event], pp: int | None = None) -> float:
@@ -444,17 +412,3 @@ def peak_in_flight(events: Sequence[Event], pp: int | None = None) -> list[int]:
             peak = max(peak, cur)
         peaks.append(peak)
     return peaks
-
-
-def analytic_bubble_fraction(pp: int, vpp: int, num_microbatches: int, schedule: str, *,
-                             w_fraction: float = 0.5, fwd_bwd_ratio: float = 0.5) -> float:
-    """Closed-form bubble fraction for uniform stages, to check the simulation against.
-
-    gpipe / 1f1b: (p-1)/m and interleaved: (p-1)/(v m) (Narayanan et al. 2021, sec. 2.2);
-    zb (ZB-H1): (p-1)(F+B-W) / (m (F+B+W)) (Qi et al. 2023, sec. 3), with F = fwd_bwd_ratio * bwd.
-    """
-    pp, vpp, m, schedule = _check(pp, vpp, num_microbatches, schedule)
-    if schedule == "zb":
-        f, b, w = fwd_bwd_ratio, 1.0 - w_fraction, w_fraction
-        return (pp - 1) * (f + b - w) / (m * (f + b + w))
-    return (pp - 1) / (vpp * m)

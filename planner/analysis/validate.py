@@ -33,6 +33,18 @@ from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.stacks import traits
 
 
+def runs_on_tpu(run: dict) -> bool:
+    """The run's accelerator is a TPU (HardwareSpec.is_tpu of the catalog entry its `hardware` names, alias or id);
+    an unknown accelerator is not (plan validate reports it when it builds the run)."""
+    from planner.catalog.hardware import get_hardware
+    from planner.errors import PlannerError
+
+    try:
+        return get_hardware(str(run.get("hardware", ""))).is_tpu
+    except PlannerError:
+        return False
+
+
 def infer_framework(run: dict) -> str:
     """Whose memory and overlap behaviour the run had, from the source it cites, for a record without
     stack.framework (shared/reference's files have none): torchtitan / llm-foundry are FSDP2/FSDP; MaxText is
@@ -41,7 +53,7 @@ def infer_framework(run: dict) -> str:
     text = f"{run.get('id', '')} {run.get('source', '')}".lower()
     if "torchtitan" in text or _cites_llm_foundry(run):
         return "fsdp"
-    if "maxtext" in text or str(run.get("hardware", "")).lower().startswith("tpu"):
+    if "maxtext" in text or runs_on_tpu(run):
         return "maxtext"  # TPUs train with JAX/XLA (MaxText and its kin) in every source here
     if "deepspeed" in text or "zero3" in str(run.get("id", "")).lower():
         return "deepspeed"
@@ -129,7 +141,7 @@ def infer_tp_comm_overlap(run: dict, framework: str) -> bool:
     # MaxText's TPU scripts and tpu-recipes launch with XLA's async collective fusion, which overlaps the TP
     # collectives with the matmuls (LIBTPU_INIT_ARGS --xla_tpu_enable_async_collective_fusion=true
     # --xla_tpu_overlap_compute_collective_tc=true; MaxText/configs/v5p/512b.sh @5431d43)
-    return evidence == "xla_tpu" and str(run.get("hardware", "")).lower().startswith("tpu")
+    return evidence == "xla_tpu" and runs_on_tpu(run)
 
 
 def infer_fp8_recipe(run: dict) -> str | None:
@@ -202,10 +214,21 @@ def run_stack(run: dict) -> RunStack:
                     activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
 
 
+MAX_RUNS = 1_000  # ~20 ms a run: 1,000 runs are ~20 s of work (the 8 MiB file limit admits ~26,000: ~10 min)
+
+
 def load_runs(path: str | Path) -> list[dict]:
-    data = read_structured_file(path, what="runs file")
+    return check_runs(read_structured_file(path, what="runs file"), path)
+
+
+def check_runs(data: Any, path: str | Path) -> list[dict]:
+    """The runs of a runs file's content, every record checked against the runs schema (one InputError line
+    naming the run otherwise)."""
     if not isinstance(data, list) or not data:
         raise InputError(f"{path}: a runs file is a YAML list of runs (see the runs schema); got {type(data).__name__}")
+    if len(data) > MAX_RUNS:  # refused up front (issue 26 item 9): split the file
+        raise InputError(f"{path}: {len(data):,} runs, over the {MAX_RUNS:,} a runs file may hold: split it into "
+                         "files of at most that many runs")
     seen = set()
     for i, run in enumerate(data):
         where = f"{path}: run #{i + 1}"

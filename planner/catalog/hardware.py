@@ -2,10 +2,9 @@
 
 Pure functions, no global state beyond a read-only cache of the profile files:
 
-- `load_hardware_catalog()` -> {id: HardwareSpec}, every `hardware_profiles/*.yaml`, validated.
 - `get_hardware(name)` resolves an id or alias, case- and punctuation-insensitively
   ("H100", "h100-sxm5", "TPU v5p" all work); unknown names raise `InputError` with a did-you-mean.
-- `list_hardware()` -> specs sorted by id (for `plan clusters`).
+- `list_hardware()` -> every `hardware_profiles/*.yaml`, validated, sorted by id (for `plan clusters`).
 - `parse_cluster(text)` -> ClusterSpec from `<hardware>x<count>` or from a cluster file.
 
 Google's slice names are accepted too: `v5p-256` / `v4-8` count TensorCores (2 per chip: 128 and 4 chips),
@@ -121,11 +120,6 @@ def _index() -> dict[str, str]:
             if owner != hid:
                 raise InputError(f"hardware name {name!r} is claimed by both {owner} and {hid}; fix the profiles")
     return idx
-
-
-def load_hardware_catalog() -> dict[str, HardwareSpec]:
-    """Every hardware profile, keyed by id (a fresh dict over a cached, immutable set of specs)."""
-    return dict(_catalog())
 
 
 def list_hardware() -> list[HardwareSpec]:

@@ -3,6 +3,11 @@
 Rules: few constants, each physically meaningful; fitted on the development runs
 (shared/reference/known_runs_dev.yaml) as a whole, never per run. docs/cost-model.md explains
 the fit and its residuals.
+
+The comment directly above a constant is its evidence: docs/cost-model.md's table of constants prints it beside the
+value and the fitting bounds (planner.analysis.devfit.GPU_CONSTANTS); regenerate it with
+`python scripts/cost_model_doc.py`. A constant on the line after another, without a comment of its own, shares
+that one's row.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 
 # --- memory ------------------------------------------------------------------------------------
 # The framework overhead per device (CUDA context, NCCL buffers) is each stack's: Stack.overhead_gib (planner/stacks/).
+
 # The caching allocator's reserved/allocated ratio at peak (torch.cuda.max_memory_reserved vs
 # max_memory_allocated); torchtitan reports reserved memory. Fitted on the torchtitan rows.
 ALLOCATOR_FRAGMENTATION = 1.05

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -47,17 +46,3 @@ class StageProblem:
                 raise ValueError(f"{name} must be finite and >= 0")
         if not (self.capacity_bytes > 0 and math.isfinite(self.capacity_bytes)):
             raise ValueError("capacity_bytes must be finite and > 0")
-
-    @classmethod
-    def uniform(cls, num_layers: int, pp: int, *, layer_time_s: float, layer_recompute_s: float,
-                layer_act_bytes: float, layer_act_bytes_recompute: float, layer_state_bytes: float,
-                capacity_bytes: float, first_extra_time_s: float = 0.0, last_extra_time_s: float = 0.0,
-                first_extra_bytes: float = 0.0, last_extra_bytes: float = 0.0,
-                inflight: Sequence[float] | None = None, **kw) -> StageProblem:
-        """Identical layers; inflight defaults to 1F1B's pp - s."""
-        rep = lambda x: (float(x),) * num_layers  # noqa: E731
-        return cls(num_layers, pp, rep(layer_time_s), rep(layer_recompute_s), rep(layer_act_bytes),
-                   rep(layer_act_bytes_recompute), rep(layer_state_bytes), first_extra_time_s, last_extra_time_s,
-                   first_extra_bytes, last_extra_bytes,
-                   tuple(float(x) for x in (inflight if inflight is not None else range(pp, 0, -1))),
-                   capacity_bytes, **kw)

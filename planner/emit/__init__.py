@@ -40,12 +40,12 @@ __all__ = ["LAUNCHERS", "MANIFEST", "Unsupported", "atomic_write_text", "check_o
 def plan_json(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, plan: ParallelPlan,
               prediction: dict | None) -> dict:
     """The prediction as given (the `--json` plan schema), plus the model and cluster names; with PP 1 the
-    plan's `schedule` is null, as its `pipeline.schedule` is "none" (the 1f1b default of the knob means nothing
-    without a pipeline)."""
+    plan has no `schedule` (its `pipeline.schedule` is "none": the knob's 1f1b default means nothing without a
+    pipeline; ParallelPlan(**plan) still reads it back)."""
     doc = dict(prediction) if prediction else {"plan": plan.knobs(), "training": train.model_dump()}
     doc.setdefault("plan", plan.knobs())
     if plan.pp == 1 and "schedule" in doc["plan"]:  # no pipeline, no pipeline schedule (pipeline.schedule: none)
-        doc["plan"] = dict(doc["plan"], schedule=None)
+        doc["plan"] = {k: v for k, v in doc["plan"].items() if k != "schedule"}
     doc["model_name"] = model.name
     doc["cluster_name"] = cluster_name(cluster)
     doc["hardware"] = cluster.hardware.id

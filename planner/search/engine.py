@@ -413,6 +413,10 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
 
 
 STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not seconds: load-independent)
+# At most this many stage solves per search, whatever --top asks: each costs up to ~1-2 s on the project machine
+# (60 solves of --top 100 on h100x720720 took 109 s of 159 s, issue 26 item 9); plans ranked below are kept with
+# the even split the scan scored, as the plans beyond `stage_solves` always were.
+MAX_STAGE_SOLVES = 10
 
 
 def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float) -> list[Evaluation]:
@@ -424,7 +428,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
     out, done = list(results), 0
-    solves = opts.top_k if opts.stage_solves is None else opts.stage_solves
+    solves = min(MAX_STAGE_SOLVES, opts.top_k if opts.stage_solves is None else opts.stage_solves)
     for i, ev in enumerate(results):
         if done >= solves:
             break

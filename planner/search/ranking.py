@@ -104,15 +104,3 @@ def leaders_first(evals: Sequence[T]) -> list[T]:
         (rest if key in seen else lead).append(e)
         seen.add(key)
     return lead + rest
-
-
-def dominated_by_later(rows: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of (step_s, peak_gib) rows that a LATER row beats on both (strictly faster and strictly
-    smaller): empty for any list `rank` produced. Used by the tests."""
-    out = []
-    for i, (t, m) in enumerate(rows):
-        for t2, m2 in rows[i + 1:]:
-            if t2 < t and m2 < m:
-                out.append(i)
-                break
-    return out

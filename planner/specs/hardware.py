@@ -147,7 +147,3 @@ class HardwareSpec(_Frozen):
     def mx_tensor_cores(self) -> bool:
         """Block-scaled (MX) tensor-core formats, MXFP8 among them: the parts with an FP4 rate (Blackwell on)."""
         return self.peak_tflops.fp4 is not None
-
-    @property
-    def hbm_capacity_bytes(self) -> float:
-        return self.hbm_capacity_gib * 2**30

@@ -49,10 +49,6 @@ class ParallelPlan(BaseModel):
                                   "with TE userbuffers; torchtitan async TP, which needs torch.compile)")
 
     @property
-    def model_parallel_size(self) -> int:
-        return self.tp * self.pp * self.cp
-
-    @property
     def devices(self) -> int:
         """tp * pp * cp * dp (planner.specs.dims.ParallelDims.world owns the rule)."""
         return self.dims.world

@@ -294,12 +294,6 @@ def run_search(kw: dict, show_progress: bool = False):
     return app.run_search(request_of(kw), spinner(show_progress))
 
 
-def json_text(doc) -> str:
-    """The one place JSON reaches stdout (planner.ui.jsondoc.dumps: sorted keys, checked finite)."""
-    from planner.ui.jsondoc import dumps
-    return dumps(doc)
-
-
 def model_notes(doc: dict) -> None:
     """stderr: the fields a config.json left to Hugging Face's defaults (model.defaulted_fields)."""
     defaults = doc.get("model", {}).get("defaulted_fields")
@@ -585,10 +579,6 @@ def compare_cmd(**kw):
     from planner.ui.table import columns_for_text, wrapped
     for note in doc["band_notes"]:
         click.echo(wrapped("note: " + note, columns_for_text(), "  "))
-
-
-def main_entry():  # pragma: no cover
-    main()
 
 
 if __name__ == "__main__":  # python -m planner.ui.cli

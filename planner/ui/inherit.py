@@ -26,6 +26,20 @@ def _flag(ctx: click.Context, name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _given_twice(ctx: click.Context, parent: click.Context, name: str, mine: str, value, out: dict) -> None:
+    """An option given before and after the subcommand: a repeatable one (`compare --cluster`) takes both
+    values, the one before first; a scalar one is an error unless both are the same (one value, never "the
+    last one wins")."""
+    if mine != name or isinstance(out[mine], tuple):  # compare's repeatable --cluster / --seq-len
+        before = tuple(value) if isinstance(value, tuple) else (value,)
+        out[mine] = before + tuple(out[mine])
+        return
+    if out[mine] != value:
+        flag = _flag(parent, name)
+        raise InputError(f"{flag} was given before and after `{ctx.info_name}` ({value!r} and {out[mine]!r}): "
+                         "give it once")
+
+
 def inherit_group_options(kw: dict) -> dict:
     """`kw` (the subcommand's parameters) with every option the user gave before the subcommand."""
     ctx = click.get_current_context()
@@ -42,6 +56,7 @@ def inherit_group_options(kw: dict) -> dict:
             raise InputError(f"{_flag(parent, name)} was given before `{ctx.info_name}`, which has no such option: "
                              f"remove it (see `plan {ctx.info_name} --help`)")
         if _given(ctx, mine):
-            continue  # given after the subcommand too: that one wins
+            _given_twice(ctx, parent, name, mine, value, out)
+            continue
         out[mine] = tuple(value) if isinstance(value, tuple) else ((value,) if mine != name else value)
     return out

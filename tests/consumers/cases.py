@@ -192,11 +192,16 @@ ALL_CASES = {c.name: c for c in CONSUMER_CASES + GOLDEN_CASES}
 def catalog_cases(world: int = 64, hw: str = "h100x64") -> list[Case]:
     """One ordinary plan per model of the project's catalog (TP8, PP2 when the layers split, EP over DP),
     so the consumers see every architecture family the planner knows. Empty if the catalog is absent."""
+    return list(_catalog_cases(world, hw))
+
+
+@lru_cache(maxsize=None)
+def _catalog_cases(world: int, hw: str) -> tuple[Case, ...]:
     try:
         from planner.catalog.hardware import parse_cluster
         from planner.catalog.models import list_models
     except ImportError:
-        return []
+        return ()
     cl = parse_cluster(hw)
     out = []
     for name, _aliases, m in list_models():
@@ -209,7 +214,7 @@ def catalog_cases(world: int = 64, hw: str = "h100x64") -> list[Case]:
         plan = ParallelPlan(tp=tp, pp=pp, dp=dp, ep=ep, etp=1, micro_batch=1, zero_stage=1,
                             recompute="selective")
         out.append(Case(f"catalog-{name}", m, cl, TrainingSpec(seq_len=4096, global_batch=dp * 8), plan))
-    return out
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- the search's own choices
@@ -221,20 +226,29 @@ SEARCH_INPUTS = [  # (model, cluster, seq_len, global_batch): the search picks e
 ]
 
 
-def search_cases() -> list[Case]:
+def search_case_name(name: str, cl: str) -> str:
+    return f"search-{name}-{cl}"
+
+
+SEARCH_CASE_NAMES = [search_case_name(name, cl) for name, cl, _seq, _gbs in SEARCH_INPUTS]
+
+
+@lru_cache(maxsize=None)
+def search_cases() -> tuple[Case, ...]:
     """The best plan `plan` itself chooses for a few representative inputs, so the real consumers
-    check what the search actually emits (uneven CP-SAT stage splits, interleaving, EP/ETP)."""
+    check what the search actually emits (uneven CP-SAT stage splits, interleaving, EP/ETP). Four full
+    searches: call it inside a test or fixture (tests parametrize over SEARCH_CASE_NAMES)."""
     try:
         from planner.costmodel import Context
         from planner.catalog.hardware import parse_cluster
         from planner.catalog.models import get_model
         from planner.search.engine import SearchOptions, search
     except ImportError:
-        return []
+        return ()
     out = []
     for name, cl, seq, gbs in SEARCH_INPUTS:
         model, cluster = get_model(name), parse_cluster(cl)
         train = TrainingSpec(seq_len=seq, global_batch=gbs)
         best = search(Context(model, cluster, train), SearchOptions(top_k=1)).plans[0]
-        out.append(Case(f"search-{name}-{cl}", model, cluster, train, best.plan))
-    return out
+        out.append(Case(search_case_name(name, cl), model, cluster, train, best.plan))
+    return tuple(out)

@@ -2,7 +2,10 @@
 writes its files, and the consumer tests feed them to the real libraries (one checker subprocess per
 consumer, shared with the other requests). Each scenario runs for every launcher that runs on its
 hardware (planner.emit.capabilities.launchers_for); `CANNOT` lists the (scenario, launcher) pairs where the
-launcher cannot run the model at all, and why (the CLI exits 2 with that reason)."""
+launcher cannot run the model at all, and why (the CLI exits 2 with that reason).
+
+Nothing runs at import: tests parametrize over `run_keys()` / `written_keys()` (names only, no search) and
+call `scenario_run(name, launcher)` inside the test, which runs that one CLI call once per session."""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "reference" / "hf_configs"
+# the reference config.json files vendored with the tests (tests/data/reference/README.md)
+REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "hf_configs"
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,8 @@ class Scenario:
 
 def _ref(name: str) -> str:
     p = REF / f"{name}.json"
-    return str(p) if p.exists() else name  # the catalog entry of the same name otherwise
+    assert p.is_file(), p  # vendored with the tests: a missing file is a broken checkout, not a skip
+    return str(p)
 
 
 SCENARIOS = [
@@ -74,7 +79,7 @@ class Run:
 
     @property
     def id(self) -> str:
-        return f"scenario-{self.scenario.name}-{self.launcher}"
+        return run_id(self.scenario.name, self.launcher)
 
     @property
     def plan_doc(self) -> dict:
@@ -82,28 +87,47 @@ class Run:
 
 
 _TMP = tempfile.TemporaryDirectory(prefix="planner-scenarios-")
+BY_NAME = {sc.name: sc for sc in SCENARIOS}
+
+
+def run_id(name: str, launcher: str) -> str:
+    return f"scenario-{name}-{launcher}"
 
 
 @lru_cache(maxsize=None)
-def runs() -> tuple[Run, ...]:
-    """`plan --launcher X --out DIR` for every scenario and every launcher of its hardware (in-process CLI)."""
+def run_keys() -> tuple[tuple[str, str], ...]:
+    """(scenario name, launcher) for every scenario and every launcher of its hardware; no search is run."""
+    from planner.catalog.hardware import parse_cluster
+    from planner.emit.capabilities import launchers_for
+
+    return tuple((sc.name, launcher) for sc in SCENARIOS for launcher in launchers_for(parse_cluster(sc.cluster)))
+
+
+def written_keys(launcher: str) -> list[tuple[str, str]]:
+    """The keys of `launcher` whose CLI call writes files: every one not in `CANNOT` (tests/test_launcher_target.py
+    checks that these exit 0 and the `CANNOT` ones exit 2)."""
+    return [k for k in run_keys() if k[1] == launcher and k not in CANNOT]
+
+
+@lru_cache(maxsize=None)
+def scenario_run(name: str, launcher: str) -> Run:
+    """`plan --launcher X --out DIR` for one scenario (in-process CLI), once per session."""
     from click.testing import CliRunner
 
     from planner.ui.cli import main
-    from planner.emit.capabilities import launchers_for
-    from planner.catalog.hardware import parse_cluster
 
-    out = []
-    for sc in SCENARIOS:
-        for launcher in launchers_for(parse_cluster(sc.cluster)):
-            d = Path(_TMP.name) / f"{sc.name}-{launcher}"
-            argv = ["--model", sc.model, "--cluster", sc.cluster, "--seq-len", str(sc.seq_len), "--gbs", str(sc.gbs),
-                    "--dtype", sc.dtype, "--launcher", launcher, "--out", str(d), "--top", "1", "--json"]
-            res = CliRunner().invoke(main, argv)
-            files = {p.name: p.read_text() for p in sorted(d.iterdir())} if d.is_dir() else {}
-            out.append(Run(sc, launcher, res.exit_code, res.stderr if hasattr(res, "stderr") else "", d, files))
-    return tuple(out)
+    sc = BY_NAME[name]
+    d = Path(_TMP.name) / f"{sc.name}-{launcher}"
+    argv = ["--model", sc.model, "--cluster", sc.cluster, "--seq-len", str(sc.seq_len), "--gbs", str(sc.gbs),
+            "--dtype", sc.dtype, "--launcher", launcher, "--out", str(d), "--top", "1", "--json"]
+    res = CliRunner().invoke(main, argv)
+    files = {p.name: p.read_text() for p in sorted(d.iterdir())} if d.is_dir() else {}
+    return Run(sc, launcher, res.exit_code, res.stderr if hasattr(res, "stderr") else "", d, files)
 
 
 def written(launcher: str) -> list[Run]:
-    return [r for r in runs() if r.launcher == launcher and r.exit_code == 0]
+    """The runs of `written_keys(launcher)`; each must have exited 0 (call inside a test or fixture)."""
+    out = [scenario_run(*k) for k in written_keys(launcher)]
+    bad = [(r.id, r.exit_code, r.stderr[-300:]) for r in out if r.exit_code != 0]
+    assert not bad, bad
+    return out

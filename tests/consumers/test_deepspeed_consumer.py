@@ -10,7 +10,7 @@ import pytest
 from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import argv_of_script, mds_spec, same_model
-from consumers.scenarios import written
+from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.emit.capabilities import launcher_errors
 from planner.catalog.models import load_model
 from planner.specs import ParallelPlan
@@ -53,28 +53,30 @@ def _world(cfg: dict, dp: int) -> int:
 def results():
     require("deepspeed", "torch")
     reqs = [{"id": c.name, "config": _cfg(c), "dp": _world(_cfg(c), c.plan.dp)} for c in CASES] + _bad_requests()
-    for run in RUNS:
+    for run in written("deepspeed"):
         cfg = json.loads(run.files["ds_config.json"])
         reqs.append({"id": run.id, "config": cfg, "dp": _world(cfg, run.plan_doc["plan"]["dp"])})
     return run_checker("check_deepspeed.py", reqs)
 
 
-RUNS = written("deepspeed")
+RUN_KEYS = written_keys("deepspeed")  # names only: the CLI runs inside the tests (scenario_run)
 
 
-@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
-def test_scenario_deepspeed_files_run_and_reproduce_the_model(results, run):
+@pytest.mark.parametrize("key", RUN_KEYS, ids=lambda k: run_id(*k))
+def test_scenario_deepspeed_files_run_and_reproduce_the_model(results, key):
     """`plan --launcher deepspeed --out`: DeepSpeedConfig accepts ds_config.json for the plan's DP world; the
     plan is one DeepSpeed's engine runs (no CP, PP only with ZeRO 0-1); the Megatron-DeepSpeed arguments
     (in deepspeed_args.json and launch_deepspeed.sh alike), parsed with Megatron-DeepSpeed's flag
     definitions, rebuild the planned model (exact parameter count, rope base, activation, norm, bias, tying)."""
+    run = scenario_run(*key)
     r = accepted(results, run.id)
     doc = run.plan_doc
     p = doc["plan"]
     assert r["train_batch_size"] == run.scenario.gbs and r["world_size"] == p["dp"]
     assert r["zero_stage"] == p["zero_stage"] and (p["pp"] == 1 or p["zero_stage"] <= 1)
     planned = load_model(run.scenario.model)
-    assert launcher_errors(ParallelPlan(**{k: v for k, v in p.items() if v is not None}), planned, _train(run), "deepspeed") == []
+    plan = ParallelPlan(**{k: v for k, v in p.items() if v is not None})
+    assert launcher_errors(plan, planned, _train(run), "deepspeed") == []
     ds_doc = json.loads(run.files["deepspeed_args.json"])
     if ds_doc.get("path") == "hf":  # the transformers model: tests/consumers/test_roundtrip_consumer.py rebuilds it
         assert (p["tp"], p["pp"], p["ep"]) == (1, 1, 1) and ds_doc["sequence_parallel_size"] == p["cp"]
@@ -97,7 +99,7 @@ def _train(run):
 
 def test_issue_13_llama70b_deepspeed_writes_ds_config():
     """The issue's case: llama-3.1-70b (reference HF config) on 64 H100, seq 8192, gbs 128, --launcher deepspeed."""
-    run = next(r for r in RUNS if r.scenario.name == "llama70b-h100x64-s8k")
+    run = scenario_run("llama70b-h100x64-s8k", "deepspeed")
     assert {"ds_config.json", "deepspeed_args.json", "launch_deepspeed.sh", "plan.json"} <= set(run.files)
     doc = json.loads(run.files["deepspeed_args.json"])
     # issue 24: the attention the plan costed (flash), not Megatron-DeepSpeed's CoreAttention (s x s scores)

@@ -11,7 +11,7 @@ import pytest
 from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import maxtext_spec, same_model
-from consumers.scenarios import written
+from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
 
 pytestmark = pytest.mark.consumers
@@ -58,7 +58,7 @@ def results():
     reqs += [{"id": "mt:" + c.name, "kind": "maxtext", "yml": _yml(c), "world": c.cluster.count} for c in MT_CASES]
     reqs += _bad_requests()
     reqs += [{"id": run.id, "kind": "maxtext", "yml": run.files["maxtext.yml"], "world": run.plan_doc["devices"]}
-             for run in RUNS]
+             for run in written("maxtext")]
     assert max(c.cluster.count for c in JAX_CASES) <= MAX_DEVICES
     # XLA reads the fake device count once, when jax is first imported: set it for the checker's interpreter
     return run_checker("check_jax.py", reqs,
@@ -105,14 +105,15 @@ def test_maxtext_accepts_emitted_config(results, case):
         assert r["mesh_shape"] == deg
 
 
-RUNS = written("maxtext")
+RUN_KEYS = written_keys("maxtext")  # names only: the CLI runs inside the tests (scenario_run)
 
 
-@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
-def test_scenario_maxtext_files_run_and_reproduce_the_model(results, run):
+@pytest.mark.parametrize("key", RUN_KEYS, ids=lambda k: run_id(*k))
+def test_scenario_maxtext_files_run_and_reproduce_the_model(results, key):
     """`plan --launcher maxtext --out`: MaxText's pyconfig accepts maxtext.yml for the world, its mesh is
     the plan's, and the model its config describes is the planned one (exact parameter count, rope base
     and scaling, activation, norm, biases, tying; no dropout)."""
+    run = scenario_run(*key)
     r = accepted(results, run.id)
     doc = run.plan_doc
     p = doc["plan"]

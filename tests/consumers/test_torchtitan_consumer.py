@@ -9,7 +9,7 @@ import pytest
 
 from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster
 from consumers.conftest import accepted, rejected, require, run_checker
-from consumers.scenarios import written
+from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
 from planner.emit.torchtitan import FLAVORS, _MODULE_OF
 from planner.specs import ParallelPlan, TrainingSpec
@@ -60,17 +60,18 @@ def results():
              "module_text": c.emit(["torchtitan"])[0].get("torchtitan_model.py")} for c in CASES] + _bad_requests()
     reqs += [{"id": f"flavor:{m}:{cfg}", "flavor": [m, cfg]} for m, cfg in REGISTRY]
     reqs += [{"id": run.id, "args": json.loads(run.files["torchtitan_args.json"])["args"],
-              "world": run.plan_doc["devices"], "count_params": True, "pythonpath": str(run.out)} for run in RUNS]
+              "world": run.plan_doc["devices"], "count_params": True, "pythonpath": str(run.out)} for run in written("torchtitan")]
     return run_checker("check_torchtitan.py", reqs)
 
 
-RUNS = written("torchtitan")
+RUN_KEYS = written_keys("torchtitan")  # names only: the CLI runs inside the tests (scenario_run)
 
 
-@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
-def test_scenario_torchtitan_files_run_and_build_the_planned_model(results, run):
+@pytest.mark.parametrize("key", RUN_KEYS, ids=lambda k: run_id(*k))
+def test_scenario_torchtitan_files_run_and_build_the_planned_model(results, key):
     """`plan --launcher torchtitan --out`: torchtitan parses the args for the world, and the model its
     registry config builds (on the meta device) has the planner's exact parameter count and RoPE."""
+    run = scenario_run(*key)
     r = accepted(results, run.id)
     doc = run.plan_doc
     p = doc["plan"]
