@@ -520,3 +520,35 @@ def test_torchtitan_launch_script_runs_its_args_on_every_node():
     for tok in doc["args"]:
         assert tok in sh
     assert {"training.steps", "dataset", "tokenizer"} <= set(doc["inherited"])
+
+
+def test_deepseek_v3_megatron_trains_its_own_router():
+    """issue 24: the sigmoid, expert-bias, group-limited (8 groups, top 4) router scaled by 2.5, its sequence-wise
+    balance loss, MTP and MLA yarn, with DeepEP sending each token once per node as the cost model charges."""
+    a = mg_args(next(c for c in CONSUMER_CASES if c.model is DEEPSEEK_V3))
+    assert flag(a, "--moe-router-score-function") == "sigmoid" and flag(a, "--moe-router-enable-expert-bias")
+    assert flag(a, "--moe-router-num-groups") == "8" and flag(a, "--moe-router-group-topk") == "4"
+    assert flag(a, "--moe-router-topk-scaling-factor") == "2.5" and flag(a, "--mtp-num-layers") == "1"
+    assert flag(a, "--moe-router-load-balancing-type") == "seq_aux_loss" and flag(a, "--moe-aux-loss-coeff") == "0.0001"
+    assert flag(a, "--rope-type") == "yarn" and flag(a, "--rotary-scaling-factor") == "40.0"
+    assert flag(a, "--moe-token-dispatcher-type") == "flex" and flag(a, "--norm-epsilon") == "1e-06"
+
+
+def test_gemma3_text_config_gets_the_gemma3_block_and_megatron_refuses_it():
+    """issue 24: a gemma3_text Hugging Face config (tests/data/hf_configs) runs MaxText's gemma3 block with its
+    window, local RoPE base and norms; Megatron-LM refuses it naming what it cannot express (no --quick-geglu)."""
+    from pathlib import Path
+
+    from consumers.cases import Case
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import load_model
+
+    m = load_model(str(Path(__file__).resolve().parent / "data" / "hf_configs" / "gemma-3-27b.json"))
+    case = Case("gemma3", m, parse_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64, framework="maxtext"),
+                ParallelPlan(dp=64, zero_stage=3, recompute="full"))
+    files, skipped = case.emit(["maxtext", "megatron"])
+    cfg = yaml.safe_load(files["maxtext.yml"])
+    assert cfg["decoder_block"] == "gemma3" and cfg["sliding_window_size"] == 1024
+    assert cfg["local_rope_max_timescale"] == 10000 and cfg["rope_max_timescale"] == 1000000
+    assert cfg["use_post_attn_norm"] and cfg["use_qk_norm"] and cfg["normalization_layer_epsilon"] == 1e-6
+    assert "gated gelu_tanh MLP" in skipped["megatron"] and "--quick-geglu" not in files.get("megatron_args.json", "")

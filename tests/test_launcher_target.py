@@ -138,3 +138,17 @@ def test_min_devices_respects_the_target():
     assert res.exit_code == 0
     p = json.loads(res.stdout)["plans"][0]["plan"]  # stderr says the device count
     assert p["cp"] == 1 and p["vpp"] == 1 and not (p["pp"] > 1 and p["zero_stage"] > 1)
+
+
+def test_default_ranking_writes_the_modelled_stacks_files(tmp_path):
+    """issue 24: with no --launcher, gpt-oss-120b on 64 H100 ranks first a plan Megatron-LM (the modelled stack)
+    runs, and --out writes Megatron's files for it."""
+    out = tmp_path / "o"
+    res = CliRunner().invoke(main, ["--model", "gpt-oss-120b", "--cluster", "h100x64", "--seq-len", "4096", "--gbs",
+                                    "512", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "megatron_args.json").is_file() and (out / "launch_megatron.sh").is_file()
+    plan = json.loads((out / "plan.json").read_text())["plan"]
+    model, train = load_model("gpt-oss-120b"), TrainingSpec(seq_len=4096, global_batch=512)
+    assert launcher_errors(ParallelPlan(**{k: v for k, v in plan.items() if v is not None}), model, train, "megatron",
+                           parse_cluster("h100x64")) == []

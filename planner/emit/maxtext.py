@@ -427,7 +427,11 @@ def _rope_keys(job: Job, notes: list[str]) -> dict:
 def _yaml_scalar(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, (int, float)):
+    if isinstance(v, float):
+        text = repr(v)  # YAML 1.1 (PyYAML, MaxText's loader) reads 1e-06 as a string: write 1.0e-06
+        mantissa, _, exp = text.partition("e")
+        return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp}" if exp else text
+    if isinstance(v, int):
         return repr(v)
     if isinstance(v, list):
         return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
