@@ -211,6 +211,20 @@ def hf_values(cfg: Any, planned: ModelSpec, attn_implementation: str) -> dict[st
     return out
 
 
+def torchtitan_values(f: dict, planned: ModelSpec) -> dict[str, Any]:
+    """From the model config torchtitan builds for --module/--config (check_torchtitan.py model_fields)."""
+    out: dict[str, Any] = {
+        "num_layers": f["n_layers"], "hidden_size": f["dim"], "vocab_size": f["vocab_size"], "num_heads": f["n_heads"],
+        "tied_embeddings": bool(f["tied"]), "norm_type": "rmsnorm" if "RMSNorm" in f["norm"] else "layernorm",
+        "norm_eps": f["norm_eps"], "rope_theta": float(f["rope_theta"]), "qk_norm": bool(f["qk_norm"]),
+        "qkv_bias": bool(f["qkv_bias"]),
+    }
+    if planned.mla is None:
+        # a registry attention config leaves head_dim to its default, dim // n_heads
+        out.update(num_kv_heads=f["n_kv_heads"] or f["n_heads"], head_dim=f["head_dim"] or f["dim"] // f["n_heads"])
+    return out
+
+
 def mismatches(rebuilt: dict[str, Any], planned: dict[str, Any], mapped: set[str]) -> list[str]:
     """Every mapped contract field whose rebuilt value differs from the costed one."""
     out = []
