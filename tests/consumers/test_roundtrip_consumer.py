@@ -19,6 +19,7 @@ from consumers.conftest import require, run_checker
 from consumers.roundtrip import hf_values, maxtext_values, mds_values, megatron_values, mismatches, torchtitan_values
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import list_models, load_model
+from planner.emit.capabilities import capabilities
 from planner.emit.contract import CONTRACTS, contract_values
 from planner.specs import ParallelPlan, TrainingSpec
 
@@ -59,7 +60,7 @@ def pairs() -> list[tuple[str, str, Case, dict, dict]]:
     out = []
     for name, m in _models():
         for launcher in LAUNCHERS:
-            fw = {"megatron": "megatron", "deepspeed": "deepspeed", "maxtext": "maxtext", "torchtitan": "fsdp"}[launcher]
+            fw = capabilities(launcher).framework
             case = Case(f"{name}-{launcher}", m, cl, TrainingSpec(seq_len=SEQ, global_batch=WORLD, framework=fw),
                         _plan(m, launcher))
             files, skipped = case.emit([launcher])
