@@ -524,14 +524,15 @@ def test_torchtitan_launch_script_runs_its_args_on_every_node():
 
 def test_deepseek_v3_megatron_trains_its_own_router():
     """issue 24: the sigmoid, expert-bias, group-limited (8 groups, top 4) router scaled by 2.5, its sequence-wise
-    balance loss, MTP and MLA yarn, with DeepEP sending each token once per node as the cost model charges."""
+    balance loss, MTP and MLA yarn, and the dispatcher the plan was costed with."""
     a = mg_args(next(c for c in CONSUMER_CASES if c.model is DEEPSEEK_V3))
     assert flag(a, "--moe-router-score-function") == "sigmoid" and flag(a, "--moe-router-enable-expert-bias")
     assert flag(a, "--moe-router-num-groups") == "8" and flag(a, "--moe-router-group-topk") == "4"
     assert flag(a, "--moe-router-topk-scaling-factor") == "2.5" and flag(a, "--mtp-num-layers") == "1"
     assert flag(a, "--moe-router-load-balancing-type") == "seq_aux_loss" and flag(a, "--moe-aux-loss-coeff") == "0.0001"
     assert flag(a, "--rope-type") == "yarn" and flag(a, "--rotary-scaling-factor") == "40.0"
-    assert flag(a, "--moe-token-dispatcher-type") == "flex" and flag(a, "--norm-epsilon") == "1e-06"
+    # the costed dispatcher (Megatron's default alltoall: charged without node-limited savings)
+    assert flag(a, "--moe-token-dispatcher-type") == "alltoall" and flag(a, "--norm-epsilon") == "1e-06"
 
 
 def test_gemma3_text_config_gets_the_gemma3_block_and_megatron_refuses_it():

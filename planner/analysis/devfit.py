@@ -39,9 +39,11 @@ GPU_CONSTANTS = {
     "ATTN_REL_EFFICIENCY": (0.55, 0.95, 1.0),
     "FA2_HOPPER_ABS_EFFICIENCY": (0.2, 0.4, 1.0),
     "PYTORCH_NATIVE_HOPPER_EFFICIENCY": (0.3, 1.2, 1.0),
-    "MOE_GROUPED_GEMM_REL_EFFICIENCY": (0.2, 1.2, 1.0),
-    "MOE_DISPATCH_SYNC_S": (1e-5, 0.05, 0.0),
-    "MOE_EXPERT_LAUNCH_S": (1e-6, 0.005, 0.0),
+    # DeepGEMM's grouped / dense ratio at the same shape, 0.99-1.07 (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY),
+    # widened below for the cuBLAS / TE grouped kernels of the fitted runs
+    "MOE_GROUPED_GEMM_REL_EFFICIENCY": (0.5, 1.1, 1.0),
+    # per-kernel host launch time, PyTorch eager: a few us (cudaLaunchKernel) to tens of us (op dispatch)
+    "HOST_LAUNCH_S": (2e-6, 5e-5, 0.0),
     "FP8_DERATE": (0.3, 1.2, 1.0),
     # TE chunks each GEMM with its TP collective, at least one chunk of tp (or of num_splits 4) stays exposed
     "TP_OVERLAP_HIDDEN_FRACTION": (0.05, 0.95, 0.0),

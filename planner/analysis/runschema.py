@@ -18,7 +18,8 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
 }
 RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node", "train", "plan",
             "measured", "notes", "stack")
-TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype")
+TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype", "moe_capacity_factor",
+              "moe_force_balanced")
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
               "moe_dispatcher", "cuda_graphs", "activation_offload")
@@ -45,7 +46,7 @@ STACK_CHOICES: dict[str, tuple[Any, ...]] = {
 STACK_FLAGS = ("torch_compile", "tp_comm_overlap", "fused_loss", "cuda_graphs", "activation_offload")
 # what the cost model prices of the stack block; the other keys are checked and recorded, and a run that
 # states a value the model does not price lists it under `stack_not_modelled` in `plan validate --json`
-MODELLED_DEFAULTS: dict[str, Any] = {"moe_dispatcher": "alltoall", "cuda_graphs": False, "activation_offload": False}
+MODELLED_DEFAULTS: dict[str, Any] = {"cuda_graphs": False, "activation_offload": False}
 
 
 def did_you_mean(key: Any, allowed: tuple[str, ...] | list[str], prefix: str = "") -> str:

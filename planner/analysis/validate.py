@@ -165,6 +165,29 @@ def infer_fp8_recipe(run: dict) -> str | None:
     return None
 
 
+# MoE dispatcher of the cited recipe, for a record without stack.moe_dispatcher: Megatron-Bridge's performance
+# configs run DeepSeek-V3 and Qwen3 on Blackwell with the flex dispatcher and HybridEP (NVIDIA-NeMo/Megatron-Bridge
+# scripts/performance/configs/deepseek/deepseek_workload_base_configs.py and qwen/qwen3_workload_base_configs.py:
+# moe_flex_dispatcher_backend="hybridep" for the GB200 / B200 presets); DeepSeek's own framework dispatches with
+# DeepEP (DeepSeek-V3 report sec. 3.2.2; deepseek-ai/DeepEP). Every other MoE run: its stack's default
+# (planner/stacks: Stack.moe_dispatcher).
+FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe")
+
+
+def infer_moe_dispatcher(run: dict) -> str | None:
+    src = str(run.get("source", "")).lower()
+    model_type = str((run.get("model") or {}).get("model_type", "")).lower()
+    blackwell = str(run.get("hardware", "")).lower().startswith(("b200", "gb200"))
+    if (run.get("train") or {}).get("moe_capacity_factor"):
+        # Megatron-Bridge's token drop asserts the alltoall dispatcher (training/utils/moe_token_drop.py)
+        return None
+    if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
+        # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 on Blackwell
+        if model_type == "deepseek_v3" or blackwell:
+            return "flex"
+    return "flex" if _deepseek_own_stack(run) else None
+
+
 # Precision of gradients and optimizer states that a cited recipe's own config file sets, for a record
 # without train.grad_dtype / train.optimizer_dtype: (citation substrings that must all appear, model config
 # fields that must match (the recipe is per model), TrainingSpec fields, config).
@@ -210,7 +233,8 @@ def run_stack(run: dict) -> RunStack:
                     fp8_recipe=pick("fp8_recipe", lambda: infer_fp8_recipe(run)),
                     attention=pick("attention", lambda: infer_attention_impl(run)),
                     fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw)),
-                    moe_dispatcher=given.get("moe_dispatcher"), cuda_graphs=given.get("cuda_graphs"),
+                    moe_dispatcher=pick("moe_dispatcher", lambda: infer_moe_dispatcher(run)),
+                    cuda_graphs=given.get("cuda_graphs"),
                     activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
 
 
@@ -365,7 +389,9 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         dtype=t.get("dtype", "bf16"), framework=fw, attention_impl=st.attention,
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
                                         torch_compile=st.torch_compile, fused_cross_entropy=st.fused_loss,
-                                        fp8_recipe=st.fp8_recipe, **precision)
+                                        fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
+                                        moe_force_balanced=bool(t.get("moe_force_balanced", False)),
+                                        moe_capacity_factor=t.get("moe_capacity_factor"), **precision)
         train = TrainingSpec(**settings)
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None

@@ -14,8 +14,9 @@ from typing import NamedTuple
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
-from planner.costmodel.expert import expert_load
+from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import lm_head_flops_per_token, qk_v_head_dims
+from planner.costmodel.moe import expert_load, has_host_sync, moe_forward, permute_mode
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec
 
@@ -30,8 +31,6 @@ BWD_ELEMENTWISE_RATIO = 2.0
 # lists the tensors.
 ELEMENTWISE_HIDDEN_ELEMS = 10
 ELEMENTWISE_INTER_ELEMS = 3
-# MoE token permute + unpermute: read and write top_k copies of each hidden state, twice.
-MOE_PERMUTE_PASSES = 4
 # Eager PyTorch (no torch.compile) runs every op of a composite as its own kernel through HBM; the bytes per
 # element beyond the one fused kernel (read 2 B, write 2 B) the constants above charge, forward, bf16 in:
 # RMSNorm (torch.nn.RMSNorm / ATen rms_norm composite: upcast R2 W4, pow R4 W4, mean R4, x*rsqrt R4 W4,
@@ -45,8 +44,8 @@ EAGER_ROPE_EXTRA_BYTES = 16.0
 
 LAYER_COMPUTE = formula(
     "compute.layer",
-    "fwd = proj + mlp + experts + attention + elementwise + ring merge; bwd = 2 x GEMMs + 2.5 x attention + "
-    "2 x elementwise + ring merge (backward)",
+    "fwd = proj + mlp + experts + router + attention + elementwise + permute + ring merge + host launch (MoE); "
+    "bwd = 2 x GEMMs + 2.5 x attention + 2 x (elementwise + permute) + ring merge (backward) + host launch (backward)",
     "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
     "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1); ring merge: context.ring_merge",
 )
@@ -58,6 +57,10 @@ class LayerCompute(NamedTuple):
     proj: float
     mlp: float
     experts: float
+    router: float
+    permute: float
+    host_fwd: float
+    host_bwd: float
     attention: float
     elementwise: float
     ring_merge_fwd: float
@@ -84,20 +87,6 @@ def mlp_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     else:
         width = m.ffn_hidden_size
     return tokens * k.flops.mlp / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size, width / tp))
-
-
-def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
-    """Routed experts as grouped GEMMs over the tokens each expert receives, plus the router GEMM."""
-    if not k.flops.experts:
-        return 0.0
-    m, p, tokens = ctx.model, shape.plan, shape.tokens
-    e, tp, ep, etp = m.require_moe(), p.tp, p.ep, p.etp
-    load = expert_load(ctx)  # padded to capacity: every expert runs capacity-factor x the balanced tokens
-    tok_per_expert = tokens / tp * ep * e.top_k / e.num_experts * (etp if etp > 1 else 1) * load
-    t = load * tokens * k.flops.experts / tp / (ctx.peak * ctx.gemm_eff(tok_per_expert, m.hidden_size,
-                                                                        e.expert_ffn_hidden_size / etp)
-                                                * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
-    return t + tokens * k.flops.router / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size))
 
 
 def attention_core_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
@@ -127,16 +116,14 @@ def mla_up_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
 
 
 def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
-    """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; MoE
-    layers add the token permute and unpermute, eager PyTorch its unfused composites."""
+    """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; eager PyTorch
+    adds its unfused composites. An MoE layer's token permute / unpermute is its own term (moe.permute_s)."""
     m, tp, tokens, h = ctx.model, shape.plan.tp, shape.tokens, ctx.model.hidden_size
-    top_k = m.require_moe().top_k * expert_load(ctx) if k.moe else 0
+    top_k = m.require_moe().top_k * expert_load(ctx, shape) if k.moe else 0
     inter = m.require_moe().expert_ffn_hidden_size * top_k if k.moe else m.ffn_hidden_size
     hs = h / (tp if shape.sp else 1)
     elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * hs + ELEMENTWISE_INTER_ELEMS * inter / tp)
             * ACT_ELEM_BYTES * cal.ELEMENTWISE_BYTES_FACTOR)
-    if k.moe:
-        elem += tokens / tp * top_k * h * ACT_ELEM_BYTES * MOE_PERMUTE_PASSES
     if ctx.stack.eager_unless_compiled and not ctx.train.torch_compile:
         elem += tokens * eager_elementwise_bytes(m, tp, hs, inter)
     return elem / ctx.hbm_bw
@@ -156,25 +143,18 @@ def eager_elementwise_bytes(m: ModelSpec, tp: int, hs: float, inter: float) -> f
     return out
 
 
-def local_experts(ctx: Context, shape: Shape) -> int:
-    """Routed experts held by one device: num_experts / ep (each split etp ways, still one GEMM each)."""
-    return max(1, ctx.model.require_moe().num_experts // max(1, shape.plan.ep))
-
-
 def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
-    """Forward and backward compute seconds of one layer of kind `k` (formula compute.layer)."""
-    proj, mlp, exp = attn_proj_s(ctx, shape, k), mlp_s(ctx, shape, k), experts_s(ctx, shape, k)
-    attn, elem = attention_core_s(ctx, shape, k), elementwise_s(ctx, shape, k)
+    """Forward and backward compute seconds of one layer of kind `k` (formula compute.layer); an MoE layer adds its
+    router, permute, routed experts and exposed host launch (planner.costmodel.moe)."""
+    proj, mlp, attn, elem = attn_proj_s(ctx, shape, k), mlp_s(ctx, shape, k), attention_core_s(ctx, shape, k), \
+        elementwise_s(ctx, shape, k)
+    mo = moe_forward(ctx, shape, k, ep_comm_fwd_s(ctx, shape, k), has_host_sync(ctx), permute_mode(ctx))
     merge_fwd, merge_bwd = ring_merge_s(ctx, shape)
-    fwd = proj + mlp + exp + attn + elem + merge_fwd
-    bwd = (BWD_GEMM_RATIO * (proj + mlp + exp) + BWD_ATTN_RATIO * attn + BWD_ELEMENTWISE_RATIO * elem
-           + merge_bwd)
-    if k.moe and ctx.stack.moe_dispatch_host_sync:
-        # the dispatcher's device-to-host sync per MoE layer, a third in forward, two in backward
-        host_s = cal.MOE_DISPATCH_SYNC_S + cal.MOE_EXPERT_LAUNCH_S * local_experts(ctx, shape)
-        fwd += host_s / 3
-        bwd += 2 * host_s / 3
-    return LayerCompute(proj, mlp, exp, attn, elem, merge_fwd, merge_bwd, fwd, bwd)
+    fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd
+    bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + BWD_ATTN_RATIO * attn
+           + BWD_ELEMENTWISE_RATIO * (elem + mo.permute) + merge_bwd + mo.host_bwd)
+    return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, mo.host_fwd, mo.host_bwd, attn, elem,
+                        merge_fwd, merge_bwd, fwd, bwd)
 
 
 def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute) -> float:
@@ -185,7 +165,7 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
     (torchtitan distributed/activation_checkpoint.py SelectiveAC: "recomputes every second matmul"): half the
     GEMMs and the elementwise work."""
     if ctx.stack.selective_recomputes == "half_gemms":
-        return 0.5 * (c.proj + c.mlp + c.experts) + c.elementwise
+        return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
     return c.attention + mla_up_proj_s(ctx, shape, k)
 
 
@@ -198,7 +178,8 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
     f = k.flops
     return LAYER_COMPUTE.term(
         f"layer_compute_s[{kind_label(k)}]", c.fwd + c.bwd, "s", fwd_s=c.fwd, bwd_s=c.bwd, proj_s=c.proj,
-        mlp_s=c.mlp, experts_s=c.experts, attention_s=c.attention, elementwise_s=c.elementwise,
+        mlp_s=c.mlp, experts_s=c.experts, router_s=c.router, permute_s=c.permute, host_launch_fwd_s=c.host_fwd,
+        host_launch_bwd_s=c.host_bwd, attention_s=c.attention, elementwise_s=c.elementwise,
         ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd,
         flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,
         flops_per_token_experts=f.experts, flops_per_token_router=f.router, tp=shape.plan.tp, tokens=shape.tokens)

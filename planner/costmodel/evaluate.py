@@ -143,7 +143,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
     opt = optimizer_term(ctx, shape, params, slow)
     time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(shape, st.rec[slow]),
             bubble_term(shape, st, makespan, slow), tp_comm_term(ctx, shape, st.tp[slow]),
-            cp_comm_term(shape, st.cp[slow]), ep_comm_term(shape, st.ep[slow]), p2p, dp, opt)
+            cp_comm_term(shape, st.cp[slow]), ep_comm_term(ctx, shape, st.ep[slow]), p2p, dp, opt)
     step = makespan + p2p.value + dp.value + opt.value
     step_term = STEP.term("step_time_s", step, "s", makespan_s=makespan, pp_comm_s=p2p.value, dp_comm_s=dp.value,
                           optimizer_s=opt.value)

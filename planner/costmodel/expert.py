@@ -7,8 +7,8 @@ from __future__ import annotations
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
+from planner.costmodel.moe import dispatcher, expert_load
 from planner.costmodel.trace import Term, formula
-from planner.specs import ModelSpec, TrainingSpec
 
 # FP8 recipes dispatch tokens in FP8 (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.2): 1 byte per element.
 FP8_DISPATCH_BYTES = 1.0
@@ -19,49 +19,65 @@ DUALPIPE_HIDDEN_COMPUTE_SHARE = 1.0
 
 EP_COMM = formula(
     "expert.ep_comm",
-    "m x 2 (fwd + bwd) x sum over the slowest stage's MoE layers of 2 all-to-alls (dispatch, combine) of "
-    "tokens / tp x top_k x h x bytes (group-limited routing across domains: M remote domains per token over the "
-    "NIC, top_k copies over NVLink); DualPipe: less the stage's paired compute",
+    "m x 2 (fwd + bwd) x sum over the slowest stage's MoE layers of the dispatcher's dispatch + combine of "
+    "tokens / tp x top_k x h x bytes: all-to-all (group-limited routing across domains: M remote domains per token "
+    "over the NIC, top_k copies over NVLink), all-gather + reduce-scatter of tokens x h, or flex (DeepEP / HybridEP "
+    "at DeepEP's published NVLink share and the NIC rate); less what shared experts hide; DualPipe or batch-level "
+    "EP overlap: less the stage's paired compute",
     "GShard, Lepikhin et al. 2020, arXiv 2006.16668, sec. 2.2; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1 "
-    "(DualPipe hides all-to-all) and 3.2.2 (at most 4 nodes per token, IB then NVLink)",
+    "(DualPipe hides all-to-all) and 3.2.2 (at most 4 nodes per token, IB then NVLink); deepseek-ai/DeepEP "
+    "README and docs/legacy.md (bandwidths); Megatron-core MoE README (--overlap-moe-expert-parallel-comm)",
 )
 
 
-def expert_load(ctx: Context) -> float:
-    """Tokens each expert processes relative to the balanced load: the capacity factor when tokens are padded
-    to capacity (TrainingSpec.moe_capacity_factor), else 1 (dropless, charged at balanced routing)."""
-    return ctx.train.moe_capacity_factor or 1.0
+# DeepEP normal kernels reach 153 GB/s of H800's ~160 GB/s NVLink intranode (EP8) and 43-58 GB/s over 50 GB/s CX7
+# RDMA (deepseek-ai/DeepEP docs/legacy.md, V1 performance table); V2 on SM100 reaches 726 GB/s of 900 GB/s NVLink5
+# (README, EP 8). The lower NVLink share (0.8) is the one used; RDMA at the NIC's achievable rate.
+DEEPEP_NVLINK_FRACTION = 0.8
 
 
-def node_limited_dispatch(model: ModelSpec, train: TrainingSpec) -> bool:
-    """Whether the stack sends group-limited routing once per target node (DeepEP's internode dispatch behind
-    Megatron-LM's flex dispatcher, which planner.emit.megatron writes for these models). Without it (Megatron's
-    alltoall dispatcher, torchtitan's and MaxText's all-to-alls) every one of the top_k copies crosses the
-    network; DeepEP refuses padding to capacity (megatron-core 0.19.2 transformer_config.py flex + deepep)."""
-    from planner.stacks import stack_of
-
-    moe = model.moe
-    return (moe is not None and moe.route_topk_groups is not None and stack_of(train).moe_node_limited_dispatch
-            and train.moe_capacity_factor is None)
+def dispatch_bytes(ctx: Context, shape: Shape) -> float:
+    """Bytes one device sends in one dispatch (or combine): top_k (x load) copies of its tokens' hidden states."""
+    m, p = ctx.model, shape.plan
+    elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
+    return shape.tokens / p.tp * m.require_moe().top_k * expert_load(ctx, shape) * m.hidden_size * elem
 
 
 def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
-    """Forward dispatch + combine all-to-all of one MoE layer for one micro-batch (exposed share)."""
+    """Forward dispatch + combine of one MoE layer for one micro-batch (before any overlap), by dispatcher."""
     p = shape.plan
     if not (k.moe and p.ep > 1):
         return 0.0
-    m, ep = ctx.model, p.ep
+    kind, ep, link = dispatcher(ctx), p.ep, shape.links.ep
     elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
-    link = shape.links.ep
-    moe = m.require_moe()
-    a2a_bytes = shape.tokens / p.tp * moe.top_k * expert_load(ctx) * m.hidden_size * elem * ep
-    t = collective_time("all_to_all", a2a_bytes / ep, ep, link)
-    if link.crosses_domain and node_limited_dispatch(m, ctx.train):
-        t = min(t, node_limited_dispatch_s(ctx, shape, elem))
+    if kind == "allgather":
+        # every rank gathers all tokens of the EP group, then reduce-scatters the outputs (Megatron
+        # MoEAllGatherTokenDispatcher): 2 x all-gather volume of tokens x h, not top_k copies
+        full = shape.tokens / p.tp * ctx.model.hidden_size * elem * ep
+        return 2 * collective_time("all_gather", full, ep, link)
+    if kind == "flex":
+        return 2 * deepep_dispatch_s(ctx, shape, elem)
+    # a plain all-to-all sends every one of the top_k copies to its expert's rank, across the network too:
+    # group-limited routing saves network volume only where the dispatcher forwards once per node (flex/DeepEP,
+    # above; issue 24: Megatron's alltoall dispatcher does not, whatever --moe-router-group-topk says)
+    t = collective_time("all_to_all", dispatch_bytes(ctx, shape), ep, link)
     return 2 * t * (1.0 - cal.EP_OVERLAP_FRACTION)
 
 
-def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float) -> float:
+def deepep_dispatch_s(ctx: Context, shape: Shape, elem: float) -> float:
+    """One DeepEP / HybridEP dispatch (or combine): inside one NVLink domain the remote (ep - 1) / ep share of the
+    top_k copies at DEEPEP_NVLINK_FRACTION of the per-direction NVLink rate; across domains each token crosses the
+    network once per target domain (DeepEP forwards over RDMA to the same-index GPU, then fans out over NVLink:
+    node_limited_dispatch_s, at these rates)."""
+    p, su = shape.plan, ctx.cluster.hardware.scale_up
+    link = shape.links.ep
+    if link.crosses_domain:
+        return node_limited_dispatch_s(ctx, shape, elem, su.unidir_GBps * DEEPEP_NVLINK_FRACTION * 1e9)
+    remote = (p.ep - 1) / p.ep
+    return link.alpha + dispatch_bytes(ctx, shape) * remote / (su.unidir_GBps * DEEPEP_NVLINK_FRACTION * 1e9)
+
+
+def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float, intra_bw: float | None = None) -> float:
     """One dispatch (or combine) with group-limited routing over EP groups spanning domains (DeepSeek-V3
     report, arXiv 2412.19437, sec. 3.2.2): each token reaches at most M = route_topk_groups domains, crossing
     the network once per target domain (to the GPU of the same in-node index) and fanning out to its experts
@@ -69,14 +85,17 @@ def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float) -> float:
     p, m, link = shape.plan, ctx.model, shape.links.ep
     so = ctx.cluster.hardware.scale_out
     moe = m.require_moe()
-    assert moe.route_topk_groups is not None  # the caller dispatches here only with group-limited routing
     domains = max(1, p.ep // max(1, link.ranks_per_domain))
-    remote = min(moe.route_topk_groups, domains) * (domains - 1) / domains
+    # distinct target domains of a token's top_k experts (uniform routing: D (1 - (1 - 1/D)^top_k)), at most M
+    # with group-limited routing; the (D - 1) / D share of them is remote
+    reach = domains * (1.0 - (1.0 - 1.0 / domains) ** moe.top_k)
+    remote = min(moe.route_topk_groups or domains, reach) * (domains - 1) / domains
     tokens = shape.tokens / p.tp
     nic = so.unidir_GBps_per_device * so.achievable_fraction * 1e9
     inter = link.alpha * (domains - 1) + tokens * remote * m.hidden_size * elem / nic
-    intra_link = ctx.cluster.hardware.scale_up
-    intra_bw = (intra_link.ring_busbw_GBps or cal.RING_WIRE_FRACTION * intra_link.unidir_GBps) * 1e9
+    if intra_bw is None:
+        intra_link = ctx.cluster.hardware.scale_up
+        intra_bw = (intra_link.ring_busbw_GBps or cal.RING_WIRE_FRACTION * intra_link.unidir_GBps) * 1e9
     intra = tokens * moe.top_k * m.hidden_size * elem / intra_bw
     return max(inter, intra)
 
@@ -97,8 +116,8 @@ def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
     return out
 
 
-def ep_comm_term(shape: Shape, stage_ep_s: float) -> Term:
+def ep_comm_term(ctx: Context, shape: Shape, stage_ep_s: float) -> Term:
     p = shape.plan
     return EP_COMM.term("ep_comm_s", shape.nmb * stage_ep_s, "s", microbatches=shape.nmb,
-                        ep_per_microbatch_s=stage_ep_s, ep=p.ep, etp=p.etp,
+                        ep_per_microbatch_s=stage_ep_s, ep=p.ep, etp=p.etp, dispatcher=dispatcher(ctx),
                         busbw_GBps=shape.links.ep.busbw / 1e9)

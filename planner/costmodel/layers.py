@@ -17,11 +17,13 @@ from planner.costmodel.compute import (
 )
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
+from planner.costmodel.moe import dispatcher
 from planner.costmodel.tensor import tp_comm_fwd_s, tp_exposed_share
 from planner.costmodel.trace import Term, formula
 
 LAYER_COMM = formula(
-    "layers.comm", "forward TP + CP + EP collectives of one layer for one micro-batch (backward repeats them)",
+    "layers.comm", "forward TP + CP + EP collectives of one layer for one micro-batch (backward repeats them); EP: "
+    "the dispatcher's dispatch + combine less what the shared experts hide (shared-expert overlap)",
     "planner.costmodel.tensor / context / expert (Korthikanti et al. 2022; Ring Attention; GShard)",
 )
 
@@ -44,10 +46,16 @@ class LayerTimes(NamedTuple):
 
 def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, tuple[Term, ...]]:
     c = layer_compute(ctx, shape, k)
+    ep_raw = ep_comm_fwd_s(ctx, shape, k)
+    # Megatron --moe-shared-expert-overlap: the shared experts run on a side stream during the dispatch and combine,
+    # so the dispatcher shows only beyond them (megatron/core/transformer/moe/shared_experts.py)
+    shared_hidden = min(ep_raw, c.mlp) if k.moe and ctx.stack.moe_shared_expert_overlap else 0.0
     t = LayerTimes(c.fwd, c.bwd, selective_recompute_s(ctx, shape, k, c), tp_comm_fwd_s(ctx, shape, k),
-                   cp_comm_fwd_s(ctx, shape, c.attention), ep_comm_fwd_s(ctx, shape, k))
+                   cp_comm_fwd_s(ctx, shape, c.attention), ep_raw - shared_hidden)
     comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,
-                           ep_s=t.ep, tp=shape.plan.tp, cp=shape.plan.cp, ep=shape.plan.ep)
+                           ep_s=t.ep, ep_dispatch_s=ep_raw, ep_hidden_by_shared_s=shared_hidden,
+                           dispatcher=dispatcher(ctx) if k.moe else "-", tp=shape.plan.tp, cp=shape.plan.cp,
+                           ep=shape.plan.ep)
     return t, (layer_compute_term(shape, k, c), comm)
 
 
@@ -120,7 +128,9 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head
             b += LM_HEAD_BWD_RATIO * t_head
-        if dualpipe:
+        if dualpipe or (ctx.train.moe_a2a_overlap and shape.nmb > 1):
+            # DualPipe's paired chunks, or Megatron's batch-level EP overlap (a forward and a backward micro-batch
+            # merged layer by layer): the all-to-alls hide under the paired compute
             tep = dualpipe_exposed_ep_s(tep, f, b)
         fwd.append(f)
         bwd.append(b)

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
 from planner.costmodel.expert import expert_load
+from planner.costmodel.moe import dispatcher_buffer_bytes
 from planner.costmodel.params import layer_params
 from planner.costmodel.pipeline import inflight_microbatches, schedule_of
 from planner.costmodel.trace import Term, formula
@@ -216,7 +217,7 @@ BUFFERS = formula(
     "memory.buffers",
     "ZeRO-3 / FSDP: 2 gathered bf16 layers + one layer's gradients (DeepSpeed: at most max(live limit, largest "
     "module) gathered, largest module + reduce bucket of gradients); FSDP under PP: the stage's unsharded "
-    "parameters and gradients",
+    "parameters and gradients; + the MoE flex dispatcher's DeepEP buffers (moe.dispatcher_buffer_bytes)",
     "ZeRO-3 prefetch (Rajbhandari et al. SC21, arXiv 2104.07857, sec. 6.1); DeepSpeed stage3_max_live_parameters, "
     "reduce_bucket_size defaults; torchtitan reshard_after_forward=False with PP",
 )
@@ -416,6 +417,7 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     inflight = inflight_microbatches(lay.schedule, p.pp, s, shape.nmb, p.vpp)
     acts = stage_activations(ctx, shape, split, s, inflight)
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
+    buffers += dispatcher_buffer_bytes(ctx, shape)  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
     allocated = w + g + o + acts + buffers
     frag = allocated * (cal.ALLOCATOR_FRAGMENTATION - 1.0)
     return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight)

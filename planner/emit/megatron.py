@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import shlex
 
-from planner.costmodel.expert import node_limited_dispatch
 from planner.costmodel.memory import selective_recompute_modules
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, arg_lines, dumps, moe_layer_pattern, run_length_expr
 from planner.emit.contract import bias_layout, rope_scaling_value
 from planner.names import safe_line
 from planner.specs.dims import ParallelDims
+from planner.stacks import stack_of
 
 
 class _Args(list):
@@ -255,15 +255,12 @@ def _moe_args(job: Job, a: _Args) -> None:
         # moe_expert_capacity_factor, moe_pad_expert_input_to_capacity)
         a.flag("--moe-expert-capacity-factor", job.train.moe_capacity_factor)
         a.flag("--moe-pad-expert-input-to-capacity")
-    if node_limited_dispatch(job.model, job.train) and p.ep > 1:
-        # group-limited routing sent as DeepSeek-V3 does (report arXiv 2412.19437 sec. 3.2.2): each token crosses
-        # the network once per target node, then fans out over NVLink. DeepEP's internode kernels behind Megatron's
-        # flex dispatcher do that; the alltoall dispatcher sends all top_k copies over the network, which the cost
-        # model (planner.costmodel.expert.node_limited_dispatch_s) does not charge. Needs DeepEP on the nodes.
-        a.flag("--moe-token-dispatcher-type", "flex")
+    # the dispatcher the plan was costed with (planner.costmodel.moe.dispatcher: TrainingSpec.moe_dispatcher, else
+    # the stack's); flex runs DeepEP, which sends a token once per target node (DeepSeek-V3 report sec. 3.2.2)
+    kind = job.train.moe_dispatcher or stack_of(job.train).moe_dispatcher
+    a.flag("--moe-token-dispatcher-type", kind)
+    if kind == "flex":
         a.flag("--moe-flex-dispatcher-backend", "deepep")
-    else:
-        a.flag("--moe-token-dispatcher-type", "alltoall")
     a.flag("--moe-grouped-gemm")
 
 

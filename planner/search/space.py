@@ -42,6 +42,14 @@ def _factorisations(devices: int, fixed: dict) -> list[tuple[int, int, int, int]
     return out
 
 
+def _probe_vpps(model: ModelSpec, fx: dict, knobs: dict) -> list[int]:
+    """Virtual stages to probe: the pinned vpp; with only the interleaved schedule pinned, the virtual stages the
+    search would try (2 .. layers per stage: the search enumerates them, planner.search.engine._vpp_choices)."""
+    if "vpp" in fx or knobs["schedule"] != "interleaved":
+        return [knobs.get("vpp", 1)]
+    return list(range(2, max(2, model.num_layers // knobs["pp"]) + 1))
+
+
 def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: dict) -> list[str]:
     """Why the pinned knobs can never form a valid plan (empty = some plan satisfies every rule).
 
@@ -59,16 +67,17 @@ def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: di
         knobs = base | {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
         if knobs["schedule"] == "interleaved" and pp == 1 and "schedule" not in fx:
             knobs["schedule"] = "1f1b"
-        try:
-            probe = ParallelPlan(**knobs)
-        except ValidationError as e:  # a pinned value out of the knob's range: name the knob, no pydantic URL
-            first = e.errors()[0]
-            return errs + [f"{'.'.join(map(str, first['loc']))}: {first['msg']}"]
-        found = plan_errors(model, train, devices, probe)
-        if not found:
-            return errs
-        if best is None or len(found) < len(best):
-            best = found
+        for vpp in _probe_vpps(model, fx, knobs):
+            try:
+                probe = ParallelPlan(**(knobs | {"vpp": vpp}))
+            except ValidationError as e:  # a pinned value out of the knob's range: name the knob, no pydantic URL
+                first = e.errors()[0]
+                return errs + [f"{'.'.join(map(str, first['loc']))}: {first['msg']}"]
+            found = plan_errors(model, train, devices, probe)
+            if not found:
+                return errs
+            if best is None or len(found) < len(best):
+                best = found
     if best is None:
         pins = ", ".join(f"{k}={fx[k]}" for k in ("tp", "pp", "cp", "dp") if k in fx)
         best = [f"the pinned {pins} cannot multiply into the {devices} devices (tp*pp*cp*dp = devices)"]

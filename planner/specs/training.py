@@ -13,6 +13,7 @@ Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]  # planner.stack
 AttentionImpl = Literal["flash", "unfused"]
 StateDtype = Literal["fp32", "bf16"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+MoEDispatcher = Literal["alltoall", "allgather", "flex"]
 
 
 class TrainingSpec(BaseModel):
@@ -66,6 +67,26 @@ class TrainingSpec(BaseModel):
         "--moe-pad-expert-input-to-capacity, MaxText capacity_factor; GShard, Lepikhin et al. 2020, arXiv "
         "2006.16668, sec. 2.2). None = dropless: expert time and memory follow the routed tokens, charged at the "
         "balanced load (vendor benchmarks force balanced routing; a real router loads the busiest expert more)",
+    )
+    moe_dispatcher: MoEDispatcher | None = Field(
+        None,
+        description="MoE token dispatcher (Megatron --moe-token-dispatcher-type): alltoall (NCCL all-to-all of the "
+        "permuted tokens), allgather (every rank gathers all tokens, reduce-scatter back), flex (DeepEP / HybridEP "
+        "kernels: permute fused into the dispatch, NVLink then RDMA at their published bandwidths). None = the "
+        "stack's default (planner/stacks: Stack.moe_dispatcher)",
+    )
+    moe_a2a_overlap: bool = Field(
+        False,
+        description="Megatron batch-level EP all-to-all overlap (--overlap-moe-expert-parallel-comm with "
+        "--delay-wgrad-compute, Megatron-core 0.14): the forward of one micro-batch and the backward of another run "
+        "merged layer by layer, each one's dispatch and combine hidden under the other's compute "
+        "(megatron/core/transformer/moe/README.md)",
+    )
+    moe_force_balanced: bool = Field(
+        False,
+        description="the run forces balanced routing (Megatron --moe-router-force-load-balancing; vendor benchmark "
+        "tables): every expert gets exactly the balanced load. False = a learned router, charged with the stated "
+        "imbalance of planner.costmodel.moe.expert_load",
     )
     fp8_recipe: Fp8Recipe | None = Field(
         None,

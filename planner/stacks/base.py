@@ -27,6 +27,8 @@ SelectiveRecomputes = Literal["attention_core", "half_gemms"]
 Zero3Gather = Literal["block", "tensor"]
 RankOrder = Literal["linear", "mesh"]
 TpOverlapEvidence = Literal["nvidia_recipes", "async_tp", "xla_tpu", "none"]
+MoEDispatcher = Literal["alltoall", "allgather", "flex"]
+MoEPermute = Literal["fused", "unfused"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,17 @@ class Stack:
     #                              takes --compile (others fuse them already and refuse it)
     fused_loss_option: bool  # the loss may be a fused 16-bit cross-entropy kernel (TrainingSpec.fused_cross_entropy)
     fp8_lm_head: bool  # the LM head GEMM runs in FP8 under an FP8 recipe (else it stays 16-bit)
-    moe_dispatch_host_sync: bool  # the MoE dispatcher syncs with the host once per MoE layer
+    # MoE layer as the stack runs it (planner.costmodel.moe): its default token dispatcher (alltoall, allgather, flex;
+    # TrainingSpec.moe_dispatcher overrides it), whether a dropless dispatcher copies token counts to the host (a
+    # device-to-host sync that empties the GPU queue), how tokens are permuted when the dispatcher does not do it
+    # ("fused" / "unfused"), whether the shared experts run beside the dispatch, whether the router's top-k is one
+    # fused kernel, and whether each local expert's GEMM is its own launch (else one grouped kernel)
+    moe_dispatcher: MoEDispatcher
+    moe_dispatch_host_sync: bool
+    moe_permute: MoEPermute
+    moe_shared_expert_overlap: bool
+    moe_router_fused: bool
+    moe_gemm_per_expert: bool
     selective_recomputes: SelectiveRecomputes  # what selective recompute re-runs: the attention core, or half the GEMMs
 
     # ---- ZeRO-3 / data parallelism
@@ -78,9 +90,7 @@ class Stack:
 
     # ---- rules any plan of this stack keeps (planner.specs.dims.plan_errors adds them to the neutral ones)
     plan_rules: tuple[PlanRule, ...] = ()
-    # group-limited MoE routing crosses the network once per target node (DeepEP behind Megatron-LM's flex
-    # dispatcher, which planner/emit/megatron.py writes for such models); else every top_k copy crosses it
-    moe_node_limited_dispatch: bool = False
+
 
     def plan_errors(self, model: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> list[str]:
         return [e for rule in self.plan_rules for e in rule(model, train, plan)]

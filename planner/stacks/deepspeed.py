@@ -24,7 +24,12 @@ STACK = Stack(
     eager_unless_compiled=False,  # Megatron-DeepSpeed's fused kernels; no --compile
     fused_loss_option=False,  # its vocab-parallel loss is counted by logit_bytes
     fp8_lm_head=False,  # the LM head stays 16-bit under FP8 recipes, as in Megatron
-    moe_dispatch_host_sync=False,  # the host sync is Megatron's all-to-all dispatcher's (fitted on Megatron rows)
+    moe_dispatcher="alltoall",  # DeepSpeed-MoE: GShard-style all-to-all of capacity-padded tokens
+    moe_dispatch_host_sync=False,  # capacity gating with static shapes (einsum dispatch): nothing read on the host
+    moe_permute="unfused",  # einsum dispatch / combine masks, not a fused permute
+    moe_shared_expert_overlap=False,  # no shared-expert stream
+    moe_router_fused=False,  # top-k gating in PyTorch ops (deepspeed/moe/sharded_moe.py)
+    moe_gemm_per_expert=False,  # experts batched by einsum over the local experts
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5
     # DeepSpeed partitions and gathers every parameter tensor on its own (ZeRO-Infinity, Rajbhandari et al. SC21,
     # arXiv 2104.07857, sec. 6.1), module by module up to stage3_max_live_parameters, gradients through

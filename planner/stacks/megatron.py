@@ -29,18 +29,21 @@ STACK = Stack(
     eager_unless_compiled=False,  # Transformer Engine fuses the norms, SwiGLU and RoPE already (no --compile)
     fused_loss_option=False,  # its vocab-parallel loss, fused or not, is counted by logit_bytes
     fp8_lm_head=False,  # output_layer is a ColumnParallelLinear outside Transformer Engine's fp8_autocast
-    # the all-to-all token dispatcher copies the per-expert token counts to the host once per MoE layer
-    # (calibration.MOE_DISPATCH_SYNC_S, fitted on the Megatron MoE rows)
+    moe_dispatcher="alltoall",  # Megatron-Bridge / NeMo recipes: --moe-token-dispatcher-type alltoall
+    # the all-to-all dispatcher copies the per-expert token counts to the host (megatron-core 0.19.2
+    # transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher cuda_sync_point / cuda_dtoh_point; the
+    # all-gather dispatcher's tokens_per_expert .cpu())
     moe_dispatch_host_sync=True,
+    moe_permute="fused",  # --moe-permute-fusion (TE moe_permute / moe_unpermute) in the recipes
+    moe_shared_expert_overlap=True,  # --moe-shared-expert-overlap (transformer/moe/shared_experts.py)
+    moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
+    moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
     zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward
     legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)
     # ZeRO-1/2 is the distributed optimizer, which arrived after Korthikanti et al. 2022 (arXiv 2205.05198)
     zero_is_distributed_optimizer=True,
-    # DeepSeek-V3 report arXiv 2412.19437 sec. 3.2.2; megatron-core 0.19.2 --moe-token-dispatcher-type flex
-    # --moe-flex-dispatcher-backend deepep (written by planner/emit/megatron.py for group-limited routing)
-    moe_node_limited_dispatch=True,
     rank_order="linear",  # tp-cp-ep-dp-pp, TP innermost (megatron/core/parallel_state.py RankGenerator)
     # each TP rank sends 1/tp of the activation without sequence parallelism too (scatter/gather optimisation,
     # Narayanan et al. SC21, arXiv 2104.04473, sec. 4.1)

@@ -35,7 +35,14 @@ STACK = Stack(
     # flash-attn's fused CrossEntropyLoss (llm-foundry ComposerMPTCausalLM loss_fn 'fused_crossentropy')
     fused_loss_option=True,
     fp8_lm_head=False,  # torchtitan's float8 converter skips "output" (filter_fqns)
-    moe_dispatch_host_sync=False,  # the host sync is Megatron's all-to-all dispatcher's (fitted on Megatron rows)
+    moe_dispatcher="alltoall",  # all_to_all_single (torchtitan 0.3.0 models/common/token_dispatcher.py)
+    # AllToAllTokenDispatcher._sync_token_count_exchange copies the split sizes to the host: "this would incur a
+    # device-to-host sync"
+    moe_dispatch_host_sync=True,
+    moe_permute="unfused",  # permute by index gather (generate_permute_indices + indexing), not fused
+    moe_shared_expert_overlap=False,  # the shared expert runs after the routed ones on the same stream
+    moe_router_fused=False,  # torch.topk over the scores
+    moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts
     # SelectiveAC "recomputes every second matmul": half the GEMMs and the elementwise work
     selective_recomputes="half_gemms",
     zero3_gather="block",  # torchtitan applies fully_shard per transformer block: one all-gather per block

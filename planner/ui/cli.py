@@ -478,7 +478,8 @@ def calibrate_cmd(runs_file, nccl_logs, out_file, force, as_json):
     from planner.ui.jsondoc import dumps, versioned
 
     check_output_path(out_file, "--out", inputs=(runs_file, *nccl_logs))
-    result = app.calibrate_file(runs_file, nccl_logs, out_file, force=force)
+    with spinner(not as_json)("fitting the constants to the measured runs"):  # bounded: <= 100 runs, <= 11 fits
+        result = app.calibrate_file(runs_file, nccl_logs, out_file, force=force)
     text = dumps(versioned("calibrate", result.doc)) if as_json else ""  # checked finite before anything is written
     write_text_file(out_file, "--out", result.cluster_yaml)
     for warning in result.warnings:

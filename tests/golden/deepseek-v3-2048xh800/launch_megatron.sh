@@ -56,8 +56,7 @@ exec torchrun \
   --moe-aux-loss-coeff 0.0001 \
   --expert-model-parallel-size 64 \
   --expert-tensor-parallel-size 1 \
-  --moe-token-dispatcher-type flex \
-  --moe-flex-dispatcher-backend deepep \
+  --moe-token-dispatcher-type alltoall \
   --moe-grouped-gemm \
   --micro-batch-size 1 \
   --global-batch-size 15360 \

@@ -1,0 +1,202 @@
+"""The MoE layer from its mechanisms, forward, one micro-batch on one device: the router (GEMM and score
+function), the token permute / unpermute around the dispatcher, the routed experts' grouped GEMMs, and the
+host time the layer's kernels take to launch where the dispatcher makes the GPU wait for the host.
+
+Every term is shown in the layer's trace (compute.layer_compute_term): the forward of an MoE layer is the sum of
+the dense parts (projections, attention, elementwise) and of these terms, nothing else. The shared experts are
+the dense `mlp` part (compute.mlp_s); the dispatcher's all-to-all is a collective (planner.costmodel.expert).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from planner.costmodel import calibration as cal
+from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
+
+# Router score function on the fp32 logits (tokens x experts): Megatron's unfused router writes the logits, reads and
+# writes them in softmax / sigmoid, reads them in top-k and writes the gathered probabilities (5 passes of 4 B per
+# logit; megatron/core/transformer/moe/router.py + moe_utils.topk_softmax_with_capacity); --moe-router-fusion (TE's
+# fused_topk_with_score_function kernel) reads the logits once and writes the probabilities (2 passes).
+ROUTER_LOGIT_BYTES = 4.0
+ROUTER_SCORE_PASSES = {True: 2, False: 5}
+# Group-limited routing (DeepSeek-V3 report, arXiv 2412.19437, sec. 2.1.2): group scores (read the scores, write
+# groups) and the masked scores (read + write): 3 more passes when unfused, fused into the same kernel otherwise.
+GROUP_LIMITED_EXTRA_PASSES = {True: 0, False: 3}
+# Token permute + unpermute around the dispatcher, forward, in units of top_k copies of a token's hidden state:
+# fused (Megatron --moe-permute-fusion, TE moe_permute / moe_unpermute: one read + one write each) 4 passes; unfused
+# (index_select gather, then scatter-add with the probabilities) 6 passes (the unpermute reads the probabilities'
+# product and adds into a zeroed output). A dispatcher that permutes inside its communication kernel (DeepEP /
+# HybridEP write tokens straight into the expert-major receive buffer) leaves 2 (the combine's weighted sum).
+PERMUTE_PASSES = {"fused": 4, "unfused": 6, "in_dispatch": 2}
+# PyTorch ops of one MoE layer the host issues after the dispatcher's device-to-host sync (forward) and in the
+# backward, beside the per-local-expert GEMMs: the token-count bookkeeping and the load-balancing loss (counts,
+# histogram, aux / z-loss: ~20 ops), permute, the all-to-all with its split bookkeeping and chunk sort (~20), the
+# activation, unpermute and combine with their index / cast kernels (~20): about 60 forward, estimated from
+# Megatron-core's router.py, token_dispatcher.py and experts.py; their autograd backward about 1.5x that (90).
+HOST_KERNELS_FWD = 40
+HOST_KERNELS_BWD = 60
+# Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert (general_grouped_gemm loops over the
+# groups on the host): fc1 and fc2 forward (2 per expert), their data and weight gradients backward (4).
+HOST_KERNELS_PER_EXPERT_FWD = 2
+HOST_KERNELS_PER_EXPERT_BWD = 4
+
+
+def dispatcher(ctx: Context) -> str:
+    """The MoE token dispatcher: TrainingSpec.moe_dispatcher, else the stack's (planner/stacks)."""
+    return ctx.train.moe_dispatcher or ctx.stack.moe_dispatcher
+
+
+def has_host_sync(ctx: Context) -> bool:
+    """A dropless dispatcher in a stack with dynamic shapes waits for the token counts on the host (the flex
+    dispatcher too: DeepEP's normal dispatch returns the per-expert counts to the host, README
+    `num_recv_tokens_per_expert_list`); padding to capacity makes the sizes static (no sync)."""
+    return ctx.stack.moe_dispatch_host_sync and ctx.train.moe_capacity_factor is None
+
+
+def permute_mode(ctx: Context) -> str:
+    return "in_dispatch" if dispatcher(ctx) == "flex" else ctx.stack.moe_permute
+
+
+class MoEForward(NamedTuple):
+    """Seconds of one MoE layer's own forward parts for one micro-batch on one device; `host_fwd` / `host_bwd`
+    are the host-launch time the GPU waits for (forward after the dispatcher's sync, and backward)."""
+
+    router: float
+    permute: float
+    experts: float
+    host_fwd: float
+    host_bwd: float
+
+
+NO_MOE = MoEForward(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def expert_load(ctx: Context, shape: Shape | None = None) -> float:
+    """Tokens the busiest EP rank processes relative to the balanced load. Padded to capacity
+    (TrainingSpec.moe_capacity_factor): the capacity factor. Dropless: the sampling imbalance of a balanced router
+    (Megatron's --moe-router-force-load-balancing routes on random logits, so its benchmarks route uniformly at
+    random): the n = tokens x top_k assignments of the EP group land on ep ranks as a multinomial, the busiest rank
+    expects mean + sd x sqrt(2 ln ep) (the normal approximation of the maximum of ep loads), i.e. 1 + sqrt(2 ln ep x
+    (ep - 1) / n). A learned router's skew beyond this is not modelled (ep_warnings says so)."""
+    if ctx.train.moe_capacity_factor:
+        return ctx.train.moe_capacity_factor
+    if shape is None or shape.plan.ep <= 1:
+        return 1.0
+    ep = shape.plan.ep
+    n = shape.tokens / shape.plan.tp * ep * ctx.model.require_moe().top_k
+    return 1.0 + math.sqrt(2.0 * math.log(ep) * (ep - 1) / max(1.0, n))
+
+
+def tokens_per_local_expert(ctx: Context, shape: Shape) -> float:
+    """Rows of one local expert's GEMM: the device's tokens x top_k spread over the experts, gathered from the ep
+    ranks (and the etp ranks sharing an expert shard), at the routing load."""
+    p, e = shape.plan, ctx.model.require_moe()
+    return shape.tokens / p.tp * p.ep * e.top_k / e.num_experts * max(1, p.etp) * expert_load(ctx, shape)
+
+
+def router_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Router GEMM h -> experts over the device's tokens, then the score function (softmax / sigmoid, top-k,
+    group-limited top-k) as memory-bound passes over the fp32 logits."""
+    m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
+    e = m.require_moe()
+    gemm = tokens * k.flops.router / tp / (ctx.peak * ctx.gemm_eff(tokens / tp, m.hidden_size, e.num_experts))
+    fused = ctx.stack.moe_router_fused
+    passes = ROUTER_SCORE_PASSES[fused] + (GROUP_LIMITED_EXTRA_PASSES[fused] if e.route_topk_groups else 0)
+    return gemm + tokens / tp * e.num_experts * ROUTER_LOGIT_BYTES * passes / ctx.hbm_bw
+
+
+def permute_s(ctx: Context, shape: Shape, mode: str) -> float:
+    """Token permute before the dispatcher and unpermute after the combine: top_k (x load) copies of each of the
+    device's tokens read and written at HBM bandwidth, PERMUTE_PASSES[mode] times."""
+    m, tp = ctx.model, shape.plan.tp
+    copies = shape.tokens / tp * m.require_moe().top_k * expert_load(ctx, shape)
+    return copies * m.hidden_size * ACT_ELEM_BYTES * PERMUTE_PASSES[mode] / ctx.hbm_bw
+
+
+def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Routed experts as grouped GEMMs: FLOPs at the efficiency of one expert's GEMM (rows = tokens per local
+    expert, h, expert width / etp: planner.costmodel.base.Context.gemm_eff, whose d / (d + GEMM_DIM_HALF) is the
+    tile-quantisation loss of a short expert), times the grouped kernel's efficiency relative to a dense GEMM of
+    that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1)."""
+    m, p, tokens = ctx.model, shape.plan, shape.tokens
+    e = m.require_moe()
+    rows = tokens_per_local_expert(ctx, shape)
+    eff = (ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp))
+           * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
+    return expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
+
+
+def local_experts(ctx: Context, shape: Shape) -> int:
+    """Routed experts held by one device: num_experts / ep (each split etp ways, still one GEMM each)."""
+    return max(1, ctx.model.require_moe().num_experts // max(1, shape.plan.ep))
+
+
+def host_launch_s(ctx: Context, shape: Shape, backward: bool) -> tuple[float, float]:
+    """Host time to launch one MoE layer's kernels (forward after the sync, or backward), as (the dispatcher's
+    and permutation kernels, the local experts' GEMMs with their casts), each kernel costing
+    calibration.HOST_LAUNCH_S of host time."""
+    per_expert = HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD
+    n_local = local_experts(ctx, shape) if ctx.stack.moe_gemm_per_expert else 1
+    base = HOST_KERNELS_BWD if backward else HOST_KERNELS_FWD
+    return base * cal.HOST_LAUNCH_S, per_expert * n_local * cal.HOST_LAUNCH_S
+
+
+def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float, has_sync: bool,
+                permute_mode: str) -> MoEForward:
+    """The MoE terms of one layer. With a dispatcher that copies token counts to the host (has_sync) the GPU queue
+    is empty after the sync, so the rest of the layer runs kernel group by kernel group at the slower of the GPU
+    and of the host launching it (exposed: host launch time beyond the GPU time of the same group). The backward
+    reuses the forward's counts, but the queue the forward drained gives the host no lead, so the same holds.
+    Without a sync the host runs ahead of the GPU and is not charged (capacity-padded Megatron-Bridge rows run
+    1.2-1.5x slower than that predicts on Blackwell: docs/validation.md)."""
+    if not k.moe:
+        return NO_MOE
+    router, permute, experts = router_s(ctx, shape, k), permute_s(ctx, shape, permute_mode), experts_s(ctx, shape, k)
+    host_f = host_b = 0.0
+    if has_sync:
+        # each group of kernels runs at the slower of its GPU time and of the host launching it
+        (base_f, exp_f), (base_b, exp_b) = host_launch_s(ctx, shape, False), host_launch_s(ctx, shape, True)
+        host_f = max(0.0, base_f - permute - dispatch_fwd_s) + max(0.0, exp_f - experts)
+        host_b = max(0.0, base_b - 2.0 * (permute + dispatch_fwd_s)) + max(0.0, exp_b - 2.0 * experts)
+    return MoEForward(router, permute, experts, host_f, host_b)
+
+
+# DeepEP (V1) normal-kernel buffers, allocated once per EP group and held for the run (deepseek-ai/DeepEP
+# csrc/config.hpp Config::get_nvl_buffer_size_hint / get_rdma_buffer_size_hint; deep_ep/buffer.py: Buffer.num_sms 20,
+# get_dispatch_config / get_combine_config: 256 NVLink and 128 RDMA receive tokens per channel at EP 8-64): per channel
+# (num_sms / 2) and peer, a ring of receive tokens of hidden bytes + top-k indices and weights (kNumMaxTopK 128 x
+# 8 + 4 B) + scales (kNumMaxScales 128 x 4 B).
+DEEPEP_CHANNELS = 10
+DEEPEP_NVL_RECV_TOKENS = 256
+DEEPEP_RDMA_RECV_TOKENS = 128
+DEEPEP_TOKEN_META_BYTES = 128 * (8 + 4) + 128 * 4
+
+
+def dispatcher_buffer_bytes(ctx: Context, shape: Shape) -> float:
+    """Bytes of the MoE dispatcher's persistent communication buffers on one device: DeepEP's NVLink ring (peers in
+    the NVLink domain, at most 8) and, when the EP group spans domains, its RDMA ring (one per remote domain); the
+    NCCL dispatchers allocate their outputs per call (counted with the activations)."""
+    p = shape.plan
+    if p.ep <= 1:
+        return 0.0
+    key = ("dispatcher_buffer_bytes",) + shape.time_key  # once per plan shape, not once per stage
+    v = ctx.layer_time_cache.get(key)
+    if v is None:
+        v = ctx.layer_time_cache[key] = _dispatcher_buffer_bytes(ctx, shape)
+    return v
+
+
+def _dispatcher_buffer_bytes(ctx: Context, shape: Shape) -> float:
+    p = shape.plan
+    if not ctx.model.is_moe or dispatcher(ctx) != "flex":
+        return 0.0
+    per_token = ctx.model.hidden_size * ACT_ELEM_BYTES + DEEPEP_TOKEN_META_BYTES
+    link = shape.links.ep
+    nvl_peers = min(p.ep, max(1, link.ranks_per_domain), 8)
+    out = DEEPEP_CHANNELS * nvl_peers * DEEPEP_NVL_RECV_TOKENS * per_token
+    if link.crosses_domain:
+        rdma_peers = max(1, p.ep // max(1, link.ranks_per_domain))
+        out += DEEPEP_CHANNELS * rdma_peers * DEEPEP_RDMA_RECV_TOKENS * per_token * 2  # send + receive rings
+    return out
