@@ -249,6 +249,9 @@ def test_deepspeed_batch_triangle(case):
     assert cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * p.dp == cfg["train_batch_size"]
     assert cfg["zero_optimization"]["stage"] == p.zero_stage
     args = json.loads(files_of(case, ["deepspeed"])["deepspeed_args.json"])
+    if args.get("path") == "hf":  # the transformers model: data x Ulysses sequence parallel ranks
+        assert args["data_parallel_size"] * args["sequence_parallel_size"] == case.cluster.count
+        return
     a = args["args"]
     assert int(flag(a, "--tensor-model-parallel-size")) * int(flag(a, "--pipeline-model-parallel-size")) * \
         args["data_parallel_size"] == case.cluster.count
@@ -256,7 +259,7 @@ def test_deepspeed_batch_triangle(case):
 
 
 def test_deepspeed_blocks():
-    off = next(c for c in CONSUMER_CASES if c.plan.offload_optimizer)
+    off = next(c for c in CONSUMER_CASES if c.name == "llama2-70b-zero1-offload-tp8-16xa100")
     cfg = json.loads(files_of(off, ["deepspeed"])["ds_config.json"])
     assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert cfg["fp16"]["enabled"] and "bf16" not in cfg
@@ -268,7 +271,8 @@ def test_deepspeed_blocks():
 def test_deepspeed_cannot_express():
     cases = {
         "context parallelism": DENSE,
-        "expert parallelism": next(c for c in CONSUMER_CASES if c.model is MIXTRAL_8X7B),
+        "expert parallelism": next(c for c in CONSUMER_CASES if c.model is MIXTRAL_8X7B  # the HF path: dp only
+                                   and c.train.moe_capacity_factor is None),
         "stage 0-1 only": case_with(ParallelPlan(tp=8, pp=2, dp=8, zero_stage=2)),
         "interleaved": case_with(ParallelPlan(tp=8, pp=2, vpp=2, dp=8)),
         "hybrid sharding": case_with(ParallelPlan(tp=8, dp=16, zero_stage=3, zero_shard_size=8)),
@@ -511,3 +515,50 @@ def test_hybrid_sharding_for_zero1_and_expert_tp_limits():
     files, _ = same.emit({"maxtext", "jax"})
     doc = json.loads(files["jax_mesh.json"])
     assert doc["param_specs"]["layers.experts.w_gate"]["spec"] == ["stage", "expert", "fsdp", "tensor"]
+
+
+def test_torchtitan_launch_script_runs_its_args_on_every_node():
+    """issue 24: a runnable launch_torchtitan.sh (NODE_RANK / MASTER_ADDR like the others) passing exactly the
+    torchtitan_args.json arguments, and the trainer settings the registry function supplies listed, not silent."""
+    case = next(c for c in CONSUMER_CASES if "torchtitan_args.json" in files_of(c, ["torchtitan"]))
+    files = files_of(case, ["torchtitan"])
+    sh, doc = files["launch_torchtitan.sh"], json.loads(files["torchtitan_args.json"])
+    subprocess.run(["bash", "-n"], input=sh, text=True, check=True)
+    assert '--node-rank "${NODE_RANK:-0}"' in sh and '--master-addr "${MASTER_ADDR:-localhost}"' in sh
+    assert f"--nnodes {doc['nnodes']} --nproc-per-node {doc['nproc_per_node']}" in sh and '"$@"' in sh
+    for tok in doc["args"]:
+        assert tok in sh
+    assert {"training.steps", "dataset", "tokenizer"} <= set(doc["inherited"])
+
+
+def test_deepseek_v3_megatron_trains_its_own_router():
+    """issue 24: the sigmoid, expert-bias, group-limited (8 groups, top 4) router scaled by 2.5, its sequence-wise
+    balance loss, MTP and MLA yarn, and the dispatcher the plan was costed with."""
+    a = mg_args(next(c for c in CONSUMER_CASES if c.model is DEEPSEEK_V3))
+    assert flag(a, "--moe-router-score-function") == "sigmoid" and flag(a, "--moe-router-enable-expert-bias")
+    assert flag(a, "--moe-router-num-groups") == "8" and flag(a, "--moe-router-group-topk") == "4"
+    assert flag(a, "--moe-router-topk-scaling-factor") == "2.5" and flag(a, "--mtp-num-layers") == "1"
+    assert flag(a, "--moe-router-load-balancing-type") == "seq_aux_loss" and flag(a, "--moe-aux-loss-coeff") == "0.0001"
+    assert flag(a, "--rope-type") == "yarn" and flag(a, "--rotary-scaling-factor") == "40.0"
+    # the costed dispatcher (Megatron's default alltoall: charged without node-limited savings)
+    assert flag(a, "--moe-token-dispatcher-type") == "alltoall" and flag(a, "--norm-epsilon") == "1e-06"
+
+
+def test_gemma3_text_config_gets_the_gemma3_block_and_megatron_refuses_it():
+    """issue 24: a gemma3_text Hugging Face config (tests/data/hf_configs) runs MaxText's gemma3 block with its
+    window, local RoPE base and norms; Megatron-LM refuses it naming what it cannot express (no --quick-geglu)."""
+    from pathlib import Path
+
+    from consumers.cases import Case
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import load_model
+
+    m = load_model(str(Path(__file__).resolve().parent / "data" / "hf_configs" / "gemma-3-27b.json"))
+    case = Case("gemma3", m, parse_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64, framework="maxtext"),
+                ParallelPlan(dp=64, zero_stage=3, recompute="full"))
+    files, skipped = case.emit(["maxtext", "megatron"])
+    cfg = yaml.safe_load(files["maxtext.yml"])
+    assert cfg["decoder_block"] == "gemma3" and cfg["sliding_window_size"] == 1024
+    assert cfg["local_rope_max_timescale"] == 10000 and cfg["rope_max_timescale"] == 1000000
+    assert cfg["use_post_attn_norm"] and cfg["use_qk_norm"] and cfg["normalization_layer_epsilon"] == 1e-6
+    assert "gated gelu_tanh MLP" in skipped["megatron"] and "--quick-geglu" not in files.get("megatron_args.json", "")

@@ -23,8 +23,9 @@ from planner.ui.cli import main  # noqa: E402
 
 FILES = {"megatron": {"megatron_args.json", "launch_megatron.sh"},
          "deepspeed": {"ds_config.json", "deepspeed_args.json", "launch_deepspeed.sh"},
-         "torchtitan": {"torchtitan_args.json"}, "maxtext": {"maxtext.yml"}}
+         "torchtitan": {"torchtitan_args.json", "launch_torchtitan.sh"}, "maxtext": {"maxtext.yml"}}
 OWN_MODULE = {"torchtitan_model.py"}  # torchtitan, for a model no registry function builds
+HF_PATH = {"hf_config.json", "train_hf.py"}  # DeepSpeed, for a model Megatron-DeepSpeed cannot express
 
 
 def _cli(*argv):
@@ -51,7 +52,8 @@ def test_launcher_target_writes_its_files_or_says_why_not(key):
         return
     assert run.exit_code == 0, run.stderr
     extra = set(run.files) - FILES[run.launcher] - {"plan.json", ".planner-files.json"}
-    assert FILES[run.launcher] <= set(run.files) and extra <= (OWN_MODULE if run.launcher == "torchtitan" else set())
+    own = {"torchtitan": OWN_MODULE, "deepspeed": HF_PATH}.get(run.launcher, set())
+    assert FILES[run.launcher] <= set(run.files) and extra <= own
     doc = run.plan_doc
     assert doc["training"]["launcher"] == run.launcher
     assert doc["training"]["framework"] == capabilities(run.launcher).framework
@@ -59,7 +61,7 @@ def test_launcher_target_writes_its_files_or_says_why_not(key):
     train = TrainingSpec(seq_len=t["seq_len"], global_batch=t["global_batch"], dtype=t["dtype"],
                          framework=t["framework"])
     model, cluster = load_model(run.scenario.model), parse_cluster(run.scenario.cluster)
-    assert launcher_errors(ParallelPlan(**doc["plan"]), model, train, run.launcher, cluster) == []
+    assert launcher_errors(ParallelPlan(**{k: v for k, v in doc["plan"].items() if v is not None}), model, train, run.launcher, cluster) == []
 
 
 def test_cannot_table_reasons_are_the_cli_errors():
@@ -145,3 +147,17 @@ def test_min_devices_respects_the_target():
     assert res.exit_code == 0
     p = json.loads(res.stdout)["plans"][0]["plan"]  # stderr says the device count
     assert p["cp"] == 1 and p["vpp"] == 1 and not (p["pp"] > 1 and p["zero_stage"] > 1)
+
+
+def test_default_ranking_writes_the_modelled_stacks_files(tmp_path):
+    """issue 24: with no --launcher, gpt-oss-120b on 64 H100 ranks first a plan Megatron-LM (the modelled stack)
+    runs, and --out writes Megatron's files for it."""
+    out = tmp_path / "o"
+    res = CliRunner().invoke(main, ["--model", "gpt-oss-120b", "--cluster", "h100x64", "--seq-len", "4096", "--gbs",
+                                    "512", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "megatron_args.json").is_file() and (out / "launch_megatron.sh").is_file()
+    plan = json.loads((out / "plan.json").read_text())["plan"]
+    model, train = load_model("gpt-oss-120b"), TrainingSpec(seq_len=4096, global_batch=512)
+    assert launcher_errors(ParallelPlan(**{k: v for k, v in plan.items() if v is not None}), model, train, "megatron",
+                           parse_cluster("h100x64")) == []

@@ -206,7 +206,9 @@ def test_layer_split_matches_transformers(cfg):
 
 # keys a catalog entry adds to its transcribed reference config.json, each cited in the entry's `source`
 # (the reference transcriptions of Llama 3.1 leave out rope_scaling, which changes no parameter count)
-ADDED_KEYS = {"llama-3.1-8b": {"rope_scaling"}, "llama-3.1-70b": {"rope_scaling"}, "llama-3.1-405b": {"rope_scaling"}}
+ADDED_KEYS = {"llama-3.1-8b": {"rope_scaling"}, "llama-3.1-70b": {"rope_scaling"}, "llama-3.1-405b": {"rope_scaling"},
+              "deepseek-v3": {"rope_theta", "rope_scaling"},
+              "gpt-oss-120b": {"rope_theta", "rope_scaling", "swiglu_limit"}}
 
 
 def test_catalog_configs_are_the_reference_files():

@@ -21,6 +21,22 @@ def quiet(message: str) -> AbstractContextManager:
     return nullcontext()
 
 
+def modelled_launcher(model, train, cluster: ClusterSpec) -> str | None:
+    """Without --launcher, the launcher whose capability rules filter the search (issue 24 item 3): the modelled
+    stack's own (planner.stacks: Megatron-LM by default) where it runs on the hardware, else the first launcher
+    that does (MaxText on TPUs). So #1 is always a plan the modelled stack runs and --out writes its files. None
+    (no filter) when that launcher cannot run the model at all: --out then says why for every launcher."""
+    from planner.emit.capabilities import launchers_for, model_errors
+    from planner.stacks import stack_of
+
+    runs_here = launchers_for(cluster)
+    own = stack_of(train).emitter
+    gate = own if own in runs_here else (runs_here[0] if runs_here else None)
+    if gate is None or model_errors(model, train, gate, cluster):
+        return None
+    return gate
+
+
 def run_search(req: PlanRequest, progress: Progress = quiet):
     """Search for the request's plans; returns (ctx, result, doc). Raises InputError (exit 2) for a request
     that can never give a plan and NoFeasiblePlan (exit 3) when nothing fits."""
@@ -40,7 +56,8 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     with progress(f"searching plans for {model.name} on {cluster.name}"):
         res = search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
                                         memory_headroom_gib=headroom, margin_time_band_rel=margin_time_band(ctx),
-                                        distinct_layouts=not req.all_variants, launcher=launcher,
+                                        distinct_layouts=not req.all_variants,
+                                        launcher=launcher or modelled_launcher(model, train, cluster),
                                         even_stages=req.even_stages))
     seconds = time.perf_counter() - t0
     if not res.plans and not res.structures:

@@ -225,7 +225,10 @@ def _window_layer_types(r: _Reader, num_layers: int, window: int | None,
         n = types.count("sliding_attention")
     if window is None or n == 0:
         return {"sliding_window": None, "num_sliding_layers": 0}
-    return {"sliding_window": window, "num_sliding_layers": n}
+    pattern = (tuple(int(default(i)) for i in range(num_layers)) if types is None
+               else tuple(int(t == "sliding_attention") for t in types))
+    return {"sliding_window": window, "num_sliding_layers": n,
+            "sliding_layer_pattern": () if n == num_layers else pattern}
 
 
 def _sparse_step_moe(r: _Reader, num_layers: int, num_experts: int, **moe: Any) -> MoESpec | None:
@@ -279,10 +282,24 @@ def _llama_like(r: _Reader, mt: str) -> dict:
     # norms and MLP shape
     if mt in ("gemma2", "gemma3_text"):
         kw["norms_per_layer"] = 4
+    if mt in ("gemma", "gemma2", "gemma3_text"):
+        kw["scale_embeddings"] = True  # HF Gemma*TextScaledWordEmbedding / normalizer = hidden_size**0.5
+        kw.update(_softcaps(r, mt))
     if mt == "nemotron":
         kw.update(norm_type="layernorm", mlp_type="plain")
     kw.update(_llama_moe(r, mt, L, nh, ffn))
     return kw
+
+
+def _softcaps(r: _Reader, mt: str) -> dict[str, Any]:
+    """Gemma 2's tanh logit soft caps (HF Gemma2Config defaults 50 and 30; Gemma3TextConfig: None)."""
+    attn_d, final_d = (50.0, 30.0) if mt == "gemma2" else (None, None)
+    out: dict[str, Any] = {}
+    for key, field, default in (("attn_logit_softcapping", "attn_logit_softcap", attn_d),
+                                ("final_logit_softcapping", "final_logit_softcap", final_d)):
+        v = _number(r, r.cfg, key, "") if r.cfg.get(key) is not None else (None if key in r.cfg else default)
+        out[field] = v
+    return out
 
 
 def _llama_shape(r: _Reader, mt: str, d: dict[str, Any]) -> dict[str, Any]:
@@ -361,16 +378,23 @@ def _llama_moe(r: _Reader, mt: str, L: int, nh: int, ffn: int) -> dict[str, Any]
     kw: dict[str, Any] = {}
     if mt == "mixtral":
         E = r.int("num_local_experts", 8, aliases=("num_experts",))
-        kw["moe"] = MoESpec(num_experts=E, top_k=r.int("num_experts_per_tok", 2), expert_ffn_hidden_size=ffn)
+        kw["moe"] = MoESpec(num_experts=E, top_k=r.int("num_experts_per_tok", 2), expert_ffn_hidden_size=ffn,
+                            **_aux_loss(r))
     elif mt == "gpt_oss":
         E = r.int("num_local_experts", 128, aliases=("num_experts",))
         kw["moe"] = MoESpec(num_experts=E, top_k=r.int("num_experts_per_tok", 4), expert_ffn_hidden_size=ffn,
-                            router_bias=True, expert_bias=True)
+                            router_bias=True, expert_bias=True, **_aux_loss(r))
         kw["attention_sinks"] = True
+        # x*sigmoid(1.702x) * (y + 1), gate and up clamped at swiglu_limit 7 (HF GptOssExperts._apply_gate)
+        limit = _number(r, r.cfg, "swiglu_limit", "") or 7.0
+        if limit != 7.0:
+            raise r._err("swiglu_limit", f"= {limit:g} is not supported (gpt-oss uses 7)")
+        kw["activation"] = "gpt_oss_glu"
     elif mt == "qwen3_moe":
         E = r.int("num_experts", 128, aliases=("num_local_experts",), minimum=0)
         kw["moe"] = _sparse_step_moe(r, L, E, top_k=r.int("num_experts_per_tok", 8),
-                                     expert_ffn_hidden_size=r.int("moe_intermediate_size", 768))
+                                     expert_ffn_hidden_size=r.int("moe_intermediate_size", 768),
+                                     norm_topk_prob=r.bool("norm_topk_prob", False), **_aux_loss(r))
     elif mt == "qwen2_moe":
         E = r.int("num_experts", 60, minimum=0)
         kw["moe"] = _sparse_step_moe(
@@ -379,6 +403,7 @@ def _llama_moe(r: _Reader, mt: str, L: int, nh: int, ffn: int) -> dict[str, Any]
             num_shared_experts=1,
             shared_expert_ffn_hidden_size=r.int("shared_expert_intermediate_size", 5632),
             shared_expert_gate=True,
+            norm_topk_prob=r.bool("norm_topk_prob", False), **_aux_loss(r),
         )
     elif mt.startswith("deepseek"):
         kw.update(_deepseek(r, mt, L, nh))
@@ -417,8 +442,42 @@ def _deepseek(r: _Reader, mt: str, L: int, nh: int) -> dict:
         first_k_dense=first,
         layer_freq=freq,
         **_group_routing(r, E),
+        **_deepseek_router(r, v3),
     )
+    if v3:
+        out["mtp_layers"] = r.int("num_nextn_predict_layers", 1, minimum=0)  # HF DeepseekV3Config default 1
     return out
+
+
+def _aux_loss(r: _Reader) -> dict:
+    """The load-balancing loss weight (HF `router_aux_loss_coef`; transformers 5.24.0 Mixtral/Qwen-MoE/GptOss
+    config default 0.001)."""
+    v = r.cfg.get("router_aux_loss_coef")
+    if v is None:
+        return {"aux_loss_coeff": 0.001}
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+        raise r._err("router_aux_loss_coef", f"must be a number >= 0, got {_fmt(v)}: fix the config")
+    return {"aux_loss_coeff": float(v)}
+
+
+def _deepseek_router(r: _Reader, v3: bool) -> dict:
+    """DeepSeek's router (reference code inference/model.py Gate; HF DeepseekV2/V3Config defaults).
+    V3: sigmoid scores, top-k weights renormalised and scaled by routed_scaling_factor (2.5), the
+    auxiliary-loss-free bias for selection (`noaux_tc`) and a sequence-wise balance loss with alpha 0.0001
+    (report arXiv 2412.19437 sec. 4.2 'Hyper-Parameters'). V2: softmax, scale 1 (HF default), per-expert
+    balance loss alpha1 = 0.003 (V2 report arXiv 2405.04434 sec. 3.1.2) unless `aux_loss_alpha` says."""
+    score = r.str("scoring_func", "sigmoid" if v3 else "softmax")
+    if score not in ("softmax", "sigmoid"):
+        raise r._err("scoring_func", f"= {score!r} is not supported: use softmax or sigmoid")
+    alpha = r.cfg.get("aux_loss_alpha")
+    return {
+        "score_function": score,
+        "expert_bias_balancing": v3 and str(r.cfg.get("topk_method", "noaux_tc")) == "noaux_tc",
+        "routed_scaling_factor": _number(r, r.cfg, "routed_scaling_factor", "") or (2.5 if v3 else 1.0),
+        "norm_topk_prob": r.bool("norm_topk_prob", v3),
+        "aux_loss_coeff": (0.0001 if v3 else 0.003) if alpha is None else _number(r, r.cfg, "aux_loss_alpha", ""),
+        "aux_loss_per_sequence": r.bool("seq_aux", True),
+    }
 
 
 def _group_routing(r: _Reader, num_experts: int) -> dict:
@@ -591,6 +650,16 @@ def _number(r: _Reader, cfg: dict, key: str, where: str) -> float | None:
     return float(v)
 
 
+def _yarn_fields(r: _Reader, sc: dict) -> dict[str, float | None]:
+    """beta_fast, beta_slow, mscale (positive) and mscale_all_dim (0 allowed) of a yarn rope_scaling."""
+    out = {k: _number(r, sc, k, "rope_scaling.") for k in ("beta_fast", "beta_slow", "mscale")}
+    v = sc.get("mscale_all_dim")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf")):
+        raise r._err("rope_scaling.mscale_all_dim", f"must be a number >= 0, got {_fmt(v)}: fix the config")
+    out["mscale_all_dim"] = None if v is None else float(v)
+    return out
+
+
 def _rope(r: _Reader, kw: dict) -> dict:
     """rope_theta (GPT-NeoX: rotary_emb_base) and rope_scaling of a rotary model (HF config fields)."""
     if kw.get("position_embedding", "rope") != "rope":
@@ -611,8 +680,38 @@ def _rope(r: _Reader, kw: dict) -> dict:
                          f"must be a positive integer, got {_fmt(orig)}")
         out["rope_scaling"] = RopeScaling(rope_type=kind, factor=factor, original_max_position_embeddings=orig,
                                           low_freq_factor=_number(r, sc, "low_freq_factor", "rope_scaling."),
-                                          high_freq_factor=_number(r, sc, "high_freq_factor", "rope_scaling."))
+                                          high_freq_factor=_number(r, sc, "high_freq_factor", "rope_scaling."),
+                                          **_yarn_fields(r, sc))
+    elif r.family == "gpt_oss":
+        # transformers 5.24.0 GptOssConfig default rope_parameters (openai/gpt-oss gpt_oss/torch/model.py
+        # ModelConfig: rope_theta 150000, rope_scaling_factor 32, ntk alpha 1 / beta 32, initial context 4096)
+        out["rope_scaling"] = RopeScaling(rope_type="yarn", factor=32.0, original_max_position_embeddings=4096,
+                                          beta_fast=32.0, beta_slow=1.0)
+    if theta is None and r.family == "gpt_oss":
+        out["rope_theta"] = 150000.0
+    if r.family == "gemma3_text":
+        # transformers Gemma3TextConfig: rope_theta 1e6 (global layers), rope_local_base_freq 10000 (sliding layers)
+        out.setdefault("rope_theta", 1_000_000.0)
+        out["rope_local_theta"] = _number(r, r.cfg, "rope_local_base_freq", "") or 10_000.0
     return out
+
+
+# HF config key of the norm epsilon per family, and the config class default when the file omits it
+# (transformers 5.24.0 config classes: LlamaConfig ... GPTNeoXConfig `rms_norm_eps` / `layer_norm_epsilon` etc.)
+_NORM_EPS_KEYS = ("rms_norm_eps", "norm_eps", "layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon")
+_NORM_EPS_DEFAULT = {"llama": 1e-6, "mistral": 1e-6, "mixtral": 1e-5, "qwen2": 1e-6, "qwen2_moe": 1e-6, "qwen3": 1e-6,
+                     "qwen3_moe": 1e-6, "gemma": 1e-6, "gemma2": 1e-6, "gemma3_text": 1e-6, "nemotron": 1e-5,
+                     "gpt_oss": 1e-5, "phi3": 1e-5, "deepseek_v2": 1e-6, "deepseek_v3": 1e-6, "gpt2": 1e-5,
+                     "bloom": 1e-5, "falcon": 1e-5, "gpt_neox": 1e-5}
+
+
+def _norm_eps(r: _Reader, mt: str) -> dict:
+    """The norm epsilon the config states, else its config class's default (None for a family without one)."""
+    for key in _NORM_EPS_KEYS:
+        v = _number(r, r.cfg, key, "")
+        if v is not None:
+            return {"norm_eps": v}
+    return {"norm_eps": _NORM_EPS_DEFAULT[mt]} if mt in _NORM_EPS_DEFAULT else {}
 
 
 _FAMILIES: dict[str, Callable[[_Reader], dict]] = {
@@ -681,6 +780,7 @@ def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
     try:
         kw = _FAMILIES[mt](r)
         kw.update(_rope(r, kw))
+        kw.update(_norm_eps(r, mt))
         if name is None:
             path = cfg.get("_name_or_path")
             name = path if isinstance(path, str) and path.strip() else f"hf-{mt}"

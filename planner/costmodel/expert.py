@@ -57,9 +57,10 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
         return 2 * collective_time("all_gather", full, ep, link)
     if kind == "flex":
         return 2 * deepep_dispatch_s(ctx, shape, elem)
+    # a plain all-to-all sends every one of the top_k copies to its expert's rank, across the network too:
+    # group-limited routing saves network volume only where the dispatcher forwards once per node (flex/DeepEP,
+    # above; issue 24: Megatron's alltoall dispatcher does not, whatever --moe-router-group-topk says)
     t = collective_time("all_to_all", dispatch_bytes(ctx, shape), ep, link)
-    if link.crosses_domain and ctx.model.require_moe().route_topk_groups:
-        t = min(t, node_limited_dispatch_s(ctx, shape, elem))
     return 2 * t * (1.0 - cal.EP_OVERLAP_FRACTION)
 
 

@@ -79,9 +79,11 @@ def mlp_flops_per_token(m: ModelSpec, ffn: int) -> float:
 
 
 def is_sliding_layer(m: ModelSpec, i: int) -> bool:
-    """Sliding layers are spread evenly (gpt-oss/Gemma 2 alternate; Mistral: all). Only their
-    count matters to the cost, so the first `num_sliding_layers` of every `num_layers` are taken."""
-    return i < m.num_sliding_layers
+    """Layer i attends through the sliding window: the model's per-layer pattern (HF `layer_types`, the one the
+    launch files write: gpt-oss/Gemma 2 alternate, Gemma 3 five local to one global); without one, the first
+    `num_sliding_layers` layers (all of them for Mistral)."""
+    pat = m.sliding_layer_pattern
+    return bool(pat[i]) if pat else i < m.num_sliding_layers
 
 
 def layer_flops(m: ModelSpec, i: int, seq_len: int) -> LayerFlops:

@@ -88,7 +88,8 @@ EMITTED_MAX_BYTES = 8 << 20  # an emitted file is a few KiB (torchtitan_model.py
 # every name an emitter writes: the only names --force may remove (and only when unchanged since written)
 PLANNER_FILES = frozenset({"plan.json", "megatron_args.json", "launch_megatron.sh", "ds_config.json",
                            "deepspeed_args.json", "launch_deepspeed.sh", "maxtext.yml", "jax_mesh.json",
-                           "torchtitan_args.json", "torchtitan_model.py", "launch_torchtitan.sh"})
+                           "torchtitan_args.json", "torchtitan_model.py", "hf_config.json", "train_hf.py",
+                           "launch_torchtitan.sh"})
 
 
 def _write_file(path: Path, text: str, mode: int) -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, arg_lines, dumps
+from planner.emit.hf_model import hf_config_of
+from planner.emit.train_hf import TRAIN_HF_PY
+from planner.names import safe_line
 
 
 def _zero_block(job: Job) -> dict:
@@ -59,7 +62,8 @@ def ds_config(job: Job) -> dict:
 
 
 def _model_args(job: Job) -> list[str]:
-    """The architecture as Megatron-DeepSpeed flags (megatron/arguments.py at 207b2d5)."""
+    """The architecture as Megatron-DeepSpeed flags (megatron/arguments.py at 4efb479; planner.emit.contract
+    MEGATRON_DEEPSPEED maps every field, and the capabilities rule "contract" refuses what it cannot hold)."""
     m = job.model
     a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
          "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_heads),
@@ -72,21 +76,26 @@ def _model_args(job: Job) -> list[str]:
         a.append("--swiglu")
     elif m.activation == "relu2":
         a.append("--squared-relu")
+    elif m.activation in ("gelu_tanh", "gelu_new"):
+        a.append("--openai-gelu")  # the tanh approximation (megatron/model/transformer.py ParallelMLP)
+    elif m.activation == "gelu" and (m.mlp_bias or m.attn_out_bias or m.qkv_bias):
+        a.append("--no-bias-gelu-fusion")  # else the fused bias-GeLU, the tanh approximation, replaces F.gelu
     a += ["--normalization", "rmsnorm" if m.norm_type == "rmsnorm" else "layernorm"]
+    if m.norm_eps is not None:
+        a += ["--layernorm-epsilon", repr(m.norm_eps)]  # RMSNorm reads it too (megatron/model/rmsnorm.py eps)
     if m.position_embedding == "rope":
         a += ["--use-rotary-position-embeddings", "--no-position-embedding",
               "--rotary-position-embeddings-theta", str(int(m.rope_theta))]
-        if m.rope_scaling is not None:
-            job.note(f"rope_scaling {m.rope_scaling.rope_type} (factor {m.rope_scaling.factor:g}) has no "
-                     "Megatron-DeepSpeed flag: RoPE runs unscaled")
     elif m.position_embedding == "none":
         a.append("--no-position-embedding")
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
-    if not (m.mlp_bias or m.attn_out_bias or m.qkv_bias):  # all or none: capabilities rule partial-bias
+    if not (m.mlp_bias or m.attn_out_bias or m.qkv_bias):  # all or none: the contract refuses partial biases
         a.append("--disable-bias-linear")
-    if m.qk_norm:
-        job.note("qk-norm has no Megatron-DeepSpeed flag")
+    if job.train.attention_impl == "flash":
+        # as costed: without a flash flag CoreAttention materialises the s x s scores (megatron/model/transformer.py
+        # ParallelAttention: use_flash_attn = use_flash_attn_v1 or _v2 or _triton or _builder, arguments.py:433)
+        a.append("--use-flash-attn-v2")
     # no dropout, as planned (Megatron-DeepSpeed's defaults are 0.1)
     a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     # placeholder tokenizer: the planned vocabulary (replace with the real tokenizer at launch)
@@ -148,7 +157,66 @@ def launch_script(job: Job, args: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+# AdamW as the transformers path trains it: beta 0.9/0.95, eps 1e-5, weight decay 0.1 (Llama 2 report, arXiv
+# 2307.09288 sec. 2.2); the learning rate is the launch's --lr (this one is a placeholder, Llama 2 7B's 3e-4)
+_HF_OPTIMIZER = {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-5, "weight_decay": 0.1}}
+
+
+def emit_hf(job: Job) -> dict[str, str]:
+    """Hugging Face model path: the transformers model of the planned config under ZeRO (data parallel only;
+    capabilities rules hf-data-parallel and hf-recompute hold the plan to it), launched by torchrun."""
+    from planner.emit.capabilities.deepspeed import _why_hf
+
+    p, t = job.plan, job.train
+    cfg = ds_config(job)
+    cfg["optimizer"] = dict(_HF_OPTIMIZER)
+    if p.cp > 1:
+        cfg["sequence_parallel_size"] = p.cp  # DeepSpeedConfig: the batch counts world / sp ranks
+    doc = {
+        "launcher": "transformers + DeepSpeed: torchrun ... train_hf.py --data TOKENS --steps N (launch_deepspeed.sh)",
+        "path": "hf",
+        "why": _why_hf(job),
+        "num_nodes": job.nodes, "num_gpus": job.procs_per_node, "data_parallel_size": p.dp,
+        "seq_len": t.seq_len, "sequence_parallel_size": p.cp,
+        # as costed: flash attention (no s x s scores) or the eager path that materialises them
+        "attn_implementation": "flash_attention_2" if t.attention_impl == "flash" else "eager",
+        "gradient_checkpointing": p.recompute == "full",
+        "inherited": {"learning rate": "--lr (else ds_config.json optimizer lr 3e-4)", "steps": "--steps",
+                      "data": "--data", "schedule": "constant (no warm-up or decay)", "tokenizer": "the data's"},
+        "notes": list(job.notes),
+    }
+    return {"ds_config.json": dumps(cfg), "deepspeed_args.json": dumps(doc),
+            "hf_config.json": dumps(hf_config_of(job.model)), "train_hf.py": TRAIN_HF_PY,
+            "launch_deepspeed.sh": hf_launch_script(job)}
+
+
+def hf_launch_script(job: Job) -> str:
+    p = job.plan
+    out = [
+        "#!/usr/bin/env bash",
+        f"# DeepSpeed (transformers model, ZeRO-{p.zero_stage}) launch: {safe_line(job.model.name, 200)} on "
+        f"{job.world} x {safe_line(job.hw_id, 200)} ({job.nodes} node(s) x {job.procs_per_node}), written by planner.",
+        f"# dp={p.dp} zero={p.zero_stage} micro_batch={p.micro_batch} global_batch={job.train.global_batch} "
+        f"grad_accum={job.grad_accum}",
+        "# Run on every node with NODE_RANK and MASTER_ADDR set. Arguments are train_hf.py's: --data TOKENS.bin",
+        "# --steps N [--lr LR] (PLACEHOLDERS: data and step count; see deepspeed_args.json 'inherited').",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"  # hf_config.json, ds_config.json and train_hf.py sit beside this script',
+        "exec torchrun \\",
+        f"  --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} \\",
+        '  --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
+        '--master-port "${MASTER_PORT:-29500}" \\',
+        '  train_hf.py "$@"',
+    ]
+    return "\n".join(out) + "\n"
+
+
 def emit(job: Job) -> dict[str, str]:
+    from planner.emit.capabilities.deepspeed import ds_path  # the capability table owns the path choice
+
+    if ds_path(job) == "hf":
+        refuse(job, "deepspeed")
+        return emit_hf(job)
     cfg = ds_config(job)
     args = deepspeed_args(job)
     doc = {

@@ -19,7 +19,17 @@ import functools
 from planner.costmodel.placement import MESH_AXES
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, dumps
-from planner.emit.maxtext_mesh import _decoder_block, mesh_degrees, split_ici_dcn
+from planner.emit.contract import contract_values
+from planner.emit.maxtext_mesh import (
+    _ACT,
+    _GEMMA_BLOCKS,
+    _POST_NORM_BLOCKS,
+    _WINDOW_CYCLE,
+    _block_of,
+    _decoder_block,
+    mesh_degrees,
+    split_ici_dcn,
+)
 from planner.names import safe_line, yaml_quote
 
 AXES = MESH_AXES
@@ -159,6 +169,54 @@ def jax_mesh(job: Job) -> dict:
 
 # ------------------------------------------------------------------------------------------- MaxText
 
+def _window_gap(m, t, block: str) -> list[str]:
+    if contract_values(m, t)["sliding_window"] is None:
+        return []
+    cycle = _WINDOW_CYCLE.get(block)
+    pattern = m.sliding_pattern()
+    if cycle is None or pattern is None or any(pattern[i] != cycle[i % len(cycle)] for i in range(m.num_layers)):
+        return [f"this sliding-window layer pattern (the {block} block's is "
+                f"{'global only' if cycle is None else cycle})"]
+    return []
+
+
+def maxtext_model_gaps(m, t) -> list[str]:
+    """Model features the MaxText decoder block chosen for `m` does not run (planner.emit.contract)."""
+    block = _block_of(m)
+    if block is None:
+        return [f"a decoder block for the {m.family} architecture"]
+    gaps = _window_gap(m, t, block)
+    if (m.norms_per_layer == 4) != (block in _POST_NORM_BLOCKS):
+        gaps.append("post-attention/post-MLP norms" if m.norms_per_layer == 4 else "pre-norm-only blocks")
+    if m.scale_embeddings != (block in _GEMMA_BLOCKS):
+        gaps.append("the sqrt(hidden) embedding scale" if m.scale_embeddings else "an unscaled embedding")
+    if _ACT.get(m.activation) is None or (m.activation == "gpt_oss_glu") != (block == "gpt_oss"):
+        gaps.append(f"a {m.activation} MLP")
+    return gaps + _rope_gap(m, t) + _moe_gap(m)
+
+
+def _rope_gap(m, t) -> list[str]:
+    sc = contract_values(m, t)["rope_scaling"]
+    if sc is not None and sc[0] not in ("llama3", "yarn", "linear"):
+        return [f"{sc[0]} RoPE scaling"]
+    if sc is not None and sc[0] == "llama3" and sc[1:] != (8.0, 1.0, 4.0, 8192):
+        return ["llama3 RoPE scaling other than Llama 3.1's"]
+    return []
+
+
+def _moe_gap(m) -> list[str]:
+    e, gaps = m.moe, []
+    if e is None:
+        return []
+    if e.layer_freq != 1 or e.dense_layers:
+        gaps.append("MoE layers other than after first_num_dense_layers")
+    if e.aux_loss_per_sequence and e.aux_loss_coeff and e.score_function != "sigmoid":
+        gaps.append("a per-sequence balance loss with softmax scores")
+    if not e.norm_topk_prob and e.score_function == "sigmoid":
+        gaps.append("un-normalised sigmoid gate weights")
+    return gaps
+
+
 # MaxText wraps its scanned decoder layers in jax.checkpoint whatever the policy, and remat_policy "none" leaves the
 # policy None, i.e. nothing saveable: full remat (maxtext 0.2.5 layers/nnx_decoders.py _apply_layers_sequentially;
 # only unscanned layers skip the checkpoint for "none"). Its fastest policy, first in base.yml's list, is
@@ -251,47 +309,26 @@ def _precision_keys(job: Job, notes: list[str]) -> dict:
 
 
 def _model_keys(job: Job, block: str, notes: list[str]) -> dict:
-    """The architecture as MaxText keys (the decoder block fixes norm and bias layout)."""
+    """The architecture as MaxText keys (the decoder block fixes norm placement, embedding scale and the
+    local/global attention cycle; planner.emit.contract MAXTEXT maps every other field)."""
     m, t = job.model, job.train
-    cfg: dict = {}
-    cfg["decoder_block"] = block
-    cfg["base_emb_dim"] = m.hidden_size
-    cfg["base_num_query_heads"] = m.num_heads
-    cfg["base_num_kv_heads"] = m.num_kv_heads
-    cfg["head_dim"] = m.head_dim
-    cfg["base_mlp_dim"] = m.ffn_hidden_size
-    cfg["base_num_decoder_layers"] = m.num_layers
-    cfg["vocab_size"] = m.vocab_size
-    if m.mlp_type == "gated":
-        act = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_tanh": "gelu"}.get(m.activation, m.activation)
-        cfg["mlp_activations"] = [act, "linear"]
-    else:
-        cfg["mlp_activations"] = [{"gelu_new": "gelu", "gelu_tanh": "gelu"}.get(m.activation, m.activation)]
+    cfg: dict = {"decoder_block": block, "base_emb_dim": m.hidden_size, "base_num_query_heads": m.num_heads,
+                 "base_num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "base_mlp_dim": m.ffn_hidden_size,
+                 "base_num_decoder_layers": m.num_layers, "vocab_size": m.vocab_size}
+    act = _ACT[m.activation]
+    cfg["mlp_activations"] = [act, "linear"] if m.mlp_type == "gated" else [act]
+    if m.activation == "gpt_oss_glu":
+        cfg["mlp_activations_limit"] = 7.0  # gpt-oss clamps gate and up at 7 (maxtext configs/models/gpt-oss-120b.yml)
+    if m.norm_eps is not None:
+        cfg["normalization_layer_epsilon"] = m.norm_eps
     cfg["logits_via_embedding"] = m.tied_embeddings
     cfg["enable_dropout"] = False  # as planned (no dropout)
     cfg["dropout_rate"] = 0.0
     cfg.update(_rope_keys(job, notes))
     if m.position_embedding == "learned":  # MaxText adds a learned position table only when this is > 0
         cfg["trainable_position_size"] = max(m.max_position_embeddings, t.seq_len)
-    if m.qkv_bias:
-        cfg["attention_bias"] = True
-    if m.qk_norm:
-        cfg["use_qk_norm"] = True
-    if m.sliding_window is not None:
-        notes.append(f"sliding-window attention ({m.sliding_window} tokens on {m.num_sliding_layers} layers) is "
-                     f"the {block} decoder block's own, not set here")
-    if m.moe is not None:
-        e = m.moe
-        cfg["num_experts"] = e.num_experts
-        cfg["num_experts_per_tok"] = e.top_k
-        cfg["base_moe_mlp_dim"] = e.expert_ffn_hidden_size
-        cfg["first_num_dense_layers"] = e.first_k_dense
-        cfg["shared_experts"] = e.num_shared_experts
-        if t.moe_capacity_factor is not None:  # base.yml capacity_factor: -1 = dropless; > 0 drops to a static capacity
-            cfg["capacity_factor"] = t.moe_capacity_factor
-        if e.layer_freq != 1:
-            notes.append(f"moe layer_freq {e.layer_freq} not expressible in MaxText (every layer after "
-                         "first_num_dense_layers is MoE)")
+    cfg.update(_attention_keys(job, block))
+    cfg.update(_moe_keys(job))
     if m.mla is not None:
         cfg["attention_type"] = "mla"
         cfg["q_lora_rank"] = m.mla.q_lora_rank or 0
@@ -299,36 +336,102 @@ def _model_keys(job: Job, block: str, notes: list[str]) -> dict:
         cfg["qk_nope_head_dim"] = m.mla.qk_nope_head_dim
         cfg["qk_rope_head_dim"] = m.mla.qk_rope_head_dim
         cfg["v_head_dim"] = m.mla.v_head_dim
+    if m.mtp_layers:
+        cfg["mtp_num_layers"] = m.mtp_layers
+    return cfg
+
+
+def _attention_keys(job: Job, block: str) -> dict:
+    m, t = job.model, job.train
+    cfg: dict = {}
+    if m.qkv_bias:
+        cfg["attention_bias"] = True
+    if m.qk_norm:
+        cfg["use_qk_norm"] = True
+    if m.attention_sinks:
+        cfg["attention_sink"] = True
+    if m.norms_per_layer == 4:
+        cfg["use_post_attn_norm"] = True
+        cfg["use_post_ffw_norm"] = True
+    if contract_values(m, t)["sliding_window"] is not None:
+        cfg["sliding_window_size"] = m.sliding_window  # on the block's local layers (_WINDOW_CYCLE)
+    if m.attn_logit_softcap is not None:
+        cfg["attn_logits_soft_cap"] = m.attn_logit_softcap
+    if m.final_logit_softcap is not None:
+        cfg["final_logits_soft_cap"] = m.final_logit_softcap
+    # as costed: a flash kernel (TPU splash attention; GPU tokamax Pallas-Triton flash attention) or the plain
+    # dot-product path that materialises the scores (maxtext 0.2.5 layers/attention_op.py apply_attention)
+    cfg["attention"] = "dot_product" if t.attention_impl == "unfused" else "flash"
+    return cfg
+
+
+def _moe_keys(job: Job) -> dict:
+    """Experts and the router (maxtext 0.2.5 base.yml: routed_score_func, routed_bias, n_routing_groups, ...)."""
+    e, t = job.model.moe, job.train
+    if e is None:
+        return {}
+    cfg: dict = {"num_experts": e.num_experts, "num_experts_per_tok": e.top_k,
+                 "base_moe_mlp_dim": e.expert_ffn_hidden_size, "first_num_dense_layers": e.first_k_dense,
+                 "shared_experts": e.num_shared_experts}
+    if t.moe_capacity_factor is not None:  # base.yml capacity_factor: -1 = dropless; > 0 drops to a static capacity
+        cfg["capacity_factor"] = t.moe_capacity_factor
+    if e.score_function != "softmax":
+        cfg["routed_score_func"] = e.score_function
+    if e.router_bias or e.expert_bias_balancing:
+        cfg["routed_bias"] = True
+    if e.expert_bias_balancing:
+        # DeepSeek-V3's bias update speed gamma = 0.001 (report arXiv 2412.19437 sec. 4.2)
+        cfg["routed_bias_update_rate"] = 0.001
+    if e.expert_bias:
+        cfg["mlp_bias"] = True
+    if e.route_topk_groups is not None:
+        cfg["n_routing_groups"] = e.route_groups
+        cfg["topk_routing_group"] = e.route_topk_groups
+    if e.routed_scaling_factor != 1.0:
+        cfg["routed_scaling_factor"] = e.routed_scaling_factor
+    cfg["norm_topk_prob"] = e.norm_topk_prob
+    if e.aux_loss_coeff:
+        cfg["load_balance_loss_weight"] = e.aux_loss_coeff
+        if e.aux_loss_per_sequence:
+            cfg["moe_use_megatron_seq_aux_loss"] = True
     return cfg
 
 
 def _rope_keys(job: Job, notes: list[str]) -> dict:
-    """RoPE base and scaling (MaxText base.yml rope_*; LLaMARotaryEmbedding hard-codes Llama 3.1's factor 8,
+    """RoPE bases and scaling (MaxText base.yml rope_*; LLaMARotaryEmbedding hard-codes Llama 3.1's factor 8,
     low 1, high 4, original 8192: maxtext layers/embeddings.py _apply_scaling_factor)."""
     m = job.model
     if m.position_embedding != "rope":
         return {}
     out: dict = {"rope_max_timescale": int(m.rope_theta)}
-    sc = m.rope_scaling
+    if m.rope_local_theta is not None:
+        out["local_rope_max_timescale"] = int(m.rope_local_theta)
+    sc = contract_values(m, job.train)["rope_scaling"]
     if sc is None:
         out["rope_type"] = "default"
-    elif sc.rope_type == "llama3" and sc.factor == 8.0 and (
-            (sc.low_freq_factor, sc.high_freq_factor, sc.original_max_position_embeddings)
-            in ((1.0, 4.0, 8192), (None, None, None))):
+    elif sc[0] == "llama3":
         out.update(rope_type="llama3.1", rope_use_scale=True)
-    elif sc.rope_type == "yarn" and sc.original_max_position_embeddings:
-        out.update(rope_type="yarn", rope_factor=sc.factor,
-                   original_max_position_embeddings=sc.original_max_position_embeddings)
-    else:
-        notes.append(f"rope_scaling {sc.rope_type} (factor {sc.factor:g}) has no MaxText key: RoPE runs unscaled")
-        out["rope_type"] = "default"
+    elif sc[0] == "linear":
+        out.update(rope_type="default", rope_linear_scaling_factor=sc[1])
+    else:  # yarn; the rotation layout is the family's (maxtext configs/models/deepseek3-671b.yml, gpt-oss-120b.yml)
+        deepseek = m.mla is not None
+        out.update(rope_type="yarn", rope_factor=int(sc[1]) if sc[1] == int(sc[1]) else sc[1],
+                   original_max_position_embeddings=sc[2], beta_fast=sc[3],
+                   beta_slow=sc[4], rope_interleave=deepseek, rope_truncate=deepseek,
+                   rope_attention_scaling=not deepseek)
+        if deepseek:
+            out["mscale"] = sc[5]
     return out
 
 
 def _yaml_scalar(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, (int, float)):
+    if isinstance(v, float):
+        text = repr(v)  # YAML 1.1 (PyYAML, MaxText's loader) reads 1e-06 as a string: write 1.0e-06
+        mantissa, _, exp = text.partition("e")
+        return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp}" if exp else text
+    if isinstance(v, int):
         return repr(v)
     if isinstance(v, list):
         return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"

@@ -38,16 +38,24 @@ def split_ici_dcn(job: Job, deg: dict[str, int]) -> tuple[int, dict[str, int], d
 
 # planner family (Hugging Face model_type) -> MaxText decoder_block
 _BLOCKS = {"llama": "llama2", "mistral": "mistral", "mixtral": "mixtral", "deepseek_v2": "deepseek",
-           "deepseek_v3": "deepseek", "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3", "qwen2": "qwen2",
-           "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "gpt_oss": "gpt_oss", "gpt2": "gpt3", "gpt3": "gpt3"}
+           "deepseek_v3": "deepseek", "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3",
+           "gemma3_text": "gemma3", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "gpt_oss": "gpt_oss",
+           "gpt2": "gpt3", "gpt3": "gpt3"}
+# the local (1) / global (0) attention cycle a block hard-codes (maxtext 0.2.5 models/gemma2.py: a local then a
+# global layer; models/gemma3.py GEMMA3_ATTENTION_PATTERN: 5 local, 1 global; models/gpt_oss.py: local, global);
+# every other block attends globally
+_WINDOW_CYCLE = {"gemma2": (1, 0), "gemma3": (1, 1, 1, 1, 1, 0), "gpt_oss": (1, 0)}
+_GEMMA_BLOCKS = ("gemma", "gemma2", "gemma3")  # scale the embedding by sqrt(emb_dim), as Gemma does
+_POST_NORM_BLOCKS = ("gemma2", "gemma3")  # use_post_attn_norm / use_post_ffw_norm
+# activation (planner name) -> mlp_activations[0]; MaxText resolves names in jax.nn, whose gelu is the tanh
+# approximation (jax.nn.gelu approximate=True), so an erf GeLU is not expressible
+_ACT = {"silu": "silu", "swish": "silu", "gelu_tanh": "gelu", "gelu_new": "gelu", "relu": "relu",
+        "gpt_oss_glu": "sigmoid"}
 
 
-def _decoder_block(job: Job) -> str:
-    m = job.model
-    if m.position_embedding == "alibi":
-        raise Unsupported("MaxText has no ALiBi position embedding")
-    if m.parallel_attn_mlp:
-        raise Unsupported("MaxText has no parallel attention+MLP decoder block")
+def _block_of(m) -> str | None:
+    if m.position_embedding == "alibi" or m.parallel_attn_mlp:
+        return None
     block = _BLOCKS.get(m.family.lower())
     if block is not None:
         return block
@@ -56,4 +64,16 @@ def _decoder_block(job: Job) -> str:
         return "llama2"
     if m.mlp_type == "plain" and m.norm_type == "layernorm" and m.position_embedding == "learned" and m.moe is None:
         return "gpt3"
-    raise Unsupported(f"no MaxText decoder block matches the {m.family} architecture of {m.name}")
+    return None
+
+
+def _decoder_block(job: Job) -> str:
+    m = job.model
+    if m.position_embedding == "alibi":
+        raise Unsupported("MaxText has no ALiBi position embedding")
+    if m.parallel_attn_mlp:
+        raise Unsupported("MaxText has no parallel attention+MLP decoder block")
+    block = _block_of(m)
+    if block is None:
+        raise Unsupported(f"no MaxText decoder block matches the {m.family} architecture of {m.name}")
+    return block

@@ -12,8 +12,10 @@ import shlex
 from planner.costmodel.memory import selective_recompute_modules
 from planner.emit.capabilities import refuse
 from planner.emit.common import Job, Unsupported, arg_lines, dumps, moe_layer_pattern, run_length_expr
+from planner.emit.contract import bias_layout, rope_scaling_value
 from planner.names import safe_line
 from planner.specs.dims import ParallelDims
+from planner.stacks import stack_of
 
 
 class _Args(list):
@@ -88,63 +90,123 @@ def _attention_args(job: Job, a: _Args) -> None:
         a.flag("--v-head-dim", m.mla.v_head_dim)
     if m.qk_norm:
         a.flag("--qk-layernorm")
-    if m.sliding_window is not None and m.num_sliding_layers == m.num_layers:
-        # TE window (left, right): a query sees keys [i - left, i + right]; HF's window of W tokens counts the
-        # query itself (transformers masking_utils sliding_window_overlay: kv_idx > q_idx - W), so left = W - 1
-        a.flag("--window-size", f"({m.sliding_window - 1},0)")
-    elif m.sliding_window is not None:
-        job.note(f"sliding-window attention ({m.sliding_window} tokens on {m.num_sliding_layers} of "
-                 f"{m.num_layers} layers) not emitted: the spec does not say which layers")
+    _window_args(job, a)
     if m.attention_sinks:
-        job.note("attention sinks not emitted")
+        a.flag("--softmax-type", "learnable")  # one learned sink logit per head (gpt-oss)
+    if job.train.attention_impl == "unfused":
+        a.flag("--attention-backend", "unfused")  # as costed: the s x s scores are materialised
+    # flash: the default backend (auto) runs Transformer Engine's flash or cuDNN fused attention, never s x s
     # the plan (memory, numerics) assumes no dropout; Megatron's defaults are 0.1
     a.flag("--attention-dropout", 0)
     a.flag("--hidden-dropout", 0)
 
 
+def _window_args(job: Job, a: _Args) -> None:
+    """Sliding windows on the layers the model has them (megatron-core TransformerConfig window_size,
+    window_attn_skip_freq: a per-layer list, 1 = sliding window, 0 = full attention)."""
+    m = job.model
+    pattern = m.sliding_pattern()
+    if m.sliding_window is None or pattern is None or not any(pattern):
+        return
+    # TE window (left, right): a query sees keys [i - left, i + right]; HF's window of W tokens counts the
+    # query itself (transformers masking_utils sliding_window_overlay: kv_idx > q_idx - W), so left = W - 1
+    a.flag("--window-size", f"({m.sliding_window - 1},0)")
+    if not all(pattern):
+        a.flag("--window-attn-skip-freq", skip_freq(pattern))
+
+
+def skip_freq(pattern: tuple[int, ...]) -> str:
+    """--window-attn-skip-freq: N when the layers cycle through N-1 window layers then one global layer
+    (megatron-core TransformerConfig window_attn_skip_freq), else the per-layer list as a repeated cycle."""
+    n = len(pattern)
+    period = next(q for q in range(1, n + 1) if n % q == 0 and pattern == pattern[:q] * (n // q))
+    cycle = list(pattern[:period])
+    if cycle == [1] * (period - 1) + [0]:
+        return str(period)
+    return f"{run_length_expr(cycle)}*{n // period}"
+
+
 def _position_args(job: Job, a: _Args) -> None:
     m = job.model
-    position_type = {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding]
-    a.flag("--position-embedding-type", position_type)
+    sc = rope_scaling_value(m.rope_scaling) if m.position_embedding == "rope" else None
+    if sc is not None and sc[0] == "yarn" and m.mla is None:
+        a.flag("--position-embedding-type", "yarn")
+    else:
+        a.flag("--position-embedding-type", {"rope": "rope", "learned": "learned_absolute", "none": "none"}[
+            m.position_embedding])
     if m.position_embedding != "rope":
         return
     theta = int(m.rope_theta)  # Megatron's --rotary-base is an int
     if theta != m.rope_theta:
-        job.note(f"rope_theta {m.rope_theta} rounded to the integer --rotary-base {theta}")
+        raise Unsupported(f"RoPE base {m.rope_theta} is not an integer: Megatron-LM's --rotary-base is an int")
     a.flag("--rotary-base", theta)
-    sc = m.rope_scaling
-    if sc is None:
+    if m.mla is not None:
+        _mla_rope_args(job, a, sc)
+    elif sc is None:
         return
-    # Megatron's llama3 scaling fixes low 1, high 4, original 8192 (rotary_pos_embedding.py _apply_scaling)
-    if sc.rope_type == "llama3" and (sc.low_freq_factor, sc.high_freq_factor,
-                                     sc.original_max_position_embeddings) in ((1.0, 4.0, 8192), (None, None, None)):
+    elif sc[0] == "llama3" and sc[2:] == (1.0, 4.0, 8192):
+        # Megatron's llama3 scaling fixes low 1, high 4, original 8192 (rotary_pos_embedding.py _apply_scaling)
         a.flag("--use-rope-scaling")
-        a.flag("--rope-scaling-factor", sc.factor)
-    else:
-        job.note(f"rope_scaling {sc.rope_type} (factor {sc.factor:g}) not emitted: Megatron's --use-rope-scaling is "
-                 "Llama 3.1's with low 1, high 4, original 8192")
+        a.flag("--rope-scaling-factor", sc[1])
+    elif sc[0] == "yarn" and sc[5:] == (1.0, 0.0):
+        # GPTModel's yarn branch reads config.yarn_* (megatron training/argument_utils.py _apply_yarn_config_from_args)
+        a.flag("--rotary-scaling-factor", sc[1])
+        a.flag("--yarn-original-max-position-embeddings", sc[2])
+        a.flag("--yarn-beta-fast", sc[3])
+        a.flag("--yarn-beta-slow", sc[4])
+    else:  # capabilities rule "contract" refuses it before this point
+        raise Unsupported(f"rope_scaling {sc} is not expressible in Megatron-LM")
+
+
+def _mla_rope_args(job: Job, a: _Args, sc: tuple | None) -> None:
+    """MLATransformerConfig rope_type, rotary_scaling_factor, mscale, mscale_all_dim from flags; original length
+    4096 and beta 32/1 are its dataclass defaults (megatron-core 0.19.2 transformer_config.py MLATransformerConfig)."""
+    if sc is None:
+        a.flag("--rope-type", "rope")
+        a.flag("--no-rope-fusion")  # megatron-core: "apply_rope_fusion for MLA only works with YARN RoPE"
+        return
+    if sc[0] != "yarn" or sc[2:5] != (4096, 32.0, 1.0):
+        raise Unsupported(f"rope_scaling {sc} with MLA is not expressible in Megatron-LM")
+    a.flag("--rope-type", "yarn")
+    a.flag("--rotary-scaling-factor", sc[1])
+    a.flag("--mscale", sc[5])
+    a.flag("--mscale-all-dim", sc[6])
+
+
+# activation (planner name) -> Megatron flags; a gated MLP needs a GLU flag (megatron training/arguments.py
+# transformer_config_from_args: --swiglu = F.silu + GLU; --quick-geglu = quick_gelu x*sigmoid(1.702x) + GLU;
+# --openai-gelu = the tanh approximation; --squared-relu; default F.gelu = erf GeLU)
+_GATED = {"silu": ("--swiglu",), "swish": ("--swiglu",), "quick_gelu": ("--quick-geglu",),
+          # gpt-oss: x*sigmoid(1.702x) * (y + 1), both clamped at 7 (HF GptOssExperts; Megatron glu_linear_offset,
+          # activation_func_clamp_value)
+          "gpt_oss_glu": ("--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", "7.0")}
+# Plain GeLU: megatron-core's MLP runs F.gelu (erf), except that with biases and bias_activation_fusion (on by
+# default; validate_args turns it off without biases) it runs bias_gelu_impl, the tanh approximation
+# (core/transformer/mlp.py, core/fusions/fused_bias_gelu.py). --openai-gelu does not reach TransformerConfig
+# (training/argument_utils.py core_transformer_config_from_args).
+_PLAIN = {"relu2": ("--squared-relu",)}
+
+
+def plain_gelu_flags(m) -> tuple[str, ...] | None:
+    """Flags giving a plain GeLU MLP the model's approximation, or None when megatron-core cannot."""
+    biased = bias_layout(m) == "all"
+    if m.activation == "gelu":
+        return ("--no-bias-gelu-fusion",) if biased else ()
+    if m.activation in ("gelu_tanh", "gelu_new"):
+        return () if biased else None
+    return _PLAIN.get(m.activation)
 
 
 def _mlp_args(job: Job, a: _Args) -> None:
     m = job.model
-    if m.mlp_type == "gated":
-        if m.activation in ("silu", "swish"):
-            a.flag("--swiglu")
-        elif m.activation in ("gelu", "gelu_tanh", "gelu_new", "quick_gelu"):
-            a.flag("--quick-geglu")
-            job.note(f"gated {m.activation} mapped to --quick-geglu (Megatron's only GeGLU flag)")
-        else:
-            raise Unsupported(f"Megatron-LM has no flag for a gated {m.activation} MLP")
-    elif m.activation == "relu2":
-        a.flag("--squared-relu")
-    elif m.activation not in ("gelu", "gelu_new", "gelu_tanh"):
-        job.note(f"activation {m.activation} not expressible; Megatron's default GeLU is used")
-    if not (m.mlp_bias or m.attn_out_bias):
+    flags = _GATED.get(m.activation) if m.mlp_type == "gated" else plain_gelu_flags(m)
+    if flags is None:
+        raise Unsupported(f"Megatron-LM 0.19.2 has no flag for a {m.mlp_type} {m.activation} MLP")
+    a.extend(flags)
+    if not (m.mlp_bias or m.attn_out_bias or (m.moe is not None and (m.moe.expert_bias or m.moe.router_bias))):
         a.flag("--disable-bias-linear")
         if m.qkv_bias:
             a.flag("--add-qkv-bias")
-    elif not m.qkv_bias:
-        job.note("biases on some but not all linear layers: Megatron adds them everywhere")
 
 
 def _model_args(job: Job, a: _Args) -> None:
@@ -157,9 +219,13 @@ def _model_args(job: Job, a: _Args) -> None:
     a.flag("--max-position-embeddings", max(m.max_position_embeddings, t.seq_len))
     _mlp_args(job, a)
     a.flag("--normalization", "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm")
+    if m.norm_eps is not None:
+        a.flag("--norm-epsilon", m.norm_eps)
     _position_args(job, a)
     if not m.tied_embeddings:
         a.flag("--untie-embeddings-and-output-weights")
+    if m.mtp_layers:
+        a.flag("--mtp-num-layers", m.mtp_layers)
     # placeholder tokenizer: the vocabulary size the plan was made for (replace with the real tokenizer at launch)
     a.flag("--tokenizer-type", "NullTokenizer")
     a.flag("--vocab-size", m.vocab_size)
@@ -181,9 +247,7 @@ def _moe_args(job: Job, a: _Args) -> None:
         a.flag("--moe-shared-expert-intermediate-size", shared)
         if e.shared_expert_gate:
             a.flag("--moe-shared-expert-gate")
-    if e.router_bias and m.family.startswith("deepseek"):
-        a.flag("--moe-router-score-function", "sigmoid")
-        a.flag("--moe-router-enable-expert-bias")
+    _router_args(job, a)
     a.flag("--expert-model-parallel-size", p.ep)
     a.flag("--expert-tensor-parallel-size", p.etp)
     if job.train.moe_capacity_factor is not None:
@@ -191,8 +255,36 @@ def _moe_args(job: Job, a: _Args) -> None:
         # moe_expert_capacity_factor, moe_pad_expert_input_to_capacity)
         a.flag("--moe-expert-capacity-factor", job.train.moe_capacity_factor)
         a.flag("--moe-pad-expert-input-to-capacity")
-    a.flag("--moe-token-dispatcher-type", "alltoall")
+    # the dispatcher the plan was costed with (planner.costmodel.moe.dispatcher: TrainingSpec.moe_dispatcher, else
+    # the stack's); flex runs DeepEP, which sends a token once per target node (DeepSeek-V3 report sec. 3.2.2)
+    kind = job.train.moe_dispatcher or stack_of(job.train).moe_dispatcher
+    a.flag("--moe-token-dispatcher-type", kind)
+    if kind == "flex":
+        a.flag("--moe-flex-dispatcher-backend", "deepep")
     a.flag("--moe-grouped-gemm")
+
+
+def _router_args(job: Job, a: _Args) -> None:
+    """The router the model was trained with (megatron-core 0.19.2 TransformerConfig moe_router_*)."""
+    e = job.model.require_moe()
+    if e.score_function != "softmax":
+        a.flag("--moe-router-score-function", e.score_function)
+    if e.expert_bias_balancing:
+        a.flag("--moe-router-enable-expert-bias")  # DeepSeek-V3's aux-loss-free bias (update rate 1e-3)
+    if e.route_topk_groups is not None:
+        a.flag("--moe-router-num-groups", e.route_groups)
+        a.flag("--moe-router-group-topk", e.route_topk_groups)
+    if e.routed_scaling_factor != 1.0:
+        a.flag("--moe-router-topk-scaling-factor", e.routed_scaling_factor)
+    if not e.norm_topk_prob and e.score_function == "softmax":
+        a.flag("--moe-router-pre-softmax")  # softmax over all experts, then top-k: weights not renormalised
+    if e.aux_loss_coeff:
+        a.flag("--moe-router-load-balancing-type", "seq_aux_loss" if e.aux_loss_per_sequence else "aux_loss")
+        a.flag("--moe-aux-loss-coeff", e.aux_loss_coeff)
+    else:
+        a.flag("--moe-router-load-balancing-type", "none")
+    if e.z_loss_coeff:
+        a.flag("--moe-z-loss-coeff", e.z_loss_coeff)
 
 
 def _precision_args(job: Job, a: _Args) -> None:

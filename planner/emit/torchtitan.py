@@ -9,7 +9,7 @@ or a dtype that no registry function provides cannot be expressed.
 from __future__ import annotations
 
 from planner.emit.capabilities import refuse
-from planner.emit.common import Job, Unsupported, dumps
+from planner.emit.common import Job, Unsupported, arg_lines, dumps
 from planner.emit.torchtitan_model import MODULE, module_text
 from planner.emit.torchtitan_registry import (  # noqa: F401  (FLAVORS, ROPE, _MODULE_OF: read by the consumer tests)
     _MODULE_OF,
@@ -19,6 +19,7 @@ from planner.emit.torchtitan_registry import (  # noqa: F401  (FLAVORS, ROPE, _M
     registry_config,
     stage_split,
 )
+from planner.names import safe_line
 from planner.specs.dims import ParallelDims
 
 _SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb": "ZBVZeroBubble"}
@@ -127,7 +128,52 @@ def emit(job: Job) -> dict[str, str]:
                         "(checkpoint folder)",
         "notes": list(job.notes),
     }
-    files = {"torchtitan_args.json": dumps(doc)}
+    doc["inherited"] = dict(INHERITED)
+    files = {"torchtitan_args.json": dumps(doc), "launch_torchtitan.sh": launch_script(job, args, own)}
     if own:
         files["torchtitan_model.py"] = module_text(job)
     return files
+
+
+# Trainer settings the request does not give, which the --config registry function sets (torchtitan 0.3.0
+# config_registry functions: training.steps, the dataloader's dataset, optimizer and lr_scheduler, checkpoint and
+# metrics); the launch overrides them with these options
+INHERITED = {
+    "training.steps": "--training.steps N (the registry function's step count otherwise)",
+    "dataset": "--dataloader.dataset NAME / --dataloader.dataset_path DATA (the registry's, e.g. c4, otherwise)",
+    "tokenizer": "--hf_assets_path TOKENIZER",
+    "optimizer": "--optimizer.* (learning rate, betas, eps, weight decay: the registry function's otherwise)",
+    "lr_scheduler": "--lr_scheduler.* (warm-up and decay: the registry function's otherwise)",
+    "checkpoint": "--checkpoint.* (folder CHECKPOINTS, interval: the registry function's otherwise)",
+}
+
+
+def launch_script(job: Job, args: list[str], own: bool) -> str:
+    """torchrun over the nodes, NODE_RANK / MASTER_ADDR / MASTER_PORT from the environment as the other launch
+    scripts; arguments given to the script are appended (the overrides INHERITED lists)."""
+    p = job.plan
+    out = [
+        "#!/usr/bin/env bash",
+        f"# torchtitan 0.3.0 launch: {safe_line(job.model.name, 200)} on {job.world} x {safe_line(job.hw_id, 200)} "
+        f"({job.nodes} node(s) x {job.procs_per_node}), written by planner.",
+        f"# tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} dp={p.dp} ep={p.ep} micro_batch={p.micro_batch} "
+        f"global_batch={job.train.global_batch}",
+        "# Run on every node with NODE_RANK and MASTER_ADDR set. Arguments given to this script are appended.",
+        "# INHERITED from the --config registry function unless given here (torchtitan_args.json 'inherited'):",
+        "#   --training.steps, --dataloader.dataset(_path) DATA, --hf_assets_path TOKENIZER, --optimizer.*,",
+        "#   --lr_scheduler.*, --checkpoint.* (CHECKPOINTS).",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+    ]
+    if own:
+        out.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # torchtitan_model.py, the planned model')
+    out += [
+        "exec torchrun \\",
+        f"  --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} \\",
+        '  --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
+        '--master-port "${MASTER_PORT:-29500}" \\',
+        "  -m torchtitan.train \\",
+    ]
+    out += [f"  {line} \\" for line in arg_lines(args)]
+    out.append('  "$@"')
+    return "\n".join(out) + "\n"

@@ -73,6 +73,7 @@ def module_text(job: Job) -> str:
         f"NUM_LAYERS = {m.num_layers}", f"DIM = {m.hidden_size}", f"N_HEADS = {m.num_heads}",
         f"N_KV_HEADS = {m.num_kv_heads}", f"HEAD_DIM = {m.head_dim}", f"FFN = {m.ffn_hidden_size}",
         f"VOCAB = {m.vocab_size}", f"QK_NORM = {m.qk_norm}", f"TIED = {m.tied_embeddings}",
+        f"NORM_EPS = {m.norm_eps if m.norm_eps is not None else 1e-5!r}",  # torchtitan RMSNorm.Config default 1e-5
         f"EXPERTS = {e.num_experts if e else 0}", f"TOP_K = {e.top_k if e else 0}",
         f"EXPERT_FFN = {e.expert_ffn_hidden_size if e else 0}", f"FIRST_DENSE = {e.first_k_dense if e else 0}",
         f"MAX_SEQ_LEN = {max(m.max_position_embeddings, t.seq_len)}",
@@ -105,7 +106,7 @@ from torchtitan.models.qwen3 import config_registry as base
 _BODY = '''
 
 def _norm(dim):
-    return RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT)
+    return RMSNorm.Config(normalized_shape=dim, eps=NORM_EPS, param_init=_NORM_INIT)
 
 
 def _layer(i, rope, inner_attention):

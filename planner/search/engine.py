@@ -23,7 +23,7 @@ from planner.costmodel.capacity import usable_capacity_gib
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
-from planner.emit.capabilities import launcher_errors
+from planner.emit.capabilities import capabilities, launcher_errors
 from planner.errors import InputError
 from planner.search.ranking import TIE_BAND_REL, at_memory_edge, complexity, leaders_first, rank, select
 from planner.search.space import divisors, plan_errors
@@ -278,11 +278,18 @@ def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> bool:
     return bool(launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster))
 
 
+def _cp_kinds(opts: SearchOptions) -> list[str]:
+    """Context-parallel kinds to try: the target launcher's (DeepSpeed: Ulysses all-to-all only), else ring."""
+    kinds = capabilities(opts.launcher).cp_kinds if opts.launcher else ()
+    return ["ring"] if not kinds or "ring" in kinds else list(kinds)
+
+
 def _probe(ctx: Context, opts: SearchOptions, r: dict, z: int, cap: float) -> float:
     """Cheap rank of a (layout, ZeRO) pair for the beam: step time of its most memory-frugal plan
     (micro-batch 1, full recompute, no interleaving); infinity if even that does not fit."""
     try:
-        plan = ParallelPlan(**r, micro_batch=1, zero_stage=z, recompute="full", sequence_parallel=r["tp"] > 1)
+        plan = ParallelPlan(**r, micro_batch=1, zero_stage=z, recompute="full", sequence_parallel=r["tp"] > 1,
+                            cp_comm=_fixed_or(opts, "cp_comm", _cp_kinds(opts))[0])
     except ValueError:
         return math.inf
     if _invalid(ctx, opts, plan):
@@ -362,7 +369,8 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
         fits = peak <= cap
         if fits or not opts.require_fit:
             if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
-                    and plan.recompute_layers is None):
+                    and plan.recompute_layers is None
+                    and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
                 ev = _refine_partial_recompute(ctx, plan, cap, ev)
                 scan.evaluated += 1
             scan.results.append(ev)
@@ -382,7 +390,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
     mbs_list = _fixed_or(opts, "micro_batch", mbs_all)
     for vpp, sched, first, last, acc in _vpp_choices(ctx, opts, r["pp"]):
         for sp in _fixed_or(opts, "sequence_parallel", [True]):
-            for cpc in _fixed_or(opts, "cp_comm", ["ring"]):
+            for cpc in _fixed_or(opts, "cp_comm", _cp_kinds(opts)):
                 for off in _fixed_or(opts, "offload_optimizer", [False]):
                     for mb in mbs_list:
                         knobs = dict(**r, vpp=vpp, schedule=sched, micro_batch=mb, zero_stage=z,

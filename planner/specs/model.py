@@ -76,6 +76,24 @@ class MoESpec(_Frozen):
         None, ge=1, description="each token picks its experts from at most this many groups (HF DeepSeek "
         "`topk_group`; DeepSeek-V3: 4 of 8, 'each token will be sent to at most 4 nodes', arXiv 2412.19437 sec. "
         "2.1.2); None = unlimited")
+    score_function: Literal["softmax", "sigmoid"] = Field(
+        "softmax", description="router score: softmax over the experts (Mixtral, Qwen-MoE, gpt-oss) or a per-expert "
+        "sigmoid (DeepSeek-V3 `scoring_func`, arXiv 2412.19437 sec. 2.1.2)")
+    expert_bias_balancing: bool = Field(
+        False, description="auxiliary-loss-free balancing: a non-trainable per-expert bias added to the scores for "
+        "top-k selection only, updated by the balancing rule (DeepSeek-V3 `noaux_tc`, arXiv 2412.19437 sec. 2.1.2)")
+    routed_scaling_factor: float = Field(
+        1.0, gt=0, description="routed experts' combined output is multiplied by this (HF `routed_scaling_factor`; "
+        "DeepSeek-V3: 2.5)")
+    norm_topk_prob: bool = Field(
+        True, description="the top-k gate weights are renormalised to sum to 1 (HF `norm_topk_prob`; Mixtral's "
+        "softmax over the top-k logits is the same thing)")
+    aux_loss_coeff: float = Field(0.0, ge=0, description="load-balancing loss weight (HF `router_aux_loss_coef`, "
+                                  "DeepSeek `aux_loss_alpha`); 0 = none")
+    aux_loss_per_sequence: bool = Field(False, description="the balance loss is computed per sequence (DeepSeek "
+                                        "`seq_aux`, arXiv 2412.19437 sec. 2.1.2 eq. 17-20)")
+    z_loss_coeff: float = Field(0.0, ge=0, description="router z-loss weight (ST-MoE, arXiv 2202.08906 sec. 3.1); "
+                                "0 = none")
     dense_layers: tuple[int, ...] = Field(
         (),
         description="0-based layer indices forced to a dense FFN on top of first_k_dense/layer_freq "
@@ -113,6 +131,10 @@ class RopeScaling(_Frozen):
     low_freq_factor: float | None = Field(None, gt=0, description="llama3 only")
     high_freq_factor: float | None = Field(None, gt=0, description="llama3 only")
     original_max_position_embeddings: int | None = Field(None, ge=1)
+    beta_fast: float | None = Field(None, gt=0, description="yarn only (HF default 32)")
+    beta_slow: float | None = Field(None, gt=0, description="yarn only (HF default 1)")
+    mscale: float | None = Field(None, gt=0, description="yarn only (DeepSeek; HF default 1)")
+    mscale_all_dim: float | None = Field(None, ge=0, description="yarn only (DeepSeek; HF default 0)")
 
 
 class ModelSpec(_Frozen):
@@ -155,10 +177,26 @@ class ModelSpec(_Frozen):
     rope_theta: float = Field(10000.0, gt=1, le=1e12,
                               description="RoPE base (HF rope_theta; 10000 as in RoFormer/Llama 1)")
     rope_scaling: RopeScaling | None = Field(None, description="RoPE frequency scaling (HF rope_scaling)")
+    rope_local_theta: float | None = Field(None, gt=0, description="RoPE base of the sliding-window layers when it "
+                                           "differs (Gemma 3 `rope_local_base_freq`); None = rope_theta")
     embedding_norm: bool = Field(False, description="LayerNorm after the embedding (BLOOM)")
     parallel_attn_mlp: bool = Field(False, description="attention and MLP read the same input (GPT-J/Falcon/NeoX)")
     sliding_window: int | None = Field(None, ge=1, description="local attention window, tokens")
     num_sliding_layers: int = Field(0, ge=0, description="layers that use the sliding window (rest attend globally)")
+    sliding_layer_pattern: tuple[int, ...] = Field(
+        (), description="1 for a sliding-window layer, 0 for a global one, per layer (HF `layer_types`); empty: "
+        "every layer when num_sliding_layers = num_layers, else not stated")
+    norm_eps: float | None = Field(None, gt=0, description="epsilon of every norm (HF rms_norm_eps / "
+                                   "layer_norm_epsilon); None = not stated")
+    scale_embeddings: bool = Field(False, description="the embedding output is multiplied by sqrt(hidden_size) "
+                                   "(Gemma: HF Gemma*Model `normalizer`)")
+    attn_logit_softcap: float | None = Field(None, gt=0, description="tanh soft cap of the attention logits "
+                                             "(Gemma 2 `attn_logit_softcapping`)")
+    final_logit_softcap: float | None = Field(None, gt=0, description="tanh soft cap of the output logits "
+                                              "(Gemma 2 `final_logit_softcapping`)")
+    mtp_layers: int = Field(0, ge=0, le=MAX_LAYERS, description="multi-token-prediction modules trained beside the "
+                            "model (DeepSeek-V3 `num_nextn_predict_layers`, arXiv 2412.19437 sec. 2.2); not counted "
+                            "in the parameters, as DeepSeek's 671B")
     mla: MLASpec | None = None
     moe: MoESpec | None = None
     source: str = Field("", description="where the architecture numbers come from")
@@ -176,6 +214,9 @@ class ModelSpec(_Frozen):
             raise ValueError("num_sliding_layers exceeds num_layers")
         if self.num_sliding_layers and self.sliding_window is None:
             raise ValueError("num_sliding_layers > 0 needs sliding_window")
+        pat = self.sliding_layer_pattern
+        if pat and (len(pat) != self.num_layers or sum(pat) != self.num_sliding_layers or set(pat) - {0, 1}):
+            raise ValueError("sliding_layer_pattern needs one 0/1 entry per layer, with num_sliding_layers ones")
         if self.relative_attention_num_buckets and self.position_embedding != "relative":
             raise ValueError("relative_attention_num_buckets needs position_embedding 'relative'")
         if self.moe is not None and self.moe.first_k_dense > self.num_layers:
@@ -202,6 +243,14 @@ class ModelSpec(_Frozen):
             and (i - m.first_k_dense) % m.layer_freq == 0
             and i not in m.dense_layer_set
         )
+
+    def sliding_pattern(self) -> tuple[int, ...] | None:
+        """1 (sliding) or 0 (global) per layer; None when some layers slide but the spec does not say which."""
+        if self.sliding_layer_pattern:
+            return self.sliding_layer_pattern
+        if self.num_sliding_layers in (0, self.num_layers):
+            return (1 if self.num_sliding_layers else 0,) * self.num_layers
+        return None
 
     @property
     def num_moe_layers(self) -> int:

@@ -102,5 +102,6 @@ class Stack:
     # ---- rules any plan of this stack keeps (planner.specs.dims.plan_errors adds them to the neutral ones)
     plan_rules: tuple[PlanRule, ...] = ()
 
+
     def plan_errors(self, model: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> list[str]:
         return [e for rule in self.plan_rules for e in rule(model, train, plan)]

@@ -208,9 +208,17 @@ def model_fields(cfg):
              "logits_via_embedding", "rope_max_timescale", "rope_type", "rope_use_scale", "enable_dropout",
              "dropout_rate", "attention_bias", "use_qk_norm", "num_experts", "num_experts_per_tok", "moe_mlp_dim",
              "first_num_dense_layers", "shared_experts", "attention_type", "q_lora_rank", "kv_lora_rank",
-             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_target_length", "trainable_position_size")
+             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_target_length", "trainable_position_size",
+             "normalization_layer_epsilon", "sliding_window_size", "attention_sink", "attn_logits_soft_cap",
+             "final_logits_soft_cap", "use_post_attn_norm", "use_post_ffw_norm", "routed_score_func", "routed_bias",
+             "routed_bias_update_rate", "routed_scaling_factor", "n_routing_groups", "topk_routing_group",
+             "norm_topk_prob", "load_balance_loss_weight", "moe_use_megatron_seq_aux_loss", "mtp_num_layers",
+             "capacity_factor", "rope_factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+             "mscale", "local_rope_max_timescale", "rope_linear_scaling_factor", "attention",
+             "mlp_activations_limit", "mlp_bias")
     out = {n: getattr(cfg, n, None) for n in names}
-    out = {k: (str(getattr(v, "value", v)) if k in ("rope_type", "attention_type") else v) for k, v in out.items()}
+    out = {k: (str(getattr(v, "value", v)) if k in ("rope_type", "attention_type", "attention") else v)
+           for k, v in out.items()}
     out["mlp_activations"] = list(cfg.mlp_activations)
     out["decoder_block"] = str(getattr(cfg.decoder_block, "value", cfg.decoder_block))
     return out

@@ -37,11 +37,24 @@ def model_fields(args, cfg) -> dict:
              "attention_dropout", "hidden_dropout", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
              "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
              "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-             "v_head_dim")
+             "v_head_dim", "bias_activation_fusion", "glu_linear_offset", "activation_func_clamp_value",
+             "layernorm_epsilon", "softmax_type", "moe_router_score_function", "moe_router_num_groups",
+             "moe_router_group_topk", "moe_router_topk_scaling_factor", "moe_router_pre_softmax",
+             "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_expert_capacity_factor",
+             "mtp_num_layers", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "rope_type",
+             "rotary_scaling_factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings",
+             "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim")
     out = {n: getattr(cfg, n, None) for n in names}
     freq = cfg.moe_layer_freq
     out["moe_layer_freq"] = freq if isinstance(freq, int) else list(freq)
     out["window_size"] = list(cfg.window_size) if cfg.window_size is not None else None
+    skip = cfg.window_attn_skip_freq
+    out["window_attn_skip_freq"] = skip if skip is None or isinstance(skip, int) else list(skip)
+    out["attention_backend"] = str(getattr(args, "attention_backend", ""))
+    for k, v in list(out.items()):
+        if not isinstance(v, (int, float, str, bool, list, type(None))):
+            out[k] = str(v)
     out["activation"] = getattr(cfg.activation_func, "__name__", str(cfg.activation_func))
     out.update(vocab_size=args.vocab_size, max_position_embeddings=args.max_position_embeddings,
                position_embedding_type=args.position_embedding_type, rotary_base=args.rotary_base,

@@ -79,7 +79,8 @@ def model_fields(m, count):
            "norm": type(m.norm).__qualname__, "rope_theta": float(rope.theta), "rope_scaling": rope.scaling,
            "rope_factor": rope.scaling_factor if rope.scaling == "llama" else rope.rope_factor,
            "qkv_bias": bool(qkv.wqkv.bias) if qkv is not None and hasattr(qkv, "wqkv") else None,
-           "qk_norm": getattr(att, "qk_norm", None) is not None}
+           "qk_norm": getattr(att, "qk_norm", None) is not None, "norm_eps": getattr(m.norm, "eps", None),
+           "head_dim": getattr(att, "head_dim", None)}
     if count:
         key = id(type(m)), out["n_layers"], out["dim"], out["vocab_size"]
         if key not in _COUNTS:

@@ -11,10 +11,10 @@ import shlex
 from planner.costmodel.params import count_params
 from planner.specs import MLASpec, ModelSpec, MoESpec, RopeScaling
 
-_ACT = {"silu": "silu", "gelu": "gelu", "squared_relu": "relu2", "quick_gelu": "gelu"}
+_ACT = {"silu": "silu", "gelu": "gelu", "squared_relu": "relu2", "quick_gelu": "quick_gelu"}
 
 
-def _moe(num_experts, top_k, expert_ffn, shared_width, freq, router_bias=False, gate=False):
+def _moe(num_experts, top_k, expert_ffn, shared_width, freq, router_bias=False, gate=False, expert_bias=False):
     if not num_experts:
         return None
     pattern = [freq] if isinstance(freq, int) else list(freq)
@@ -24,7 +24,18 @@ def _moe(num_experts, top_k, expert_ffn, shared_width, freq, router_bias=False, 
             first_dense += 1
     return MoESpec(num_experts=num_experts, top_k=top_k, expert_ffn_hidden_size=expert_ffn,
                    num_shared_experts=1 if shared_width else 0, shared_expert_ffn_hidden_size=shared_width or None,
-                   first_k_dense=first_dense, router_bias=router_bias, shared_expert_gate=gate)
+                   first_k_dense=first_dense, router_bias=router_bias, shared_expert_gate=gate, expert_bias=expert_bias)
+
+
+def megatron_activation(f: dict) -> str:
+    """The activation megatron-core's MLP runs (core/transformer/mlp.py): plain F.gelu becomes the fused bias-GeLU
+    (tanh approximation) with biases and bias_activation_fusion; quick_gelu with offset 1 and clamp 7 is gpt-oss's."""
+    act = f["activation"]
+    if act == "gelu" and not f["gated_linear_unit"] and f["add_bias_linear"] and f["bias_activation_fusion"]:
+        return "gelu_tanh"
+    if act == "quick_gelu" and f["glu_linear_offset"] == 1.0 and f["activation_func_clamp_value"] == 7.0:
+        return "gpt_oss_glu"
+    return _ACT.get(act, act)
 
 
 def megatron_spec(f: dict) -> ModelSpec:
@@ -43,7 +54,7 @@ def megatron_spec(f: dict) -> ModelSpec:
         head_dim=f["kv_channels"] if mla is None else mla.qk_nope_head_dim + mla.qk_rope_head_dim,
         ffn_hidden_size=f["ffn_hidden_size"], vocab_size=f["vocab_size"],
         max_position_embeddings=f["max_position_embeddings"],
-        mlp_type="gated" if f["gated_linear_unit"] else "plain", activation=_ACT.get(f["activation"], f["activation"]),
+        mlp_type="gated" if f["gated_linear_unit"] else "plain", activation=megatron_activation(f),
         norm_type="rmsnorm" if f["normalization"] == "RMSNorm" else "layernorm",
         qkv_bias=bool(f["add_bias_linear"] or f["add_qkv_bias"]), attn_out_bias=bool(f["add_bias_linear"]),
         mlp_bias=bool(f["add_bias_linear"]), qk_norm=bool(f["qk_layernorm"]),
@@ -52,9 +63,9 @@ def megatron_spec(f: dict) -> ModelSpec:
             f["position_embedding_type"]],
         rope_theta=float(f["rotary_base"]), rope_scaling=scaling, mla=mla,
         moe=_moe(f["num_moe_experts"], f["moe_router_topk"], f["moe_ffn_hidden_size"],
-                 f["moe_shared_expert_intermediate_size"], f["moe_layer_freq"],
-                 bool(f["moe_router_enable_expert_bias"]),
-                 bool(f["moe_shared_expert_gate"])))
+                 # megatron-core: add_bias_linear puts a bias on the router (TopKRouter.bias) and on every expert
+                 f["moe_shared_expert_intermediate_size"], f["moe_layer_freq"], bool(f["add_bias_linear"]),
+                 bool(f["moe_shared_expert_gate"]), bool(f["add_bias_linear"])))
 
 
 # MaxText decoder blocks fix the norm and the biases (maxtext layers/decoders.py: the llama2/mistral/mixtral/qwen/
@@ -88,7 +99,9 @@ def maxtext_spec(f: dict) -> ModelSpec:
         num_kv_heads=f["num_kv_heads"] if mla is None else heads,
         head_dim=f["head_dim"] if mla is None else mla.qk_nope_head_dim + mla.qk_rope_head_dim,
         ffn_hidden_size=f["mlp_dim"], vocab_size=f["vocab_size"],
-        mlp_type="gated" if len(acts) == 2 and acts[1] == "linear" else "plain", activation=acts[0],
+        # MaxText resolves activations in jax.nn, whose gelu is the tanh approximation (approximate=True)
+        mlp_type="gated" if len(acts) == 2 and acts[1] == "linear" else "plain",
+        activation={"gelu": "gelu_tanh"}.get(acts[0], acts[0]),
         norm_type=norm, qkv_bias=bias or bool(f["attention_bias"]), attn_out_bias=bias, mlp_bias=bias,
         qk_norm=bool(f["use_qk_norm"]), tied_embeddings=bool(f["logits_via_embedding"]),
         position_embedding="learned" if (f["trainable_position_size"] or 0) > 0 else "rope",
@@ -113,7 +126,12 @@ def mds_parser() -> argparse.ArgumentParser:
     p.add_argument("--rotary-position-embeddings-theta", type=int, default=10000, dest="rope_theta")
     p.add_argument("--no-position-embedding", action="store_false", dest="add_position_embedding")
     p.add_argument("--normalization", default="layernorm", choices=["layernorm", "rmsnorm"])
-    for f in ("--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights", "--no-pipeline-parallel",
+    p.add_argument("--layernorm-epsilon", type=float, default=1e-5)
+    p.add_argument("--use-flash-attn", "--use-flash-attn-v1", dest="use_flash_attn_v1", action="store_true")
+    p.add_argument("--use-flash-attn-v2", action="store_true")
+    p.add_argument("--no-bias-gelu-fusion", action="store_false", dest="bias_gelu_fusion")
+    for f in ("--swiglu", "--squared-relu", "--openai-gelu", "--untie-embeddings-and-output-weights",
+              "--no-pipeline-parallel",
               "--sequence-parallel", "--bf16", "--fp16", "--checkpoint-activations", "--deepspeed",
               "--deepspeed-activation-checkpointing", "--cpu-optimizer"):
         p.add_argument(f, action="store_true")
@@ -129,6 +147,16 @@ def mds_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _mds_activation(a: argparse.Namespace) -> str:
+    """Megatron-DeepSpeed ParallelMLP: openai_gelu (tanh), swiglu, squared relu, else F.gelu, which the fused
+    bias-GeLU (the tanh approximation) replaces when the layer has a bias (megatron/model/transformer.py)."""
+    if a.swiglu:
+        return "silu"
+    if a.squared_relu:
+        return "relu2"
+    return "gelu_tanh" if a.openai_gelu or (a.add_bias_linear and a.bias_gelu_fusion) else "gelu"
+
+
 def mds_spec(args: list[str]) -> tuple[ModelSpec, argparse.Namespace]:
     a = mds_parser().parse_args(args)
     heads = a.num_attention_heads
@@ -138,7 +166,8 @@ def mds_spec(args: list[str]) -> tuple[ModelSpec, argparse.Namespace]:
         num_kv_heads=a.num_key_value_heads or heads, head_dim=a.kv_channels or a.hidden_size // heads,
         ffn_hidden_size=a.ffn_hidden_size, vocab_size=a.vocab_size, max_position_embeddings=a.max_position_embeddings,
         mlp_type="gated" if a.swiglu else "plain",
-        activation="silu" if a.swiglu else ("relu2" if a.squared_relu else "gelu"),
+        activation=_mds_activation(a),
+        norm_eps=a.layernorm_epsilon,
         norm_type=a.normalization, qkv_bias=a.add_bias_linear, attn_out_bias=a.add_bias_linear,
         mlp_bias=a.add_bias_linear, tied_embeddings=not a.untie_embeddings_and_output_weights,
         position_embedding="rope" if rope else ("learned" if a.add_position_embedding else "none"),
@@ -158,7 +187,8 @@ def same_model(rebuilt: ModelSpec, planned: ModelSpec, params_total: int) -> lis
                   "position_embedding", "qk_norm"):
         a, b = getattr(rebuilt, field), getattr(planned, field)
         if field == "activation":
-            a, b = {"swish": "silu"}.get(a, a), {"swish": "silu", "gelu_tanh": "gelu", "gelu_new": "gelu"}.get(b, b)
+            canon = {"swish": "silu", "gelu_new": "gelu_tanh"}
+            a, b = canon.get(a, a), canon.get(b, b)
         if a != b:
             diffs.append(f"{field} {a!r} != planned {b!r}")
     if planned.position_embedding == "rope" and rebuilt.rope_theta != planned.rope_theta:

@@ -55,14 +55,13 @@ SCENARIOS = [
 
 # launchers that cannot run the model at all (plan-free capability rules): the CLI must say so, exit 2
 CANNOT = {
-    ("gpt3-175b-a100x64-fp16", "torchtitan"): "fp16",
-    ("qwen2.5-72b-h100x64", "torchtitan"): "no linear biases",
-    ("qwen2.5-72b-h100x64", "deepspeed"): "some only",
+    ("gpt3-175b-a100x64-fp16", "torchtitan"): "q/k/v biases",
+    ("qwen2.5-72b-h100x64", "torchtitan"): "q/k/v biases",
     ("mistral7b-h100x16", "torchtitan"): "sliding windows",
-    ("mistral7b-h100x16", "deepspeed"): "sliding-window",
-    ("mixtral8x7b-h100x32", "deepspeed"): "moe",
-    ("qwen3-30b-a3b-h100x32", "deepspeed"): "moe",
-    ("deepseek-v3-h800x256", "deepspeed"): "moe",
+    ("mixtral8x7b-h100x32", "torchtitan"): "load-balancing loss",
+    ("qwen3-30b-a3b-h100x32", "torchtitan"): "load-balancing loss",
+    ("deepseek-v3-h800x256", "torchtitan"): "load-balancing loss",
+    ("deepseek-v3-h800x256", "deepspeed"): "multi-token prediction",
     ("llama70b-h100x64-fp8", "torchtitan"): "float8",
     ("llama70b-h100x64-fp8", "deepspeed"): "fp8",
     ("llama405b-h100x512-fp8", "deepspeed"): "fp8",

@@ -126,7 +126,8 @@ def test_scenario_maxtext_files_run_and_reproduce_the_model(results, key):
     f = r["model"]
     assert same_model(maxtext_spec(f), planned, doc["model"]["params_total"]) == []
     assert f["enable_dropout"] is False and f["dropout_rate"] == 0.0
-    assert f["rope_type"] == ("llama3.1" if planned.rope_scaling is not None else "default")
+    kind = planned.rope_scaling.rope_type if planned.rope_scaling is not None else None
+    assert f["rope_type"] == {"llama3": "llama3.1", "yarn": "yarn", None: "default"}[kind]
 
 
 def test_tpu_multislice_puts_only_data_or_stage_on_dcn(results):

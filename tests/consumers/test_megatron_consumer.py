@@ -117,8 +117,9 @@ def test_scenario_megatron_files_run_and_reproduce_the_model(results, key):
     f = r["model"]
     assert same_model(megatron_spec(f), planned, doc["model"]["params_total"]) == []
     assert (f["attention_dropout"], f["hidden_dropout"]) == (0.0, 0.0)  # the plan assumes no dropout
-    assert f["use_rope_scaling"] == (planned.rope_scaling is not None)
-    if planned.rope_scaling is not None:
+    llama3 = planned.rope_scaling is not None and planned.rope_scaling.rope_type == "llama3"
+    assert f["use_rope_scaling"] == llama3
+    if llama3:
         assert f["rope_scaling_factor"] == planned.rope_scaling.factor
     if planned.sliding_window is not None and planned.num_sliding_layers == planned.num_layers:
         assert f["window_size"] == [planned.sliding_window - 1, 0]

@@ -21,9 +21,9 @@ from planner.emit.common import Job, Unsupported
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 
 # rule ids (shared by the launcher tables) that depend on the model, dtype or hardware only
-PLAN_FREE_RULES = frozenset({"gpu-only", "registry", "decoder-block", "alibi", "parallel-block", "mla", "moe",
-                             "sliding-window", "partial-bias", "no-fp16", "no-fp8", "state-dtypes", "fp8-hardware",
-                             "fp8-recipe", "mxfp8-blackwell", "no-capacity"})
+PLAN_FREE_RULES = frozenset({"contract", "gpu-only", "registry", "decoder-block", "alibi", "parallel-block", "mla",
+                             "moe", "sliding-window", "partial-bias", "no-fp16", "no-fp8", "state-dtypes",
+                             "fp8-hardware", "fp8-recipe", "mxfp8-blackwell", "no-capacity"})
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,22 @@ def launchers_for(cluster: ClusterSpec) -> tuple[str, ...]:
     """The target launchers that run on this cluster's hardware."""
     kind = "tpu" if cluster.hardware.is_tpu else "gpu"
     return tuple(t for t in TARGETS if kind in capabilities(t).hardware)
+
+
+def contract_rule(launcher: str) -> Rule:
+    """The launcher's architecture contract (planner.emit.contract): refuse, naming every costed feature of the
+    model (or training) that the launcher's release cannot express."""
+    from planner.emit.contract import CONTRACTS, missing_features
+
+    return Rule("contract", "{L} cannot express {what} of {name}, which the plan was costed with",
+                f"planner/emit/contract.py ({CONTRACTS[launcher]['release']})",
+                lambda j: bool(missing_features(j.model, j.train, launcher)),
+                detail=lambda j: {"L": _LAUNCHER_NAMES[launcher], "name": j.model.name,
+                                  "what": ", ".join(missing_features(j.model, j.train, launcher))})
+
+
+_LAUNCHER_NAMES = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "maxtext": "MaxText",
+                   "torchtitan": "torchtitan"}
 
 
 # ---- predicates shared by several launchers' tables

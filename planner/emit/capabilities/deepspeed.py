@@ -5,8 +5,10 @@ Citations: DS = deepspeed 0.19.8:deepspeed/, MDS = Megatron-DeepSpeed (launcher_
 
 from __future__ import annotations
 
-from planner.emit.capabilities import Capabilities, Rule, is_tpu, non_default_state_dtypes
+from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, non_default_state_dtypes
 from planner.emit.common import Job
+from planner.emit.contract import deepspeed_path, table_missing
+from planner.emit.hf_model import hf_gaps
 from planner.specs.dims import ParallelDims
 
 
@@ -16,16 +18,58 @@ def _partial_recompute(job: Job) -> bool:
     return p.pp > 1 and p.recompute == "full" and p.recompute_layers is not None and 0 < p.recompute_layers < per_stage
 
 
+def ds_path(job: Job) -> str | None:
+    """The model's DeepSpeed path (planner.emit.contract.deepspeed_path); a Ulysses plan (cp > 1) of a model both
+    paths express runs on the Hugging Face path, where DeepSpeed-Ulysses is written."""
+    path = deepspeed_path(job.model, job.train)
+    if path == "megatron-deepspeed" and job.plan.cp > 1 and not hf_gaps(job.model, job.train):
+        return "hf"
+    return path
+
+
+def _why_hf(job: Job) -> str:
+    missing = table_missing(job.model, job.train, "deepspeed")
+    if missing:
+        return "Megatron-DeepSpeed cannot express " + ", ".join(missing)
+    return "DeepSpeed-Ulysses context parallelism is written for it only"
+
+
+def _hf_path(job: Job) -> bool:
+    return ds_path(job) == "hf"
+
+
+def _partial_full(job: Job) -> bool:
+    p = job.plan
+    return p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < job.model.num_layers
+
+
 RULES = (
+    contract_rule("deepspeed"),
+    Rule("hf-data-parallel", "DeepSpeed runs {name} as the Hugging Face model ({what}): data parallelism under "
+         "ZeRO and Ulysses sequence parallelism only, no tensor parallelism, "
+         "pipeline parallelism or expert parallelism (tp={tp} pp={pp} ep={ep} cp={cp})",
+         "planner/emit/hf_model.py; DS:runtime/engine.py (ZeRO over the data-parallel group only)",
+         lambda j: _hf_path(j) and (j.plan.tp > 1 or j.plan.pp > 1 or j.plan.ep > 1),
+         detail=lambda j: {"name": j.model.name, "what": _why_hf(j),
+                           "tp": j.plan.tp, "pp": j.plan.pp, "ep": j.plan.ep, "cp": j.plan.cp}),
+    Rule("hf-recompute", "the Hugging Face model recomputes every layer (gradient_checkpointing_enable) or none, "
+         "not {r}", "transformers modeling_utils.py gradient_checkpointing_enable (per decoder layer)",
+         lambda j: _hf_path(j) and (j.plan.recompute == "selective" or _partial_full(j)),
+         detail=lambda j: {"r": "selective recompute" if j.plan.recompute == "selective" else
+                           f"{j.plan.recompute_layers} of {j.model.num_layers} layers"}),
     Rule("gpu-only", "DeepSpeed runs on GPUs, not on {hw}", "DS: CUDA/ROCm accelerators (no XLA backend)",
          is_tpu, needs_cluster=True, detail=lambda j: {"hw": j.hw_id}),
-    Rule("no-ring-cp", "DeepSpeed has no Megatron-style context parallelism (ring/all-gather K/V); DeepSpeed-Ulysses "
-         "is not written by the planner", "launcher_capabilities.md sec. 2 [absent]; MDS:megatron/core/"
-         "parallel_state.py:145-148 (Ulysses only with TP=PP=1)", lambda j: j.plan.cp > 1),
-    Rule("moe", "the planner does not write Megatron-DeepSpeed MoE: DeepSpeed-MoE sets expert parallelism in model "
-         "code (deepspeed.moe.layer.MoE(ep_size), GShard gate with capacity), has no expert tensor parallelism and "
-         "does not run with ZeRO-3",
-         "DS:moe/layer.py:59; DS:runtime/engine.py:2197-2216 [assert]", lambda j: j.model.moe is not None),
+    Rule("no-ring-cp", "DeepSpeed's context parallelism is Ulysses (all-to-all), not ring/all-gather K/V exchange",
+         "launcher_capabilities.md sec. 2 [absent]; DS:runtime/sequence_parallel/ulysses_sp.py",
+         lambda j: j.plan.cp > 1 and j.plan.cp_comm != "a2a"),
+    Rule("ulysses-path", "DeepSpeed-Ulysses runs on the Hugging Face model path only here (Megatron-DeepSpeed's "
+         "--ds-sequence-parallel-size is not written)", "MDS:megatron/core/parallel_state.py:145-148",
+         lambda j: j.plan.cp > 1 and not _hf_path(j)),
+    Rule("ulysses-heads", "Ulysses splits the {h} attention heads ({kv} K/V heads) over cp={cp}: they must divide "
+         "by it (K/V heads may also divide it)", "DS:runtime/sequence_parallel/ulysses_sp.py UlyssesSPAttentionHF",
+         lambda j: j.plan.cp > 1 and (j.model.num_heads % j.plan.cp != 0 or (
+             j.model.num_kv_heads % j.plan.cp != 0 and j.plan.cp % j.model.num_kv_heads != 0)),
+         detail=lambda j: {"h": j.model.num_heads, "kv": j.model.num_kv_heads, "cp": j.plan.cp}),
     Rule("pp-needs-zero01", "DeepSpeed's pipeline engine supports ZeRO stage 0-1 only, not stage {z}",
          "DS:runtime/pipe/engine.py:76-77 [assert]", lambda j: j.plan.pp > 1 and j.plan.zero_stage >= 2,
          detail=lambda j: {"z": j.plan.zero_stage}),
@@ -55,18 +99,10 @@ RULES = (
          "MDS:megatron/arguments.py:395-399 [silent]", lambda j: j.plan.tp > 1 and j.plan.tp_comm_overlap),
     Rule("state-dtypes", "--grad-dtype / --optimizer-dtype are written for Megatron-LM only; DeepSpeed would train "
          "with its default gradient and Adam-state dtypes", "planner.emit.megatron", non_default_state_dtypes),
-    Rule("mla", "Megatron-DeepSpeed has no multi-latent attention", "MDS:megatron/model/transformer.py",
-         lambda j: j.model.mla is not None),
     Rule("alibi", "Megatron-DeepSpeed's GPT has no ALiBi position embedding here",
          "MDS:megatron/arguments.py _add_network_size_args", lambda j: j.model.position_embedding == "alibi"),
     Rule("parallel-block", "Megatron-DeepSpeed's GPT has no parallel attention+MLP block",
          "MDS:megatron/model/transformer.py ParallelTransformerLayer", lambda j: j.model.parallel_attn_mlp),
-    Rule("partial-bias", "Megatron-DeepSpeed has biases on all linear layers or none (--disable-bias-linear); "
-         "{name} has them on some only", "MDS:megatron/arguments.py _add_training_args (--disable-bias-linear)",
-         lambda j: len({j.model.qkv_bias, j.model.attn_out_bias, j.model.mlp_bias}) > 1,
-         detail=lambda j: {"name": j.model.name}),
-    Rule("sliding-window", "Megatron-DeepSpeed has no sliding-window attention flag",
-         "MDS:megatron/arguments.py (no window flag)", lambda j: j.model.sliding_window is not None),
 )
 
 CAPABILITIES = Capabilities(
@@ -78,7 +114,7 @@ CAPABILITIES = Capabilities(
     hardware=("gpu",),
     schedules=("1f1b",),
     zero_stages=(0, 1, 2, 3),  # 2-3 only with pp = 1
-    cp_kinds=(),
+    cp_kinds=("a2a",),  # DeepSpeed-Ulysses on the Hugging Face model path
     expert_tp="none written (DeepSpeed-MoE: all-or-nothing = TP)",
     recompute=("none", "selective", "full"),
     offload="optimizer (stages 1-3), parameters (stage 3 only; not planned)",

@@ -5,7 +5,7 @@ Citations: MT = maxtext@e591f30:src/maxtext/ (launcher_capabilities.md sec. 4).
 
 from __future__ import annotations
 
-from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches, non_default_state_dtypes
+from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
 from planner.emit.common import Job, Unsupported
 from planner.emit.maxtext_mesh import _decoder_block, mesh_degrees, split_ici_dcn
 from planner.specs.dims import ParallelDims
@@ -18,6 +18,21 @@ def _mesh_impossible(job: Job) -> bool:
     except Unsupported:
         return True
     return False
+
+
+def _fsdp_over_dcn(job: Job) -> bool:
+    """On a TPU multislice, the mesh laid over slices gives DCN an axis other than data or stage
+    (planner.emit.maxtext). GPU nodes are 'slices' of one NVLink domain; MaxText's GPU recipes shard FSDP over
+    their DCN, so the rule is the TPU multislice one."""
+    from planner.emit.maxtext import mesh_degrees, split_ici_dcn
+
+    if not is_tpu(job):
+        return False
+    try:
+        _, _, dcn = split_ici_dcn(job, mesh_degrees(job))
+    except Unsupported:
+        return False  # rule "mesh" says why
+    return any(v > 1 for a, v in dcn.items() if a not in ("data", "stage"))
 
 
 def _no_decoder_block(job: Job) -> bool:
@@ -34,6 +49,7 @@ def _ring_seq(job: Job) -> bool:
 
 
 RULES = (
+    contract_rule("maxtext"),
     Rule("schedules", "MaxText pipelines with GPipe or its circular (repeat) schedule only, not {s}",
          "MT:docs/guides/optimization/sharding.md:363-385 [doc]",
          lambda j: j.plan.pp > 1 and j.plan.schedule in ("zb", "dualpipe"), detail=lambda j: {"s": j.plan.schedule}),
@@ -68,6 +84,11 @@ RULES = (
          detail=lambda j: {"hw": j.hw_id}),
     Rule("mesh", "the plan's mesh cannot be laid out (ep from the DP axes, whole slices over DCN)",
          "MT:utils/max_utils.py:461-484 [assert]", _mesh_impossible, needs_cluster=True),
+    Rule("dcn-data", "MaxText multislice puts data parallelism across slices: this plan would shard FSDP (or "
+         "another axis) over the {n} slices' DCN; its data-parallel replicas must span the slices (HSDP: "
+         "zero_shard_size within a slice)", "MT:configs/base.yml dcn_data_parallelism -1 (DCN = data); "
+         "MT:docs/guides/optimization/sharding.md (DCN for data parallelism and pipeline stages)",
+         _fsdp_over_dcn, needs_cluster=True, detail=lambda j: {"n": j.world // j.cluster.scale_up_size}),
     Rule("decoder-block", "no MaxText decoder block matches the model's architecture",
          "MT:configs/types.py decoder_block", _no_decoder_block),
     Rule("no-tp-overlap", "TP collective-matmul overlap is left to XLA flags (unverified)",

@@ -5,7 +5,7 @@ Citations: MLM = NVIDIA/Megatron-LM@core_v0.16.1 (../shared/reference/launcher_c
 
 from __future__ import annotations
 
-from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches
+from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches
 from planner.emit.common import Job
 
 
@@ -30,6 +30,7 @@ _SCHEDULE_NAMES = {"gpipe": "GPipe", "zb": "zero-bubble", "dualpipe": "DualPipe"
                    "interleaved": "interleaved"}
 
 RULES = (
+    contract_rule("megatron"),
     Rule("gpu-only", "Megatron-LM runs on NVIDIA/AMD GPUs, not on {hw}", "MLM: CUDA/ROCm only (no XLA backend)",
          is_tpu, needs_cluster=True, detail=lambda j: {"hw": j.hw_id}),
     Rule("schedules", "Megatron-LM has no {s} schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.emit.capabilities import Capabilities, Rule, is_tpu, microbatches, non_default_state_dtypes
+from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
 from planner.emit.common import Job, Unsupported
 from planner.emit.torchtitan_registry import registry_config, stage_split
 from planner.specs.dims import ParallelDims
@@ -72,6 +72,7 @@ def _1f1b_microbatches(job: Job) -> bool:
 
 
 RULES = (
+    contract_rule("torchtitan"),
     Rule("gpu-only", "torchtitan runs on GPUs, not on {hw}", "TT: CUDA/ROCm (torch.distributed NCCL)",
          is_tpu, needs_cluster=True, detail=lambda j: {"hw": j.hw_id}),
     Rule("no-fp16", "torchtitan trains in bf16 or fp32 (mixed_precision_param), not fp16",

@@ -31,9 +31,15 @@ exec torchrun \
   --swiglu \
   --disable-bias-linear \
   --normalization RMSNorm \
+  --norm-epsilon 1e-06 \
   --position-embedding-type rope \
   --rotary-base 10000 \
+  --rope-type yarn \
+  --rotary-scaling-factor 40.0 \
+  --mscale 1.0 \
+  --mscale-all-dim 1.0 \
   --untie-embeddings-and-output-weights \
+  --mtp-num-layers 1 \
   --tokenizer-type NullTokenizer \
   --vocab-size 129280 \
   --num-experts 256 \
@@ -43,6 +49,11 @@ exec torchrun \
   --moe-shared-expert-intermediate-size 2048 \
   --moe-router-score-function sigmoid \
   --moe-router-enable-expert-bias \
+  --moe-router-num-groups 8 \
+  --moe-router-group-topk 4 \
+  --moe-router-topk-scaling-factor 2.5 \
+  --moe-router-load-balancing-type seq_aux_loss \
+  --moe-aux-loss-coeff 0.0001 \
   --expert-model-parallel-size 64 \
   --expert-tensor-parallel-size 1 \
   --moe-token-dispatcher-type alltoall \

@@ -26,6 +26,7 @@ FFN = 53248
 VOCAB = 128256
 QK_NORM = False
 TIED = False
+NORM_EPS = 1e-05
 EXPERTS = 0
 TOP_K = 0
 EXPERT_FFN = 0
@@ -36,7 +37,7 @@ TOKENIZER = "TOKENIZER"  # PLACEHOLDER: the tokenizer/HF assets directory (hf_as
 
 
 def _norm(dim):
-    return RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT)
+    return RMSNorm.Config(normalized_shape=dim, eps=NORM_EPS, param_init=_NORM_INIT)
 
 
 def _layer(i, rope, inner_attention):
