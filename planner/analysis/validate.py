@@ -134,8 +134,12 @@ def infer_compiled_loss(run: dict, framework: str, compiled: bool) -> bool:
     if not (compiled and traits(framework).compile_fuses_loss):
         return False
     src = str(run.get("source", "")).lower()
+    if "pytorch/ao/" in src or "torchao" in src:
+        return True
+    # only a run that cites torchtitan ran its loss; another FSDP2 stack (NeMo AutoModel, a user's) is not inferred
     date = stack_date(run)
-    return ("pytorch/ao/" in src or "torchao" in src) or (date is not None and date >= TORCHTITAN_COMPILED_LOSS_SINCE)
+    cites_titan = "torchtitan" in f"{run.get('id', '')} {src}".lower()
+    return cites_titan and date is not None and date >= TORCHTITAN_COMPILED_LOSS_SINCE
 
 
 # TP communication overlap in the cited stack (a record without stack.tp_comm_overlap): NVIDIA's benchmark recipes

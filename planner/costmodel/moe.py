@@ -159,7 +159,9 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
         # each group of kernels runs at the slower of its GPU time and of the host launching it
         (base_f, exp_f), (base_b, exp_b) = host_launch_s(ctx, shape, False), host_launch_s(ctx, shape, True)
         host_f = max(0.0, base_f - permute - dispatch_fwd_s) + max(0.0, exp_f - experts)
-        host_b = max(0.0, base_b - 2.0 * (permute + dispatch_fwd_s)) + max(0.0, exp_b - 2.0 * experts)
+        # the backward's permute passes and expert GEMMs run twice the forward's work; its dispatch (the combine's
+        # transpose) is one all-to-all, charged once (layers.stage_times): the host hides under that GPU time only
+        host_b = max(0.0, base_b - 2.0 * permute - dispatch_fwd_s) + max(0.0, exp_b - 2.0 * experts)
     return MoEForward(router, permute, experts, host_f, host_b)
 
 
