@@ -34,9 +34,12 @@ def test_time_terms_sum_to_the_step(ev):
 @pytest.mark.parametrize("ev", EVALS, ids=[f"{i}" for i in range(len(EVALS))])
 def test_memory_terms_sum_to_the_peak(ev):
     names = tuple(t.name for t in ev.trace.memory)
-    assert names == (*MEMORY_PARTS, "peak_gib", "capacity_gib")
+    assert names == (*MEMORY_PARTS, "peak_gib", "capacity_gib", "usable_gib", "memory_margin_rel")
     assert math.isclose(sum(ev.trace.value(k) for k in MEMORY_PARTS), ev.memory["peak_gib"], rel_tol=1e-12)
+    # the one usable-capacity rule (planner.costmodel.capacity): HBM - 1 GiB reserve - headroom (none here)
+    assert ev.memory["usable_gib"] == ev.memory["capacity_gib"] - 1.0
     assert ev.fits == (ev.memory["peak_gib"] <= ev.memory["capacity_gib"] - 1.0)
+    assert ev.within_margin == (ev.memory["peak_gib"] * (1 + ev.memory["memory_margin_rel"]) <= ev.memory["usable_gib"])
 
 
 def test_every_term_names_a_declared_formula_and_its_source():

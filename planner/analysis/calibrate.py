@@ -240,9 +240,9 @@ def calibrate(prepared: list[PreparedRun], hw: HardwareSpec, leave_one_out: bool
     if leave_one_out and len(prepared) >= 3:
         from planner.analysis.fit import leave_group_out
 
-        k = min(len(prepared), MAX_FOLDS)  # run i is held out with the others of fold i mod k (folds())
+        fold_of = {i: j for j, fold in enumerate(folds(len(prepared))) for i in fold}  # run i -> its fold
         held_out = leave_group_out(  # each run predicted by a fit without its fold
-            list(enumerate(prepared)), lambda ir: ir[0] % k, lambda rest: fit_compute([r for _, r in rest], hw),
+            list(enumerate(prepared)), lambda ir: fold_of[ir[0]], lambda rest: fit_compute([r for _, r in rest], hw),
             lambda held, fitted: {i: r.predict(fitted) / r.measured_s - 1.0 for i, r in held})
         loo = [held_out[i] for i in range(len(prepared))]
     else:

@@ -91,14 +91,13 @@ def large_overhead(res, prepared) -> list[str]:
 def unfit_runs(prepared, headroom_gib: float = 0.0) -> list[str]:
     """Runs whose (published) plan the model says does not fit in memory although it ran."""
     from planner.costmodel import Context, evaluate
-    from planner.costmodel import calibration as cal
 
     out = []
     for p in prepared:
-        ctx = Context(p.model, p.cluster, p.train)
+        ctx = Context(p.model, p.cluster, p.train, memory_headroom_gib=headroom_gib)
         ev = evaluate(ctx, p.plan)
-        usable = p.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom_gib
-        if ev.memory["peak_gib"] > usable:
+        usable = ev.memory["usable_gib"]  # the one usable-capacity rule (planner.costmodel.capacity)
+        if not ev.fits:
             out.append(f"run {p.id}: the model says its plan does not fit ({ev.memory['peak_gib']:.1f} GiB of "
                        f"{usable:.1f} GiB usable) although it ran: check its model, plan and batch; its step "
                        "time is fitted as given")

@@ -116,10 +116,26 @@ def _cites_llm_foundry(run: dict) -> bool:
     return "foundry" in text or "mpt" in text
 
 
+# torchtitan compiles its loss function with --training.compile since April 2025 (pytorch/torchtitan PR #1033,
+# merged 2025-04-01: "compiling the loss fn if job_config.training.compile is set"; 0.3.0's BaseLoss._maybe_compile)
+TORCHTITAN_COMPILED_LOSS_SINCE = (2025, 4)
+
+
 def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
     """llm-foundry's MPT runs compute the loss with flash-attn's fused CrossEntropyLoss (llm-foundry
     ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy'); torchtitan uses torch's cross entropy."""
     return traits(framework).fused_loss_option and _cites_llm_foundry(run)
+
+
+def infer_compiled_loss(run: dict, framework: str, compiled: bool) -> bool:
+    """torchtitan compiles its cross entropy with --compile since PR #1033 (April 2025) into one fused kernel that
+    keeps the bf16 logits and writes a bf16 gradient (the fused-loss accounting): a compiled run whose torchtitan is
+    that recent, by the citation's date, or torchao's 2025 float8/MX training docs (torch 2.7 to 2.9)."""
+    if not (compiled and traits(framework).compile_fuses_loss):
+        return False
+    src = str(run.get("source", "")).lower()
+    date = stack_date(run)
+    return ("pytorch/ao/" in src or "torchao" in src) or (date is not None and date >= TORCHTITAN_COMPILED_LOSS_SINCE)
 
 
 # TP communication overlap in the cited stack (a record without stack.tp_comm_overlap): NVIDIA's benchmark recipes
@@ -207,6 +223,32 @@ RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], s
 )
 
 
+def infer_maxtext_memory(run: dict, framework: str) -> dict[str, Any]:
+    """MaxText settings a TPU recipe's notes state (the runs schema has no field for them): weight_dtype=bfloat16
+    (bf16 master parameters; the Adam moments inherit it, MT:configs/base.yml mu_dtype), num_vocab_tiling=N (the
+    loss over N slices), remat_policy=custom with named tensors = offload / device (MT:configs/base.yml)."""
+    import re
+
+    if not traits(framework).custom_remat_option:
+        return {}
+    notes = str(run.get("notes", ""))
+    out: dict[str, Any] = {}
+    if re.search(r"weight_dtype\s*=\s*bfloat16", notes):
+        out |= {"param_dtype": "bf16", "optimizer_dtype": "bf16"}
+    tiles = re.search(r"num_vocab_tiling\s*=\s*(\d+)", notes)
+    if tiles and int(tiles.group(1)) > 1:
+        out["loss_chunks"] = int(tiles.group(1))
+    custom = re.search(r"remat_policy\s*=\s*custom(.*?)(?:\.\s|$)", notes, re.S)
+    if custom:
+        named: dict[str, list[str]] = {"offload": [], "device": []}
+        for names, where in re.findall(r"((?:[a-z_0-9]+\s*[,/]\s*)*[a-z_0-9]+)\s*=\s*(offload|device|remat)",
+                                       custom.group(1)):
+            if where in named:
+                named[where] += [n.strip() for n in re.split(r"[,/]", names)]
+        out |= {"remat_offloaded": tuple(named["offload"]), "remat_device": tuple(named["device"])}
+    return out
+
+
 def infer_precision(run: dict) -> dict[str, Any]:
     """Gradient / optimizer-state dtypes (and FP8 activation storage) of the recipe the run cites, where its
     config or paper states them."""
@@ -232,7 +274,8 @@ def run_stack(run: dict) -> RunStack:
                     tp_comm_overlap=pick("tp_comm_overlap", lambda: infer_tp_comm_overlap(run, fw)),
                     fp8_recipe=pick("fp8_recipe", lambda: infer_fp8_recipe(run)),
                     attention=pick("attention", lambda: infer_attention_impl(run)),
-                    fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw)),
+                    fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw))
+                    or infer_compiled_loss(run, fw, pick("torch_compile", lambda: infer_torch_compile(run, fw))),
                     moe_dispatcher=pick("moe_dispatcher", lambda: infer_moe_dispatcher(run)),
                     cuda_graphs=given.get("cuda_graphs"),
                     activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
@@ -384,7 +427,8 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
         t = run["train"]
         st = run_stack(run)
         fw = st.framework
-        precision = infer_precision(run) | {k: t[k] for k in ("grad_dtype", "optimizer_dtype") if t.get(k)}
+        precision = (infer_precision(run) | infer_maxtext_memory(run, fw)
+                     | {k: t[k] for k in ("grad_dtype", "optimizer_dtype") if t.get(k)})
         settings: dict[str, Any] = dict(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
                                         dtype=t.get("dtype", "bf16"), framework=fw, attention_impl=st.attention,
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
@@ -435,9 +479,27 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
     return fixed
 
 
+# Meta's Grand Teton H100s, on which torchtitan ran its published H100 benchmarks, carry 96 GB of HBM2e per GPU
+# (torchtitan benchmarks/llama3_h100_202412_torchtitan.md and asyncTP_llama3_h100_2025-06_torchtitan.md, "Hardware":
+# "Each H100 GPU is equipped with 96GB HBM2e"), where the runs schema names them h100-sxm-80gb: their measured peaks
+# (up to 84.9 GiB) exceed the 80 GB part. Capacity = 96 x the 80 GB part's driver-visible share (79.65 GiB of 80,
+# hardware_profiles/h100-sxm-80gb.yaml): a derived figure, no driver reading of the 96 GB part is published.
+GRAND_TETON_H100_HBM_GIB = 96 * 79.65 / 80
+GRAND_TETON_DOCS = ("llama3_h100_202412_torchtitan", "asyncTP_llama3_h100_2025-06_torchtitan".lower())
+
+
+def run_hardware(run: dict, hw):
+    """The run's accelerator profile, with the HBM of the part the source states when the schema's id differs."""
+    src = str(run.get("source", "")).lower()
+    if hw.id == "h100-sxm-80gb" and any(d in src for d in GRAND_TETON_DOCS):
+        return hw.model_copy(update={"hbm_capacity_gib": GRAND_TETON_H100_HBM_GIB})
+    return hw
+
+
 def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
     """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
     torus.max_slice_chips), slices joined by DCN."""
+    hw = run_hardware(run, hw)
     slices = 1
     if hw.is_tpu and hw.torus is not None:  # a TPU always has torus rules (HardwareSpec validator)
         slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
@@ -461,6 +523,8 @@ def tpu_slices(run: dict) -> int:
 def multislice_hsdp(run: dict, cluster: ClusterSpec, fixed: dict[str, Any]) -> dict[str, Any]:
     """MaxText across K slices shards FSDP within a slice (ici_fsdp_parallelism) and replicates across
     slices (dcn_data_parallelism): hybrid sharding with shard groups of dp*cp / K."""
+    if "dcn_fsdp_parallelism" in str(run.get("notes", "")):
+        return {}  # FSDP spans the slices too (MaxText dcn_fsdp_parallelism): full sharding, not HSDP
     slices = cluster.count // cluster.scale_up_size if cluster.hardware.is_tpu else 1
     dp_cp = (fixed.get("dp") or 0) * (fixed.get("cp") or 1)
     if slices > 1 and dp_cp and dp_cp % slices == 0:

@@ -47,14 +47,37 @@ def training_overrides(train: TrainingSpec, req: PlanRequest) -> TrainingSpec:
 
     from planner.catalog.hf_import import _validation_message
 
-    upd = {k: getattr(req, k) for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe")
-           if getattr(req, k) is not None}
+    upd = {k: getattr(req, k) for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe", "loss_chunks",
+                                        "fp8_moe_act_cache") if getattr(req, k) is not None}
+    upd |= launch_training_defaults(train, req, upd)
+    if req.param_dtype == "bf16":  # MaxText weight_dtype bf16: mu_dtype inherits it (MT:configs/base.yml)
+        upd |= {"param_dtype": "bf16", "optimizer_dtype": "bf16"}
+    for flag, field in (("remat_offload", "remat_offloaded"), ("remat_device", "remat_device")):
+        names = getattr(req, flag)
+        if names:
+            upd[field] = tuple(n.strip() for n in names.split(",") if n.strip())
     if not upd:
         return train
     try:
         return type(train).model_validate(train.model_dump() | upd)
     except ValidationError as e:
         raise InputError(_validation_message(e, "training settings")) from None
+
+
+def launch_training_defaults(train: TrainingSpec, req: PlanRequest, upd: dict) -> dict:
+    """What the --launcher's emitted files run where the flags leave it open: its chunked loss (Stack
+    .launch_loss_chunks) and, with --compile, a compiled (fused) loss (Stack.compile_fuses_loss)."""
+    from planner.stacks import stack_of, stack_of_emitter
+
+    stack = stack_of_emitter(req.launcher) if req.launcher else None
+    if stack is None or stack is not stack_of(train):  # a --framework other than the launcher's own is refused
+        return {}
+    out: dict = {}
+    if req.loss_chunks is None and stack.launch_loss_chunks > 1:
+        out["loss_chunks"] = stack.launch_loss_chunks
+    if upd.get("torch_compile") and stack.compile_fuses_loss:
+        out["fused_cross_entropy"] = True
+    return out
 
 
 def cluster_overrides(cluster: ClusterSpec, req: PlanRequest) -> ClusterSpec:

@@ -31,8 +31,14 @@ def write_launch_files(ctx, doc: dict, out_dir: str, rank: int, emit: set[str] |
         raise InputError(f"--launcher {target} cannot write plan {rank}: {skipped[target]}")
     kept: list[str] = []
     write_launch_configs(out_dir, files, force=force, kept=kept)
-    return {"dir": str(out_dir), "written": sorted(files), "not_written": dict(sorted(skipped.items())),
-            "kept": kept}
+    out = {"dir": str(out_dir), "written": sorted(files), "not_written": dict(sorted(skipped.items())),
+           "kept": kept}
+    if not chosen.get("within_memory_margin", True):  # the ranking puts such a plan first only when none keeps it
+        band = chosen.get("peak_memory_band") or {}
+        out["memory_warning"] = (f"plan {rank}'s peak {chosen['memory']['peak_gib']:.1f} GiB may reach "
+                                 f"{band.get('high_gib', 0.0):.1f} GiB (its memory band) of "
+                                 f"{chosen['memory'].get('usable_gib', 0.0):.1f} GiB usable: it may not fit")
+    return out
 
 
 def other_launchers(ctx, req: PlanRequest, doc: dict, rank: int) -> list[str]:

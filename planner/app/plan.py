@@ -35,11 +35,11 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     fixed = pinned_knobs(req)
     headroom = req.memory_headroom_gib or 0.0
     check_request(model, cluster, train, fixed, headroom)
-    ctx = Context(model, cluster, train)
+    ctx = Context(model, cluster, train, memory_headroom_gib=req.memory_headroom_gib)
     t0 = time.perf_counter()
     with progress(f"searching plans for {model.name} on {cluster.name}"):
         res = search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
-                                        memory_headroom_gib=headroom,
+                                        memory_headroom_gib=headroom, margin_time_band_rel=margin_time_band(ctx),
                                         distinct_layouts=not req.all_variants, launcher=launcher,
                                         even_stages=req.even_stages))
     seconds = time.perf_counter() - t0
@@ -65,11 +65,12 @@ def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
     from planner.costmodel.memory import grad_dtype
 
     train = ctx.train
-    usable = usable_capacity_gib(ctx, req.memory_headroom_gib or 0.0)
+    usable = usable_capacity_gib(ctx, req.memory_headroom_gib)
     plans = []
     for ev in res.plans:
         d = ev.to_dict()
-        d["memory"] = dict(d["memory"], usable_gib=usable)
+        d["peak_memory_band"] = peak_memory_band(ev)
+        d["within_memory_margin"] = ev.within_margin
         d["reason"] = reason(ctx, ev, usable)
         plans.append(d)
     return {"model": model_object(ctx.model, ctx.params), "cluster": cluster_object(ctx.cluster),
@@ -77,11 +78,13 @@ def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
                          "framework": train.framework, "launcher": req.launcher, "grad_dtype": grad_dtype(train),
                          "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl,
                          "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor,
-                         "fp8_recipe": train.fp8_recipe},
+                         "fp8_recipe": train.fp8_recipe, "loss_chunks": train.loss_chunks,
+                         "fp8_moe_act_cache": train.fp8_moe_act_cache},
             "plans": plans,
             "ranking": ranking_doc(req),
             "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                        "pruned": res.pruned, "memory_headroom_gib": req.memory_headroom_gib or 0.0,
+                       "memory_margin_rel": memory_margin_rel(req.memory_headroom_gib),
                        "seconds": seconds}}  # the --json output drops "seconds" (same input, same bytes)
 
 
@@ -92,11 +95,35 @@ def ranking_doc(req: PlanRequest) -> dict:
             "distinct_layouts": not req.all_variants}
 
 
-def usable_capacity_gib(ctx, headroom: float) -> float:
-    """The memory per device the search allows a plan: HBM less the fit reserve and the headroom."""
+def usable_capacity_gib(ctx, headroom: float | None) -> float:
+    """The memory per device the search allows a plan (planner.costmodel.capacity, the one rule)."""
+    from planner.costmodel.capacity import usable_capacity_gib as rule
+
+    return rule(ctx.cluster.hardware.hbm_capacity_gib, headroom)
+
+
+def memory_margin_rel(headroom: float | None) -> float:
+    from planner.costmodel.capacity import memory_margin_rel as rule
+
+    return rule(headroom)
+
+
+def margin_time_band(ctx) -> float:
+    """The step-time error band within which a plan at the memory edge ranks after plans keeping the margin (0
+    when the user gave a --memory-headroom: no margin)."""
+    if ctx.memory_headroom_gib is not None:
+        return 0.0
+    from planner.analysis.bands import band_for_context
+
+    return band_for_context(ctx).rel
+
+
+def peak_memory_band(ev) -> dict:
+    """The peak's cross-validated error band [peak/(1+rel), peak x (1+rel)] (planner.analysis.membands)."""
     from planner.costmodel import calibration as cal
 
-    return ctx.cluster.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - headroom
+    peak, rel = ev.memory["peak_gib"], cal.MEMORY_BAND_REL
+    return {"low_gib": peak / (1.0 + rel), "high_gib": peak * (1.0 + rel), "rel": rel}
 
 
 def nothing_fits_message(ctx, res, headroom: float) -> str:
@@ -179,7 +206,7 @@ def explain_search(req: PlanRequest, progress: Progress = quiet, rank: int = 1, 
         raise InputError(f"--vs {vs} is the explained plan itself (--rank {rank}): give another rank")
     ev = res.plans[rank - 1]
     doc["explained_rank"] = rank
-    doc["why_not"] = why_not(ctx, ev, usable_capacity_gib(ctx, req.memory_headroom_gib or 0.0))
+    doc["why_not"] = why_not(ctx, ev, usable_capacity_gib(ctx, req.memory_headroom_gib))
     doc["derivation"] = derivation(ctx, ev)
     if vs is not None:
         doc["vs"] = {"rank": rank, "other_rank": vs, "plan": doc["plans"][rank - 1]["plan"],

@@ -42,11 +42,16 @@ class PlanRequest:
     moe_capacity_factor: float | None = None
     torch_compile: bool | None = None
     fp8_recipe: Fp8Recipe | None = None
+    loss_chunks: int | None = None  # default: the --launcher's stack's (torchtitan 8), else 1
+    fp8_moe_act_cache: bool | None = None
+    param_dtype: StateDtype | None = None  # default fp32
+    remat_offload: str | None = None  # comma-separated MaxText custom-remat tensor names (host offload)
+    remat_device: str | None = None  # comma-separated MaxText custom-remat tensor names kept in HBM
     nic_bw: str | None = None  # "400Gb" / "50GB": replaces the hardware profile's NIC bandwidth
     scale_up_bw: str | None = None
     knobs: Mapping[str, Any] = field(default_factory=dict)
     max_tp: int | None = None
-    memory_headroom_gib: float = 0.0
+    memory_headroom_gib: float | None = None  # GiB kept free; None: the default memory margin (capacity.py)
     top_k: int = 5
     all_variants: bool = False
     # only pipeline depths dividing the layers evenly (--min-devices sizes a purchase for these layouts)

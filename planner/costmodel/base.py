@@ -65,8 +65,11 @@ class Context:
     """Everything about (model, cluster, training) that does not depend on the plan: computed once
     per search, shared by every candidate."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec):
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec,
+                 memory_headroom_gib: float | None = None):
         self.model, self.cluster, self.train = model, cluster, train
+        # --memory-headroom (GiB kept free); None: the default memory margin (planner.costmodel.capacity)
+        self.memory_headroom_gib = memory_headroom_gib
         self.stack = stack_of(train)  # the stack's cost traits (planner/stacks/)
         kinds: dict[tuple[bool, bool], int] = {}
         self.kinds: list[LayerKind] = []  # the distinct layer kinds (dense/MoE x global/sliding)

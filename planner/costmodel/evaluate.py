@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import Context, Shape, plan_shape, shape_terms
+from planner.costmodel.capacity import within_margin
 from planner.costmodel.compute import compute_term, recompute_term
 from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
@@ -68,7 +68,14 @@ class Evaluation:
 
     @property
     def fits(self) -> bool:
-        return self.trace.value("peak_gib") <= self.trace.value("capacity_gib") - cal.FIT_RESERVE_GIB
+        """The peak fits the usable capacity (planner.costmodel.capacity: HBM - reserve - --memory-headroom)."""
+        return self.trace.value("peak_gib") <= self.trace.value("usable_gib")
+
+    @property
+    def within_margin(self) -> bool:
+        """The peak fits even at the upper edge of its memory band (the default margin; planner.costmodel.capacity)."""
+        return within_margin(self.trace.value("peak_gib"), self.trace.value("usable_gib"),
+                             self.trace.value("memory_margin_rel"))
 
     @property
     def tokens_per_s_per_device(self) -> float:

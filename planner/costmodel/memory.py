@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
+from planner.costmodel.capacity import memory_margin_rel, usable_capacity_gib
 from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
 from planner.costmodel.params import layer_params
@@ -74,8 +75,9 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
     moments = 8.0 if train.optimizer_dtype == "fp32" else 4.0
     stack = stack_of(train)
     if stack.zero3_fp32_sharded_params and zero_stage == 3:
-        # FSDP2 mixed precision: fp32 sharded params (4), grads (fp32 unless stated), Adam moments.
-        return StateBytesPerParam(4.0, True, grad_bytes_per_param(train), True,
+        # FSDP2 mixed precision: fp32 sharded params (4; MaxText weight_dtype bf16: 2), grads (fp32 unless stated),
+        # Adam moments.
+        return StateBytesPerParam(4.0 if train.param_dtype == "fp32" else 2.0, True, grad_bytes_per_param(train), True,
                                   0.0 if offload_optimizer else moments, True)
     # the stored gradient: Megatron's main-grad buffer and DeepSpeed's buffer hold the reduction dtype;
     # replicated (DDP-style) PyTorch keeps .grad in the compute dtype unless a dtype is stated
@@ -122,28 +124,81 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
     return dropped
 
 
-def activation_elems_per_token(
-    m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
-    fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False, expert_load: float = 1.0,
-) -> float:
-    """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
-    this device (tokens already divided by CP), sharded by TP as Megatron shards them. fp8_moe_act_cache:
-    the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2). expert_load: routed tokens
-    per expert relative to the balanced load (the capacity factor when padded to capacity)."""
+def _op_sac_elems(m: ModelSpec, tp: int, sp: bool, hs: float, qkv: float, attn_out: float) -> float:
+    """torchtitan 0.3.0 SelectiveAC (op-level): saves compute-intensive op outputs except every second matmul
+    (fused wqkv: mm 1 saved, wo 2 recomputed, w1 3 saved, w3 4 recomputed, w2 5 saved), the SDPA/flex output with
+    its fp32 logsumexp, and reduce-scatter outputs (torchtitan distributed/activation_checkpoint.py). Measured on
+    CPU for tp 1 (tests/test_memory_real_code.py): block input + qkv + attention out + lse + w1 out + w2 out."""
     h = m.hidden_size
-    hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
-    if recompute == "full":
-        return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
+    lse = 2.0 * m.num_heads / tp  # fp32 logsumexp per head, in 2-byte elements
+    mlp = m.ffn_hidden_size / tp  # w1 output (fc1 when not gated)
+    if m.mlp_type == "gated":
+        # w2's matmul output is [tokens, h] partial sums before its reduce-scatter (from the save list; tp > 1 not
+        # measured)
+        mlp += h
+    rs = 2.0 * hs if (sp and tp > 1) else 0.0  # the two reduce-scatter outputs (wo, w2) under SP
+    return hs + qkv + attn_out + lse + mlp + rs
+
+
+def _attention_widths(m: ModelSpec, tp: int) -> tuple[float, float]:
+    """(q, k, v elements, attention output elements) per token on one TP rank."""
     if m.mla is not None:
         a = m.mla
         dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q_lat = a.q_lora_rank or 0
         # MLA saves the latents (q: qr, kv: kvr + rope) and the up-projected q, k, v for the core.
         qkv = (q_lat + a.kv_lora_rank + a.qk_rope_head_dim) + m.num_heads * (2 * dqk + a.v_head_dim) / tp
-        attn_out = m.num_heads * a.v_head_dim / tp
-    else:
-        qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim / tp
-        attn_out = m.num_heads * m.head_dim / tp
+        return qkv, m.num_heads * a.v_head_dim / tp
+    return (m.num_heads + 2 * m.num_kv_heads) * m.head_dim / tp, m.num_heads * m.head_dim / tp
+
+
+def _moe_mlp_elems(m: ModelSpec, tp: int, hs: float, g: float, etp: int, fp8_moe_act_cache: bool,
+                   expert_load: float) -> float:
+    """The MoE block: dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)."""
+    e = m.require_moe()
+    h, fe = m.hidden_size, e.expert_ffn_hidden_size
+    swiglu_in = 0.5 if fp8_moe_act_cache else 1.0  # gate and up outputs, 2 x fe per routed token
+    per_expert_token = g * h + ((2 * swiglu_in + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
+    shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
+    shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
+    shared = shared_inter / tp if e.num_shared_experts else 0.0
+    # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
+    return hs + g * hs + e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
+
+
+def maxtext_custom_remat_elems(m: ModelSpec, tp: int, hs: float, device: tuple[str, ...],
+                               offloaded: tuple[str, ...]) -> float:
+    """Elements per token one layer keeps in HBM under MaxText's custom remat policy: the tensors named 'device'
+    plus the layer input (decoder_layer_input, the scan's remat start point) unless offloaded; offloaded tensors
+    stream to host memory (MT:configs/base.yml remat_policy custom)."""
+    a, k, d, f = m.num_heads, m.num_kv_heads, m.head_dim, m.ffn_hidden_size
+    size = {"decoder_layer_input": hs, "query_proj": a * d / tp, "key_proj": k * d / tp, "value_proj": k * d / tp,
+            "qkv_proj": (a + 2 * k) * d / tp, "out_proj": hs, "context": a * d / tp, "mlpwi": 2 * f / tp,
+            "mlpwi_0": f / tp, "mlpwi_1": f / tp, "mlpwo": hs}
+    kept = set(device) | ({"decoder_layer_input"} - set(offloaded))
+    return sum(size[n] for n in kept)
+
+
+def activation_elems_per_token(
+    m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
+    fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False, expert_load: float = 1.0,
+    compiled: bool = False, custom_remat: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+) -> float:
+    """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
+    this device (tokens already divided by CP), sharded by TP as Megatron shards them. fp8_moe_act_cache:
+    the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2). expert_load: routed tokens
+    per expert relative to the balanced load (the capacity factor when padded to capacity). compiled: the
+    layer runs under torch.compile (PyTorch-native stacks), whose partitioner fuses the SwiGLU."""
+    h = m.hidden_size
+    hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
+    stack = traits(framework)
+    if recompute == "full":
+        return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
+    qkv, attn_out = _attention_widths(m, tp)
+    if recompute == "selective" and custom_remat is not None:
+        return maxtext_custom_remat_elems(m, tp, hs, *custom_remat)
+    if recompute == "selective" and stack.selective_saves == "op_sac" and not moe_layer:
+        return _op_sac_elems(m, tp, sp, hs, qkv, attn_out)
     # Transformer Engine FP8 linears save their GEMM inputs for backward as FP8 (1 byte, half an element)
     g = 0.5 if fp8_gemm_inputs else 1.0
     # attention block: norm input + qkv input (norm output) + q,k,v + softmax stats (fp32 per head) + O
@@ -151,25 +206,19 @@ def activation_elems_per_token(
     # projection saves its own FP8 copy on top)
     attn = hs + g * hs + qkv + attn_out * (2.0 - g if g < 1 else 1.0) + 2.0 * m.num_heads / tp
     if moe_layer:
-        e = m.require_moe()
-        fe = e.expert_ffn_hidden_size
-        # dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)
-        swiglu_in = 0.5 if fp8_moe_act_cache else 1.0  # gate and up outputs, 2 x fe per routed token
-        per_expert_token = g * h + ((2 * swiglu_in + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
-        shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
-        shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
-        shared = shared_inter / tp if e.num_shared_experts else 0.0
-        # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
-        mlp = hs + g * hs + e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
+        mlp = _moe_mlp_elems(m, tp, hs, g, etp, fp8_moe_act_cache, expert_load)
     else:
+        # eager torch SwiGLU: `silu(gate) * up` keeps silu(gate) as well (measured on torchtitan's FeedForward)
+        act_kept = 1.0 if (stack.eager_swiglu_keeps_act and not compiled) else 0.0
         f = m.ffn_hidden_size
-        # gated: gate, up, act(gate)*up (fc2 input); plain: fc1 out, act (fc2 input)
-        inter = (2 + g) * f if m.mlp_type == "gated" else (1 + g) * f
+        # gated: gate, up, act(gate)*up (fc2 input) [+ act(gate) in eager torch]; plain: fc1 out, act (fc2 input)
+        inter = (2 + g + act_kept) * f if m.mlp_type == "gated" else (1 + g) * f
         mlp = hs + g * hs + inter / tp
-    total = attn + mlp
-    if recompute == "selective" and traits(framework).selective_saves == "half":
-        # torchtitan "op" selective AC saves every other matmul output and the attention output,
-        # recomputing the rest from the layer input: roughly half the per-layer tensors.
+    # two fp32 rstd per token (torch _fused_rms_norm keeps (input, rstd, weight)): 8 B = 4 elements
+    total = attn + mlp + (4.0 if stack.norm_keeps_rstd else 0.0)
+    if recompute == "selective" and stack.selective_saves in ("half", "op_sac"):
+        # MaxText remat "minimal"-like policies, and op-level SAC in MoE layers (not measured): every other
+        # matmul output and the attention output, roughly half the per-layer tensors
         return hs + 0.5 * (total - hs)
     if recompute == "selective":
         return total - _selective_dropped(m, moe_layer, tp, hs, g, etp, expert_load)
@@ -180,12 +229,25 @@ def activation_elems_per_token(
 # A fused cross-entropy kernel on the 16-bit logits (flash-attn losses/cross_entropy.py CrossEntropyLoss, llm-foundry's
 # MPT default): it saves the 2-byte logits and its backward writes a 2-byte gradient, with no fp32 copy.
 FUSED_LOGIT_BYTES = 4.0
+# torchtitan's ChunkedLossWrapper keeps each chunk's bf16 logits alive through that chunk's backward (the loop
+# variable `logits`), on top of the loss's own bytes: 2 B per logit of one chunk (torchtitan components/loss.py).
+CHUNK_LOGIT_BYTES = 2.0
+# ... accumulates the hidden-state gradient of every chunk in an fp32 buffer (GradAccumulator, dtype float32), 4 B
+# per hidden element of the micro-batch, and splits the hidden states into detached contiguous chunks (a bf16 copy,
+# 2 B, when the micro-batch has more than one sequence; counted always).
+CHUNK_GRAD_BUFFER_BYTES = 4.0 + 2.0
 
 
 def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
-    """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel)."""
+    """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel).
+    Chunked (train.loss_chunks > 1): one chunk's logits and loss at a time plus the fp32 hidden-gradient buffer."""
     per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else stack_of(train).logit_bytes
-    return per_logit * m.vocab_size / tp
+    if train.loss_chunks <= 1:
+        return per_logit * m.vocab_size / tp
+    # a fused loss saves the chunk's logits themselves: they are already in its 4 B
+    chunk_logits = 0.0 if train.fused_cross_entropy else CHUNK_LOGIT_BYTES
+    return ((per_logit + chunk_logits) * m.vocab_size / tp / train.loss_chunks
+            + CHUNK_GRAD_BUFFER_BYTES * m.hidden_size)
 
 
 # ---- per-device memory of each pipeline stage ---------------------------------------------------------
@@ -195,6 +257,9 @@ def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
 UNFUSED_SCORE_BYTES = 5.0
 # Unsharded bf16 copies ZeRO-3/FSDP holds at once: the layer being computed and the prefetched next one.
 ZERO3_GATHERED_LAYERS = 2
+# The final norm keeps its bf16 input and its bf16 output (the LM head's saved input): 4 B per hidden element
+# (measured on torchtitan, tests/test_memory_real_code.py).
+FINAL_NORM_BYTES_PER_H = 4.0
 
 STATE = formula(
     "memory.states",
@@ -206,7 +271,8 @@ STATE = formula(
 ACTIVATIONS = formula(
     "memory.activations",
     "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
-    "full activations under full recompute, + unfused scores 5 a s^2 b in layers not recomputed and in the one "
+    "full activations under full recompute, on the last stage max(that, the loss) + the final norm 4 h B, "
+    "+ unfused scores 5 a s^2 b in layers not recomputed and in the one "
     "being recomputed, + loss logits "
     "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy, 4 B a fused loss kernel) x V / tp on the "
     "last stage, + the embedding output on the first)",
@@ -229,6 +295,10 @@ OVERHEAD = formula(
 PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
 CAPACITY = formula("memory.capacity", "HBM capacity of one device",
                    "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
+USABLE = formula("memory.usable", "HBM - fit reserve - --memory-headroom; the margin: peak x (1 + band) <= usable "
+                 "unless a headroom is given (planner.costmodel.capacity)",
+                 "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL (cross-validated band of the published "
+                 "peaks, planner.analysis.membands)")
 
 
 @dataclass(frozen=True)
@@ -282,6 +352,13 @@ def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan) -> float:
     return out
 
 
+def custom_remat(train: TrainingSpec) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(device, offloaded) tensor names of a MaxText custom remat policy, None for the stack's own policies."""
+    if train.remat_device or train.remat_offloaded:
+        return train.remat_device, train.remat_offloaded
+    return None
+
+
 def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     """activation_elems_per_token of layer kind `k` under recompute `mode`, cached in the context."""
     p, tr = shape.plan, ctx.train
@@ -291,7 +368,8 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
             fp8_gemm_inputs=(tr.dtype == "fp8" and ctx.stack.fp8_saves_gemm_inputs),
-            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx))
+            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx), compiled=tr.torch_compile,
+            custom_remat=custom_remat(tr))
     return v
 
 
@@ -336,8 +414,11 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     n_layers = split[s][0]
     per_mb, worst_layer = _layer_activations(ctx, shape, split[s])
     acts = per_mb * inflight
-    if p.recompute == "full":
-        acts += worst_layer  # one layer's full activations exist while it is recomputed
+    # one layer's full activations exist while it is recomputed; on the last stage the loss and the LM head's
+    # backward finish before any block is recomputed, so the two peaks do not add (measured on torchtitan,
+    # tests/test_memory_real_code.py)
+    custom = p.recompute == "selective" and custom_remat(ctx.train) is not None
+    recomputing = worst_layer if (p.recompute == "full" or custom) else 0.0
     if ctx.unfused_attention:
         # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer, kept only by
         # layers saving everything: selective recompute drops exactly these (Table 2: 34 s b h / t with SP),
@@ -349,7 +430,11 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         # recompute re-runs the attention core one layer at a time), once, not per micro-batch in flight
         acts += inflight * kept * score_layer + (score_layer if p.recompute != "none" else 0.0)
     if s == p.pp - 1:
-        acts += tokens * logits_bytes_per_token(m, p.tp, ctx.train)
+        loss = tokens * logits_bytes_per_token(m, p.tp, ctx.train)
+        acts += max(loss, recomputing)
+        acts += tokens * FINAL_NORM_BYTES_PER_H * m.hidden_size  # final norm input and output (LM head input)
+    else:
+        acts += recomputing
     if s == 0:
         # embedding output kept for the first layer
         acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)
@@ -374,8 +459,19 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
             module = largest_matrix_params_per_device(ctx.model, plan)
             gathered = min(gathered, max(cal.DEEPSPEED_MAX_LIVE_PARAMS, module))
             grads = min(grads, module + cal.DEEPSPEED_REDUCE_BUCKET_PARAMS)
+        elif ctx.stack.zero3_resident_per_matrix:
+            # XLA: each weight is its own array, all-gathered right before its dot and reduce-scattered right after
+            # its gradient; the latency-hiding scheduler keeps the current and the next one in flight
+            module = largest_matrix_params_per_device(ctx.model, plan)
+            gathered, grads = min(gathered, ZERO3_GATHERED_LAYERS * module), min(grads, module)
         return gathered * PARAM_GATHER_BYTES + grads * grad_bytes
     return 0.0
+
+
+def allocator_fragmentation(framework: str) -> float:
+    """Reserved / allocated at the peak: the caching allocator's (calibration.ALLOCATOR_FRAGMENTATION) for PyTorch
+    stacks, 1 for XLA's static buffer assignment."""
+    return cal.ALLOCATOR_FRAGMENTATION if traits(framework).caching_allocator else 1.0
 
 
 def framework_overhead_bytes(framework: str) -> float:
@@ -419,7 +515,7 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
     buffers += dispatcher_buffer_bytes(ctx, shape)  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
     allocated = w + g + o + acts + buffers
-    frag = allocated * (cal.ALLOCATOR_FRAGMENTATION - 1.0)
+    frag = allocated * (allocator_fragmentation(ctx.train.framework) - 1.0)
     return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight)
 
 
@@ -446,11 +542,16 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
                          logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp, ctx.train)),
         BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
         OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(ctx.train.framework) / GIB,
-                      fragmentation=cal.ALLOCATOR_FRAGMENTATION),
+                      fragmentation=allocator_fragmentation(ctx.train.framework)),
     )
     peak = 0.0
     for t in parts:  # the order of the original dict sum
         peak += t.value
     cap = ctx.cluster.hardware.hbm_capacity_gib
+    headroom = ctx.memory_headroom_gib
     return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
-            CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id))
+            CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id),
+            USABLE.term("usable_gib", usable_capacity_gib(cap, headroom), "GiB", reserve_gib=cal.FIT_RESERVE_GIB,
+                        headroom_gib=headroom or 0.0),
+            USABLE.term("memory_margin_rel", memory_margin_rel(headroom), "", band_rel=cal.MEMORY_BAND_REL,
+                        headroom_given=str(headroom is not None)))

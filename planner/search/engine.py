@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 
 from planner.costmodel import Context, Evaluation, evaluate
-from planner.costmodel import calibration as cal
+from planner.costmodel.capacity import usable_capacity_gib
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.emit.capabilities import launcher_errors
 from planner.errors import InputError
-from planner.search.ranking import TIE_BAND_REL, complexity, leaders_first, rank, select
+from planner.search.ranking import TIE_BAND_REL, at_memory_edge, complexity, leaders_first, rank, select
 from planner.search.space import divisors, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads
@@ -42,6 +42,9 @@ class SearchOptions:
     top_k: int = 5
     max_tp: int | None = None  # default: the scale-up domain (TP stays on NVLink/ICI)
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
+    # the step-time band within which a plan at the memory edge ranks after plans that keep the memory margin
+    # (planner.search.ranking.rank; 0 = no margin, as with an explicit --memory-headroom)
+    margin_time_band_rel: float = 0.0
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
     # True: the top_k are distinct layouts, each its best variant (planner.search.ranking)
@@ -76,6 +79,19 @@ def _sort_key(e: Evaluation) -> tuple:
     """Fastest first (the working order before the final ranking of planner.search.ranking)."""
     return (round(e.step_time_s, 12), e.memory["peak_gib"], complexity(e.plan),
             tuple(str(getattr(e.plan, k)) for k in KNOBS))
+
+
+def _working_key(opts: SearchOptions):
+    """_sort_key with the default memory margin: a plan at the memory edge counts as margin_time_band_rel slower
+    (planner.search.ranking.rank), so the stage solves go to the plans the ranking will show."""
+    m = opts.margin_time_band_rel
+    if m <= 0:
+        return _sort_key
+
+    def key(e: Evaluation) -> tuple:
+        t = e.step_time_s * (1.0 + m) if at_memory_edge(e) else e.step_time_s
+        return (round(t, 12), *_sort_key(e)[1:])
+    return key
 
 
 def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
@@ -380,7 +396,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
 
 def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     cl = ctx.cluster
-    cap = cl.hardware.hbm_capacity_gib - cal.FIT_RESERVE_GIB - opts.memory_headroom_gib
+    cap = usable_capacity_gib(cl.hardware.hbm_capacity_gib, opts.memory_headroom_gib)
     rows = structures(ctx, opts)
     if not rows:
         raise InputError(_no_structure_reason(ctx, opts))
@@ -389,13 +405,14 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
         _scan_layout(ctx, opts, cap, scan, r, z, shard)
     results, evaluated, best_peak = scan.results, scan.evaluated, scan.best_peak
-    results.sort(key=_sort_key)
+    results.sort(key=_working_key(opts))
     if opts.distinct_layouts:  # balance the stages of the plans a distinct-layout table shows
         results = leaders_first(results)
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
-    ordered = rank(feasible if opts.require_fit else results)  # every scored plan, best first (the report's)
+    # every scored plan, best first (the report's)
+    ordered = rank(feasible if opts.require_fit else results, margin_time_band_rel=opts.margin_time_band_rel)
     chosen = select(ordered, opts.top_k, not opts.distinct_layouts)
     return SearchResult(
         plans=chosen, evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
@@ -430,7 +447,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         new = _balanced_plan(ctx, opts, ev, cap)
         if new is not None:
             out[i] = new
-    out.sort(key=_sort_key)
+    out.sort(key=_working_key(opts))
     return out
 
 

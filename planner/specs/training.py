@@ -60,6 +60,27 @@ class TrainingSpec(BaseModel):
         "keep their own accounting (planner.stacks: Stack.logit_bytes)",
     )
 
+    loss_chunks: int = Field(
+        1, ge=1, le=4096,
+        description="the loss is computed and back-propagated over this many slices of the sequence, one at a time "
+        "(torchtitan ChunkedLossWrapper num_chunks, 8 in torchtitan 0.3.0's Llama 3 / Qwen3 configs; MaxText "
+        "num_vocab_tiling): the loss peak holds one slice's logits plus an fp32 buffer of the hidden-state gradient "
+        "(planner.costmodel.memory.logits_bytes_per_token). 1 = the whole micro-batch's logits at once",
+    )
+    param_dtype: StateDtype = Field(
+        "fp32",
+        description="dtype of the sharded master parameters under ZeRO-3/FSDP (MaxText weight_dtype; FSDP2: fp32): "
+        "bf16 halves them (MaxText recipes that set weight_dtype=bfloat16, whose Adam moments inherit it: mu_dtype)",
+    )
+    remat_offloaded: tuple[str, ...] = Field(
+        (), description="MaxText remat_policy 'custom': the named layer tensors offloaded to host memory "
+        "(decoder_layer_input, query_proj, key_proj, value_proj, qkv_proj, out_proj, context, mlpwi, mlpwi_0, mlpwi_1, "
+        "mlpwo); they leave HBM after the forward (MaxText configs/base.yml)",
+    )
+    remat_device: tuple[str, ...] = Field(
+        (), description="MaxText remat_policy 'custom': the named layer tensors kept in HBM for backward; the others "
+        "are rematerialised (decoder_layer_input is kept unless offloaded: the scan's remat start points)",
+    )
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=1024,
         description="MoE expert capacity as a multiple of the balanced load (tokens x top_k / experts); tokens "
@@ -137,6 +158,25 @@ class TrainingSpec(BaseModel):
         if self.fused_cross_entropy and not traits(self.framework).fused_loss_option:
             raise ValueError("fused_cross_entropy describes a PyTorch-native stack (framework fsdp); "
                              f"{self.framework} keeps its own loss: drop it")
+        return self
+
+    @model_validator(mode="after")
+    def _custom_remat_names(self) -> "TrainingSpec":
+        from planner.stacks.maxtext import REMAT_TENSORS
+
+        bad = sorted(set(self.remat_offloaded + self.remat_device) - set(REMAT_TENSORS))
+        if bad:
+            raise ValueError(f"unknown remat tensor(s) {', '.join(bad)}: choose from {', '.join(REMAT_TENSORS)}")
+        if (self.remat_offloaded or self.remat_device) and not traits(self.framework).custom_remat_option:
+            raise ValueError(f"a custom remat policy (remat_offloaded / remat_device) is MaxText's; {self.framework} "
+                             "has none: drop it")
+        return self
+
+    @model_validator(mode="after")
+    def _chunked_loss_stacks(self) -> "TrainingSpec":
+        if self.loss_chunks > 1 and not traits(self.framework).chunked_loss_option:
+            raise ValueError(f"a chunked loss (loss_chunks {self.loss_chunks}) is torchtitan's ChunkedLossWrapper or "
+                             f"MaxText's num_vocab_tiling; {self.framework} computes the loss in one piece: drop it")
         return self
 
     @model_validator(mode="after")

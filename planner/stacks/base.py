@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 PlanRule = Callable[["ModelSpec", "TrainingSpec", "ParallelPlan"], list[str]]
 
 GradReduceDtype = Literal["fp32", "compute"]
-SelectiveSaves = Literal["modules", "half"]
+SelectiveSaves = Literal["modules", "half", "op_sac"]
 SelectiveRecomputes = Literal["attention_core", "half_gemms"]
 Zero3Gather = Literal["block", "tensor"]
 RankOrder = Literal["linear", "mesh"]
@@ -51,6 +51,17 @@ class Stack:
     selective_saves: SelectiveSaves  # selective recompute keeps: "modules" (all but the recomputed modules), "half"
     zero3_unsharded_under_pp: bool  # ZeRO-3 with pp > 1 keeps the stage unsharded between micro-batches and
     #                                 reduces its gradients once per step, not once per micro-batch
+    eager_swiglu_keeps_act: bool  # eager `silu(gate) * up` also keeps silu(gate): a 4th FFN-sized tensor per layer
+    #                               unless compiled (memory.activation_elems_per_token)
+    norm_keeps_rstd: bool  # each RMSNorm keeps an fp32 rstd per token for backward (torch _fused_rms_norm)
+    caching_allocator: bool  # PyTorch's CUDA caching allocator: reserved > allocated (ALLOCATOR_FRAGMENTATION)
+    launch_loss_chunks: int  # slices the loss of its emitted launch runs over (TrainingSpec.loss_chunks default
+    #                          with --launcher): 1 = the whole micro-batch's logits at once
+    compile_fuses_loss: bool  # --compile compiles the loss too: a fused 16-bit loss (TrainingSpec.fused_cross_entropy)
+    chunked_loss_option: bool  # the loss may run over slices of the sequence (TrainingSpec.loss_chunks > 1)
+    zero3_resident_per_matrix: bool  # ZeRO-3 memory: gathered weights / unsharded gradients in flight are single
+    #                                  matrices (the current and the next), not whole layers (memory.zero3_buffers)
+    custom_remat_option: bool  # named layer tensors kept / offloaded / rematerialised (MaxText remat_policy custom)
 
     # ---- compute
     pytorch_native_kernels: bool  # PyTorch-native kernels (no Transformer Engine): a fraction of TE's efficiency

@@ -19,6 +19,15 @@ STACK = Stack(
     zero3_fp32_sharded_params=False,  # bf16/fp16 weights + fp32 master in the optimizer (ZeRO sec. 3.1, K=12)
     fp8_saves_gemm_inputs=False,  # no FP8 training switch in ds_config (emit/capabilities/deepspeed.py no-fp8)
     selective_saves="modules",  # Megatron-DeepSpeed's selective recompute: the attention core (Korthikanti sec. 5)
+    # Megatron-core's fused bias_swiglu_impl keeps only its input (the fc1 output) for backward
+    eager_swiglu_keeps_act=False,
+    norm_keeps_rstd=False,  # Transformer Engine's norm statistics: fp32 per token, negligible and not counted
+    caching_allocator=True,  # PyTorch's CUDA caching allocator
+    launch_loss_chunks=1,  # the loss over the whole micro-batch
+    compile_fuses_loss=False,  # no --compile
+    chunked_loss_option=False,  # the vocab-parallel loss runs in one piece
+    zero3_resident_per_matrix=False,  # its own module-by-module rule (zero3_gather "tensor")
+    custom_remat_option=False,  # no named-tensor remat policy
     zero3_unsharded_under_pp=False,  # its pipeline engine runs ZeRO 0-1 only (DS:runtime/pipe/engine.py:76-77)
     pytorch_native_kernels=False,  # Megatron kernels: modelled at the Megatron ceilings
     eager_unless_compiled=False,  # Megatron-DeepSpeed's fused kernels; no --compile

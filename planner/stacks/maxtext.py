@@ -5,6 +5,11 @@ from __future__ import annotations
 from planner.stacks.base import Stack
 from planner.stacks.rules import embedding_loss_units_split, interleaved_microbatches, uneven_stages_split_into_vpp
 
+# MaxText's remat_policy 'custom' tensor names (MT:configs/base.yml, "If custom remat_policy is chosen ...") this
+# planner sizes (memory.maxtext_custom_remat_elems)
+REMAT_TENSORS = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj", "context",
+                 "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo")
+
 STACK = Stack(
     name="MaxText",
     framework="maxtext",
@@ -12,12 +17,24 @@ STACK = Stack(
     emitter="maxtext",
     # the runtime's own buffers (XLA preallocation aside); was calibration.FRAMEWORK_OVERHEAD_GIB["maxtext"]
     overhead_gib=1.0,
-    logit_bytes=12.0,  # torch's fp32-upcast cross entropy kept for MaxText (3 x 4 B): not measured
+    # MaxText's cross_entropy_with_logits on fp32-cast logits (cast_logits_to_fp32) inside one jitted step: XLA fuses
+    # the cast, the log-softmax and its backward into the logits' producer and consumers, leaving the bf16 logits and
+    # their bf16 gradient (2 + 2 B), the accounting of a fused loss kernel (not measured on TPU; XLA on CPU assigns
+    # 4.6 B per logit of temporaries to MaxText's loss at 2048 tokens x 8192 vocab, jax memory_analysis)
+    logit_bytes=4.0,
     grad_reduce_dtype="fp32",  # MaxText base.yml grad_dtype float32
     grad_buffer_in_reduce_dtype=False,  # replicated gradients in the compute dtype, as PyTorch's .grad
     zero3_fp32_sharded_params=True,  # fp32 parameters sharded over the fsdp axis (weight_dtype float32)
     fp8_saves_gemm_inputs=False,  # AQT/Qwix fp8: the planner counts saved inputs at 2 B
-    selective_saves="half",  # remat policy "minimal"-like: modelled as torchtitan's op-level AC (not measured)
+    selective_saves="half",  # remat policy "minimal"-like: about half the layer's tensors (not measured)
+    eager_swiglu_keeps_act=False,  # XLA fuses the activation into its consumers
+    norm_keeps_rstd=False,  # XLA fuses the norm (its statistics are recomputed or fused away)
+    caching_allocator=False,  # XLA assigns every buffer at compile time: reserved = allocated
+    launch_loss_chunks=1,  # the loss over the whole micro-batch
+    compile_fuses_loss=False,  # no --compile
+    chunked_loss_option=True,  # num_vocab_tiling (MT:configs/base.yml)
+    zero3_resident_per_matrix=True,  # XLA: one all-gather / reduce-scatter per weight array (see memory.zero3_buffers)
+    custom_remat_option=True,  # remat_policy: custom (MT:configs/base.yml)
     # modelled as torchtitan's FSDP under PP (parameters gathered once per step, not measured for MaxText)
     zero3_unsharded_under_pp=True,
     pytorch_native_kernels=False,  # XLA fuses the kernels; the TPU ceilings are the profile's own

@@ -24,6 +24,15 @@ STACK = Stack(
     # --recompute-modules: core_attn (Korthikanti et al. 2022, arXiv 2205.05198, sec. 5), + layernorm/moe_act/
     # mla_up_proj (planner.costmodel.memory.selective_recompute_modules)
     selective_saves="modules",
+    # Megatron-core's fused bias_swiglu_impl keeps only its input (the fc1 output) for backward
+    eager_swiglu_keeps_act=False,
+    norm_keeps_rstd=False,  # Transformer Engine's norm statistics: fp32 per token, negligible and not counted
+    caching_allocator=True,  # PyTorch's CUDA caching allocator
+    launch_loss_chunks=1,  # the loss over the whole micro-batch
+    compile_fuses_loss=False,  # no --compile
+    chunked_loss_option=False,  # the vocab-parallel loss runs in one piece
+    zero3_resident_per_matrix=False,  # (ZeRO-3 is not Megatron's)
+    custom_remat_option=False,  # no named-tensor remat policy
     zero3_unsharded_under_pp=False,  # Megatron-FSDP is not run with PP (emit/capabilities/megatron.py fsdp-with-pp)
     pytorch_native_kernels=False,  # Transformer Engine kernels: the efficiency ceilings are fitted on Megatron rows
     eager_unless_compiled=False,  # Transformer Engine fuses the norms, SwiGLU and RoPE already (no --compile)

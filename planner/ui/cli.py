@@ -203,6 +203,23 @@ def _setting_options() -> list:
         click.option("--compile", "torch_compile", is_flag=True, default=None,
                      help="PyTorch-native stacks (--framework fsdp / --launcher torchtitan): run under torch.compile "
                      "(fused elementwise kernels; torchtitan --compile.enable). Default: eager"),
+        click.option("--loss-chunks", type=click.IntRange(1, 4096),
+                     help="compute and back-propagate the loss over this many slices of the sequence (torchtitan "
+                     "ChunkedLossWrapper num_chunks, MaxText num_vocab_tiling): the loss peak holds one slice's "
+                     "logits. Default: 8 with --launcher torchtitan (its Llama 3 / Qwen3 configs), else 1"),
+        click.option("--param-dtype", type=click.Choice(["fp32", "bf16"]),
+                     help="sharded master parameters under ZeRO-3 (MaxText weight_dtype; bf16 also keeps Adam's "
+                     "moments in bf16, as MaxText's mu_dtype inherits it). Default fp32"),
+        click.option("--remat-offload", metavar="NAMES",
+                     help="MaxText remat_policy custom: comma-separated layer tensors offloaded to host memory "
+                     "(decoder_layer_input, query_proj, key_proj, value_proj, qkv_proj, out_proj, context, mlpwi, "
+                     "mlpwi_0, mlpwi_1, mlpwo), under selective recompute"),
+        click.option("--remat-device", metavar="NAMES",
+                     help="MaxText remat_policy custom: comma-separated layer tensors kept in HBM (the others are "
+                     "rematerialised; the layer input is kept unless offloaded)"),
+        click.option("--fp8-act-cache/--no-fp8-act-cache", "fp8_moe_act_cache", default=None,
+                     help="with --dtype fp8 on MoE models: cache the experts' SwiGLU inputs for backward in FP8 and "
+                     "recompute the SwiGLU output (DeepSeek-V3 report sec. 3.3.2); default off (Megatron keeps BF16)"),
         click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
                      help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
                      "(scores materialised, as in stacks before mid-2022)"),
@@ -220,8 +237,10 @@ def _knob_options() -> list:
                      "with a unit: 450GB or 3600Gb; measured busbw scales with it"),
         click.option("--max-tp", type=int, callback=_positive,
                      help="largest TP to consider (default: scale-up domain)"),
-        click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, callback=_finite,
-                     help="GiB to keep free per device"),
+        click.option("--memory-headroom", type=click.FloatRange(0, None), default=None, callback=_finite,
+                     help="GiB to keep free per device. Default: a margin of the memory error band (plans whose peak's "
+                     "band reaches past the usable memory rank after the plans of their step-time band that do not; "
+                     "--out writes a plan that fits at its band's upper edge); 0 opts out"),
         click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True,
                      help="plans to show: distinct layouts, each its best variant"),
         click.option("--all-variants", is_flag=True, help="also list other variants (micro-batch, ZeRO, recompute, "
@@ -387,6 +406,8 @@ def _write_out(ctx, doc, out_dir, rank, emit, force, quiet: bool = False) -> dic
         click.echo(f"wrote {', '.join(out['written'])} to {safe_line(out_dir, 200)}", err=True)
     if kept:  # a planner file name the manifest does not vouch for: it may be the user's, so it stays
         click.echo(f"kept {', '.join(kept)}: changed since written (or written by an older planner)", err=True)
+    if out.get("memory_warning"):
+        click.echo(f"warning: {out['memory_warning']}", err=True)
     for launcher, why in out["not_written"].items():  # on stderr under --json too (the document lists them)
         click.echo(f"not written for {launcher}: {safe_line(why, 300)}", err=True)
     return out
@@ -546,7 +567,8 @@ def report_cmd(**kw):
 @click.option("--gbs", type=int, callback=_positive)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16")
 @click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK)
-@click.option("--memory-headroom", type=click.FloatRange(0, None), default=0.0, help="GiB to keep free per device")
+@click.option("--memory-headroom", type=click.FloatRange(0, None), default=None,
+              help="GiB to keep free per device (default: the memory-band margin; 0 opts out)")
 @cost_options
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--debug", is_flag=True)

@@ -94,10 +94,12 @@ def zero_label(p: dict, short: bool = False) -> str:
 
 
 def memory_cell(r: dict) -> str:
-    """peak / the usable capacity the search used (HBM less reserve and headroom); '!' = does not fit."""
+    """peak / the usable capacity the search used (HBM less reserve and headroom); '!' = does not fit, '~' = fits
+    but its memory band reaches past the usable capacity (planner.costmodel.capacity)."""
     mem = r["memory"]
     usable = mem.get("usable_gib", mem.get("capacity_gib"))
-    return f"{mem['peak_gib']:.1f}/{usable:.1f}" + ("" if r["fits"] else "!")
+    mark = "" if r["fits"] and r.get("within_memory_margin", True) else ("~" if r["fits"] else "!")
+    return f"{mem['peak_gib']:.1f}/{usable:.1f}" + mark
 
 
 def band_label(plan: dict) -> str:
@@ -155,8 +157,12 @@ def legend(doc: dict, compact: bool) -> list[str]:
         if any(p["plan"]["tp"] > 1 and not p["plan"]["sequence_parallel"] for p in plans):
             lines.append("TP8* = tensor parallel without sequence parallelism.")
     else:
+        band = (plans[0].get("peak_memory_band") or {}).get("rel") if plans else None
         lines.append("peak/usable GiB: predicted peak memory per device / the capacity the search allowed "
-                     "(HBM less the fit reserve and --memory-headroom); ! = does not fit.")
+                     "(HBM less the fit reserve and --memory-headroom); ! = does not fit"
+                     + (f"; ~ = within the memory error band (±{100 * band:.0f}% of the peak, published peaks, out "
+                        "of sample) of it: ranked after the plans of its step-time band that keep the margin "
+                        "(--memory-headroom 0 opts out)." if band else "."))
         if any(p["plan"].get("offload_optimizer") for p in plans):
             lines.append("ZeRO 1 +off: ZeRO stage 1 with the optimizer states and step offloaded to the host CPU.")
     return lines
