@@ -22,6 +22,17 @@ def _readme_run(config: pytest.Config) -> bool:
     return not config.option.markexpr and config.args_source == pytest.Config.ArgsSource.TESTPATHS
 
 
+# modules that import a real library (torch) when imported: the README's run does not even collect them (their
+# tests are marked consumers, so the second CI run, -m "slow or consumers", runs them)
+HEAVY_IMPORT_MODULES = {"test_memory_real_code.py"}
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    if collection_path.name in HEAVY_IMPORT_MODULES and _readme_run(config):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The README's command runs the fast suite (a few minutes on 2 cores): tests marked slow or consumers are
     deselected, and CI runs them (`-m "slow or consumers"`). Naming files or giving -m runs what is named."""

@@ -55,6 +55,7 @@ def test_random_dicts(cfg):
     check(cfg)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(values)
 def test_random_values(v):

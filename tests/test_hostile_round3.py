@@ -155,6 +155,7 @@ def test_hostile_manifest_with_the_right_hash_cannot_delete_a_name_the_planner_n
     assert p.returncode == 0 and (d / "notes.txt").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_force_removes_stale_planner_files_only_when_unchanged(tmp_path):
     """A Megatron-only set over a full set: unchanged DeepSpeed files go, an edited one stays (and is named)."""
     out, names = _emitted(tmp_path)
@@ -937,6 +938,7 @@ def test_calibrate_cross_validation_is_at_most_ten_fits(monkeypatch):
     assert len(fits) == 1 + c.MAX_FOLDS and fits[1:] == [27] * 10 and len(res.loo_errors) == 30
 
 
+@pytest.mark.slow
 def test_runs_files_over_the_run_limits_are_refused_up_front(tmp_path):
     import yaml
 
@@ -1020,6 +1022,7 @@ def test_calibrate_fuzz_1000_hostile_run_sets_no_internal_error(tmp_path):
 # ------------------------------------------------------------------ item 17: nothing written that --cluster refuses
 
 
+@pytest.mark.slow
 def test_calibrate_never_writes_a_cluster_file_that_cluster_refuses(tmp_path):
     """Issue 26 item 17: a NaN leave-one-out error gave `error_band_rel: .nan` in the written file, which --cluster
     then refused. The band is taken over the finite errors only, and the document is checked before writing."""

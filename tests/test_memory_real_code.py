@@ -27,6 +27,8 @@ import weakref
 
 import pytest
 
+pytestmark = pytest.mark.consumers  # torch + torchtitan, real code: CI runs it with -m "slow or consumers"
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchtitan")
 
