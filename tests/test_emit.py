@@ -550,6 +550,7 @@ def test_gemma3_text_config_gets_the_gemma3_block_and_megatron_refuses_it():
     from pathlib import Path
 
     from consumers.cases import Case
+
     from planner.catalog.hardware import parse_cluster
     from planner.catalog.models import load_model
 

@@ -61,7 +61,8 @@ def test_launcher_target_writes_its_files_or_says_why_not(key):
     train = TrainingSpec(seq_len=t["seq_len"], global_batch=t["global_batch"], dtype=t["dtype"],
                          framework=t["framework"])
     model, cluster = load_model(run.scenario.model), parse_cluster(run.scenario.cluster)
-    assert launcher_errors(ParallelPlan(**{k: v for k, v in doc["plan"].items() if v is not None}), model, train, run.launcher, cluster) == []
+    plan = ParallelPlan(**{k: v for k, v in doc["plan"].items() if v is not None})
+    assert launcher_errors(plan, model, train, run.launcher, cluster) == []
 
 
 def test_cannot_table_reasons_are_the_cli_errors():

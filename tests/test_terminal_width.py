@@ -75,7 +75,8 @@ def test_no_number_cut_and_no_line_too_wide(case, width):
         mem = p["memory"]
         # "~": fits, but not at its memory band's upper edge (planner.ui.table); "!": does not fit
         mark = "" if p["fits"] and p["within_memory_margin"] else ("~" if p["fits"] else "!")
-        want = [f"{p['step_time_s']:.3f}", f"{100 * p['mfu']:.1f}%", f"{mem['peak_gib']:.1f}/{mem['usable_gib']:.1f}{mark}"]
+        want = [f"{p['step_time_s']:.3f}", f"{100 * p['mfu']:.1f}%",
+                f"{mem['peak_gib']:.1f}/{mem['usable_gib']:.1f}{mark}"]
         if not compact:
             want.append(f"{p['tokens_per_s_per_device']:,.0f}")
         for w in want:
