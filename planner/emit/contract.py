@@ -299,7 +299,7 @@ def _mds_gaps(m: ModelSpec, t: TrainingSpec) -> list[str]:
 
 
 def _maxtext_gaps(m: ModelSpec, t: TrainingSpec) -> list[str]:
-    from planner.emit.maxtext import maxtext_model_gaps  # the decoder blocks' own layouts live with the emitter
+    from planner.emit.maxtext_mesh import maxtext_model_gaps  # the decoder blocks' own layouts (beside the mesh)
 
     return maxtext_model_gaps(m, t)
 

@@ -1,7 +1,7 @@
 """What a MaxText (0.2.5) run of a plan can be laid out as, read by the emitter (planner.emit.maxtext) and by the
 launcher's capability rules (planner.emit.capabilities.maxtext) alike: the mesh degrees, their ICI/DCN split over
-slices, and the decoder block of the model. A module of its own so the rules and the emitter both import it and
-neither imports the other's module."""
+slices, the decoder block of the model and what that block cannot run. A module of its own so the rules and the
+emitter both import it and neither imports the other's module."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import math
 
 from planner.costmodel.placement import mesh_degrees_exact, split_ici_dcn_exact
 from planner.emit.common import Job, Unsupported
+from planner.emit.contract import contract_values
 
 
 def mesh_degrees(job: Job) -> dict[str, int]:
@@ -77,3 +78,51 @@ def _decoder_block(job: Job) -> str:
     if block is None:
         raise Unsupported(f"no MaxText decoder block matches the {m.family} architecture of {m.name}")
     return block
+
+
+def _window_gap(m, t, block: str) -> list[str]:
+    if contract_values(m, t)["sliding_window"] is None:
+        return []
+    cycle = _WINDOW_CYCLE.get(block)
+    pattern = m.sliding_pattern()
+    if cycle is None or pattern is None or any(pattern[i] != cycle[i % len(cycle)] for i in range(m.num_layers)):
+        return [f"this sliding-window layer pattern (the {block} block's is "
+                f"{'global only' if cycle is None else cycle})"]
+    return []
+
+
+def maxtext_model_gaps(m, t) -> list[str]:
+    """Model features the MaxText decoder block chosen for `m` does not run (planner.emit.contract)."""
+    block = _block_of(m)
+    if block is None:
+        return [f"a decoder block for the {m.family} architecture"]
+    gaps = _window_gap(m, t, block)
+    if (m.norms_per_layer == 4) != (block in _POST_NORM_BLOCKS):
+        gaps.append("post-attention/post-MLP norms" if m.norms_per_layer == 4 else "pre-norm-only blocks")
+    if m.scale_embeddings != (block in _GEMMA_BLOCKS):
+        gaps.append("the sqrt(hidden) embedding scale" if m.scale_embeddings else "an unscaled embedding")
+    if _ACT.get(m.activation) is None or (m.activation == "gpt_oss_glu") != (block == "gpt_oss"):
+        gaps.append(f"a {m.activation} MLP")
+    return gaps + _rope_gap(m, t) + _moe_gap(m)
+
+
+def _rope_gap(m, t) -> list[str]:
+    sc = contract_values(m, t)["rope_scaling"]
+    if sc is not None and sc[0] not in ("llama3", "yarn", "linear"):
+        return [f"{sc[0]} RoPE scaling"]
+    if sc is not None and sc[0] == "llama3" and sc[1:] != (8.0, 1.0, 4.0, 8192):
+        return ["llama3 RoPE scaling other than Llama 3.1's"]
+    return []
+
+
+def _moe_gap(m) -> list[str]:
+    e, gaps = m.moe, []
+    if e is None:
+        return []
+    if e.layer_freq != 1 or e.dense_layers:
+        gaps.append("MoE layers other than after first_num_dense_layers")
+    if e.aux_loss_per_sequence and e.aux_loss_coeff and e.score_function != "sigmoid":
+        gaps.append("a per-sequence balance loss with softmax scores")
+    if not e.norm_topk_prob and e.score_function == "sigmoid":
+        gaps.append("un-normalised sigmoid gate weights")
+    return gaps

@@ -24,7 +24,7 @@ def _fsdp_over_dcn(job: Job) -> bool:
     """On a TPU multislice, the mesh laid over slices gives DCN an axis other than data or stage
     (planner.emit.maxtext). GPU nodes are 'slices' of one NVLink domain; MaxText's GPU recipes shard FSDP over
     their DCN, so the rule is the TPU multislice one."""
-    from planner.emit.maxtext import mesh_degrees, split_ici_dcn
+    from planner.emit.maxtext_mesh import mesh_degrees, split_ici_dcn
 
     if not is_tpu(job):
         return False
