@@ -337,12 +337,17 @@ def test_calibrate_says_when_a_two_node_all_reduce_was_capped():
 # ------------------------------------------------------------------------------ small frictions
 
 def test_header_line_says_what_was_planned():
-    r = run_cli("--model", "mixtral-8x7b", "--cluster", "h100x64", "--launcher", "torchtitan", env={"COLUMNS": "200"})
+    r = run_cli("--model", "mixtral-8x7b", "--cluster", "h100x64", "--launcher", "deepspeed", env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.stderr
     first = r.stdout.splitlines()[0]
     # Mixtral 8x7B: 46.7B parameters, 12.9B active; 1,024 x 4,096 = 4.19M tokens
     assert first == ("mixtral-8x7b: 46.7B parameters (12.9B active); global batch 1,024 x 4,096 = 4.19M tokens per "
-                     "step; stack torchtitan (fsdp), bf16; 64 x h100-sxm-80gb")
+                     "step; stack deepspeed, bf16; 64 x h100-sxm-80gb")
+    # a launcher whose framework has another name says both (torchtitan runs the fsdp stack)
+    r = run_cli("--model", "llama-3.1-8b", "--cluster", "h100x64", "--launcher", "torchtitan", env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines()[0] == ("llama-3.1-8b: 8.03B parameters; global batch 1,024 x 4,096 = 4.19M tokens per "
+                                        "step; stack torchtitan (fsdp), bf16; 64 x h100-sxm-80gb")
 
 
 def _plan_subprocess(args, **kw):

@@ -53,12 +53,21 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     check_request(model, cluster, train, fixed, headroom)
     ctx = Context(model, cluster, train, memory_headroom_gib=req.memory_headroom_gib)
     t0 = time.perf_counter()
+    gate = launcher or modelled_launcher(model, train, cluster)
+
+    def run(gate_launcher: str | None):
+        return search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
+                                         memory_headroom_gib=headroom, margin_time_band_rel=margin_time_band(ctx),
+                                         distinct_layouts=not req.all_variants, launcher=gate_launcher,
+                                         even_stages=req.even_stages))
+
     with progress(f"searching plans for {model.name} on {cluster.name}"):
-        res = search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
-                                        memory_headroom_gib=headroom, margin_time_band_rel=margin_time_band(ctx),
-                                        distinct_layouts=not req.all_variants,
-                                        launcher=launcher or modelled_launcher(model, train, cluster),
-                                        even_stages=req.even_stages))
+        res = run(gate)
+        unrunnable: str | None = None
+        if not launcher and gate and not res.plans and fixed:
+            # the pinned knobs describe a run the modelled stack's launcher cannot write (DeepSeek-V3's own DualPipe
+            # plan): cost it as pinned, and say that no launch files of that launcher are written for it
+            res, unrunnable = run(None), gate
     seconds = time.perf_counter() - t0
     if not res.plans and not res.structures:
         raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
@@ -66,6 +75,11 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
     doc = search_doc(ctx, res, req, seconds)
+    if unrunnable:
+        note = (f"{unrunnable} cannot run the pinned knobs ({req.pins_text()}): the plans are costed as pinned, "
+                f"and --out writes no {unrunnable} files for them")
+        for p in doc["plans"]:
+            p["warnings"] = [*p["warnings"], note]
     from planner.catalog.models import model_file_defaults
     defaults = model_file_defaults(req.model)
     if defaults:  # a config.json that leaves fields to Hugging Face's defaults: said, not silent
