@@ -111,9 +111,9 @@ def _plan(args: list[str]) -> dict:
 
 
 # The issue asks #1 <= usable x (1 - band). Met by the two 70B commands; the two Llama 3.1 405B commands put #1 at
-# 62.1 GiB and Mixtral (DeepSpeed ZeRO-3) at 60.8 GiB of 78.7 usable, whose band's upper edge (x 1.24) still fits but which
-# are above usable x (1 - 0.24) = 59.7: the margin only reorders plans within the step-time band (405B: the next plan
-# with that much room is 30% slower). Held: every #1 fits at its band's upper edge (what --out writes).
+# 62.1 GiB and Mixtral (DeepSpeed ZeRO-3) at 60.8 GiB of 78.7 usable, whose band's upper edge (x 1.24) still fits
+# but which are above usable x (1 - 0.24) = 59.7: the margin only reorders plans within the step-time band (405B:
+# the next plan with that much room is 30% slower). Held: every #1 fits at its band's upper edge (what --out writes).
 STRICT_MARGIN_MET = {"llama-70b", str(ROOT / "tests" / "data" / "llama-2-70b.json")}
 
 
