@@ -297,12 +297,12 @@ def _rank_labels(points: list[tuple[int, float, float]], taken: list[tuple[float
     for rank, px, py in sorted(points):
         w = len(f"#{rank}") * RANK_LABEL_CHAR_PX
         chosen = None
-        for dx, dy, anchor in _LABEL_SPOTS:
+        for dx, dy, anchor in _label_spots():
             x = px + dx
             left = x if anchor == "start" else x - w
             box = (left, py + dy - RANK_LABEL_H + 2, left + w, py + dy + 2)
             inside = bounds[0] <= box[0] and box[2] <= bounds[2] and bounds[1] <= box[1] and box[3] <= bounds[3]
-            if inside and not any(_overlap(box, t) for t in taken):
+            if inside and not any(_overlap(_padded(box), t) for t in taken):
                 chosen = (x, py + dy, anchor, box)
                 break
         if chosen is None:  # crowded: the first spot, clamped inside the plot
@@ -312,6 +312,20 @@ def _rank_labels(points: list[tuple[int, float, float]], taken: list[tuple[float
         taken.append(box)
         out.append(f'<text x="{x:.1f}" y="{y:.1f}" class="rank-label" text-anchor="{anchor}">#{rank}</text>')
     return "".join(out)
+
+
+def _label_spots():
+    """_LABEL_SPOTS first, then ever farther above and below the point (a crowded cluster of top plans)."""
+    yield from _LABEL_SPOTS
+    for k in range(1, 40):
+        for dx, dy, anchor in ((8, -22 - 14 * k, "start"), (-8, -22 - 14 * k, "end"), (8, 30 + 14 * k, "start"),
+                               (-8, 30 + 14 * k, "end")):
+            yield dx, dy, anchor
+
+
+def _padded(box: tuple[float, float, float, float], pad: float = 2.0) -> tuple[float, float, float, float]:
+    """A label's box with room for the browser's own glyph metrics (the width estimate is per character)."""
+    return box[0] - pad, box[1] - pad, box[2] + pad, box[3] + pad
 
 
 def _top_points(feasible: list[dict], rank_of: dict, sx: Callable[[float], float],
