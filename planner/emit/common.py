@@ -99,6 +99,17 @@ def dumps(obj) -> str:
     return json.dumps(obj, indent=2, default=float, allow_nan=False) + "\n"
 
 
+def torchrun_tail(job: Job, master_port: int, entry: str, args: list[str]) -> list[str]:
+    """The end of a launch script: torchrun over the job's nodes (NODE_RANK / MASTER_ADDR / MASTER_PORT from the
+    environment), `entry` (a script or `-m module`), the planned arguments, then those given to the script."""
+    out = ["exec torchrun \\",
+           f"  --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} \\",
+           '  --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
+           f'--master-port "${{MASTER_PORT:-{master_port}}}" \\',
+           f"  {entry} \\"]
+    return out + [f"  {line} \\" for line in arg_lines(args)] + ['  "$@"']
+
+
 def arg_lines(args: list[str]) -> list[str]:
     """Group argv into one shell-quoted `--flag [value...]` per line (for launch scripts)."""
     lines: list[list[str]] = []

@@ -11,7 +11,7 @@ import shlex
 
 from planner.costmodel.memory import selective_recompute_modules
 from planner.emit.capabilities import refuse
-from planner.emit.common import Job, Unsupported, arg_lines, dumps, moe_layer_pattern, run_length_expr
+from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_length_expr, torchrun_tail
 from planner.emit.contract import bias_layout, rope_scaling_value
 from planner.names import safe_line
 from planner.specs.dims import ParallelDims
@@ -381,12 +381,6 @@ def launch_script(job: Job, args: list[str], env: dict[str, str]) -> str:
         out.append(f"export {k}={shlex.quote(v)}")
     out += [
         'MEGATRON_LM="${MEGATRON_LM:-.}"',
-        "exec torchrun \\",
-        f"  --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} \\",
-        '  --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
-        '--master-port "${MASTER_PORT:-6000}" \\',
-        '  "$MEGATRON_LM/pretrain_gpt.py" \\',
     ]
-    out += [f"  {line} \\" for line in arg_lines(args)]
-    out.append('  "$@"')
+    out += torchrun_tail(job, 6000, '"$MEGATRON_LM/pretrain_gpt.py"', args)
     return "\n".join(out) + "\n"

@@ -9,7 +9,7 @@ or a dtype that no registry function provides cannot be expressed.
 from __future__ import annotations
 
 from planner.emit.capabilities import refuse
-from planner.emit.common import Job, Unsupported, arg_lines, dumps
+from planner.emit.common import Job, Unsupported, dumps, torchrun_tail
 from planner.emit.torchtitan_model import MODULE, module_text
 from planner.emit.torchtitan_registry import (  # noqa: F401  (FLAVORS, ROPE, _MODULE_OF: read by the consumer tests)
     _MODULE_OF,
@@ -167,13 +167,5 @@ def launch_script(job: Job, args: list[str], own: bool) -> str:
     ]
     if own:
         out.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # torchtitan_model.py, the planned model')
-    out += [
-        "exec torchrun \\",
-        f"  --nnodes {job.nodes} --nproc-per-node {job.procs_per_node} \\",
-        '  --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
-        '--master-port "${MASTER_PORT:-29500}" \\',
-        "  -m torchtitan.train \\",
-    ]
-    out += [f"  {line} \\" for line in arg_lines(args)]
-    out.append('  "$@"')
+    out += torchrun_tail(job, 29500, "-m torchtitan.train", args)
     return "\n".join(out) + "\n"
