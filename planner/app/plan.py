@@ -130,7 +130,7 @@ def usable_capacity_gib(ctx, headroom: float | None) -> float:
     """The memory per device the search allows a plan (planner.costmodel.capacity, the one rule)."""
     from planner.costmodel.capacity import usable_capacity_gib as rule
 
-    return rule(ctx.cluster.hardware.hbm_capacity_gib, headroom)
+    return rule(ctx.cluster.hardware.hbm_capacity_gib, headroom, ctx.train.framework)
 
 
 def memory_margin_rel(headroom: float | None) -> float:

@@ -2,7 +2,10 @@
 that capacity that the model's own memory error could push it over. The search, Evaluation.fits, the tables,
 --json and --out all read these functions.
 
-- usable = HBM - calibration.FIT_RESERVE_GIB - headroom, headroom the user's --memory-headroom (GiB, default 0).
+- usable = HBM - the fit reserve - headroom, headroom the user's --memory-headroom (GiB, default 0); the fit reserve
+  is calibration.FIT_RESERVE_GIB under PyTorch's caching allocator (transient spikes above the modelled peak) and 0
+  under XLA, which assigns every buffer at compile time and refuses a program over the device's limit (the TPU
+  profiles' capacity is XLA:TPU's own limit, the runtime's reservation already excluded: hardware_profiles/tpu-*.yaml).
 - the margin: without an explicit --memory-headroom a plan must keep the upper edge of its peak's band,
   peak x (1 + calibration.MEMORY_BAND_REL), within the usable capacity (the cross-validated band of the published peaks
   (planner.analysis.membands), to count as fitting with margin; plans that do not rank after the plans of their
@@ -12,11 +15,18 @@ that capacity that the model's own memory error could push it over. The search, 
 from __future__ import annotations
 
 from planner.costmodel import calibration as cal
+from planner.stacks import traits
 
 
-def usable_capacity_gib(capacity_gib: float, headroom_gib: float | None) -> float:
-    """HBM less the fit reserve and the requested headroom (None = none requested)."""
-    return capacity_gib - cal.FIT_RESERVE_GIB - (headroom_gib or 0.0)
+def fit_reserve_gib(framework: str) -> float:
+    """Memory kept free beyond the modelled peak: the caching allocator's transient spikes (PyTorch stacks); none
+    under XLA's static buffer assignment, checked against the device's limit when the step compiles."""
+    return cal.FIT_RESERVE_GIB if traits(framework).caching_allocator else 0.0
+
+
+def usable_capacity_gib(capacity_gib: float, headroom_gib: float | None, framework: str) -> float:
+    """HBM less the stack's fit reserve and the requested headroom (None = none requested)."""
+    return capacity_gib - fit_reserve_gib(framework) - (headroom_gib or 0.0)
 
 
 def memory_margin_rel(headroom_gib: float | None) -> float:

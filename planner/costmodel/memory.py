@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
-from planner.costmodel.capacity import memory_margin_rel, usable_capacity_gib
+from planner.costmodel.capacity import fit_reserve_gib, memory_margin_rel, usable_capacity_gib
 from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
 from planner.costmodel.params import layer_params
@@ -55,10 +55,13 @@ class StateBytesPerParam:
 
 
 def grad_dtype(train: TrainingSpec) -> str:
-    """The dtype gradients are reduced in over data parallelism: the stated one, else Megatron's fp32
-    main-grad buffer / FSDP2's fp32 reduce_dtype, else (DeepSpeed) the compute dtype."""
+    """The dtype gradients are reduced in over data parallelism: the stated one, else (JAX) the parameters' own
+    below fp32, else Megatron's fp32 main-grad buffer / FSDP2's fp32 reduce_dtype, else (DeepSpeed) the compute
+    dtype."""
     if train.grad_dtype is not None:
         return train.grad_dtype
+    if stack_of(train).grads_in_param_dtype and train.param_dtype != "fp32":
+        return train.param_dtype  # MaxText weight_dtype=bfloat16: bf16 cotangents, never cast (Stack trait)
     if stack_of(train).grad_reduce_dtype == "fp32":
         return "fp32"
     return "fp16" if train.dtype == "fp16" else "bf16"
@@ -295,8 +298,8 @@ OVERHEAD = formula(
 PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
 CAPACITY = formula("memory.capacity", "HBM capacity of one device",
                    "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
-USABLE = formula("memory.usable", "HBM - fit reserve - --memory-headroom; the margin: peak x (1 + band) <= usable "
-                 "unless a headroom is given (planner.costmodel.capacity)",
+USABLE = formula("memory.usable", "HBM - fit reserve (0 under XLA) - --memory-headroom; the margin: peak x (1 + band) "
+                 "<= usable unless a headroom is given (planner.costmodel.capacity)",
                  "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL (cross-validated band of the published "
                  "peaks, planner.analysis.membands)")
 
@@ -334,12 +337,12 @@ def largest_layer_params_per_device(ctx: Context, plan: ParallelPlan, kind_ids) 
                 + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp) for j in kind_ids), default=0.0)
 
 
-def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan) -> float:
+def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan, fused_gate: bool = True) -> float:
     """The largest single weight matrix (one module) a device holds: the fused q/k/v projection (Megatron's
-    query_key_value), the output projection, or the first MLP matrix (gate and up fused when gated), split by TP;
-    a routed expert's first matrix split by ETP. MLA attention counts as one module (an upper bound)."""
+    query_key_value), the output projection, or the first MLP matrix (gate and up fused when gated and fused_gate),
+    split by TP; a routed expert's first matrix split by ETP. MLA attention counts as one module (an upper bound)."""
     h, tp = m.hidden_size, plan.tp
-    gate = 2 if m.mlp_type == "gated" else 1
+    gate = 2 if (m.mlp_type == "gated" and fused_gate) else 1
     if m.mla is not None:
         attn = float(layer_params(m, 0).attn)
     else:
@@ -462,7 +465,8 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
         elif ctx.stack.zero3_resident_per_matrix:
             # XLA: each weight is its own array, all-gathered right before its dot and reduce-scattered right after
             # its gradient; the latency-hiding scheduler keeps the current and the next one in flight
-            module = largest_matrix_params_per_device(ctx.model, plan)
+            # MaxText keeps the gate and up projections as two arrays (wi_0, wi_1; MT:configs/base.yml fused_mlp false)
+            module = largest_matrix_params_per_device(ctx.model, plan, fused_gate=False)
             gathered, grads = min(gathered, ZERO3_GATHERED_LAYERS * module), min(grads, module)
         return gathered * PARAM_GATHER_BYTES + grads * grad_bytes
     return 0.0
@@ -474,9 +478,11 @@ def allocator_fragmentation(framework: str) -> float:
     return cal.ALLOCATOR_FRAGMENTATION if traits(framework).caching_allocator else 1.0
 
 
-def framework_overhead_bytes(framework: str) -> float:
-    """The stack's CUDA context and communicator buffers per device (Stack.overhead_gib)."""
-    return traits(framework).overhead_gib * GIB
+def framework_overhead_bytes(framework: str, on_tpu: bool = False) -> float:
+    """The stack's CUDA context and communicator buffers per device (Stack.overhead_gib); none on a TPU, whose
+    capacity is XLA:TPU's own limit for the program, the runtime's reservation already outside it (its OOM report
+    lists 'reserved 260.00M' beside 'Used X of 31.25G hbm' on v6e; hardware_profiles/tpu-*.yaml)."""
+    return 0.0 if on_tpu else traits(framework).overhead_gib * GIB
 
 
 class StateLayout(NamedTuple):
@@ -497,7 +503,8 @@ def state_layout(ctx: Context, shape: Shape) -> StateLayout:
     plan, dims = shape.plan, shape.dims
     st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
     return StateLayout(st, dims.zero_shard, dims.expert_zero_shard, grad_bytes_per_param(ctx.train),
-                       framework_overhead_bytes(ctx.train.framework), st.per_param(dims.zero_shard),
+                       framework_overhead_bytes(ctx.train.framework, ctx.cluster.hardware.is_tpu),
+                       st.per_param(dims.zero_shard),
                        st.per_param(dims.expert_zero_shard), schedule_of(plan))
 
 
@@ -541,7 +548,8 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
                          recompute=p.recompute,
                          logits_bytes_per_token=logits_bytes_per_token(ctx.model, p.tp, ctx.train)),
         BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
-        OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(ctx.train.framework) / GIB,
+        OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(
+                          ctx.train.framework, ctx.cluster.hardware.is_tpu) / GIB,
                       fragmentation=allocator_fragmentation(ctx.train.framework)),
     )
     peak = 0.0
@@ -551,7 +559,8 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
     headroom = ctx.memory_headroom_gib
     return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
             CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id),
-            USABLE.term("usable_gib", usable_capacity_gib(cap, headroom), "GiB", reserve_gib=cal.FIT_RESERVE_GIB,
+            USABLE.term("usable_gib", usable_capacity_gib(cap, headroom, ctx.train.framework), "GiB",
+                        reserve_gib=fit_reserve_gib(ctx.train.framework),
                         headroom_gib=headroom or 0.0),
             USABLE.term("memory_margin_rel", memory_margin_rel(headroom), "", band_rel=cal.MEMORY_BAND_REL,
                         headroom_given=str(headroom is not None)))

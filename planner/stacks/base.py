@@ -46,6 +46,8 @@ class Stack:
     logit_bytes: float  # bytes per logit at the loss's peak with the stack's own loss kernel (memory.activations)
     grad_reduce_dtype: GradReduceDtype  # default dtype of the data-parallel gradient reduction
     grad_buffer_in_reduce_dtype: bool  # replicated gradients are stored in the reduction dtype (a main-grad buffer)
+    grads_in_param_dtype: bool  # gradients are the cotangents of the parameters, in their dtype (jax.grad); the
+    #                             stack casts only fp32 ones to its reduction dtype (memory.grad_bytes_per_param)
     zero3_fp32_sharded_params: bool  # ZeRO-3 keeps fp32 sharded parameters only (FSDP2 mixed precision)
     fp8_saves_gemm_inputs: bool  # FP8 linears save their GEMM inputs for backward in FP8 (1 byte)
     selective_saves: SelectiveSaves  # selective recompute keeps: "modules" (all but the recomputed modules), "half"

@@ -24,6 +24,9 @@ STACK = Stack(
     logit_bytes=4.0,
     grad_reduce_dtype="fp32",  # MaxText base.yml grad_dtype float32
     grad_buffer_in_reduce_dtype=False,  # replicated gradients in the compute dtype, as PyTorch's .grad
+    # jax.grad's cotangents are in the parameter dtype; MaxText casts only float32 ones to grad_dtype
+    # (MT:trainers/pre_train/train.py train_step; maxtext@9f1820b4, the v6e recipes' commit, has no grad_dtype)
+    grads_in_param_dtype=True,
     zero3_fp32_sharded_params=True,  # fp32 parameters sharded over the fsdp axis (weight_dtype float32)
     fp8_saves_gemm_inputs=False,  # AQT/Qwix fp8: the planner counts saved inputs at 2 B
     selective_saves="half",  # remat policy "minimal"-like: about half the layer's tensors (not measured)
