@@ -16,8 +16,8 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "zero_stage": "zero_stage", "micro_batch": "micro_batch", "recompute": "recompute",
     "sequence_parallel": "sequence_parallel", "schedule": "schedule",
 }
-RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node", "train", "plan",
-            "measured", "notes", "stack")
+RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node",
+            "aligned_allocation", "train", "plan", "measured", "notes", "stack")
 TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype", "moe_capacity_factor",
               "moe_force_balanced")
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")

@@ -357,6 +357,8 @@ def _run_header_problem(run: dict) -> str | None:
     for key in ("devices", "devices_per_node"):
         if run.get(key) is not None and (not _is_int(run[key]) or run[key] < 1):
             return f"'{key}' must be a whole number >= 1, got {safe_line(repr(run[key]))}"
+    if run.get("aligned_allocation") is not None and not isinstance(run["aligned_allocation"], bool):
+        return f"'aligned_allocation' must be true or false, got {safe_line(repr(run['aligned_allocation']))}"
     for key in ("source", "notes", "reliability"):
         if run.get(key) is not None and not isinstance(run[key], str):
             return f"'{key}' must be a string, got {type(run[key]).__name__}"
@@ -500,16 +502,38 @@ def run_hardware(run: dict, hw):
     return hw
 
 
+# NVIDIA's DGX Cloud recipes (dgxc-benchmarking) allocated GB200 / GB300 nodes without Slurm block scheduling until
+# llmb-run 1.10.2 (cli/llmb-run/CHANGELOG.md, 2026-02-23: "now sets SBATCH_SEGMENT_SIZE automatically for
+# gb200/gb300 jobs ... within the 18-node NVLink domain"; first shipped in release v26.02): the earlier releases'
+# launch.sh submit through NeMo-Run's Slurm executor with no segment (e.g. v25.05 deepseek_v3/pretraining/launch.sh).
+DGXC_SEGMENTED_FROM = (26, 2)
+
+
+def infer_aligned_allocation(run: dict) -> bool:
+    """Whether the run's nodes came in whole segments of the scale-up domains (ClusterSpec.aligned_allocation):
+    the record's `aligned_allocation`, else false for a dgxc-benchmarking release before DGXC_SEGMENTED_FROM,
+    else true (the planner's default: block scheduling as NVIDIA recommends)."""
+    import re
+
+    stated = run.get("aligned_allocation")
+    if isinstance(stated, bool):
+        return stated
+    src = str(run.get("source", ""))
+    m = re.search(r"\(v(\d{2})\.(\d{2})", src) if "dgxc-benchmarking" in src else None
+    return m is None or (int(m.group(1)), int(m.group(2))) >= DGXC_SEGMENTED_FROM
+
+
 def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
     """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
-    torus.max_slice_chips), slices joined by DCN."""
+    torus.max_slice_chips), slices joined by DCN; infer_aligned_allocation says how its nodes were allocated."""
     hw = run_hardware(run, hw)
     slices = 1
     if hw.is_tpu and hw.torus is not None:  # a TPU always has torus rules (HardwareSpec validator)
         slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
     return ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
                        devices_per_node=run.get("devices_per_node") or None,
-                       domain_size=dev // slices if slices > 1 and dev % slices == 0 else None)
+                       domain_size=dev // slices if slices > 1 and dev % slices == 0 else None,
+                       aligned_allocation=infer_aligned_allocation(run))
 
 
 def tpu_slices(run: dict) -> int:
