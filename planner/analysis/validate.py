@@ -208,6 +208,31 @@ def infer_moe_dispatcher(run: dict) -> str | None:
     return "flex" if _deepseek_own_stack(run) else None
 
 
+# Megatron-Bridge performance recipes that set moe_a2a_overlap=True (batch-level EP overlap), by release of the
+# performance summary: 25.11 = Megatron-Bridge v0.2.1 scripts/performance/configs/*/workload_base_configs.py
+# (DEEPSEEK_V3_H100, QWEN3_235B_A22B_{B200,H100}_*, QWEN3_30B_A3B_H100_*), 26.02 = v0.3.0
+# (QWEN3_235B_A22B_PRETRAIN_CONFIG_{B300,H100}_*, QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*); 25.09 (v0.2.0rc6 YAML
+# perf_matrix) sets none. (release tag in the citation, model_type, hidden_size, hardware prefixes): Qwen3-235B-A22B
+# has hidden size 4096, Qwen3-30B-A3B 2048.
+A2A_OVERLAP_RECIPES = (
+    ("25.11", "deepseek_v3", 7168, ("h100",)), ("25.11", "qwen3_moe", 4096, ("h100", "b200")),
+    ("25.11", "qwen3_moe", 2048, ("h100",)),
+    ("26.02", "qwen3_moe", 4096, ("h100", "b300")), ("26.02", "qwen3_moe", 2048, ("h100",)),
+)
+
+
+def infer_moe_a2a_overlap(run: dict) -> bool:
+    """Whether the cited recipe runs Megatron's batch-level EP all-to-all overlap (A2A_OVERLAP_RECIPES)."""
+    src = str(run.get("source", "")).lower()
+    if "megatron-bridge performance summary" not in src:
+        return False
+    model = run.get("model") or {}
+    model_type, hidden = str(model.get("model_type", "")).lower(), model.get("hidden_size")
+    hw = str(run.get("hardware", "")).lower()
+    return any(f"{rel} nemo container" in src and model_type == mt and hidden == h and hw.startswith(prefixes)
+               for rel, mt, h, prefixes in A2A_OVERLAP_RECIPES)
+
+
 # Precision of gradients and optimizer states that a cited recipe's own config file sets, for a record
 # without train.grad_dtype / train.optimizer_dtype: (citation substrings that must all appear, model config
 # fields that must match (the recipe is per model), TrainingSpec fields, config).
@@ -281,6 +306,7 @@ def run_stack(run: dict) -> RunStack:
                     fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw))
                     or infer_compiled_loss(run, fw, pick("torch_compile", lambda: infer_torch_compile(run, fw))),
                     moe_dispatcher=pick("moe_dispatcher", lambda: infer_moe_dispatcher(run)),
+                    moe_a2a_overlap=pick("moe_a2a_overlap", lambda: infer_moe_a2a_overlap(run)),
                     cuda_graphs=given.get("cuda_graphs"),
                     activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
 
@@ -440,6 +466,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
                                         torch_compile=st.torch_compile, fused_cross_entropy=st.fused_loss,
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
+                                        moe_a2a_overlap=st.moe_a2a_overlap,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
                                         moe_capacity_factor=t.get("moe_capacity_factor"), **precision)
         train = TrainingSpec(**settings)
