@@ -15,7 +15,8 @@ from planner.catalog.data import data_dir
 
 FILE = data_dir("runs") / "moe_runs_added.yaml"
 # rows per source (the header of runs/moe_runs_added.yaml lists the tables)
-PREFIXES = {"mbridge": 44, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2504-grok1": 12, "automodel": 6}
+PREFIXES = {"mbridge": 44, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2504-grok1": 12, "automodel": 6,
+            "tpurecipes": 2}
 
 
 @pytest.fixture(scope="module")
