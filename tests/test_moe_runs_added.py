@@ -1,8 +1,8 @@
 """runs/moe_runs_added.yaml: published MoE runs outside the rest of runs/ (issue 23 item 5), read and scored whole.
 
 No error bound here: the rows are held out of every bound until the integrator decides (the file's header says why);
-this checks that every row is read without a schema error, is predicted, and that its step time is the published
-figure it cites (the tokens/s conversion recomputed from `derived_from`)."""
+this checks that every row is read without a schema error, is predicted (or says why it cannot be), and that its
+step time is the published figure it cites (the tokens/s conversion recomputed from `derived_from`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from planner.catalog.data import data_dir
 
 FILE = data_dir("runs") / "moe_runs_added.yaml"
 # rows per source (the header of runs/moe_runs_added.yaml lists the tables)
-PREFIXES = {"mbridge": 44, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2504-grok1": 12, "automodel": 6,
+PREFIXES = {"mbridge": 49, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2504-grok1": 12, "automodel": 6,
             "tpurecipes": 2}
 
 
@@ -50,8 +50,13 @@ def test_step_times_are_the_published_throughput(runs):
     assert converted == PREFIXES["mbridge"]
 
 
+# rows the planner cannot cost today, each saying why in its notes: DeepSeek-V3's 61 layers over PP 8 x VP 2
+NOT_REPRESENTABLE = {"mbridge2509-dgx-gb200-dsv3-fp8-mx-256gpu-tokendrop"}
+
+
 def test_every_row_is_predicted(runs):
     res = validate_runs(runs)
-    assert res["summary"]["skipped"] == 0
-    assert len(res["runs"]) == len(runs)
+    assert {r["id"] for r in runs} - {r["id"] for r in res["runs"]} == NOT_REPRESENTABLE
+    assert res["summary"]["skipped"] == len(NOT_REPRESENTABLE)
+    assert all("NOT REPRESENTABLE" in r["notes"] for r in runs if r["id"] in NOT_REPRESENTABLE)
     assert all(r["step_time_s"] > 0 and r["step_time_error"] is not None for r in res["runs"])
