@@ -198,7 +198,7 @@ def infer_moe_dispatcher(run: dict) -> str | None:
     src = str(run.get("source", "")).lower()
     model_type = str((run.get("model") or {}).get("model_type", "")).lower()
     blackwell = str(run.get("hardware", "")).lower().startswith(("b200", "gb200"))
-    if (run.get("train") or {}).get("moe_capacity_factor"):
+    if infer_moe_capacity_factor(run):
         # Megatron-Bridge's token drop asserts the alltoall dispatcher (training/utils/moe_token_drop.py)
         return None
     if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
@@ -468,7 +468,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
                                         moe_a2a_overlap=st.moe_a2a_overlap,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
-                                        moe_capacity_factor=t.get("moe_capacity_factor"), **precision)
+                                        moe_capacity_factor=infer_moe_capacity_factor(run), **precision)
         train = TrainingSpec(**settings)
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
@@ -536,18 +536,42 @@ def run_hardware(run: dict, hw):
 DGXC_SEGMENTED_FROM = (26, 2)
 
 
+def dgxc_release(run: dict) -> tuple[int, int] | None:
+    """(yy, mm) of the dgxc-benchmarking release a run cites (`(v25.05)` in its source), else None."""
+    import re
+
+    src = str(run.get("source", ""))
+    m = re.search(r"\(v(\d{2})\.(\d{2})", src) if "dgxc-benchmarking" in src else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# DGX Cloud's DeepSeek-V3 recipes of the NeMo 2 era (dgxc-benchmarking releases before v25.08 launch NeMo's
+# scripts/performance/llm/pretrain_deepseek_v3.py): `USE_TOKEN_DROP = True`, the MegatronTokenDropCallback with
+# moe_expert_capacity_factor 1.0 and inputs padded to capacity, alltoall dispatcher (NVIDIA/NeMo at 7a8f1cc).
+DGXC_TOKEN_DROP_BEFORE = (25, 8)
+DGXC_TOKEN_DROP_MODELS = ("deepseek_v3",)
+
+
+def infer_moe_capacity_factor(run: dict) -> float | None:
+    """train.moe_capacity_factor, else 1.0 for a NeMo-2-era DGX Cloud DeepSeek-V3 recipe (DGXC_TOKEN_DROP_*), else
+    None (dropless)."""
+    stated = (run.get("train") or {}).get("moe_capacity_factor")
+    if stated is not None:
+        return stated
+    rel = dgxc_release(run)
+    model_type = str((run.get("model") or {}).get("model_type", "")).lower()
+    return 1.0 if rel is not None and rel < DGXC_TOKEN_DROP_BEFORE and model_type in DGXC_TOKEN_DROP_MODELS else None
+
+
 def infer_aligned_allocation(run: dict) -> bool:
     """Whether the run's nodes came in whole segments of the scale-up domains (ClusterSpec.aligned_allocation):
     the record's `aligned_allocation`, else false for a dgxc-benchmarking release before DGXC_SEGMENTED_FROM,
     else true (the planner's default: block scheduling as NVIDIA recommends)."""
-    import re
-
     stated = run.get("aligned_allocation")
     if isinstance(stated, bool):
         return stated
-    src = str(run.get("source", ""))
-    m = re.search(r"\(v(\d{2})\.(\d{2})", src) if "dgxc-benchmarking" in src else None
-    return m is None or (int(m.group(1)), int(m.group(2))) >= DGXC_SEGMENTED_FROM
+    rel = dgxc_release(run)
+    return rel is None or rel >= DGXC_SEGMENTED_FROM
 
 
 def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
