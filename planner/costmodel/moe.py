@@ -57,8 +57,8 @@ def has_host_sync(ctx: Context) -> bool:
 
 def merged_fwd_bwd(ctx: Context, shape: Shape) -> bool:
     """Megatron's batch-level EP all-to-all overlap (TrainingSpec.moe_a2a_overlap) runs one micro-batch's forward
-    merged with another's backward: with more than one micro-batch per step."""
-    return ctx.train.moe_a2a_overlap and shape.nmb > 1
+    merged with another's backward: with expert parallelism and more than one micro-batch per step."""
+    return ctx.train.moe_a2a_overlap and shape.nmb > 1 and shape.plan.ep > 1
 
 
 def permute_mode(ctx: Context) -> str:

@@ -270,7 +270,7 @@ def _moe_args(job: Job, a: _Args) -> None:
         a.flag("--moe-router-fusion")
     if e.num_shared_experts and st.moe_shared_expert_overlap and not job.train.moe_a2a_overlap:
         a.flag("--moe-shared-expert-overlap")  # megatron-core refuses it beside the batch-level EP overlap
-    if job.train.moe_a2a_overlap:
+    if job.train.moe_a2a_overlap and p.ep > 1:
         # batch-level EP overlap as costed (planner.costmodel.moe.merged_fwd_bwd; Megatron-core MoE README, v0.14)
         a.flag("--overlap-moe-expert-parallel-comm")
         a.flag("--delay-wgrad-compute")

@@ -80,7 +80,8 @@ STACK = Stack(
         # megatron-core 0.19.2 transformer/transformer_config.py:2063-2105 [raise]
         embedding_loss_units_split("Megatron"),
         # megatron-core 0.19.2 transformer/transformer_config.py:2669-2699 (overlap_moe_expert_parallel_comm: vpp set
-        # when pp > 1, ep > 1, recompute_granularity != full) [assert]
+        # when pp > 1, recompute_granularity != full; ep > 1, which the emitter
+        # keeps by writing the flag only with ep > 1) [assert]
         a2a_overlap_needs_vpp("Megatron"),
     ),
 )
