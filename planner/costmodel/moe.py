@@ -125,12 +125,14 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Routed experts as grouped GEMMs: FLOPs at the efficiency of one expert's GEMM (rows = tokens per local
     expert, h, expert width / etp: planner.costmodel.base.Context.gemm_eff, whose d / (d + GEMM_DIM_HALF) is the
     tile-quantisation loss of a short expert), times the grouped kernel's efficiency relative to a dense GEMM of
-    that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1)."""
+    that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1) when a
+    device holds more than one expert."""
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e = m.require_moe()
     rows = tokens_per_local_expert(ctx, shape)
-    eff = (ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp))
-           * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
+    # one local expert is one plain GEMM (a group of one): no grouped-kernel loss
+    grouped = cal.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 else 1.0
+    eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
     return expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
 
 
