@@ -20,6 +20,7 @@ import numpy as np
 
 from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.capacity import usable_capacity_gib
+from planner.costmodel.evaluate import screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
@@ -294,8 +295,8 @@ def _probe(ctx: Context, opts: SearchOptions, r: dict, z: int, cap: float) -> fl
         return math.inf
     if _invalid(ctx, opts, plan):
         return math.inf
-    ev = evaluate(ctx, plan)
-    return ev.step_time_s if ev.memory["peak_gib"] <= cap else math.inf
+    mem = screen_memory(ctx, plan)  # the step time only of a plan that fits
+    return evaluate(ctx, plan, mem).step_time_s if mem.peak_gib <= cap else math.inf
 
 
 def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[int | None]:
@@ -361,13 +362,14 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
             continue
         if _invalid(ctx, opts, plan):
             continue
-        ev = evaluate(ctx, plan)
+        mem = screen_memory(ctx, plan)  # memory first: the step time only of a plan the search keeps
         scan.evaluated += 1
-        peak = ev.memory["peak_gib"]
+        peak = mem.peak_gib
         if scan.best_peak is None or peak < scan.best_peak[0]:
             scan.best_peak = (peak, plan)
         fits = peak <= cap
         if fits or not opts.require_fit:
+            ev = evaluate(ctx, plan, mem)
             if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
                     and plan.recompute_layers is None
                     and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
@@ -501,15 +503,15 @@ def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full
     """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k)."""
     from planner.costmodel.partition import stage_layer_counts
     n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, plan.first_stage_layers, plan.last_stage_layers))
-    lo, hi, best = 1, n - 1, full_ev  # k = 0 is "none", already scored
+    lo, hi, best = 1, n - 1, None  # k = 0 is "none", already scored
     while lo <= hi:
         k = (lo + hi) // 2
-        ev = evaluate(ctx, plan.model_copy(update={"recompute_layers": k}))
-        if ev.memory["peak_gib"] <= cap:
-            best, hi = ev, k - 1
+        mem = screen_memory(ctx, plan.model_copy(update={"recompute_layers": k}))  # memory decides the bisection
+        if mem.peak_gib <= cap:
+            best, hi = mem, k - 1
         else:
             lo = k + 1
-    return best
+    return full_ev if best is None else evaluate(ctx, best.plan, best)
 
 
 def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:
