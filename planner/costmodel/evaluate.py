@@ -157,9 +157,14 @@ class MemoryScreen(NamedTuple):
 def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
     """Per-device peak memory of `plan` (the same terms `evaluate` puts in its trace), without the step time."""
     shape = plan_shape(ctx, plan)
-    split = ctx.stage_kind_counts(plan.pp, plan.first_stage_layers, plan.last_stage_layers,
-                                  plan.recompute_layers if plan.recompute == "full" else None)
-    params = stage_params(ctx, plan, split)
+    split_key = (plan.pp, plan.first_stage_layers, plan.last_stage_layers,
+                 plan.recompute_layers if plan.recompute == "full" else None)
+    split = ctx.stage_kind_counts(*split_key)
+    # stage_params reads the split and tp, ep, etp: cached per search under them
+    key = (plan.tp, plan.ep, plan.etp, *split_key)
+    params = ctx.stage_params_cache.get(key)
+    if params is None:
+        params = ctx.stage_params_cache[key] = stage_params(ctx, plan, split)
     mems = stage_memories(ctx, shape, split, params)
     peak_stage = max(range(plan.pp), key=lambda s: mems[s].total_gib)
     return MemoryScreen(plan, shape, split, params, peak_stage, memory_terms(ctx, shape, mems[peak_stage], peak_stage))
