@@ -13,6 +13,7 @@ the fastest plan, one row per layout when distinct_layouts is set).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -446,15 +447,14 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     fx = opts.fixed
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
-    out, done = list(results), 0
     solves = min(MAX_STAGE_SOLVES, opts.top_k if opts.stage_solves is None else opts.stage_solves)
-    for i, ev in enumerate(results):
-        if done >= solves:
-            break
-        if not opts.require_fit or ev.memory["peak_gib"] > cap:
-            continue
-        done += 1
-        new = _balanced_plan(ctx, opts, ev, cap)
+    lead = [i for i, ev in enumerate(results) if opts.require_fit and ev.memory["peak_gib"] <= cap][:solves]
+    problems = {i: _stage_problem_of(ctx, results[i].plan, cap) for i in lead}
+    solved = _solve_stage_problems([q for q in problems.values() if q is not None])
+    out = list(results)
+    for i in lead:
+        q = problems[i]
+        new = _balanced_plan(ctx, opts, results[i], cap, None if q is None else solved[q])
         if new is not None:
             out[i] = new
     out.sort(key=_working_key(opts))
@@ -467,19 +467,51 @@ def _needs_stage_solve(ctx: Context, p: ParallelPlan) -> bool:
     return not (p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss)
 
 
-def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float) -> Evaluation | None:
-    """The plan re-scored with CP-SAT's first/last stage sizes, or None when there is none that is valid,
-    fits and is no slower."""
+def _stage_problem_of(ctx: Context, p: ParallelPlan, cap: float) -> Any:
+    """The plan's stage-balancing problem (planner.costmodel.balance), None when it needs none or has none."""
     from planner.costmodel.balance import stage_problem
-    from planner.search.stages import assign_stages, megatron_flags
 
-    p = ev.plan
     if not _needs_stage_solve(ctx, p):
         return None
     try:
-        a = assign_stages(stage_problem(ctx, p, cap), deterministic_time=STAGE_SOLVE_BUDGET)
+        return stage_problem(ctx, p, cap)
     except ValueError:
         return None
+
+
+def _solve_one(q: Any) -> Any:
+    """assign_stages under the search's budget; None also when the problem is refused (ValueError)."""
+    from planner.search.stages import assign_stages
+
+    try:
+        return assign_stages(q, deterministic_time=STAGE_SOLVE_BUDGET)
+    except ValueError:
+        return None
+
+
+def _solve_stage_problems(problems: list) -> dict:
+    """Each distinct problem's assignment. The solves run side by side on threads (CP-SAT releases the GIL while
+    it searches); each is one deterministic worker with a deterministic-time budget (planner.search.stages), so the
+    answers do not depend on the threads, the order or the machine's load."""
+    distinct = list(dict.fromkeys(problems))
+    workers = min(len(distinct), os.cpu_count() or 1)
+    if workers <= 1:
+        return {q: _solve_one(q) for q in distinct}
+    from concurrent.futures import ThreadPoolExecutor
+
+    from planner.search.stages import _cp_model
+
+    _cp_model()  # imported once, before the threads
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(distinct, pool.map(_solve_one, distinct), strict=True))
+
+
+def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float, a: Any) -> Evaluation | None:
+    """The plan re-scored with CP-SAT's first/last stage sizes (assignment `a`), or None when there is none that is
+    valid, fits and is no slower."""
+    from planner.search.stages import megatron_flags
+
+    p = ev.plan
     flags = megatron_flags(a) if a else None
     if a is None or not flags or flags == (None, None):
         return None
