@@ -20,7 +20,7 @@ from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
 from planner.costmodel.expert import ep_comm_term, ep_warnings
 from planner.costmodel.layers import StageTimes, layer_terms, stage_times
-from planner.costmodel.memory import StageParams, memory_terms, stage_memories, stage_params
+from planner.costmodel.memory import StageMemory, StageParams, memory_terms, peak_gib_of, stage_memories, stage_params
 from planner.costmodel.optimizer import optimizer_term
 from planner.costmodel.pipeline import bubble_term, makespan_s, p2p_term
 from planner.costmodel.tensor import tp_comm_term, tp_warnings
@@ -139,19 +139,17 @@ def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> 
 
 
 class MemoryScreen(NamedTuple):
-    """The memory half of `evaluate`: what the peak needs and the peak itself, exactly as `evaluate` reports it.
-    The search screens candidates with it and hands it to `evaluate` for the ones it keeps (no work done twice)."""
+    """The memory half of `evaluate`: what the peak needs and the peak itself, exactly as `evaluate` reports it
+    (memory.peak_gib_of, which memory_terms uses). The search screens candidates with it and hands it to `evaluate`
+    for the ones it keeps (no work done twice; the memory terms are built only then)."""
 
     plan: ParallelPlan
     shape: Shape
     split: list
     params: StageParams
     peak_stage: int
-    memory: tuple[Term, ...]  # memory_terms of the peak stage (the trace's memory part)
-
-    @property
-    def peak_gib(self) -> float:
-        return next(t.value for t in self.memory if t.name == "peak_gib")
+    peak: StageMemory  # the peak stage's parts
+    peak_gib: float
 
 
 def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
@@ -167,7 +165,7 @@ def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
         params = ctx.stage_params_cache[key] = stage_params(ctx, plan, split)
     mems = stage_memories(ctx, shape, split, params)
     peak_stage = max(range(plan.pp), key=lambda s: mems[s].total_gib)
-    return MemoryScreen(plan, shape, split, params, peak_stage, memory_terms(ctx, shape, mems[peak_stage], peak_stage))
+    return MemoryScreen(plan, shape, split, params, peak_stage, mems[peak_stage], peak_gib_of(mems[peak_stage]))
 
 
 def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = None) -> Evaluation:
@@ -187,7 +185,7 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
     step = makespan + p2p.value + dp.value + opt.value
     step_term = STEP.term("step_time_s", step, "s", makespan_s=makespan, pp_comm_s=p2p.value, dp_comm_s=dp.value,
                           optimizer_s=opt.value)
-    trace = CostTrace(time=time, memory=screened.memory,
+    trace = CostTrace(time=time, memory=memory_terms(ctx, shape, screened.peak, peak_stage),
                       factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
                                *_rate_terms(ctx, shape, st, step)))
     counts = [c for c, _, _ in split]
