@@ -6,6 +6,9 @@ computed for all of them at once (numpy). For each surviving structure the inner
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
+Every candidate's memory is screened first (planner.costmodel.evaluate.screen_memory, the peak `evaluate` reports);
+only the candidates the search keeps are timed. The leading plans' CP-SAT stage problems are solved side by side
+on threads (each solve is deterministic, planner.search.stages).
 The final order and the top-k selection follow planner.search.ranking (fastest first, ties only within 0.2% of
 the fastest plan, one row per layout when distinct_layouts is set).
 """
