@@ -170,26 +170,3 @@ def test_search_and_cost_model_share_one_slice_shape():
     cl = parse_cluster("tpu-v5px9216")
     assert engine.slice_shape is slice_shape
     assert slice_shape(cl) == (12, 16, 24) and math.prod(slice_shape(cl)) * 2 == 9216
-
-
-@pytest.mark.parametrize("cluster,framework,plan", [
-    ("h100x1024", "megatron", ParallelPlan(tp=4, pp=4, dp=64, ep=16, zero_stage=1)),
-    ("a100-sxm-80gbx768", "megatron", ParallelPlan(tp=3, pp=8, dp=32)),
-    ("h100x256", "fsdp", ParallelPlan(tp=2, pp=2, cp=2, dp=32, zero_stage=3, zero_shard_size=16)),
-    ("tpu-v5px256", "maxtext", ParallelPlan(tp=4, dp=64, ep=8, zero_stage=3)),
-    ("tpu-v5px512", "maxtext", ParallelPlan(tp=4, pp=2, cp=2, dp=32, zero_stage=3, zero_shard_size=8)),
-])
-def test_links_cache_key_holds_every_knob_placement_reads(cluster, framework, plan):
-    # Context.links_cache keys plan_links on PLACEMENT_KNOBS: every other knob must leave the links unchanged (a new
-    # knob must be listed on one side or the other)
-    from planner.costmodel.base import PLACEMENT_KNOBS, plan_links
-    from planner.specs.plan import KNOBS
-
-    cl = parse_cluster(cluster)
-    links = plan_links(cl, plan, framework)
-    other = {"vpp": 3, "micro_batch": 7, "recompute": "full", "recompute_layers": 2, "sequence_parallel": False,
-             "schedule": "dualpipe", "cp_comm": "a2a", "first_stage_layers": 5, "last_stage_layers": 3,
-             "account_embedding_loss": True, "offload_optimizer": True, "tp_comm_overlap": True}
-    assert set(other) | set(PLACEMENT_KNOBS) == set(KNOBS)
-    for knob, value in other.items():
-        assert plan_links(cl, plan.model_copy(update={knob: value}), framework) == links, knob

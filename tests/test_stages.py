@@ -283,20 +283,3 @@ def test_problem_validation():
     with pytest.raises(ValueError):
         uniform_stage_problem(4, 2, layer_time_s=-0.1, layer_recompute_s=0.0, layer_act_bytes=1.0,
                              layer_act_bytes_recompute=1.0, layer_state_bytes=1.0, capacity_bytes=10.0)
-
-
-def test_search_solves_side_by_side_as_one_by_one():
-    # the search solves its leading plans' problems on threads (engine._solve_stage_problems), each distinct problem
-    # once: the answers are those of one solve at a time (deterministic budget, one worker each)
-    from planner.search.engine import STAGE_SOLVE_BUDGET, _solve_stage_problems
-
-    problems = [uniform_stage_problem(61, pp, layer_time_s=0.020, layer_recompute_s=0.007, layer_act_bytes=act * GB,
-                                      layer_act_bytes_recompute=0.015 * GB, layer_state_bytes=2.0 * GB,
-                                      first_extra_time_s=0.001, last_extra_time_s=0.030, first_extra_bytes=1.2 * GB,
-                                      last_extra_bytes=2.5 * GB, capacity_bytes=75 * GB)
-                for pp, act in ((16, 0.3), (8, 0.3), (8, 1.2), (4, 1.5))]
-    solved = _solve_stage_problems([*problems, problems[1]])
-    assert len(solved) == len(problems)
-    for q in problems:
-        assert solved[q] == assign_stages(q, deterministic_time=STAGE_SOLVE_BUDGET)
-    assert any(a is not None and any(a.recompute_per_stage) for a in solved.values())  # memory binds in one
