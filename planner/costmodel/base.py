@@ -182,12 +182,6 @@ class Links(NamedTuple):
     edp: Link  # replicas of one expert shard, reduce-scatter / all-gather
 
 
-# The plan knobs a plan's placement reads (placement.placement: linear_strides, mesh_degrees with ParallelDims.dp_shard;
-# edp and devices follow from them): the key of Context.links_cache. A knob placement starts to read must be added here
-# (tests/test_placement.py checks that every other knob leaves the links unchanged).
-PLACEMENT_KNOBS = ("tp", "cp", "pp", "dp", "ep", "etp", "zero_stage", "zero_shard_size")
-
-
 def plan_links(cluster: ClusterSpec, plan: ParallelPlan, framework: str = DEFAULT_FRAMEWORK) -> Links:
     span = placement(cluster, plan, framework)
     return Links(
@@ -214,13 +208,19 @@ class Shape(NamedTuple):
     time_key: tuple  # every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)
 
 
+# The plan knobs a plan's placement reads (placement.placement: linear_strides, mesh_degrees with ParallelDims.dp_shard;
+# edp and devices follow from them): the key of Context.links_cache. A knob placement starts to read must be added here
+# (tests/test_search_memo.py checks that every other knob leaves the links unchanged).
+PLACEMENT_KNOBS = ("tp", "cp", "pp", "dp", "ep", "etp", "zero_stage", "zero_shard_size")
+
+
 def context_links(ctx: Context, plan: ParallelPlan) -> Links:
     """plan_links on the context's cluster and framework, cached per search under PLACEMENT_KNOBS (the
     candidates of one layout share them whatever their micro-batch, recompute or schedule)."""
     key = tuple(getattr(plan, k) for k in PLACEMENT_KNOBS)
     v = ctx.links_cache.get(key)
     if v is None:
-        v = ctx.links_cache[key] = plan_links(ctx.cluster, plan, ctx.train.framework)
+        v = ctx.links_cache[key] = plan_links(ctx.cluster, plan, framework=ctx.train.framework)
     return v
 
 
