@@ -497,7 +497,8 @@ def _solve_stage_problems(problems: list) -> dict:
     it searches); each is one deterministic worker with a deterministic-time budget (planner.search.stages), so the
     answers do not depend on the threads, the order or the machine's load."""
     distinct = list(dict.fromkeys(problems))
-    workers = min(len(distinct), os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = min(len(distinct), cores)  # the cores this process may run on
     if workers <= 1:
         return {q: _solve_one(q) for q in distinct}
     from concurrent.futures import ThreadPoolExecutor
