@@ -96,7 +96,7 @@ def _catalog() -> tuple[tuple[str, HardwareSpec], ...]:
     out: dict[str, HardwareSpec] = {}
     for f in files:
         data = read_structured_file(f, what="hardware profile", max_bytes=MAX_CLUSTER_FILE_BYTES,
-                                    hint="a HardwareSpec YAML mapping")
+                                    hint="a HardwareSpec YAML mapping", packaged=True)
         if not isinstance(data, dict):
             raise InputError(f"hardware profile {f.name} must be a mapping of HardwareSpec fields")
         try:

@@ -91,6 +91,8 @@ class Context:
         self.layer_term_cache: dict[tuple, tuple[Term, ...]] = {}
         self.act_cache: dict[tuple, float] = {}
         self.split_cache: dict[tuple, list] = {}
+        self.links_cache: dict[tuple, Links] = {}  # PLACEMENT_KNOBS -> plan_links
+        self.stage_params_cache: dict[tuple, Any] = {}  # -> planner.costmodel.memory.StageParams (evaluate)
 
     def _rates(self, cluster: ClusterSpec, train: TrainingSpec) -> None:
         """Peak rates and kernel efficiency ceilings of this hardware for this training recipe."""
@@ -206,6 +208,22 @@ class Shape(NamedTuple):
     time_key: tuple  # every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)
 
 
+# The plan knobs a plan's placement reads (placement.placement: linear_strides, mesh_degrees with ParallelDims.dp_shard;
+# edp and devices follow from them): the key of Context.links_cache. A knob placement starts to read must be added here
+# (tests/test_search_memo.py checks that every other knob leaves the links unchanged).
+PLACEMENT_KNOBS = ("tp", "cp", "pp", "dp", "ep", "etp", "zero_stage", "zero_shard_size")
+
+
+def context_links(ctx: Context, plan: ParallelPlan) -> Links:
+    """plan_links on the context's cluster and framework, cached per search under PLACEMENT_KNOBS (the
+    candidates of one layout share them whatever their micro-batch, recompute or schedule)."""
+    key = tuple(getattr(plan, k) for k in PLACEMENT_KNOBS)
+    v = ctx.links_cache.get(key)
+    if v is None:
+        v = ctx.links_cache[key] = plan_links(ctx.cluster, plan, framework=ctx.train.framework)
+    return v
+
+
 def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
     p, tr = shape.plan, ctx.train
     return (TOKENS.term("tokens_per_microbatch", shape.tokens, "tokens", mbs=p.micro_batch, seq=tr.seq_len, cp=p.cp),
@@ -217,6 +235,6 @@ def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
     dims = ParallelDims.of(plan)
     return Shape(plan=plan, sp=sp, nmb=dims.num_microbatches(ctx.train.global_batch),
                  tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
-                 links=plan_links(ctx.cluster, plan, ctx.train.framework),
+                 links=context_links(ctx, plan),
                  dims=dims,
                  time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm))

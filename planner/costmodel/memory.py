@@ -524,6 +524,15 @@ def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: 
     return [stage_memory(ctx, shape, split, params, s, lay) for s in range(shape.plan.pp)]
 
 
+def peak_gib_of(sm: StageMemory) -> float:
+    """A stage's peak in GiB, its parts summed in MEMORY_PARTS order (the trace's peak_gib; the search screens with
+    it before any term is built)."""
+    peak = 0.0
+    for v in sm.parts_gib():  # the order of the original dict sum
+        peak += v
+    return peak
+
+
 def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tuple[Term, ...]:
     """The peak stage's parts (MEMORY_PARTS order), its peak and the device capacity, as trace terms."""
     p = shape.plan
@@ -544,9 +553,7 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
         OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(ctx.train.framework) / GIB,
                       fragmentation=allocator_fragmentation(ctx.train.framework)),
     )
-    peak = 0.0
-    for t in parts:  # the order of the original dict sum
-        peak += t.value
+    peak = peak_gib_of(sm)
     cap = ctx.cluster.hardware.hbm_capacity_gib
     headroom = ctx.memory_headroom_gib
     return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),

@@ -311,6 +311,8 @@ def request_of(kw: dict, emit: tuple[str, ...] = ()) -> PlanRequest:
 
 def spinner(show: bool):
     """The app layer's Progress: a spinner on stderr (planner.ui.progress) when `show` and stderr is a terminal."""
+    if not show:  # --json: nothing to show, and rich stays unimported
+        return app.quiet
     from planner.ui.progress import progress
 
     return lambda message: progress(message, show)
