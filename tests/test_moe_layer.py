@@ -12,7 +12,7 @@ from planner.analysis.explain import derivation
 from planner.catalog.hardware import get_hardware
 from planner.catalog.models import get_model, list_models
 from planner.costmodel import Context, evaluate
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 from planner.costmodel.moe import MoEForward, expert_load
 from planner.specs import ClusterSpec, ParallelPlan, TrainingSpec
 

@@ -404,7 +404,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
 
 def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     cl = ctx.cluster
-    cap = usable_capacity_gib(cl.hardware.hbm_capacity_gib, opts.memory_headroom_gib)
+    cap = usable_capacity_gib(cl.hardware.hbm_capacity_gib, opts.memory_headroom_gib, ctx.calibration)
     rows = structures(ctx, opts)
     if not rows:
         raise InputError(_no_structure_reason(ctx, opts))
