@@ -26,7 +26,7 @@ def modelled_launcher(model, train, cluster: ClusterSpec) -> str | None:
     stack's own (planner.stacks: Megatron-LM by default) where it runs on the hardware, else the first launcher
     that does (MaxText on TPUs). So #1 is always a plan the modelled stack runs and --out writes its files. None
     (no filter) when that launcher cannot run the model at all: --out then says why for every launcher."""
-    from planner.emit.capabilities import launchers_for, model_errors
+    from planner.launchers import launchers_for, model_errors
     from planner.stacks import stack_of
 
     runs_here = launchers_for(cluster)
@@ -175,7 +175,7 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
     fixed = dict(req.knobs)
     check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
     if req.launcher:
-        from planner.emit.capabilities import capabilities
+        from planner.launchers import capabilities
         check_launcher_hardware(req.launcher, cluster)
         fixed = capabilities(req.launcher).search_defaults | fixed
     opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,
