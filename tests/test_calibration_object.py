@@ -13,7 +13,13 @@ from planner.analysis.devfit import GPU_CONSTANTS
 from planner.catalog.hardware import get_hardware, parse_cluster
 from planner.catalog.models import get_model
 from planner.costmodel import Context, evaluate
-from planner.costmodel.calibration import DEFAULT_CALIBRATION, PROFILE_FIELDS, Calibration, dev_fit_bounds
+from planner.costmodel.calibration import (
+    DEFAULT_CALIBRATION,
+    PROFILE_FIELDS,
+    Calibration,
+    dev_fit_bounds,
+    fit_ranges,
+)
 from planner.specs import ParallelPlan, TrainingSpec
 
 
@@ -57,6 +63,11 @@ def test_dev_fit_bounds_hold_the_shipped_values():
     assert "GEMM_SHAPE_DERATE" in bounds and "GEMM_DIM_HALF" not in bounds
     for name, b in bounds.items():
         assert b.lo <= getattr(DEFAULT_CALIBRATION, name) <= b.hi, name
+    # every range a fit may use (benchmarks/fit_calibration.py) is written beside its constant too
+    ranges = fit_ranges()
+    assert set(bounds) < set(ranges) and {"GEMM_DIM_HALF", "RING_WIRE_FRACTION", "DP_OVERLAP_FRACTION"} <= set(ranges)
+    for name, (lo, hi) in ranges.items():
+        assert lo <= getattr(DEFAULT_CALIBRATION, name) <= hi, name
 
 
 def test_with_values_refuses_an_unknown_name():

@@ -41,6 +41,12 @@ def fitted(value: float, *, lo: float, hi: float, no_effect: float, note: str = 
     return field(default=value, metadata={"devfit": DevFit(lo, hi, no_effect, note)})
 
 
+def refittable(value: float, *, lo: float, hi: float, note: str) -> Any:
+    """A field the dev refit leaves alone but benchmarks/fit_calibration.py may refit within [lo, hi] (`note`: why
+    that range)."""
+    return field(default=value, metadata={"range": (lo, hi, note)})
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The calibrated constants (units in the names; comments: evidence). Frozen: a fit makes a new one."""
@@ -53,7 +59,7 @@ class Calibration:
     GEMM_SHAPE_DERATE: float = fitted(0.788, lo=0.3, hi=1.2, no_effect=1.0)
     # GEMM efficiency falls as the smallest per-device matrix dimension shrinks (tile quantisation, wave
     # effects): eff = eff_max * derate * d / (d + GEMM_DIM_HALF). Fitted; d=GEMM_DIM_HALF loses half.
-    GEMM_DIM_HALF: float = 96.0
+    GEMM_DIM_HALF: float = refittable(96.0, lo=1.0, hi=1024.0, note="a matrix dimension")
     # FlashAttention-2 reaches 50-73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691,
     # sec. 4.1); relative to the ~87% GEMM ceiling that is 0.55-0.85 of GEMM efficiency. Fitted within that range:
     # the fit sits near its lower end (long-sequence and small-hidden runs are slower than the GEMMs explain).
@@ -123,7 +129,7 @@ class Calibration:
 
     # --- communication -----------------------------------------------------------------------------
     # Ring collectives reach ~80% of the per-direction NVLink rate (specs.md 1.3: A100 78%, H100 82%).
-    RING_WIRE_FRACTION: float = 0.80
+    RING_WIRE_FRACTION: float = refittable(0.80, lo=0.3, hi=1.0, note="a fraction of the wire rate")
     # TPU ICI: fraction of the per-chip per-direction ICI rate a 1-D ring collective gets (no measured
     # TPU collective in the reference data: same 80% as NVLink rings, stated as an assumption).
     ICI_BUS_FRACTION: float = 0.80
@@ -145,7 +151,7 @@ class Calibration:
     # the same share of the forward (Megatron --overlap-grad-reduce / --overlap-param-gather; FSDP2 per-layer
     # reduce-scatter). A share of compute time, not of traffic: the rest of the backward is taken by kernels
     # that contend with NCCL for SMs and memory bandwidth. Fitted.
-    DP_OVERLAP_FRACTION: float = 0.8
+    DP_OVERLAP_FRACTION: float = refittable(0.8, lo=0.0, hi=1.0, note="a fraction of compute")
 
     # DeepSpeed ZeRO-3 keeps a gathered parameter for its next use only when that use comes within this many
     # parameters (`stage3_max_reuse_distance`, default 1e9 in the DeepSpeed config docs). A documented
@@ -224,6 +230,18 @@ DEFAULT_CALIBRATION = Calibration()
 def dev_fit_bounds() -> dict[str, DevFit]:
     """name -> DevFit of every constant refitted on the development runs, in field order."""
     return {f.name: f.metadata["devfit"] for f in dataclasses.fields(Calibration) if "devfit" in f.metadata}
+
+
+def fit_ranges() -> dict[str, tuple[float, float]]:
+    """name -> (low, high) of every constant a fit may move: the dev-fitted ones' bounds, then the `refittable`
+    ones' ranges, in field order."""
+    out = {}
+    for f in dataclasses.fields(Calibration):
+        if "devfit" in f.metadata:
+            out[f.name] = (f.metadata["devfit"].lo, f.metadata["devfit"].hi)
+        elif "range" in f.metadata:
+            out[f.name] = f.metadata["range"][:2]
+    return out
 
 
 def names() -> tuple[str, ...]:
