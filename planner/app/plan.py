@@ -109,6 +109,7 @@ def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
                          "framework": train.framework, "launcher": req.launcher, "grad_dtype": grad_dtype(train),
                          "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl,
                          "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor,
+                         "moe_dispatcher": train.moe_dispatcher, "moe_a2a_overlap": train.moe_a2a_overlap,
                          "fp8_recipe": train.fp8_recipe, "loss_chunks": train.loss_chunks,
                          "fp8_moe_act_cache": train.fp8_moe_act_cache},
             "plans": plans,

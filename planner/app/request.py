@@ -40,6 +40,8 @@ class PlanRequest:
     optimizer_dtype: StateDtype | None = "fp32"
     attention: AttentionImpl | None = None  # default flash
     moe_capacity_factor: float | None = None
+    moe_dispatcher: str | None = None  # default: the stack's
+    moe_a2a_overlap: bool | None = None  # default off
     torch_compile: bool | None = None
     fp8_recipe: Fp8Recipe | None = None
     loss_chunks: int | None = None  # default: the --launcher's stack's (torchtitan 8), else 1

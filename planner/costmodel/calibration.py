@@ -56,7 +56,7 @@ class Calibration:
     # (measured_gemm). Fitted on the dev runs (planner.analysis.devfit: robust joint fit of every constant marked
     # "fitted" here); consistent with Megatron-core's 47% MFU on H100 (hardware.yaml mfu_anchors) against an 80% MAMF
     # ceiling.
-    GEMM_SHAPE_DERATE: float = fitted(0.788, lo=0.3, hi=1.2, no_effect=1.0)
+    GEMM_SHAPE_DERATE: float = fitted(0.795, lo=0.3, hi=1.2, no_effect=1.0)
     # GEMM efficiency falls as the smallest per-device matrix dimension shrinks (tile quantisation, wave
     # effects): eff = eff_max * derate * d / (d + GEMM_DIM_HALF). Fitted; d=GEMM_DIM_HALF loses half.
     GEMM_DIM_HALF: float = refittable(96.0, lo=1.0, hi=1024.0, note="a matrix dimension")
@@ -72,7 +72,7 @@ class Calibration:
     # backward less (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. 1 and sec. 4), while
     # Megatron/Transformer Engine use cuDNN fused attention (FA3-class). Fitted within that range on the
     # torchtitan rows (the attention-heavy long-sequence CP runs pin it).
-    FA2_HOPPER_ABS_EFFICIENCY: float = fitted(0.227, lo=0.2, hi=0.4, no_effect=1.0,
+    FA2_HOPPER_ABS_EFFICIENCY: float = fitted(0.2295, lo=0.2, hi=0.4, no_effect=1.0,
                                              note=("FA2 forward reaches at most ~35% of H100 peak and its backward "
                                                    "less (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. "
                                                    "1): 0.2-0.4 absolute"))
@@ -83,15 +83,16 @@ class Calibration:
     # Meta's torchtitan H100s (shared/reference/README.md caveat: a power cap throttles all tensor-core
     # work), which is why it is not applied to Ampere, where the llm-foundry A100 rows match Megatron-era
     # efficiency.
-    PYTORCH_NATIVE_HOPPER_EFFICIENCY: float = fitted(0.817, lo=0.3, hi=1.2, no_effect=1.0)
+    PYTORCH_NATIVE_HOPPER_EFFICIENCY: float = fitted(0.809, lo=0.3, hi=1.2, no_effect=1.0)
     # Grouped expert GEMMs relative to a dense GEMM of one expert's shape (rows = tokens per local expert; the short-row
     # loss is Context.gemm_eff's d / (d + GEMM_DIM_HALF)). DeepGEMM's published H800 FP8 tables (deepseek-ai/DeepGEMM
     # README, Feb 2025): 8 groups x 4096 rows (N 4096, K 7168) 1288 TFLOPS vs 1304 for one dense 4096 x 4096 x 7168 GEMM
     # (0.99); 4 groups x 8192 rows (N 7168, K 2048) 1099 vs dense 4096-row 1025 (1.07). The fitted runs use Transformer
     # Engine's GroupedLinear (one cuBLAS GEMM per expert), for which no table was found: devfit bounds it to [0.5, 1.1],
-    # half of DeepGEMM's ratio at least. Fitted on the dev runs; the fit sits at the lower bound (the DGX Cloud
-    # DeepSeek-V3 rows, 3.3x slower per GPU than Megatron-Bridge's on the same GB200s, pull every MoE constant down:
-    # docs/validation.md).
+    # half of DeepGEMM's ratio at least. Fitted on the dev runs; the fit sits at the lower bound, held there by the
+    # Hopper rows (H100 Qwen3-30B-A3B and gpt-oss, H800 DeepSeek-V3 are 8-40% fast at 1.0) while the Blackwell rows
+    # would take ~1.0: docs/validation.md. (The DGX Cloud DeepSeek-V3 GB200 rows that dragged it earlier are explained
+    # by their allocation without block scheduling: ClusterSpec.aligned_allocation.)
     MOE_GROUPED_GEMM_REL_EFFICIENCY: float = fitted(0.500, lo=0.5, hi=1.1, no_effect=1.0,
                                                    note=("DeepGEMM's grouped / dense ratio at the same shape, "
                                                          "0.99-1.07, widened for the cuBLAS / TE grouped kernels of "
@@ -101,12 +102,18 @@ class Calibration:
     # (planner.costmodel.moe.moe_forward). Range: microseconds for the CUDA launch itself, more for PyTorch's per-op
     # Python / C++ dispatch (NVIDIA's "Getting Started with CUDA Graphs" and PyTorch's "Accelerating PyTorch with CUDA
     # Graphs" blogs describe launch overhead as a first-order cost of short kernels; no per-op figure is quoted here);
-    # bounds [2e-6, 5e-5] in devfit. Fitted on the dev runs: it sits at the upper bound (50 us per op), driven by the
-    # small-expert Qwen3-30B-A3B rows whose step is 3-4x their GPU time; the per-op counts of planner.costmodel.moe are
-    # estimates.
-    HOST_LAUNCH_S: float = fitted(5.0e-05, lo=2e-6, hi=5e-5, no_effect=0.0,
+    # bounds [2e-6, 5e-5] in devfit. Fitted on the dev runs (46 us per op, near the upper bound), driven by the
+    # small-expert Qwen3-30B-A3B rows whose step is 2-4x their GPU time; the per-op counts of planner.costmodel.moe are
+    # estimates. Transformer Engine's own SM100 benchmark of its multi-stream GroupedLinear (TransformerEngine PR
+    # #3134, 8 experts x 128 tokens, N = K = 2048: 0.27 ms, against 0.07 ms for one single-launch grouped kernel)
+    # spends ~34 us per expert GEMM: the same order per launched GEMM.
+    HOST_LAUNCH_S: float = fitted(4.65e-05, lo=2e-6, hi=5e-5, no_effect=3.4e-5,
                                  note=("per-kernel host launch time, PyTorch eager: a few us (cudaLaunchKernel) to "
-                                       "tens of us (op dispatch)"))
+                                       "tens of us (op dispatch). Without a run to fit it, the microbenchmark's "
+                                       "figure, not 0 (the launches exist whether or not a run shows them): "
+                                       "Transformer Engine's multi-stream GroupedLinear spends 0.272 ms on 8 expert "
+                                       "GEMMs of 128 tokens on SM100, ~34 us per launched GEMM (TransformerEngine PR "
+                                       "#3134, benchmark_grouped_linear.py, 'dispatch' row)"))
     # Unfused attention (pre-FlashAttention stacks): bytes moved per element of the s x s score matrix in
     # forward: QK^T write (2), fused scale-mask-softmax read+write (4), dropout read+write+mask (5), AV read
     # (2) = 13; backward moves about twice that (Korthikanti et al. 2022 list these tensors, sec. 4.1).
@@ -114,7 +121,7 @@ class Calibration:
     # FP8 GEMMs: fraction of the FP8 MAMF ceiling reached by real shapes relative to BF16 (per-tensor
     # scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted (0.80 under the earlier
     # plain least-squares fit, which the DGX Cloud DeepSeek-V3 rows dragged; docs/validation.md).
-    FP8_DERATE: float = fitted(0.897, lo=0.3, hi=1.2, no_effect=1.0)
+    FP8_DERATE: float = fitted(0.896, lo=0.3, hi=1.2, no_effect=1.0)
     # MXFP8 (32-element blocks with E8M0 scales, Blackwell) GEMMs relative to per-tensor current scaling at the same
     # shapes: quantising each operand along both axes (the backward needs the transposed blocks) and the block-scaled
     # MMA. Set so that the model reproduces the mean MX / CS step ratio of the three same-job pairs Megatron-Bridge

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.costmodel.calibration import Calibration
-from planner.costmodel.placement import GroupSpan, ici_group_busbw_GBps, linear_span, placement_domain
+from planner.costmodel.placement import (
+    GroupSpan,
+    ici_group_busbw_GBps,
+    linear_span,
+    placement_domain,
+    unaligned_node,
+)
 from planner.specs import ClusterSpec
 
 Kind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
@@ -83,7 +89,7 @@ def group_link(cluster: ClusterSpec, size: int, stride: int, cal: Calibration, k
     tp-cp-ep-dp-pp) over all the cluster's devices: planner.costmodel.placement.linear_span, then span_link."""
     su, so = cluster.hardware.scale_up, cluster.hardware.scale_out
     span = linear_span("group", size, stride, cluster.count, placement_domain(cluster, cluster.count),
-                       su.kind, so.kind)
+                       su.kind, so.kind, unaligned_node(cluster))
     return span_link(cluster, span, cal, kind)
 
 

@@ -16,7 +16,7 @@ from planner.costmodel.compute import (
 )
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
-from planner.costmodel.moe import dispatcher
+from planner.costmodel.moe import dispatcher, merged_fwd_bwd
 from planner.costmodel.tensor import tp_comm_fwd_s, tp_exposed_share
 from planner.costmodel.trace import Term, formula
 
@@ -127,7 +127,7 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head
             b += LM_HEAD_BWD_RATIO * t_head
-        if dualpipe or (ctx.train.moe_a2a_overlap and shape.nmb > 1):
+        if dualpipe or merged_fwd_bwd(ctx, shape):
             # DualPipe's paired chunks, or Megatron's batch-level EP overlap (a forward and a backward micro-batch
             # merged layer by layer): the all-to-alls hide under the paired compute
             tep = dualpipe_exposed_ep_s(tep, f, b)

@@ -54,6 +54,12 @@ def has_host_sync(ctx: Context) -> bool:
     return ctx.stack.moe_dispatch_host_sync and ctx.train.moe_capacity_factor is None
 
 
+def merged_fwd_bwd(ctx: Context, shape: Shape) -> bool:
+    """Megatron's batch-level EP all-to-all overlap (TrainingSpec.moe_a2a_overlap) runs one micro-batch's forward
+    merged with another's backward: with expert parallelism and more than one micro-batch per step."""
+    return ctx.train.moe_a2a_overlap and shape.nmb > 1 and shape.plan.ep > 1
+
+
 def permute_mode(ctx: Context) -> str:
     return "in_dispatch" if dispatcher(ctx) == "flex" else ctx.stack.moe_permute
 
@@ -118,12 +124,14 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Routed experts as grouped GEMMs: FLOPs at the efficiency of one expert's GEMM (rows = tokens per local
     expert, h, expert width / etp: planner.costmodel.base.Context.gemm_eff, whose d / (d + GEMM_DIM_HALF) is the
     tile-quantisation loss of a short expert), times the grouped kernel's efficiency relative to a dense GEMM of
-    that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1)."""
+    that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1) when a
+    device holds more than one expert."""
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e = m.require_moe()
     rows = tokens_per_local_expert(ctx, shape)
-    eff = (ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp))
-           * ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY)
+    # one local expert is one plain GEMM (a group of one): no grouped-kernel loss
+    grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 else 1.0
+    eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
     return expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
 
 
@@ -154,6 +162,14 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
         return NO_MOE
     router, permute, experts = router_s(ctx, shape, k), permute_s(ctx, shape, permute_mode), experts_s(ctx, shape, k)
     host_f = host_b = 0.0
+    if has_sync and merged_fwd_bwd(ctx, shape):
+        # Megatron's batch-level EP overlap merges one micro-batch's forward with another's backward layer by
+        # layer; each merged step's dispatcher syncs (both micro-batches' token counts) leave the GPU queue empty
+        # while the host launches the merged step's kernels, so none of the host time hides under GPU work
+        # (Megatron-Bridge's MoE optimisation guide: "Small expert GEMMs + host overhead"; its recipes pair the
+        # overlap with CUDA graphs of the router and preprocess on Blackwell only)
+        (base_f, exp_f), (base_b, exp_b) = host_launch_s(ctx, shape, False), host_launch_s(ctx, shape, True)
+        return MoEForward(router, permute, experts, base_f + exp_f, base_b + exp_b)
     if has_sync:
         # each group of kernels runs at the slower of its GPU time and of the host launching it
         (base_f, exp_f), (base_b, exp_b) = host_launch_s(ctx, shape, False), host_launch_s(ctx, shape, True)

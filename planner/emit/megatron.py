@@ -262,6 +262,19 @@ def _moe_args(job: Job, a: _Args) -> None:
     a.flag("--moe-token-dispatcher-type", kind)
     if kind == "flex":
         a.flag("--moe-flex-dispatcher-backend", "deepep")
+    st = stack_of(job.train)
+    # the MoE kernels the plan was costed with (planner/stacks/megatron.py traits; megatron-core 0.19.2
+    # TransformerConfig moe_permute_fusion, moe_router_fusion, moe_shared_expert_overlap)
+    if st.moe_permute == "fused":
+        a.flag("--moe-permute-fusion")
+    if st.moe_router_fused:
+        a.flag("--moe-router-fusion")
+    if e.num_shared_experts and st.moe_shared_expert_overlap and not job.train.moe_a2a_overlap:
+        a.flag("--moe-shared-expert-overlap")  # megatron-core refuses it beside the batch-level EP overlap
+    if job.train.moe_a2a_overlap and p.ep > 1:
+        # batch-level EP overlap as costed (planner.costmodel.moe.merged_fwd_bwd; Megatron-core MoE README, v0.14)
+        a.flag("--overlap-moe-expert-parallel-comm")
+        a.flag("--delay-wgrad-compute")
     a.flag("--moe-grouped-gemm")
 
 

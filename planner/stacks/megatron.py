@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 from planner.stacks.base import Stack
-from planner.stacks.rules import embedding_loss_units_split, interleaved_microbatches, uneven_stages_split_into_vpp
+from planner.stacks.rules import (
+    a2a_overlap_needs_vpp,
+    embedding_loss_units_split,
+    interleaved_microbatches,
+    uneven_stages_split_into_vpp,
+)
 
 STACK = Stack(
     name="Megatron-LM",
@@ -47,6 +52,7 @@ STACK = Stack(
     moe_shared_expert_overlap=True,  # --moe-shared-expert-overlap (transformer/moe/shared_experts.py)
     moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
+    moe_a2a_overlap_option=True,  # --overlap-moe-expert-parallel-comm (Megatron-core 0.14, MoE README)
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
     zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward
@@ -73,5 +79,9 @@ STACK = Stack(
         uneven_stages_split_into_vpp("Megatron", "--decoder-first/last-pipeline-num-layers"),
         # megatron-core 0.19.2 transformer/transformer_config.py:2063-2105 [raise]
         embedding_loss_units_split("Megatron"),
+        # megatron-core 0.19.2 transformer/transformer_config.py:2669-2699 (overlap_moe_expert_parallel_comm: vpp set
+        # when pp > 1, recompute_granularity != full; ep > 1, which the emitter
+        # keeps by writing the flag only with ep > 1) [assert]
+        a2a_overlap_needs_vpp("Megatron"),
     ),
 )

@@ -69,7 +69,7 @@ def main(req_path: str, out_path: str) -> None:
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
     # Transformer Engine is on the target GPU nodes, not here: report TE 2.14 to the config checks
-    # (version gates only) and a stand-in for TE's fused RoPE kernel, which is only tested for None.
+    # (version gates only) and stand-ins for TE's fused RoPE and MoE permutation kernels, only tested for None.
     import megatron.core.models.common.embeddings.rope_utils as rope_utils
     import megatron.core.transformer.transformer_config as tc
     import megatron.training.arguments as A
@@ -80,6 +80,12 @@ def main(req_path: str, out_path: str) -> None:
     tc.get_te_version = lambda: Version("2.14.0")
     if rope_utils.fused_apply_rotary_pos_emb is None:
         rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
+    # likewise TE's fused MoE permutation kernels (--moe-permute-fusion), which TransformerConfig only tests for None
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    for name in ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                 "fused_sort_chunks_by_index_with_probs", "fused_unpermute"):
+        if getattr(moe_utils, name, None) is None:
+            setattr(moe_utils, name, lambda *a, **k: None)
 
     arch = {"v": 9}
     A.get_device_arch_version = lambda: arch["v"]
