@@ -12,7 +12,7 @@ from planner.analysis.explain import derivation
 from planner.catalog.hardware import get_hardware
 from planner.catalog.models import get_model, list_models
 from planner.costmodel import Context, evaluate
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 from planner.costmodel.moe import MoEForward, expert_load
 from planner.specs import ClusterSpec, ParallelPlan, TrainingSpec
 
@@ -119,7 +119,6 @@ def test_megatron_batch_level_a2a_overlap_hides_ep_comm():
 def test_a2a_overlap_with_a_host_sync_exposes_every_host_launch():
     """Merged forward/backward steps behind a dropless dispatcher's host sync: the host's kernel launches of the MoE
     layer (HOST_KERNELS_* x HOST_LAUNCH_S) are charged whole, not only their excess over the GPU work."""
-    from planner.costmodel import calibration as cal
     from planner.costmodel.base import plan_shape
     from planner.costmodel.compute import layer_compute
     from planner.costmodel.moe import (

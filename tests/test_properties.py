@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from planner.catalog.hardware import list_hardware, parse_cluster
 from planner.costmodel import Context, evaluate
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 from planner.errors import InputError
 from planner.search.engine import MAX_SEARCH_VPP, SearchOptions, _zero_choices, search
 from planner.search.space import divisors, plan_errors

@@ -32,16 +32,17 @@ def test_links_cache_key_holds_every_knob_placement_reads(cluster, framework, pl
     # Context.links_cache keys plan_links on PLACEMENT_KNOBS: every other knob must leave the links unchanged (a new
     # knob must be listed on one side or the other)
     from planner.costmodel.base import PLACEMENT_KNOBS, plan_links
+    from planner.costmodel.calibration import DEFAULT_CALIBRATION
     from planner.specs.plan import KNOBS
 
     cl = parse_cluster(cluster)
-    links = plan_links(cl, plan, framework)
+    links = plan_links(cl, plan, DEFAULT_CALIBRATION, framework)
     other = {"vpp": 3, "micro_batch": 7, "recompute": "full", "recompute_layers": 2, "sequence_parallel": False,
              "schedule": "dualpipe", "cp_comm": "a2a", "first_stage_layers": 5, "last_stage_layers": 3,
              "account_embedding_loss": True, "offload_optimizer": True, "tp_comm_overlap": True}
     assert set(other) | set(PLACEMENT_KNOBS) == set(KNOBS)
     for knob, value in other.items():
-        assert plan_links(cl, plan.model_copy(update={knob: value}), framework) == links, knob
+        assert plan_links(cl, plan.model_copy(update={knob: value}), DEFAULT_CALIBRATION, framework) == links, knob
 
 
 @pytest.mark.parametrize("model,cluster", [("deepseek-v3", "h100x256"), ("mixtral-8x7b", "h100x64"),

@@ -47,7 +47,7 @@ def test_step_time_p90_target(result):
     # (docs/validation.md): DeepSeek-V3 on GB200 (DGX Cloud) x2, Qwen3-30B-A3B on H100/B200, SC21 ZeRO-3 2240,
     # torchtitan 405B FSDP8 at 32k; since issue 13 Megatron-Bridge's DeepSeek-V3 on 256 GB200 (zero_stage
     # unpublished): the search no longer fills it with Megatron-FSDP + PP4 (unverified in Megatron-LM,
-    # planner/emit/capabilities/megatron.py) but with the distributed optimizer and partial recompute, which
+    # planner/launchers/megatron.py) but with the distributed optimizer and partial recompute, which
     # Megatron runs: error 24% -> 32%; and (issue 12: with Megatron's 6 B/logit loss the planner picks less
     # recompute for its unpublished knob) gpt-oss-120b on B200.
     import statistics

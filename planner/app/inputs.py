@@ -88,7 +88,7 @@ def cluster_overrides(cluster: ClusterSpec, req: PlanRequest) -> ClusterSpec:
 
 
 def check_launcher_hardware(launcher: str, cluster: ClusterSpec) -> None:
-    from planner.emit.capabilities import launchers_for
+    from planner.launchers import launchers_for
 
     ok = launchers_for(cluster)
     if launcher not in ok:
@@ -97,7 +97,7 @@ def check_launcher_hardware(launcher: str, cluster: ClusterSpec) -> None:
 
 def check_launcher_model(launcher: str, model: ModelSpec, train: TrainingSpec, cluster: ClusterSpec) -> None:
     """Exit 2 when the target --launcher cannot run on the hardware or cannot express the model."""
-    from planner.emit.capabilities import model_errors
+    from planner.launchers import model_errors
 
     check_launcher_hardware(launcher, cluster)
     cannot = model_errors(model, train, launcher, cluster)
@@ -121,7 +121,7 @@ def pinned_knobs(req: PlanRequest) -> dict[str, Any]:
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
     if req.launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
-        from planner.emit.capabilities import capabilities
+        from planner.launchers import capabilities
         fixed = capabilities(req.launcher).search_defaults | fixed
     return fixed
 

@@ -84,8 +84,8 @@ class PlanRequest:
 def resolve_target(req: PlanRequest, emit: tuple[str, ...] = ()) -> PlanRequest:
     """Make --launcher, --framework and --emit consistent: --launcher sets the framework's default;
     a single --emit L (jax aside) implies --launcher L; a different --framework or --emit is an error."""
-    from planner.emit.capabilities import TARGETS, capabilities
     from planner.errors import InputError
+    from planner.launchers import TARGETS, capabilities
 
     launcher = req.launcher
     named = sorted({e for e in emit if e in TARGETS})

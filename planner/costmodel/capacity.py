@@ -11,15 +11,15 @@ that capacity that the model's own memory error could push it over. The search, 
 
 from __future__ import annotations
 
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import Calibration
 
 
-def usable_capacity_gib(capacity_gib: float, headroom_gib: float | None) -> float:
+def usable_capacity_gib(capacity_gib: float, headroom_gib: float | None, cal: Calibration) -> float:
     """HBM less the fit reserve and the requested headroom (None = none requested)."""
     return capacity_gib - cal.FIT_RESERVE_GIB - (headroom_gib or 0.0)
 
 
-def memory_margin_rel(headroom_gib: float | None) -> float:
+def memory_margin_rel(headroom_gib: float | None, cal: Calibration) -> float:
     """The share of the usable capacity a plan keeps free by default: the memory band; 0 when the user gave a
     headroom of their own (--memory-headroom, 0 = opt out)."""
     return cal.MEMORY_BAND_REL if headroom_gib is None else 0.0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
 from planner.costmodel.compute import (
     kind_label,
@@ -103,8 +102,8 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
         for kid, cnt in part.items():
             lf, lb, lsel, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
             # + the fixed host/launch cost of running a layer (calibration.LAYER_OVERHEAD_S), 1/3 forward
-            f += cnt * (lf + cal.LAYER_OVERHEAD_S / 3)
-            b += cnt * (lb + 2 * cal.LAYER_OVERHEAD_S / 3)
+            f += cnt * (lf + ctx.calibration.LAYER_OVERHEAD_S / 3)
+            b += cnt * (lb + 2 * ctx.calibration.LAYER_OVERHEAD_S / 3)
             ttp += cnt * lt
             tcp += cnt * lc
             tep += cnt * le
@@ -122,8 +121,8 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
     fwd, bwd, rec, tp, cp, ep, comm = [], [], [], [], [], [], []
     for s in range(pp):
         f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
-        f += cal.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
-        b += 2 * cal.MICROBATCH_OVERHEAD_S / 3
+        f += ctx.calibration.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
+        b += 2 * ctx.calibration.MICROBATCH_OVERHEAD_S / 3
         if s == pp - 1:  # LM head + loss
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 
 # Router score function on the fp32 logits (tokens x experts): Megatron's unfused router writes the logits, reads and
@@ -131,7 +130,7 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     e = m.require_moe()
     rows = tokens_per_local_expert(ctx, shape)
     # one local expert is one plain GEMM (a group of one): no grouped-kernel loss
-    grouped = cal.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 else 1.0
+    grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 else 1.0
     eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
     return expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
 
@@ -148,7 +147,7 @@ def host_launch_s(ctx: Context, shape: Shape, backward: bool) -> tuple[float, fl
     per_expert = HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD
     n_local = local_experts(ctx, shape) if ctx.stack.moe_gemm_per_expert else 1
     base = HOST_KERNELS_BWD if backward else HOST_KERNELS_FWD
-    return base * cal.HOST_LAUNCH_S, per_expert * n_local * cal.HOST_LAUNCH_S
+    return base * ctx.calibration.HOST_LAUNCH_S, per_expert * n_local * ctx.calibration.HOST_LAUNCH_S
 
 
 def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float, has_sync: bool,

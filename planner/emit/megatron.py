@@ -10,9 +10,10 @@ from __future__ import annotations
 import shlex
 
 from planner.costmodel.memory import selective_recompute_modules
-from planner.emit.capabilities import refuse
-from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_length_expr, torchrun_tail
-from planner.emit.contract import bias_layout, rope_scaling_value
+from planner.emit.common import dumps, moe_layer_pattern, run_length_expr, torchrun_tail
+from planner.launchers import refuse
+from planner.launchers.contract import bias_layout, rope_scaling_value
+from planner.launchers.job import Job, Unsupported
 from planner.names import safe_line
 from planner.specs.dims import ParallelDims
 from planner.stacks import stack_of
@@ -31,7 +32,7 @@ class _Args(list):
 
 def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
     """(argv list, env) for `pretrain_gpt.py`; raises Unsupported when a knob has no Megatron flag."""
-    refuse(job, "megatron")  # planner/emit/capabilities/megatron.py
+    refuse(job, "megatron")  # planner/launchers/megatron.py
     a = _Args()
     _parallel_args(job, a)
     _model_args(job, a)

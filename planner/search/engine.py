@@ -28,8 +28,8 @@ from planner.costmodel.evaluate import screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
-from planner.emit.capabilities import capabilities, launcher_errors
 from planner.errors import InputError
+from planner.launchers import capabilities, launcher_errors
 from planner.search.ranking import TIE_BAND_REL, at_memory_edge, complexity, leaders_first, rank, select
 from planner.search.space import divisors, plan_errors
 from planner.specs import ParallelPlan
@@ -58,7 +58,7 @@ class SearchOptions:
     # Separate from top_k so a caller that wants every scored plan (the report's scatter reads
     # SearchResult.ranked) does not multiply the solves.
     stage_solves: int | None = None
-    launcher: str | None = None  # target stack: only plans it can run (planner.emit.capabilities)
+    launcher: str | None = None  # target stack: only plans it can run (planner.launchers)
     # True: only pipeline depths that divide the layers evenly (unless --pp is pinned): the layouts an expert
     # sizes a purchase for (--min-devices), not PP27 over 80 layers with a short first stage
     even_stages: bool = False
@@ -323,7 +323,7 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
     if ctx.stack.zero3_in_domain_searched and "zero_stage" not in fx:
         # Megatron-FSDP (ZeRO-3) where the whole model-replica group sits in one NVLink domain: the
         # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network. Only layouts that
-        # Megatron-FSDP is known to run (planner/emit/capabilities/megatron.py: not with PP > 1, unverified)
+        # Megatron-FSDP is known to run (planner/launchers/megatron.py: not with PP > 1, unverified)
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
                   and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, ctx.stack.emitter)]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
@@ -410,7 +410,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
 
 def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     cl = ctx.cluster
-    cap = usable_capacity_gib(cl.hardware.hbm_capacity_gib, opts.memory_headroom_gib)
+    cap = usable_capacity_gib(cl.hardware.hbm_capacity_gib, opts.memory_headroom_gib, ctx.calibration)
     rows = structures(ctx, opts)
     if not rows:
         raise InputError(_no_structure_reason(ctx, opts))

@@ -17,7 +17,7 @@ STACK = Stack(
     grad_reduce_dtype="compute",  # reduced in the compute dtype (TrainingSpec.grad_dtype: DeepSpeed's default)
     grad_buffer_in_reduce_dtype=True,  # DeepSpeed's gradient buffer holds the reduction dtype
     zero3_fp32_sharded_params=False,  # bf16/fp16 weights + fp32 master in the optimizer (ZeRO sec. 3.1, K=12)
-    fp8_saves_gemm_inputs=False,  # no FP8 training switch in ds_config (emit/capabilities/deepspeed.py no-fp8)
+    fp8_saves_gemm_inputs=False,  # no FP8 training switch in ds_config (launchers/deepspeed.py no-fp8)
     selective_saves="modules",  # Megatron-DeepSpeed's selective recompute: the attention core (Korthikanti sec. 5)
     # Megatron-core's fused bias_swiglu_impl keeps only its input (the fc1 output) for backward
     eager_swiglu_keeps_act=False,
