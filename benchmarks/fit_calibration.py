@@ -21,15 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.analysis.devfit import GPU_CONSTANTS  # noqa: E402  (the one table of the dev-fitted constants' bounds)
+from planner.costmodel.calibration import fit_ranges  # noqa: E402
 
-# admissible ranges of the fittable constants: the dev-fitted ones from planner.analysis.devfit.GPU_CONSTANTS (the
-# bounds the shipped values were fitted within, cited there), and three the dev fit leaves alone
-BOUNDS = {name: (lo, hi) for name, (lo, hi, _) in GPU_CONSTANTS.items()} | {
-    "GEMM_DIM_HALF": (1.0, 1024.0),  # matrix dimension that halves GEMM efficiency
-    "RING_WIRE_FRACTION": (0.3, 1.0),  # a fraction of the wire rate
-    "DP_OVERLAP_FRACTION": (0.0, 1.0),  # a fraction of compute
-}
+# admissible ranges of the fittable constants, written beside each constant in planner.costmodel.calibration: the
+# dev-fitted ones' bounds (`fitted(...)`, cited there) and the `refittable(...)` ones the dev fit leaves alone
+BOUNDS = fit_ranges()
 DEFAULT = ("GEMM_SHAPE_DERATE", "GEMM_DIM_HALF", "MOE_GROUPED_GEMM_REL_EFFICIENCY")
 
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Function length: no function over 60 lines in planner/ (data tables excepted), the one structure rule
-ruff cannot express (complexity and statement counts are ruff's C901 and PLR0915, pyproject.toml).
+ruff cannot express (complexity and statement counts are ruff's C901 and PLR0915, pyproject.toml). Ruff 0.17.6
+has no rule on a function's length in lines: PLR0915 counts statements, flake8-functions' CFQ001 is not
+implemented (astral-sh/ruff#2414) and a function-length rule is an open request (astral-sh/ruff#20392). This
+script checks that one rule and nothing else; drop it when ruff gains one.
 
     python scripts/check_structure.py [PATH ...]      (default: planner/ next to this script)
 

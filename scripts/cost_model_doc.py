@@ -10,8 +10,8 @@ everything outside the markers is hand-written and left as it is. The sections:
 
 * formulas: every formula of the cost model's registry (planner.costmodel.trace.FORMULAS: id, text, source),
   with the module that declares it (its literal `formula("id", ...)` call, found in the source);
-* constants: every constant of planner/costmodel/calibration.py with its value, its fitting bounds
-  (planner.analysis.devfit.GPU_CONSTANTS, the one table of them) and its evidence (the comment above it);
+* constants: every field of planner.costmodel.calibration.Calibration with its value (DEFAULT_CALIBRATION), its
+  dev-fit bounds (the field's `fitted(...)`) and its evidence (the comment above it): all read from calibration.py;
 * stack_overhead: each stack's `overhead_gib` (planner.stacks);
 * profiles: the hardware profiles' per-profile constants (fitted TPU GEMM ceilings, `calibration:` blocks).
 
@@ -101,8 +101,8 @@ def _block_above(lines: list[str], comments: dict[int, str], lineno: int) -> lis
 
 
 def calibration_entries() -> list[tuple[str, list[str], str]]:
-    """(section, names, evidence) for the constants of calibration.py, in file order; a constant written on the
-    line after another without a comment of its own shares that one's evidence (and row)."""
+    """(section, names, evidence) for the fields of calibration.py's `Calibration`, in file order; a field written
+    on the line after another without a comment of its own shares that one's evidence (and row)."""
     from planner.costmodel import calibration as cal
 
     source = Path(cal.__file__).read_text(encoding="utf-8")
@@ -110,7 +110,8 @@ def calibration_entries() -> list[tuple[str, list[str], str]]:
     headers = {i + 1: m.group(1) for i, line in enumerate(lines) if (m := SECTION_HEADER.match(line.strip()))}
     entries: list[tuple[str, list[str], str]] = []
     last_end = -1
-    for node in ast.parse(source).body:
+    body = next(n.body for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Calibration")
+    for node in body:
         if not (isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(t := _target(node), str) and t.isupper()):
             continue
         block = _block_above(lines, comments, node.lineno)
@@ -130,15 +131,13 @@ def _target(node: ast.Assign | ast.AnnAssign) -> str | None:
 
 
 def constants_table() -> str:
-    from planner.analysis.devfit import GPU_CONSTANTS
-    from planner.costmodel import calibration as cal
+    from planner.costmodel.calibration import DEFAULT_CALIBRATION, dev_fit_bounds, names
 
     entries = calibration_entries()
-    names = {n for _, ns, _ in entries for n in ns}
-    unknown = sorted(set(GPU_CONSTANTS) - names)
-    if unknown:
-        raise SystemExit(f"planner.analysis.devfit.GPU_CONSTANTS bounds constants calibration.py does not define: "
-                         f"{', '.join(unknown)}")
+    missing = sorted(set(names()) - {n for _, ns, _ in entries for n in ns})
+    if missing:
+        raise SystemExit(f"Calibration fields the table would leave out: {', '.join(missing)}")
+    bounds_of = dev_fit_bounds()
     lines = ["| constant | value | dev-fit bounds (-: not refitted) | evidence (the comment in `calibration.py`) |",
              "|---|---|---|---|"]
     section = None
@@ -146,9 +145,9 @@ def constants_table() -> str:
         if sec != section:
             lines.append(f"| **{_cell(sec)}** | | | |")
             section = sec
-        bounds = ", ".join(f"{_num(GPU_CONSTANTS[n][0])} - {_num(GPU_CONSTANTS[n][1])}"
-                           for n in ns if n in GPU_CONSTANTS)
-        lines.append(f"| {', '.join(ns)} | {', '.join(_num(getattr(cal, n)) for n in ns)} | {bounds or '-'} "
+        bounds = ", ".join(f"{_num(bounds_of[n].lo)} - {_num(bounds_of[n].hi)}" for n in ns if n in bounds_of)
+        lines.append(f"| {', '.join(ns)} | {', '.join(_num(getattr(DEFAULT_CALIBRATION, n)) for n in ns)} "
+                     f"| {bounds or '-'} "
                      f"| {_cell(evidence)} |")
     return "\n".join(lines) + "\n"
 
@@ -163,8 +162,7 @@ def stack_overhead_table() -> str:
 
 def profiles_table() -> str:
     from planner.catalog.hardware import list_hardware
-
-    fields = ("gemm_shape_derate", "attn_rel_efficiency", "step_overhead_s", "tp_overlap_hidden_fraction")
+    from planner.costmodel.calibration import PROFILE_FIELDS as fields
     lines = ["| profile | `gemm_efficiency_max` | " + " | ".join(f"`{f}`" for f in fields) + " |",
              "|---|---|" + "---|" * len(fields)]
     for hw in sorted(list_hardware(), key=lambda h: h.id):
@@ -199,12 +197,12 @@ CONSTANT_NAME = re.compile(r"`([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)`")
 def unknown_constants(text: str) -> list[str]:
     """Constant names the hand-written prose quotes (`NAME` in backticks, outside the generated sections) that
     planner/costmodel/calibration.py no longer defines: prose left behind by a refit or a rename."""
-    from planner.costmodel import calibration as cal
+    from planner.costmodel.calibration import names
 
     for name in SECTIONS:
         head, rest = text.split(BEGIN.format(name), 1)
         text = head + rest.split(END.format(name), 1)[1]
-    return sorted({n for n in CONSTANT_NAME.findall(text) if not hasattr(cal, n)})
+    return sorted({n for n in CONSTANT_NAME.findall(text) if n not in names()})
 
 
 def main(argv: list[str] | None = None) -> int:

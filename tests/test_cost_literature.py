@@ -184,7 +184,7 @@ def test_legacy_deepspeed_zero3_exposes_every_gather_and_all_reduces_gradients()
     old, new = evaluate(legacy, plan), evaluate(modern, plan)
     f = zero3_regather_fraction(legacy, plan, legacy.stage_kind_counts(1, None, None, None)[0])
     p_bytes = legacy.params.total * 2.0
-    link = group_link(cl, 384, 1, "all_gather")
+    link = group_link(cl, 384, 1, legacy.calibration, "all_gather")
     assert not link.crosses_domain or link.busbw == pytest.approx(8 * 25e9 * 0.86)  # 8 HDR NICs per node
     floor = (2 + f + 2) * (383 / 384) * p_bytes / link.busbw
     latency = (2 + f + 2) * 96 * 12 * 383 * link.alpha

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import load_model
-from planner.emit.common import make_job
 from planner.errors import InputError
+from planner.launchers.job import make_job
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.specs.dims import ParallelDims, plan_errors
 from planner.ui.cli import main
@@ -83,7 +83,7 @@ def test_parallel_dims_owns_world_and_microbatch_count():
     model's shape, the emitters' Job and the launcher rules read ParallelDims."""
     from planner.costmodel import Context
     from planner.costmodel.base import plan_shape
-    from planner.emit.capabilities import microbatches
+    from planner.launchers import microbatches
 
     model, cluster = load_model("llama-3.1-8b"), parse_cluster("h100x16")
     train = TrainingSpec(global_batch=96)

@@ -36,7 +36,7 @@ def test_explain_table_shows_formulas():
 def test_explain_renders_the_trace_of_a_zero3_fsdp_plan():
     """Issue 14: explain restated formulas as text and they drifted (FA2 'x 0.35' beside a 0.27 calibration;
     ZeRO-1 traffic described for ZeRO-3 plans). Rows now come from the trace terms."""
-    from planner.costmodel import calibration as cal
+    from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 
     r = CliRunner().invoke(main, ["explain", "--model", "llama-3.1-8b", "--cluster", "h100x8", "--framework", "fsdp",
                                   "--zero", "3", "--tp", "1", "--json"])

@@ -186,6 +186,26 @@ def test_recursive_alias_and_duplicate_keys(tmp_path):
     assert "repeats the key 'hidden_size'" in one_line_error(run_cli("--model", dup_json, "--cluster", "h100x8"))
 
 
+def test_packaged_yaml_parses_the_same_with_the_c_parser(tmp_path):
+    # the package's own YAML (catalogs, error bands) is parsed by libyaml's C parser (catalog.files._PackagedLoader),
+    # user files by the pure-Python one: every shipped file must give the same data either way, and the C loader
+    # keeps the refusals
+    from planner.catalog.data import data_dir
+    from planner.catalog.files import _load_yaml, read_structured_file
+    from planner.errors import InputError
+
+    files = [*data_dir("hardware_profiles").glob("*.yaml"), *data_dir("model_specs").glob("*.yaml"),
+             *data_dir("runs").glob("*.yaml")]
+    assert len(files) > 30
+    for f in files:
+        text = f.read_text()
+        assert _load_yaml(text, packaged=True) == _load_yaml(text), f.name
+    dup = write(tmp_path, "d.yaml", "hardware: h100\ncount: 8\ncount: 16\n")
+    for packaged in (False, True):
+        with pytest.raises(InputError, match="repeats the key 'count' \\(line 3\\)"):
+            read_structured_file(dup, packaged=packaged)
+
+
 def test_utf16_file_named_as_such(tmp_path):
     f = write(tmp_path, "c.yaml", "hardware: h100\ncount: 8\n".encode("utf-16"))
     assert "UTF-16 text: save it as UTF-8" in one_line_error(run_cli("--model", "llama-7b", "--cluster", f))

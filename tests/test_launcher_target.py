@@ -1,4 +1,4 @@
-"""plan --launcher: the search keeps only plans the target stack runs (planner/emit/capabilities), --out
+"""plan --launcher: the search keeps only plans the target stack runs (planner/launchers), --out
 writes its files; --framework/--emit stay consistent with it; without a target the other launchers' own
 best plans are reported. The real libraries judge the written files in tests/consumers."""
 
@@ -17,7 +17,7 @@ from support import HF_CONFIGS_DIR  # noqa: E402
 
 from planner.catalog.hardware import parse_cluster  # noqa: E402
 from planner.catalog.models import load_model  # noqa: E402
-from planner.emit.capabilities import TARGETS, capabilities, launcher_errors, launchers_for  # noqa: E402
+from planner.launchers import TARGETS, capabilities, launcher_errors, launchers_for  # noqa: E402
 from planner.specs import ParallelPlan, TrainingSpec  # noqa: E402
 from planner.ui.cli import main  # noqa: E402
 

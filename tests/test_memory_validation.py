@@ -68,7 +68,7 @@ def test_published_peaks_within_the_stated_error(validated):
 
 def test_memory_band_is_the_cross_validated_one():
     from planner.analysis.membands import band_rel, loo_errors, peak_rows
-    from planner.costmodel import calibration as cal
+    from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 
     rows = peak_rows()
     errs = loo_errors(rows)

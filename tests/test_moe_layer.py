@@ -12,7 +12,7 @@ from planner.analysis.explain import derivation
 from planner.catalog.hardware import get_hardware
 from planner.catalog.models import get_model, list_models
 from planner.costmodel import Context, evaluate
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 from planner.costmodel.moe import MoEForward, expert_load
 from planner.specs import ClusterSpec, ParallelPlan, TrainingSpec
 
@@ -105,14 +105,40 @@ def test_dropless_imbalance_model():
 
 
 def test_megatron_batch_level_a2a_overlap_hides_ep_comm():
-    """--overlap-moe-expert-parallel-comm: the dispatch / combine of one micro-batch hide under another's compute."""
+    """--overlap-moe-expert-parallel-comm: the dispatch / combine of one micro-batch hide under another's compute;
+    with capacity padding (no host sync) the compute is unchanged."""
     name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
-    _, plain = _eval(name, ep=64)
-    _, overlap = _eval(name, ep=64, moe_a2a_overlap=True)
+    _, plain = _eval(name, ep=64, moe_capacity_factor=1.0)
+    _, overlap = _eval(name, ep=64, moe_capacity_factor=1.0, moe_a2a_overlap=True)
     assert plain.time_breakdown["ep_comm_s"] > 0
     assert overlap.time_breakdown["ep_comm_s"] < 0.5 * plain.time_breakdown["ep_comm_s"]
     assert overlap.step_time_s < plain.step_time_s
     assert overlap.time_breakdown["compute_s"] == pytest.approx(plain.time_breakdown["compute_s"])
+
+
+def test_a2a_overlap_with_a_host_sync_exposes_every_host_launch():
+    """Merged forward/backward steps behind a dropless dispatcher's host sync: the host's kernel launches of the MoE
+    layer (HOST_KERNELS_* x HOST_LAUNCH_S) are charged whole, not only their excess over the GPU work."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.compute import layer_compute
+    from planner.costmodel.moe import (
+        HOST_KERNELS_BWD,
+        HOST_KERNELS_FWD,
+        HOST_KERNELS_PER_EXPERT_BWD,
+        HOST_KERNELS_PER_EXPERT_FWD,
+        local_experts,
+    )
+
+    name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
+    ctx, ev = _eval(name, ep=64, moe_a2a_overlap=True)
+    shape = plan_shape(ctx, ev.plan)
+    k = next(k for k in ctx.kinds if k.moe)
+    c = layer_compute(ctx, shape, k)
+    n = local_experts(ctx, shape)
+    assert c.host_fwd == pytest.approx((HOST_KERNELS_FWD + HOST_KERNELS_PER_EXPERT_FWD * n) * cal.HOST_LAUNCH_S)
+    assert c.host_bwd == pytest.approx((HOST_KERNELS_BWD + HOST_KERNELS_PER_EXPERT_BWD * n) * cal.HOST_LAUNCH_S)
+    _, plain = _eval(name, ep=64)
+    assert ev.time_breakdown["compute_s"] > plain.time_breakdown["compute_s"]
 
 
 def test_deepep_buffers_counted_only_for_the_flex_dispatcher():

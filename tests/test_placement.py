@@ -170,3 +170,33 @@ def test_search_and_cost_model_share_one_slice_shape():
     cl = parse_cluster("tpu-v5px9216")
     assert engine.slice_shape is slice_shape
     assert slice_shape(cl) == (12, 16, 24) and math.prod(slice_shape(cl)) * 2 == 9216
+
+
+def test_unaligned_allocation_puts_a_rack_boundary_inside_an_ep_group():
+    """DGX Cloud's DeepSeek-V3 GB200 layout (TP2 PP4 EP32 ETP1 on 128 GPUs): with block scheduling each EP group (32
+    consecutive ranks with ETP1, 8 trays) lies in one 16-tray segment; with nodes anywhere in the 18-tray NVL72
+    racks the worst offset leaves one 4-GPU tray of a group in the other rack, whose NICs then carry its share of
+    the all-to-all."""
+    plan = ParallelPlan(tp=2, pp=4, dp=16, ep=32, etp=1)
+    aligned = parse_cluster("gb200-nvl72x128")
+    assert placement(aligned, plan, "megatron")["ep"].aligned
+    loose = aligned.model_copy(update={"aligned_allocation": False})
+    assert placement_domain(loose, 128) == 72
+    ep = placement(loose, plan, "megatron")["ep"]
+    assert not ep.aligned and ep.domains == 2 and ep.min_per_domain == 4
+    # TP pairs never leave a tray, whatever the offset
+    assert placement(loose, plan, "megatron")["tp"].aligned
+    # one-node domains (HGX) are unaffected
+    h100 = parse_cluster("h100x128")
+    assert placement(h100.model_copy(update={"aligned_allocation": False}), plan, "megatron") == \
+        placement(h100, plan, "megatron")
+
+
+def test_dgxc_releases_before_v26_02_ran_without_block_scheduling():
+    from planner.analysis.validate import infer_aligned_allocation
+
+    src = "NVIDIA DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking) at commit {} ({}) -- deepseek_v3"
+    assert infer_aligned_allocation({"source": src.format("68eaf7e", "v25.05")}) is False
+    assert infer_aligned_allocation({"source": src.format("c84bc9b", "v26.06.01")}) is True
+    assert infer_aligned_allocation({"source": "Megatron-Bridge performance summary, 25.11 NeMo container"}) is True
+    assert infer_aligned_allocation({"source": src.format("68eaf7e", "v25.05"), "aligned_allocation": True}) is True

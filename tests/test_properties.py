@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from planner.catalog.hardware import list_hardware, parse_cluster
 from planner.costmodel import Context, evaluate
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 from planner.costmodel.capacity import fit_reserve_gib
 from planner.errors import InputError
 from planner.search.engine import MAX_SEARCH_VPP, SearchOptions, _zero_choices, search
@@ -220,7 +220,7 @@ def test_search_results_valid_and_best(ctx, data):
         res = search(ctx, SearchOptions(top_k=3))
     except InputError:
         assume(False)
-    cap = ctx.cluster.hardware.hbm_capacity_gib - fit_reserve_gib(ctx.train.framework)
+    cap = ctx.cluster.hardware.hbm_capacity_gib - fit_reserve_gib(ctx.train.framework, ctx.calibration)
     for ev in res.plans:
         assert plan_errors(ctx.model, ctx.train, ctx.cluster.count, ev.plan) == []
         assert ev.fits and ev.memory["peak_gib"] <= cap

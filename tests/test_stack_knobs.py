@@ -87,7 +87,7 @@ def test_tp_overlap_hides_part_of_the_tp_traffic_only():
     base = dict(tp=8, pp=2, dp=4, micro_batch=1, zero_stage=1, sequence_parallel=True)
     off = evaluate(ctx, ParallelPlan(**base)).time_breakdown["tp_comm_s"]
     on = evaluate(ctx, ParallelPlan(**base, tp_comm_overlap=True)).time_breakdown["tp_comm_s"]
-    from planner.costmodel import calibration as cal
+    from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
     assert 0.0 < on == pytest.approx(off * (1 - cal.TP_OVERLAP_HIDDEN_FRACTION))
 
 

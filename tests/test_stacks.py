@@ -13,7 +13,7 @@ import pytest
 
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import load_model
-from planner.emit.capabilities import capabilities, launcher_errors
+from planner.launchers import capabilities, launcher_errors
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.specs.dims import plan_errors
 from planner.specs.training import Framework

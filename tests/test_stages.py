@@ -256,6 +256,23 @@ def test_import_does_not_load_ortools():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_cp_model_import_defers_pandas():
+    # ortools' cp_model imports pandas only for its Series helpers (stages._cp_model): a solve leaves pandas unloaded,
+    # and the helpers still work on real pandas objects once the caller imports pandas
+    code = ("import sys\n"
+            "from planner.search.stages import StageProblem, _cp_model, assign_stages\n"
+            "q = StageProblem(8, 2, (0.1,) * 8, (0.05,) * 8, (1.0,) * 8, (0.5,) * 8, (1.0,) * 8, 0.0, 0.0, 0.0, 0.0,\n"
+            "                 (2.0, 1.0), 100.0)\n"
+            "a = assign_stages(q)\n"
+            "assert a is not None and a.layers_per_stage == (4, 4), a\n"
+            "assert 'pandas' not in sys.modules, 'pandas imported'\n"
+            "import pandas as pd\n"
+            "cm = _cp_model()\n"
+            "x = cm.CpModel().new_int_var_series('x', pd.Index(range(3)), 0, 5)\n"
+            "assert isinstance(x, pd.Series) and len(x) == 3\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_problem_validation():
     with pytest.raises(ValueError):
         StageProblem(4, 2, (0.1,) * 3, (0.1,) * 4, (1.0,) * 4, (1.0,) * 4, (1.0,) * 4, 0, 0, 0, 0, (2.0, 1.0), 10.0)

@@ -47,7 +47,7 @@ def test_step_time_p90_target(result):
     # (docs/validation.md): DeepSeek-V3 on GB200 (DGX Cloud) x2, Qwen3-30B-A3B on H100/B200, SC21 ZeRO-3 2240,
     # torchtitan 405B FSDP8 at 32k; since issue 13 Megatron-Bridge's DeepSeek-V3 on 256 GB200 (zero_stage
     # unpublished): the search no longer fills it with Megatron-FSDP + PP4 (unverified in Megatron-LM,
-    # planner/emit/capabilities/megatron.py) but with the distributed optimizer and partial recompute, which
+    # planner/launchers/megatron.py) but with the distributed optimizer and partial recompute, which
     # Megatron runs: error 24% -> 32%; and (issue 12: with Megatron's 6 B/logit loss the planner picks less
     # recompute for its unpublished knob) gpt-oss-120b on B200.
     import statistics
@@ -231,7 +231,7 @@ def test_runs_outside_the_fit_are_predicted():
     # dev set leaves out: their published layouts fit as published; their step times: median within 3%, p90 within
     # 6%, every row within 15% (the worst, NeMo's Nemotron 8B, is predicted 14% fast: docs/validation.md).
     # MoE, 24 Megatron-Bridge rows (25.09 token-drop, 25.11 and 26.02 dropless; DeepSeek-V3, Qwen3-30B/235B,
-    # gpt-oss-120b on GB200, B200, H100): median 16.7%, p90 41.0%, worst the 26.02 Qwen3-30B-A3B H100 row (-62%):
+    # gpt-oss-120b on GB200, B200, H100): median 16.8%, p90 36.2%, worst the 26.02 Qwen3-30B-A3B H100 row (-57%):
     # short of the MoE targets (median 12%, p90 25%), checked here at what the model reaches today.
     added = load_runs(data_dir("runs") / "known_runs_added.yaml")
     res = validate_runs(added)
@@ -245,5 +245,5 @@ def test_runs_outside_the_fit_are_predicted():
     assert errors[int(0.9 * (len(errors) - 1))] <= 0.06 and errors[-1] <= 0.15, errors
     moe_errors = sorted(abs(r["step_time_error"]) for r in res["runs"] if r["id"] in moe)
     assert (moe_errors[len(moe_errors) // 2 - 1] + moe_errors[len(moe_errors) // 2]) / 2 <= 0.19, moe_errors
-    assert moe_errors[int(0.9 * (len(moe_errors) - 1))] <= 0.42 and moe_errors[-1] <= 0.70, moe_errors
+    assert moe_errors[int(0.9 * (len(moe_errors) - 1))] <= 0.37 and moe_errors[-1] <= 0.60, moe_errors
     assert all(r["fits"] for r in dense_rows)

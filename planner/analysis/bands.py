@@ -115,7 +115,8 @@ def _default_path() -> Path:
 def load_residuals(path: str | None = None) -> tuple[Residual, ...]:
     from planner.catalog.files import read_structured_file
 
-    data = read_structured_file(Path(path or _default_path()), what="error bands file", max_bytes=BANDS_MAX_BYTES)
+    data = read_structured_file(Path(path or _default_path()), what="error bands file", max_bytes=BANDS_MAX_BYTES,
+                                packaged=path is None)
     return tuple(Residual(**r) for r in data["runs"])
 
 

@@ -27,6 +27,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from planner.costmodel.calibration import DEFAULT_CALIBRATION, Calibration
 from planner.errors import InputError
 from planner.names import safe_line
 from planner.specs import CalibrationSpec, ClusterSpec, HardwareSpec, ModelSpec, ParallelPlan, TrainingSpec
@@ -50,13 +51,11 @@ class Param:
 
 
 def compute_params(hw: HardwareSpec) -> tuple[Param, ...]:
-    from planner.costmodel import calibration as cal
-
     fp8_eff = hw.gemm_efficiency_max_fp8
     fp8 = (Param("gemm_efficiency_max_fp8", 0.05, 1.0, fp8_eff),) if fp8_eff else ()
     return fp8 + (
         Param("gemm_efficiency_max", 0.05, 1.0, hw.gemm_efficiency_max),
-        Param("calibration.attn_rel_efficiency", 0.05, 2.0, cal.ATTN_REL_EFFICIENCY),
+        Param("calibration.attn_rel_efficiency", 0.05, 2.0, DEFAULT_CALIBRATION.ATTN_REL_EFFICIENCY),
         Param("calibration.step_overhead_s", 0.0, 600.0, 0.0, additive=True),
     )
 
@@ -108,10 +107,12 @@ class PreparedRun:
     train: TrainingSpec
     plan: ParallelPlan
 
-    def predict(self, hw: HardwareSpec) -> float:
+    def predict(self, hw: HardwareSpec, calibration: Calibration = DEFAULT_CALIBRATION) -> float:
+        """The step time on profile `hw` with these constants (a profile's `calibration:` block overrides them)."""
         from planner.costmodel import Context, evaluate
 
-        ctx = Context(self.model, self.cluster.model_copy(update={"hardware": hw}), self.train)
+        ctx = Context(self.model, self.cluster.model_copy(update={"hardware": hw}), self.train,
+                      calibration=calibration)
         return evaluate(ctx, self.plan).step_time_s
 
 
@@ -318,7 +319,7 @@ def cluster_document(hw: HardwareSpec, prepared: list[PreparedRun], source: str,
 # --------------------------------------------------------------------------- the whole command
 
 @dataclass
-class Calibration:
+class CalibrationRun:
     """Everything `plan calibrate` prints and writes."""
 
     cluster_doc: dict  # the cluster file (load_cluster_file accepts it)
@@ -329,7 +330,7 @@ class Calibration:
     link_updates: dict[str, float]
 
 
-def run_calibration(runs: list[dict], tables: list, runs_name: str, source: str) -> Calibration:
+def run_calibration(runs: list[dict], tables: list, runs_name: str, source: str) -> CalibrationRun:
     """Prepare the runs, fit the links of the nccl-tests tables (planner.analysis.nccl_tests.NcclTable) and
     the compute constants; every bad value is an InputError (one line) or a skipped run with its reason."""
     from planner.analysis.nccl_tests import fit_link
@@ -350,7 +351,7 @@ def run_calibration(runs: list[dict], tables: list, runs_name: str, source: str)
     res = calibrate(prepared, base)
     doc = cluster_document(res.hardware, prepared, source, res.loo_errors)
     _check_document(doc)
-    return Calibration(doc, res, prepared, skipped, link_lines, updates)
+    return CalibrationRun(doc, res, prepared, skipped, link_lines, updates)
 
 
 def _check_document(doc: dict) -> None:

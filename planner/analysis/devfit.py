@@ -5,8 +5,9 @@
 * TPU: one GEMM ceiling per generation (the hardware profile's `gemm_efficiency_max`, for which no TPU
   MAMF measurement exists) fitted by plan calibrate's least squares on that generation's runs in
   runs/known_runs_tpu_dev.yaml; the values in hardware_profiles/tpu-*.yaml are this fit's output.
-* GPU: the dev-run constants of planner.calibration (GPU_CONSTANTS below) refitted jointly on the
-  GPU runs by robust (soft-L1) least squares on log(predicted / measured), within source-given bounds.
+* GPU: the dev-run constants of planner.costmodel.calibration marked `fitted(...)` there (GPU_CONSTANTS below)
+  refitted jointly on the GPU runs by robust (soft-L1) least squares on log(predicted / measured), within the
+  source-given bounds written beside each constant.
 * Leave-one-source-out (LOSO): for every publication (planner.analysis.bands.source_key), refit on
   all the other sources and predict its runs. A constant no remaining run can move is set to its
   uninformed value (NO_EFFECT: the mechanism is absent), never to the shipped value that was fitted
@@ -16,8 +17,10 @@
 Fitting is planner.analysis.fit's (the one fitter, also `plan calibrate`'s): `least_squares_fit` for the
 GPU refit (soft-L1 loss) and, through calibrate.fit_compute, the TPU ceilings; `leave_group_out` for LOSO,
 grouped by publication (bands.source_key), with unidentifiable constants at NO_EFFECT instead of the shipped
-values. The constants are set through fit's `calibrated` context manager. GPU_CONSTANTS below is the one table
-of their fitting bounds (benchmarks/fit_calibration.py reads it).
+values. Every prediction gets its constants as a `Calibration` (DEFAULT_CALIBRATION.with_values(...)) passed
+into the cost model; nothing is patched. The fitting bounds live beside each constant's value and evidence in
+planner.costmodel.calibration; GPU_CONSTANTS below is their view as (low, high, no-effect value) tuples
+(benchmarks/fit_calibration.py reads it).
 """
 
 from __future__ import annotations
@@ -27,27 +30,11 @@ import statistics
 
 from planner.analysis import calibrate as c
 from planner.analysis.bands import source_key
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import DEFAULT_CALIBRATION, Calibration, dev_fit_bounds
 
-# GPU constants refitted on the dev runs: name -> (low, high, value when no run shows the mechanism). The bounds
-# are the physically possible range where a source gives one: FlashAttention-2 reaches 50-73% of A100 peak forward
-# and ~63% backward (Dao 2023, arXiv 2307.08691, sec. 4.1), i.e. 0.55-0.95 of the ~0.85 GEMM ceiling; FA2 forward
-# reaches at most ~35% of H100 peak and its backward less (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608,
-# sec. 1): 0.2-0.4 absolute.
-GPU_CONSTANTS = {
-    "GEMM_SHAPE_DERATE": (0.3, 1.2, 1.0),
-    "ATTN_REL_EFFICIENCY": (0.55, 0.95, 1.0),
-    "FA2_HOPPER_ABS_EFFICIENCY": (0.2, 0.4, 1.0),
-    "PYTORCH_NATIVE_HOPPER_EFFICIENCY": (0.3, 1.2, 1.0),
-    # DeepGEMM's grouped / dense ratio at the same shape, 0.99-1.07 (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY),
-    # widened below for the cuBLAS / TE grouped kernels of the fitted runs
-    "MOE_GROUPED_GEMM_REL_EFFICIENCY": (0.5, 1.1, 1.0),
-    # per-kernel host launch time, PyTorch eager: a few us (cudaLaunchKernel) to tens of us (op dispatch)
-    "HOST_LAUNCH_S": (2e-6, 5e-5, 0.0),
-    "FP8_DERATE": (0.3, 1.2, 1.0),
-    # TE chunks each GEMM with its TP collective, at least one chunk of tp (or of num_splits 4) stays exposed
-    "TP_OVERLAP_HIDDEN_FRACTION": (0.05, 0.95, 0.0),
-}
+# GPU constants refitted on the dev runs: name -> (low, high, value when no run shows the mechanism), read from the
+# `fitted(...)` fields of planner.costmodel.calibration.Calibration (bounds and their sources are written there).
+GPU_CONSTANTS = {name: (f.lo, f.hi, f.no_effect) for name, f in dev_fit_bounds().items()}
 # Robust loss: residuals in log(predicted / measured) count quadratically up to ~ROBUST_SCALE (10%) and linearly
 # beyond (scipy least_squares loss="soft_l1"), so the few runs whose stack the model cannot see (two DGX Cloud
 # DeepSeek-V3 rows 3.3x slower per GPU than Megatron-Bridge's on the same GB200s) do not set the constants that
@@ -56,24 +43,21 @@ ROBUST_LOSS = "soft_l1"
 ROBUST_SCALE = 0.1
 
 
-def constants(values: dict[str, float]):
-    """planner.costmodel.calibration with some constants replaced for the duration (offline analysis only;
-    the cost model reads them at call time): planner.analysis.fit.calibrated."""
-    from planner.analysis.fit import calibrated
-
-    return calibrated(values)
+def constants(values: dict[str, float]) -> Calibration:
+    """The shipped constants with some replaced (passed into the cost model: nothing is patched)."""
+    return DEFAULT_CALIBRATION.with_values(values)
 
 
 def _log_errs(runs: list[c.PreparedRun], values: dict[str, float]) -> list[float]:
-    with constants(values):
-        return [math.log(r.predict(r.cluster.hardware) / r.measured_s) for r in runs]
+    cal = constants(values)
+    return [math.log(r.predict(r.cluster.hardware, cal) / r.measured_s) for r in runs]
 
 
 def _identifiable(runs: list[c.PreparedRun], names: list[str]) -> list[str]:
     base = _log_errs(runs, {})
     keep = []
     for n in names:
-        v = getattr(cal, n)
+        v = getattr(DEFAULT_CALIBRATION, n)
         probe = _log_errs(runs, {n: v * 1.1})
         if max(abs(a - b) for a, b in zip(probe, base, strict=True)) / math.log(1.1) >= c.SENSITIVITY_MIN:
             keep.append(n)
@@ -88,8 +72,9 @@ def fit_gpu(runs: list[c.PreparedRun]) -> dict[str, float]:
     names = _identifiable(runs, list(GPU_CONSTANTS))
     fixed = {n: GPU_CONSTANTS[n][2] for n in GPU_CONSTANTS if n not in names}
     params = [FitParam(n, GPU_CONSTANTS[n][0], GPU_CONSTANTS[n][1]) for n in names]
-    return fixed | least_squares_fit(lambda v: _log_errs(runs, fixed | v), params, {n: getattr(cal, n) for n in names},
-                                     loss=ROBUST_LOSS, f_scale=ROBUST_SCALE)
+    start = {n: getattr(DEFAULT_CALIBRATION, n) for n in names}
+    return fixed | least_squares_fit(lambda v: _log_errs(runs, fixed | v), params, start, loss=ROBUST_LOSS,
+                                     f_scale=ROBUST_SCALE)
 
 
 def fit_tpu(runs: list[c.PreparedRun], fallback_from: list[c.PreparedRun] | None = None) -> dict[str, float]:
@@ -115,8 +100,8 @@ def loso(runs: list[c.PreparedRun], sources: dict[str, str], tpu: bool) -> dict[
     from planner.analysis.fit import leave_group_out
 
     def predict_gpu(test: list[c.PreparedRun], values: dict[str, float]) -> dict[str, float]:
-        with constants(values):
-            return {r.id: r.predict(r.cluster.hardware) / r.measured_s - 1 for r in test}
+        cal = constants(values)
+        return {r.id: r.predict(r.cluster.hardware, cal) / r.measured_s - 1 for r in test}
 
     if tpu:
         return leave_group_out(runs, lambda r: sources[r.id], fit_tpu,
@@ -145,8 +130,9 @@ def main() -> int:
         else:
             refit = fit_gpu(runs)
             print("   GPU constants, in-sample refit:", {k: round(v, 4) for k, v in refit.items()})
-            with constants(refit):
-                print(f"   refit in-sample: {_stats([r.predict(r.cluster.hardware) / r.measured_s - 1 for r in runs])}")
+            cal = constants(refit)
+            errs = [r.predict(r.cluster.hardware, cal) / r.measured_s - 1 for r in runs]
+            print(f"   refit in-sample: {_stats(errs)}")
         lo = loso(runs, sources, tpu)
         print(f"   leave-one-source-out: {_stats(list(lo.values()))}")
         for src in sorted(set(sources.values())):

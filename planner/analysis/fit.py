@@ -4,16 +4,18 @@
 `leave_group_out` (refit without each group, predict it) are the core every fit of the project calls: the
 development-run refit and its leave-one-source-out (planner.analysis.devfit), `plan calibrate` and its
 leave-one-out (planner.analysis.calibrate), and the constant refit below (benchmarks/fit_calibration.py). The
-fitting bounds of the dev-fitted constants live in one table, planner.analysis.devfit.GPU_CONSTANTS.
+fitting bounds of the dev-fitted constants live beside their values and evidence, in planner.costmodel.calibration
+(`fitted(...)` fields of `Calibration`).
 
-The project's constants (planner.calibration) were fitted on the development runs; this module makes
+The project's constants (planner.costmodel.calibration) were fitted on the development runs; this module makes
 that fit reproducible: `fit_constants(runs, names, bounds)` minimises sum_i log(predicted_i /
 measured_i)^2 over the named constants with `scipy.optimize.least_squares` (trust-region reflective,
 bounded), and `leave_one_out` refits without each run (or each group of runs) and predicts it.
 
 Each run's plan is fixed before fitting: the plan `plan validate` chooses with the constants as they
 are (the published knobs, the search filling the rest). Only `evaluate` is re-run while fitting, with
-a fresh Context per prediction because Contexts cache per-layer times computed from the constants.
+a fresh Context per prediction carrying the trial constants (a `Calibration` built with `with_values`; nothing
+is patched), because Contexts cache per-layer times computed from them.
 
 Reusable core (`plan calibrate`, planner/analysis/calibrate.py, builds on it): `prepare(runs)` -> fixed `RunCase`s,
 `fit_constants(cases, names, bounds)` -> `FitResult`, `leave_one_out(cases, names, bounds)`.
@@ -23,10 +25,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from planner.costmodel.calibration import DEFAULT_CALIBRATION, Calibration
+
+# predict(case, calibration) -> step seconds
+Predict = Callable[[Any, Calibration], float]
 
 
 @dataclass(frozen=True)
@@ -108,27 +114,6 @@ class FitResult:
         return dict(zip(self.names, self.values, strict=True))
 
 
-def _calibration_module():
-    # the module whose attributes the cost model reads at call time (cal.NAME, never bound at import)
-    from planner.costmodel import calibration as cal
-
-    return cal
-
-
-@contextmanager
-def calibrated(values: Mapping[str, float]) -> Iterator[None]:
-    """Temporarily set calibration constants (restored on exit, also on errors)."""
-    cal = _calibration_module()
-    old = {k: getattr(cal, k) for k in values}
-    try:
-        for k, v in values.items():
-            setattr(cal, k, float(v))
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(cal, k, v)
-
-
 def prepare(runs: Sequence[dict]) -> list[RunCase]:
     """Runs with a measured step time -> cases whose plan `plan validate` picks with today's constants.
     Runs whose plan cannot be scored are left out (`plan validate` reports them)."""
@@ -154,39 +139,38 @@ def prepare(runs: Sequence[dict]) -> list[RunCase]:
     return cases
 
 
-def predict_step_s(case: RunCase) -> float:
-    """The case's step time under the constants in force now."""
+def predict_step_s(case: RunCase, calibration: Calibration = DEFAULT_CALIBRATION) -> float:
+    """The case's step time under these constants."""
     from planner.costmodel import Context, evaluate
 
-    return evaluate(Context(case.model, case.cluster, case.train), case.plan).step_time_s
+    return evaluate(Context(case.model, case.cluster, case.train, calibration=calibration), case.plan).step_time_s
 
 
 def log_errors(cases: Sequence[RunCase], names: Sequence[str], x: Sequence[float],
-               predict: Callable[[RunCase], float] = predict_step_s) -> list[float]:
-    """log(predicted / measured) of every case with the named constants set to x."""
-    with calibrated(dict(zip(names, x, strict=True))):
-        return [math.log(predict(c) / c.measured_step_s) for c in cases]
+               predict: Predict = predict_step_s, base: Calibration = DEFAULT_CALIBRATION) -> list[float]:
+    """log(predicted / measured) of every case with the named constants of `base` set to x."""
+    calibration = base.with_values(dict(zip(names, x, strict=True)))
+    return [math.log(predict(c, calibration) / c.measured_step_s) for c in cases]
 
 
 def fit_constants(cases: Sequence[RunCase], names: Sequence[str], bounds: Sequence[tuple[float, float]],
-                  x0: Sequence[float] | None = None,
-                  predict: Callable[[RunCase], float] = predict_step_s) -> FitResult:
+                  x0: Sequence[float] | None = None, predict: Predict = predict_step_s,
+                  base: Calibration = DEFAULT_CALIBRATION) -> FitResult:
     """Least squares on log step-time error over the cases (least_squares_fit: log-scaled constants, additive
-    where the lower bound is 0). Starts from the current constants (or x0), clipped into the bounds."""
-    cal = _calibration_module()
-    initial = tuple(float(getattr(cal, n)) for n in names)
+    where the lower bound is 0). Starts from the constants of `base` (or x0), clipped into the bounds."""
+    initial = tuple(float(getattr(base, n)) for n in names)
     params = [FitParam(n, lo, hi, additive=lo <= 0) for n, (lo, hi) in zip(names, bounds, strict=True)]
-    fitted = least_squares_fit(lambda v: log_errors(cases, names, [v[n] for n in names], predict), params,
+    fitted = least_squares_fit(lambda v: log_errors(cases, names, [v[n] for n in names], predict, base), params,
                                dict(zip(names, x0 or initial, strict=True)))
     values = tuple(fitted[n] for n in names)
-    errs = tuple(log_errors(cases, names, values, predict))
-    return FitResult(tuple(names), initial, values, errs, tuple(log_errors(cases, names, initial, predict)),
+    errs = tuple(log_errors(cases, names, values, predict, base))
+    return FitResult(tuple(names), initial, values, errs, tuple(log_errors(cases, names, initial, predict, base)),
                      True, "least_squares_fit")
 
 
 def leave_one_out(cases: Sequence[RunCase], names: Sequence[str], bounds: Sequence[tuple[float, float]],
                   by_group: bool = False, start: Sequence[float] | None = None,
-                  predict: Callable[[RunCase], float] = predict_step_s) -> dict[str, float]:
+                  predict: Predict = predict_step_s) -> dict[str, float]:
     """Out-of-sample log error of every case: refit without it (or without its whole group, the
     run's source) from `start`, then predict it (leave_group_out). Returns {case id: log error}."""
     return leave_group_out(

@@ -16,13 +16,13 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "zero_stage": "zero_stage", "micro_batch": "micro_batch", "recompute": "recompute",
     "sequence_parallel": "sequence_parallel", "schedule": "schedule",
 }
-RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node", "train", "plan",
-            "measured", "notes", "stack")
+RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node",
+            "aligned_allocation", "train", "plan", "measured", "notes", "stack")
 TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype", "moe_capacity_factor",
               "moe_force_balanced")
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
-              "moe_dispatcher", "cuda_graphs", "activation_offload")
+              "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload")
 # `model:` is a Hugging Face config: its keys are checked by planner.catalog.hf_import, not here
 SECTIONS = {"train": TRAIN_KEYS, "plan": tuple(PLAN_FIELDS), "measured": MEASURED_KEYS, "stack": STACK_KEYS}
 
@@ -43,7 +43,8 @@ STACK_CHOICES: dict[str, tuple[Any, ...]] = {
     # Megatron-core TransformerConfig.moe_token_dispatcher_type (megatron-core 0.19.2 transformer_config.py)
     "moe_dispatcher": ("alltoall", "allgather", "flex"),
 }
-STACK_FLAGS = ("torch_compile", "tp_comm_overlap", "fused_loss", "cuda_graphs", "activation_offload")
+STACK_FLAGS = ("torch_compile", "tp_comm_overlap", "fused_loss", "moe_a2a_overlap", "cuda_graphs",
+               "activation_offload")
 # what the cost model prices of the stack block; the other keys are checked and recorded, and a run that
 # states a value the model does not price lists it under `stack_not_modelled` in `plan validate --json`
 MODELLED_DEFAULTS: dict[str, Any] = {"cuda_graphs": False, "activation_offload": False}
@@ -114,6 +115,7 @@ class RunStack:
     attention: str
     fused_loss: bool
     moe_dispatcher: str | None = None
+    moe_a2a_overlap: bool = False
     cuda_graphs: bool | None = None
     activation_offload: bool | None = None
     stated: tuple[str, ...] = ()

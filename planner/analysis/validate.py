@@ -198,7 +198,7 @@ def infer_moe_dispatcher(run: dict) -> str | None:
     src = str(run.get("source", "")).lower()
     model_type = str((run.get("model") or {}).get("model_type", "")).lower()
     blackwell = str(run.get("hardware", "")).lower().startswith(("b200", "gb200"))
-    if (run.get("train") or {}).get("moe_capacity_factor"):
+    if infer_moe_capacity_factor(run):
         # Megatron-Bridge's token drop asserts the alltoall dispatcher (training/utils/moe_token_drop.py)
         return None
     if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
@@ -206,6 +206,31 @@ def infer_moe_dispatcher(run: dict) -> str | None:
         if model_type == "deepseek_v3" or blackwell:
             return "flex"
     return "flex" if _deepseek_own_stack(run) else None
+
+
+# Megatron-Bridge performance recipes that set moe_a2a_overlap=True (batch-level EP overlap), by release of the
+# performance summary: 25.11 = Megatron-Bridge v0.2.1 scripts/performance/configs/*/workload_base_configs.py
+# (DEEPSEEK_V3_H100, QWEN3_235B_A22B_{B200,H100}_*, QWEN3_30B_A3B_H100_*), 26.02 = v0.3.0
+# (QWEN3_235B_A22B_PRETRAIN_CONFIG_{B300,H100}_*, QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*); 25.09 (v0.2.0rc6 YAML
+# perf_matrix) sets none. (release tag in the citation, model_type, hidden_size, hardware prefixes): Qwen3-235B-A22B
+# has hidden size 4096, Qwen3-30B-A3B 2048.
+A2A_OVERLAP_RECIPES = (
+    ("25.11", "deepseek_v3", 7168, ("h100",)), ("25.11", "qwen3_moe", 4096, ("h100", "b200")),
+    ("25.11", "qwen3_moe", 2048, ("h100",)),
+    ("26.02", "qwen3_moe", 4096, ("h100", "b300")), ("26.02", "qwen3_moe", 2048, ("h100",)),
+)
+
+
+def infer_moe_a2a_overlap(run: dict) -> bool:
+    """Whether the cited recipe runs Megatron's batch-level EP all-to-all overlap (A2A_OVERLAP_RECIPES)."""
+    src = str(run.get("source", "")).lower()
+    if "megatron-bridge performance summary" not in src:
+        return False
+    model = run.get("model") or {}
+    model_type, hidden = str(model.get("model_type", "")).lower(), model.get("hidden_size")
+    hw = str(run.get("hardware", "")).lower()
+    return any(f"{rel} nemo container" in src and model_type == mt and hidden == h and hw.startswith(prefixes)
+               for rel, mt, h, prefixes in A2A_OVERLAP_RECIPES)
 
 
 # Precision of gradients and optimizer states that a cited recipe's own config file sets, for a record
@@ -281,6 +306,7 @@ def run_stack(run: dict) -> RunStack:
                     fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw))
                     or infer_compiled_loss(run, fw, pick("torch_compile", lambda: infer_torch_compile(run, fw))),
                     moe_dispatcher=pick("moe_dispatcher", lambda: infer_moe_dispatcher(run)),
+                    moe_a2a_overlap=pick("moe_a2a_overlap", lambda: infer_moe_a2a_overlap(run)),
                     cuda_graphs=given.get("cuda_graphs"),
                     activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
 
@@ -357,6 +383,8 @@ def _run_header_problem(run: dict) -> str | None:
     for key in ("devices", "devices_per_node"):
         if run.get(key) is not None and (not _is_int(run[key]) or run[key] < 1):
             return f"'{key}' must be a whole number >= 1, got {safe_line(repr(run[key]))}"
+    if run.get("aligned_allocation") is not None and not isinstance(run["aligned_allocation"], bool):
+        return f"'aligned_allocation' must be true or false, got {safe_line(repr(run['aligned_allocation']))}"
     for key in ("source", "notes", "reliability"):
         if run.get(key) is not None and not isinstance(run[key], str):
             return f"'{key}' must be a string, got {type(run[key]).__name__}"
@@ -438,8 +466,9 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
                                         torch_compile=st.torch_compile, fused_cross_entropy=st.fused_loss,
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
+                                        moe_a2a_overlap=st.moe_a2a_overlap,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
-                                        moe_capacity_factor=t.get("moe_capacity_factor"), **precision)
+                                        moe_capacity_factor=infer_moe_capacity_factor(run), **precision)
         train = TrainingSpec(**settings)
     except InputError as e:
         raise InputError(f"run {rid}: {e}") from None
@@ -500,16 +529,62 @@ def run_hardware(run: dict, hw):
     return hw
 
 
+# NVIDIA's DGX Cloud recipes (dgxc-benchmarking) allocated GB200 / GB300 nodes without Slurm block scheduling until
+# llmb-run 1.10.2 (cli/llmb-run/CHANGELOG.md, 2026-02-23: "now sets SBATCH_SEGMENT_SIZE automatically for
+# gb200/gb300 jobs ... within the 18-node NVLink domain"; first shipped in release v26.02): the earlier releases'
+# launch.sh submit through NeMo-Run's Slurm executor with no segment (e.g. v25.05 deepseek_v3/pretraining/launch.sh).
+DGXC_SEGMENTED_FROM = (26, 2)
+
+
+def dgxc_release(run: dict) -> tuple[int, int] | None:
+    """(yy, mm) of the dgxc-benchmarking release a run cites (`(v25.05)` in its source), else None."""
+    import re
+
+    src = str(run.get("source", ""))
+    m = re.search(r"\(v(\d{2})\.(\d{2})", src) if "dgxc-benchmarking" in src else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# DGX Cloud's DeepSeek-V3 recipes of the NeMo 2 era (dgxc-benchmarking releases before v25.08 launch NeMo's
+# scripts/performance/llm/pretrain_deepseek_v3.py): `USE_TOKEN_DROP = True`, the MegatronTokenDropCallback with
+# moe_expert_capacity_factor 1.0 and inputs padded to capacity, alltoall dispatcher (NVIDIA/NeMo at 7a8f1cc).
+DGXC_TOKEN_DROP_BEFORE = (25, 8)
+DGXC_TOKEN_DROP_MODELS = ("deepseek_v3",)
+
+
+def infer_moe_capacity_factor(run: dict) -> float | None:
+    """train.moe_capacity_factor, else 1.0 for a NeMo-2-era DGX Cloud DeepSeek-V3 recipe (DGXC_TOKEN_DROP_*), else
+    None (dropless)."""
+    stated = (run.get("train") or {}).get("moe_capacity_factor")
+    if stated is not None:
+        return stated
+    rel = dgxc_release(run)
+    model_type = str((run.get("model") or {}).get("model_type", "")).lower()
+    return 1.0 if rel is not None and rel < DGXC_TOKEN_DROP_BEFORE and model_type in DGXC_TOKEN_DROP_MODELS else None
+
+
+def infer_aligned_allocation(run: dict) -> bool:
+    """Whether the run's nodes came in whole segments of the scale-up domains (ClusterSpec.aligned_allocation):
+    the record's `aligned_allocation`, else false for a dgxc-benchmarking release before DGXC_SEGMENTED_FROM,
+    else true (the planner's default: block scheduling as NVIDIA recommends)."""
+    stated = run.get("aligned_allocation")
+    if isinstance(stated, bool):
+        return stated
+    rel = dgxc_release(run)
+    return rel is None or rel >= DGXC_SEGMENTED_FROM
+
+
 def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
     """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
-    torus.max_slice_chips), slices joined by DCN."""
+    torus.max_slice_chips), slices joined by DCN; infer_aligned_allocation says how its nodes were allocated."""
     hw = run_hardware(run, hw)
     slices = 1
     if hw.is_tpu and hw.torus is not None:  # a TPU always has torus rules (HardwareSpec validator)
         slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
     return ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
                        devices_per_node=run.get("devices_per_node") or None,
-                       domain_size=dev // slices if slices > 1 and dev % slices == 0 else None)
+                       domain_size=dev // slices if slices > 1 and dev % slices == 0 else None,
+                       aligned_allocation=infer_aligned_allocation(run))
 
 
 def tpu_slices(run: dict) -> int:

@@ -47,8 +47,9 @@ def training_overrides(train: TrainingSpec, req: PlanRequest) -> TrainingSpec:
 
     from planner.catalog.hf_import import _validation_message
 
-    upd = {k: getattr(req, k) for k in ("moe_capacity_factor", "torch_compile", "fp8_recipe", "loss_chunks",
-                                        "fp8_moe_act_cache") if getattr(req, k) is not None}
+    upd = {k: getattr(req, k) for k in ("moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap", "torch_compile",
+                                        "fp8_recipe", "loss_chunks", "fp8_moe_act_cache")
+           if getattr(req, k) is not None}
     upd |= launch_training_defaults(train, req, upd)
     if req.param_dtype == "bf16":  # MaxText weight_dtype bf16: mu_dtype inherits it (MT:configs/base.yml)
         upd |= {"param_dtype": "bf16", "optimizer_dtype": "bf16"}
@@ -87,7 +88,7 @@ def cluster_overrides(cluster: ClusterSpec, req: PlanRequest) -> ClusterSpec:
 
 
 def check_launcher_hardware(launcher: str, cluster: ClusterSpec) -> None:
-    from planner.emit.capabilities import launchers_for
+    from planner.launchers import launchers_for
 
     ok = launchers_for(cluster)
     if launcher not in ok:
@@ -96,7 +97,7 @@ def check_launcher_hardware(launcher: str, cluster: ClusterSpec) -> None:
 
 def check_launcher_model(launcher: str, model: ModelSpec, train: TrainingSpec, cluster: ClusterSpec) -> None:
     """Exit 2 when the target --launcher cannot run on the hardware or cannot express the model."""
-    from planner.emit.capabilities import model_errors
+    from planner.launchers import model_errors
 
     check_launcher_hardware(launcher, cluster)
     cannot = model_errors(model, train, launcher, cluster)
@@ -120,7 +121,7 @@ def pinned_knobs(req: PlanRequest) -> dict[str, Any]:
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
     if req.launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
-        from planner.emit.capabilities import capabilities
+        from planner.launchers import capabilities
         fixed = capabilities(req.launcher).search_defaults | fixed
     return fixed
 

@@ -43,8 +43,8 @@ def write_launch_files(ctx, doc: dict, out_dir: str, rank: int, emit: set[str] |
 
 def other_launchers(ctx, req: PlanRequest, doc: dict, rank: int) -> list[str]:
     """Without a target: for each launcher that cannot run the written plan, a line naming its own best plan."""
-    from planner.emit.capabilities import TARGETS, launcher_errors, launchers_for
     from planner.errors import PlannerError
+    from planner.launchers import TARGETS, launcher_errors, launchers_for
     from planner.specs import ParallelPlan
 
     plan = ParallelPlan(**doc["plans"][rank - 1]["plan"])

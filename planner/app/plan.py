@@ -26,7 +26,7 @@ def modelled_launcher(model, train, cluster: ClusterSpec) -> str | None:
     stack's own (planner.stacks: Megatron-LM by default) where it runs on the hardware, else the first launcher
     that does (MaxText on TPUs). So #1 is always a plan the modelled stack runs and --out writes its files. None
     (no filter) when that launcher cannot run the model at all: --out then says why for every launcher."""
-    from planner.emit.capabilities import launchers_for, model_errors
+    from planner.launchers import launchers_for, model_errors
     from planner.stacks import stack_of
 
     runs_here = launchers_for(cluster)
@@ -100,7 +100,7 @@ def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
     plans = []
     for ev in res.plans:
         d = ev.to_dict()
-        d["peak_memory_band"] = peak_memory_band(ev)
+        d["peak_memory_band"] = peak_memory_band(ev, ctx.calibration.MEMORY_BAND_REL)
         d["within_memory_margin"] = ev.within_margin
         d["reason"] = reason(ctx, ev, usable)
         plans.append(d)
@@ -109,13 +109,14 @@ def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
                          "framework": train.framework, "launcher": req.launcher, "grad_dtype": grad_dtype(train),
                          "optimizer_dtype": train.optimizer_dtype, "attention": train.attention_impl,
                          "torch_compile": train.torch_compile, "moe_capacity_factor": train.moe_capacity_factor,
+                         "moe_dispatcher": train.moe_dispatcher, "moe_a2a_overlap": train.moe_a2a_overlap,
                          "fp8_recipe": train.fp8_recipe, "loss_chunks": train.loss_chunks,
                          "fp8_moe_act_cache": train.fp8_moe_act_cache},
             "plans": plans,
             "ranking": ranking_doc(req),
             "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,
                        "pruned": res.pruned, "memory_headroom_gib": req.memory_headroom_gib or 0.0,
-                       "memory_margin_rel": memory_margin_rel(req.memory_headroom_gib),
+                       "memory_margin_rel": memory_margin_rel(ctx, req.memory_headroom_gib),
                        "seconds": seconds}}  # the --json output drops "seconds" (same input, same bytes)
 
 
@@ -130,13 +131,13 @@ def usable_capacity_gib(ctx, headroom: float | None) -> float:
     """The memory per device the search allows a plan (planner.costmodel.capacity, the one rule)."""
     from planner.costmodel.capacity import usable_capacity_gib as rule
 
-    return rule(ctx.cluster.hardware.hbm_capacity_gib, headroom, ctx.train.framework)
+    return rule(ctx.cluster.hardware.hbm_capacity_gib, headroom, ctx.train.framework, ctx.calibration)
 
 
-def memory_margin_rel(headroom: float | None) -> float:
+def memory_margin_rel(ctx, headroom: float | None) -> float:
     from planner.costmodel.capacity import memory_margin_rel as rule
 
-    return rule(headroom)
+    return rule(headroom, ctx.calibration)
 
 
 def margin_time_band(ctx) -> float:
@@ -149,11 +150,10 @@ def margin_time_band(ctx) -> float:
     return band_for_context(ctx).rel
 
 
-def peak_memory_band(ev) -> dict:
-    """The peak's cross-validated error band [peak/(1+rel), peak x (1+rel)] (planner.analysis.membands)."""
-    from planner.costmodel import calibration as cal
-
-    peak, rel = ev.memory["peak_gib"], cal.MEMORY_BAND_REL
+def peak_memory_band(ev, rel: float) -> dict:
+    """The peak's cross-validated error band [peak/(1+rel), peak x (1+rel)], rel the calibration's MEMORY_BAND_REL
+    (planner.analysis.membands)."""
+    peak = ev.memory["peak_gib"]
     return {"low_gib": peak / (1.0 + rel), "high_gib": peak * (1.0 + rel), "rel": rel}
 
 
@@ -176,7 +176,7 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
     fixed = dict(req.knobs)
     check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
     if req.launcher:
-        from planner.emit.capabilities import capabilities
+        from planner.launchers import capabilities
         check_launcher_hardware(req.launcher, cluster)
         fixed = capabilities(req.launcher).search_defaults | fixed
     opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,

@@ -40,6 +40,8 @@ class PlanRequest:
     optimizer_dtype: StateDtype | None = "fp32"
     attention: AttentionImpl | None = None  # default flash
     moe_capacity_factor: float | None = None
+    moe_dispatcher: str | None = None  # default: the stack's
+    moe_a2a_overlap: bool | None = None  # default off
     torch_compile: bool | None = None
     fp8_recipe: Fp8Recipe | None = None
     loss_chunks: int | None = None  # default: the --launcher's stack's (torchtitan 8), else 1
@@ -82,8 +84,8 @@ class PlanRequest:
 def resolve_target(req: PlanRequest, emit: tuple[str, ...] = ()) -> PlanRequest:
     """Make --launcher, --framework and --emit consistent: --launcher sets the framework's default;
     a single --emit L (jax aside) implies --launcher L; a different --framework or --emit is an error."""
-    from planner.emit.capabilities import TARGETS, capabilities
     from planner.errors import InputError
+    from planner.launchers import TARGETS, capabilities
 
     launcher = req.launcher
     named = sorted({e for e in emit if e in TARGETS})

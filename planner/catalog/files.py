@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from planner.errors import InputError
@@ -135,8 +136,9 @@ def _expanded_size(root: Node) -> tuple[int, int]:
     return len(memo), expanded
 
 
-class _SafeLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses duplicate keys, non-finite floats and absurdly long integers."""
+class _Refusals(SafeConstructor):
+    """Constructor checks of both loaders: duplicate keys, non-string keys, non-finite floats and absurdly long
+    integers are refused."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, MappingNode):
@@ -172,13 +174,25 @@ class _SafeLoader(yaml.SafeLoader):
         return value
 
 
-_SafeLoader.add_constructor("tag:yaml.org,2002:int", _SafeLoader.construct_yaml_int)
-_SafeLoader.add_constructor("tag:yaml.org,2002:float", _SafeLoader.construct_yaml_float)
-_SafeLoader.add_constructor("tag:yaml.org,2002:map", _SafeLoader.construct_yaml_map)
+class _SafeLoader(_Refusals, yaml.SafeLoader):
+    """yaml.SafeLoader (pure-Python parser) with the refusals: every file a user passes."""
 
 
-def _load_yaml(text: str) -> Any:
-    loader = _SafeLoader(text)
+# The package's own data files (hardware profiles, model catalog, error bands: ~100 KB read by every `plan`) are
+# parsed by libyaml's C parser when PyYAML was built with it: ~10x faster, and the same data (tests/test_hostile.py
+# checks every shipped YAML file parses equal with both loaders). User files keep the pure-Python parser, whose
+# errors the messages quote.
+_PackagedLoader: Any = type("_PackagedLoader", (_Refusals, yaml.CSafeLoader), {}) if yaml.__with_libyaml__ \
+    else _SafeLoader
+
+for _loader in {_SafeLoader, _PackagedLoader}:
+    _loader.add_constructor("tag:yaml.org,2002:int", _loader.construct_yaml_int)
+    _loader.add_constructor("tag:yaml.org,2002:float", _loader.construct_yaml_float)
+    _loader.add_constructor("tag:yaml.org,2002:map", _loader.construct_yaml_map)
+
+
+def _load_yaml(text: str, packaged: bool = False) -> Any:
+    loader = (_PackagedLoader if packaged else _SafeLoader)(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -222,9 +236,10 @@ def _load_json(text: str) -> Any:
 
 
 def read_structured_file(path: str | Path, what: str = "file", max_bytes: int = MAX_INPUT_BYTES,
-                         hint: str = "a YAML or JSON file") -> Any:
+                         hint: str = "a YAML or JSON file", packaged: bool = False) -> Any:
     """Parse a YAML or JSON file with safe loaders (no code execution); every failure is an InputError
-    of one line naming the file (`what`) and what to do (`hint`)."""
+    of one line naming the file (`what`) and what to do (`hint`). `packaged`: one of the package's own data files
+    (its YAML is parsed by libyaml's C parser when available)."""
     p = Path(path)
     where = f"{what} {safe_line(str(p))!r}"
     raw = read_limited_bytes(p, where, max_bytes, hint)
@@ -233,7 +248,7 @@ def read_structured_file(path: str | Path, what: str = "file", max_bytes: int = 
     text = _decode(raw, where, hint)
     kind = "JSON" if p.suffix.lower() == ".json" else "YAML"
     try:
-        return _load_json(text) if kind == "JSON" else _load_yaml(text)
+        return _load_json(text) if kind == "JSON" else _load_yaml(text, packaged)
     except _Refused as e:
         raise InputError(f"{where} {e}") from None
     except json.JSONDecodeError as e:

@@ -27,6 +27,7 @@ Cluster file (YAML or JSON, at most 1 MiB), a mapping with:
     count: <devices>                   # whole number, 1 .. 1_000_000
     devices_per_node: <int>            # optional override of the profile's node size
     domain_size: <int>                 # optional override of the scale-up domain size
+    aligned_allocation: <bool>         # optional, default true: nodes in whole segments of a multi-node domain
     name: <str>                        # optional
     price_per_device_hour: <number>    # optional: this cluster's price of one device-hour (cost with --tokens)
 A price may also follow either form after `@`: `h100x16@2.5`, `my-cluster.yaml@1.9`.
@@ -51,7 +52,8 @@ from planner.specs.cluster import MAX_DEVICES, ClusterSpec
 from planner.specs.hardware import HardwareSpec
 
 MAX_CLUSTER_FILE_BYTES = 2**20  # 1 MiB: a cluster spec is a few lines
-CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "name", "price_per_device_hour")
+CLUSTER_FILE_KEYS = ("hardware", "count", "devices_per_node", "domain_size", "aligned_allocation", "name",
+                     "price_per_device_hour")
 MAX_CLUSTER_ARG_CHARS = 4096  # PATH_MAX on Linux: no shorthand or path is longer
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 # <hardware> <sep> <count>: the count part holds no separator character, so the split is always at the
@@ -94,7 +96,7 @@ def _catalog() -> tuple[tuple[str, HardwareSpec], ...]:
     out: dict[str, HardwareSpec] = {}
     for f in files:
         data = read_structured_file(f, what="hardware profile", max_bytes=MAX_CLUSTER_FILE_BYTES,
-                                    hint="a HardwareSpec YAML mapping")
+                                    hint="a HardwareSpec YAML mapping", packaged=True)
         if not isinstance(data, dict):
             raise InputError(f"hardware profile {f.name} must be a mapping of HardwareSpec fields")
         try:
@@ -179,7 +181,8 @@ def _check_count(value: Any, what: str = "device count") -> int:
 
 
 def _build_cluster(hw: HardwareSpec, count: int, devices_per_node: int | None = None,
-                   domain_size: int | None = None, name: str = "", price: float | None = None) -> ClusterSpec:
+                   domain_size: int | None = None, name: str = "", price: float | None = None,
+                   aligned_allocation: bool = True) -> ClusterSpec:
     node = devices_per_node or hw.devices_per_node
     if count > node and count % node:
         lo, hi = count // node * node, (count // node + 1) * node
@@ -189,7 +192,8 @@ def _build_cluster(hw: HardwareSpec, count: int, devices_per_node: int | None = 
         )
     try:
         return ClusterSpec(name=name or f"{hw.id}x{count}", hardware=hw, count=count,
-                           devices_per_node=devices_per_node, domain_size=domain_size, price_per_device_hour=price)
+                           devices_per_node=devices_per_node, domain_size=domain_size, price_per_device_hour=price,
+                           aligned_allocation=aligned_allocation)
     except ValidationError as e:
         raise InputError(f"invalid cluster: {_validation_summary(e)}") from None
 
@@ -372,7 +376,15 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     if not name and isinstance(hw_field, dict) and "base" in hw_field:
         name = f"{hw.id}x{count} (changed by {p.name})"  # never mistaken for the catalog profile
     return _build_cluster(hw, count, _optional_positive(data, "devices_per_node", p),
-                          _optional_positive(data, "domain_size", p), name, _file_price(data, p))
+                          _optional_positive(data, "domain_size", p), name, _file_price(data, p),
+                          _optional_bool(data, "aligned_allocation", p))
+
+
+def _optional_bool(data: dict[str, Any], key: str, p: Path) -> bool:
+    value = data.get(key, True)
+    if not isinstance(value, bool):
+        raise InputError(f"cluster file {p}: `{key}:` must be true or false, got {value!r}")
+    return value
 
 
 def _file_price(data: dict[str, Any], p: Path) -> float | None:

@@ -104,7 +104,7 @@ def load_model_catalog() -> ModelCatalog:
     entries: dict[str, CatalogEntry] = {}
     index: dict[str, str] = {}
     for path in sorted(data_dir("model_specs").glob("*.yaml")):
-        entry = _entry_from_mapping(_read_mapping(path), f"model catalog {path.name}", path)
+        entry = _entry_from_mapping(_read_mapping(path, packaged=True), f"model catalog {path.name}", path)
         if entry.name in entries:
             raise InputError(f"model catalog {path.name}: duplicate model name {entry.name!r}")
         entries[entry.name] = entry
@@ -145,10 +145,11 @@ def get_model(name: str) -> ModelSpec:
 # ---------------------------------------------------------------------------------------------- files
 
 
-def _read_mapping(path: Path) -> Any:
-    """Parse a JSON or YAML model file (<= 1 MiB) with the project's one safe reader."""
+def _read_mapping(path: Path, packaged: bool = False) -> Any:
+    """Parse a JSON or YAML model file (<= 1 MiB) with the project's one safe reader (`packaged`: the catalog's)."""
     return read_structured_file(path, what="model file", max_bytes=MAX_FILE_BYTES,
-                                hint="a HF config.json, a catalog entry or a ModelSpec mapping (JSON or YAML)")
+                                hint="a HF config.json, a catalog entry or a ModelSpec mapping (JSON or YAML)",
+                                packaged=packaged)
 
 
 def _file_model_name(path: Path, data: dict) -> str:

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import DEFAULT_CALIBRATION, Calibration
 from planner.costmodel.collectives import Link, span_link
 from planner.costmodel.flops import (
     LayerFlops,
@@ -66,8 +66,11 @@ class Context:
     per search, shared by every candidate."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec,
-                 memory_headroom_gib: float | None = None):
+                 memory_headroom_gib: float | None = None, calibration: Calibration = DEFAULT_CALIBRATION):
         self.model, self.cluster, self.train = model, cluster, train
+        # the calibrated constants every cost module reads (planner.costmodel.calibration), with those of a profile
+        # written by `plan calibrate` (its `calibration:` block) in place of the development-run values
+        self.calibration = calibration.for_hardware(cluster.hardware)
         # --memory-headroom (GiB kept free); None: the default memory margin (planner.costmodel.capacity)
         self.memory_headroom_gib = memory_headroom_gib
         self.stack = stack_of(train)  # the stack's cost traits (planner/stacks/)
@@ -91,10 +94,12 @@ class Context:
         self.layer_term_cache: dict[tuple, tuple[Term, ...]] = {}
         self.act_cache: dict[tuple, float] = {}
         self.split_cache: dict[tuple, list] = {}
+        self.links_cache: dict[tuple, Links] = {}  # PLACEMENT_KNOBS -> plan_links
+        self.stage_params_cache: dict[tuple, Any] = {}  # -> planner.costmodel.memory.StageParams (evaluate)
 
     def _rates(self, cluster: ClusterSpec, train: TrainingSpec) -> None:
         """Peak rates and kernel efficiency ceilings of this hardware for this training recipe."""
-        hw = cluster.hardware
+        hw, cal = cluster.hardware, self.calibration
         self.peak = hw.peak_flops(train.dtype)
         self.peak_bf16 = hw.peak_flops("bf16")
         eff = hw.gemm_efficiency_max
@@ -102,9 +107,8 @@ class Context:
             eff = (hw.gemm_efficiency_max_fp8 or eff) * cal.FP8_DERATE
             if train.fp8_recipe == "mxfp8":
                 eff *= cal.MXFP8_REL_EFFICIENCY
-        # a profile written by `plan calibrate` may carry its own fitted constants (specs.CalibrationSpec)
-        self.shape_derate = cal.profile_constant(hw, "gemm_shape_derate", cal.GEMM_SHAPE_DERATE)
-        self.attn_rel = cal.profile_constant(hw, "attn_rel_efficiency", cal.ATTN_REL_EFFICIENCY)
+        self.shape_derate = cal.GEMM_SHAPE_DERATE
+        self.attn_rel = cal.ATTN_REL_EFFICIENCY
         # PyTorch-native stacks on NVIDIA parts with FP8 tensor cores (Hopper and later, where kernel generation
         # matters most) reach a fraction of Megatron+TE's efficiency on every tensor-core kernel
         self.fsdp_on_hopper = (self.stack.pytorch_native_kernels and hw.vendor.upper().startswith("NVIDIA")
@@ -121,14 +125,14 @@ class Context:
         head_16bit = train.dtype == "fp8" and not self.stack.fp8_lm_head
         self.head_peak = self.peak_bf16 if head_16bit else self.peak
         self.head_eff_max = hw.gemm_efficiency_max * self.shape_derate * stack if head_16bit else self.gemm_eff_max
-        self.step_overhead_s = cal.profile_constant(hw, "step_overhead_s", 0.0)
-        self.tp_overlap_hidden = cal.profile_constant(hw, "tp_overlap_hidden_fraction", cal.TP_OVERLAP_HIDDEN_FRACTION)
+        self.step_overhead_s = cal.STEP_OVERHEAD_S
+        self.tp_overlap_hidden = cal.TP_OVERLAP_HIDDEN_FRACTION
         self.unfused_attention = train.attention_impl == "unfused"
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
         self.rate_terms = self._rate_terms(hw, train)
 
     def _rate_terms(self, hw, train: TrainingSpec) -> tuple[Term, ...]:
-        fsdp_hopper = str(self.fsdp_on_hopper)
+        fsdp_hopper, cal = str(self.fsdp_on_hopper), self.calibration
         return (
             PEAK.term("peak_flops", self.peak, "FLOP/s", hardware=hw.id, dtype=train.dtype),
             GEMM_CEILING.term("gemm_efficiency_ceiling", self.gemm_eff_max, "", mamf=hw.gemm_efficiency_max,
@@ -159,12 +163,12 @@ class Context:
     def gemm_eff(self, *dims: float) -> float:
         """GEMM efficiency falls as the smallest matrix dimension shrinks: eff_max x d / (d + d_half)."""
         d = max(1.0, min(dims))
-        return self.gemm_eff_max * d / (d + cal.GEMM_DIM_HALF)
+        return self.gemm_eff_max * d / (d + self.calibration.GEMM_DIM_HALF)
 
     def head_flops_rate(self, *dims: float) -> float:
         """FLOP/s of the LM head GEMM at these dimensions (16-bit in FP8 recipes, see _rates)."""
         d = max(1.0, min(dims))
-        return self.head_peak * self.head_eff_max * d / (d + cal.GEMM_DIM_HALF)
+        return self.head_peak * self.head_eff_max * d / (d + self.calibration.GEMM_DIM_HALF)
 
 
 class Links(NamedTuple):
@@ -180,17 +184,18 @@ class Links(NamedTuple):
     edp: Link  # replicas of one expert shard, reduce-scatter / all-gather
 
 
-def plan_links(cluster: ClusterSpec, plan: ParallelPlan, framework: str = DEFAULT_FRAMEWORK) -> Links:
-    span = placement(cluster, plan, framework)
+def plan_links(cluster: ClusterSpec, plan: ParallelPlan, calibration: Calibration,
+               framework: str = DEFAULT_FRAMEWORK) -> Links:
+    span, cal = placement(cluster, plan, framework), calibration
     return Links(
-        tp=span_link(cluster, span["tp"]),
-        cp=span_link(cluster, span["cp"]),
-        ep=span_link(cluster, span["ep"], "all_to_all"),
-        dp_rs=span_link(cluster, span["dp"], "reduce_scatter"),
-        dp_ar=span_link(cluster, span["dp"], "all_reduce"),
-        pp=span_link(cluster, span["pp"], "send_recv"),
-        tp_ar=span_link(cluster, span["tp"], "all_reduce"),
-        edp=span_link(cluster, span["edp"], "reduce_scatter"),
+        tp=span_link(cluster, span["tp"], cal),
+        cp=span_link(cluster, span["cp"], cal),
+        ep=span_link(cluster, span["ep"], cal, "all_to_all"),
+        dp_rs=span_link(cluster, span["dp"], cal, "reduce_scatter"),
+        dp_ar=span_link(cluster, span["dp"], cal, "all_reduce"),
+        pp=span_link(cluster, span["pp"], cal, "send_recv"),
+        tp_ar=span_link(cluster, span["tp"], cal, "all_reduce"),
+        edp=span_link(cluster, span["edp"], cal, "reduce_scatter"),
     )
 
 
@@ -206,6 +211,22 @@ class Shape(NamedTuple):
     time_key: tuple  # every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)
 
 
+# The plan knobs a plan's placement reads (placement.placement: linear_strides, mesh_degrees with ParallelDims.dp_shard;
+# edp and devices follow from them): the key of Context.links_cache. A knob placement starts to read must be added here
+# (tests/test_search_memo.py checks that every other knob leaves the links unchanged).
+PLACEMENT_KNOBS = ("tp", "cp", "pp", "dp", "ep", "etp", "zero_stage", "zero_shard_size")
+
+
+def context_links(ctx: Context, plan: ParallelPlan) -> Links:
+    """plan_links on the context's cluster and framework, cached per search under PLACEMENT_KNOBS (the
+    candidates of one layout share them whatever their micro-batch, recompute or schedule)."""
+    key = tuple(getattr(plan, k) for k in PLACEMENT_KNOBS)
+    v = ctx.links_cache.get(key)
+    if v is None:
+        v = ctx.links_cache[key] = plan_links(ctx.cluster, plan, ctx.calibration, framework=ctx.train.framework)
+    return v
+
+
 def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
     p, tr = shape.plan, ctx.train
     return (TOKENS.term("tokens_per_microbatch", shape.tokens, "tokens", mbs=p.micro_batch, seq=tr.seq_len, cp=p.cp),
@@ -217,6 +238,6 @@ def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
     dims = ParallelDims.of(plan)
     return Shape(plan=plan, sp=sp, nmb=dims.num_microbatches(ctx.train.global_batch),
                  tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
-                 links=plan_links(ctx.cluster, plan, ctx.train.framework),
+                 links=context_links(ctx, plan),
                  dims=dims,
                  time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm))

@@ -1,155 +1,256 @@
-"""Every calibrated constant of the cost model, in one place, each with its evidence.
+"""Every calibrated constant of the cost model, in one place, each with its value, its fitting bounds and its
+evidence: the frozen `Calibration`. The cost model reads the one its evaluation `Context` carries
+(`ctx.calibration`, DEFAULT_CALIBRATION unless a caller passes another); nothing reads module globals, and a fit
+builds new values (`Calibration.with_values`, dataclasses.replace) instead of patching any.
 
 Rules: few constants, each physically meaningful; fitted on the development runs
 (shared/reference/known_runs_dev.yaml) as a whole, never per run. docs/cost-model.md explains
 the fit and its residuals.
 
-The comment directly above a constant is its evidence: docs/cost-model.md's table of constants prints it beside the
-value and the fitting bounds (planner.analysis.devfit.GPU_CONSTANTS); regenerate it with
-`python scripts/cost_model_doc.py`. A constant on the line after another, without a comment of its own, shares
-that one's row.
+The comment directly above a field is its evidence: docs/cost-model.md's table of constants prints it beside the
+value and the fitting bounds (`fitted(...)`: the bounds planner.analysis.devfit refits it within, and the value
+that stands for "mechanism absent" when no run can move it); regenerate it with `python scripts/cost_model_doc.py`.
+A field on the line after another, without a comment of its own, shares that one's row.
+
+A hardware profile written by `plan calibrate` carries its own values of a few of them (its `calibration:` block,
+planner.specs.CalibrationSpec, fields PROFILE_FIELDS): `Calibration.for_hardware` applies them.
 """
 
 from __future__ import annotations
 
-# --- compute ---------------------------------------------------------------------------------
-# Real transformer GEMMs reach this fraction of the best-shape MAMF ceiling in hardware.yaml
-# (measured_gemm). Fitted on the dev runs (planner.analysis.devfit: robust joint fit of every constant marked
-# "fitted" here); consistent with Megatron-core's 47% MFU on H100 (hardware.yaml mfu_anchors) against an 80% MAMF
-# ceiling.
-GEMM_SHAPE_DERATE = 0.788
-# GEMM efficiency falls as the smallest per-device matrix dimension shrinks (tile quantisation, wave
-# effects): eff = eff_max * derate * d / (d + GEMM_DIM_HALF). Fitted; d=GEMM_DIM_HALF loses half.
-GEMM_DIM_HALF = 96.0
-# FlashAttention-2 reaches 50-73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691,
-# sec. 4.1); relative to the ~87% GEMM ceiling that is 0.55-0.85 of GEMM efficiency. Fitted within that range:
-# the fit sits near its lower end (long-sequence and small-hidden runs are slower than the GEMMs explain).
-ATTN_REL_EFFICIENCY = 0.550
-# Attention core in PyTorch-native stacks (torchtitan, llm-foundry: SDPA / FlashAttention-2) on Hopper
-# and later, forward + backward: FlashAttention-2 forward reaches at most about 35% of H100 peak and its
-# backward less (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. 1 and sec. 4), while
-# Megatron/Transformer Engine use cuDNN fused attention (FA3-class). Fitted within that range on the
-# torchtitan rows (the attention-heavy long-sequence CP runs pin it).
-FA2_HOPPER_ABS_EFFICIENCY = 0.227
-# PyTorch-native training (FSDP2 + torch.compile or eager, no Transformer Engine) on Hopper/Blackwell:
-# fraction of the Megatron+TE per-kernel efficiency it reaches, applied to every tensor-core kernel
-# (GEMMs and attention alike). Fitted on the torchtitan and llm-foundry H100 rows together with the
-# attention constant above (short-sequence 70B rows pin the GEMM side); it also absorbs the 500 W cap of
-# Meta's torchtitan H100s (shared/reference/README.md caveat: a power cap throttles all tensor-core
-# work), which is why it is not applied to Ampere, where the llm-foundry A100 rows match Megatron-era
-# efficiency.
-PYTORCH_NATIVE_HOPPER_EFFICIENCY = 0.817
-# Grouped expert GEMMs relative to a dense GEMM of one expert's shape (rows = tokens per local expert; the short-row
-# loss is Context.gemm_eff's d / (d + GEMM_DIM_HALF)). DeepGEMM's published H800 FP8 tables (deepseek-ai/DeepGEMM
-# README, Feb 2025): 8 groups x 4096 rows (N 4096, K 7168) 1288 TFLOPS vs 1304 for one dense 4096 x 4096 x 7168 GEMM
-# (0.99); 4 groups x 8192 rows (N 7168, K 2048) 1099 vs dense 4096-row 1025 (1.07). The fitted runs use Transformer
-# Engine's GroupedLinear (one cuBLAS GEMM per expert), for which no table was found: devfit bounds it to [0.5, 1.1],
-# half of DeepGEMM's ratio at least. Fitted on the dev runs; the fit sits at the lower bound (the DGX Cloud
-# DeepSeek-V3 rows, 3.3x slower per GPU than Megatron-Bridge's on the same GB200s, pull every MoE constant down:
-# docs/validation.md).
-MOE_GROUPED_GEMM_REL_EFFICIENCY = 0.500
-# Host time to launch one CUDA kernel from PyTorch (Python op dispatch + cudaLaunchKernel), seconds. It shows only
-# where the GPU waits for the host: after an MoE dispatcher's device-to-host sync (planner.costmodel.moe.moe_forward).
-# Range: microseconds for the CUDA launch itself, more for PyTorch's per-op Python / C++ dispatch (NVIDIA's "Getting
-# Started with CUDA Graphs" and PyTorch's "Accelerating PyTorch with CUDA Graphs" blogs describe launch overhead as a
-# first-order cost of short kernels; no per-op figure is quoted here); bounds [2e-6, 5e-5] in devfit. Fitted on the
-# dev runs: it sits at the upper bound (50 us per op), driven by the small-expert Qwen3-30B-A3B rows whose step is
-# 3-4x their GPU time; the per-op counts of planner.costmodel.moe are estimates.
-HOST_LAUNCH_S = 5.0e-05
-# Unfused attention (pre-FlashAttention stacks): bytes moved per element of the s x s score matrix in
-# forward: QK^T write (2), fused scale-mask-softmax read+write (4), dropout read+write+mask (5), AV read
-# (2) = 13; backward moves about twice that (Korthikanti et al. 2022 list these tensors, sec. 4.1).
-UNFUSED_ATTN_BYTES_PER_SCORE_FWD = 13.0
-# FP8 GEMMs: fraction of the FP8 MAMF ceiling reached by real shapes relative to BF16 (per-tensor
-# scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted (0.80 under the earlier
-# plain least-squares fit, which the DGX Cloud DeepSeek-V3 rows dragged; docs/validation.md).
-FP8_DERATE = 0.897
-# MXFP8 (32-element blocks with E8M0 scales, Blackwell) GEMMs relative to per-tensor current scaling at the same
-# shapes: quantising each operand along both axes (the backward needs the transposed blocks) and the block-scaled
-# MMA. Set so that the model reproduces the mean MX / CS step ratio of the three same-job pairs Megatron-Bridge
-# publishes (25.11 performance summary, tokens/s/GPU FP8-CS (FP8-MX): Llama 3 8B GB200 31508 (29789), B200 30624
-# (29521), Llama 3.1 405B B200 661 (624): steps 5.8%, 3.7%, 5.6% longer with MXFP8, mean 5.2%;
-# tests/test_stack_knobs.py).
-MXFP8_REL_EFFICIENCY = 0.926
-# Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
-# op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
-# Not fitted (the dev runs cannot separate it from GEMM efficiency).
-ELEMENTWISE_BYTES_FACTOR = 1.0
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-# --- communication -----------------------------------------------------------------------------
-# Ring collectives reach ~80% of the per-direction NVLink rate (specs.md 1.3: A100 78%, H100 82%).
-RING_WIRE_FRACTION = 0.80
-# TPU ICI: fraction of the per-chip per-direction ICI rate a 1-D ring collective gets (no measured
-# TPU collective in the reference data: same 80% as NVLink rings, stated as an assumption).
-ICI_BUS_FRACTION = 0.80
-# Fraction of MoE all-to-all time hidden under computation (Megatron overlaps the combine of one
-# chunk with the next chunk's expert GEMMs only partially; DeepSeek's DualPipe hides nearly all).
-EP_OVERLAP_FRACTION = 0.0
-# Share of the TP collectives hidden under the GEMMs when TP communication overlap is on (Transformer Engine
-# userbuffers, Megatron --tp-comm-overlap; torchtitan async TP). TE splits each GEMM and its all-gather /
-# reduce-scatter into chunks (ring_exchange: tp chunks; pipeline: num_splits 4 in NVIDIA's GPT-3 175B recipe,
-# dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml ub_tp_comm_overlap_cfg), so one chunk stays exposed and
-# the overlapped kernels give up 2-24 SMs to the communication. Fitted on the dev runs whose recipes enable it (the
-# MoE-mechanism refit held it here: refitted jointly it moves to 0.646 at equal residuals, in-sample
-# median 5.3% / p90 17.1% either way, and the torchtitan Table 4 async-TP pair then misses by more than 5 points).
-TP_OVERLAP_HIDDEN_FRACTION = 0.588
-# Share of the overlapping compute that hides data-parallel traffic: the gradient reduction is exposed by
-# max(0, reduction time - DP_OVERLAP_FRACTION x the last micro-batch's backward time), the ZeRO gathers by
-# the same share of the forward (Megatron --overlap-grad-reduce / --overlap-param-gather; FSDP2 per-layer
-# reduce-scatter). A share of compute time, not of traffic: the rest of the backward is taken by kernels
-# that contend with NCCL for SMs and memory bandwidth. Fitted.
-DP_OVERLAP_FRACTION = 0.8
+from planner.specs import HardwareSpec
 
-# DeepSpeed ZeRO-3 keeps a gathered parameter for its next use only when that use comes within this many
-# parameters (`stage3_max_reuse_distance`, default 1e9 in the DeepSpeed config docs). A documented
-# default, not fitted.
-DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS = 1e9
-# DeepSpeed ZeRO-3 gathers parameters module by module and releases them once more than this many are resident
-# (`stage3_max_live_parameters`, default 1e9; a module larger than it is still gathered whole); gradients leave
-# the device through a bucket of this many elements (`reduce_bucket_size`, default 5e8). Documented defaults
-# (DeepSpeed config docs), not fitted; the planner's ds_config writes the same live limit.
-DEEPSPEED_MAX_LIVE_PARAMS = 1e9
-DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 
-# --- memory ------------------------------------------------------------------------------------
-# The framework overhead per device (CUDA context, NCCL buffers) is each stack's: Stack.overhead_gib (planner/stacks/).
+@dataclass(frozen=True)
+class DevFit:
+    """How planner.analysis.devfit refits a constant on the development runs."""
 
-# The caching allocator's reserved/allocated ratio at peak (torch.cuda.max_memory_reserved vs
-# max_memory_allocated); torchtitan reports reserved memory. Fitted on the torchtitan rows. Stacks with PyTorch's
-# caching allocator only (Stack.caching_allocator): XLA assigns buffers statically.
-ALLOCATOR_FRAGMENTATION = 1.05
-# Memory left free for the driver and transient spikes when deciding whether a plan fits.
-FIT_RESERVE_GIB = 1.0
-# The memory error band: 90% of the published peaks (runs/known_runs_*.yaml with peak_memory_gib, 27 torchtitan
-# rows) lie within a factor 1 + MEMORY_BAND_REL of the prediction, cross-validated (the fitted overhead refitted
-# without each run): `python -m planner.analysis.membands` computes it, tests/test_memory_validation.py checks this
-# copy. By default a plan whose peak lies within this share of the usable capacity ranks after the plans of its
-# step-time band that do not (planner.costmodel.capacity); --memory-headroom replaces the margin.
-MEMORY_BAND_REL = 0.2408
+    lo: float  # fitting bounds: the physically possible range where a source gives one
+    hi: float
+    no_effect: float  # the value when no remaining run shows the mechanism (leave-one-source-out)
+    note: str = ""  # where the bounds come from, when a source gives them
 
-# --- host (optimizer offload) ---------------------------------------------------------------------
-# DeepSpeed CPU-Adam throughput of one host, parameters updated per second with all its cores (ZeRO-Offload,
-# Ren et al., USENIX ATC 2021, arXiv 2101.06840, Table 3: 10B parameters in about 2.6 s on a DGX-2 host's two
-# 24-core Xeon Platinum 8168 sockets, as read from the paper; the table text could not be re-retrieved in this
-# pass). DeepSpeed's tutorial: DeepSpeedCPUAdam is 5-7x faster than PyTorch's CPU Adam. CPU Adam streams ~30
-# bytes per parameter through host DRAM, so the rate is the host's memory bandwidth, shared by all GPUs of the
-# host: one host updates the optimizer shards of all its GPUs. A documented measurement, not fitted.
-CPU_ADAM_PARAMS_PER_S_PER_HOST = 3.9e9
 
-# --- fixed costs ----------------------------------------------------------------------------------
-# Work per layer that does not shrink with its FLOPs (kernel launch gaps, small uncounted kernels), seconds per
-# transformer layer per micro-batch (forward + backward, 1/3 + 2/3), and per micro-batch per stage. A fit on
-# the dev runs found: per micro-batch any positive value raised the p90; per layer 1.5 ms (with
-# FP8_DERATE refitted to 1.0) gave median 7.5% / p90 19.5%, but a cost that does not shrink with TP, CP or PP
-# then ranked NeMo's published layouts 21st-31st (TP2 PP8 over NeMo's TP4 PP4 for Llama-2 70B, no CP over CP2
-# for Llama-3 8B at 8k). Launch gaps hide under long kernels, so such a cost is not physical at these sizes:
-# both stay 0 until a host-bound floor (max of GPU and host time per layer) is modelled.
-LAYER_OVERHEAD_S = 0.0
-MICROBATCH_OVERHEAD_S = 0.0
+def fitted(value: float, *, lo: float, hi: float, no_effect: float, note: str = "") -> Any:
+    """A field refitted on the development runs (planner.analysis.devfit) within [lo, hi]."""
+    return field(default=value, metadata={"devfit": DevFit(lo, hi, no_effect, note)})
 
-def profile_constant(hw, name: str, default: float) -> float:
-    """A constant a calibrated hardware profile sets (`calibration:` block, written by `plan calibrate`),
-    else the development-run default above."""
-    k = getattr(hw, "calibration", None)
-    v = getattr(k, name, None) if k is not None else None
-    return default if v is None else float(v)
+
+def refittable(value: float, *, lo: float, hi: float, note: str) -> Any:
+    """A field the dev refit leaves alone but benchmarks/fit_calibration.py may refit within [lo, hi] (`note`: why
+    that range)."""
+    return field(default=value, metadata={"range": (lo, hi, note)})
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The calibrated constants (units in the names; comments: evidence). Frozen: a fit makes a new one."""
+
+    # --- compute ---------------------------------------------------------------------------------
+    # Real transformer GEMMs reach this fraction of the best-shape MAMF ceiling in hardware.yaml
+    # (measured_gemm). Fitted on the dev runs (planner.analysis.devfit: robust joint fit of every constant marked
+    # "fitted" here); consistent with Megatron-core's 47% MFU on H100 (hardware.yaml mfu_anchors) against an 80% MAMF
+    # ceiling.
+    GEMM_SHAPE_DERATE: float = fitted(0.795, lo=0.3, hi=1.2, no_effect=1.0)
+    # GEMM efficiency falls as the smallest per-device matrix dimension shrinks (tile quantisation, wave
+    # effects): eff = eff_max * derate * d / (d + GEMM_DIM_HALF). Fitted; d=GEMM_DIM_HALF loses half.
+    GEMM_DIM_HALF: float = refittable(96.0, lo=1.0, hi=1024.0, note="a matrix dimension")
+    # FlashAttention-2 reaches 50-73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691,
+    # sec. 4.1); relative to the ~87% GEMM ceiling that is 0.55-0.85 of GEMM efficiency. Fitted within that range:
+    # the fit sits near its lower end (long-sequence and small-hidden runs are slower than the GEMMs explain).
+    ATTN_REL_EFFICIENCY: float = fitted(0.550, lo=0.55, hi=0.95, no_effect=1.0,
+                                       note=("FlashAttention-2 reaches 50-73% of A100 peak forward and ~63% backward "
+                                             "(Dao 2023, arXiv 2307.08691, sec. 4.1), i.e. 0.55-0.95 of the ~0.85 "
+                                             "GEMM ceiling"))
+    # Attention core in PyTorch-native stacks (torchtitan, llm-foundry: SDPA / FlashAttention-2) on Hopper
+    # and later, forward + backward: FlashAttention-2 forward reaches at most about 35% of H100 peak and its
+    # backward less (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. 1 and sec. 4), while
+    # Megatron/Transformer Engine use cuDNN fused attention (FA3-class). Fitted within that range on the
+    # torchtitan rows (the attention-heavy long-sequence CP runs pin it).
+    FA2_HOPPER_ABS_EFFICIENCY: float = fitted(0.2295, lo=0.2, hi=0.4, no_effect=1.0,
+                                             note=("FA2 forward reaches at most ~35% of H100 peak and its backward "
+                                                   "less (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. "
+                                                   "1): 0.2-0.4 absolute"))
+    # PyTorch-native training (FSDP2 + torch.compile or eager, no Transformer Engine) on Hopper/Blackwell:
+    # fraction of the Megatron+TE per-kernel efficiency it reaches, applied to every tensor-core kernel
+    # (GEMMs and attention alike). Fitted on the torchtitan and llm-foundry H100 rows together with the
+    # attention constant above (short-sequence 70B rows pin the GEMM side); it also absorbs the 500 W cap of
+    # Meta's torchtitan H100s (shared/reference/README.md caveat: a power cap throttles all tensor-core
+    # work), which is why it is not applied to Ampere, where the llm-foundry A100 rows match Megatron-era
+    # efficiency.
+    PYTORCH_NATIVE_HOPPER_EFFICIENCY: float = fitted(0.809, lo=0.3, hi=1.2, no_effect=1.0)
+    # Grouped expert GEMMs relative to a dense GEMM of one expert's shape (rows = tokens per local expert; the short-row
+    # loss is Context.gemm_eff's d / (d + GEMM_DIM_HALF)). DeepGEMM's published H800 FP8 tables (deepseek-ai/DeepGEMM
+    # README, Feb 2025): 8 groups x 4096 rows (N 4096, K 7168) 1288 TFLOPS vs 1304 for one dense 4096 x 4096 x 7168 GEMM
+    # (0.99); 4 groups x 8192 rows (N 7168, K 2048) 1099 vs dense 4096-row 1025 (1.07). The fitted runs use Transformer
+    # Engine's GroupedLinear (one cuBLAS GEMM per expert), for which no table was found: devfit bounds it to [0.5, 1.1],
+    # half of DeepGEMM's ratio at least. Fitted on the dev runs; the fit sits at the lower bound, held there by the
+    # Hopper rows (H100 Qwen3-30B-A3B and gpt-oss, H800 DeepSeek-V3 are 8-40% fast at 1.0) while the Blackwell rows
+    # would take ~1.0: docs/validation.md. (The DGX Cloud DeepSeek-V3 GB200 rows that dragged it earlier are explained
+    # by their allocation without block scheduling: ClusterSpec.aligned_allocation.)
+    MOE_GROUPED_GEMM_REL_EFFICIENCY: float = fitted(0.500, lo=0.5, hi=1.1, no_effect=1.0,
+                                                   note=("DeepGEMM's grouped / dense ratio at the same shape, "
+                                                         "0.99-1.07, widened for the cuBLAS / TE grouped kernels of "
+                                                         "the fitted runs"))
+    # Host time to launch one CUDA kernel from PyTorch (Python op dispatch + cudaLaunchKernel), seconds. It shows only
+    # where the GPU waits for the host: after an MoE dispatcher's device-to-host sync
+    # (planner.costmodel.moe.moe_forward). Range: microseconds for the CUDA launch itself, more for PyTorch's per-op
+    # Python / C++ dispatch (NVIDIA's "Getting Started with CUDA Graphs" and PyTorch's "Accelerating PyTorch with CUDA
+    # Graphs" blogs describe launch overhead as a first-order cost of short kernels; no per-op figure is quoted here);
+    # bounds [2e-6, 5e-5] in devfit. Fitted on the dev runs (46 us per op, near the upper bound), driven by the
+    # small-expert Qwen3-30B-A3B rows whose step is 2-4x their GPU time; the per-op counts of planner.costmodel.moe are
+    # estimates. Transformer Engine's own SM100 benchmark of its multi-stream GroupedLinear (TransformerEngine PR
+    # #3134, 8 experts x 128 tokens, N = K = 2048: 0.27 ms, against 0.07 ms for one single-launch grouped kernel)
+    # spends ~34 us per expert GEMM: the same order per launched GEMM.
+    HOST_LAUNCH_S: float = fitted(4.65e-05, lo=2e-6, hi=5e-5, no_effect=3.4e-5,
+                                 note=("per-kernel host launch time, PyTorch eager: a few us (cudaLaunchKernel) to "
+                                       "tens of us (op dispatch). Without a run to fit it, the microbenchmark's "
+                                       "figure, not 0 (the launches exist whether or not a run shows them): "
+                                       "Transformer Engine's multi-stream GroupedLinear spends 0.272 ms on 8 expert "
+                                       "GEMMs of 128 tokens on SM100, ~34 us per launched GEMM (TransformerEngine PR "
+                                       "#3134, benchmark_grouped_linear.py, 'dispatch' row)"))
+    # Unfused attention (pre-FlashAttention stacks): bytes moved per element of the s x s score matrix in
+    # forward: QK^T write (2), fused scale-mask-softmax read+write (4), dropout read+write+mask (5), AV read
+    # (2) = 13; backward moves about twice that (Korthikanti et al. 2022 list these tensors, sec. 4.1).
+    UNFUSED_ATTN_BYTES_PER_SCORE_FWD: float = 13.0
+    # FP8 GEMMs: fraction of the FP8 MAMF ceiling reached by real shapes relative to BF16 (per-tensor
+    # scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted (0.80 under the earlier
+    # plain least-squares fit, which the DGX Cloud DeepSeek-V3 rows dragged; docs/validation.md).
+    FP8_DERATE: float = fitted(0.896, lo=0.3, hi=1.2, no_effect=1.0)
+    # MXFP8 (32-element blocks with E8M0 scales, Blackwell) GEMMs relative to per-tensor current scaling at the same
+    # shapes: quantising each operand along both axes (the backward needs the transposed blocks) and the block-scaled
+    # MMA. Set so that the model reproduces the mean MX / CS step ratio of the three same-job pairs Megatron-Bridge
+    # publishes (25.11 performance summary, tokens/s/GPU FP8-CS (FP8-MX): Llama 3 8B GB200 31508 (29789), B200 30624
+    # (29521), Llama 3.1 405B B200 661 (624): steps 5.8%, 3.7%, 5.6% longer with MXFP8, mean 5.2%;
+    # tests/test_stack_knobs.py).
+    MXFP8_REL_EFFICIENCY: float = 0.926
+    # Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
+    # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
+    # Not fitted (the dev runs cannot separate it from GEMM efficiency).
+    ELEMENTWISE_BYTES_FACTOR: float = 1.0
+
+    # --- communication -----------------------------------------------------------------------------
+    # Ring collectives reach ~80% of the per-direction NVLink rate (specs.md 1.3: A100 78%, H100 82%).
+    RING_WIRE_FRACTION: float = refittable(0.80, lo=0.3, hi=1.0, note="a fraction of the wire rate")
+    # TPU ICI: fraction of the per-chip per-direction ICI rate a 1-D ring collective gets (no measured
+    # TPU collective in the reference data: same 80% as NVLink rings, stated as an assumption).
+    ICI_BUS_FRACTION: float = 0.80
+    # Fraction of MoE all-to-all time hidden under computation (Megatron overlaps the combine of one
+    # chunk with the next chunk's expert GEMMs only partially; DeepSeek's DualPipe hides nearly all).
+    EP_OVERLAP_FRACTION: float = 0.0
+    # Share of the TP collectives hidden under the GEMMs when TP communication overlap is on (Transformer Engine
+    # userbuffers, Megatron --tp-comm-overlap; torchtitan async TP). TE splits each GEMM and its all-gather /
+    # reduce-scatter into chunks (ring_exchange: tp chunks; pipeline: num_splits 4 in NVIDIA's GPT-3 175B recipe,
+    # dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml ub_tp_comm_overlap_cfg), so one chunk stays exposed and
+    # the overlapped kernels give up 2-24 SMs to the communication. Fitted on the dev runs whose recipes enable it (the
+    # MoE-mechanism refit held it here: refitted jointly it moves to 0.646 at equal residuals, in-sample
+    # median 5.3% / p90 17.1% either way, and the torchtitan Table 4 async-TP pair then misses by more than 5 points).
+    TP_OVERLAP_HIDDEN_FRACTION: float = fitted(0.588, lo=0.05, hi=0.95, no_effect=0.0,
+                                              note=("TE chunks each GEMM with its TP collective: at least one chunk "
+                                                    "of tp (or of num_splits 4) stays exposed"))
+    # Share of the overlapping compute that hides data-parallel traffic: the gradient reduction is exposed by
+    # max(0, reduction time - DP_OVERLAP_FRACTION x the last micro-batch's backward time), the ZeRO gathers by
+    # the same share of the forward (Megatron --overlap-grad-reduce / --overlap-param-gather; FSDP2 per-layer
+    # reduce-scatter). A share of compute time, not of traffic: the rest of the backward is taken by kernels
+    # that contend with NCCL for SMs and memory bandwidth. Fitted.
+    DP_OVERLAP_FRACTION: float = refittable(0.8, lo=0.0, hi=1.0, note="a fraction of compute")
+
+    # DeepSpeed ZeRO-3 keeps a gathered parameter for its next use only when that use comes within this many
+    # parameters (`stage3_max_reuse_distance`, default 1e9 in the DeepSpeed config docs). A documented
+    # default, not fitted.
+    DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS: float = 1e9
+    # DeepSpeed ZeRO-3 gathers parameters module by module and releases them once more than this many are resident
+    # (`stage3_max_live_parameters`, default 1e9; a module larger than it is still gathered whole); gradients leave
+    # the device through a bucket of this many elements (`reduce_bucket_size`, default 5e8). Documented defaults
+    # (DeepSpeed config docs), not fitted; the planner's ds_config writes the same live limit.
+    DEEPSPEED_MAX_LIVE_PARAMS: float = 1e9
+    DEEPSPEED_REDUCE_BUCKET_PARAMS: float = 5e8
+
+    # --- memory ------------------------------------------------------------------------------------
+    # The framework overhead per device (CUDA context, NCCL buffers) is each stack's: Stack.overhead_gib
+    # (planner/stacks/).
+
+    # The caching allocator's reserved/allocated ratio at peak (torch.cuda.max_memory_reserved vs
+    # max_memory_allocated); torchtitan reports reserved memory. Fitted on the torchtitan rows. Stacks with PyTorch's
+    # caching allocator only (Stack.caching_allocator): XLA assigns buffers statically.
+    ALLOCATOR_FRAGMENTATION: float = 1.05
+    # Memory left free for the driver and transient spikes when deciding whether a plan fits.
+    FIT_RESERVE_GIB: float = 1.0
+    # The memory error band: 90% of the published peaks (runs/known_runs_*.yaml with peak_memory_gib, 27 torchtitan
+    # rows) lie within a factor 1 + MEMORY_BAND_REL of the prediction, cross-validated (the fitted overhead refitted
+    # without each run): `python -m planner.analysis.membands` computes it, tests/test_memory_validation.py checks this
+    # copy. By default a plan whose peak lies within this share of the usable capacity ranks after the plans of its
+    # step-time band that do not (planner.costmodel.capacity); --memory-headroom replaces the margin.
+    MEMORY_BAND_REL: float = 0.2408
+
+    # --- host (optimizer offload) ---------------------------------------------------------------------
+    # DeepSpeed CPU-Adam throughput of one host, parameters updated per second with all its cores (ZeRO-Offload,
+    # Ren et al., USENIX ATC 2021, arXiv 2101.06840, Table 3: 10B parameters in about 2.6 s on a DGX-2 host's two
+    # 24-core Xeon Platinum 8168 sockets, as read from the paper; the table text could not be re-retrieved in this
+    # pass). DeepSpeed's tutorial: DeepSpeedCPUAdam is 5-7x faster than PyTorch's CPU Adam. CPU Adam streams ~30
+    # bytes per parameter through host DRAM, so the rate is the host's memory bandwidth, shared by all GPUs of the
+    # host: one host updates the optimizer shards of all its GPUs. A documented measurement, not fitted.
+    CPU_ADAM_PARAMS_PER_S_PER_HOST: float = 3.9e9
+
+    # --- fixed costs ----------------------------------------------------------------------------------
+    # Work per layer that does not shrink with its FLOPs (kernel launch gaps, small uncounted kernels), seconds per
+    # transformer layer per micro-batch (forward + backward, 1/3 + 2/3), and per micro-batch per stage. A fit on
+    # the dev runs found: per micro-batch any positive value raised the p90; per layer 1.5 ms (with
+    # FP8_DERATE refitted to 1.0) gave median 7.5% / p90 19.5%, but a cost that does not shrink with TP, CP or PP
+    # then ranked NeMo's published layouts 21st-31st (TP2 PP8 over NeMo's TP4 PP4 for Llama-2 70B, no CP over CP2
+    # for Llama-3 8B at 8k). Launch gaps hide under long kernels, so such a cost is not physical at these sizes:
+    # both stay 0 until a host-bound floor (max of GPU and host time per layer) is modelled.
+    LAYER_OVERHEAD_S: float = 0.0
+    MICROBATCH_OVERHEAD_S: float = 0.0
+
+    # Fixed seconds per optimizer step outside the modelled terms (data loading, logging, host work between steps):
+    # 0 in the development-run model; `plan calibrate` fits it per hardware profile (the profile's
+    # `calibration.step_overhead_s`) when a cluster's own measured steps show one.
+    STEP_OVERHEAD_S: float = 0.0
+
+    def with_values(self, values: Mapping[str, float]) -> Calibration:
+        """These constants replaced (names as the fields; an unknown name raises TypeError)."""
+        return dataclasses.replace(self, **{k: float(v) for k, v in values.items()}) if values else self
+
+    def for_hardware(self, hw: HardwareSpec) -> Calibration:
+        """The constants a calibrated hardware profile sets (`calibration:` block, written by `plan calibrate`)
+        replace these; the others stay."""
+        k = hw.calibration
+        if k is None:
+            return self
+        return self.with_values({f.upper(): v for f in PROFILE_FIELDS if (v := getattr(k, f)) is not None})
+
+
+# the fields of a hardware profile's `calibration:` block (planner.specs.CalibrationSpec) that set a constant of
+# the same name in capitals
+PROFILE_FIELDS = ("gemm_shape_derate", "attn_rel_efficiency", "step_overhead_s", "tp_overlap_hidden_fraction")
+
+# the constants fitted on the development runs (planner.analysis.devfit, benchmarks/fit_calibration.py)
+DEFAULT_CALIBRATION = Calibration()
+
+
+def dev_fit_bounds() -> dict[str, DevFit]:
+    """name -> DevFit of every constant refitted on the development runs, in field order."""
+    return {f.name: f.metadata["devfit"] for f in dataclasses.fields(Calibration) if "devfit" in f.metadata}
+
+
+def fit_ranges() -> dict[str, tuple[float, float]]:
+    """name -> (low, high) of every constant a fit may move: the dev-fitted ones' bounds, then the `refittable`
+    ones' ranges, in field order."""
+    out = {}
+    for f in dataclasses.fields(Calibration):
+        if "devfit" in f.metadata:
+            out[f.name] = (f.metadata["devfit"].lo, f.metadata["devfit"].hi)
+        elif "range" in f.metadata:
+            out[f.name] = f.metadata["range"][:2]
+    return out
+
+
+def names() -> tuple[str, ...]:
+    """Every constant's name, in field order."""
+    return tuple(f.name for f in dataclasses.fields(Calibration))

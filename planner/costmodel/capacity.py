@@ -14,22 +14,22 @@ that capacity that the model's own memory error could push it over. The search, 
 
 from __future__ import annotations
 
-from planner.costmodel import calibration as cal
+from planner.costmodel.calibration import Calibration
 from planner.stacks import traits
 
 
-def fit_reserve_gib(framework: str) -> float:
+def fit_reserve_gib(framework: str, cal: Calibration) -> float:
     """Memory kept free beyond the modelled peak: the caching allocator's transient spikes (PyTorch stacks); none
     under XLA's static buffer assignment, checked against the device's limit when the step compiles."""
     return cal.FIT_RESERVE_GIB if traits(framework).caching_allocator else 0.0
 
 
-def usable_capacity_gib(capacity_gib: float, headroom_gib: float | None, framework: str) -> float:
+def usable_capacity_gib(capacity_gib: float, headroom_gib: float | None, framework: str, cal: Calibration) -> float:
     """HBM less the stack's fit reserve and the requested headroom (None = none requested)."""
-    return capacity_gib - fit_reserve_gib(framework) - (headroom_gib or 0.0)
+    return capacity_gib - fit_reserve_gib(framework, cal) - (headroom_gib or 0.0)
 
 
-def memory_margin_rel(headroom_gib: float | None) -> float:
+def memory_margin_rel(headroom_gib: float | None, cal: Calibration) -> float:
     """The share of the usable capacity a plan keeps free by default: the memory band; 0 when the user gave a
     headroom of their own (--memory-headroom, 0 = opt out)."""
     return cal.MEMORY_BAND_REL if headroom_gib is None else 0.0

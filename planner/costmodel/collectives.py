@@ -19,8 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.costmodel import calibration as cal
-from planner.costmodel.placement import GroupSpan, ici_group_busbw_GBps, linear_span, placement_domain
+from planner.costmodel.calibration import Calibration
+from planner.costmodel.placement import (
+    GroupSpan,
+    ici_group_busbw_GBps,
+    linear_span,
+    placement_domain,
+    unaligned_node,
+)
 from planner.specs import ClusterSpec
 
 Kind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
@@ -37,7 +43,7 @@ class Link:
     domains: int = 1  # most scale-up domains one group of this kind touches (planner.costmodel.placement)
 
 
-def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, ici_axes: tuple = ()) -> float:
+def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, cal: Calibration, ici_axes: tuple = ()) -> float:
     """Bus bandwidth (bytes/s) of a group's `per_domain` members inside one scale-up domain."""
     su = cluster.hardware.scale_up
     domain = cluster.scale_up_size
@@ -56,7 +62,7 @@ def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, ici_axes: tu
     return intra
 
 
-def span_link(cluster: ClusterSpec, span: GroupSpan, kind: Kind = "all_gather") -> Link:
+def span_link(cluster: ClusterSpec, span: GroupSpan, cal: Calibration, kind: Kind = "all_gather") -> Link:
     """Fabric seen by the groups of one kind as planner.costmodel.placement places them. Inside one scale-up domain:
     the domain's bus bandwidth. Across domains each member drives its own NIC and NCCL runs one ring per
     NIC, reducing hierarchically, so busbw grows with the group's members per domain, capped by the
@@ -65,7 +71,7 @@ def span_link(cluster: ClusterSpec, span: GroupSpan, kind: Kind = "all_gather") 
     domain, the slowest link of its ring."""
     su, so = cluster.hardware.scale_up, cluster.hardware.scale_out
     if span.aligned or span.size <= 1:
-        return Link(_intra_busbw(cluster, span.max_per_domain, kind, span.ici_axes), su.latency_us * 1e-6,
+        return Link(_intra_busbw(cluster, span.max_per_domain, kind, cal, span.ici_axes), su.latency_us * 1e-6,
                     False, span.max_per_domain, span.domains)
     n = span.min_per_domain
     inter = n * so.unidir_GBps_per_device * so.achievable_fraction * 1e9
@@ -74,17 +80,17 @@ def span_link(cluster: ClusterSpec, span: GroupSpan, kind: Kind = "all_gather") 
         # (on an xGMI mesh the scaled intra rate is 0 there, which divided by zero)
         return Link(so.unidir_GBps_per_device * so.achievable_fraction * 1e9 if kind == "send_recv" else inter,
                     so.latency_us * 1e-6, True, n, span.domains)
-    return Link(min(_intra_busbw(cluster, n, kind, span.ici_axes), inter), so.latency_us * 1e-6, True, n,
+    return Link(min(_intra_busbw(cluster, n, kind, cal, span.ici_axes), inter), so.latency_us * 1e-6, True, n,
                 span.domains)
 
 
-def group_link(cluster: ClusterSpec, size: int, stride: int, kind: Kind = "all_gather") -> Link:
+def group_link(cluster: ClusterSpec, size: int, stride: int, cal: Calibration, kind: Kind = "all_gather") -> Link:
     """Fabric seen by groups of `size` ranks spaced `stride` apart in a linear rank order (Megatron's
     tp-cp-ep-dp-pp) over all the cluster's devices: planner.costmodel.placement.linear_span, then span_link."""
     su, so = cluster.hardware.scale_up, cluster.hardware.scale_out
     span = linear_span("group", size, stride, cluster.count, placement_domain(cluster, cluster.count),
-                       su.kind, so.kind)
-    return span_link(cluster, span, kind)
+                       su.kind, so.kind, unaligned_node(cluster))
+    return span_link(cluster, span, cal, kind)
 
 
 def collective_time(kind: Kind, nbytes: float, size: int, link: Link, count: float = 1.0) -> float:

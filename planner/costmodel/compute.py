@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
@@ -98,7 +97,7 @@ def attention_core_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
         dqk, dv = qk_v_head_dims(m)
         scores = tokens * seq * m.num_heads / tp  # elements of s x s per device
         t = 2.0 * scores * (dqk + dv) / (ctx.peak * ctx.gemm_eff(seq, dqk))
-        return t + scores * cal.UNFUSED_ATTN_BYTES_PER_SCORE_FWD / ctx.hbm_bw
+        return t + scores * ctx.calibration.UNFUSED_ATTN_BYTES_PER_SCORE_FWD / ctx.hbm_bw
     return tokens * k.flops.attn_core / tp / (ctx.attn_peak * ctx.attn_eff)
 
 
@@ -123,7 +122,7 @@ def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     inter = m.require_moe().expert_ffn_hidden_size * top_k if k.moe else m.ffn_hidden_size
     hs = h / (tp if shape.sp else 1)
     elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * hs + ELEMENTWISE_INTER_ELEMS * inter / tp)
-            * ACT_ELEM_BYTES * cal.ELEMENTWISE_BYTES_FACTOR)
+            * ACT_ELEM_BYTES * ctx.calibration.ELEMENTWISE_BYTES_FACTOR)
     if ctx.stack.eager_unless_compiled and not ctx.train.torch_compile:
         elem += tokens * eager_elementwise_bytes(m, tp, hs, inter)
     return elem / ctx.hbm_bw

@@ -11,7 +11,6 @@ on every gather (PR #1188) and all-reduced gradients (issue #1173).
 
 from __future__ import annotations
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape, StageSplit
 from planner.costmodel.collectives import Kind, collective_time, group_link
 from planner.costmodel.layers import StageTimes
@@ -95,7 +94,7 @@ def zero3_regather_fraction(ctx: Context, plan: ParallelPlan, stage_split: Stage
     layer = largest_layer_params_per_device(ctx, plan, hc + tc)
     if layer <= 0:
         return 0.0
-    return max(0.0, 1.0 - cal.DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS / (2.0 * layer))
+    return max(0.0, 1.0 - ctx.calibration.DEEPSPEED_MAX_REUSE_DISTANCE_PARAMS / (2.0 * layer))
 
 
 def _zero3_traffic(ctx: Context, shape: Shape, p_dense: float, p_exp: float, n_ag: float) -> tuple[float, float]:
@@ -121,12 +120,12 @@ def _hsdp_all_reduce_s(ctx: Context, dims: ParallelDims, p_dense: float) -> floa
         return 0.0
     rep = dims.zero_replicas
     return collective_time("all_reduce", (p_dense / dims.zero_shard) * grad_bytes_per_param(ctx.train), rep,
-                           group_link(ctx.cluster, rep, dims.tp * dims.zero_shard, "all_reduce"))
+                           group_link(ctx.cluster, rep, dims.tp * dims.zero_shard, ctx.calibration, "all_reduce"))
 
 
 def _zero3_term(ctx: Context, shape: Shape, st: StageTimes, split: list[StageSplit], slow: int,
                 params: StageParams) -> Term:
-    plan, f_ov, nmb = shape.plan, cal.DP_OVERLAP_FRACTION, shape.nmb
+    plan, f_ov, nmb = shape.plan, ctx.calibration.DP_OVERLAP_FRACTION, shape.nmb
     p_dense, p_exp = params.dense[slow], params.experts[slow]
     n_ag = zero3_collectives_per_pass(ctx, split[slow])
     ag, rs = _zero3_traffic(ctx, shape, p_dense, p_exp, n_ag)
@@ -150,7 +149,7 @@ def _zero3_term(ctx: Context, shape: Shape, st: StageTimes, split: list[StageSpl
 def _zero012_term(ctx: Context, shape: Shape, st: StageTimes, slow: int, params: StageParams) -> Term:
     """ZeRO 0-2: one reduction (and, sharded, one parameter all-gather) per step, overlapped with the last
     micro-batch's backward / the next step's first forward."""
-    plan, links, dims, f_ov = shape.plan, shape.links, shape.dims, cal.DP_OVERLAP_FRACTION
+    plan, links, dims, f_ov = shape.plan, shape.links, shape.dims, ctx.calibration.DP_OVERLAP_FRACTION
     p_dense, p_exp = params.dense[slow], params.experts[slow]
     dp_group, edp, e_link = dims.dp_cp, dims.edp, links.edp
     grad_bytes = grad_bytes_per_param(ctx.train)

@@ -11,6 +11,7 @@ traffic (data) and the optimizer step (optimizer) close it. Memory per stage: pl
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from planner.costmodel.base import Context, Shape, plan_shape, shape_terms
 from planner.costmodel.capacity import within_margin
@@ -19,7 +20,7 @@ from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
 from planner.costmodel.expert import ep_comm_term, ep_warnings
 from planner.costmodel.layers import StageTimes, layer_terms, stage_times
-from planner.costmodel.memory import memory_terms, stage_memories, stage_params
+from planner.costmodel.memory import StageMemory, StageParams, memory_terms, peak_gib_of, stage_memories, stage_params
 from planner.costmodel.optimizer import optimizer_term
 from planner.costmodel.pipeline import bubble_term, makespan_s, p2p_term
 from planner.costmodel.tensor import tp_comm_term, tp_warnings
@@ -137,15 +138,45 @@ def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> 
     return out
 
 
-def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
-    """Predict one training step of `plan` (all knobs set). Pure; never raises on a valid plan."""
+class MemoryScreen(NamedTuple):
+    """The memory half of `evaluate`: what the peak needs and the peak itself, exactly as `evaluate` reports it
+    (memory.peak_gib_of, which memory_terms uses). The search screens candidates with it and hands it to `evaluate`
+    for the ones it keeps (no work done twice; the memory terms are built only then)."""
+
+    plan: ParallelPlan
+    shape: Shape
+    split: list
+    params: StageParams
+    peak_stage: int
+    peak: StageMemory  # the peak stage's parts
+    peak_gib: float
+
+
+def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
+    """Per-device peak memory of `plan` (the same terms `evaluate` puts in its trace), without the step time."""
     shape = plan_shape(ctx, plan)
-    split = ctx.stage_kind_counts(plan.pp, plan.first_stage_layers, plan.last_stage_layers,
-                                  plan.recompute_layers if plan.recompute == "full" else None)
+    split_key = (plan.pp, plan.first_stage_layers, plan.last_stage_layers,
+                 plan.recompute_layers if plan.recompute == "full" else None)
+    split = ctx.stage_kind_counts(*split_key)
+    # stage_params reads the split and tp, ep, etp: cached per search under them
+    key = (plan.tp, plan.ep, plan.etp, *split_key)
+    params = ctx.stage_params_cache.get(key)
+    if params is None:
+        params = ctx.stage_params_cache[key] = stage_params(ctx, plan, split)
+    mems = stage_memories(ctx, shape, split, params)
+    peak_stage = max(range(plan.pp), key=lambda s: mems[s].total_gib)
+    return MemoryScreen(plan, shape, split, params, peak_stage, mems[peak_stage], peak_gib_of(mems[peak_stage]))
+
+
+def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = None) -> Evaluation:
+    """Predict one training step of `plan` (all knobs set). Pure; never raises on a valid plan. `screened`: this
+    plan's `screen_memory`, when the caller already has it."""
+    if screened is None or screened.plan is not plan:
+        screened = screen_memory(ctx, plan)
+    shape, split, params, peak_stage = screened.shape, screened.split, screened.params, screened.peak_stage
     st = stage_times(ctx, shape, split)
     makespan = makespan_s(shape, st)
     slow = max(range(plan.pp), key=st.microbatch_s)
-    params = stage_params(ctx, plan, split)
     p2p, dp = p2p_term(ctx, shape, st), dp_comm_term(ctx, shape, st, split, slow, params)
     opt = optimizer_term(ctx, shape, params, slow)
     time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(shape, st.rec[slow]),
@@ -154,9 +185,7 @@ def evaluate(ctx: Context, plan: ParallelPlan) -> Evaluation:
     step = makespan + p2p.value + dp.value + opt.value
     step_term = STEP.term("step_time_s", step, "s", makespan_s=makespan, pp_comm_s=p2p.value, dp_comm_s=dp.value,
                           optimizer_s=opt.value)
-    mems = stage_memories(ctx, shape, split, params)
-    peak_stage = max(range(plan.pp), key=lambda s: mems[s].total_gib)
-    trace = CostTrace(time=time, memory=memory_terms(ctx, shape, mems[peak_stage], peak_stage),
+    trace = CostTrace(time=time, memory=memory_terms(ctx, shape, screened.peak, peak_stage),
                       factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
                                *_rate_terms(ctx, shape, st, step)))
     counts = [c for c, _, _ in split]

@@ -4,7 +4,6 @@ token's hidden state go to the ep ranks holding their experts and come back."""
 
 from __future__ import annotations
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
 from planner.costmodel.moe import dispatcher, expert_load
@@ -61,7 +60,7 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     # group-limited routing saves network volume only where the dispatcher forwards once per node (flex/DeepEP,
     # above; issue 24: Megatron's alltoall dispatcher does not, whatever --moe-router-group-topk says)
     t = collective_time("all_to_all", dispatch_bytes(ctx, shape), ep, link)
-    return 2 * t * (1.0 - cal.EP_OVERLAP_FRACTION)
+    return 2 * t * (1.0 - ctx.calibration.EP_OVERLAP_FRACTION)
 
 
 def deepep_dispatch_s(ctx: Context, shape: Shape, elem: float) -> float:
@@ -95,7 +94,7 @@ def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float, intra_bw: f
     inter = link.alpha * (domains - 1) + tokens * remote * m.hidden_size * elem / nic
     if intra_bw is None:
         intra_link = ctx.cluster.hardware.scale_up
-        intra_bw = (intra_link.ring_busbw_GBps or cal.RING_WIRE_FRACTION * intra_link.unidir_GBps) * 1e9
+        intra_bw = (intra_link.ring_busbw_GBps or ctx.calibration.RING_WIRE_FRACTION * intra_link.unidir_GBps) * 1e9
     intra = tokens * moe.top_k * m.hidden_size * elem / intra_bw
     return max(inter, intra)
 

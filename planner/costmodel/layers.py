@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
 from planner.costmodel.compute import (
     kind_label,
@@ -17,7 +16,7 @@ from planner.costmodel.compute import (
 )
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
-from planner.costmodel.moe import dispatcher
+from planner.costmodel.moe import dispatcher, merged_fwd_bwd
 from planner.costmodel.tensor import tp_comm_fwd_s, tp_exposed_share
 from planner.costmodel.trace import Term, formula
 
@@ -103,8 +102,8 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
         for kid, cnt in part.items():
             lf, lb, lsel, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
             # + the fixed host/launch cost of running a layer (calibration.LAYER_OVERHEAD_S), 1/3 forward
-            f += cnt * (lf + cal.LAYER_OVERHEAD_S / 3)
-            b += cnt * (lb + 2 * cal.LAYER_OVERHEAD_S / 3)
+            f += cnt * (lf + ctx.calibration.LAYER_OVERHEAD_S / 3)
+            b += cnt * (lb + 2 * ctx.calibration.LAYER_OVERHEAD_S / 3)
             ttp += cnt * lt
             tcp += cnt * lc
             tep += cnt * le
@@ -122,13 +121,13 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
     fwd, bwd, rec, tp, cp, ep, comm = [], [], [], [], [], [], []
     for s in range(pp):
         f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
-        f += cal.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
-        b += 2 * cal.MICROBATCH_OVERHEAD_S / 3
+        f += ctx.calibration.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
+        b += 2 * ctx.calibration.MICROBATCH_OVERHEAD_S / 3
         if s == pp - 1:  # LM head + loss
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head
             b += LM_HEAD_BWD_RATIO * t_head
-        if dualpipe or (ctx.train.moe_a2a_overlap and shape.nmb > 1):
+        if dualpipe or merged_fwd_bwd(ctx, shape):
             # DualPipe's paired chunks, or Megatron's batch-level EP overlap (a forward and a backward micro-batch
             # merged layer by layer): the all-to-alls hide under the paired compute
             tep = dualpipe_exposed_ep_s(tep, f, b)

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
+from planner.costmodel.calibration import Calibration
 from planner.costmodel.capacity import fit_reserve_gib, memory_margin_rel, usable_capacity_gib
 from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
@@ -460,8 +460,8 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
         if ctx.stack.zero3_gather == "tensor":
             # DeepSpeed gathers module by module up to its live limit and ships gradients through a bucket
             module = largest_matrix_params_per_device(ctx.model, plan)
-            gathered = min(gathered, max(cal.DEEPSPEED_MAX_LIVE_PARAMS, module))
-            grads = min(grads, module + cal.DEEPSPEED_REDUCE_BUCKET_PARAMS)
+            gathered = min(gathered, max(ctx.calibration.DEEPSPEED_MAX_LIVE_PARAMS, module))
+            grads = min(grads, module + ctx.calibration.DEEPSPEED_REDUCE_BUCKET_PARAMS)
         elif ctx.stack.zero3_resident_per_matrix:
             # XLA: each weight is its own array, all-gathered right before its dot and reduce-scattered right after
             # its gradient; the latency-hiding scheduler keeps the current and the next one in flight
@@ -472,7 +472,7 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
     return 0.0
 
 
-def allocator_fragmentation(framework: str) -> float:
+def allocator_fragmentation(framework: str, cal: Calibration) -> float:
     """Reserved / allocated at the peak: the caching allocator's (calibration.ALLOCATOR_FRAGMENTATION) for PyTorch
     stacks, 1 for XLA's static buffer assignment."""
     return cal.ALLOCATOR_FRAGMENTATION if traits(framework).caching_allocator else 1.0
@@ -522,13 +522,22 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
     buffers += dispatcher_buffer_bytes(ctx, shape)  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
     allocated = w + g + o + acts + buffers
-    frag = allocated * (allocator_fragmentation(ctx.train.framework) - 1.0)
+    frag = allocated * (allocator_fragmentation(ctx.train.framework, ctx.calibration) - 1.0)
     return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight)
 
 
 def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> list[StageMemory]:
     lay = state_layout(ctx, shape)
     return [stage_memory(ctx, shape, split, params, s, lay) for s in range(shape.plan.pp)]
+
+
+def peak_gib_of(sm: StageMemory) -> float:
+    """A stage's peak in GiB, its parts summed in MEMORY_PARTS order (the trace's peak_gib; the search screens with
+    it before any term is built)."""
+    peak = 0.0
+    for v in sm.parts_gib():  # the order of the original dict sum
+        peak += v
+    return peak
 
 
 def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tuple[Term, ...]:
@@ -550,17 +559,15 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
         BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
         OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(
                           ctx.train.framework, ctx.cluster.hardware.is_tpu) / GIB,
-                      fragmentation=allocator_fragmentation(ctx.train.framework)),
+                      fragmentation=allocator_fragmentation(ctx.train.framework, ctx.calibration)),
     )
-    peak = 0.0
-    for t in parts:  # the order of the original dict sum
-        peak += t.value
+    peak = peak_gib_of(sm)
     cap = ctx.cluster.hardware.hbm_capacity_gib
-    headroom = ctx.memory_headroom_gib
+    headroom, cal = ctx.memory_headroom_gib, ctx.calibration
     return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
             CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id),
-            USABLE.term("usable_gib", usable_capacity_gib(cap, headroom, ctx.train.framework), "GiB",
-                        reserve_gib=fit_reserve_gib(ctx.train.framework),
+            USABLE.term("usable_gib", usable_capacity_gib(cap, headroom, ctx.train.framework, cal), "GiB",
+                        reserve_gib=fit_reserve_gib(ctx.train.framework, cal),
                         headroom_gib=headroom or 0.0),
-            USABLE.term("memory_margin_rel", memory_margin_rel(headroom), "", band_rel=cal.MEMORY_BAND_REL,
+            USABLE.term("memory_margin_rel", memory_margin_rel(headroom, cal), "", band_rel=cal.MEMORY_BAND_REL,
                         headroom_given=str(headroom is not None)))

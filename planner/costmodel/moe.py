@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 
 # Router score function on the fp32 logits (tokens x experts): Megatron's unfused router writes the logits, reads and
@@ -53,6 +52,12 @@ def has_host_sync(ctx: Context) -> bool:
     dispatcher too: DeepEP's normal dispatch returns the per-expert counts to the host, README
     `num_recv_tokens_per_expert_list`); padding to capacity makes the sizes static (no sync)."""
     return ctx.stack.moe_dispatch_host_sync and ctx.train.moe_capacity_factor is None
+
+
+def merged_fwd_bwd(ctx: Context, shape: Shape) -> bool:
+    """Megatron's batch-level EP all-to-all overlap (TrainingSpec.moe_a2a_overlap) runs one micro-batch's forward
+    merged with another's backward: with expert parallelism and more than one micro-batch per step."""
+    return ctx.train.moe_a2a_overlap and shape.nmb > 1 and shape.plan.ep > 1
 
 
 def permute_mode(ctx: Context) -> str:
@@ -119,12 +124,14 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Routed experts as grouped GEMMs: FLOPs at the efficiency of one expert's GEMM (rows = tokens per local
     expert, h, expert width / etp: planner.costmodel.base.Context.gemm_eff, whose d / (d + GEMM_DIM_HALF) is the
     tile-quantisation loss of a short expert), times the grouped kernel's efficiency relative to a dense GEMM of
-    that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1)."""
+    that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1) when a
+    device holds more than one expert."""
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e = m.require_moe()
     rows = tokens_per_local_expert(ctx, shape)
-    eff = (ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp))
-           * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
+    # one local expert is one plain GEMM (a group of one): no grouped-kernel loss
+    grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 else 1.0
+    eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
     return expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
 
 
@@ -140,7 +147,7 @@ def host_launch_s(ctx: Context, shape: Shape, backward: bool) -> tuple[float, fl
     per_expert = HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD
     n_local = local_experts(ctx, shape) if ctx.stack.moe_gemm_per_expert else 1
     base = HOST_KERNELS_BWD if backward else HOST_KERNELS_FWD
-    return base * cal.HOST_LAUNCH_S, per_expert * n_local * cal.HOST_LAUNCH_S
+    return base * ctx.calibration.HOST_LAUNCH_S, per_expert * n_local * ctx.calibration.HOST_LAUNCH_S
 
 
 def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float, has_sync: bool,
@@ -155,6 +162,14 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
         return NO_MOE
     router, permute, experts = router_s(ctx, shape, k), permute_s(ctx, shape, permute_mode), experts_s(ctx, shape, k)
     host_f = host_b = 0.0
+    if has_sync and merged_fwd_bwd(ctx, shape):
+        # Megatron's batch-level EP overlap merges one micro-batch's forward with another's backward layer by
+        # layer; each merged step's dispatcher syncs (both micro-batches' token counts) leave the GPU queue empty
+        # while the host launches the merged step's kernels, so none of the host time hides under GPU work
+        # (Megatron-Bridge's MoE optimisation guide: "Small expert GEMMs + host overhead"; its recipes pair the
+        # overlap with CUDA graphs of the router and preprocess on Blackwell only)
+        (base_f, exp_f), (base_b, exp_b) = host_launch_s(ctx, shape, False), host_launch_s(ctx, shape, True)
+        return MoEForward(router, permute, experts, base_f + exp_f, base_b + exp_b)
     if has_sync:
         # each group of kernels runs at the slower of its GPU time and of the host launching it
         (base_f, exp_f), (base_b, exp_b) = host_launch_s(ctx, shape, False), host_launch_s(ctx, shape, True)

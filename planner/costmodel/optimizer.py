@@ -3,7 +3,6 @@ gradient and parameter transfers over PCIe (ZeRO-Offload, Ren et al. 2021, arXiv
 
 from __future__ import annotations
 
-from planner.costmodel import calibration as cal
 from planner.costmodel.base import PARAM_GATHER_BYTES, Context, Shape
 from planner.costmodel.memory import StageParams, StateBytesPerParam, grad_bytes_per_param, state_bytes_per_param
 from planner.costmodel.trace import Term, formula
@@ -59,10 +58,11 @@ def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -
         grad_bytes = grad_bytes_per_param(ctx.train)
         bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9
         per_host = min(ctx.cluster.node_size, p.devices)
-        t_cpu = n * per_host / cal.CPU_ADAM_PARAMS_PER_S_PER_HOST
+        rate = ctx.calibration.CPU_ADAM_PARAMS_PER_S_PER_HOST
+        t_cpu = n * per_host / rate
         t_link = n * (grad_bytes + PARAM_GATHER_BYTES) / bw
         return OPTIMIZER_OFFLOAD.term("optimizer_s", t_cpu + t_link, "s", local_params=n, gpus_per_host=per_host,
-                                      cpu_adam_params_per_s=cal.CPU_ADAM_PARAMS_PER_S_PER_HOST, cpu_adam_s=t_cpu,
+                                      cpu_adam_params_per_s=rate, cpu_adam_s=t_cpu,
                                       bytes_per_param=grad_bytes + PARAM_GATHER_BYTES,
                                       bandwidth_GBps=bw / 1e9, host_link_s=t_link)
     adam = adam_bytes_per_param(st)

@@ -75,19 +75,32 @@ class GroupSpan:
 
 @functools.lru_cache(maxsize=4096)
 def linear_span(group: str, size: int, stride: int, world: int, domain: int, up: str = "scale-up",
-                out: str = "scale-out") -> GroupSpan:
+                out: str = "scale-out", unaligned_node: int = 0) -> GroupSpan:
     """Groups of `size` ranks `stride` apart in a linear rank order (block = size * stride ranks holds
-    `stride` interleaved groups), on domains of `domain` consecutive ranks."""
+    `stride` interleaved groups), on domains of `domain` consecutive ranks. `unaligned_node` > 0: the job's
+    nodes of that many ranks sit anywhere in the domains (no block scheduling), so the domain boundaries may fall
+    at any node of the job; the slowest group sets the pace, so the worst such offset is the one taken."""
     if size <= 1:
         return GroupSpan(group, 1, True, 1, 1, 1, 0, (up,))
+    if unaligned_node <= 0 or domain <= unaligned_node:
+        return _span_at_offset(group, size, stride, world, domain, up, out, 0)
+    spans = [_span_at_offset(group, size, stride, world, domain, up, out, off)
+             for off in range(0, domain, unaligned_node)]
+    # worst: crossing, then the fewest members on one side (their NICs carry the group), then the most sharing
+    return max(spans, key=lambda sp: (sp.crosses_domain, -sp.min_per_domain, sp.domains, sp.concurrent))
+
+
+def _span_at_offset(group: str, size: int, stride: int, world: int, domain: int, up: str, out: str,
+                    offset: int) -> GroupSpan:
     block = size * stride
-    # the pattern repeats every lcm(domain, block) ranks when the domain divides the world
-    n = world if world % domain else min(world, math.lcm(domain, block))
+    # the pattern repeats every lcm(domain, block) ranks when the domain divides the world and the job starts at a
+    # domain boundary; a job starting inside a domain is taken whole
+    n = world if world % domain or offset else min(world, math.lcm(domain, block))
     n = max(block, n - n % block)
     ranks = np.arange(n, dtype=np.int64).reshape(n // block, size, stride).transpose(0, 2, 1).reshape(-1, size)
-    dom = ranks // domain
+    dom = (ranks + offset) // domain
     gid = np.repeat(np.arange(ranks.shape[0]), size)
-    base = n // domain + 2
+    base = (n + offset) // domain + 2
     pairs, counts = np.unique(gid * base + dom.ravel(), return_counts=True)
     pair_gid = pairs // base
     per_group_domains = np.bincount(pair_gid, minlength=ranks.shape[0])
@@ -164,8 +177,12 @@ def placement_domain(cluster: ClusterSpec, world: int) -> int:
     domain: the largest multiple of the node size up to the domain that divides the job (Slurm
     topology/block `--segment`: NVIDIA recommends 16-tray segments, 64 GPUs of an NVL72, for jobs of 128+
     GPUs; NVIDIA technical blog "Achieving Peak System and Workload Efficiency on NVIDIA GB200 NVL72 with
-    Slurm Block Scheduling"; MaxText multislice uses equal slices)."""
+    Slurm Block Scheduling"; MaxText multislice uses equal slices). Without block scheduling
+    (ClusterSpec.aligned_allocation false) the whole domain, its boundaries at any node (unaligned_node)."""
     dom, node = cluster.scale_up_size, cluster.node_size
+    if not cluster.aligned_allocation and dom > node:
+        # nodes anywhere: the whole domain of the hardware, boundaries at any node (linear_span's unaligned_node)
+        return cluster.domain_size or cluster.hardware.scale_up.domain_size
     if dom <= node or world <= dom:
         return max(1, min(dom, world))
     for d in range(dom - dom % node, node - 1, -node):
@@ -288,4 +305,12 @@ def placement(cluster: ClusterSpec, plan: ParallelPlan, framework: str) -> dict[
         # with tp): the linear order stands in
         return {g: sp if sp.size == linear[g][0] else linear_span(g, *linear[g], world, domain, up, out)
                 for g, sp in spans.items()}
-    return {g: linear_span(g, size, stride, world, domain, up, out) for g, (size, stride) in linear.items()}
+    loose = unaligned_node(cluster)
+    return {g: linear_span(g, size, stride, world, domain, up, out, loose) for g, (size, stride) in linear.items()}
+
+
+def unaligned_node(cluster: ClusterSpec) -> int:
+    """Ranks per node when the job's nodes sit anywhere in multi-node domains (ClusterSpec.aligned_allocation
+    false), else 0: the argument linear_span takes."""
+    node = cluster.node_size
+    return node if not cluster.aligned_allocation and cluster.hardware.scale_up.domain_size > node else 0

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.emit import deepspeed, maxtext, megatron, torchtitan
-from planner.emit.common import Job, Unsupported, cluster_name, dumps, make_job
+from planner.emit.common import cluster_name, dumps
 from planner.errors import InputError
+from planner.launchers.job import Job, Unsupported, make_job
 from planner.names import safe_line
 from planner.outputs import write_output_text
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec

@@ -8,10 +8,11 @@ train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps 
 
 from __future__ import annotations
 
-from planner.emit.capabilities import refuse
-from planner.emit.common import Job, Unsupported, arg_lines, dumps
-from planner.emit.hf_model import hf_config_of
+from planner.emit.common import arg_lines, dumps
 from planner.emit.train_hf import TRAIN_HF_PY
+from planner.launchers import refuse
+from planner.launchers.hf_model import hf_config_of
+from planner.launchers.job import Job, Unsupported
 from planner.names import safe_line
 
 
@@ -40,7 +41,7 @@ def _zero_block(job: Job) -> dict:
 
 def ds_config(job: Job) -> dict:
     p, t = job.plan, job.train
-    refuse(job, "deepspeed")  # planner/emit/capabilities/deepspeed.py
+    refuse(job, "deepspeed")  # planner/launchers/deepspeed.py
     cfg: dict = {
         "train_batch_size": t.global_batch,
         "train_micro_batch_size_per_gpu": p.micro_batch,
@@ -62,7 +63,7 @@ def ds_config(job: Job) -> dict:
 
 
 def _model_args(job: Job) -> list[str]:
-    """The architecture as Megatron-DeepSpeed flags (megatron/arguments.py at 4efb479; planner.emit.contract
+    """The architecture as Megatron-DeepSpeed flags (megatron/arguments.py at 4efb479; planner.launchers.contract
     MEGATRON_DEEPSPEED maps every field, and the capabilities rule "contract" refuses what it cannot hold)."""
     m = job.model
     a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
@@ -165,7 +166,7 @@ _HF_OPTIMIZER = {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "
 def emit_hf(job: Job) -> dict[str, str]:
     """Hugging Face model path: the transformers model of the planned config under ZeRO (data parallel only;
     capabilities rules hf-data-parallel and hf-recompute hold the plan to it), launched by torchrun."""
-    from planner.emit.capabilities.deepspeed import _why_hf
+    from planner.launchers.deepspeed import _why_hf
 
     p, t = job.plan, job.train
     cfg = ds_config(job)
@@ -212,7 +213,7 @@ def hf_launch_script(job: Job) -> str:
 
 
 def emit(job: Job) -> dict[str, str]:
-    from planner.emit.capabilities.deepspeed import ds_path  # the capability table owns the path choice
+    from planner.launchers.deepspeed import ds_path  # the capability table owns the path choice
 
     if ds_path(job) == "hf":
         refuse(job, "deepspeed")

@@ -17,10 +17,11 @@ from __future__ import annotations
 import functools
 
 from planner.costmodel.placement import MESH_AXES
-from planner.emit.capabilities import refuse
-from planner.emit.common import Job, Unsupported, dumps
-from planner.emit.contract import contract_values
-from planner.emit.maxtext_mesh import (
+from planner.emit.common import dumps
+from planner.launchers import refuse
+from planner.launchers.contract import contract_values
+from planner.launchers.job import Job, Unsupported
+from planner.launchers.maxtext_mesh import (
     _ACT,
     _decoder_block,
     mesh_degrees,
@@ -176,7 +177,7 @@ _REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"
 
 def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     m = job.model
-    refuse(job, "maxtext")  # planner/emit/capabilities/maxtext.py
+    refuse(job, "maxtext")  # planner/launchers/maxtext.py
     notes: list[str] = []
     deg = mesh_degrees(job)
     num_slices, ici, dcn = split_ici_dcn(job, deg)
@@ -258,7 +259,7 @@ def _precision_keys(job: Job, notes: list[str]) -> dict:
 
 def _model_keys(job: Job, block: str, notes: list[str]) -> dict:
     """The architecture as MaxText keys (the decoder block fixes norm placement, embedding scale and the
-    local/global attention cycle; planner.emit.contract MAXTEXT maps every other field)."""
+    local/global attention cycle; planner.launchers.contract MAXTEXT maps every other field)."""
     m, t = job.model, job.train
     cfg: dict = {"decoder_block": block, "base_emb_dim": m.hidden_size, "base_num_query_heads": m.num_heads,
                  "base_num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "base_mlp_dim": m.ffn_hidden_size,

@@ -10,9 +10,10 @@ from __future__ import annotations
 import shlex
 
 from planner.costmodel.memory import selective_recompute_modules
-from planner.emit.capabilities import refuse
-from planner.emit.common import Job, Unsupported, dumps, moe_layer_pattern, run_length_expr, torchrun_tail
-from planner.emit.contract import bias_layout, rope_scaling_value
+from planner.emit.common import dumps, moe_layer_pattern, run_length_expr, torchrun_tail
+from planner.launchers import refuse
+from planner.launchers.contract import bias_layout, rope_scaling_value
+from planner.launchers.job import Job, Unsupported
 from planner.names import safe_line
 from planner.specs.dims import ParallelDims
 from planner.stacks import stack_of
@@ -31,7 +32,7 @@ class _Args(list):
 
 def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
     """(argv list, env) for `pretrain_gpt.py`; raises Unsupported when a knob has no Megatron flag."""
-    refuse(job, "megatron")  # planner/emit/capabilities/megatron.py
+    refuse(job, "megatron")  # planner/launchers/megatron.py
     a = _Args()
     _parallel_args(job, a)
     _model_args(job, a)
@@ -261,6 +262,19 @@ def _moe_args(job: Job, a: _Args) -> None:
     a.flag("--moe-token-dispatcher-type", kind)
     if kind == "flex":
         a.flag("--moe-flex-dispatcher-backend", "deepep")
+    st = stack_of(job.train)
+    # the MoE kernels the plan was costed with (planner/stacks/megatron.py traits; megatron-core 0.19.2
+    # TransformerConfig moe_permute_fusion, moe_router_fusion, moe_shared_expert_overlap)
+    if st.moe_permute == "fused":
+        a.flag("--moe-permute-fusion")
+    if st.moe_router_fused:
+        a.flag("--moe-router-fusion")
+    if e.num_shared_experts and st.moe_shared_expert_overlap and not job.train.moe_a2a_overlap:
+        a.flag("--moe-shared-expert-overlap")  # megatron-core refuses it beside the batch-level EP overlap
+    if job.train.moe_a2a_overlap and p.ep > 1:
+        # batch-level EP overlap as costed (planner.costmodel.moe.merged_fwd_bwd; Megatron-core MoE README, v0.14)
+        a.flag("--overlap-moe-expert-parallel-comm")
+        a.flag("--delay-wgrad-compute")
     a.flag("--moe-grouped-gemm")
 
 

@@ -8,10 +8,11 @@ or a dtype that no registry function provides cannot be expressed.
 
 from __future__ import annotations
 
-from planner.emit.capabilities import refuse
-from planner.emit.common import Job, Unsupported, dumps, torchrun_tail
-from planner.emit.torchtitan_model import MODULE, module_text
-from planner.emit.torchtitan_registry import (  # noqa: F401  (FLAVORS, ROPE, _MODULE_OF: read by the consumer tests)
+from planner.emit.common import dumps, torchrun_tail
+from planner.launchers import refuse
+from planner.launchers.job import Job, Unsupported
+from planner.launchers.torchtitan_model import MODULE, module_text
+from planner.launchers.torchtitan_registry import (  # noqa: F401  (FLAVORS, ROPE, _MODULE_OF: read by the consumer tests)
     _MODULE_OF,
     FLAVORS,
     ROPE,
@@ -45,7 +46,7 @@ def pp_schedule(job: Job) -> str:
 
 def torchtitan_args(job: Job) -> list[str]:
     p, t, m = job.plan, job.train, job.model
-    refuse(job, "torchtitan")  # planner/emit/capabilities/torchtitan.py
+    refuse(job, "torchtitan")  # planner/launchers/torchtitan.py
     if p.zero_stage in (1, 2) and p.dp > 1:
         job.note(f"zero_stage {p.zero_stage} maps to FSDP2 with reshard_after_forward=never (ZeRO-2; torchtitan "
                  "has no ZeRO-1)")

@@ -6,6 +6,9 @@ computed for all of them at once (numpy). For each surviving structure the inner
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
+Every candidate's memory is screened first (planner.costmodel.evaluate.screen_memory, the peak `evaluate` reports);
+only the candidates the search keeps are timed. The leading plans' CP-SAT stage problems are solved side by side
+on threads (each solve is deterministic, planner.search.stages).
 The final order and the top-k selection follow planner.search.ranking (fastest first, ties only within 0.2% of
 the fastest plan, one row per layout when distinct_layouts is set).
 """
@@ -13,6 +16,7 @@ the fastest plan, one row per layout when distinct_layouts is set).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,11 +24,12 @@ import numpy as np
 
 from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.capacity import usable_capacity_gib
+from planner.costmodel.evaluate import screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
-from planner.emit.capabilities import capabilities, launcher_errors
 from planner.errors import InputError
+from planner.launchers import capabilities, launcher_errors
 from planner.search.ranking import TIE_BAND_REL, at_memory_edge, complexity, leaders_first, rank, select
 from planner.search.space import divisors, plan_errors
 from planner.specs import ParallelPlan
@@ -53,7 +58,7 @@ class SearchOptions:
     # Separate from top_k so a caller that wants every scored plan (the report's scatter reads
     # SearchResult.ranked) does not multiply the solves.
     stage_solves: int | None = None
-    launcher: str | None = None  # target stack: only plans it can run (planner.emit.capabilities)
+    launcher: str | None = None  # target stack: only plans it can run (planner.launchers)
     # True: only pipeline depths that divide the layers evenly (unless --pp is pinned): the layouts an expert
     # sizes a purchase for (--min-devices), not PP27 over 80 layers with a short first stage
     even_stages: bool = False
@@ -199,7 +204,7 @@ def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarra
     ep = np.array([r["ep"] for r in rows], float)
     etp = np.array([r["etp"] for r in rows], float)
     out = np.zeros(len(rows))
-    for z in np.unique(zero_stage):
+    for z in sorted(set(zero_stage.tolist())):  # np.unique would import numpy.ma (~20 ms)
         st = state_bytes_per_param(ctx.train, int(z), False)
         zd, ze = dp * cp, np.maximum(1.0, dp * cp * tp / (ep * etp))
         val = dense_total / (tp * pp) * sum(st.per_param(zd)) + expert_total / (ep * etp * pp) * sum(st.per_param(ze))
@@ -294,8 +299,8 @@ def _probe(ctx: Context, opts: SearchOptions, r: dict, z: int, cap: float) -> fl
         return math.inf
     if _invalid(ctx, opts, plan):
         return math.inf
-    ev = evaluate(ctx, plan)
-    return ev.step_time_s if ev.memory["peak_gib"] <= cap else math.inf
+    mem = screen_memory(ctx, plan)  # the step time only of a plan that fits
+    return evaluate(ctx, plan, mem).step_time_s if mem.peak_gib <= cap else math.inf
 
 
 def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[int | None]:
@@ -318,7 +323,7 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
     if ctx.stack.zero3_in_domain_searched and "zero_stage" not in fx:
         # Megatron-FSDP (ZeRO-3) where the whole model-replica group sits in one NVLink domain: the
         # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network. Only layouts that
-        # Megatron-FSDP is known to run (planner/emit/capabilities/megatron.py: not with PP > 1, unverified)
+        # Megatron-FSDP is known to run (planner/launchers/megatron.py: not with PP > 1, unverified)
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
                   and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, ctx.stack.emitter)]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
@@ -361,13 +366,14 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
             continue
         if _invalid(ctx, opts, plan):
             continue
-        ev = evaluate(ctx, plan)
+        mem = screen_memory(ctx, plan)  # memory first: the step time only of a plan the search keeps
         scan.evaluated += 1
-        peak = ev.memory["peak_gib"]
+        peak = mem.peak_gib
         if scan.best_peak is None or peak < scan.best_peak[0]:
             scan.best_peak = (peak, plan)
         fits = peak <= cap
         if fits or not opts.require_fit:
+            ev = evaluate(ctx, plan, mem)
             if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
                     and plan.recompute_layers is None
                     and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
@@ -404,7 +410,8 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
 
 def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     cl = ctx.cluster
-    cap = usable_capacity_gib(cl.hardware.hbm_capacity_gib, opts.memory_headroom_gib, ctx.train.framework)
+    cap = usable_capacity_gib(cl.hardware.hbm_capacity_gib, opts.memory_headroom_gib, ctx.train.framework,
+                              ctx.calibration)
     rows = structures(ctx, opts)
     if not rows:
         raise InputError(_no_structure_reason(ctx, opts))
@@ -444,15 +451,14 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     fx = opts.fixed
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
-    out, done = list(results), 0
     solves = min(MAX_STAGE_SOLVES, opts.top_k if opts.stage_solves is None else opts.stage_solves)
-    for i, ev in enumerate(results):
-        if done >= solves:
-            break
-        if not opts.require_fit or ev.memory["peak_gib"] > cap:
-            continue
-        done += 1
-        new = _balanced_plan(ctx, opts, ev, cap)
+    lead = [i for i, ev in enumerate(results) if opts.require_fit and ev.memory["peak_gib"] <= cap][:solves]
+    problems = {i: _stage_problem_of(ctx, results[i].plan, cap) for i in lead}
+    solved = _solve_stage_problems([q for q in problems.values() if q is not None])
+    out = list(results)
+    for i in lead:
+        q = problems[i]
+        new = _balanced_plan(ctx, opts, results[i], cap, None if q is None else solved[q])
         if new is not None:
             out[i] = new
     out.sort(key=_working_key(opts))
@@ -465,19 +471,52 @@ def _needs_stage_solve(ctx: Context, p: ParallelPlan) -> bool:
     return not (p.pp == 1 or p.vpp > 1 or L % p.pp == 0 or p.schedule == "dualpipe" or p.account_embedding_loss)
 
 
-def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float) -> Evaluation | None:
-    """The plan re-scored with CP-SAT's first/last stage sizes, or None when there is none that is valid,
-    fits and is no slower."""
+def _stage_problem_of(ctx: Context, p: ParallelPlan, cap: float) -> Any:
+    """The plan's stage-balancing problem (planner.costmodel.balance), None when it needs none or has none."""
     from planner.costmodel.balance import stage_problem
-    from planner.search.stages import assign_stages, megatron_flags
 
-    p = ev.plan
     if not _needs_stage_solve(ctx, p):
         return None
     try:
-        a = assign_stages(stage_problem(ctx, p, cap), deterministic_time=STAGE_SOLVE_BUDGET)
+        return stage_problem(ctx, p, cap)
     except ValueError:
         return None
+
+
+def _solve_one(q: Any) -> Any:
+    """assign_stages under the search's budget; None also when the problem is refused (ValueError)."""
+    from planner.search.stages import assign_stages
+
+    try:
+        return assign_stages(q, deterministic_time=STAGE_SOLVE_BUDGET)
+    except ValueError:
+        return None
+
+
+def _solve_stage_problems(problems: list) -> dict:
+    """Each distinct problem's assignment. The solves run side by side on threads (CP-SAT releases the GIL while
+    it searches); each is one deterministic worker with a deterministic-time budget (planner.search.stages), so the
+    answers do not depend on the threads, the order or the machine's load."""
+    distinct = list(dict.fromkeys(problems))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = min(len(distinct), cores)  # the cores this process may run on
+    if workers <= 1:
+        return {q: _solve_one(q) for q in distinct}
+    from concurrent.futures import ThreadPoolExecutor
+
+    from planner.search.stages import _cp_model
+
+    _cp_model()  # imported once, before the threads
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(distinct, pool.map(_solve_one, distinct), strict=True))
+
+
+def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float, a: Any) -> Evaluation | None:
+    """The plan re-scored with CP-SAT's first/last stage sizes (assignment `a`), or None when there is none that is
+    valid, fits and is no slower."""
+    from planner.search.stages import megatron_flags
+
+    p = ev.plan
     flags = megatron_flags(a) if a else None
     if a is None or not flags or flags == (None, None):
         return None
@@ -501,15 +540,15 @@ def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full
     """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k)."""
     from planner.costmodel.partition import stage_layer_counts
     n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, plan.first_stage_layers, plan.last_stage_layers))
-    lo, hi, best = 1, n - 1, full_ev  # k = 0 is "none", already scored
+    lo, hi, best = 1, n - 1, None  # k = 0 is "none", already scored
     while lo <= hi:
         k = (lo + hi) // 2
-        ev = evaluate(ctx, plan.model_copy(update={"recompute_layers": k}))
-        if ev.memory["peak_gib"] <= cap:
-            best, hi = ev, k - 1
+        mem = screen_memory(ctx, plan.model_copy(update={"recompute_layers": k}))  # memory decides the bisection
+        if mem.peak_gib <= cap:
+            best, hi = mem, k - 1
         else:
             lo = k + 1
-    return best
+    return full_ev if best is None else evaluate(ctx, best.plan, best)
 
 
 def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:

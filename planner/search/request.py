@@ -37,8 +37,11 @@ def dtype_errors(cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list
 
 def model_training_errors(model: ModelSpec, train: TrainingSpec) -> list[str]:
     """Training settings the model cannot take."""
-    if train.moe_capacity_factor is not None and not model.is_moe:
-        return [f"--moe-capacity-factor applies to MoE models; {model.name} is dense: drop the flag"]
+    for flag, given in (("--moe-capacity-factor", train.moe_capacity_factor is not None),
+                        ("--moe-dispatcher", train.moe_dispatcher is not None),
+                        ("--moe-a2a-overlap", train.moe_a2a_overlap)):
+        if given and not model.is_moe:
+            return [f"{flag} applies to MoE models; {model.name} is dense: drop the flag"]
     return []
 
 

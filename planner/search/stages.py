@@ -35,12 +35,16 @@ element constraints) prove optimal in 0.05-0.32 deterministic units (0.15-0.26 s
 126 x 16 in 0.001; 128 x 64 does not prove optimal within 40 units and returns the best split found
 within the budget.
 
-ortools is imported inside `assign_stages` (it costs ~0.3 s), so importing this module is free.
+ortools is imported inside `assign_stages` (it costs ~0.1 s, ~0.45 s with the pandas it would load: see
+`_cp_model`), so importing this module is free.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
+import types
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -164,6 +168,46 @@ def megatron_flags(a: StageAssignment) -> tuple[int | None, int | None] | None:
 
 
 # ---- CP-SAT model ----------------------------------------------------------------------------------
+
+_CP_MODEL = "ortools.sat.python.cp_model"
+
+
+class _DeferredPandas(types.ModuleType):
+    """Stands in for pandas while ortools' cp_model imports: the annotations it evaluates then get placeholder
+    classes; afterwards every attribute is the real pandas', imported on first use."""
+
+    importing = True
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if self.importing:
+            return type(attr, (), {"__module__": "pandas"})
+        return getattr(importlib.import_module("pandas"), attr)
+
+
+def _cp_model() -> Any:
+    """ortools' cp_model module. It imports pandas at module level (ortools/sat/python/cp_model.py, `import pandas as
+    pd`; ortools 9.15) only for its pandas-Series helpers and their type annotations, which this module never calls,
+    and pandas takes ~0.3 s of the planner's ~1 s run. Unless pandas is loaded already, cp_model is imported with a
+    stand-in that imports pandas on first real use, so a caller of those helpers sees no difference; if the import
+    fails with the stand-in (another ortools), the ordinary import runs."""
+    if _CP_MODEL in sys.modules or "pandas" in sys.modules:
+        return importlib.import_module(_CP_MODEL)
+    stand_in = _DeferredPandas("pandas")
+    sys.modules["pandas"] = stand_in
+    try:
+        module = importlib.import_module(_CP_MODEL)
+    except Exception:  # noqa: BLE001 - any failure under the stand-in: retry the ordinary way
+        module = None
+    finally:
+        stand_in.importing = False
+        if sys.modules.get("pandas") is stand_in:
+            del sys.modules["pandas"]
+    if module is None:
+        sys.modules.pop(_CP_MODEL, None)
+        module = importlib.import_module(_CP_MODEL)
+    return module
 
 def _is_uniform(v: Sequence[float]) -> bool:
     hi, lo = max(v), min(v)
@@ -351,7 +395,7 @@ def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUD
         return None
     if not p.contiguous:
         p = _mean_problem(p)
-    from ortools.sat.python import cp_model
+    cp_model = _cp_model()
 
     L, pp = p.num_layers, p.pp
     sc = _scales(p)

@@ -18,6 +18,10 @@ class ClusterSpec(BaseModel):
     count: int = Field(..., ge=1, le=MAX_DEVICES)
     devices_per_node: int | None = Field(None, ge=1, description="override the profile's node size")
     domain_size: int | None = Field(None, ge=1, description="override the scale-up domain size")
+    aligned_allocation: bool = Field(
+        True, description="the job's nodes come in whole segments inside the scale-up domains (Slurm block "
+                          "scheduling `--segment`, NVIDIA's recommendation for GB200 NVL72); false: nodes anywhere "
+                          "in a multi-node domain, so a group of several nodes may straddle a domain boundary")
     price_per_device_hour: float | None = Field(
         None, ge=0, allow_inf_nan=False,
         description="what one device-hour of this cluster costs (`h100x16@2.5`, or the cluster file's field); "

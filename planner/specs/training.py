@@ -139,6 +139,16 @@ class TrainingSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _a2a_overlap_stacks(self) -> "TrainingSpec":
+        if self.moe_a2a_overlap and not traits(self.framework).moe_a2a_overlap_option:
+            raise ValueError(f"batch-level EP overlap (--moe-a2a-overlap) is Megatron-core's; {self.framework} has "
+                             "none: drop it")
+        if self.moe_a2a_overlap and self.moe_dispatcher == "allgather":
+            # megatron-core: overlap_moe_expert_parallel_comm needs the alltoall or flex dispatcher
+            raise ValueError("batch-level EP overlap (--moe-a2a-overlap) needs the alltoall or flex dispatcher")
+        return self
+
+    @model_validator(mode="after")
     def _recipe_needs_fp8(self) -> "TrainingSpec":
         if self.fp8_recipe is not None and self.dtype != "fp8":
             raise ValueError(f"an FP8 recipe (--fp8-recipe {self.fp8_recipe}) needs --dtype fp8: add it or drop "

@@ -83,6 +83,7 @@ class Stack:
     moe_shared_expert_overlap: bool
     moe_router_fused: bool
     moe_gemm_per_expert: bool
+    moe_a2a_overlap_option: bool  # batch-level EP all-to-all overlap exists (TrainingSpec.moe_a2a_overlap)
     selective_recomputes: SelectiveRecomputes  # what selective recompute re-runs: the attention core, or half the GEMMs
 
     # ---- ZeRO-3 / data parallelism

@@ -18,7 +18,7 @@ STACK = Stack(
     grad_buffer_in_reduce_dtype=True,  # DeepSpeed's gradient buffer holds the reduction dtype
     grads_in_param_dtype=False,
     zero3_fp32_sharded_params=False,  # bf16/fp16 weights + fp32 master in the optimizer (ZeRO sec. 3.1, K=12)
-    fp8_saves_gemm_inputs=False,  # no FP8 training switch in ds_config (emit/capabilities/deepspeed.py no-fp8)
+    fp8_saves_gemm_inputs=False,  # no FP8 training switch in ds_config (launchers/deepspeed.py no-fp8)
     selective_saves="modules",  # Megatron-DeepSpeed's selective recompute: the attention core (Korthikanti sec. 5)
     # Megatron-core's fused bias_swiglu_impl keeps only its input (the fc1 output) for backward
     eager_swiglu_keeps_act=False,
@@ -40,6 +40,7 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # no shared-expert stream
     moe_router_fused=False,  # top-k gating in PyTorch ops (deepspeed/moe/sharded_moe.py)
     moe_gemm_per_expert=False,  # experts batched by einsum over the local experts
+    moe_a2a_overlap_option=False,  # none
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5
     # DeepSpeed partitions and gathers every parameter tensor on its own (ZeRO-Infinity, Rajbhandari et al. SC21,
     # arXiv 2104.07857, sec. 6.1), module by module up to stage3_max_live_parameters, gradients through

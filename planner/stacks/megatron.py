@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 from planner.stacks.base import Stack
-from planner.stacks.rules import embedding_loss_units_split, interleaved_microbatches, uneven_stages_split_into_vpp
+from planner.stacks.rules import (
+    a2a_overlap_needs_vpp,
+    embedding_loss_units_split,
+    interleaved_microbatches,
+    uneven_stages_split_into_vpp,
+)
 
 STACK = Stack(
     name="Megatron-LM",
@@ -34,7 +39,7 @@ STACK = Stack(
     chunked_loss_option=False,  # the vocab-parallel loss runs in one piece
     zero3_resident_per_matrix=False,  # (ZeRO-3 is not Megatron's)
     custom_remat_option=False,  # no named-tensor remat policy
-    zero3_unsharded_under_pp=False,  # Megatron-FSDP is not run with PP (emit/capabilities/megatron.py fsdp-with-pp)
+    zero3_unsharded_under_pp=False,  # Megatron-FSDP is not run with PP (launchers/megatron.py fsdp-with-pp)
     pytorch_native_kernels=False,  # Transformer Engine kernels: the efficiency ceilings are fitted on Megatron rows
     eager_unless_compiled=False,  # Transformer Engine fuses the norms, SwiGLU and RoPE already (no --compile)
     fused_loss_option=False,  # its vocab-parallel loss, fused or not, is counted by logit_bytes
@@ -48,6 +53,7 @@ STACK = Stack(
     moe_shared_expert_overlap=True,  # --moe-shared-expert-overlap (transformer/moe/shared_experts.py)
     moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
+    moe_a2a_overlap_option=True,  # --overlap-moe-expert-parallel-comm (Megatron-core 0.14, MoE README)
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
     zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward
@@ -74,5 +80,9 @@ STACK = Stack(
         uneven_stages_split_into_vpp("Megatron", "--decoder-first/last-pipeline-num-layers"),
         # megatron-core 0.19.2 transformer/transformer_config.py:2063-2105 [raise]
         embedding_loss_units_split("Megatron"),
+        # megatron-core 0.19.2 transformer/transformer_config.py:2669-2699 (overlap_moe_expert_parallel_comm: vpp set
+        # when pp > 1, recompute_granularity != full; ep > 1, which the emitter
+        # keeps by writing the flag only with ep > 1) [assert]
+        a2a_overlap_needs_vpp("Megatron"),
     ),
 )

@@ -66,3 +66,19 @@ def embedding_loss_units_split(who: str) -> PlanRule:
         return []
 
     return rule
+
+
+def a2a_overlap_needs_vpp(who: str) -> PlanRule:
+    """Batch-level EP overlap needs no full recompute and, under pipeline parallelism, the interleaved schedule
+    (virtual stages set). Without expert parallelism it has nothing to overlap and is left out (the cost model and
+    the emitter ignore it), so that rule is no plan error."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        if not train.moe_a2a_overlap:
+            return []
+        out = [f"batch-level EP overlap (--moe-a2a-overlap) needs {need} ({who} rule)" for bad, need in (
+            (p.recompute == "full", "no full recompute"),
+            (p.pp > 1 and p.vpp == 1, f"virtual stages with pp={p.pp} (--vpp > 1)")) if bad]
+        return out
+
+    return rule

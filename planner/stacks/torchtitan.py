@@ -63,6 +63,7 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # the shared expert runs after the routed ones on the same stream
     moe_router_fused=False,  # torch.topk over the scores
     moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts
+    moe_a2a_overlap_option=False,  # none
     # SelectiveAC "recomputes every second matmul": half the GEMMs and the elementwise work
     selective_recomputes="half_gemms",
     zero3_gather="block",  # torchtitan applies fully_shard per transformer block: one all-gather per block

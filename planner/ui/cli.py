@@ -197,6 +197,14 @@ def _setting_options() -> list:
         click.option("--moe-capacity-factor", type=click.FloatRange(0, 1024, min_open=True), callback=_finite,
                      help="MoE expert capacity (x the balanced load): tokens beyond it are dropped, inputs padded to "
                      "it; time and memory are charged at it (default: dropless, charged at balanced routing)"),
+        click.option("--moe-dispatcher", type=click.Choice(["alltoall", "allgather", "flex"]),
+                     help="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex = DeepEP). Default: the "
+                     "stack's (Megatron alltoall)"),
+        click.option("--moe-a2a-overlap", is_flag=True, default=None,
+                     help="Megatron batch-level EP all-to-all overlap (--overlap-moe-expert-parallel-comm "
+                     "--delay-wgrad-compute): one micro-batch's forward merged with another's backward, the "
+                     "all-to-alls hidden under that compute; a dropless dispatcher's host syncs then expose the "
+                     "host's kernel launches. Default: off"),
         click.option("--fp8-recipe", type=click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"]),
                      help="with --dtype fp8: the scaling recipe (Megatron --fp8-recipe; mxfp8 on Blackwell only). "
                      "Default: the launcher's (tensorwise)"),
@@ -303,6 +311,8 @@ def request_of(kw: dict, emit: tuple[str, ...] = ()) -> PlanRequest:
 
 def spinner(show: bool):
     """The app layer's Progress: a spinner on stderr (planner.ui.progress) when `show` and stderr is a terminal."""
+    if not show:  # --json: nothing to show, and rich stays unimported
+        return app.quiet
     from planner.ui.progress import progress
 
     return lambda message: progress(message, show)

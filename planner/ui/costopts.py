@@ -10,7 +10,6 @@ import click
 from planner.errors import InputError
 from planner.names import safe_line
 from planner.ui.jsondoc import _non_finite_path
-from planner.ui.table import wrapped
 
 COST_KEYS = ("tokens", "price_per_device_hour", "currency", "device_mtbf_hours", "restart_min", "storage_write_bw")
 # a short label: letters (USD, EUR, credits) or one currency sign; anything else is refused, never printed
@@ -188,4 +187,8 @@ def estimate_text(e: dict, width: int | None = None) -> str:
         line += f", cost {cost_text(e)}"
         if e.get("cost_band"):
             line += f" ({cost_band_text(e)} over the step time's error band)"
-    return wrapped(line, width, "  ") if width else line
+    if not width:
+        return line
+    from planner.ui.table import wrapped  # rich: only where text is wrapped for the terminal (--json never)
+
+    return wrapped(line, width, "  ")

@@ -63,23 +63,33 @@ def model_fields(args, cfg) -> dict:
     return out
 
 
-def main(req_path: str, out_path: str) -> None:
-    import torch
-
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    # Transformer Engine is on the target GPU nodes, not here: report TE 2.14 to the config checks
-    # (version gates only) and a stand-in for TE's fused RoPE kernel, which is only tested for None.
+def stand_in_transformer_engine() -> None:
+    """Transformer Engine is on the target GPU nodes, not here: report TE 2.14 to the config checks (version gates
+    only) and stand-ins for TE's fused RoPE and MoE permutation kernels (--moe-permute-fusion), which
+    TransformerConfig only tests for None."""
     import megatron.core.models.common.embeddings.rope_utils as rope_utils
+    import megatron.core.transformer.moe.moe_utils as moe_utils
     import megatron.core.transformer.transformer_config as tc
-    import megatron.training.arguments as A
-    from megatron.core.parallel_state import RankGenerator
-    from megatron.training.argument_utils import core_transformer_config_from_args
     from packaging.version import Version
     tc.is_te_min_version = lambda v, check_equality=True: Version("2.14.0") >= Version(str(v))
     tc.get_te_version = lambda: Version("2.14.0")
     if rope_utils.fused_apply_rotary_pos_emb is None:
         rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
+    for name in ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                 "fused_sort_chunks_by_index_with_probs", "fused_unpermute"):
+        if getattr(moe_utils, name, None) is None:
+            setattr(moe_utils, name, lambda *a, **k: None)
+
+
+def main(req_path: str, out_path: str) -> None:
+    import torch
+
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    import megatron.training.arguments as A
+    from megatron.core.parallel_state import RankGenerator
+    from megatron.training.argument_utils import core_transformer_config_from_args
+    stand_in_transformer_engine()
 
     arch = {"v": 9}
     A.get_device_arch_version = lambda: arch["v"]

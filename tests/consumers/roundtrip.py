@@ -1,4 +1,4 @@
-"""Contract values (planner.emit.contract) rebuilt from what each launcher's own library parsed out of the emitted
+"""Contract values (planner.launchers.contract) rebuilt from what each launcher's own library parsed out of the emitted
 files alone: megatron-core's TransformerConfig + args (check_megatron.py), MaxText's pyconfig (check_jax.py),
 Megatron-DeepSpeed's argument definitions (rebuild.mds_parser) and transformers' config class (the DeepSpeed
 transformers path), torchtitan's model config (check_torchtitan.py). Each function returns {field: value} for the
@@ -93,10 +93,10 @@ def _megatron_moe(f: dict, n: int) -> dict[str, Any]:
     }
 
 
-# MaxText decoder blocks: norm type, post norms, embedding scale, local/global cycle (planner.emit.maxtext_mesh,
+# MaxText decoder blocks: norm type, post norms, embedding scale, local/global cycle (planner.launchers.maxtext_mesh,
 # read from maxtext 0.2.5 models/*.py)
 def maxtext_values(f: dict, planned: ModelSpec) -> dict[str, Any]:
-    from planner.emit.maxtext_mesh import _GEMMA_BLOCKS, _POST_NORM_BLOCKS, _WINDOW_CYCLE
+    from planner.launchers.maxtext_mesh import _GEMMA_BLOCKS, _POST_NORM_BLOCKS, _WINDOW_CYCLE
 
     block, n = f["decoder_block"], f["num_decoder_layers"]
     acts = f["mlp_activations"]

@@ -1,7 +1,7 @@
 """Scenarios for `plan --launcher X --out DIR`: the search picks every knob for the target stack, the CLI
 writes its files, and the consumer tests feed them to the real libraries (one checker subprocess per
 consumer, shared with the other requests). Each scenario runs for every launcher that runs on its
-hardware (planner.emit.capabilities.launchers_for); `CANNOT` lists the (scenario, launcher) pairs where the
+hardware (planner.launchers.launchers_for); `CANNOT` lists the (scenario, launcher) pairs where the
 launcher cannot run the model at all, and why (the CLI exits 2 with that reason).
 
 Nothing runs at import: tests parametrize over `run_keys()` / `written_keys()` (names only, no search) and
@@ -98,7 +98,7 @@ def run_id(name: str, launcher: str) -> str:
 def run_keys() -> tuple[tuple[str, str], ...]:
     """(scenario name, launcher) for every scenario and every launcher of its hardware; no search is run."""
     from planner.catalog.hardware import parse_cluster
-    from planner.emit.capabilities import launchers_for
+    from planner.launchers import launchers_for
 
     return tuple((sc.name, launcher) for sc in SCENARIOS for launcher in launchers_for(parse_cluster(sc.cluster)))
 

@@ -12,7 +12,7 @@ from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import argv_of_script, mds_spec, same_model
 from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
-from planner.emit.capabilities import launcher_errors
+from planner.launchers import launcher_errors
 from planner.specs import ParallelPlan
 
 pytestmark = pytest.mark.consumers

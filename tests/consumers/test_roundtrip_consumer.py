@@ -1,7 +1,7 @@
 """Round trip of every catalog model (and the Hugging Face configs in tests/data/hf_configs) through every launcher
 that accepts it (issue 24): the launch files are read back by the launcher's own library (megatron-core 0.19.2
 parse_args/validate_args/TransformerConfig, MaxText 0.2.5 pyconfig, Megatron-DeepSpeed's argument definitions,
-transformers' config class for DeepSpeed's transformers path) and every contract field (planner.emit.contract) the
+transformers' config class for DeepSpeed's transformers path) and every contract field (planner.launchers.contract) the
 library exposes is compared with the model the plan was costed with. A launcher that refuses names the feature.
 The result table is docs/launchers.md's "Round trip" section (UPDATE_DOCS=1 rewrites it)."""
 
@@ -19,8 +19,8 @@ from consumers.conftest import require, run_checker
 from consumers.roundtrip import hf_values, maxtext_values, mds_values, megatron_values, mismatches, torchtitan_values
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import list_models, load_model
-from planner.emit.capabilities import capabilities
-from planner.emit.contract import CONTRACTS, contract_values
+from planner.launchers import capabilities
+from planner.launchers.contract import CONTRACTS, contract_values
 from planner.specs import ParallelPlan, TrainingSpec
 
 pytestmark = pytest.mark.consumers

@@ -57,6 +57,9 @@ exec torchrun \
   --expert-model-parallel-size 64 \
   --expert-tensor-parallel-size 1 \
   --moe-token-dispatcher-type alltoall \
+  --moe-permute-fusion \
+  --moe-router-fusion \
+  --moe-shared-expert-overlap \
   --moe-grouped-gemm \
   --micro-batch-size 1 \
   --global-batch-size 15360 \

@@ -1,4 +1,4 @@
-"""What each launcher can run, as data beside its emitter (one module per launcher).
+"""What each launcher can run, as data, one module per launcher, below the search and the emitters that both read it.
 
 Each launcher module defines `CAPABILITIES`: the launcher version the rules were checked against, what it
 offers (schedules, ZeRO/FSDP stages, CP kinds, expert TP, recompute, offload, FP8 recipes, rank order) and
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from planner.emit.common import Job, Unsupported
+from planner.launchers.job import Job, Unsupported
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 
 # rule ids (shared by the launcher tables) that depend on the model, dtype or hardware only
@@ -68,7 +68,7 @@ class Capabilities:
 
 
 def _registry() -> dict[str, Capabilities]:
-    from planner.emit.capabilities import deepspeed, maxtext, megatron, torchtitan
+    from planner.launchers import deepspeed, maxtext, megatron, torchtitan
 
     return {c.launcher: c for c in (megatron.CAPABILITIES, deepspeed.CAPABILITIES, torchtitan.CAPABILITIES,
                                     maxtext.CAPABILITIES)}
@@ -125,12 +125,12 @@ def launchers_for(cluster: ClusterSpec) -> tuple[str, ...]:
 
 
 def contract_rule(launcher: str) -> Rule:
-    """The launcher's architecture contract (planner.emit.contract): refuse, naming every costed feature of the
+    """The launcher's architecture contract (planner.launchers.contract): refuse, naming every costed feature of the
     model (or training) that the launcher's release cannot express."""
-    from planner.emit.contract import CONTRACTS, missing_features
+    from planner.launchers.contract import CONTRACTS, missing_features
 
     return Rule("contract", "{L} cannot express {what} of {name}, which the plan was costed with",
-                f"planner/emit/contract.py ({CONTRACTS[launcher]['release']})",
+                f"planner/launchers/contract.py ({CONTRACTS[launcher]['release']})",
                 lambda j: bool(missing_features(j.model, j.train, launcher)),
                 detail=lambda j: {"L": _LAUNCHER_NAMES[launcher], "name": j.model.name,
                                   "what": ", ".join(missing_features(j.model, j.train, launcher))})

@@ -299,7 +299,7 @@ def _mds_gaps(m: ModelSpec, t: TrainingSpec) -> list[str]:
 
 
 def _maxtext_gaps(m: ModelSpec, t: TrainingSpec) -> list[str]:
-    from planner.emit.maxtext_mesh import maxtext_model_gaps  # the decoder blocks' own layouts (beside the mesh)
+    from planner.launchers.maxtext_mesh import maxtext_model_gaps  # the decoder blocks' own layouts (beside the mesh)
 
     return maxtext_model_gaps(m, t)
 
@@ -332,7 +332,7 @@ def deepspeed_path(m: ModelSpec, t: TrainingSpec) -> str | None:
     field, else "hf" (the transformers model under ZeRO, data parallel only) when its config holds them, else None."""
     if not table_missing(m, t, "deepspeed"):
         return "megatron-deepspeed"
-    from planner.emit.hf_model import hf_gaps
+    from planner.launchers.hf_model import hf_gaps
 
     return "hf" if not hf_gaps(m, t) else None
 
@@ -346,7 +346,7 @@ def missing_features(m: ModelSpec, t: TrainingSpec, launcher: str) -> list[str]:
 def _missing(m: ModelSpec, t: TrainingSpec, launcher: str) -> tuple[str, ...]:
     out = table_missing(m, t, launcher)
     if launcher == "deepspeed" and out:
-        from planner.emit.hf_model import hf_gaps
+        from planner.launchers.hf_model import hf_gaps
 
         hf = hf_gaps(m, t)
         return () if not hf else (f"{', '.join(out)} (Megatron-DeepSpeed) and {', '.join(hf)} (transformers)",)

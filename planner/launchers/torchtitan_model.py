@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from planner.emit.common import Job
+from planner.launchers.job import Job
 from planner.specs import ModelSpec
 
 MODULE = "torchtitan_model"

@@ -2,7 +2,7 @@
 
 `hf_config_of(model)` writes the transformers config fields of the model's family; `hf_gaps(model, train)`
 re-imports that config with the planner's own importer (planner.catalog.hf_import) and names every contract
-field (planner.emit.contract) that comes back different: what transformers' model class of that family would
+field (planner.launchers.contract) that comes back different: what transformers' model class of that family would
 not run as planned (DeepSeek-V3's aux-loss-free bias updates and MTP module, for instance). Empty: the config
 builds the costed model.
 """
@@ -105,7 +105,7 @@ def hf_config_of(m: ModelSpec) -> dict[str, Any]:
 def hf_gaps(m: ModelSpec, t: TrainingSpec) -> list[str]:
     """Contract features the Hugging Face model of `m`'s family would not run as costed (empty: it runs them)."""
     from planner.catalog.hf_import import from_hf_config
-    from planner.emit.contract import BY_NAME, contract_values
+    from planner.launchers.contract import BY_NAME, contract_values
 
     try:
         back = from_hf_config(hf_config_of(m), name=m.name)

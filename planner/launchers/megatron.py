@@ -5,8 +5,8 @@ Citations: MLM = NVIDIA/Megatron-LM@core_v0.16.1 (../shared/reference/launcher_c
 
 from __future__ import annotations
 
-from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches
-from planner.emit.common import Job
+from planner.launchers import Capabilities, Rule, contract_rule, is_tpu, microbatches
+from planner.launchers.job import Job
 
 
 def _uneven_layers(job: Job) -> bool:

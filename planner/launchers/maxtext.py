@@ -5,14 +5,14 @@ Citations: MT = maxtext@e591f30:src/maxtext/ (launcher_capabilities.md sec. 4).
 
 from __future__ import annotations
 
-from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
-from planner.emit.common import Job, Unsupported
-from planner.emit.maxtext_mesh import _decoder_block, mesh_degrees, split_ici_dcn
+from planner.launchers import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
+from planner.launchers.job import Job, Unsupported
+from planner.launchers.maxtext_mesh import _decoder_block, mesh_degrees, split_ici_dcn
 from planner.specs.dims import ParallelDims
 
 
 def _mesh_impossible(job: Job) -> bool:
-    """EP must be carved from the DP axes and the mesh must lay over whole slices (planner.emit.maxtext_mesh)."""
+    """EP must be carved from the DP axes and the mesh must lay over whole slices (planner.launchers.maxtext_mesh)."""
     try:
         split_ici_dcn(job, mesh_degrees(job))
     except Unsupported:
@@ -24,7 +24,7 @@ def _fsdp_over_dcn(job: Job) -> bool:
     """On a TPU multislice, the mesh laid over slices gives DCN an axis other than data or stage
     (planner.emit.maxtext). GPU nodes are 'slices' of one NVLink domain; MaxText's GPU recipes shard FSDP over
     their DCN, so the rule is the TPU multislice one."""
-    from planner.emit.maxtext_mesh import mesh_degrees, split_ici_dcn
+    from planner.launchers.maxtext_mesh import mesh_degrees, split_ici_dcn
 
     if not is_tpu(job):
         return False

@@ -1,5 +1,5 @@
 """What a MaxText (0.2.5) run of a plan can be laid out as, read by the emitter (planner.emit.maxtext) and by the
-launcher's capability rules (planner.emit.capabilities.maxtext) alike: the mesh degrees, their ICI/DCN split over
+launcher's capability rules (planner.launchers.maxtext) alike: the mesh degrees, their ICI/DCN split over
 slices, the decoder block of the model and what that block cannot run. A module of its own so the rules and the
 emitter both import it and neither imports the other's module."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 
 from planner.costmodel.placement import mesh_degrees_exact, split_ici_dcn_exact
-from planner.emit.common import Job, Unsupported
-from planner.emit.contract import contract_values
+from planner.launchers.contract import contract_values
+from planner.launchers.job import Job, Unsupported
 
 
 def mesh_degrees(job: Job) -> dict[str, int]:
@@ -92,7 +92,7 @@ def _window_gap(m, t, block: str) -> list[str]:
 
 
 def maxtext_model_gaps(m, t) -> list[str]:
-    """Model features the MaxText decoder block chosen for `m` does not run (planner.emit.contract)."""
+    """Model features the MaxText decoder block chosen for `m` does not run (planner.launchers.contract)."""
     block = _block_of(m)
     if block is None:
         return [f"a decoder block for the {m.family} architecture"]

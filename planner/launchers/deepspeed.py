@@ -5,10 +5,10 @@ Citations: DS = deepspeed 0.19.8:deepspeed/, MDS = Megatron-DeepSpeed (launcher_
 
 from __future__ import annotations
 
-from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, non_default_state_dtypes
-from planner.emit.common import Job
-from planner.emit.contract import deepspeed_path, table_missing
-from planner.emit.hf_model import hf_gaps
+from planner.launchers import Capabilities, Rule, contract_rule, is_tpu, non_default_state_dtypes
+from planner.launchers.contract import deepspeed_path, table_missing
+from planner.launchers.hf_model import hf_gaps
+from planner.launchers.job import Job
 from planner.specs.dims import ParallelDims
 
 
@@ -19,7 +19,7 @@ def _partial_recompute(job: Job) -> bool:
 
 
 def ds_path(job: Job) -> str | None:
-    """The model's DeepSpeed path (planner.emit.contract.deepspeed_path); a Ulysses plan (cp > 1) of a model both
+    """The model's DeepSpeed path (planner.launchers.contract.deepspeed_path); a Ulysses plan (cp > 1) of a model both
     paths express runs on the Hugging Face path, where DeepSpeed-Ulysses is written."""
     path = deepspeed_path(job.model, job.train)
     if path == "megatron-deepspeed" and job.plan.cp > 1 and not hf_gaps(job.model, job.train):
@@ -48,7 +48,7 @@ RULES = (
     Rule("hf-data-parallel", "DeepSpeed runs {name} as the Hugging Face model ({what}): data parallelism under "
          "ZeRO and Ulysses sequence parallelism only, no tensor parallelism, "
          "pipeline parallelism or expert parallelism (tp={tp} pp={pp} ep={ep} cp={cp})",
-         "planner/emit/hf_model.py; DS:runtime/engine.py (ZeRO over the data-parallel group only)",
+         "planner/launchers/hf_model.py; DS:runtime/engine.py (ZeRO over the data-parallel group only)",
          lambda j: _hf_path(j) and (j.plan.tp > 1 or j.plan.pp > 1 or j.plan.ep > 1),
          detail=lambda j: {"name": j.model.name, "what": _why_hf(j),
                            "tp": j.plan.tp, "pp": j.plan.pp, "ep": j.plan.ep, "cp": j.plan.cp}),

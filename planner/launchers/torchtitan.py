@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.emit.capabilities import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
-from planner.emit.common import Job, Unsupported
-from planner.emit.torchtitan_registry import registry_config, stage_split
+from planner.launchers import Capabilities, Rule, contract_rule, is_tpu, microbatches, non_default_state_dtypes
+from planner.launchers.job import Job, Unsupported
+from planner.launchers.torchtitan_registry import registry_config, stage_split
 from planner.specs.dims import ParallelDims
 
 

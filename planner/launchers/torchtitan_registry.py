@@ -1,12 +1,12 @@
 """What torchtitan 0.3.0 can build for a plan, read by the emitter (planner.emit.torchtitan) and by the launcher's
-capability rules (planner.emit.capabilities.torchtitan) alike: the config_registry function of a model
+capability rules (planner.launchers.torchtitan) alike: the config_registry function of a model
 (--module/--config, else the planner's own config module) and the pipeline stage split. A module of its own so
 the rules and the emitter both import it and neither imports the other's module."""
 
 from __future__ import annotations
 
-from planner.emit.common import Job, Unsupported
-from planner.emit.torchtitan_model import CONFIG, MODULE, custom_model_errors
+from planner.launchers.job import Job, Unsupported
+from planner.launchers.torchtitan_model import CONFIG, MODULE, custom_model_errors
 
 # (module, config, float8 config or None): registry functions of torchtitan 0.3.0 and the model they build.
 # Keyed by (layers, hidden, heads, kv_heads, ffn, vocab, experts); tests/consumers checks it against the
@@ -46,7 +46,7 @@ def _check_rope(job: Job, config: str) -> None:
 
 def registry_config(job: Job) -> tuple[str, str]:
     """(--module, --config): the registry function that builds the model, else the planner's own module
-    (torchtitan_model.py, planner.emit.torchtitan_model) when torchtitan's config helpers can build it."""
+    (torchtitan_model.py, planner.launchers.torchtitan_model) when torchtitan's config helpers can build it."""
     if job.train.dtype == "fp16":
         raise Unsupported("torchtitan trains in bf16 or fp32 (mixed_precision_param), not fp16")
     try:

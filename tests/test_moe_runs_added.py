@@ -1,0 +1,74 @@
+"""runs/moe_runs_added.yaml: published MoE runs outside the rest of runs/ (issue 23 item 5), read and scored whole.
+
+No error bound here: the rows are held out of every bound until the integrator decides (the file's header says why);
+this checks that every row is read without a schema error, is predicted (or says why it cannot be), and that its
+step time is the published figure it cites (the tokens/s conversion recomputed from `derived_from`)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from planner.analysis.validate import load_runs, validate_runs
+from planner.catalog.data import data_dir
+
+FILE = data_dir("runs") / "moe_runs_added.yaml"
+# rows per source (the header of runs/moe_runs_added.yaml lists the tables)
+PREFIXES = {"mbridge": 49, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2504-grok1": 12, "automodel": 6,
+            "tpurecipes": 2}
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[dict]:
+    return load_runs(FILE)
+
+
+def test_every_row_is_read_and_cites_its_source(runs):
+    ids = [r["id"] for r in runs]
+    assert len(ids) == len(set(ids)) == sum(PREFIXES.values())
+    assert {p: sum(i.startswith(p) for i in ids) for p in PREFIXES} == PREFIXES
+    for r in runs:
+        assert r["reliability"] in ("A", "B", "C"), r["id"]
+        assert "commit" in r["source"] and "https://github.com/" in r["source"], r["id"]
+        assert r["measured"]["step_time_s"] > 0 and r["measured"]["derived_from"], r["id"]
+        # every row says how its experts were routed: force-balanced dropless or token drop at a capacity factor
+        assert ("moe_force_balanced" in r["train"]) != ("moe_capacity_factor" in r["train"]), r["id"]
+
+
+def test_step_times_are_the_published_throughput(runs):
+    converted = 0
+    for r in runs:
+        m = re.match(r"tokens_per_sec_per_gpu=([\d,.]+) ", r["measured"]["derived_from"])
+        if m is None:
+            continue
+        tps = float(m.group(1).replace(",", ""))
+        t = r["train"]
+        assert r["measured"]["step_time_s"] == pytest.approx(t["global_batch"] * t["seq_len"] / (tps * r["devices"]),
+                                                            rel=1e-12), r["id"]
+        converted += 1
+    assert converted == PREFIXES["mbridge"]
+
+
+# rows the planner cannot cost today, each saying why in its notes: DeepSeek-V3's 61 layers over PP 8 x VP 2
+NOT_REPRESENTABLE = {"mbridge2509-dgx-gb200-dsv3-fp8-mx-256gpu-tokendrop"}
+
+
+def test_every_row_is_predicted(runs):
+    res = validate_runs(runs)
+    assert {r["id"] for r in runs} - {r["id"] for r in res["runs"]} == NOT_REPRESENTABLE
+    assert res["summary"]["skipped"] == len(NOT_REPRESENTABLE)
+    assert all("NOT REPRESENTABLE" in r["notes"] for r in runs if r["id"] in NOT_REPRESENTABLE)
+    assert all(r["step_time_s"] > 0 and r["step_time_error"] is not None for r in res["runs"])
+
+
+def test_moe_rows_are_predicted_within_todays_reach(runs):
+    """The 79 predicted rows no constant was fitted on, at what the model reaches today (median 18.1%, p90 59.9%,
+    docs/validation.md): a regression guard, short of the MoE targets (median 12%, p90 25%). The tail is NeMo
+    AutoModel (+43% to +102%: no stack of the planner describes its Transformer Engine + DeepEP FSDP2) and the newest
+    GB200 Megatron-Bridge tables (+55%: step times fell release by release with the same published inputs)."""
+    res = validate_runs(runs)
+    errors = sorted(abs(r["step_time_error"]) for r in res["runs"])
+    assert len(errors) == 79
+    assert errors[len(errors) // 2] <= 0.19, errors
+    assert errors[int(0.9 * (len(errors) - 1))] <= 0.61, errors
