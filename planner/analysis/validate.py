@@ -246,6 +246,12 @@ RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], s
     (("nemo performance summary",), NEMOTRON4_340B, {"grad_dtype": "bf16", "optimizer_dtype": "bf16"},
      "NeMo's performance summary runs NeMo-Framework-Launcher's recipes: conf/training/nemotron/nemotron_340b.yaml "
      "optim mcore_distributed_optim, grad_sync_dtype bf16, dtype bf16"),
+    (("nemo automodel performance summary",), {}, {"param_dtype": "bf16", "grad_dtype": "bf16",
+                                                    "optimizer_dtype": "bf16"},
+     "NVIDIA-NeMo/Automodel@8d9bfb9 examples/benchmark/configs/*_te_deepep.yaml: the MoE model is built in the HF "
+     "config's torch_dtype, bfloat16 (components/models/*/model.py get_dtype(config.torch_dtype, torch.bfloat16), "
+     "self.to(dtype)), so FSDP2 shards bf16 parameters, their gradients and torch.optim.Adam's exp_avg / exp_avg_sq "
+     "(zeros_like the parameter) are bf16"),
     (("deepseek-v3 technical report",), {}, {"optimizer_dtype": "bf16", "fp8_moe_act_cache": True},
      "DeepSeek-V3 report (arXiv 2412.19437) sec. 3.3.2: AdamW moments tracked in BF16; the MoE SwiGLU inputs cached "
      "in FP8 with the SwiGLU output recomputed in backward (FP8 runs only)"),
