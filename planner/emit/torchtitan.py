@@ -91,6 +91,7 @@ def torchtitan_args(job: Job) -> list[str]:
     opt("training.global_batch_size", t.global_batch)
     opt("training.seq_len", t.seq_len)
     opt("training.mixed_precision_param", "bfloat16")
+    a.extend(loss_args(job))
     a.extend(compile_args(job))
     if p.pp > 1 or p.ep > 1:
         # Trainer.Config rejects CUDA graphs with PP, and with EP unless a sync-free dispatcher is configured
@@ -102,6 +103,15 @@ def torchtitan_args(job: Job) -> list[str]:
     a.append({"none": "activation-checkpoint:none", "selective": "activation-checkpoint:selective",
               "full": "activation-checkpoint:full"}[p.recompute])
     return a
+
+
+def loss_args(job: Job) -> list[str]:
+    """The loss as costed (memory.logits_bytes_per_token): the registry configs' ChunkedLossWrapper over the planned
+    number of sequence slices (TT:components/loss.py ChunkedLossWrapper.Config num_chunks, 8 in the registry)."""
+    if job.train.loss_chunks == 1:
+        job.note("torchtitan 0.3.0's configs run ChunkedLossWrapper: with one chunk it also keeps an fp32 buffer of "
+                 "the hidden-state gradient (6 B x dim per token) the plan's loss term does not count")
+    return ["--loss.num_chunks", str(job.train.loss_chunks)]
 
 
 def compile_args(job: Job) -> list[str]:

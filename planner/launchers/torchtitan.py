@@ -97,6 +97,10 @@ RULES = (
          detail=lambda j: {"s": j.plan.schedule, "v": j.plan.vpp}),
     Rule("microbatches", "too few or uneven pipeline micro-batches for the schedule",
          "TORCH:1020-1024 (1F1B n_mb >= pp), 2935-2942 (interleaved n_mb % rounds) [assert]", _1f1b_microbatches),
+    Rule("loss-chunks", "torchtitan's chunked loss splits the sequence into --loss-chunks slices: {n} does not "
+         "divide seq_len {s}", "TT:components/loss.py ChunkedLossWrapper (seq_len % num_chunks == 0) [assert]",
+         lambda j: j.train.seq_len % j.train.loss_chunks != 0,
+         detail=lambda j: {"n": j.train.loss_chunks, "s": j.train.seq_len}),
     Rule("optimizer-offload", "torchtitan offloads parameters, gradients and optimizer states together "
          "(training.enable_cpu_offload), not the optimizer alone", "TT:distributed/fsdp.py CPUOffloadPolicy",
          lambda j: j.plan.offload_optimizer),

@@ -53,7 +53,8 @@ def check_args(r):
            "sequence_parallel": par.enable_sequence_parallel, "reshard": par.fsdp_reshard_after_forward,
            "schedule": par.pipeline_parallel_schedule, "microbatch": par.pipeline_parallel_microbatch_size,
            "activation_checkpoint": type(cfg.activation_checkpoint).__qualname__,
-           "compile": cfg.compile.enable, "async_tp": cfg.compile.enable_async_tensor_parallel}
+           "compile": cfg.compile.enable, "async_tp": cfg.compile.enable_async_tensor_parallel,
+           "loss_chunks": getattr(cfg.loss, "num_chunks", 1)}
     out["model"] = model_fields(cfg.model_spec.model, r.get("count_params", False))
     if pd.pp > 1:
         from torchtitan.distributed import pipeline_parallel as ppmod

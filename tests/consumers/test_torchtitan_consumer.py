@@ -78,6 +78,7 @@ def test_scenario_torchtitan_files_run_and_build_the_planned_model(results, key)
     p = doc["plan"]
     assert (r["tp"], r["pp"], r["cp"]) == (p["tp"], p["pp"], p["cp"])
     assert r["dp_replicate"] * r["dp_shard"] == p["dp"]
+    assert r["loss_chunks"] == doc["training"]["loss_chunks"]  # the costed loss (torchtitan's default: 8 slices)
     planned = load_model(run.scenario.model)
     f = r["model"]
     assert f["params"] == doc["model"]["params_total"]
@@ -99,6 +100,7 @@ def test_torchtitan_accepts_emitted_args(results, case):
     # async TP exactly when TP communication overlap was planned (torchtitan's CompileConfig checks it needs compile)
     assert r["compile"] == t.torch_compile
     assert r["async_tp"] == (p.tp > 1 and p.tp_comm_overlap)
+    assert r["loss_chunks"] == t.loss_chunks  # the loss runs over the slices it was costed with
     assert r["dp_replicate"] * r["dp_shard"] == p.dp
     if case.model.moe is not None:
         assert r["ep"] == p.ep

@@ -30,6 +30,7 @@ exec torchrun \
   --training.global_batch_size 504 \
   --training.seq_len 8192 \
   --training.mixed_precision_param bfloat16 \
+  --loss.num_chunks 1 \
   --compile.no-enable \
   --compile.no-enable_async_tensor_parallel \
   --training.disable_cuda_graphs activation-checkpoint:none \
