@@ -16,7 +16,7 @@ STACK = Stack(
     logit_bytes=6.0,  # Megatron-DeepSpeed keeps Megatron's vocab-parallel cross entropy (4 B fp32 + 2 B gradient)
     grad_reduce_dtype="compute",  # reduced in the compute dtype (TrainingSpec.grad_dtype: DeepSpeed's default)
     grad_buffer_in_reduce_dtype=True,  # DeepSpeed's gradient buffer holds the reduction dtype
-    grads_in_param_dtype=False,
+    grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype
     zero3_fp32_sharded_params=False,  # bf16/fp16 weights + fp32 master in the optimizer (ZeRO sec. 3.1, K=12)
     fp8_saves_gemm_inputs=False,  # no FP8 training switch in ds_config (launchers/deepspeed.py no-fp8)
     selective_saves="modules",  # Megatron-DeepSpeed's selective recompute: the attention core (Korthikanti sec. 5)

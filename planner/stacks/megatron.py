@@ -24,7 +24,7 @@ STACK = Stack(
     logit_bytes=6.0,
     grad_reduce_dtype="fp32",  # the fp32 main-grad buffer (TrainingSpec.grad_dtype; --grad-reduce-in-bf16 = bf16)
     grad_buffer_in_reduce_dtype=True,  # the main-grad buffer holds the reduction dtype (DistributedDataParallel)
-    grads_in_param_dtype=False,
+    grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype
     zero3_fp32_sharded_params=False,  # distributed optimizer: bf16 weights + sharded fp32 master (ZeRO sec. 3.1)
     fp8_saves_gemm_inputs=True,  # Transformer Engine FP8 linears save their GEMM inputs in FP8 for backward
     # --recompute-modules: core_attn (Korthikanti et al. 2022, arXiv 2205.05198, sec. 5), + layernorm/moe_act/

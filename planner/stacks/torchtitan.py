@@ -22,7 +22,7 @@ STACK = Stack(
     logit_bytes=12.0,
     grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
     grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
-    grads_in_param_dtype=False,
+    grads_in_param_dtype=False,  # FSDP2 mixed precision reduces in reduce_dtype (fp32) whatever the parameters
     zero3_fp32_sharded_params=True,  # FSDP2 mixed precision: fp32 sharded parameters, bf16 only when gathered
     fp8_saves_gemm_inputs=False,  # torchao Float8Linear: the planner counts its saved inputs at 2 B
     # op-level selective AC (torchtitan distributed/activation_checkpoint.py SelectiveAC): the block input, the
