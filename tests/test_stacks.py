@@ -128,3 +128,17 @@ def test_stack_switches_are_read_from_the_traits():
             else:
                 with pytest.raises(ValueError):
                     TrainingSpec(global_batch=8, framework=fw, **{switch: True})
+
+
+def test_a_costed_moe_dispatcher_the_launcher_cannot_select_is_refused():
+    """--moe-dispatcher flex is costed as DeepEP; only Megatron's files select it (Stack.moe_dispatchers)."""
+    from planner.catalog.models import get_model
+    from planner.launchers.contract import missing_features
+    from planner.specs import TrainingSpec
+
+    m = get_model("mixtral-8x7b")
+    for launcher, framework in (("megatron", "megatron"), ("deepspeed", "deepspeed"), ("maxtext", "maxtext")):
+        flex = TrainingSpec(seq_len=4096, global_batch=256, framework=framework, moe_dispatcher="flex")
+        assert ("the flex MoE dispatcher" in missing_features(m, flex, launcher)) == (launcher != "megatron")
+        plain = TrainingSpec(seq_len=4096, global_batch=256, framework=framework, moe_dispatcher="alltoall")
+        assert "the alltoall MoE dispatcher" not in missing_features(m, plain, launcher)

@@ -349,5 +349,16 @@ def _missing(m: ModelSpec, t: TrainingSpec, launcher: str) -> tuple[str, ...]:
         from planner.launchers.hf_model import hf_gaps
 
         hf = hf_gaps(m, t)
-        return () if not hf else (f"{', '.join(out)} (Megatron-DeepSpeed) and {', '.join(hf)} (transformers)",)
-    return tuple(out)
+        out = [] if not hf else [f"{', '.join(out)} (Megatron-DeepSpeed) and {', '.join(hf)} (transformers)"]
+    return tuple(out + dispatcher_gap(m, t, launcher))
+
+
+def dispatcher_gap(m: ModelSpec, t: TrainingSpec, launcher: str) -> list[str]:
+    """A costed MoE dispatcher (TrainingSpec.moe_dispatcher) the launcher's files cannot select
+    (planner.stacks: Stack.moe_dispatchers of the stack it runs)."""
+    from planner.stacks import stack_of_emitter
+
+    stack = stack_of_emitter(launcher)
+    if m.moe is None or t.moe_dispatcher is None or stack is None or t.moe_dispatcher in stack.moe_dispatchers:
+        return []
+    return [f"the {t.moe_dispatcher} MoE dispatcher"]

@@ -78,6 +78,7 @@ class Stack:
     # ("fused" / "unfused"), whether the shared experts run beside the dispatch, whether the router's top-k is one
     # fused kernel, and whether each local expert's GEMM is its own launch (else one grouped kernel)
     moe_dispatcher: MoEDispatcher
+    moe_dispatchers: tuple[MoEDispatcher, ...]  # the dispatchers its launch files can select (--moe-dispatcher)
     moe_dispatch_host_sync: bool
     moe_permute: MoEPermute
     moe_shared_expert_overlap: bool

@@ -35,6 +35,7 @@ STACK = Stack(
     fused_loss_option=False,  # its vocab-parallel loss is counted by logit_bytes
     fp8_lm_head=False,  # the LM head stays 16-bit under FP8 recipes, as in Megatron
     moe_dispatcher="alltoall",  # DeepSpeed-MoE: GShard-style all-to-all of capacity-padded tokens
+    moe_dispatchers=("alltoall",),  # DeepSpeed-MoE has one
     moe_dispatch_host_sync=False,  # capacity gating with static shapes (einsum dispatch): nothing read on the host
     moe_permute="unfused",  # einsum dispatch / combine masks, not a fused permute
     moe_shared_expert_overlap=False,  # no shared-expert stream

@@ -45,6 +45,7 @@ STACK = Stack(
     fused_loss_option=False,  # MaxText keeps its own loss, counted by logit_bytes
     fp8_lm_head=True,  # MaxText's FP8 path is not documented here: the LM head keeps the recipe's dtype
     moe_dispatcher="alltoall",  # expert-parallel all-to-all under XLA (MaxText moe.py)
+    moe_dispatchers=("alltoall",),  # the MaxText emitter selects no other
     moe_dispatch_host_sync=False,  # static shapes under XLA: nothing read on the host
     moe_permute="fused",  # XLA fuses the sort / gather of the permutation
     moe_shared_expert_overlap=False,  # no separate shared-expert stream modelled

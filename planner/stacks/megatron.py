@@ -45,6 +45,7 @@ STACK = Stack(
     fused_loss_option=False,  # its vocab-parallel loss, fused or not, is counted by logit_bytes
     fp8_lm_head=False,  # output_layer is a ColumnParallelLinear outside Transformer Engine's fp8_autocast
     moe_dispatcher="alltoall",  # Megatron-Bridge / NeMo recipes: --moe-token-dispatcher-type alltoall
+    moe_dispatchers=("alltoall", "allgather", "flex"),  # --moe-token-dispatcher-type (emit/megatron.py)
     # the all-to-all dispatcher copies the per-expert token counts to the host (megatron-core 0.19.2
     # transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher cuda_sync_point / cuda_dtoh_point; the
     # all-gather dispatcher's tokens_per_expert .cpu())
