@@ -179,7 +179,9 @@ class Calibration:
     # max_memory_allocated); torchtitan reports reserved memory. Fitted on the torchtitan rows. Stacks with PyTorch's
     # caching allocator only (Stack.caching_allocator): XLA assigns buffers statically.
     ALLOCATOR_FRAGMENTATION: float = 1.05
-    # Memory left free for the driver and transient spikes when deciding whether a plan fits.
+    # Memory left free for the driver and transient spikes when deciding whether a plan fits, under PyTorch's caching
+    # allocator; none under XLA, which checks the compiled program against the device's limit
+    # (capacity.fit_reserve_gib).
     FIT_RESERVE_GIB: float = 1.0
     # The memory error band: 90% of the published peaks (runs/known_runs_*.yaml with peak_memory_gib, 27 torchtitan
     # rows) lie within a factor 1 + MEMORY_BAND_REL of the prediction, cross-validated (the fitted overhead refitted
