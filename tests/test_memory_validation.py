@@ -54,10 +54,13 @@ def test_maxtext_tpu_recipes_fit_by_their_mechanisms(validated):
         assert mem["usable_gib"] == mem["capacity_gib"] in (31.25, 95.74) and mem["overhead_gib"] == 0.0, rid
 
 
-# Issue 22's targets over every published peak: median |error| <= 10% (met: 6.6%), p90 <= 20% (NOT met: 22.4%,
-# the 405B 1F1B / interleaved and 70B 2D rows under-predicted by 18-30%, torchao's B200 rows over by 25-27%); the p90
-# is held at today's value as a regression bound
-P90_REGRESSION_BOUND = 0.23
+# Issue 22's targets over every published peak: median |error| <= 10% (met: 5.9% cross-validated), p90 <= 20% (NOT
+# met: 24.7% cross-validated, 22.4% in sample; the 405B 1F1B / interleaved and 70B 2D rows under-predicted by 19-31%,
+# torchao's B200 rows over by 22-24%). The torchao H100 rows ran torchtitan 0.0.2 before it compiled the loss (ao
+# docs table of 2025-03-12, torchtitan PR #1033 of 2025-04-02): with the eager fp32 loss they moved from -13% to +4%,
+# the median from 8.0% to 5.9%, while the cross-validated p90 rose from 22.4% (the refitted overhead no longer offsets
+# the B200 rows). The p90 is held at today's value as a regression bound.
+P90_REGRESSION_BOUND = 0.25
 
 
 def test_published_peaks_within_the_stated_error(validated):
@@ -75,7 +78,7 @@ def test_memory_band_is_the_cross_validated_one():
     errs = loo_errors(rows)
     assert len(errs) >= 15
     a = sorted(abs(e) for e in errs)
-    # cross-validated: median 8.0%, p90 22.4% (the p90 target of 20% is not met, as in sample)
+    # cross-validated: median 5.9%, p90 24.7% (the p90 target of 20% is not met; in sample 22.4%)
     assert statistics.median(a) <= 0.10 and a[int(0.9 * (len(a) - 1))] <= P90_REGRESSION_BOUND
     assert cal.MEMORY_BAND_REL == pytest.approx(band_rel(errs), abs=5e-4)
 
@@ -114,8 +117,8 @@ def _plan(args: list[str]) -> dict:
 
 
 # The issue asks #1 <= usable x (1 - band). Met by the two 70B commands; the two Llama 3.1 405B commands put #1 at
-# 62.1 GiB and Mixtral (DeepSpeed ZeRO-3) at 60.8 GiB of 78.7 usable, whose band's upper edge (x 1.24) still fits
-# but which are above usable x (1 - 0.24) = 59.7: the margin only reorders plans within the step-time band (405B:
+# 62.1 GiB and Mixtral (DeepSpeed ZeRO-3) at 60.8 GiB of 78.7 usable, whose band's upper edge (x 1.25) still fits
+# but which are above usable x (1 - 0.25) = 59.1: the margin only reorders plans within the step-time band (405B:
 # the next plan with that much room is 30% slower). Held: every #1 fits at its band's upper edge (what --out writes).
 STRICT_MARGIN_MET = {"llama-70b", str(ROOT / "tests" / "data" / "llama-2-70b.json")}
 

@@ -127,6 +127,10 @@ def infer_fused_cross_entropy(run: dict, framework: str) -> bool:
     return traits(framework).fused_loss_option and _cites_llm_foundry(run)
 
 
+# torchao's docs/source/workflows/training.md H100 table (torchtitan 0.0.2), as the runs cite it
+TORCHAO_H100_TABLE = "nvidia h100 table"
+
+
 def infer_compiled_loss(run: dict, framework: str, compiled: bool) -> bool:
     """torchtitan compiles its cross entropy with --compile since PR #1033 (April 2025) into one fused kernel that
     keeps the bf16 logits and writes a bf16 gradient (the fused-loss accounting): a compiled run whose torchtitan is
@@ -135,7 +139,10 @@ def infer_compiled_loss(run: dict, framework: str, compiled: bool) -> bool:
         return False
     src = str(run.get("source", "")).lower()
     if "pytorch/ao/" in src or "torchao" in src:
-        return True
+        # the tables' own stated stack: H100 "torchtitan version 0.0.2" with torchao 890e0ac8 (2025-02-28), added to
+        # the docs by ao PR #1793 (2025-03-12), before torchtitan PR #1033 (2025-04-02) compiled the loss: the fp32
+        # loss ran eagerly; B200 commit 6fc499f and MI300X commit 2c8b594 (August 2025: components/loss.py compiles it)
+        return TORCHAO_H100_TABLE not in src
     # only a run that cites torchtitan ran its loss; another FSDP2 stack (NeMo AutoModel, a user's) is not inferred
     date = stack_date(run)
     cites_titan = "torchtitan" in f"{run.get('id', '')} {src}".lower()
