@@ -35,6 +35,14 @@ def _fsdp_over_dcn(job: Job) -> bool:
     return any(v > 1 for a, v in dcn.items() if a not in ("data", "stage"))
 
 
+def _state_dtypes_not_maxtexts(job: Job) -> bool:
+    """State dtypes MaxText cannot write: any but its own weight_dtype=bfloat16 (bf16 parameters, bf16 Adam moments
+    through mu_dtype, bf16 gradients as jax.grad returns them; MT:configs/base.yml)."""
+    t = job.train
+    own_bf16 = t.param_dtype == "bf16" and t.optimizer_dtype == "bf16" and t.grad_dtype in (None, "bf16")
+    return non_default_state_dtypes(job) and not own_bf16
+
+
 def _no_decoder_block(job: Job) -> bool:
     try:
         _decoder_block(job)
@@ -96,7 +104,7 @@ RULES = (
          verified=False),
     Rule("state-dtypes", "--grad-dtype / --optimizer-dtype are written for Megatron-LM only; MaxText would train "
          "with its default gradient and Adam-state dtypes", "MT:configs/base.yml:111-174 (grad_dtype float32)",
-         non_default_state_dtypes),
+         _state_dtypes_not_maxtexts),
 )
 
 CAPABILITIES = Capabilities(

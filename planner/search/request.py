@@ -26,7 +26,11 @@ def dtype_errors(cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list
         errs.append(f"--dtype fp16: {hw.id} has no fp16 matmul units (its profile gives no fp16 rate; TPUs compute "
                     "in bf16): use --dtype bf16")
     custom_states = train.grad_dtype is not None or train.optimizer_dtype != "fp32"
-    if custom_states and hw.is_tpu:
+    # --param-dtype bf16 is MaxText's weight_dtype=bfloat16, whose Adam moments inherit it (MT:configs/base.yml
+    # mu_dtype)
+    maxtext_bf16 = (train.param_dtype == "bf16" and train.optimizer_dtype == "bf16"
+                    and train.grad_dtype in (None, "bf16"))
+    if custom_states and hw.is_tpu and not maxtext_bf16:
         errs.append("--grad-dtype / --optimizer-dtype are written for Megatron-LM only, which does not run on "
                     f"{hw.id}: drop them")
     if train.optimizer_dtype == "bf16" and fixed.get("zero_stage") == 0:
