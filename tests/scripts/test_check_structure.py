@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("check_structure", ROOT / "scripts" / "check_structure.py")
 cs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cs)

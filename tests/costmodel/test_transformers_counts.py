@@ -11,7 +11,7 @@ which case a missing library is a failure.
 
 Known differences between transformers and the reference numbers (not between transformers and us):
 * DeepSeek-V3's `e_score_correction_bias` is a buffer in transformers, so the HF count is 58*256 lower
-  than models.yaml's computed_params (which counts it); see tests/test_params.py.
+  than models.yaml's computed_params (which counts it); see tests/costmodel/test_params.py.
 * MPT: transformers' port hard-codes a 4x FFN without biases, so only the defaults (expansion_ratio 4,
   no_bias true: every published MPT) are compared; other values follow MosaicML's own code.
 * DeepSeek `moe_layer_freq` is ignored by transformers; only the published value 1 is compared.

@@ -1,9 +1,9 @@
-"""Same-job pairs of the development runs ordered as measured (tests/helpers.py)."""
+"""Same-job pairs of the development runs ordered as measured (tests/support.py)."""
 
 from __future__ import annotations
 
 import pytest
-from helpers import job_key, ordering_rate, same_job_pairs, strict_job_key
+from support import job_key, ordering_rate, same_job_pairs, strict_job_key
 
 from planner.analysis.validate import load_runs, validate_runs
 from planner.catalog.data import data_dir

@@ -14,7 +14,7 @@ from planner.catalog.models import load_model
 from planner.errors import InputError
 from planner.specs import ModelSpec
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 CONFIGS = [json.loads(p.read_text()) for p in sorted(DATA.glob("*.json"))]
 FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
 

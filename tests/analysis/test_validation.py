@@ -219,7 +219,7 @@ def test_validate_reproduces_docs_validation_md(result, quality):
     byte for byte (the search is deterministic; the hand-written part after the mark is kept)."""
     from planner.analysis.validate import HAND_WRITTEN_MARK, validation_doc
 
-    doc = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
+    doc = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
     committed = doc.read_text()
     assert HAND_WRITTEN_MARK in committed
     assert validation_doc(result, quality, committed) == committed

@@ -1,7 +1,7 @@
 """Emitted launch configs of published runs' plans, compared byte for byte with tests/golden/<case>/.
 
 A change to an emitter shows up here as a diff to review. After an intended change, regenerate with
-    UPDATE_GOLDEN=1 python -m pytest tests/test_emit_golden.py
+    UPDATE_GOLDEN=1 python -m pytest tests/emit/test_emit_golden.py
 and commit the new files (`skipped.json` holds the launchers that cannot express the plan, and why).
 The consumer tests (tests/consumers/, marker `consumers`) load the same plans into the real libraries.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from consumers.cases import GOLDEN_CASES
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 

@@ -20,7 +20,7 @@ from planner.specs.training import Framework
 from planner.stacks import DEFAULT_FRAMEWORK, FRAMEWORKS, STACKS, Stack, stack_of, traits
 from planner.ui.jsondoc import load_schema
 
-PLANNER = Path(__file__).resolve().parents[1] / "planner"
+PLANNER = Path(__file__).resolve().parents[2] / "planner"
 STACK_DIR = PLANNER / "stacks"
 NAME_COMPARISON = re.compile(r"framework (==|!=|in)")  # the grep: framework ==, framework !=, framework in
 

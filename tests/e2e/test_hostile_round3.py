@@ -2,7 +2,7 @@
 One test (or more) per item of the issue, with the inputs it gives; the two calibrate fuzzes (3,000 nccl-tests
 tables, 1,000 hostile run sets) assert zero internal errors.
 
-Same limits as tests/test_hostile.py: 500 MB address space, 10 s, exit code, exactly one stderr line. The
+Same limits as tests/e2e/test_hostile.py: 500 MB address space, 10 s, exit code, exactly one stderr line. The
 device-file cases run on FIFOs in a temporary folder, never on the real /dev.
 """
 
@@ -275,7 +275,7 @@ def _file_reads() -> list[str]:
     """Every call in planner/ (outside planner/catalog/files.py) that opens or reads a file's content."""
     import ast
 
-    root = Path(__file__).resolve().parents[1] / "planner"
+    root = Path(__file__).resolve().parents[2] / "planner"
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).as_posix() == "catalog/files.py":

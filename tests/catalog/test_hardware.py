@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import hardware_catalog
+from support import hardware_catalog
 
 from planner.catalog.data import data_dir
 from planner.catalog.hardware import (

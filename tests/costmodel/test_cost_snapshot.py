@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from snapshot_cost import CASES, SNAPSHOT, evaluate_case  # noqa: E402
 
 STORED = json.loads(SNAPSHOT.read_text())["cases"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CMD = ["--model", "deepseek-v3", "--cluster", "h100x1024", "--pp", "8", "--schedule", "1f1b", "--json"]
 LOAD_SEARCHES = (["--model", "deepseek-v3", "--cluster", "h800x256", "--json"],
                  ["--model", "llama-3.1-405b", "--cluster", "h100x16384", "--seq-len", "8192", "--gbs", "2048",

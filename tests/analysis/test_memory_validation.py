@@ -14,7 +14,7 @@ import pytest
 from planner.analysis.validate import load_runs, validate_runs
 from planner.catalog.data import data_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN_FILES = sorted(p.name for p in (ROOT / "runs").glob("known_runs_*.yaml"))
 
 # Runs predicted not to fit although they ran, with the mechanism still missing. The test fails when one of them

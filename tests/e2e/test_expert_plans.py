@@ -24,7 +24,7 @@ from planner.costmodel.placement import placement
 from planner.search.engine import TIE_BAND, SearchOptions, search
 from planner.specs import ParallelPlan, TrainingSpec
 
-RUNS_DIR = Path(__file__).resolve().parents[1] / "runs"
+RUNS_DIR = Path(__file__).resolve().parents[2] / "runs"
 RUN_FILES = (RUNS_DIR / "known_runs_dev.yaml", RUNS_DIR / "known_runs_added.yaml", RUNS_DIR / "known_runs_tpu_dev.yaml")
 
 

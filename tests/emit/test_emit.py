@@ -554,7 +554,7 @@ def test_gemma3_text_config_gets_the_gemma3_block_and_megatron_refuses_it():
     from planner.catalog.hardware import parse_cluster
     from planner.catalog.models import load_model
 
-    m = load_model(str(Path(__file__).resolve().parent / "data" / "hf_configs" / "gemma-3-27b.json"))
+    m = load_model(str(Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "gemma-3-27b.json"))
     case = Case("gemma3", m, parse_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64, framework="maxtext"),
                 ParallelPlan(dp=64, zero_stage=3, recompute="full"))
     files, skipped = case.emit(["maxtext", "megatron"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support import run_cli
 
-DOCS = Path(__file__).parents[1] / "docs"
+DOCS = Path(__file__).parents[2] / "docs"
 PAGES = ("quickstart.md", "cli.md", "runs-schema.md")
 
 

@@ -34,7 +34,7 @@ def test_schema_ships_inside_the_package():
     from pathlib import Path
 
     import tomllib
-    py = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    py = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert "planner" in py["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     assert any(d.startswith("jsonschema") for d in py["project"]["optional-dependencies"]["test"])
 

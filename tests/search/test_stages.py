@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import uniform_stage_problem
+from support import uniform_stage_problem
 
 from planner.costmodel.partition import stage_layer_counts
 from planner.search.stages import (

@@ -12,7 +12,7 @@ from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 from planner.costmodel.calibration import dev_fit_bounds, names
 from planner.costmodel.trace import FORMULAS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("cost_model_doc", ROOT / "scripts" / "cost_model_doc.py")
 doc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(doc)

@@ -7,8 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
-from helpers import dominated_by_later
-from support import run_cli
+from support import dominated_by_later, run_cli
 
 from planner.search.ranking import TIE_BAND_REL, layout_key, rank, select
 from planner.specs import ParallelPlan

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from helpers import analytic_bubble_fraction, bubble_fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import analytic_bubble_fraction, bubble_fraction
 
 from planner.analysis.timeline import (
     Event,

@@ -5,7 +5,7 @@ speed; the speed itself is measured in benchmarks/search_speed.py, never here)."
 from __future__ import annotations
 
 import pytest
-from helpers import uniform_stage_problem
+from support import uniform_stage_problem
 
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import get_model

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from consumers.scenarios import BY_NAME, CANNOT, SCENARIOS, run_id, run_keys, scenario_run  # noqa: E402
 from support import HF_CONFIGS_DIR  # noqa: E402
 

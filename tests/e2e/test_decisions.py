@@ -357,7 +357,7 @@ def _plan_subprocess(args, **kw):
     from pathlib import Path
 
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {
-        "PYTHONPATH": str(Path(__file__).parents[1])}
+        "PYTHONPATH": str(Path(__file__).parents[2])}
     return subprocess.Popen([sys.executable, "-m", "planner.ui.cli", *args], env=env, **kw)
 
 
@@ -528,7 +528,7 @@ def test_docs_cli_names_every_option():
     from pathlib import Path
 
 
-    doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
     missing = [f"{name} {opt}" for name, cmd in {"plan": main, **main.commands}.items() for p in cmd.params
                for opt in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]
                if opt.startswith("--") and opt not in doc]
