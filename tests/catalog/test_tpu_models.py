@@ -88,7 +88,7 @@ def test_gemma3_layers():
 
 @pytest.mark.consumers
 def test_gemma3_against_transformers():
-    from tests.test_transformers_counts import build_hf, numel
+    from tests.costmodel.test_transformers_counts import build_hf, numel
 
     cfg = GEMMA3_12B | {"num_hidden_layers": 6}
     assert numel(build_hf(cfg)) == count_params(from_hf_config(cfg)).total
