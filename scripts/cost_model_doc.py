@@ -15,7 +15,7 @@ everything outside the markers is hand-written and left as it is. The sections:
 * stack_overhead: each stack's `overhead_gib` (planner.stacks);
 * profiles: the hardware profiles' per-profile constants (fitted TPU GEMM ceilings, `calibration:` blocks).
 
-tests/test_cost_model_doc.py fails when docs/cost-model.md differs from what this script writes.
+tests/scripts/test_cost_model_doc.py fails when docs/cost-model.md differs from what this script writes.
 """
 
 from __future__ import annotations

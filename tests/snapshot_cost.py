@@ -3,7 +3,7 @@ number stored in tests/data/snapshots/cost_snapshot.json, so a refactor that mov
 
 Regenerate only when a commit changes a term on purpose (the commit says which and why):
     PYTHONPATH=$PWD python tests/snapshot_cost.py
-tests/test_cost_snapshot.py re-evaluates the stored cases and compares every number.
+tests/costmodel/test_cost_snapshot.py re-evaluates the stored cases and compares every number.
 """
 
 from __future__ import annotations

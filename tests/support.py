@@ -1,4 +1,5 @@
-"""What the tests share: where their fixtures live and the one way to run the CLI in-process.
+"""What the tests share: where their fixtures live, the one way to run the CLI in-process, and the checks and
+metrics over the planner's outputs that only tests use (formerly tests/support.py).
 
 Everything a test reads is under tests/data/, so a clone in any folder runs the suite (no read of the
 workspace's shared/reference; tests/data/reference/README.md says what was copied from it and from which
@@ -7,14 +8,21 @@ never through their own CliRunner set-up."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from click.testing import CliRunner, Result
+
+from planner.analysis.timeline import Event, busy_s, makespan_s, resolve_schedule
+from planner.catalog.hardware import list_hardware
+from planner.costmodel.stage_problem import StageProblem
+from planner.specs import HardwareSpec
 
 TESTS_DIR = Path(__file__).resolve().parent
 ROOT = TESTS_DIR.parent  # the checkout whose `planner` package the subprocesses run
@@ -86,3 +94,129 @@ def one_line_error_proc(p: subprocess.CompletedProcess, code: int = 2) -> str:
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and len(lines[0]) <= 700, lines[:3]
     return lines[0]
+
+
+# ==== helpers only the tests use: checks and metrics over the planner's outputs that no command of the
+# product runs (they left the package, issue 25 item 7; a helper a command starts to use moves back beside
+# its caller) ====
+# ---- hardware catalog ---------------------------------------------------------------------------------------
+
+
+def hardware_catalog() -> dict[str, HardwareSpec]:
+    """Every hardware profile of the catalog, keyed by id (planner.catalog.hardware.list_hardware)."""
+    return {h.id: h for h in list_hardware()}
+
+
+# ---- pipeline stage assignment -------------------------------------------------------------------------------
+
+
+def uniform_stage_problem(num_layers: int, pp: int, *, layer_time_s: float, layer_recompute_s: float,
+                          layer_act_bytes: float, layer_act_bytes_recompute: float, layer_state_bytes: float,
+                          capacity_bytes: float, first_extra_time_s: float = 0.0, last_extra_time_s: float = 0.0,
+                          first_extra_bytes: float = 0.0, last_extra_bytes: float = 0.0,
+                          inflight: Sequence[float] | None = None, **kw) -> StageProblem:
+    """A StageProblem of identical layers; inflight defaults to 1F1B's pp - s."""
+    def rep(x: float) -> tuple[float, ...]:
+        return (float(x),) * num_layers
+
+    return StageProblem(num_layers, pp, rep(layer_time_s), rep(layer_recompute_s), rep(layer_act_bytes),
+                        rep(layer_act_bytes_recompute), rep(layer_state_bytes), first_extra_time_s, last_extra_time_s,
+                        first_extra_bytes, last_extra_bytes,
+                        tuple(float(x) for x in (inflight if inflight is not None else range(pp, 0, -1))),
+                        capacity_bytes, **kw)
+
+
+# ---- ranking -------------------------------------------------------------------------------------------------
+
+
+def dominated_by_later(rows: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of (step_s, peak_gib) rows that a LATER row beats on both (strictly faster and strictly
+    smaller): empty for any list planner.search.ranking.rank produced."""
+    out = []
+    for i, (t, m) in enumerate(rows):
+        for t2, m2 in rows[i + 1:]:
+            if t2 < t and m2 < m:
+                out.append(i)
+                break
+    return out
+
+
+# ---- pipeline timelines --------------------------------------------------------------------------------------
+
+
+def bubble_fraction(events: Sequence[Event]) -> float:
+    """Idle time over compute time, summed over stages (Narayanan et al. 2021's t_pb / t_id).
+
+    For uniform stages this is the familiar (pp-1)/m for GPipe and 1F1B, (pp-1)/(vpp*m) for
+    interleaved 1F1B.
+    """
+    busy = busy_s(events)
+    total_busy = sum(busy)
+    if total_busy <= 0:
+        return 0.0
+    span = makespan_s(events)
+    return (span * len(busy) - total_busy) / total_busy
+
+
+def analytic_bubble_fraction(pp: int, vpp: int, num_microbatches: int, schedule: str, *,
+                             w_fraction: float = 0.5, fwd_bwd_ratio: float = 0.5) -> float:
+    """Closed-form bubble fraction for uniform stages, to check the simulation against.
+
+    gpipe / 1f1b: (p-1)/m and interleaved: (p-1)/(v m) (Narayanan et al. 2021, sec. 2.2);
+    zb (ZB-H1): (p-1)(F+B-W) / (m (F+B+W)) (Qi et al. 2023, sec. 3), with F = fwd_bwd_ratio * bwd.
+    """
+    m = num_microbatches
+    if resolve_schedule(pp, vpp, m, schedule) == "zb":
+        f, b, w = fwd_bwd_ratio, 1.0 - w_fraction, w_fraction
+        return (pp - 1) * (f + b - w) / (m * (f + b + w))
+    return (pp - 1) / (vpp * m)
+
+
+# ---- same-job pairs of the published runs (docs/validation.md "Same-job pairs") -------------------------------
+# A job is a model (architecture fields), a device count and a global batch: runs of one job differ in plan,
+# software stack (framework, container release, FP8 recipe, overlap options) and sometimes in accelerator or
+# sequence length, and a planner that orders them wrongly would recommend the slower one. The strict grouping
+# (`strict_job_key`) also fixes the accelerator and the sequence length: the pairs that differ only in plan or
+# stack. Every pair in a group whose measured steps differ is ordered correctly when the predicted steps differ in
+# the same direction.
+
+_ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "n_embd", "n_layer", "n_head", "d_model", "n_layers", "n_heads")
+
+
+def _arch(run: dict) -> tuple:
+    return tuple(run["model"].get(k) for k in _ARCH_KEYS)
+
+
+def job_key(run: dict) -> tuple:
+    """A job: same model, device count and global batch."""
+    return (_arch(run), run["devices"], run["train"]["global_batch"])
+
+
+def strict_job_key(run: dict) -> tuple:
+    """Same model, accelerator, device count, sequence length and global batch: only plan or stack differ."""
+    t = run["train"]
+    return (_arch(run), run["hardware"], run["devices"], t.get("seq_len"), t["global_batch"])
+
+
+def same_job_pairs(runs: list[dict], predicted: dict[str, float], key: Callable[[dict], tuple] = job_key
+                   ) -> list[dict]:
+    """One entry per pair of scored runs of the same job: ids, measured and predicted steps, whether ordered."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r["id"] in predicted and (r.get("measured") or {}).get("step_time_s"):
+            groups.setdefault(key(r), []).append(r)
+    out = []
+    for members in groups.values():
+        for a, b in itertools.combinations(members, 2):
+            ma, mb = a["measured"]["step_time_s"], b["measured"]["step_time_s"]
+            if ma == mb:
+                continue
+            pa, pb = predicted[a["id"]], predicted[b["id"]]
+            out.append({"a": a["id"], "b": b["id"], "measured": (ma, mb), "predicted": (pa, pb),
+                        "ordered": (ma - mb) * (pa - pb) > 0})
+    return out
+
+
+def ordering_rate(pairs: list[dict]) -> float:
+    return sum(p["ordered"] for p in pairs) / len(pairs) if pairs else float("nan")

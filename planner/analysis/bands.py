@@ -11,7 +11,7 @@ of the fit of the constants (leave-one-source-out, planner.analysis.devfit). A p
 [t/(1+rel), t*(1+rel)], rel the BAND_QUANTILE quantile of max(measured/predicted, predicted/measured) - 1
 over the runs of its regime
 (at least MIN_RUNS of them; otherwise the next coarser regime: family+framework, family, all runs). The
-coverage test (tests/test_bands.py) leaves each run out of the band it is checked against.
+coverage test (tests/analysis/test_bands.py) leaves each run out of the band it is checked against.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import yaml
 
-BAND_QUANTILE = 0.90  # two-sided 90% of a regime's misses; leave-one-out coverage of the dev runs: tests/test_bands.py
+# two-sided 90% of a regime's misses; leave-one-out coverage of the dev runs: tests/analysis/test_bands.py
+BAND_QUANTILE = 0.90
 MIN_RUNS = 5  # fewer runs than this in a regime: use the next coarser one
 BANDS_FILE = "error_bands.yaml"
 

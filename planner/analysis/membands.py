@@ -5,7 +5,7 @@ residual. The residuals are cross-validated: each run's error is its prediction 
 fitted on these peaks (the torchtitan stack's overhead, Stack.overhead_gib, which adds to the peak) is refitted
 without it (leave-one-run-out, least median |error|). The band is the BAND_QUANTILE quantile of
 max(measured/predicted, predicted/measured) - 1, as the step-time bands (planner.analysis.bands): the shipped value is
-calibration.MEMORY_BAND_REL, checked against this computation by tests/test_memory_validation.py.
+calibration.MEMORY_BAND_REL, checked against this computation by tests/analysis/test_memory_validation.py.
 
     PYTHONPATH=$PWD python -m planner.analysis.membands
 """

@@ -179,7 +179,7 @@ class _SafeLoader(_Refusals, yaml.SafeLoader):
 
 
 # The package's own data files (hardware profiles, model catalog, error bands: ~100 KB read by every `plan`) are
-# parsed by libyaml's C parser when PyYAML was built with it: ~10x faster, and the same data (tests/test_hostile.py
+# parsed by libyaml's C parser when PyYAML was built with it: ~10x faster, and the same data (tests/e2e/test_hostile.py
 # checks every shipped YAML file parses equal with both loaders). User files keep the pure-Python parser, whose
 # errors the messages quote.
 _PackagedLoader: Any = type("_PackagedLoader", (_Refusals, yaml.CSafeLoader), {}) if yaml.__with_libyaml__ \

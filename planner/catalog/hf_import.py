@@ -3,7 +3,7 @@
 Each family reads its own transformers config field names (including the `attribute_map` aliases, e.g.
 GPT-2 `n_embd` or `hidden_size`) and falls back to that config class's default for an absent optional
 field, so the spec describes exactly the module tree `AutoModelForCausalLM.from_config` builds
-(tests/test_transformers_counts.py checks the parameter count against transformers itself).
+(tests/costmodel/test_transformers_counts.py checks the parameter count against transformers itself).
 
 The architecture sizes that have no meaningful default (width, depth, heads, and the FFN width where
 it is not derived from the width) are required. Everything wrong with the input raises

@@ -213,7 +213,7 @@ class Shape(NamedTuple):
 
 # The plan knobs a plan's placement reads (placement.placement: linear_strides, mesh_degrees with ParallelDims.dp_shard;
 # edp and devices follow from them): the key of Context.links_cache. A knob placement starts to read must be added here
-# (tests/test_search_memo.py checks that every other knob leaves the links unchanged).
+# (tests/search/test_search_memo.py checks that every other knob leaves the links unchanged).
 PLACEMENT_KNOBS = ("tp", "cp", "pp", "dp", "ep", "etp", "zero_stage", "zero_shard_size")
 
 

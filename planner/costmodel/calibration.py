@@ -127,7 +127,7 @@ class Calibration:
     # MMA. Set so that the model reproduces the mean MX / CS step ratio of the three same-job pairs Megatron-Bridge
     # publishes (25.11 performance summary, tokens/s/GPU FP8-CS (FP8-MX): Llama 3 8B GB200 31508 (29789), B200 30624
     # (29521), Llama 3.1 405B B200 661 (624): steps 5.8%, 3.7%, 5.6% longer with MXFP8, mean 5.2%;
-    # tests/test_stack_knobs.py).
+    # tests/costmodel/test_stack_knobs.py).
     MXFP8_REL_EFFICIENCY: float = 0.926
     # Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
     # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
@@ -185,7 +185,8 @@ class Calibration:
     FIT_RESERVE_GIB: float = 1.0
     # The memory error band: 90% of the published peaks (runs/known_runs_*.yaml with peak_memory_gib, 27 torchtitan
     # rows) lie within a factor 1 + MEMORY_BAND_REL of the prediction, cross-validated (the fitted overhead refitted
-    # without each run): `python -m planner.analysis.membands` computes it, tests/test_memory_validation.py checks this
+    # without each run): `python -m planner.analysis.membands` computes it, tests/analysis/test_memory_validation.py
+    # checks this
     # copy. By default a plan whose peak lies within this share of the usable capacity ranks after the plans of its
     # step-time band that do not (planner.costmodel.capacity); --memory-headroom replaces the margin.
     MEMORY_BAND_REL: float = 0.2491

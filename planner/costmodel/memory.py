@@ -131,7 +131,8 @@ def _op_sac_elems(m: ModelSpec, tp: int, sp: bool, hs: float, qkv: float, attn_o
     """torchtitan 0.3.0 SelectiveAC (op-level): saves compute-intensive op outputs except every second matmul
     (fused wqkv: mm 1 saved, wo 2 recomputed, w1 3 saved, w3 4 recomputed, w2 5 saved), the SDPA/flex output with
     its fp32 logsumexp, and reduce-scatter outputs (torchtitan distributed/activation_checkpoint.py). Measured on
-    CPU for tp 1 (tests/test_memory_real_code.py): block input + qkv + attention out + lse + w1 out + w2 out."""
+    CPU for tp 1 (tests/costmodel/test_memory_real_code.py): block input + qkv + attention out + lse + w1 out + w2
+    out."""
     h = m.hidden_size
     lse = 2.0 * m.num_heads / tp  # fp32 logsumexp per head, in 2-byte elements
     mlp = m.ffn_hidden_size / tp  # w1 output (fc1 when not gated)
@@ -261,7 +262,7 @@ UNFUSED_SCORE_BYTES = 5.0
 # Unsharded bf16 copies ZeRO-3/FSDP holds at once: the layer being computed and the prefetched next one.
 ZERO3_GATHERED_LAYERS = 2
 # The final norm keeps its bf16 input and its bf16 output (the LM head's saved input): 4 B per hidden element
-# (measured on torchtitan, tests/test_memory_real_code.py).
+# (measured on torchtitan, tests/costmodel/test_memory_real_code.py).
 FINAL_NORM_BYTES_PER_H = 4.0
 
 STATE = formula(
@@ -419,7 +420,7 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     acts = per_mb * inflight
     # one layer's full activations exist while it is recomputed; on the last stage the loss and the LM head's
     # backward finish before any block is recomputed, so the two peaks do not add (measured on torchtitan,
-    # tests/test_memory_real_code.py)
+    # tests/costmodel/test_memory_real_code.py)
     custom = p.recompute == "selective" and custom_remat(ctx.train) is not None
     recomputing = worst_layer if (p.recompute == "full" or custom) else 0.0
     if ctx.unfused_attention:

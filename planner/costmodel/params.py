@@ -1,7 +1,7 @@
 """Exact parameter counts of a `ModelSpec`, following the Hugging Face transformers module layout.
 
 Pure functions; no torch. `count_params(m).total` equals `sum(p.numel() for p in model.parameters())` of
-the transformers model built from the same config.json (checked by tests/test_transformers_counts.py).
+the transformers model built from the same config.json (checked by tests/costmodel/test_transformers_counts.py).
 
 Conventions (see shared/reference/specs.md section 2):
 

@@ -18,7 +18,7 @@ STACK = Stack(
     overhead_gib=3.0,
     # torch cross_entropy on fp32-upcast logits: the saved fp32 log-softmax output, its incoming fp32 gradient and
     # the fp32 input gradient coexist at the start of backward (3 x 4 B; measured on torchtitan 0.3.0's
-    # CrossEntropyLoss, tests/test_memory_real_code.py)
+    # CrossEntropyLoss, tests/costmodel/test_memory_real_code.py)
     logit_bytes=12.0,
     grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
     grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
@@ -27,9 +27,11 @@ STACK = Stack(
     fp8_saves_gemm_inputs=False,  # torchao Float8Linear: the planner counts its saved inputs at 2 B
     # op-level selective AC (torchtitan distributed/activation_checkpoint.py SelectiveAC): the block input, the
     # QKV output, the attention output and its logsumexp, the w1 and w2 outputs (every second matmul recomputed);
-    # measured on torchtitan 0.3.0's Llama (tests/test_memory_real_code.py); MoE layers: about half the tensors
+    # measured on torchtitan 0.3.0's Llama (tests/costmodel/test_memory_real_code.py); MoE layers: about half the
+    # tensors
     selective_saves="op_sac",
-    # measured on torchtitan 0.3.0's FeedForward (tests/test_memory_real_code.py): eager SwiGLU keeps silu(gate)
+    # measured on torchtitan 0.3.0's FeedForward (tests/costmodel/test_memory_real_code.py): eager SwiGLU keeps
+    # silu(gate)
     eager_swiglu_keeps_act=True,
     # CUDA's aten::_fused_rms_norm keeps (input, rstd, weight) (torch 2.13 derivatives.yaml)
     norm_keeps_rstd=True,

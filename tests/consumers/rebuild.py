@@ -1,6 +1,6 @@
 """Rebuild a planner ModelSpec from what a launcher's own code parsed out of the emitted files alone, so the
 tests can compare the planner's exact parameter count (planner.costmodel.params.count_params, checked against HF
-transformers by tests/test_transformers_counts.py), rope base and scaling, activation, norm, biases and
+transformers by tests/costmodel/test_transformers_counts.py), rope base and scaling, activation, norm, biases and
 tying with the model that was planned."""
 
 from __future__ import annotations

@@ -104,7 +104,8 @@ def run_keys() -> tuple[tuple[str, str], ...]:
 
 
 def written_keys(launcher: str) -> list[tuple[str, str]]:
-    """The keys of `launcher` whose CLI call writes files: every one not in `CANNOT` (tests/test_launcher_target.py
+    """The keys of `launcher` whose CLI call writes files: every one not in `CANNOT`
+    (tests/launchers/test_launcher_target.py
     checks that these exit 0 and the `CANNOT` ones exit 2)."""
     return [k for k in run_keys() if k[1] == launcher and k not in CANNOT]
 

@@ -1,0 +1,164 @@
+"""plan --launcher: the search keeps only plans the target stack runs (planner/launchers), --out
+writes its files; --framework/--emit stay consistent with it; without a target the other launchers' own
+best plans are reported. The real libraries judge the written files in tests/consumers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from consumers.scenarios import BY_NAME, CANNOT, SCENARIOS, run_id, run_keys, scenario_run  # noqa: E402
+from support import HF_CONFIGS_DIR  # noqa: E402
+
+from planner.catalog.hardware import parse_cluster  # noqa: E402
+from planner.catalog.models import load_model  # noqa: E402
+from planner.launchers import TARGETS, capabilities, launcher_errors, launchers_for  # noqa: E402
+from planner.specs import ParallelPlan, TrainingSpec  # noqa: E402
+from planner.ui.cli import main  # noqa: E402
+
+FILES = {"megatron": {"megatron_args.json", "launch_megatron.sh"},
+         "deepspeed": {"ds_config.json", "deepspeed_args.json", "launch_deepspeed.sh"},
+         "torchtitan": {"torchtitan_args.json", "launch_torchtitan.sh"}, "maxtext": {"maxtext.yml"}}
+OWN_MODULE = {"torchtitan_model.py"}  # torchtitan, for a model no registry function builds
+HF_PATH = {"hf_config.json", "train_hf.py"}  # DeepSpeed, for a model Megatron-DeepSpeed cannot express
+
+
+def _cli(*argv):
+    return CliRunner().invoke(main, list(argv))
+
+
+def test_scenarios_cover_the_kinds():
+    assert len(SCENARIOS) >= 12
+    assert {s.kind for s in SCENARIOS} == {"dense", "moe", "long-context", "fp8", "tpu"}
+
+
+# the issue-13 scenario (every launcher) stays in the README's fast run; the other scenarios, one full search
+# each, run with the slow tests (CI)
+FAST_SCENARIO = "llama70b-h100x64-s8k"
+assert FAST_SCENARIO in BY_NAME
+
+
+@pytest.mark.parametrize("key", [pytest.param(k, id=run_id(*k), marks=() if k[0] == FAST_SCENARIO else pytest.mark.slow)
+                                 for k in run_keys()])
+def test_launcher_target_writes_its_files_or_says_why_not(key):
+    run = scenario_run(*key)
+    if key in CANNOT:
+        assert run.exit_code == 2 and not run.files
+        return
+    assert run.exit_code == 0, run.stderr
+    extra = set(run.files) - FILES[run.launcher] - {"plan.json", ".planner-files.json"}
+    own = {"torchtitan": OWN_MODULE, "deepspeed": HF_PATH}.get(run.launcher, set())
+    assert FILES[run.launcher] <= set(run.files) and extra <= own
+    doc = run.plan_doc
+    assert doc["training"]["launcher"] == run.launcher
+    assert doc["training"]["framework"] == capabilities(run.launcher).framework
+    t = doc["training"]
+    train = TrainingSpec(seq_len=t["seq_len"], global_batch=t["global_batch"], dtype=t["dtype"],
+                         framework=t["framework"])
+    model, cluster = load_model(run.scenario.model), parse_cluster(run.scenario.cluster)
+    plan = ParallelPlan(**{k: v for k, v in doc["plan"].items() if v is not None})
+    assert launcher_errors(plan, model, train, run.launcher, cluster) == []
+
+
+def test_cannot_table_reasons_are_the_cli_errors():
+    assert set(CANNOT) <= set(run_keys())
+    for key, why in CANNOT.items():
+        sc = BY_NAME[key[0]]
+        res = _cli("--model", sc.model, "--cluster", sc.cluster, "--dtype", sc.dtype, "--launcher", key[1])
+        assert res.exit_code == 2 and why.lower() in res.output.lower(), (key, res.output)
+
+
+def test_tpu_runs_maxtext_only():
+    assert launchers_for(parse_cluster("tpu-v5px64")) == ("maxtext",)
+    assert launchers_for(parse_cluster("h100x8")) == TARGETS
+    res = _cli("--model", "llama-3.1-8b", "--cluster", "tpu-v5px64", "--launcher", "megatron")
+    assert res.exit_code == 2 and "maxtext" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_emit_implies_the_target_and_conflicts_exit_2(tmp_path):
+    ref = str(HF_CONFIGS_DIR / "llama-3.1-70b.json")
+    args = ["--model", ref, "--cluster", "h100x64", "--seq-len", "8192", "--gbs", "128"]
+    res = _cli(*args, "--emit", "deepspeed", "--out", str(tmp_path / "d"), "--json")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "d" / "ds_config.json").exists()
+    assert json.loads((tmp_path / "d" / "plan.json").read_text())["plan"]["cp"] == 1
+    for bad in (["--launcher", "megatron", "--emit", "deepspeed"], ["--launcher", "deepspeed", "--framework", "fsdp"]):
+        res = _cli(*args, *bad)
+        assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_without_a_target_other_launchers_report_their_best_plan(tmp_path):
+    """The issue's first case: the best plan uses CP2; DeepSpeed cannot run it, so --out says DeepSpeed's own
+    best plan, its step time and the flag that writes it."""
+    ref = str(HF_CONFIGS_DIR / "llama-3.1-70b.json")
+    res = _cli("--model", ref, "--cluster", "h100x64", "--seq-len", "8192", "--gbs", "128", "--out",
+               str(tmp_path / "o"))
+    assert res.exit_code == 0
+    plan = json.loads((tmp_path / "o" / "plan.json").read_text())["plan"]
+    assert plan["cp"] > 1  # the unconstrained best plan (CP2) keeps today's behaviour
+    line = next(x for x in res.output.splitlines() if x.startswith("deepspeed cannot run this plan"))
+    assert "its best plan:" in line and " s per step" in line and "--launcher deepspeed" in line
+    assert "context parallelism" in line
+
+
+def test_gpt3_megatron_mode_excludes_unverified_fsdp_with_pp():
+    """GPT-3 175B on 64 A100 (seq 2048, gbs 1536, fp16): Megatron-FSDP with PP > 1 is unverified in
+    Megatron-LM (launcher_capabilities.md), so it is not searched; Megatron-FSDP without PP still is."""
+    model = load_model("gpt3-175b")
+    train = TrainingSpec(seq_len=2048, global_batch=1536, dtype="fp16")
+    errs = launcher_errors(ParallelPlan(pp=8, vpp=12, dp=8, zero_stage=3, schedule="interleaved"), model, train,
+                           "megatron")
+    assert any("unverified" in e for e in errs)
+    assert launcher_errors(ParallelPlan(dp=64, zero_stage=3), model, train, "megatron") == []
+    rule = next(r for r in capabilities("megatron").rules if r.id == "fsdp-with-pp")
+    assert not rule.verified and "1455" in rule.source
+    res = _cli("--model", "gpt3-175b", "--cluster", "a100x64", "--seq-len", "2048", "--gbs", "1536", "--dtype", "fp16",
+               "--json", "--top", "5")
+    assert res.exit_code == 0
+    for p in json.loads(res.output)["plans"]:
+        assert not (p["plan"]["zero_stage"] == 3 and p["plan"]["pp"] > 1), p["plan"]
+
+
+def test_every_rule_cites_its_source_and_every_table_its_version():
+    for t in TARGETS:
+        caps = capabilities(t)
+        assert caps.version and caps.checked_against and caps.hardware
+        assert caps.rules and all(r.source and r.why for r in caps.rules)
+        assert len({r.id for r in caps.rules}) == len(caps.rules)
+
+
+def test_maxtext_target_pipelines_with_gpipe_unless_interleaving_is_pinned():
+    base = ["--model", "llama-3.1-8b", "--cluster", "h100x16", "--launcher", "maxtext", "--pp", "2", "--json"]
+    res = _cli(*base)
+    assert res.exit_code == 0 and json.loads(res.output)["plans"][0]["plan"]["schedule"] == "gpipe"
+    res = _cli(*base, "--vpp", "2")  # MaxText's circular repeats
+    assert res.exit_code == 0 and json.loads(res.output)["plans"][0]["plan"]["schedule"] == "interleaved"
+
+
+def test_min_devices_respects_the_target():
+    res = _cli("--model", "llama-3.1-8b", "--cluster", "h100x16", "--seq-len", "8192", "--gbs", "64", "--launcher",
+               "deepspeed",
+               "--min-devices", "--json")
+    assert res.exit_code == 0
+    p = json.loads(res.stdout)["plans"][0]["plan"]  # stderr says the device count
+    assert p["cp"] == 1 and p["vpp"] == 1 and not (p["pp"] > 1 and p["zero_stage"] > 1)
+
+
+def test_default_ranking_writes_the_modelled_stacks_files(tmp_path):
+    """issue 24: with no --launcher, gpt-oss-120b on 64 H100 ranks first a plan Megatron-LM (the modelled stack)
+    runs, and --out writes Megatron's files for it."""
+    out = tmp_path / "o"
+    res = CliRunner().invoke(main, ["--model", "gpt-oss-120b", "--cluster", "h100x64", "--seq-len", "4096", "--gbs",
+                                    "512", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "megatron_args.json").is_file() and (out / "launch_megatron.sh").is_file()
+    plan = json.loads((out / "plan.json").read_text())["plan"]
+    model, train = load_model("gpt-oss-120b"), TrainingSpec(seq_len=4096, global_batch=512)
+    assert launcher_errors(ParallelPlan(**{k: v for k, v in plan.items() if v is not None}), model, train, "megatron",
+                           parse_cluster("h100x64")) == []

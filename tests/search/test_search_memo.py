@@ -1,0 +1,81 @@
+"""What the search memoises or shares must give what computing afresh gives: the per-search links cache key, the
+memory screen against the evaluated peak, threaded stage solves against one-at-a-time solves (issue 23, search
+speed; the speed itself is measured in benchmarks/search_speed.py, never here)."""
+
+from __future__ import annotations
+
+import pytest
+from support import uniform_stage_problem
+
+from planner.catalog.hardware import parse_cluster
+from planner.catalog.models import get_model
+from planner.costmodel import Context
+from planner.search.engine import SearchOptions, search
+from planner.search.stages import assign_stages
+from planner.specs import ParallelPlan, TrainingSpec
+
+GB = 1e9
+
+
+def ctx_for(model, cluster, **train):
+    return Context(get_model(model), parse_cluster(cluster), TrainingSpec(**({"global_batch": 64} | train)))
+
+
+@pytest.mark.parametrize("cluster,framework,plan", [
+    ("h100x1024", "megatron", ParallelPlan(tp=4, pp=4, dp=64, ep=16, zero_stage=1)),
+    ("a100-sxm-80gbx768", "megatron", ParallelPlan(tp=3, pp=8, dp=32)),
+    ("h100x256", "fsdp", ParallelPlan(tp=2, pp=2, cp=2, dp=32, zero_stage=3, zero_shard_size=16)),
+    ("tpu-v5px256", "maxtext", ParallelPlan(tp=4, dp=64, ep=8, zero_stage=3)),
+    ("tpu-v5px512", "maxtext", ParallelPlan(tp=4, pp=2, cp=2, dp=32, zero_stage=3, zero_shard_size=8)),
+])
+def test_links_cache_key_holds_every_knob_placement_reads(cluster, framework, plan):
+    # Context.links_cache keys plan_links on PLACEMENT_KNOBS: every other knob must leave the links unchanged (a new
+    # knob must be listed on one side or the other)
+    from planner.costmodel.base import PLACEMENT_KNOBS, plan_links
+    from planner.costmodel.calibration import DEFAULT_CALIBRATION
+    from planner.specs.plan import KNOBS
+
+    cl = parse_cluster(cluster)
+    links = plan_links(cl, plan, DEFAULT_CALIBRATION, framework)
+    other = {"vpp": 3, "micro_batch": 7, "recompute": "full", "recompute_layers": 2, "sequence_parallel": False,
+             "schedule": "dualpipe", "cp_comm": "a2a", "first_stage_layers": 5, "last_stage_layers": 3,
+             "account_embedding_loss": True, "offload_optimizer": True, "tp_comm_overlap": True}
+    assert set(other) | set(PLACEMENT_KNOBS) == set(KNOBS)
+    for knob, value in other.items():
+        assert plan_links(cl, plan.model_copy(update={knob: value}), DEFAULT_CALIBRATION, framework) == links, knob
+
+
+@pytest.mark.parametrize("model,cluster", [("deepseek-v3", "h100x256"), ("mixtral-8x7b", "h100x64"),
+                                           ("llama-3.1-8b", "tpu-v5px64")])
+def test_memory_screen_is_the_evaluated_peak(model, cluster):
+    # the search rejects candidates on screen_memory's peak before evaluating them: it must be the trace's peak_gib
+    # exactly (and its peak stage), for fitting and non-fitting plans alike
+    from planner.costmodel import evaluate
+    from planner.costmodel.evaluate import screen_memory
+
+    ctx = ctx_for(model, cluster)
+    res = search(ctx, SearchOptions(top_k=3, require_fit=False, stage_solves=0))
+    plans = [e.plan for e in res.ranked[:60]]
+    plans += [p.model_copy(update={"micro_batch": 2 * p.micro_batch, "recompute": "none"}) for p in plans[:20]]
+    assert len(plans) >= 40
+    for p in plans:
+        ev, mem = evaluate(ctx, p), screen_memory(ctx, p)
+        assert mem.peak_gib == ev.memory["peak_gib"] and mem.peak_stage == ev.peak_stage, p
+        assert evaluate(ctx, p, mem) == ev
+
+
+def test_search_solves_side_by_side_as_one_by_one():
+    # the search solves its leading plans' problems on threads (engine._solve_stage_problems), each distinct problem
+    # once: the answers are those of one solve at a time (deterministic budget, one worker each)
+    from planner.search.engine import STAGE_SOLVE_BUDGET, _solve_stage_problems
+
+    problems = [uniform_stage_problem(61, pp, layer_time_s=0.020, layer_recompute_s=0.007, layer_act_bytes=act * GB,
+                                      layer_act_bytes_recompute=0.015 * GB, layer_state_bytes=2.0 * GB,
+                                      first_extra_time_s=0.001, last_extra_time_s=0.030, first_extra_bytes=1.2 * GB,
+                                      last_extra_bytes=2.5 * GB, capacity_bytes=75 * GB)
+                for pp, act in ((16, 0.3), (8, 0.3), (8, 1.2), (4, 1.5))]
+    solved = _solve_stage_problems([*problems, problems[1]])
+    assert len(solved) == len(problems)
+    for q in problems:
+        assert solved[q] == assign_stages(q, deterministic_time=STAGE_SOLVE_BUDGET)
+    assert any(a is not None and any(a.recompute_per_stage) for a in solved.values())  # memory binds in one
