@@ -337,3 +337,17 @@ def test_is_tpu_has_one_spelling():
     tpu = next(h for h in cat.values() if h.is_tpu)
     with pytest.raises(ValueError, match="describe a TPU slice"):
         HardwareSpec(**(gpu | {"torus": tpu.torus.model_dump()}))
+
+
+def test_cluster_file_states_how_its_nodes_were_allocated(tmp_path):
+    """`aligned_allocation: false` (no Slurm block scheduling) reaches the cluster; anything but a boolean exits 2."""
+    from planner.catalog.hardware import load_cluster_file
+
+    f = tmp_path / "c.yaml"
+    f.write_text("hardware: gb200-nvl72\ncount: 128\naligned_allocation: false\n")
+    assert load_cluster_file(f).aligned_allocation is False
+    f.write_text("hardware: gb200-nvl72\ncount: 128\n")
+    assert load_cluster_file(f).aligned_allocation is True
+    f.write_text("hardware: gb200-nvl72\ncount: 128\naligned_allocation: 'no'\n")
+    with pytest.raises(InputError, match="aligned_allocation"):
+        load_cluster_file(f)
