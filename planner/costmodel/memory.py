@@ -245,7 +245,10 @@ CHUNK_GRAD_BUFFER_BYTES = 4.0 + 2.0
 def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
     """Peak bytes of the loss per token of the micro-batch, vocab split by TP (vocab-parallel / loss-parallel).
     Chunked (train.loss_chunks > 1): one chunk's logits and loss at a time plus the fp32 hidden-gradient buffer."""
-    per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else stack_of(train).logit_bytes
+    stack = stack_of(train)
+    # TP > 1 splits the vocabulary: the stack's vocab-parallel loss (Stack.loss_parallel_logit_bytes) when it has one
+    own = stack.loss_parallel_logit_bytes if (tp > 1 and stack.loss_parallel_logit_bytes) else stack.logit_bytes
+    per_logit = FUSED_LOGIT_BYTES if train.fused_cross_entropy else own
     if train.loss_chunks <= 1:
         return per_logit * m.vocab_size / tp
     # a fused loss saves the chunk's logits themselves: they are already in its 4 B
@@ -278,7 +281,8 @@ ACTIVATIONS = formula(
     "full activations under full recompute, on the last stage max(that, the loss) + the final norm 4 h B, "
     "+ unfused scores 5 a s^2 b in layers not recomputed and in the one "
     "being recomputed, + loss logits "
-    "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy, 4 B a fused loss kernel) x V / tp on the "
+    "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy, 16 B torchtitan's loss-parallel one with tp > 1, "
+    "4 B a fused loss kernel) x V / tp on the "
     "last stage, + the embedding output on the first)",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1 eq. 1-2 and sec. 5; in-flight micro-batches: "
     "Narayanan et al. SC21 sec. 2.2",

@@ -106,6 +106,10 @@ class Stack:
     # ---- rules any plan of this stack keeps (planner.specs.dims.plan_errors adds them to the neutral ones)
     plan_rules: tuple[PlanRule, ...] = ()
 
+    # ---- memory, defaulted: bytes per logit of the stack's loss when TP splits the vocabulary (a loss-parallel cross
+    # entropy); None = logit_bytes whatever the TP degree (memory.logits_bytes_per_token)
+    loss_parallel_logit_bytes: float | None = None
+
 
     def plan_errors(self, model: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> list[str]:
         return [e for rule in self.plan_rules for e in rule(model, train, plan)]

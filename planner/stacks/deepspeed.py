@@ -14,6 +14,7 @@ STACK = Stack(
     # CUDA context (~0.5 GiB) + NCCL per-communicator buffers; was calibration.FRAMEWORK_OVERHEAD_GIB["deepspeed"]
     overhead_gib=3.0,
     logit_bytes=6.0,  # Megatron-DeepSpeed keeps Megatron's vocab-parallel cross entropy (4 B fp32 + 2 B gradient)
+    loss_parallel_logit_bytes=None,  # logit_bytes is already the vocab-parallel loss's, whatever the TP degree
     grad_reduce_dtype="compute",  # reduced in the compute dtype (TrainingSpec.grad_dtype: DeepSpeed's default)
     grad_buffer_in_reduce_dtype=True,  # DeepSpeed's gradient buffer holds the reduction dtype
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype

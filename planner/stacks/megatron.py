@@ -22,6 +22,7 @@ STACK = Stack(
     # vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py, also the fused variant): one
     # fp32 copy of the logits turned into the softmax in place and saved, backward in place, cast to 2 B: 4 + 2
     logit_bytes=6.0,
+    loss_parallel_logit_bytes=None,  # logit_bytes is already the vocab-parallel loss's, whatever the TP degree
     grad_reduce_dtype="fp32",  # the fp32 main-grad buffer (TrainingSpec.grad_dtype; --grad-reduce-in-bf16 = bf16)
     grad_buffer_in_reduce_dtype=True,  # the main-grad buffer holds the reduction dtype (DistributedDataParallel)
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype

@@ -20,6 +20,12 @@ STACK = Stack(
     # the fp32 input gradient coexist at the start of backward (3 x 4 B; measured on torchtitan 0.3.0's
     # CrossEntropyLoss, tests/costmodel/test_memory_real_code.py)
     logit_bytes=12.0,
+    # with TP the vocabulary is sharded and the loss is vocab-parallel (torchtitan's default loss_parallel: torch's
+    # loss_parallel() DTensor handlers until 2025, torchtitan 0.3.0's _LossParallelCrossEntropy): its fused NLL +
+    # log-softmax backward keeps the saved fp32 log-probabilities and builds (zeros_like(x) + exp(x)) * grad, three
+    # more fp32 tensors: 4 x 4 B (torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward;
+    # measured on CPU for both, tests/costmodel/test_memory_real_code.py)
+    loss_parallel_logit_bytes=16.0,
     grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
     grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
     grads_in_param_dtype=False,  # FSDP2 mixed precision reduces in reduce_dtype (fp32) whatever the parameters

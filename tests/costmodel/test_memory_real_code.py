@@ -286,3 +286,79 @@ def test_step_activation_peak_matches_torchtitan(spec, mode):
     measured = measured_step_peak_bytes(mode)
     print(f"step {mode}: planner {planner / 2**20:.2f} MiB, torchtitan {measured / 2**20:.2f} MiB")
     assert planner == pytest.approx(measured, rel=0.05), (mode, planner, measured)
+
+
+def _profiled_peak_bytes(step) -> int:
+    """Peak of the CPU allocator's live bytes while `step()` runs, from the profiler's allocation and free events
+    (kineto '[memory]' records, every allocation including those inside DTensor's C++ dispatch and the autograd
+    engine, which a TorchDispatchMode does not see), counted from zero at its start."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    cur = peak = 0
+    for e in events:
+        cur += e.nbytes()
+        peak = max(peak, cur)
+    return peak
+
+
+def measured_loss_parallel_bytes_per_logit(variant: str) -> float:
+    """Peak bytes per local logit of a vocab-parallel loss, from the LM head's matmul through its backward (the
+    trainer deletes the logits after the loss; the head's weight gradient is dropped as FSDP2 reduces it): torch's
+    loss_parallel() DTensor handlers as torchtitan 9dec370 ran them (`cross_entropy(pred.flatten(0, 1).float(),
+    labels)` inside loss_parallel, pred a Shard(-1) DTensor), or torchtitan 0.3.0's _LossParallelCrossEntropy. One TP
+    rank (a 1-rank gloo group): each rank runs the same ops on its vocabulary shard, the all-reduces are over [N, 1]."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import loss_parallel
+    from torchtitan.components.loss import _LossParallelCrossEntropy
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(TOKENS, DIM, generator=g).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(VOCAB, DIM, generator=g).to(torch.bfloat16).requires_grad_()
+    w.register_post_accumulate_grad_hook(lambda q: setattr(q, "grad", None))
+    labels = torch.randint(0, VOCAB, (TOKENS,), generator=g)
+    owns_group = not dist.is_initialized()
+    if owns_group:
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",))
+
+        def step() -> None:
+            pred = h @ w.t()
+            if variant == "torch_loss_parallel":
+                dpred = DTensor.from_local(pred, mesh, [Shard(-1)], run_check=False)
+                del pred
+                with loss_parallel():
+                    loss = F.cross_entropy(dpred.float(), labels)
+                    del dpred
+                    loss.backward()
+            else:
+                loss = _LossParallelCrossEntropy.apply(pred.float(), labels, mesh.get_group("tp"), VOCAB, "sum")
+                del pred
+                loss.backward()
+
+        peak = _profiled_peak_bytes(step)
+    finally:
+        if owns_group:
+            dist.destroy_process_group()
+    return peak / (TOKENS * VOCAB)
+
+
+@pytest.mark.parametrize("variant", ["torch_loss_parallel", "torchtitan_loss_parallel"])
+def test_loss_parallel_term_matches_the_real_code(spec, variant):
+    # torchtitan with TP > 1 shards the vocabulary and runs a vocab-parallel loss: per local logit the planner counts
+    # Stack.loss_parallel_logit_bytes (16 B), the real code's peak within 5% (h's gradient, dim / vocab of it, is in
+    # the measurement)
+    train = TrainingSpec(global_batch=BATCH, seq_len=SEQ, framework="fsdp")
+    tp = 2
+    planner = logits_bytes_per_token(spec, tp, train) / (VOCAB / tp)
+    measured = measured_loss_parallel_bytes_per_logit(variant)
+    print(f"loss parallel {variant}: planner {planner:.2f} B/logit, real code {measured:.2f}")
+    assert planner == pytest.approx(measured, rel=0.05), (variant, planner, measured)
+    assert planner > logits_bytes_per_token(spec, 1, train) / VOCAB  # the plain loss keeps 12 B, this one 16
