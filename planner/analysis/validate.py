@@ -321,7 +321,8 @@ def run_stack(run: dict) -> RunStack:
                     moe_dispatcher=pick("moe_dispatcher", lambda: infer_moe_dispatcher(run)),
                     moe_a2a_overlap=pick("moe_a2a_overlap", lambda: infer_moe_a2a_overlap(run)),
                     cuda_graphs=given.get("cuda_graphs"),
-                    activation_offload=given.get("activation_offload"), stated=tuple(sorted(given)))
+                    activation_offload=given.get("activation_offload"),
+                    expandable_segments=bool(given.get("expandable_segments", False)), stated=tuple(sorted(given)))
 
 
 MAX_RUNS = 1_000  # ~20 ms a run: 1,000 runs are ~20 s of work (the 8 MiB file limit admits ~26,000: ~10 min)
@@ -478,6 +479,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         dtype=t.get("dtype", "bf16"), framework=fw, attention_impl=st.attention,
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
                                         torch_compile=st.torch_compile, fused_cross_entropy=st.fused_loss,
+                                        expandable_segments=st.expandable_segments,
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
                                         moe_a2a_overlap=st.moe_a2a_overlap,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),

@@ -52,7 +52,8 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     per_dense = sum(st.per_param(shape.dims.zero_shard))
     inflight = tuple(inflight_microbatches(plan.schedule, pp, s, shape.nmb, plan.vpp) for s in range(pp))
     overhead = framework_overhead_bytes(ctx.train.framework, ctx.cluster.hardware.is_tpu)
-    cap = max(1.0, (capacity_gib * GIB - overhead) / allocator_fragmentation(ctx.train.framework, ctx.calibration))
+    cap = max(1.0, (capacity_gib * GIB - overhead) / allocator_fragmentation(ctx.train.framework, ctx.calibration,
+                                                                                  ctx.train.expandable_segments))
     return StageProblem(
         num_layers=m.num_layers, pp=pp, layer_time_s=t, layer_recompute_s=rc,
         layer_act_bytes=act, layer_act_bytes_recompute=act_rc, layer_state_bytes=state,

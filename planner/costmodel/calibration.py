@@ -189,7 +189,8 @@ class Calibration:
     # checks this
     # copy. By default a plan whose peak lies within this share of the usable capacity ranks after the plans of its
     # step-time band that do not (planner.costmodel.capacity); --memory-headroom replaces the margin.
-    MEMORY_BAND_REL: float = 0.2095  # 0.2491 before branch mem3 (Table 5 micro-batches, loss-parallel bytes)
+    # 0.2491 before branch mem3 (Table 5 micro-batches, loss-parallel bytes, expandable segments)
+    MEMORY_BAND_REL: float = 0.1661
 
     # --- host (optimizer offload) ---------------------------------------------------------------------
     # DeepSpeed CPU-Adam throughput of one host, parameters updated per second with all its cores (ZeRO-Offload,

@@ -477,10 +477,14 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
     return 0.0
 
 
-def allocator_fragmentation(framework: str, cal: Calibration) -> float:
-    """Reserved / allocated at the peak: the caching allocator's (calibration.ALLOCATOR_FRAGMENTATION) for PyTorch
-    stacks, 1 for XLA's static buffer assignment."""
-    return cal.ALLOCATOR_FRAGMENTATION if traits(framework).caching_allocator else 1.0
+def allocator_fragmentation(framework: str, cal: Calibration, expandable_segments: bool = False) -> float:
+    """Reserved / allocated at the peak: the classic caching allocator's (calibration.ALLOCATOR_FRAGMENTATION) for
+    PyTorch stacks; 1 with expandable segments (TrainingSpec.expandable_segments: one segment per stream that maps
+    physical pages as it grows, c10/cuda/CUDACachingAllocator.cpp ExpandableSegment, so freed blocks are not stranded
+    between sizes; PyTorch's CUDA semantics notes: it reduces fragmentation) and for XLA's static buffer assignment."""
+    if not traits(framework).caching_allocator or expandable_segments:
+        return 1.0
+    return cal.ALLOCATOR_FRAGMENTATION
 
 
 def framework_overhead_bytes(framework: str, on_tpu: bool = False) -> float:
@@ -527,7 +531,8 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
     buffers += dispatcher_buffer_bytes(ctx, shape)  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
     allocated = w + g + o + acts + buffers
-    frag = allocated * (allocator_fragmentation(ctx.train.framework, ctx.calibration) - 1.0)
+    frag = allocated * (allocator_fragmentation(ctx.train.framework, ctx.calibration,
+                                                ctx.train.expandable_segments) - 1.0)
     return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight)
 
 
@@ -564,7 +569,8 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
         BUFFERS.term("buffers_gib", b, "GiB", zero_stage=p.zero_stage, framework=ctx.train.framework),
         OVERHEAD.term("overhead_gib", ov, "GiB", framework_gib=framework_overhead_bytes(
                           ctx.train.framework, ctx.cluster.hardware.is_tpu) / GIB,
-                      fragmentation=allocator_fragmentation(ctx.train.framework, ctx.calibration)),
+                      fragmentation=allocator_fragmentation(ctx.train.framework, ctx.calibration,
+                                                            ctx.train.expandable_segments)),
     )
     peak = peak_gib_of(sm)
     cap = ctx.cluster.hardware.hbm_capacity_gib

@@ -59,6 +59,15 @@ class TrainingSpec(BaseModel):
         "cross entropy on fp32-upcast logits (torchtitan). Megatron's vocab-parallel loss (fused or not) and MaxText "
         "keep their own accounting (planner.stacks: Stack.logit_bytes)",
     )
+    expandable_segments: bool = Field(
+        False,
+        description="PyTorch's caching allocator grows expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+        "expandable_segments:True, which torchtitan's run_train.sh sets) on a platform that implements them (CUDA; "
+        "ROCm only since PyTorch PR #173330, relanded as #177974 in 2026): a segment maps pages as it grows, so "
+        "reserved memory tracks allocated memory and the planner adds no allocator fragmentation "
+        "(planner.costmodel.memory.allocator_fragmentation); off: the classic allocator's "
+        "calibration.ALLOCATOR_FRAGMENTATION",
+    )
 
     loss_chunks: int = Field(
         1, ge=1, le=4096,
