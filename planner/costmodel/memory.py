@@ -291,9 +291,13 @@ BUFFERS = formula(
     "memory.buffers",
     "ZeRO-3 / FSDP: 2 gathered bf16 layers + one layer's gradients (DeepSpeed: at most max(live limit, largest "
     "module) gathered, largest module + reduce bucket of gradients); FSDP under PP: the stage's unsharded "
-    "parameters and gradients; + the MoE flex dispatcher's DeepEP buffers (moe.dispatcher_buffer_bytes)",
+    "parameters and gradients; + the MoE flex dispatcher's DeepEP buffers (moe.dispatcher_buffer_bytes); + with "
+    "torch.distributed.pipelining, per virtual stage m gradient receive buffers (not on the last stage), the input "
+    "receive buffers of the micro-batches not in flight (not on the first) and the in-flight outputs, each tokens x "
+    "h (/ tp with SP) x 2 B",
     "ZeRO-3 prefetch (Rajbhandari et al. SC21, arXiv 2104.07857, sec. 6.1); DeepSpeed stage3_max_live_parameters, "
-    "reduce_bucket_size defaults; torchtitan reshard_after_forward=False with PP",
+    "reduce_bucket_size defaults; torchtitan reshard_after_forward=False with PP; torch.distributed.pipelining "
+    "stage.py (args_recv_info / grad_recv_info per micro-batch, fwd_cache)",
 )
 OVERHEAD = formula(
     "memory.overhead",
@@ -477,6 +481,30 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
     return 0.0
 
 
+def pipeline_buffer_units(pp: int, vpp: int, stage: int, nmb: int, inflight: float) -> float:
+    """Stage-boundary tensors (one micro-batch's stage input or output) a rank holds beside its saved activations when
+    the pipeline runtime keeps a receive buffer per micro-batch (Stack.pp_buffers_per_microbatch): for each of its
+    virtual stages, a gradient receive buffer per micro-batch unless it is the last stage, an input receive buffer per
+    micro-batch unless it is the first (those of the micro-batches in flight are the first layer's saved input,
+    already counted), and the output of every micro-batch in flight until its backward."""
+    v = max(1, vpp)
+    chunks = inflight * v  # in-flight chunks, spread evenly over the rank's virtual stages
+    not_last = v - (1 if stage == pp - 1 else 0)
+    not_first = v - (1 if stage == 0 else 0)
+    return nmb * not_last + max(0.0, nmb - chunks / v) * not_first + chunks / v * not_last
+
+
+def pipeline_buffer_bytes(ctx: Context, shape: Shape, stage: int, inflight: float) -> float:
+    """Bytes of pipeline_buffer_units: each unit one micro-batch's activation at a stage boundary (tokens x h, split
+    by TP under sequence parallelism)."""
+    p = shape.plan
+    if p.pp <= 1 or not ctx.stack.pp_buffers_per_microbatch:
+        return 0.0
+    hs = ctx.model.hidden_size / p.tp if (shape.sp and p.tp > 1) else ctx.model.hidden_size
+    units = pipeline_buffer_units(p.pp, p.vpp if p.schedule == "interleaved" else 1, stage, shape.nmb, inflight)
+    return units * shape.tokens * hs * ACT_ELEM_BYTES
+
+
 def allocator_fragmentation(framework: str, cal: Calibration, expandable_segments: bool = False) -> float:
     """Reserved / allocated at the peak: the classic caching allocator's (calibration.ALLOCATOR_FRAGMENTATION) for
     PyTorch stacks; 1 with expandable segments (TrainingSpec.expandable_segments: one segment per stream that maps
@@ -530,6 +558,7 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     acts = stage_activations(ctx, shape, split, s, inflight)
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
     buffers += dispatcher_buffer_bytes(ctx, shape)  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
+    buffers += pipeline_buffer_bytes(ctx, shape, s, inflight)  # per-micro-batch pipeline receive buffers, outputs
     allocated = w + g + o + acts + buffers
     frag = allocated * (allocator_fragmentation(ctx.train.framework, ctx.calibration,
                                                 ctx.train.expandable_segments) - 1.0)

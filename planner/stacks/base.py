@@ -53,6 +53,9 @@ class Stack:
     selective_saves: SelectiveSaves  # selective recompute keeps: "modules" (all but the recomputed modules), "half"
     zero3_unsharded_under_pp: bool  # ZeRO-3 with pp > 1 keeps the stage unsharded between micro-batches and
     #                                 reduces its gradients once per step, not once per micro-batch
+    pp_buffers_per_microbatch: bool  # the pipeline runtime allocates a receive buffer per micro-batch for the stage's
+    #                                  input and for its output's gradient, kept for the step, and holds each stage
+    #                                  output until its backward (memory.pipeline_buffer_units)
     eager_swiglu_keeps_act: bool  # eager `silu(gate) * up` also keeps silu(gate): a 4th FFN-sized tensor per layer
     #                               unless compiled (memory.activation_elems_per_token)
     norm_keeps_rstd: bool  # each RMSNorm keeps an fp32 rstd per token for backward (torch _fused_rms_norm)

@@ -31,6 +31,9 @@ STACK = Stack(
     zero3_resident_per_matrix=False,  # its own module-by-module rule (zero3_gather "tensor")
     custom_remat_option=False,  # no named-tensor remat policy
     zero3_unsharded_under_pp=False,  # its pipeline engine runs ZeRO 0-1 only (DS:runtime/pipe/engine.py:76-77)
+    # its pipeline engine reserves pipe buffers for the in-flight micro-batches only (runtime/pipe/engine.py
+    # _reserve_pipe_buffers(pipe_schedule.num_pipe_buffers()), TrainSchedule: min(stages - stage_id, micro_batches))
+    pp_buffers_per_microbatch=False,
     pytorch_native_kernels=False,  # Megatron kernels: modelled at the Megatron ceilings
     eager_unless_compiled=False,  # Megatron-DeepSpeed's fused kernels; no --compile
     fused_loss_option=False,  # its vocab-parallel loss is counted by logit_bytes

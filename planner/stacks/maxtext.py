@@ -41,6 +41,7 @@ STACK = Stack(
     custom_remat_option=True,  # remat_policy: custom (MT:configs/base.yml)
     # modelled as torchtitan's FSDP under PP (parameters gathered once per step, not measured for MaxText)
     zero3_unsharded_under_pp=True,
+    pp_buffers_per_microbatch=False,  # one jitted step: XLA assigns the pipeline's loop state statically
     pytorch_native_kernels=False,  # XLA fuses the kernels; the TPU ceilings are the profile's own
     eager_unless_compiled=False,  # XLA compiles the whole step (no --compile)
     fused_loss_option=False,  # MaxText keeps its own loss, counted by logit_bytes

@@ -41,6 +41,9 @@ STACK = Stack(
     zero3_resident_per_matrix=False,  # (ZeRO-3 is not Megatron's)
     custom_remat_option=False,  # no named-tensor remat policy
     zero3_unsharded_under_pp=False,  # Megatron-FSDP is not run with PP (launchers/megatron.py fsdp-with-pp)
+    # Megatron-core's schedules receive into a tensor per p2p op and pseudo-free each sent output's data
+    # (schedules.py deallocate_output_tensor, --deallocate-pipeline-outputs): no per-micro-batch buffers counted
+    pp_buffers_per_microbatch=False,
     pytorch_native_kernels=False,  # Transformer Engine kernels: the efficiency ceilings are fitted on Megatron rows
     eager_unless_compiled=False,  # Transformer Engine fuses the norms, SwiGLU and RoPE already (no --compile)
     fused_loss_option=False,  # its vocab-parallel loss, fused or not, is counted by logit_bytes

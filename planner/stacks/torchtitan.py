@@ -57,6 +57,11 @@ STACK = Stack(
     # reshard_after_forward=False with PP) and reduces the unsharded gradients after the last micro-batch
     # (torch.distributed.pipelining backward_maybe_with_nosync)
     zero3_unsharded_under_pp=True,
+    # torch.distributed.pipelining's PipelineStage creates one receive buffer per micro-batch for the input
+    # (_prepare_forward_infra: args_recv_info[chunk] for every chunk, _make_tensor_from_meta) and one for the output's
+    # gradient (_setup_backward_recv_info: grad_recv_info[mb_index] for every micro-batch), and keeps each output in
+    # fwd_cache until that micro-batch's backward (torch 2.13 stage.py; PiPPy PR #1058, April 2024, the same layout)
+    pp_buffers_per_microbatch=True,
     # no Transformer Engine: a fraction of Megatron+TE's efficiency on NVIDIA parts with FP8 tensor cores
     # (calibration.PYTORCH_NATIVE_HOPPER_EFFICIENCY, fitted on the torchtitan and llm-foundry H100 rows)
     pytorch_native_kernels=True,

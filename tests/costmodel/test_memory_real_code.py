@@ -362,3 +362,44 @@ def test_loss_parallel_term_matches_the_real_code(spec, variant):
     print(f"loss parallel {variant}: planner {planner:.2f} B/logit, real code {measured:.2f}")
     assert planner == pytest.approx(measured, rel=0.05), (variant, planner, measured)
     assert planner > logits_bytes_per_token(spec, 1, train) / VOCAB  # the plain loss keeps 12 B, this one 16
+
+
+def measured_pipeline_receive_buffers(stage_index: int, num_stages: int, microbatches: int) -> tuple[int, int]:
+    """(distinct receive buffers, their bytes) torch.distributed.pipelining's PipelineStage (what torchtitan runs)
+    allocates for one stage before its first step: the input receive buffers of every micro-batch and the receive
+    buffers of its output's gradient. Static shapes, one rank (a 1-rank gloo group holds every stage), no step run."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining._utils import InferenceMode
+
+    boundary = torch.empty(BATCH, SEQ, DIM, dtype=torch.bfloat16, requires_grad=True)  # one micro-batch's activation
+    owns_group = not dist.is_initialized()
+    if owns_group:
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        stage = PipelineStage(torch.nn.Linear(DIM, DIM), stage_index=stage_index, num_stages=num_stages,
+                              device=torch.device("cpu"), input_args=(boundary,), output_args=(boundary,))
+        stage._inference_mode = InferenceMode.STATIC  # the schedule's warm-up vote picks it for static shapes
+        stage._prepare_forward_infra(microbatches, None, has_backward=True)
+        stage._prepare_backward_infra(microbatches)
+        infos = [i for c in range(microbatches) for i in (*stage.args_recv_info[c], *stage.grad_recv_info[c])]
+        storages = {i.buffer.untyped_storage()._cdata: i.buffer.untyped_storage().nbytes() for i in infos
+                    if i.buffer is not None}
+    finally:
+        if owns_group:
+            dist.destroy_process_group()
+    return len(storages), sum(storages.values())
+
+
+@pytest.mark.parametrize("stage_index", [0, 1, 2])
+def test_pipeline_receive_buffers_match_torch_pipelining(stage_index):
+    # the planner's pipeline_buffer_units with nothing in flight is the receive buffers alone: one per micro-batch for
+    # the input (all but the first stage) and one for the output's gradient (all but the last), each one boundary
+    # activation; the in-flight outputs (fwd_cache) and the overlap with the first layer's saved input come on top
+    from planner.costmodel.memory import pipeline_buffer_units
+
+    microbatches = 4
+    count, nbytes = measured_pipeline_receive_buffers(stage_index, 3, microbatches)
+    units = pipeline_buffer_units(3, 1, stage_index, microbatches, inflight=0.0)
+    assert count == units == (4 if stage_index in (0, 2) else 8)
+    assert nbytes == units * TOKENS * DIM * 2
