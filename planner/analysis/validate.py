@@ -210,9 +210,28 @@ def infer_moe_dispatcher(run: dict) -> str | None:
         return None
     if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
         # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 on Blackwell
-        if model_type == "deepseek_v3" or blackwell:
+        if model_type == "deepseek_v3" or (blackwell and not _qwen3_b200_alltoall(run)):
             return "flex"
     return "flex" if _deepseek_own_stack(run) else None
+
+
+# Qwen3 presets on DGX-B200 without a flex backend (alltoall): Qwen3-235B-A22B in every release, Qwen3-30B-A3B up to
+# 26.02 (Megatron-Bridge v0.2.0-v0.3.0 QWEN3_*_B200_* presets set no moe_flex_dispatcher_backend, the GB200 ones
+# "hybridep"; v0.3.1 adds hybridep to QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1, which the FP8 presets inherit).
+QWEN3_B200_FLEX_FROM = {2048: (26, 2, 1)}
+
+
+def _qwen3_b200_alltoall(run: dict) -> bool:
+    import re
+
+    hw = str(run.get("hardware", "")).lower()
+    if not hw.startswith("b200"):
+        return False
+    first = QWEN3_B200_FLEX_FROM.get(int((run.get("model") or {}).get("hidden_size") or 0))
+    m = re.search(r"(\d{2})\.(\d{2})(?:\.(\d{2}))? nemo container", str(run.get("source", "")).lower())
+    if first is None or m is None:
+        return first is None
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) < first
 
 
 # Megatron-Bridge performance recipes that set moe_a2a_overlap=True (batch-level EP overlap), by release of the
@@ -568,9 +587,16 @@ DGXC_TOKEN_DROP_MODELS = ("deepseek_v3",)
 def infer_moe_capacity_factor(run: dict) -> float | None:
     """train.moe_capacity_factor, else 1.0 for a NeMo-2-era DGX Cloud DeepSeek-V3 recipe (DGXC_TOKEN_DROP_*), else
     None (dropless)."""
+    import re
+
     stated = (run.get("train") or {}).get("moe_capacity_factor")
     if stated is not None:
         return stated
+    # a MaxText recipe's notes state its base.yml override (capacity_factor: -1 = dropless, > 0 drops to capacity;
+    # the runs schema has no field for it), e.g. tpu-recipes' mixtral_8x7b_dropped: capacity_factor=1.25
+    cf = re.search(r"capacity_factor\s*=\s*([0-9.]+)", str(run.get("notes", "")))
+    if cf and traits(infer_framework(run)).custom_remat_option and float(cf.group(1)) > 0:
+        return float(cf.group(1))
     rel = dgxc_release(run)
     model_type = str((run.get("model") or {}).get("model_type", "")).lower()
     return 1.0 if rel is not None and rel < DGXC_TOKEN_DROP_BEFORE and model_type in DGXC_TOKEN_DROP_MODELS else None

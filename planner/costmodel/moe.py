@@ -40,6 +40,15 @@ HOST_KERNELS_BWD = 60
 # groups on the host): fc1 and fc2 forward (2 per expert), their data and weight gradients backward (4).
 HOST_KERNELS_PER_EXPERT_FWD = 2
 HOST_KERNELS_PER_EXPERT_BWD = 4
+# FP8 expert GEMMs quantize their bf16 inputs per expert: fc1's and fc2's inputs forward, their output gradients
+# backward (weights are cast once per step, on the first micro-batch). TE's multi-tensor quantize fuses the experts
+# into one kernel only for delayed scaling; every other recipe quantizes each expert's tensor on its own
+# (TransformerEngine pytorch/csrc/extensions/cast.cpp multi_tensor_quantize_impl: "only have fused kernel for FP8
+# delayed scaling"): current (per-tensor) scaling launches an amax kernel, a scale kernel and the cast
+# (quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax, nvte_compute_scale_from_amax,
+# nvte_quantize_v2), block scalings (MXFP8, 1x128 / 128x128) one kernel (Float8BlockQuantizer / MXFP8Quantizer).
+FP8_QUANTIZED_TENSORS_PER_EXPERT = {"fwd": 2, "bwd": 2}
+FP8_QUANTIZE_KERNELS_PER_TENSOR = {"tensorwise": 3, "mxfp8": 1, "blockwise": 1, "delayed": 0}
 
 
 def dispatcher(ctx: Context) -> str:
@@ -129,8 +138,11 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e = m.require_moe()
     rows = tokens_per_local_expert(ctx, shape)
-    # one local expert is one plain GEMM (a group of one): no grouped-kernel loss
-    grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 else 1.0
+    # one local expert is one plain GEMM (a group of one), and capacity-padded experts in a stack that runs them as
+    # one kernel are equal-sized groups, one batched GEMM (MaxText's dense_matmul einsum "EBNCM,EMH -> EBNCH" over
+    # the capacity buffers, MaxText layers/moe.py; DeepSpeed-MoE's einsum over local experts): no grouped-kernel loss
+    batched = ctx.train.moe_capacity_factor is not None and not ctx.stack.moe_gemm_per_expert
+    grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 and not batched else 1.0
     eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
     return expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
 
@@ -140,11 +152,21 @@ def local_experts(ctx: Context, shape: Shape) -> int:
     return max(1, ctx.model.require_moe().num_experts // max(1, shape.plan.ep))
 
 
+def fp8_quantize_kernels_per_expert(ctx: Context, backward: bool) -> int:
+    """Quantize kernels one local expert's FP8 GEMMs launch in the forward or the backward (0 in bf16); an FP8 run
+    without a stated recipe runs Megatron's tensorwise (TrainingSpec.fp8_recipe)."""
+    if ctx.train.dtype != "fp8":
+        return 0
+    per_tensor = FP8_QUANTIZE_KERNELS_PER_TENSOR[ctx.train.fp8_recipe or "tensorwise"]
+    return per_tensor * FP8_QUANTIZED_TENSORS_PER_EXPERT["bwd" if backward else "fwd"]
+
+
 def host_launch_s(ctx: Context, shape: Shape, backward: bool) -> tuple[float, float]:
     """Host time to launch one MoE layer's kernels (forward after the sync, or backward), as (the dispatcher's
     and permutation kernels, the local experts' GEMMs with their casts), each kernel costing
     calibration.HOST_LAUNCH_S of host time."""
-    per_expert = HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD
+    per_expert = (HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD) \
+        + fp8_quantize_kernels_per_expert(ctx, backward)
     n_local = local_experts(ctx, shape) if ctx.stack.moe_gemm_per_expert else 1
     base = HOST_KERNELS_BWD if backward else HOST_KERNELS_FWD
     return base * ctx.calibration.HOST_LAUNCH_S, per_expert * n_local * ctx.calibration.HOST_LAUNCH_S
