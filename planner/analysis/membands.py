@@ -5,7 +5,8 @@ residual. The residuals are cross-validated: each run's error is its prediction 
 fitted on these peaks (the torchtitan stack's overhead, Stack.overhead_gib, which adds to the peak) is refitted
 without it (leave-one-run-out, least median |error|). The band is the BAND_QUANTILE quantile of
 max(measured/predicted, predicted/measured) - 1, as the step-time bands (planner.analysis.bands): the shipped value is
-calibration.MEMORY_BAND_REL, checked against this computation by tests/analysis/test_memory_validation.py.
+calibration.MEMORY_BAND_REL, checked against this computation by tests/analysis/test_memory_validation.py. The margin
+is its one-sided side, the quantile of max(0, measured/predicted - 1): calibration.MEMORY_MARGIN_REL.
 
     PYTHONPATH=$PWD python -m planner.analysis.membands
 """
@@ -59,6 +60,12 @@ def band_rel(errors: list[float]) -> float:
     return _quantile([max(1.0 + e, 1.0 / (1.0 + e)) - 1.0 for e in errors], BAND_QUANTILE)
 
 
+def margin_rel(errors: list[float]) -> float:
+    """The one-sided band, the side that runs a plan out of memory: the BAND_QUANTILE quantile of how far each
+    measured peak lies above its prediction, max(0, measured / predicted - 1) (calibration.MEMORY_MARGIN_REL)."""
+    return _quantile([max(0.0, 1.0 / (1.0 + e) - 1.0) for e in errors], BAND_QUANTILE)
+
+
 def main(argv: list[str] | None = None) -> int:
     rows = peak_rows()
     errs = loo_errors(rows)
@@ -67,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['peak_memory_gib']:6.1f} in-sample {r['peak_memory_error']:+.1%} cross-validated {e:+.1%}")
     a = sorted(abs(e) for e in errs)
     print(f"{len(errs)} peaks: median |error| {statistics.median(a):.1%}, p90 {a[int(0.9 * (len(a) - 1))]:.1%}; "
-          f"band (q{BAND_QUANTILE:.2f} of the miss) {band_rel(errs):.4f}")
+          f"band (q{BAND_QUANTILE:.2f} of the miss) {band_rel(errs):.4f}, margin (q{BAND_QUANTILE:.2f} of the "
+          f"under-prediction) {margin_rel(errs):.4f}")
     return 0
 
 

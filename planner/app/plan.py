@@ -57,7 +57,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
 
     def run(gate_launcher: str | None):
         return search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
-                                         memory_headroom_gib=headroom, margin_time_band_rel=margin_time_band(ctx),
+                                         memory_headroom_gib=headroom, memory_margin=req.memory_headroom_gib is None,
                                          distinct_layouts=not req.all_variants, launcher=gate_launcher,
                                          even_stages=req.even_stages))
 
@@ -75,6 +75,9 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
     doc = search_doc(ctx, res, req, seconds)
+    margin = margin_note(res)
+    if margin:
+        doc["plans"][0]["warnings"] = [*doc["plans"][0]["warnings"], margin]
     if unrunnable:
         note = (f"{unrunnable} cannot run the pinned knobs ({req.pins_text()}): the plans are costed as pinned, "
                 f"and --out writes no {unrunnable} files for them")
@@ -140,14 +143,25 @@ def memory_margin_rel(ctx, headroom: float | None) -> float:
     return rule(headroom, ctx.calibration)
 
 
-def margin_time_band(ctx) -> float:
-    """The step-time error band within which a plan at the memory edge ranks after plans keeping the margin (0
-    when the user gave a --memory-headroom: no margin)."""
-    if ctx.memory_headroom_gib is not None:
-        return 0.0
-    from planner.analysis.bands import band_for_context
+def margin_note(res) -> str | None:
+    """What the default memory margin cost #1: the fastest plan found, when it does not keep the margin and a slower
+    one ranks first for it (planner.search.ranking), said with the flag that ranks it first."""
+    from planner.search.ranking import TIE_BAND_REL
+    from planner.specs.plan import plan_label
 
-    return band_for_context(ctx).rel
+    if not res.plans or not res.plans[0].within_margin:
+        return None
+    fastest = min(res.ranked or res.plans, key=lambda e: e.step_time_s)
+    best = res.plans[0]
+    if fastest.within_margin or fastest.step_time_s * (1 + TIE_BAND_REL) >= best.step_time_s:
+        return None
+    mem, q = fastest.memory, fastest.plan
+    slower = best.step_time_s / fastest.step_time_s - 1
+    return (f"the memory margin ranks a {slower:.0%} slower plan first: the fastest plan found "
+            f"({plan_label(q.model_dump())} mbs {q.micro_batch}, "
+            f"recompute {fastest.plan.recompute}, {fastest.step_time_s:.3f} s) peaks at {mem['peak_gib']:.1f} of "
+            f"{mem['usable_gib']:.1f} GiB usable, leaving less than the margin ({mem['memory_margin_rel']:.0%}, "
+            "published peaks under-predicted, out of sample) free; --memory-headroom 0 ranks it first")
 
 
 def peak_memory_band(ev, rel: float) -> dict:

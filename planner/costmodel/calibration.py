@@ -187,10 +187,14 @@ class Calibration:
     # The memory error band: 90% of the published peaks (runs/known_runs_*.yaml with peak_memory_gib, 27 torchtitan
     # rows) lie within a factor 1 + MEMORY_BAND_REL of the prediction, cross-validated (the fitted overhead refitted
     # without each run): `python -m planner.analysis.membands` computes it, tests/analysis/test_memory_validation.py
-    # checks this
-    # copy. By default a plan whose peak lies within this share of the usable capacity ranks after the plans of its
-    # step-time band that do not (planner.costmodel.capacity); --memory-headroom replaces the margin.
+    # checks this copy. It is the band shown beside the peak (--json peak_memory_band), both ways.
     MEMORY_BAND_REL: float = 0.2491
+    # The memory margin: the one-sided side of the same residuals, the one that can run a plan out of memory. 90% of
+    # the published peaks are at most this much above their (cross-validated) prediction: the 0.90 quantile of
+    # max(0, measured / predicted - 1) (planner.analysis.membands; over-predictions count as 0, they never OOM). By
+    # default a plan keeps this share of the usable capacity free, peak <= usable x (1 - margin), or it ranks after
+    # every plan that does (planner.costmodel.capacity, planner.search.ranking); --memory-headroom replaces it.
+    MEMORY_MARGIN_REL: float = 0.2024
 
     # --- host (optimizer offload) ---------------------------------------------------------------------
     # DeepSpeed CPU-Adam throughput of one host, parameters updated per second with all its cores (ZeRO-Offload,

@@ -74,7 +74,7 @@ class Evaluation:
 
     @property
     def within_margin(self) -> bool:
-        """The peak fits even at the upper edge of its memory band (the default margin; planner.costmodel.capacity)."""
+        """The peak leaves the memory margin of the usable capacity free (planner.costmodel.capacity)."""
         return within_margin(self.trace.value("peak_gib"), self.trace.value("usable_gib"),
                              self.trace.value("memory_margin_rel"))
 

@@ -47,9 +47,9 @@ class SearchOptions:
     top_k: int = 5
     max_tp: int | None = None  # default: the scale-up domain (TP stays on NVLink/ICI)
     memory_headroom_gib: float = 0.0  # extra free memory demanded on top of the fit reserve
-    # the step-time band within which a plan at the memory edge ranks after plans that keep the memory margin
-    # (planner.search.ranking.rank; 0 = no margin, as with an explicit --memory-headroom)
-    margin_time_band_rel: float = 0.0
+    # True: plans at the memory edge rank after every plan that keeps the default memory margin
+    # (planner.search.ranking.rank; False with an explicit --memory-headroom, which replaces the margin)
+    memory_margin: bool = False
     max_micro_batch: int = 16
     require_fit: bool = True  # False: rank non-fitting plans too (validation of published plans)
     # True: the top_k are distinct layouts, each its best variant (planner.search.ranking)
@@ -87,15 +87,13 @@ def _sort_key(e: Evaluation) -> tuple:
 
 
 def _working_key(opts: SearchOptions):
-    """_sort_key with the default memory margin: a plan at the memory edge counts as margin_time_band_rel slower
+    """_sort_key with the default memory margin: the plans at the memory edge after the others
     (planner.search.ranking.rank), so the stage solves go to the plans the ranking will show."""
-    m = opts.margin_time_band_rel
-    if m <= 0:
+    if not opts.memory_margin:
         return _sort_key
 
     def key(e: Evaluation) -> tuple:
-        t = e.step_time_s * (1.0 + m) if at_memory_edge(e) else e.step_time_s
-        return (round(t, 12), *_sort_key(e)[1:])
+        return (at_memory_edge(e), *_sort_key(e))
     return key
 
 
@@ -427,7 +425,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     feasible = [e for e in results if e.memory["peak_gib"] <= cap]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
     # every scored plan, best first (the report's)
-    ordered = rank(feasible if opts.require_fit else results, margin_time_band_rel=opts.margin_time_band_rel)
+    ordered = rank(feasible if opts.require_fit else results, memory_margin=opts.memory_margin)
     chosen = select(ordered, opts.top_k, not opts.distinct_layouts)
     return SearchResult(
         plans=chosen, evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,

@@ -3,8 +3,8 @@
 The rule (documented in docs/quickstart.md, "Reading the output"):
 
 1. Plans are ordered by predicted step time, fastest first.
-   A plan whose peak lies within its memory band of the usable capacity (the default margin,
-   planner.costmodel.capacity) ranks after the plans of its step-time error band that keep the margin.
+   With the default memory margin (planner.costmodel.capacity), a plan whose peak does not leave the margin
+   free ranks after every plan that does: #1 keeps the margin whenever any plan can.
 2. Plans whose step time is within TIE_BAND_REL (0.2%) of the fastest plan count as equally fast:
    among them the smaller peak memory ranks first, then the simpler layout. The band is anchored on
    the fastest plan only, so there are no bucket edges that could split two near-equal plans further
@@ -64,8 +64,8 @@ def _peak(e: Scored) -> float:
 
 
 def at_memory_edge(e: Scored) -> bool:
-    """The plan's peak lies within its memory band of the usable capacity (planner.costmodel.capacity): the
-    model's own memory error could push it over."""
+    """The plan's peak does not leave the memory margin of the usable capacity free (planner.costmodel.capacity):
+    the model's own memory error could push it over."""
     from planner.costmodel.capacity import within_margin
 
     mem = e.memory
@@ -73,26 +73,27 @@ def at_memory_edge(e: Scored) -> bool:
     return usable is not None and not within_margin(_peak(e), usable, mem.get("memory_margin_rel", 0.0))
 
 
-def _ordered(evals: list[T], band_rel: float, time_of) -> list[T]:
-    fastest = min(time_of(e) for e in evals)
+def _ordered(evals: list[T], band_rel: float) -> list[T]:
+    fastest = min(e.step_time_s for e in evals)
     edge = fastest * (1.0 + band_rel)
-    tied = [e for e in evals if time_of(e) <= edge]
-    rest = [e for e in evals if time_of(e) > edge]
-    tied.sort(key=lambda e: (_peak(e), complexity(e.plan), time_of(e), _knob_text(e.plan)))
-    rest.sort(key=lambda e: (time_of(e), _peak(e), complexity(e.plan), _knob_text(e.plan)))
+    tied = [e for e in evals if e.step_time_s <= edge]
+    rest = [e for e in evals if e.step_time_s > edge]
+    tied.sort(key=lambda e: (_peak(e), complexity(e.plan), e.step_time_s, _knob_text(e.plan)))
+    rest.sort(key=lambda e: (e.step_time_s, _peak(e), complexity(e.plan), _knob_text(e.plan)))
     return tied + rest
 
 
-def rank(evals: Sequence[T], band_rel: float = TIE_BAND_REL, margin_time_band_rel: float = 0.0) -> list[T]:
+def rank(evals: Sequence[T], band_rel: float = TIE_BAND_REL, memory_margin: bool = False) -> list[T]:
     """`evals` in the documented order (see the module docstring); deterministic for equal inputs. With
-    margin_time_band_rel > 0 (the default memory margin, planner.costmodel.capacity), a plan at the memory edge
-    ranks as if it were that much slower: after every plan of its step-time band that keeps the margin."""
+    `memory_margin` (the default margin, planner.costmodel.capacity), the plans at the memory edge follow every
+    plan that keeps the margin, each group in that order."""
     if not evals:
         return []
-    if margin_time_band_rel <= 0:
-        return _ordered(list(evals), band_rel, lambda e: e.step_time_s)
-    return _ordered(list(evals), band_rel,
-                    lambda e: e.step_time_s * (1.0 + margin_time_band_rel) if at_memory_edge(e) else e.step_time_s)
+    if not memory_margin:
+        return _ordered(list(evals), band_rel)
+    kept = [e for e in evals if not at_memory_edge(e)]
+    edge = [e for e in evals if at_memory_edge(e)]
+    return (_ordered(kept, band_rel) if kept else []) + (_ordered(edge, band_rel) if edge else [])
 
 
 def select(ranked: Sequence[T], top_k: int, all_variants: bool = False) -> list[T]:

@@ -157,11 +157,11 @@ def legend(doc: dict, compact: bool) -> list[str]:
         if any(p["plan"]["tp"] > 1 and not p["plan"]["sequence_parallel"] for p in plans):
             lines.append("TP8* = tensor parallel without sequence parallelism.")
     else:
-        band = (plans[0].get("peak_memory_band") or {}).get("rel") if plans else None
+        band = (plans[0].get("memory") or {}).get("memory_margin_rel") if plans else None
         lines.append("peak/usable GiB: predicted peak memory per device / the capacity the search allowed "
                      "(HBM less the fit reserve and --memory-headroom); ! = does not fit"
-                     + (f"; ~ = within the memory error band (±{100 * band:.0f}% of the peak, published peaks, out "
-                        "of sample) of it: ranked after the plans of its step-time band that keep the margin "
+                     + (f"; ~ = leaves less than the memory margin ({100 * band:.0f}% of it: how far published "
+                        "peaks exceeded their prediction, out of sample) free: ranked after every plan that keeps it "
                         "(--memory-headroom 0 opts out)." if band else "."))
         if any(p["plan"].get("offload_optimizer") for p in plans):
             lines.append("ZeRO 1 +off: ZeRO stage 1 with the optimizer states and step offloaded to the host CPU.")

@@ -71,7 +71,7 @@ def test_published_peaks_within_the_stated_error(validated):
 
 
 def test_memory_band_is_the_cross_validated_one():
-    from planner.analysis.membands import band_rel, loo_errors, peak_rows
+    from planner.analysis.membands import band_rel, loo_errors, margin_rel, peak_rows
     from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 
     rows = peak_rows()
@@ -81,6 +81,9 @@ def test_memory_band_is_the_cross_validated_one():
     # cross-validated: median 5.9%, p90 24.7% (the p90 target of 20% is not met; in sample 22.4%)
     assert statistics.median(a) <= 0.10 and a[int(0.9 * (len(a) - 1))] <= P90_REGRESSION_BOUND
     assert cal.MEMORY_BAND_REL == pytest.approx(band_rel(errs), abs=5e-4)
+    # the margin: the one-sided side (measured above predicted), never wider than the two-sided band
+    assert cal.MEMORY_MARGIN_REL == pytest.approx(margin_rel(errs), abs=5e-4)
+    assert cal.MEMORY_MARGIN_REL <= cal.MEMORY_BAND_REL
 
 
 def test_evaluation_fits_honours_the_headroom():
@@ -116,27 +119,25 @@ def _plan(args: list[str]) -> dict:
     return json.loads(out.stdout)
 
 
-# The issue asks #1 <= usable x (1 - band). Met by the two 70B commands; the two Llama 3.1 405B commands put #1 at
-# 62.1 GiB and Mixtral (DeepSpeed ZeRO-3) at 60.8 GiB of 78.7 usable, whose band's upper edge (x 1.25) still fits
-# but which are above usable x (1 - 0.25) = 59.1: the margin only reorders plans within the step-time band (405B:
-# the next plan with that much room is 30% slower). Held: every #1 fits at its band's upper edge (what --out writes).
-STRICT_MARGIN_MET = {"llama-70b", str(ROOT / "tests" / "data" / "llama-2-70b.json")}
-
-
 @pytest.mark.parametrize("args", README_COMMANDS, ids=lambda a: " ".join(a[1:4]))
 def test_readme_commands_keep_the_memory_margin(args):
+    # #1 at or below usable x (1 - margin), the margin the one-sided memory band (calibration.MEMORY_MARGIN_REL,
+    # 0.2024: 90% of the published peaks are at most 20% above their cross-validated prediction); the two-sided band
+    # beside the peak is the wider MEMORY_BAND_REL
+    from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
+
     doc = _plan(args)
     best = doc["plans"][0]
     mem, band = best["memory"], best["peak_memory_band"]
-    assert mem["memory_margin_rel"] == band["rel"] > 0.1
-    assert best["within_memory_margin"] and band["high_gib"] <= mem["usable_gib"], (mem, band)
-    strict = mem["peak_gib"] <= mem["usable_gib"] * (1 - band["rel"])
-    assert strict == (args[1] in STRICT_MARGIN_MET), (mem, band)
+    assert mem["memory_margin_rel"] == cal.MEMORY_MARGIN_REL > 0.1 and band["rel"] == cal.MEMORY_BAND_REL
+    assert best["within_memory_margin"] and mem["peak_gib"] <= mem["usable_gib"] * (1 - mem["memory_margin_rel"])
 
 
 def test_memory_headroom_zero_opts_out_of_the_margin():
-    # the 405B plan the issue cites: by default the 74 GiB layout ranks after its step-time band's roomier plans;
-    # --memory-headroom 0 gives the plain fastest-first order back
+    # the 405B plan the issue cites: by default the fastest layout (73.2 GiB of 78.65 usable) ranks after every plan
+    # keeping the margin (#1 5% slower at 62.5 GiB), and #1 says so; --memory-headroom 0 gives fastest-first back
+    from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
+
     args = ["--model", "llama-3.1-405b", "--cluster", "h100x2048", "--seq-len", "8192", "--gbs", "2048",
             "--launcher", "torchtitan"]
     default, plain = _plan(args), _plan([*args, "--memory-headroom", "0"])
@@ -144,7 +145,12 @@ def test_memory_headroom_zero_opts_out_of_the_margin():
     assert plain["search"]["memory_margin_rel"] == 0.0 and plain["plans"][0]["memory"]["memory_margin_rel"] == 0.0
     fastest = min(p["step_time_s"] for p in plain["plans"])
     assert plain["plans"][0]["step_time_s"] <= fastest * 1.002
-    assert default["plans"][0]["step_time_s"] >= plain["plans"][0]["step_time_s"]
+    assert default["plans"][0]["step_time_s"] > plain["plans"][0]["step_time_s"] * 1.002
+    fast_mem = plain["plans"][0]["memory"]  # fits, but inside the default margin
+    assert plain["plans"][0]["fits"] and fast_mem["peak_gib"] > fast_mem["usable_gib"] * (1 - cal.MEMORY_MARGIN_REL)
+    note = [w for w in default["plans"][0]["warnings"] if w.startswith("the memory margin ranks")]
+    assert len(note) == 1 and "--memory-headroom 0 ranks it first" in note[0]
+    assert f"{plain['plans'][0]['step_time_s']:.3f} s" in note[0]
 
 
 def test_published_tpu_and_deepseek_plans_fit_from_the_cli():

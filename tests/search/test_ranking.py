@@ -62,6 +62,22 @@ def test_equal_time_prefers_smaller_micro_batch_memory():
     assert rank(evs)[0].plan.micro_batch == 1
 
 
+def test_memory_margin_ranks_every_plan_keeping_it_first():
+    # usable 78.65 GiB, margin 0.2024 (calibration.MEMORY_MARGIN_REL): a plan keeps it at <= 62.73 GiB. The faster
+    # plan at 73.2 GiB (the Llama 3.1 405B torchtitan case on 2048 H100s) ranks after both plans keeping it, even
+    # the one 5% slower; without the margin (an explicit --memory-headroom) the order is fastest first
+    def mev(t, mem, **knobs):
+        return Ev(ParallelPlan(**knobs), t, {"peak_gib": mem, "usable_gib": 78.65, "memory_margin_rel": 0.2024})
+
+    evs = [mev(54.36, 73.2, tp=8, pp=16, dp=8, cp=2), mev(57.37, 50.4, tp=8, pp=64, dp=4),
+           mev(56.81, 62.5, tp=8, pp=16, dp=16)]
+    assert [e.step_time_s for e in rank(evs, memory_margin=True)] == [56.81, 57.37, 54.36]
+    assert [e.step_time_s for e in rank(evs)] == [54.36, 56.81, 57.37]
+    # nothing keeps the margin: the plain order among the edge plans
+    edge = [mev(2.0, 70.0, tp=8, pp=2, dp=4), mev(1.0, 75.0, tp=8, pp=4, dp=2)]
+    assert [e.step_time_s for e in rank(edge, memory_margin=True)] == [1.0, 2.0]
+
+
 def test_select_distinct_layouts():
     evs = [ev(10.0 + i * 0.1, 40.0, tp=4, pp=4, dp=4, vpp=v) for i, v in enumerate((2, 4, 5, 10, 20))]
     evs += [ev(11.0, 30.0, tp=8, pp=2, dp=4), ev(12.0, 30.0, tp=2, pp=8, dp=4)]
