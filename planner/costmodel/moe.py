@@ -70,7 +70,13 @@ def merged_fwd_bwd(ctx: Context, shape: Shape) -> bool:
 
 
 def permute_mode(ctx: Context) -> str:
-    return "in_dispatch" if dispatcher(ctx) == "flex" else ctx.stack.moe_permute
+    """How tokens reach their experts' buffers: inside DeepEP's dispatch (flex), by one-hot einsums over capacity
+    buffers (Stack.moe_capacity_einsum, capacity-padded), else the stack's permute."""
+    if dispatcher(ctx) == "flex":
+        return "in_dispatch"
+    if ctx.stack.moe_capacity_einsum and ctx.train.moe_capacity_factor is not None:
+        return "einsum"
+    return ctx.stack.moe_permute
 
 
 class MoEForward(NamedTuple):
@@ -123,10 +129,26 @@ def router_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
 
 def permute_s(ctx: Context, shape: Shape, mode: str) -> float:
     """Token permute before the dispatcher and unpermute after the combine: top_k (x load) copies of each of the
-    device's tokens read and written at HBM bandwidth, PERMUTE_PASSES[mode] times."""
+    device's tokens read and written at HBM bandwidth, PERMUTE_PASSES[mode] times; or the dispatch and combine
+    einsums over capacity buffers (einsum_dispatch_s)."""
+    if mode == "einsum":
+        return einsum_dispatch_s(ctx, shape)
     m, tp = ctx.model, shape.plan.tp
     copies = shape.tokens / tp * m.require_moe().top_k * expert_load(ctx, shape)
     return copies * m.hidden_size * ACT_ELEM_BYTES * PERMUTE_PASSES[mode] / ctx.hbm_bw
+
+
+def einsum_dispatch_s(ctx: Context, shape: Shape) -> float:
+    """MaxText's dense_matmul dispatch and combine (layers/moe.py: "BNSM,BNSEC -> EBNCM" and "EBNCM,BNSEC -> BNSM"):
+    each sequence's S tokens against one-hot masks of E experts x C capacity slots, C = max(ceil(S top_k / E) x cf,
+    cf) (generate_masks), two GEMMs of 2 S E C h FLOPs per sequence, i.e. 2 E C h per token each."""
+    m, p = ctx.model, shape.plan
+    e = m.require_moe()
+    cf = ctx.train.moe_capacity_factor or 1.0
+    seq = ctx.train.seq_len / p.cp  # one batch row of the einsum: a sequence (its CP shard)
+    cap = int(max(math.ceil(seq * e.top_k / e.num_experts) * cf, cf))
+    flops = 2 * (2.0 * shape.tokens / p.tp * e.num_experts * cap * m.hidden_size)
+    return flops / (ctx.peak * ctx.gemm_eff(e.num_experts * cap, m.hidden_size, seq))
 
 
 def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:

@@ -211,3 +211,21 @@ def test_capacity_padded_experts_in_one_kernel_are_a_batched_gemm():
     assert experts("maxtext", moe_capacity_factor=1.0) == pytest.approx(
         experts("maxtext") * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
     assert experts("megatron", moe_capacity_factor=1.0) == pytest.approx(experts("megatron"))
+
+
+def test_maxtext_capacity_dispatch_is_two_einsums_over_capacity_buffers():
+    """MaxText's dense_matmul: dispatch "BNSM,BNSEC -> EBNCM" and combine "EBNCM,BNSEC -> BNSM" against one-hot masks
+    of E experts x C slots per sequence, C = ceil(S top_k / E) x cf (generate_masks): Mixtral 8x7B at S 4096, top-2,
+    cf 1.25: C = 1280, 2 x 2 x 8 x 1280 x 4096 = 168 MFLOP per token, at the dense GEMM rate."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.compute import layer_compute
+
+    ctx, ev = _eval("mixtral-8x7b", "maxtext", ep=1, moe_capacity_factor=1.25)
+    shape = plan_shape(ctx, ev.plan)
+    c = layer_compute(ctx, shape, next(k for k in ctx.kinds if k.moe))
+    per_token = 2 * 2 * 8 * 1280 * 4096
+    assert per_token == pytest.approx(167.8e6, rel=1e-3)
+    assert c.permute == pytest.approx(shape.tokens * per_token / (ctx.peak * ctx.gemm_eff(8 * 1280, 4096, 4096)))
+    dctx, dropless = _eval("mixtral-8x7b", "maxtext", ep=1)  # dropless: permute passes at HBM bandwidth
+    assert c.permute > 5 * layer_compute(dctx, plan_shape(dctx, dropless.plan),
+                                         next(k for k in dctx.kinds if k.moe)).permute
