@@ -193,10 +193,10 @@ def infer_fp8_recipe(run: dict) -> str | None:
 
 
 # MoE dispatcher of the cited recipe, for a record without stack.moe_dispatcher: Megatron-Bridge's performance
-# configs run DeepSeek-V3 and Qwen3 on Blackwell with the flex dispatcher and HybridEP (NVIDIA-NeMo/Megatron-Bridge
-# scripts/performance/configs/deepseek/deepseek_workload_base_configs.py and qwen/qwen3_workload_base_configs.py:
-# moe_flex_dispatcher_backend="hybridep" for the GB200 / B200 presets); DeepSeek's own framework dispatches with
-# DeepEP (DeepSeek-V3 report sec. 3.2.2; deepseek-ai/DeepEP). Every other MoE run: its stack's default
+# configs run DeepSeek-V3 with the flex dispatcher (DeepEP / HybridEP) and Qwen3 where its preset sets a backend
+# (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py and
+# qwen/qwen3_workload_base_configs.py moe_flex_dispatcher_backend: QWEN3_FLEX_FROM); DeepSeek's own framework
+# dispatches with DeepEP (DeepSeek-V3 report sec. 3.2.2; deepseek-ai/DeepEP). Every other MoE run: its stack's default
 # (planner/stacks: Stack.moe_dispatcher).
 FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe")
 
@@ -204,34 +204,36 @@ FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe")
 def infer_moe_dispatcher(run: dict) -> str | None:
     src = str(run.get("source", "")).lower()
     model_type = str((run.get("model") or {}).get("model_type", "")).lower()
-    blackwell = str(run.get("hardware", "")).lower().startswith(("b200", "gb200"))
     if infer_moe_capacity_factor(run):
         # Megatron-Bridge's token drop asserts the alltoall dispatcher (training/utils/moe_token_drop.py)
         return None
     if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
-        # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 on Blackwell
-        if model_type == "deepseek_v3" or (blackwell and not _qwen3_b200_alltoall(run)):
+        # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 where its preset sets a backend
+        if model_type == "deepseek_v3" or _qwen3_flex(run):
             return "flex"
     return "flex" if _deepseek_own_stack(run) else None
 
 
-# Qwen3 presets on DGX-B200 without a flex backend (alltoall): Qwen3-235B-A22B in every release, Qwen3-30B-A3B up to
-# 26.02 (Megatron-Bridge v0.2.0-v0.3.0 QWEN3_*_B200_* presets set no moe_flex_dispatcher_backend, the GB200 ones
-# "hybridep"; v0.3.1 adds hybridep to QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1, which the FP8 presets inherit).
-QWEN3_B200_FLEX_FROM = {2048: (26, 2, 1)}
+# Qwen3 presets with the flex dispatcher outside GB200 / GB300 (whose presets set moe_flex_dispatcher_backend
+# "hybridep" in every release), by (hidden size, hardware prefix): the first performance-summary release whose preset
+# sets a flex backend. Megatron-Bridge v0.2.0-v0.2.2 (25.09, 25.11) set none on B200 / H100; v0.3.0 (26.02) adds
+# "deepep" to QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*; v0.3.1 on (26.02.01+) "hybridep" to the Qwen3-30B-A3B H100 and
+# B200 BF16 presets (the FP8 presets inherit the B200 one); the Qwen3-235B-A22B B200 / H100 presets never do.
+# Qwen3-30B-A3B has hidden size 2048, Qwen3-235B-A22B 4096.
+QWEN3_FLEX_FROM = {(2048, "h100"): (26, 2, 0), (2048, "b200"): (26, 2, 1)}
 
 
-def _qwen3_b200_alltoall(run: dict) -> bool:
+def _qwen3_flex(run: dict) -> bool:
+    """Whether the cited Megatron-Bridge release runs this Qwen3 preset with the flex dispatcher (QWEN3_FLEX_FROM)."""
     import re
 
     hw = str(run.get("hardware", "")).lower()
-    if not hw.startswith("b200"):
-        return False
-    first = QWEN3_B200_FLEX_FROM.get(int((run.get("model") or {}).get("hidden_size") or 0))
+    if hw.startswith(("gb200", "gb300")):
+        return True
+    hidden = int((run.get("model") or {}).get("hidden_size") or 0)
+    first = next((rel for (h, prefix), rel in QWEN3_FLEX_FROM.items() if h == hidden and hw.startswith(prefix)), None)
     m = re.search(r"(\d{2})\.(\d{2})(?:\.(\d{2}))? nemo container", str(run.get("source", "")).lower())
-    if first is None or m is None:
-        return first is None
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) < first
+    return first is not None and m is not None and (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) >= first
 
 
 # Megatron-Bridge performance recipes that set moe_a2a_overlap=True (batch-level EP overlap), by release of the

@@ -40,6 +40,9 @@ def _mbridge(release: str, hardware: str, hidden: int) -> dict:
     ("26.04", "b200-sxm-180gb", 2048, "flex"),  # v0.3.1 on: hybridep on the B200 BF16 preset, inherited by FP8
     ("26.04", "b200-sxm-180gb", 4096, None),  # Qwen3-235B on B200: alltoall in every release
     ("25.11", "gb200-nvl72", 2048, "flex"),  # GB200 presets: hybridep
+    ("25.11", "h100-sxm-80gb", 2048, None),  # v0.2.1 QWEN3_30B_A3B_H100_*: none
+    ("26.02", "h100-sxm-80gb", 2048, "flex"),  # v0.3.0: deepep
+    ("26.06", "h100-sxm-80gb", 4096, None),  # Qwen3-235B on H100: alltoall in every release
 ])
 def test_qwen3_dispatcher_from_the_cited_release(release, hardware, hidden, expected):
     assert infer_moe_dispatcher(_mbridge(release, hardware, hidden)) == expected
