@@ -193,10 +193,10 @@ def infer_fp8_recipe(run: dict) -> str | None:
 
 
 # MoE dispatcher of the cited recipe, for a record without stack.moe_dispatcher: Megatron-Bridge's performance
-# configs run DeepSeek-V3 and Qwen3 on Blackwell with the flex dispatcher and HybridEP (NVIDIA-NeMo/Megatron-Bridge
-# scripts/performance/configs/deepseek/deepseek_workload_base_configs.py and qwen/qwen3_workload_base_configs.py:
-# moe_flex_dispatcher_backend="hybridep" for the GB200 / B200 presets); DeepSeek's own framework dispatches with
-# DeepEP (DeepSeek-V3 report sec. 3.2.2; deepseek-ai/DeepEP). Every other MoE run: its stack's default
+# configs run DeepSeek-V3 with the flex dispatcher (DeepEP / HybridEP) and Qwen3 where its preset sets a backend
+# (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py and
+# qwen/qwen3_workload_base_configs.py moe_flex_dispatcher_backend: QWEN3_FLEX_FROM); DeepSeek's own framework
+# dispatches with DeepEP (DeepSeek-V3 report sec. 3.2.2; deepseek-ai/DeepEP). Every other MoE run: its stack's default
 # (planner/stacks: Stack.moe_dispatcher).
 FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe")
 
@@ -204,15 +204,36 @@ FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe")
 def infer_moe_dispatcher(run: dict) -> str | None:
     src = str(run.get("source", "")).lower()
     model_type = str((run.get("model") or {}).get("model_type", "")).lower()
-    blackwell = str(run.get("hardware", "")).lower().startswith(("b200", "gb200"))
     if infer_moe_capacity_factor(run):
         # Megatron-Bridge's token drop asserts the alltoall dispatcher (training/utils/moe_token_drop.py)
         return None
     if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
-        # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 on Blackwell
-        if model_type == "deepseek_v3" or blackwell:
+        # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 where its preset sets a backend
+        if model_type == "deepseek_v3" or _qwen3_flex(run):
             return "flex"
     return "flex" if _deepseek_own_stack(run) else None
+
+
+# Qwen3 presets with the flex dispatcher outside GB200 / GB300 (whose presets set moe_flex_dispatcher_backend
+# "hybridep" in every release), by (hidden size, hardware prefix): the first performance-summary release whose preset
+# sets a flex backend. Megatron-Bridge v0.2.0-v0.2.2 (25.09, 25.11) set none on B200 / H100; v0.3.0 (26.02) adds
+# "deepep" to QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*; v0.3.1 on (26.02.01+) "hybridep" to the Qwen3-30B-A3B H100 and
+# B200 BF16 presets (the FP8 presets inherit the B200 one); the Qwen3-235B-A22B B200 / H100 presets never do.
+# Qwen3-30B-A3B has hidden size 2048, Qwen3-235B-A22B 4096.
+QWEN3_FLEX_FROM = {(2048, "h100"): (26, 2, 0), (2048, "b200"): (26, 2, 1)}
+
+
+def _qwen3_flex(run: dict) -> bool:
+    """Whether the cited Megatron-Bridge release runs this Qwen3 preset with the flex dispatcher (QWEN3_FLEX_FROM)."""
+    import re
+
+    hw = str(run.get("hardware", "")).lower()
+    if hw.startswith(("gb200", "gb300")):
+        return True
+    hidden = int((run.get("model") or {}).get("hidden_size") or 0)
+    first = next((rel for (h, prefix), rel in QWEN3_FLEX_FROM.items() if h == hidden and hw.startswith(prefix)), None)
+    m = re.search(r"(\d{2})\.(\d{2})(?:\.(\d{2}))? nemo container", str(run.get("source", "")).lower())
+    return first is not None and m is not None and (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) >= first
 
 
 # Megatron-Bridge performance recipes that set moe_a2a_overlap=True (batch-level EP overlap), by release of the
@@ -570,9 +591,16 @@ DGXC_TOKEN_DROP_MODELS = ("deepseek_v3",)
 def infer_moe_capacity_factor(run: dict) -> float | None:
     """train.moe_capacity_factor, else 1.0 for a NeMo-2-era DGX Cloud DeepSeek-V3 recipe (DGXC_TOKEN_DROP_*), else
     None (dropless)."""
+    import re
+
     stated = (run.get("train") or {}).get("moe_capacity_factor")
     if stated is not None:
         return stated
+    # a MaxText recipe's notes state its base.yml override (capacity_factor: -1 = dropless, > 0 drops to capacity;
+    # the runs schema has no field for it), e.g. tpu-recipes' mixtral_8x7b_dropped: capacity_factor=1.25
+    cf = re.search(r"capacity_factor\s*=\s*([0-9.]+)", str(run.get("notes", "")))
+    if cf and traits(infer_framework(run)).custom_remat_option and float(cf.group(1)) > 0:
+        return float(cf.group(1))
     rel = dgxc_release(run)
     model_type = str((run.get("model") or {}).get("model_type", "")).lower()
     return 1.0 if rel is not None and rel < DGXC_TOKEN_DROP_BEFORE and model_type in DGXC_TOKEN_DROP_MODELS else None

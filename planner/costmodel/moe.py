@@ -40,6 +40,15 @@ HOST_KERNELS_BWD = 60
 # groups on the host): fc1 and fc2 forward (2 per expert), their data and weight gradients backward (4).
 HOST_KERNELS_PER_EXPERT_FWD = 2
 HOST_KERNELS_PER_EXPERT_BWD = 4
+# FP8 expert GEMMs quantize their bf16 inputs per expert: fc1's and fc2's inputs forward, their output gradients
+# backward (weights are cast once per step, on the first micro-batch). TE's multi-tensor quantize fuses the experts
+# into one kernel only for delayed scaling; every other recipe quantizes each expert's tensor on its own
+# (TransformerEngine pytorch/csrc/extensions/cast.cpp multi_tensor_quantize_impl: "only have fused kernel for FP8
+# delayed scaling"): current (per-tensor) scaling launches an amax kernel, a scale kernel and the cast
+# (quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax, nvte_compute_scale_from_amax,
+# nvte_quantize_v2), block scalings (MXFP8, 1x128 / 128x128) one kernel (Float8BlockQuantizer / MXFP8Quantizer).
+FP8_QUANTIZED_TENSORS_PER_EXPERT = {"fwd": 2, "bwd": 2}
+FP8_QUANTIZE_KERNELS_PER_TENSOR = {"tensorwise": 3, "mxfp8": 1, "blockwise": 1, "delayed": 0}
 
 
 def dispatcher(ctx: Context) -> str:
@@ -61,7 +70,13 @@ def merged_fwd_bwd(ctx: Context, shape: Shape) -> bool:
 
 
 def permute_mode(ctx: Context) -> str:
-    return "in_dispatch" if dispatcher(ctx) == "flex" else ctx.stack.moe_permute
+    """How tokens reach their experts' buffers: inside DeepEP's dispatch (flex), by one-hot einsums over capacity
+    buffers (Stack.moe_capacity_einsum, capacity-padded), else the stack's permute."""
+    if dispatcher(ctx) == "flex":
+        return "in_dispatch"
+    if ctx.stack.moe_capacity_einsum and ctx.train.moe_capacity_factor is not None:
+        return "einsum"
+    return ctx.stack.moe_permute
 
 
 class MoEForward(NamedTuple):
@@ -114,10 +129,26 @@ def router_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
 
 def permute_s(ctx: Context, shape: Shape, mode: str) -> float:
     """Token permute before the dispatcher and unpermute after the combine: top_k (x load) copies of each of the
-    device's tokens read and written at HBM bandwidth, PERMUTE_PASSES[mode] times."""
+    device's tokens read and written at HBM bandwidth, PERMUTE_PASSES[mode] times; or the dispatch and combine
+    einsums over capacity buffers (einsum_dispatch_s)."""
+    if mode == "einsum":
+        return einsum_dispatch_s(ctx, shape)
     m, tp = ctx.model, shape.plan.tp
     copies = shape.tokens / tp * m.require_moe().top_k * expert_load(ctx, shape)
     return copies * m.hidden_size * ACT_ELEM_BYTES * PERMUTE_PASSES[mode] / ctx.hbm_bw
+
+
+def einsum_dispatch_s(ctx: Context, shape: Shape) -> float:
+    """MaxText's dense_matmul dispatch and combine (layers/moe.py: "BNSM,BNSEC -> EBNCM" and "EBNCM,BNSEC -> BNSM"):
+    each sequence's S tokens against one-hot masks of E experts x C capacity slots, C = max(ceil(S top_k / E) x cf,
+    cf) (generate_masks), two GEMMs of 2 S E C h FLOPs per sequence, i.e. 2 E C h per token each."""
+    m, p = ctx.model, shape.plan
+    e = m.require_moe()
+    cf = ctx.train.moe_capacity_factor or 1.0
+    seq = ctx.train.seq_len / p.cp  # one batch row of the einsum: a sequence (its CP shard)
+    cap = int(max(math.ceil(seq * e.top_k / e.num_experts) * cf, cf))
+    flops = 2 * (2.0 * shape.tokens / p.tp * e.num_experts * cap * m.hidden_size)
+    return flops / (ctx.peak * ctx.gemm_eff(e.num_experts * cap, m.hidden_size, seq))
 
 
 def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
@@ -129,8 +160,11 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e = m.require_moe()
     rows = tokens_per_local_expert(ctx, shape)
-    # one local expert is one plain GEMM (a group of one): no grouped-kernel loss
-    grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 else 1.0
+    # one local expert is one plain GEMM (a group of one), and capacity-padded experts in a stack that runs them as
+    # one kernel are equal-sized groups, one batched GEMM (MaxText's dense_matmul einsum "EBNCM,EMH -> EBNCH" over
+    # the capacity buffers, MaxText layers/moe.py; DeepSpeed-MoE's einsum over local experts): no grouped-kernel loss
+    batched = ctx.train.moe_capacity_factor is not None and not ctx.stack.moe_gemm_per_expert
+    grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 and not batched else 1.0
     eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
     return expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
 
@@ -140,11 +174,21 @@ def local_experts(ctx: Context, shape: Shape) -> int:
     return max(1, ctx.model.require_moe().num_experts // max(1, shape.plan.ep))
 
 
+def fp8_quantize_kernels_per_expert(ctx: Context, backward: bool) -> int:
+    """Quantize kernels one local expert's FP8 GEMMs launch in the forward or the backward (0 in bf16); an FP8 run
+    without a stated recipe runs Megatron's tensorwise (TrainingSpec.fp8_recipe)."""
+    if ctx.train.dtype != "fp8":
+        return 0
+    per_tensor = FP8_QUANTIZE_KERNELS_PER_TENSOR[ctx.train.fp8_recipe or "tensorwise"]
+    return per_tensor * FP8_QUANTIZED_TENSORS_PER_EXPERT["bwd" if backward else "fwd"]
+
+
 def host_launch_s(ctx: Context, shape: Shape, backward: bool) -> tuple[float, float]:
     """Host time to launch one MoE layer's kernels (forward after the sync, or backward), as (the dispatcher's
     and permutation kernels, the local experts' GEMMs with their casts), each kernel costing
     calibration.HOST_LAUNCH_S of host time."""
-    per_expert = HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD
+    per_expert = (HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD) \
+        + fp8_quantize_kernels_per_expert(ctx, backward)
     n_local = local_experts(ctx, shape) if ctx.stack.moe_gemm_per_expert else 1
     base = HOST_KERNELS_BWD if backward else HOST_KERNELS_FWD
     return base * ctx.calibration.HOST_LAUNCH_S, per_expert * n_local * ctx.calibration.HOST_LAUNCH_S

@@ -330,6 +330,10 @@ def _moe_keys(job: Job) -> dict:
                  "shared_experts": e.num_shared_experts}
     if t.moe_capacity_factor is not None:  # base.yml capacity_factor: -1 = dropless; > 0 drops to a static capacity
         cfg["capacity_factor"] = t.moe_capacity_factor
+        # costed as dense_matmul's einsums over capacity buffers (Stack.moe_capacity_einsum), as tpu-recipes'
+        # mixtral_8x7b_dropped / mixtral_8x22b_dropped configs run it (megablox and sparse_matmul False)
+        cfg["sparse_matmul"] = False
+        cfg["megablox"] = False
     if e.score_function != "softmax":
         cfg["routed_score_func"] = e.score_function
     if e.router_bias or e.expert_bias_balancing:

@@ -88,6 +88,8 @@ class Stack:
     moe_router_fused: bool
     moe_gemm_per_expert: bool
     moe_a2a_overlap_option: bool  # batch-level EP all-to-all overlap exists (TrainingSpec.moe_a2a_overlap)
+    moe_capacity_einsum: bool  # capacity-padded tokens go to the experts' buffers by one-hot dispatch / combine
+    #                            einsums over each sequence (MaxText dense_matmul), not by a permute
     selective_recomputes: SelectiveRecomputes  # what selective recompute re-runs: the attention core, or half the GEMMs
 
     # ---- ZeRO-3 / data parallelism

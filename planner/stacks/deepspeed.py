@@ -46,6 +46,7 @@ STACK = Stack(
     moe_router_fused=False,  # top-k gating in PyTorch ops (deepspeed/moe/sharded_moe.py)
     moe_gemm_per_expert=False,  # experts batched by einsum over the local experts
     moe_a2a_overlap_option=False,  # none
+    moe_capacity_einsum=False,  # its einsums span the micro-batch: costed as permute passes
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5
     # DeepSpeed partitions and gathers every parameter tensor on its own (ZeRO-Infinity, Rajbhandari et al. SC21,
     # arXiv 2104.07857, sec. 6.1), module by module up to stage3_max_live_parameters, gradients through

@@ -54,6 +54,7 @@ STACK = Stack(
     moe_router_fused=True,  # XLA fuses the router's top-k with its score function
     moe_gemm_per_expert=False,  # ragged / grouped matmul (megablox) in one kernel
     moe_a2a_overlap_option=False,  # none
+    moe_capacity_einsum=True,  # dense_matmul (emit: sparse_matmul False), moe.py
     selective_recomputes="attention_core",  # MaxText's "minimal" policy re-runs the attention core, as Megatron
     zero3_gather="block",  # XLA gathers each scanned layer's weights as one collective per layer
     zero3_regather_on_recompute=False,  # modelled as FSDP2: a layer gathered once for recompute and backward

@@ -59,6 +59,7 @@ STACK = Stack(
     moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
     moe_a2a_overlap_option=True,  # --overlap-moe-expert-parallel-comm (Megatron-core 0.14, MoE README)
+    moe_capacity_einsum=False,  # pads the permuted tokens (fused permute)
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
     zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward

@@ -80,6 +80,7 @@ STACK = Stack(
     moe_router_fused=False,  # torch.topk over the scores
     moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts
     moe_a2a_overlap_option=False,  # none
+    moe_capacity_einsum=False,  # no capacity padding
     # SelectiveAC "recomputes every second matmul": half the GEMMs and the elementwise work
     selective_recomputes="half_gemms",
     zero3_gather="block",  # torchtitan applies fully_shard per transformer block: one all-gather per block

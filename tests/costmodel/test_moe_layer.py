@@ -163,3 +163,69 @@ def test_interleaved_schedule_pinned_without_vpp_searches_the_virtual_stages():
     train = TrainingSpec(seq_len=4096, global_batch=8192)
     assert pinned_errors(model, train, 256, {"pp": 8, "schedule": "interleaved", "ep": 32}) == []
     assert pinned_errors(model, train, 256, {"pp": 8, "schedule": "interleaved", "vpp": 1}) != []
+
+
+@pytest.mark.parametrize("recipe, per_tensor", [("tensorwise", 3), ("mxfp8", 1), ("blockwise", 1), ("delayed", 0)])
+def test_fp8_experts_launch_their_quantize_kernels_per_expert(recipe, per_tensor):
+    """FP8 expert GEMMs behind a host sync: each local expert's two GEMM inputs (forward) and two output gradients
+    (backward) are quantized one tensor at a time, 3 kernels each under current scaling (amax, scale, cast), 1 under
+    block scalings, 0 per expert under delayed scaling (TE's one fused multi-tensor cast)."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.compute import layer_compute
+    from planner.costmodel.moe import (
+        HOST_KERNELS_BWD,
+        HOST_KERNELS_FWD,
+        HOST_KERNELS_PER_EXPERT_BWD,
+        HOST_KERNELS_PER_EXPERT_FWD,
+        local_experts,
+    )
+
+    name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
+    model = get_model(name)
+    hw = get_hardware("b200-sxm-180gb") if recipe == "mxfp8" else get_hardware("h100-sxm-80gb")
+    tr = TrainingSpec(seq_len=4096, global_batch=512, framework="megatron", dtype="fp8", fp8_recipe=recipe,
+                      moe_a2a_overlap=True)
+    ctx = Context(model, ClusterSpec(hardware=hw, count=64), tr)
+    ev = evaluate(ctx, ParallelPlan(tp=1, pp=1, dp=64, ep=64, micro_batch=1, zero_stage=1))
+    shape = plan_shape(ctx, ev.plan)
+    c = layer_compute(ctx, shape, next(k for k in ctx.kinds if k.moe))
+    n = local_experts(ctx, shape)
+    assert n == 4
+    assert c.host_fwd == pytest.approx((HOST_KERNELS_FWD + (HOST_KERNELS_PER_EXPERT_FWD + 2 * per_tensor) * n)
+                                       * cal.HOST_LAUNCH_S)
+    assert c.host_bwd == pytest.approx((HOST_KERNELS_BWD + (HOST_KERNELS_PER_EXPERT_BWD + 2 * per_tensor) * n)
+                                       * cal.HOST_LAUNCH_S)
+
+
+def test_capacity_padded_experts_in_one_kernel_are_a_batched_gemm():
+    """MaxText's dense_matmul einsum over capacity buffers (equal groups) runs the local experts as one batched GEMM:
+    no grouped-kernel loss, so a capacity factor of 1.0 beats the dropless grouped kernel by 1 / MOE_GROUPED in the
+    expert term; Megatron's per-expert GEMM loop keeps the loss either way."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.compute import layer_compute
+
+    def experts(framework: str, **train) -> float:
+        ctx, ev = _eval("mixtral-8x7b" if "mixtral-8x7b" in MOE_MODELS else MOE_MODELS[0], framework, ep=1, **train)
+        return layer_compute(ctx, plan_shape(ctx, ev.plan), next(k for k in ctx.kinds if k.moe)).experts
+
+    assert experts("maxtext", moe_capacity_factor=1.0) == pytest.approx(
+        experts("maxtext") * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
+    assert experts("megatron", moe_capacity_factor=1.0) == pytest.approx(experts("megatron"))
+
+
+def test_maxtext_capacity_dispatch_is_two_einsums_over_capacity_buffers():
+    """MaxText's dense_matmul: dispatch "BNSM,BNSEC -> EBNCM" and combine "EBNCM,BNSEC -> BNSM" against one-hot masks
+    of E experts x C slots per sequence, C = ceil(S top_k / E) x cf (generate_masks): Mixtral 8x7B at S 4096, top-2,
+    cf 1.25: C = 1280, 2 x 2 x 8 x 1280 x 4096 = 168 MFLOP per token, at the dense GEMM rate."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.compute import layer_compute
+
+    ctx, ev = _eval("mixtral-8x7b", "maxtext", ep=1, moe_capacity_factor=1.25)
+    shape = plan_shape(ctx, ev.plan)
+    c = layer_compute(ctx, shape, next(k for k in ctx.kinds if k.moe))
+    per_token = 2 * 2 * 8 * 1280 * 4096
+    assert per_token == pytest.approx(167.8e6, rel=1e-3)
+    assert c.permute == pytest.approx(shape.tokens * per_token / (ctx.peak * ctx.gemm_eff(8 * 1280, 4096, 4096)))
+    dctx, dropless = _eval("mixtral-8x7b", "maxtext", ep=1)  # dropless: permute passes at HBM bandwidth
+    assert c.permute > 5 * layer_compute(dctx, plan_shape(dctx, dropless.plan),
+                                         next(k for k in dctx.kinds if k.moe)).permute

@@ -157,8 +157,8 @@ def test_min_devices_meets_the_target_at_the_upper_edge_of_the_band():
     assert loose["min_devices"]["bound"] == "step_time_band.high_s"
     assert loose["min_devices"]["margin_rel"] == pytest.approx(best["step_time_band"]["rel"])
     assert best["step_time_band"]["high_s"] <= 4
-    # a target the point prediction of that count meets but its band's upper edge does not: more devices (from the
-    # plan min_devices sized with, its fastest at that count, which need not be #1 once the memory margin reorders)
+    # a target the point prediction of that count meets but its band's upper edge does not: more devices (midway
+    # between the min-devices plan's own step and its band edge; plans[0] can be another plan of that count)
     step = loose["min_devices"]["step_time_s"]
     target = round(step * (1 + loose["min_devices"]["margin_rel"] / 2), 3)
     tight = _min_devices(target)

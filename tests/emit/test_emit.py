@@ -326,6 +326,15 @@ def test_maxtext_mapping_details():
     ds = mt_cfg(case_with(ParallelPlan(dp=64, ep=16), model=DEEPSEEK_V3, train=TrainingSpec(global_batch=256)))
     assert ds["decoder_block"] == "deepseek" and ds["attention_type"] == "mla" and ds["first_num_dense_layers"] == 3
     assert ds["num_experts"] == 256 and ds["shared_experts"] == 1 and ds["ici_expert_parallelism"] == 8
+    assert "sparse_matmul" not in ds and "capacity_factor" not in ds  # dropless: MaxText's megablox default
+
+
+def test_maxtext_capacity_factor_runs_the_costed_dense_einsum_path():
+    """A capacity-padded MoE plan is costed as MaxText's dense_matmul (Stack.moe_capacity_einsum): its config turns
+    sparse_matmul and megablox off, as tpu-recipes' mixtral_8x7b_dropped does."""
+    cf = mt_cfg(case_with(ParallelPlan(dp=64, ep=8), model=MIXTRAL_8X7B,
+                          train=TrainingSpec(seq_len=4096, global_batch=256, moe_capacity_factor=1.25)))
+    assert (cf["capacity_factor"], cf["sparse_matmul"], cf["megablox"]) == (1.25, False, False)
 
 
 def test_maxtext_and_jax_cannot_express():
