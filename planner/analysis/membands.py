@@ -5,8 +5,9 @@ residual. The residuals are cross-validated: each run's error is its prediction 
 fitted on these peaks (the torchtitan stack's overhead, Stack.overhead_gib, which adds to the peak) is refitted
 without it (leave-one-run-out, least median |error|). The band is the BAND_QUANTILE quantile of
 max(measured/predicted, predicted/measured) - 1, as the step-time bands (planner.analysis.bands): the shipped value is
-calibration.MEMORY_BAND_REL, checked against this computation by tests/analysis/test_memory_validation.py. The margin
-is its one-sided side, the quantile of max(0, measured/predicted - 1): calibration.MEMORY_MARGIN_REL.
+calibration.MEMORY_BAND_REL, checked against this computation by tests/analysis/test_memory_validation.py. The band is
+also the default memory margin (planner.costmodel.capacity); its one-sided side, the quantile of
+max(0, measured/predicted - 1), is printed beside it for reference.
 
     PYTHONPATH=$PWD python -m planner.analysis.membands
 """
@@ -62,7 +63,7 @@ def band_rel(errors: list[float]) -> float:
 
 def margin_rel(errors: list[float]) -> float:
     """The one-sided band, the side that runs a plan out of memory: the BAND_QUANTILE quantile of how far each
-    measured peak lies above its prediction, max(0, measured / predicted - 1) (calibration.MEMORY_MARGIN_REL)."""
+    measured peak lies above its prediction, max(0, measured / predicted - 1): printed for reference, the margin is the band both ways (calibration.MEMORY_BAND_REL)."""
     return _quantile([max(0.0, 1.0 / (1.0 + e) - 1.0) for e in errors], BAND_QUANTILE)
 
 

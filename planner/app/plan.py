@@ -161,7 +161,7 @@ def margin_note(res) -> str | None:
             f"({plan_label(q.model_dump())} mbs {q.micro_batch}, "
             f"recompute {fastest.plan.recompute}, {fastest.step_time_s:.3f} s) peaks at {mem['peak_gib']:.1f} of "
             f"{mem['usable_gib']:.1f} GiB usable, leaving less than the margin ({mem['memory_margin_rel']:.0%}, "
-            "published peaks under-predicted, out of sample) free; --memory-headroom 0 ranks it first")
+            "the memory error band of the published peaks, out of sample) free; --memory-headroom 0 ranks it first")
 
 
 def peak_memory_band(ev, rel: float) -> dict:

@@ -6,11 +6,10 @@ that capacity that the model's own memory error could push it over. The search, 
   is calibration.FIT_RESERVE_GIB under PyTorch's caching allocator (transient spikes above the modelled peak) and 0
   under XLA, which assigns every buffer at compile time and refuses a program over the device's limit (the TPU
   profiles' capacity is XLA:TPU's own limit, the runtime's reservation already excluded: hardware_profiles/tpu-*.yaml).
-- the margin: without an explicit --memory-headroom a plan keeps calibration.MEMORY_MARGIN_REL of the usable capacity
-  free, peak <= usable x (1 - margin), to count as fitting with margin. The margin is the one-sided 0.90 quantile of
-  how far the published peaks landed above their cross-validated prediction (planner.analysis.membands): the error
-  that can run a plan out of memory. Stated as a share of the capacity kept free, it is slightly stricter than
-  peak x (1 + margin) <= usable. Plans that do not keep it rank after every plan that does
+- the margin: without an explicit --memory-headroom a plan keeps calibration.MEMORY_BAND_REL of the usable capacity
+  free, peak <= usable x (1 - band), to count as fitting with margin: the memory error band, the 0.90 quantile of how
+  far the published peaks landed from their cross-validated prediction (planner.analysis.membands), either way.
+  Stated as a share of the capacity kept free, it is slightly stricter than peak x (1 + band) <= usable. Plans that do not keep it rank after every plan that does
   (planner.search.ranking), so #1, and what --out writes, keeps it whenever any plan can. An explicit
   --memory-headroom (0 included) replaces the margin.
 """
@@ -33,9 +32,9 @@ def usable_capacity_gib(capacity_gib: float, headroom_gib: float | None, framewo
 
 
 def memory_margin_rel(headroom_gib: float | None, cal: Calibration) -> float:
-    """The share of the usable capacity a plan keeps free by default: the memory margin (the one-sided memory band);
-    0 when the user gave a headroom of their own (--memory-headroom, 0 = opt out)."""
-    return cal.MEMORY_MARGIN_REL if headroom_gib is None else 0.0
+    """The share of the usable capacity a plan keeps free by default: the memory error band; 0 when the user gave a
+    headroom of their own (--memory-headroom, 0 = opt out)."""
+    return cal.MEMORY_BAND_REL if headroom_gib is None else 0.0
 
 
 def within_margin(peak_gib: float, usable_gib: float, margin_rel: float) -> bool:

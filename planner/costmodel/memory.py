@@ -309,7 +309,7 @@ CAPACITY = formula("memory.capacity", "HBM capacity of one device",
                    "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
 USABLE = formula("memory.usable", "HBM - fit reserve (0 under XLA) - --memory-headroom; the margin: peak <= usable x "
                  "(1 - margin) unless a headroom is given (planner.costmodel.capacity)",
-                 "calibration.FIT_RESERVE_GIB; calibration.MEMORY_MARGIN_REL (one-sided cross-validated band of the "
+                 "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL (cross-validated band of the "
                  "published peaks, planner.analysis.membands)")
 
 
@@ -610,5 +610,4 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
                         reserve_gib=fit_reserve_gib(ctx.train.framework, cal),
                         headroom_gib=headroom or 0.0),
             USABLE.term("memory_margin_rel", memory_margin_rel(headroom, cal), "", band_rel=cal.MEMORY_BAND_REL,
-                        margin_default_rel=cal.MEMORY_MARGIN_REL,
                         headroom_given=str(headroom is not None)))

@@ -246,10 +246,10 @@ def _knob_options() -> list:
         click.option("--max-tp", type=int, callback=_positive,
                      help="largest TP to consider (default: scale-up domain)"),
         click.option("--memory-headroom", type=click.FloatRange(0, None), default=None, callback=_finite,
-                     help="GiB to keep free per device. Default: the memory margin, the share of the usable memory "
-                     "by which published peaks exceeded their prediction (90% of them, out of sample): plans that do "
-                     "not keep it free rank after every plan that does, so #1 and --out keep it when any plan can; "
-                     "0 opts out"),
+                     help="GiB to keep free per device. Default: the memory margin, the memory error band's share of "
+                     "the usable memory (90% of published peaks land within it of their prediction, out of sample): "
+                     "plans that do not keep it free rank after every plan that does, so #1 and --out keep it when "
+                     "any plan can; 0 opts out"),
         click.option("--top", "top_k", type=click.IntRange(1, 100), default=5, show_default=True,
                      help="plans to show: distinct layouts, each its best variant"),
         click.option("--all-variants", is_flag=True, help="also list other variants (micro-batch, ZeRO, recompute, "

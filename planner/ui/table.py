@@ -160,9 +160,9 @@ def legend(doc: dict, compact: bool) -> list[str]:
         band = (plans[0].get("memory") or {}).get("memory_margin_rel") if plans else None
         lines.append("peak/usable GiB: predicted peak memory per device / the capacity the search allowed "
                      "(HBM less the fit reserve and --memory-headroom); ! = does not fit"
-                     + (f"; ~ = leaves less than the memory margin ({100 * band:.0f}% of it: how far published "
-                        "peaks exceeded their prediction, out of sample) free: ranked after every plan that keeps it "
-                        "(--memory-headroom 0 opts out)." if band else "."))
+                     + (f"; ~ = leaves less than the memory margin ({100 * band:.0f}% of it, the memory error band: "
+                        "how far published peaks landed from their prediction, out of sample) free: ranked after "
+                        "every plan that keeps it (--memory-headroom 0 opts out)." if band else "."))
         if any(p["plan"].get("offload_optimizer") for p in plans):
             lines.append("ZeRO 1 +off: ZeRO stage 1 with the optimizer states and step offloaded to the host CPU.")
     return lines

@@ -63,7 +63,7 @@ def test_equal_time_prefers_smaller_micro_batch_memory():
 
 
 def test_memory_margin_ranks_every_plan_keeping_it_first():
-    # usable 78.65 GiB, margin 0.2024 (calibration.MEMORY_MARGIN_REL): a plan keeps it at <= 62.73 GiB. The faster
+    # usable 78.65 GiB, margin 0.2024 (the memory band before branch mem3): a plan keeps it at <= 62.73 GiB. The faster
     # plan at 73.2 GiB (the Llama 3.1 405B torchtitan case on 2048 H100s) ranks after both plans keeping it, even
     # the one 5% slower; without the margin (an explicit --memory-headroom) the order is fastest first
     def mev(t, mem, **knobs):
