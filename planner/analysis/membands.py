@@ -63,7 +63,8 @@ def band_rel(errors: list[float]) -> float:
 
 def margin_rel(errors: list[float]) -> float:
     """The one-sided band, the side that runs a plan out of memory: the BAND_QUANTILE quantile of how far each
-    measured peak lies above its prediction, max(0, measured / predicted - 1): printed for reference, the margin is the band both ways (calibration.MEMORY_BAND_REL)."""
+    measured peak lies above its prediction, max(0, measured / predicted - 1). Printed for reference: the margin is
+    the band both ways (calibration.MEMORY_BAND_REL), as only torchtitan's peaks are measured."""
     return _quantile([max(0.0, 1.0 / (1.0 + e) - 1.0) for e in errors], BAND_QUANTILE)
 
 

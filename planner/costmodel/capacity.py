@@ -9,9 +9,9 @@ that capacity that the model's own memory error could push it over. The search, 
 - the margin: without an explicit --memory-headroom a plan keeps calibration.MEMORY_BAND_REL of the usable capacity
   free, peak <= usable x (1 - band), to count as fitting with margin: the memory error band, the 0.90 quantile of how
   far the published peaks landed from their cross-validated prediction (planner.analysis.membands), either way.
-  Stated as a share of the capacity kept free, it is slightly stricter than peak x (1 + band) <= usable. Plans that do not keep it rank after every plan that does
-  (planner.search.ranking), so #1, and what --out writes, keeps it whenever any plan can. An explicit
-  --memory-headroom (0 included) replaces the margin.
+  Stated as a share of the capacity kept free, it is slightly stricter than peak x (1 + band) <= usable. Plans
+  that do not keep it rank after every plan that does (planner.search.ranking), so #1, and what --out writes, keeps
+  it whenever any plan can. An explicit --memory-headroom (0 included) replaces the margin.
 """
 
 from __future__ import annotations

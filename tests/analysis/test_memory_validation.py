@@ -136,8 +136,9 @@ def test_readme_commands_keep_the_memory_margin(args):
 
 
 def test_memory_headroom_zero_opts_out_of_the_margin():
-    # Llama 3.1 405B with torchtitan (the issue cites it on h100x2048): on h100x1024 the fastest layout (73.5 GiB of 78.65 usable) ranks after every plan
-    # keeping the margin (#1 18% slower), and #1 says so; --memory-headroom 0 gives fastest-first back
+    # Llama 3.1 405B with torchtitan (the issue cites it on h100x2048): on h100x1024 the fastest layout (73.5 GiB of
+    # 78.65 usable) ranks after every plan keeping the margin (#1 33% slower), and #1 says so; --memory-headroom 0
+    # gives fastest-first back
     from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
 
     args = ["--model", "llama-3.1-405b", "--cluster", "h100x1024", "--seq-len", "8192", "--gbs", "1024",
