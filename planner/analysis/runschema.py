@@ -22,7 +22,8 @@ TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype
               "moe_force_balanced")
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
-              "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload", "expandable_segments")
+              "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload", "expandable_segments",
+              "fp8_param_gather")
 # `model:` is a Hugging Face config: its keys are checked by planner.catalog.hf_import, not here
 SECTIONS = {"train": TRAIN_KEYS, "plan": tuple(PLAN_FIELDS), "measured": MEASURED_KEYS, "stack": STACK_KEYS}
 
@@ -44,7 +45,7 @@ STACK_CHOICES: dict[str, tuple[Any, ...]] = {
     "moe_dispatcher": ("alltoall", "allgather", "flex"),
 }
 STACK_FLAGS = ("torch_compile", "tp_comm_overlap", "fused_loss", "moe_a2a_overlap", "cuda_graphs",
-               "activation_offload", "expandable_segments")
+               "activation_offload", "expandable_segments", "fp8_param_gather")
 # what the cost model prices of the stack block; the other keys are checked and recorded, and a run that
 # states a value the model does not price lists it under `stack_not_modelled` in `plan validate --json`
 MODELLED_DEFAULTS: dict[str, Any] = {"cuda_graphs": False, "activation_offload": False}
@@ -119,6 +120,7 @@ class RunStack:
     cuda_graphs: bool | None = None
     activation_offload: bool | None = None
     expandable_segments: bool = False  # the caching allocator's expandable segments were in effect (TrainingSpec)
+    fp8_param_gather: bool = False  # FP8 primary weights / FP8 all-gather of the weights (TrainingSpec)
     stated: tuple[str, ...] = ()
 
     def not_modelled(self) -> list[str]:

@@ -192,6 +192,20 @@ def infer_fp8_recipe(run: dict) -> str | None:
     return None
 
 
+def infer_fp8_param_gather(run: dict, framework: str) -> bool:
+    """FP8 primary weights, for an fp8 record without stack.fp8_param_gather: NVIDIA's Megatron recipes keep them
+    (Megatron-Bridge v0.2.0 training/mixed_precision.py: fp8_param_gather = True in the delayed, current-scaling and
+    MXFP8 recipes, which scripts/performance/utils/helpers.py get_precision_config runs for fp8_cs / fp8_mx; NeMo 2
+    llm/recipes/precision/mixed_precision.py bf16_with_fp8_mixed: fp8_params = True). Else False (torchtitan's FSDP
+    float8 all-gather is stated in the record's stack block, not inferred)."""
+    if str((run.get("train") or {}).get("dtype", "")).lower() != "fp8":
+        return False
+    src = str(run.get("source", "")).lower()
+    nvidia = traits(framework).tp_overlap_evidence == "nvidia_recipes"  # the stack of NVIDIA's recipes
+    return nvidia and any(k in src for k in ("megatron-bridge performance summary", "nemo performance summary",
+                                             "dgx cloud benchmarking"))
+
+
 # MoE dispatcher of the cited recipe, for a record without stack.moe_dispatcher: Megatron-Bridge's performance
 # configs run DeepSeek-V3 with the flex dispatcher (DeepEP / HybridEP) and Qwen3 where its preset sets a backend
 # (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py and
@@ -280,9 +294,11 @@ RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], s
      "config's torch_dtype, bfloat16 (components/models/*/model.py get_dtype(config.torch_dtype, torch.bfloat16), "
      "self.to(dtype)), so FSDP2 shards bf16 parameters, their gradients and torch.optim.Adam's exp_avg / exp_avg_sq "
      "(zeros_like the parameter) are bf16"),
-    (("deepseek-v3 technical report",), {}, {"optimizer_dtype": "bf16", "fp8_moe_act_cache": True},
+    (("deepseek-v3 technical report",), {}, {"optimizer_dtype": "bf16", "fp8_moe_act_cache": True,
+                                              "fp8_weight_cache": False},
      "DeepSeek-V3 report (arXiv 2412.19437) sec. 3.3.2: AdamW moments tracked in BF16; the MoE SwiGLU inputs cached "
-     "in FP8 with the SwiGLU output recomputed in backward (FP8 runs only)"),
+     "in FP8 with the SwiGLU output recomputed in backward (FP8 runs only); its own framework (HAI-LLM), not "
+     "Transformer Engine: the report states no FP8 weight copy kept across micro-batches, so TE's is not counted"),
 )
 
 
@@ -343,7 +359,9 @@ def run_stack(run: dict) -> RunStack:
                     moe_a2a_overlap=pick("moe_a2a_overlap", lambda: infer_moe_a2a_overlap(run)),
                     cuda_graphs=given.get("cuda_graphs"),
                     activation_offload=given.get("activation_offload"),
-                    expandable_segments=bool(given.get("expandable_segments", False)), stated=tuple(sorted(given)))
+                    expandable_segments=bool(given.get("expandable_segments", False)),
+                    fp8_param_gather=pick("fp8_param_gather", lambda: infer_fp8_param_gather(run, fw)),
+                    stated=tuple(sorted(given)))
 
 
 MAX_RUNS = 1_000  # ~20 ms a run: 1,000 runs are ~20 s of work (the 8 MiB file limit admits ~26,000: ~10 min)
@@ -501,6 +519,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
                                         torch_compile=st.torch_compile, fused_cross_entropy=st.fused_loss,
                                         expandable_segments=st.expandable_segments,
+                                        fp8_param_gather=st.fp8_param_gather,
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
                                         moe_a2a_overlap=st.moe_a2a_overlap,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),

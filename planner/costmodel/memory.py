@@ -320,23 +320,34 @@ class StageParams:
 
     dense: tuple[float, ...]
     experts: tuple[float, ...]
+    # of those, the weights of the transformer layers' linears (attention projections, dense / shared MLP, routed
+    # experts), the GEMMs an FP8 recipe runs in FP8; the embedding, the LM head, norms and routers stay 16-bit
+    linear: tuple[float, ...] = ()
+
+
+def layer_linear_params_per_device(ctx: Context, plan: ParallelPlan, kid: int) -> float:
+    """Parameters of layer kind `kid`'s linears on one device, unsharded by ZeRO: dense ones split by TP, routed
+    experts by EP x ETP (StageParams.linear)."""
+    lp = ctx.kinds[kid].params
+    return (lp.attn + lp.mlp_dense + lp.shared_experts) / plan.tp + lp.routed_experts / (plan.ep * plan.etp)
 
 
 def stage_params(ctx: Context, plan: ParallelPlan, split: list[StageSplit]) -> StageParams:
     tp, pp = plan.tp, plan.pp
-    dense_stage, expert_stage = [], []
+    dense_stage, expert_stage, linear_stage = [], [], []
     for s in range(pp):
         _, hc, tc = split[s]
         allc = hc + tc
         dense = sum(n * (ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) for j, n in allc.items()) / tp
         experts = sum(n * ctx.kinds[j].params.routed_experts for j, n in allc.items()) / (plan.ep * plan.etp)
+        linear_stage.append(sum(n * layer_linear_params_per_device(ctx, plan, j) for j, n in allc.items()))
         if s == 0:
             dense += ctx.params.embedding / tp
         if s == pp - 1:
             dense += (ctx.params.lm_head or (ctx.params.embedding if pp > 1 else 0)) / tp + ctx.params.final_norm
         dense_stage.append(dense)
         expert_stage.append(experts)
-    return StageParams(tuple(dense_stage), tuple(expert_stage))
+    return StageParams(tuple(dense_stage), tuple(expert_stage), tuple(linear_stage))
 
 
 def largest_layer_params_per_device(ctx: Context, plan: ParallelPlan, kind_ids) -> float:
@@ -453,19 +464,93 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     return acts
 
 
+# ---- FP8 weights --------------------------------------------------------------------------------------------------
+# Bytes per weight element of Transformer Engine's quantized weight as its GEMMs use it (TE v2.9, the release of the
+# 25.11 NeMo container's Megatron-Bridge rows; tensor/*.py). Per-tensor scaling (delayed, current: Float8Tensor): the
+# row-wise FP8 data, 1 B, plus on Hopper its transpose, 1 B, for the dgrad GEMM, since FP8 GEMMs there take only the TN
+# layout (utils.py is_non_tn_fp8_gemm_supported: SM 10.x / 13+; float8_tensor_storage.py update_usage creates
+# _transpose only where it is false). MXFP8 (MXFP8Tensor): row-wise and column-wise data, 1 B each, with one E8M0
+# scale per 32 elements for each, 1/32 B (mxfp8_tensor.py make_empty; MXFP8_BLOCK_SCALING_SIZE 32). Blockwise
+# (Float8BlockwiseQTensor, 128 x 128 weight blocks): row- and column-wise data, 1 B each, fp32 scales per block
+# (float8_blockwise_tensor.py block_len 128).
+FP8_DATA_BYTES = 1.0
+MXFP8_SCALE_BYTES = 1.0 / 32
+BLOCKWISE_SCALE_BYTES = 4.0 / (128 * 128)
+
+
+def te_fp8_weight_bytes(recipe: str | None, non_tn_gemm: bool) -> float:
+    """Bytes per weight element of TE's quantized weight under `recipe` (None: tensorwise, the Megatron emitter's
+    default); non_tn_gemm: the GPU's FP8 GEMMs take any layout (Blackwell: one copy serves both)."""
+    if recipe == "mxfp8":
+        return 2 * (FP8_DATA_BYTES + MXFP8_SCALE_BYTES)
+    if recipe == "blockwise":
+        return 2 * (FP8_DATA_BYTES + BLOCKWISE_SCALE_BYTES)
+    return FP8_DATA_BYTES if non_tn_gemm else 2 * FP8_DATA_BYTES
+
+
+def fp8_weight_copy_bytes(ctx: Context, zero_stage: int = 0, shards: float = 1.0) -> float:
+    """Bytes per FP8-linear parameter (StageParams.linear) the stack keeps beyond the 16-bit weight the states count
+    (formula memory.states). Transformer Engine (Stack.fp8_weight_cache) with bf16 primary weights: its cached quantized
+    weight of the whole local matrix, kept from the step's first micro-batch to the next step (under ZeRO-3 too: TE's
+    cache is not sharded unless its own fsdp_group is given, which megatron-core does not pass); with FP8 primary
+    weights (--fp8-param-gather, TrainingSpec.fp8_param_gather) the quantized weight is the parameter itself, in place
+    of the 2-byte copy (DDP's param buffer holds it: megatron-core param_and_grad_buffer.py), and TE returns it as is
+    (base.py get_weight_workspace: a QuantizedTensor gets update_usage, no cache); under ZeRO-3 (Megatron-FSDP) the
+    shard keeps the quantized data over `shards` ranks and the gathered weight is a buffer (zero3_buffers;
+    Megatron-Bridge sets keep_fp8_transpose_cache False with it). 0 for stacks that cast on the fly."""
+    tr = ctx.train
+    cache = ctx.stack.fp8_weight_cache if tr.fp8_weight_cache is None else tr.fp8_weight_cache
+    if tr.dtype != "fp8" or not cache:
+        return 0.0
+    if tr.fp8_param_gather and zero_stage >= 3:
+        # the shard: per-tensor scaling keeps the data only (a transpose is made from it once gathered); the block
+        # scalings keep both usages, which cannot be made from one another
+        return (te_fp8_weight_bytes(tr.fp8_recipe, True) - PARAM_GATHER_BYTES) / shards
+    cached = te_fp8_weight_bytes(tr.fp8_recipe, ctx.cluster.hardware.mx_tensor_cores)
+    return cached - (PARAM_GATHER_BYTES if tr.fp8_param_gather else 0.0)
+
+
+def fp8_gathered_weight_bytes(ctx: Context) -> float:
+    """Bytes per FP8-linear parameter of an all-gathered (unsharded) weight with TrainingSpec.fp8_param_gather:
+    torchao's FSDP float8 all-gather gathers the 1-byte data (fsdp_utils.py fsdp_pre_all_gather returns
+    float8_tensor._data; no transpose is kept: torch._scaled_mm takes the transposed view); Megatron's FP8 parameters
+    gather as TE's quantized weight (te_fp8_weight_bytes). Otherwise the 16-bit copy."""
+    tr = ctx.train
+    if tr.dtype != "fp8" or not tr.fp8_param_gather:
+        return PARAM_GATHER_BYTES
+    if ctx.stack.fp8_weight_cache:
+        return te_fp8_weight_bytes(tr.fp8_recipe, ctx.cluster.hardware.mx_tensor_cores)
+    return FP8_DATA_BYTES
+
+
+def _largest_layer_linear(ctx: Context, plan: ParallelPlan, kind_ids) -> float:
+    """FP8-linear parameters of the layer kind largest_layer_params_per_device picks."""
+    kids = list(kind_ids)
+    if not kids:
+        return 0.0
+    big = max(kids, key=lambda j: (ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
+              + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp))
+    return layer_linear_params_per_device(ctx, plan, big)
+
+
 def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, split: StageSplit,
-                  grad_bytes: float) -> float:
+                  grad_bytes: float, linear_on_stage: float = 0.0) -> float:
     """Bytes of the unsharded parameter and gradient buffers ZeRO-3 / FSDP adds (formula memory.buffers)."""
+    # FP8 all-gather: the linears' gathered weights at fp8_gathered_weight_bytes each instead of 2 B
+    fp8_saving = PARAM_GATHER_BYTES - fp8_gathered_weight_bytes(ctx)
     if plan.zero_stage == 3 and plan.pp > 1 and ctx.stack.zero3_unsharded_under_pp:
         # FSDP under pipelining keeps the stage's parameters unsharded between micro-batches
         # (torchtitan: reshard_after_forward=False with PP) and accumulates unsharded gradients
         # until the last micro-batch (torch.distributed.pipelining backward_maybe_with_nosync).
-        return params_on_stage * (PARAM_GATHER_BYTES + grad_bytes)
+        return params_on_stage * (PARAM_GATHER_BYTES + grad_bytes) - linear_on_stage * fp8_saving
     if plan.zero_stage == 3:
         # unsharded bf16 copies of the current and the prefetched layer, plus one layer's grads
         _, hc, tc = split
         layer = largest_layer_params_per_device(ctx, plan, set(hc) | set(tc))
         gathered, grads = ZERO3_GATHERED_LAYERS * layer, layer
+        if fp8_saving and ctx.stack.zero3_gather == "block" and not ctx.stack.zero3_resident_per_matrix:
+            linear = _largest_layer_linear(ctx, plan, set(hc) | set(tc))
+            return gathered * PARAM_GATHER_BYTES - ZERO3_GATHERED_LAYERS * linear * fp8_saving + grads * grad_bytes
         if ctx.stack.zero3_gather == "tensor":
             # DeepSpeed gathers module by module up to its live limit and ships gradients through a bucket
             module = largest_matrix_params_per_device(ctx.model, plan)
@@ -552,11 +637,14 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     dn, ex = params.dense[s], params.experts[s]
     (dw, dg, do), (ew, eg, eo) = lay.per_dense, lay.per_expert
     w, g, o = dn * dw + ex * ew, dn * dg + ex * eg, dn * do + ex * eo
+    linear = params.linear[s] if params.linear else 0.0
+    # FP8 weight copies (TE's cache, or FP8 primary weights in place of bf16)
+    w += linear * fp8_weight_copy_bytes(ctx, p.zero_stage, lay.z_dense)
     if p.schedule == "dualpipe" and p.pp > 1:
         w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
     inflight = inflight_microbatches(lay.schedule, p.pp, s, shape.nmb, p.vpp)
     acts = stage_activations(ctx, shape, split, s, inflight)
-    buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes) if p.zero_stage == 3 else 0.0
+    buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes, linear) if p.zero_stage == 3 else 0.0
     buffers += dispatcher_buffer_bytes(ctx, shape)  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
     buffers += pipeline_buffer_bytes(ctx, shape, s, inflight)  # per-micro-batch pipeline receive buffers, outputs
     allocated = w + g + o + acts + buffers
@@ -587,7 +675,8 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
     w, g, o, a, b, ov = sm.parts_gib()
     parts = (
         STATE.term("weights_gib", w, "GiB", bytes_per_param=st.weights, sharded=str(st.weights_sharded),
-                   zero_shards=z_dense, expert_zero_shards=z_expert, stage=stage),
+                   zero_shards=z_dense, expert_zero_shards=z_expert, stage=stage,
+                   fp8_copy_bytes_per_linear_param=fp8_weight_copy_bytes(ctx, p.zero_stage, z_dense)),
         STATE.term("grads_gib", g, "GiB", bytes_per_param=st.grads, sharded=str(st.grads_sharded),
                    zero_shards=z_dense, expert_zero_shards=z_expert, stage=stage),
         STATE.term("optimizer_gib", o, "GiB", bytes_per_param=st.optimizer, sharded=str(st.optimizer_sharded),

@@ -140,6 +140,28 @@ class TrainingSpec(BaseModel):
         "DeepSeek-V3's own framework does (report arXiv 2412.19437, sec. 3.3.2 'Low-Precision Storage'); needs "
         "dtype fp8. Megatron keeps them in BF16",
     )
+    fp8_param_gather: bool = Field(
+        False,
+        description="the FP8 linears' weights are kept or all-gathered in FP8: Megatron --fp8-param-gather (FP8 "
+        "primary weights in place of the bf16 copy, all-gathered in FP8 by the distributed optimizer; the FP8 recipes "
+        "of NeMo and Megatron-Bridge set it), torchtitan --float8.enable_fsdp_float8_all_gather (FSDP2 gathers 1-byte "
+        "weights). Needs dtype fp8 (planner.costmodel.memory.fp8_weight_copy_bytes, zero3_buffers)",
+    )
+    fp8_weight_cache: bool | None = Field(
+        None,
+        description="whether the FP8 linears keep a quantized copy of each weight across the step (Transformer "
+        "Engine's weight workspace); None = the stack's (planner/stacks: Stack.fp8_weight_cache). False for a run on "
+        "a framework other than the stack's kernels (DeepSeek-V3's own HAI-LLM is modelled with Megatron's traits)",
+    )
+
+    @model_validator(mode="after")
+    def _fp8_param_gather_stacks(self) -> "TrainingSpec":
+        if self.fp8_param_gather and self.dtype != "fp8":
+            raise ValueError("fp8_param_gather keeps weights in FP8: it needs dtype fp8")
+        if self.fp8_param_gather and not traits(self.framework).fp8_param_gather_option:
+            raise ValueError(f"FP8 parameter gather is Megatron's --fp8-param-gather or torchtitan's FSDP float8 "
+                             f"all-gather; {self.framework} has none: drop it")
+        return self
 
     @model_validator(mode="after")
     def _fp8_cache_needs_fp8(self) -> "TrainingSpec":

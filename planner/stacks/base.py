@@ -114,6 +114,10 @@ class Stack:
     # ---- memory, defaulted: bytes per logit of the stack's loss when TP splits the vocabulary (a loss-parallel cross
     # entropy); None = logit_bytes whatever the TP degree (memory.logits_bytes_per_token)
     loss_parallel_logit_bytes: float | None = None
+    # ---- memory, defaulted: FP8 weights (memory.fp8_weight_copy_bytes, memory.zero3_buffers)
+    fp8_weight_cache: bool = False  # FP8 linears keep a quantized copy of each weight (and its transpose or
+    #                                 column-wise data where the GEMM needs it) from the step's first micro-batch on
+    fp8_param_gather_option: bool = False  # weights may be kept / all-gathered in FP8 (TrainingSpec.fp8_param_gather)
 
 
     def plan_errors(self, model: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> list[str]:

@@ -23,6 +23,9 @@ STACK = Stack(
     # 4.6 B per logit of temporaries to MaxText's loss at 2048 tokens x 8192 vocab, jax memory_analysis)
     logit_bytes=4.0,
     loss_parallel_logit_bytes=None,  # its loss is the same computation whatever the sharding (logit_bytes)
+    # AQT/Qwix FP8 quantize inside the jitted step: XLA schedules the casts' outputs as temporaries (not measured)
+    fp8_weight_cache=False,
+    fp8_param_gather_option=False,  # the fsdp axis gathers the weight_dtype parameters (no FP8 all-gather switch)
     grad_reduce_dtype="fp32",  # MaxText base.yml grad_dtype float32
     grad_buffer_in_reduce_dtype=False,  # replicated gradients in the compute dtype, as PyTorch's .grad
     # jax.grad's cotangents are in the parameter dtype; MaxText casts only float32 ones to grad_dtype

@@ -23,6 +23,15 @@ STACK = Stack(
     # fp32 copy of the logits turned into the softmax in place and saved, backward in place, cast to 2 B: 4 + 2
     logit_bytes=6.0,
     loss_parallel_logit_bytes=None,  # logit_bytes is already the vocab-parallel loss's, whatever the TP degree
+    # Transformer Engine's linears cache the quantized weight across a step's micro-batches: megatron-core passes
+    # is_first_microbatch to TE (extensions/transformer_engine.py TELinear.forward, unless
+    # --disable-parameter-transpose-cache; MegatronModule.set_is_first_microbatch at each step's first micro-batch) and
+    # TE keeps the workspace in module._fp8_workspaces["weight"] (TE v2.9 module/linear.py get_weight_workspace
+    # cache_name "weight"; grouped_linear.py "weight{i}" per expert GEMM) (memory.fp8_weight_copy_bytes)
+    fp8_weight_cache=True,
+    # --fp8-param-gather: FP8 primary weights (TE quantized_model_init), all-gathered in FP8 by the distributed
+    # optimizer (megatron-core distributed_data_parallel_config.py fp8_param_gather)
+    fp8_param_gather_option=True,
     grad_reduce_dtype="fp32",  # the fp32 main-grad buffer (TrainingSpec.grad_dtype; --grad-reduce-in-bf16 = bf16)
     grad_buffer_in_reduce_dtype=True,  # the main-grad buffer holds the reduction dtype (DistributedDataParallel)
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype

@@ -28,6 +28,13 @@ STACK = Stack(
     # more fp32 tensors: 4 x 4 B (torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward;
     # measured on CPU for both, tests/costmodel/test_memory_real_code.py)
     loss_parallel_logit_bytes=16.0,
+    # torchao Float8Linear (tensorwise dynamic scaling) casts weights on the fly for each GEMM: no persistent FP8 copy,
+    # the casts' outputs live for one GEMM (torchao float8_linear.py matmul_with_hp_or_float8_args)
+    fp8_weight_cache=False,
+    # --float8.enable_fsdp_float8_all_gather: FSDP2 all-gathers the linears' weights cast to float8 (torchao
+    # fsdp_utils.py WeightWithDynamicFloat8CastTensor fsdp_pre_all_gather / fsdp_post_all_gather: 1-byte data
+    # wrapped in a Float8Tensor; torchtitan float8.py enable_fsdp_float8_all_gather when dp_shard > 1)
+    fp8_param_gather_option=True,
     grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
     grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
     grads_in_param_dtype=False,  # FSDP2 mixed precision reduces in reduce_dtype (fp32) whatever the parameters
