@@ -309,6 +309,13 @@ def _precision_args(job: Job, a: _Args) -> None:
         # E4M3 forward, E5M2 gradients; TE's block-scaled recipes keep E4M3 throughout
         a.flag("--fp8-format", "e4m3" if recipe in ("blockwise", "mxfp8") else "hybrid")
         a.flag("--fp8-recipe", recipe)
+        if t.fp8_param_gather:  # FP8 primary weights, as costed (planner.costmodel.memory.fp8_weight_copy_bytes)
+            a.flag("--fp8-param-gather")
+            if recipe == "mxfp8" and job.plan.zero_stage in (1, 2):
+                # MXFP8 parameters all-gather through the gradient buffer (megatron-core optimizer_config.py warns
+                # that mxfp8 without it "will use significant amount additional GPU memory"; Megatron-Bridge's
+                # bf16_with_mxfp8_mixed sets both); Megatron-FSDP turns it off itself (training/arguments.py)
+                a.flag("--reuse-grad-buf-for-mxfp8-param-ag")
 
 
 def _recompute_args(job: Job, a: _Args) -> None:

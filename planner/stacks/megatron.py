@@ -7,6 +7,7 @@ from planner.stacks.base import Stack
 from planner.stacks.rules import (
     a2a_overlap_needs_vpp,
     embedding_loss_units_split,
+    fp8_param_gather_needs_sharded_optimizer,
     interleaved_microbatches,
     uneven_stages_split_into_vpp,
 )
@@ -99,5 +100,8 @@ STACK = Stack(
         # when pp > 1, recompute_granularity != full; ep > 1, which the emitter
         # keeps by writing the flag only with ep > 1) [assert]
         a2a_overlap_needs_vpp("Megatron"),
+        # megatron-core 0.19.2 training/arguments.py validate_args: "--fp8-param-gather only supported with distributed
+        # optimizer, torch fsdp2, megatron fsdp, or inference mode" [assert]
+        fp8_param_gather_needs_sharded_optimizer("Megatron"),
     ),
 )

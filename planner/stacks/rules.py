@@ -68,6 +68,18 @@ def embedding_loss_units_split(who: str) -> PlanRule:
     return rule
 
 
+def fp8_param_gather_needs_sharded_optimizer(who: str) -> PlanRule:
+    """FP8 primary weights are gathered by the distributed optimizer or FSDP: not with plain data parallelism."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        if train.fp8_param_gather and p.zero_stage == 0:
+            return [f"FP8 parameter gather (--fp8-param-gather) needs the distributed optimizer or FSDP: zero stage "
+                    f"1 or more ({who} rule)"]
+        return []
+
+    return rule
+
+
 def a2a_overlap_needs_vpp(who: str) -> PlanRule:
     """Batch-level EP overlap needs no full recompute and, under pipeline parallelism, the interleaved schedule
     (virtual stages set). Without expert parallelism it has nothing to overlap and is left out (the cost model and

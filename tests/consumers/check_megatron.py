@@ -131,6 +131,8 @@ def main(req_path: str, out_path: str) -> None:
                "distributed_optimizer": bool(args.use_distributed_optimizer),
                "megatron_fsdp": bool(getattr(args, "use_megatron_fsdp", False)),
                "fp8": [args.fp8, args.fp8_recipe] if args.fp8 else None,
+               "fp8_param_gather": bool(getattr(args, "fp8_param_gather", False)),
+               "reuse_grad_buf_for_mxfp8_param_ag": bool(getattr(args, "reuse_grad_buf_for_mxfp8_param_ag", False)),
                "grad_reduce_in_fp32": bool(args.accumulate_allreduce_grads_in_fp32),
                "precision_aware_optimizer": bool(getattr(args, "use_precision_aware_optimizer", False)),
                "exp_avg_dtype": str(getattr(args, "exp_avg_dtype", None)),

@@ -33,7 +33,16 @@ ACCOUNT_CASE = Case("llama405b-pp8vpp8-account-embedding-loss-128xgb200", LLAMA3
                     TrainingSpec(seq_len=8192, global_batch=64, dtype="fp8"),
                     ParallelPlan(tp=4, pp=8, vpp=8, cp=2, dp=2, micro_batch=1, zero_stage=1, schedule="interleaved",
                                  account_embedding_loss=True))
-CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases() + [ACCOUNT_CASE]
+# FP8 primary weights (--fp8-param-gather), as Megatron-Bridge's FP8 recipes run them; MXFP8 adds the grad-buffer reuse
+FP8_PARAMS_CASE = Case("llama405b-fp8-param-gather-128xgb200", LLAMA31_405B, cluster("gb200-nvl72", 128),
+                       TrainingSpec(seq_len=8192, global_batch=64, dtype="fp8", fp8_param_gather=True),
+                       ParallelPlan(tp=4, pp=8, vpp=8, cp=2, dp=2, micro_batch=1, zero_stage=1, schedule="interleaved"))
+MXFP8_PARAMS_CASE = Case("llama8b-mxfp8-param-gather-8xb200", LLAMA31_8B, cluster("b200-sxm-180gb", 8),
+                         TrainingSpec(seq_len=8192, global_batch=16, dtype="fp8", fp8_recipe="mxfp8",
+                                      fp8_param_gather=True),
+                         ParallelPlan(tp=1, dp=8, micro_batch=1, zero_stage=1, recompute="selective"))
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases() + [ACCOUNT_CASE, FP8_PARAMS_CASE,
+                                                                                     MXFP8_PARAMS_CASE]
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
 # the search's own choices are built lazily (four full searches); every one must be written for Megatron
@@ -150,6 +159,10 @@ def test_megatron_accepts_emitted_args(results, name):
         # the planned (costed) recipe, tensorwise by default; TE's block-scaled recipes in E4M3
         recipe = case.train.fp8_recipe or "tensorwise"
         assert r["fp8"] == ["e4m3" if recipe in ("blockwise", "mxfp8") else "hybrid", recipe]
+    # FP8 primary weights as costed (planner.costmodel.memory.fp8_weight_copy_bytes)
+    assert r["fp8_param_gather"] == case.train.fp8_param_gather
+    assert r["reuse_grad_buf_for_mxfp8_param_ag"] == (case.train.fp8_param_gather and case.train.fp8_recipe == "mxfp8"
+                                                      and p.zero_stage in (1, 2))
     # gradients are reduced in fp32 unless bf16 was asked for; bf16 Adam moments via the
     # precision-aware optimizer (master weights stay fp32)
     assert r["grad_reduce_in_fp32"] == (case.train.grad_dtype != "bf16" and case.train.dtype != "fp16")

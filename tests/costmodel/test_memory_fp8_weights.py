@@ -127,3 +127,15 @@ def test_deepseek_v3_own_framework_keeps_no_te_cache():
     ds = _run("known_runs_dev.yaml", "deepseek-v3-2048xh800")
     _, _, train = run_specs(ds)
     assert train.fp8_weight_cache is False and not train.fp8_param_gather
+
+
+def test_megatron_fp8_param_gather_needs_the_distributed_optimizer():
+    # megatron-core 0.19.2 validate_args: "--fp8-param-gather only supported with distributed optimizer, torch fsdp2,
+    # megatron fsdp, or inference mode"
+    from planner.stacks import traits
+
+    m = get_model("llama-3.1-8b")
+    train = TrainingSpec(global_batch=8, dtype="fp8", fp8_param_gather=True)
+    errs = traits("megatron").plan_errors(m, train, ParallelPlan(dp=8, zero_stage=0, micro_batch=1))
+    assert any("--fp8-param-gather" in e for e in errs)
+    assert not traits("megatron").plan_errors(m, train, ParallelPlan(dp=8, zero_stage=1, micro_batch=1))
