@@ -271,9 +271,12 @@ FINAL_NORM_BYTES_PER_H = 4.0
 STATE = formula(
     "memory.states",
     "params on the stage per device (dense / tp, experts / (ep x etp)) x bytes per param / Z when this ZeRO "
-    "stage shards the part (Z = zero_shard_size or dp x cp; experts: the expert-data-parallel group)",
+    "stage shards the part (Z = zero_shard_size or dp x cp; experts: the expert-data-parallel group); FP8 with "
+    "Transformer Engine: + the linears' weights x (TE's quantized copy: 1 B + 1 B transpose on Hopper, 1 B on "
+    "Blackwell, MXFP8 2 x (1 + 1/32) B), less the 2-byte copy when they are the FP8 primary weights",
     "Rajbhandari et al., ZeRO, SC20, arXiv 1910.02054, sec. 3.1 and 5; DualPipe keeps two parameter copies "
-    "(DeepSeek-V3 report, arXiv 2412.19437, Table 2)",
+    "(DeepSeek-V3 report, arXiv 2412.19437, Table 2); Transformer Engine v2.9 module/base.py get_weight_workspace, "
+    "tensor/float8_tensor.py, mxfp8_tensor.py",
 )
 ACTIVATIONS = formula(
     "memory.activations",
@@ -291,7 +294,9 @@ BUFFERS = formula(
     "memory.buffers",
     "ZeRO-3 / FSDP: 2 gathered bf16 layers + one layer's gradients (DeepSpeed: at most max(live limit, largest "
     "module) gathered, largest module + reduce bucket of gradients); FSDP under PP: the stage's unsharded "
-    "parameters and gradients; + the MoE flex dispatcher's DeepEP buffers (moe.dispatcher_buffer_bytes); + with "
+    "parameters and gradients (the FP8 linears' gathered weights at 1 B with torchtitan's float8 all-gather, at TE's "
+    "quantized size with Megatron's FP8 parameters); + the MoE flex dispatcher's DeepEP buffers "
+    "(moe.dispatcher_buffer_bytes); + with "
     "torch.distributed.pipelining, per virtual stage m gradient receive buffers (not on the last stage), the input "
     "receive buffers of the micro-batches not in flight (not on the first) and the in-flight outputs, each tokens x "
     "h (/ tp with SP) x 2 B",
