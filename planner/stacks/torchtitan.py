@@ -28,12 +28,15 @@ STACK = Stack(
     # more fp32 tensors: 4 x 4 B (torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward;
     # measured on CPU for both, tests/costmodel/test_memory_real_code.py)
     loss_parallel_logit_bytes=16.0,
-    # torchao Float8Linear (tensorwise dynamic scaling) casts weights on the fly for each GEMM: no persistent FP8 copy,
-    # the casts' outputs live for one GEMM (torchao float8_linear.py matmul_with_hp_or_float8_args)
+    # torchao Float8Linear (tensorwise dynamic scaling) casts weights on the fly for each GEMM and saves the 16-bit
+    # weight itself for backward: no persistent FP8 copy (torchao 0.18 float8_linear.py matmul_with_hp_or_float8_args;
+    # measured on CPU, tests/costmodel/test_memory_fp8_real_code.py). torchao eab345c (Dec 2024) saved the FP8 cast
+    # instead, which checkpointed layers (every published torchtitan peak: selective op or full AC) recompute
     fp8_weight_cache=False,
     # --float8.enable_fsdp_float8_all_gather: FSDP2 all-gathers the linears' weights cast to float8 (torchao
     # fsdp_utils.py WeightWithDynamicFloat8CastTensor fsdp_pre_all_gather / fsdp_post_all_gather: 1-byte data
-    # wrapped in a Float8Tensor; torchtitan float8.py enable_fsdp_float8_all_gather when dp_shard > 1)
+    # wrapped in a Float8Tensor, measured on CPU in tests/costmodel/test_memory_fp8_real_code.py; torchtitan
+    # float8.py enable_fsdp_float8_all_gather when dp_shard > 1)
     fp8_param_gather_option=True,
     grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
     grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
