@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.names import safe_line
-from planner.stacks import FRAMEWORKS as STACK_FRAMEWORKS
+from planner.stacks import ALL_FRAMEWORKS as STACK_FRAMEWORKS
 
 PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp",
@@ -27,12 +27,13 @@ STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "at
 SECTIONS = {"train": TRAIN_KEYS, "plan": tuple(PLAN_FIELDS), "measured": MEASURED_KEYS, "stack": STACK_KEYS}
 
 # stack.framework: the stack a run used -> whose memory and overlap behaviour the cost model applies
-# (TrainingSpec.framework): every planner.stacks framework by its own name, and the names a run may give its
-# stack: NeMo 2 and Megatron-Bridge train with Megatron-core; torchtitan, llm-foundry (Composer) and NeMo
-# AutoModel shard with PyTorch FSDP/FSDP2; Megatron-DeepSpeed runs DeepSpeed's ZeRO.
+# (TrainingSpec.framework): every planner.stacks framework by its own name (costing stacks too), and the names a run
+# may give its stack: NeMo 2 and Megatron-Bridge train with Megatron-core; torchtitan and llm-foundry (Composer) shard
+# with PyTorch FSDP/FSDP2; NeMo AutoModel is its own stack (FSDP2 over Transformer Engine and DeepEP,
+# planner/stacks/automodel.py); Megatron-DeepSpeed runs DeepSpeed's ZeRO.
 STACK_NAMES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "megatron-bridge": "megatron", "nemo": "megatron",
-    "fsdp2": "fsdp", "torchtitan": "fsdp", "llm-foundry": "fsdp", "nemo-automodel": "fsdp",
+    "fsdp2": "fsdp", "torchtitan": "fsdp", "llm-foundry": "fsdp", "nemo-automodel": "automodel",
     "megatron-deepspeed": "deepspeed",
 }
 FRAMEWORKS = {fw: fw for fw in STACK_FRAMEWORKS} | STACK_NAMES

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from planner.stacks import traits
 
 Dtype = Literal["bf16", "fp16", "fp8"]
-Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]  # planner.stacks.FRAMEWORKS (one module each)
+# planner.stacks.ALL_FRAMEWORKS (one module each; automodel: a costing stack, not a --framework choice)
+Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext", "automodel"]
 AttentionImpl = Literal["flash", "unfused"]
 StateDtype = Literal["fp32", "bf16"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
