@@ -19,7 +19,7 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
 RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node",
             "aligned_allocation", "train", "plan", "measured", "notes", "stack")
 TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype", "moe_capacity_factor",
-              "moe_force_balanced")
+              "moe_force_balanced", "pp_schedule_microbatches")
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
               "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload", "expandable_segments")
@@ -100,6 +100,9 @@ def train_problem(run: dict) -> str | None:
     for key in ("grad_dtype", "optimizer_dtype"):
         if t.get(key) is not None and t[key] not in ("fp32", "bf16"):
             return f"train.{key} must be fp32, bf16 or null, got {safe_line(repr(t[key]))}"
+    n = t.get("pp_schedule_microbatches")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        return f"train.pp_schedule_microbatches must be a positive integer or null, got {safe_line(repr(n))}"
     return None
 
 

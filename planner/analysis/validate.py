@@ -507,6 +507,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
                                         moe_a2a_overlap=st.moe_a2a_overlap,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
+                                        pp_schedule_microbatches=t.get("pp_schedule_microbatches"),
                                         moe_capacity_factor=infer_moe_capacity_factor(run), **precision)
         train = TrainingSpec(**settings)
     except InputError as e:

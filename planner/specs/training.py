@@ -113,6 +113,14 @@ class TrainingSpec(BaseModel):
         "merged layer by layer, each one's dispatch and combine hidden under the other's compute "
         "(megatron/core/transformer/moe/README.md)",
     )
+    pp_schedule_microbatches: int | None = Field(
+        None, ge=1,
+        description="micro-batches per pipeline schedule: the step runs its micro-batches as consecutive schedules "
+        "of this many, each with its own fill and drain (NeMo AutoModel with PP runs one schedule per local batch, "
+        "local_batch_size / pp_microbatch_size micro-batches, repeated for gradient accumulation: "
+        "planner.costmodel.pipeline.schedules_per_step). None = one schedule over all of the step's micro-batches "
+        "(Megatron, torchtitan)",
+    )
     moe_force_balanced: bool = Field(
         False,
         description="the run forces balanced routing (Megatron --moe-router-force-load-balancing; vendor benchmark "

@@ -3,6 +3,7 @@ its force-balanced gate routes round robin, and DeepEP sends a token once per ta
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -100,3 +101,26 @@ def test_moe_parallelizer_refuses_tp_and_cp():
     errs = plan_errors(get_model("qwen3-30b-a3b"), am, 8, ParallelPlan(tp=2, dp=4, ep=4, zero_stage=3))
     assert errs == ["tp=2 is not supported by NeMo AutoModel's MoE parallelizer (it asserts tp 1)"]
     assert plan_errors(get_model("llama-3.1-8b"), am, 8, ParallelPlan(tp=2, dp=4, zero_stage=3)) == []
+
+
+def test_one_pipeline_schedule_per_local_batch():
+    """AutoModel with PP runs one pipeline schedule per local batch and repeats it for gradient accumulation
+    (Automodel@8d9bfb9 recipes/llm/train_ft.py _run_train_optim_step): DeepSeek-V3 on 1024 H100s (GBS 8192, FSDP 256,
+    LBS 8 = 8 micro-batches) runs 4 schedules, each with its fill and drain; the same micro-batches as one schedule
+    fill and drain once."""
+    from planner.costmodel.pipeline import pipeline_step_time, schedules_per_step
+
+    run = next(r for r in _automodel_rows() if r["id"] == "automodel-deepseek-v3-bf16-1024xh100")
+    assert run["train"]["pp_schedule_microbatches"] == 8
+    ctx, fixed = run_inputs(run)
+    plan = ParallelPlan(**{k: v for k, v in fixed.items() if k in ParallelPlan.model_fields})
+    shape = plan_shape(ctx, plan)
+    assert (shape.nmb, schedules_per_step(ctx, shape)) == (32, 4)
+    once = copy.deepcopy(run)
+    del once["train"]["pp_schedule_microbatches"]
+    ctx1, _ = run_inputs(once)
+    b4, b1 = evaluate(ctx, plan).trace.value("bubble_s"), evaluate(ctx1, plan).trace.value("bubble_s")
+    assert math.isclose(b4, 4 * b1, rel_tol=1e-9)
+    stage = [1.0, 1.2, 1.1, 1.0]
+    assert math.isclose(pipeline_step_time(stage, 32, "interleaved", 8, schedules=4) - 32 * 1.2,
+                        4 * (pipeline_step_time(stage, 32, "interleaved", 8) - 32 * 1.2))
