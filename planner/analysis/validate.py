@@ -545,6 +545,12 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
         # checkpoints every N-th transformer block whole: full recompute of half the blocks ("selective layer" in
         # torchtitan docs/performance.md, beside the op-level "selective op")
         fixed |= {"recompute": "full", "recompute_layers": model.num_layers // 2 // pp_pub}
+    if pp_pub > 1 and TORCHTITAN_H100_DOC in str(run.get("source", "")).lower() and fixed.get("dp"):
+        # torchtitan 9dec370, the Dec 2024 benchmark's commit, splits each data-parallel rank's batch into
+        # experimental.pipeline_parallel_microbatches micro-batches, default the pipeline degree
+        # (parallelisms/pipelining_utils.py build_pipeline_schedule; config_manager.py): the tables give the local
+        # batch only, so the micro-batch is local batch / pp (Table 5: 32 / 8 = 4; Table 6: 1), whatever a row assumed
+        fixed["micro_batch"] = max(1, train.global_batch // (fixed["dp"] * pp_pub))
     if _deepseek_own_stack(run) and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     for k, v in stack_constraints(run, train).items():

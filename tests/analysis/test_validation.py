@@ -95,6 +95,24 @@ def test_nothing_fits_scores_the_plan_closest_to_fitting(result):
     assert not row["fits"] and row["plan"]["recompute"] == "full"
 
 
+def test_torchtitan_dec_2024_pipeline_microbatches_from_the_benchmark_commit():
+    # torchtitan 9dec370 splits each DP rank's batch into pp micro-batches (pipelining_utils: n_microbatches defaults
+    # to pipeline_parallel_degree): Table 5's 405B 1F1B row (local batch 32, PP 8) runs micro-batches of 4 even where
+    # a row states 1 (the shared reference's copy does); Table 6's CP rows (local batch 8 / dp) stay at 1
+    import copy
+
+    from planner.analysis.validate import run_fixed_knobs, run_specs
+
+    rows = {r["id"]: r for r in dev_runs()}
+    stated_one = copy.deepcopy(rows["torchtitan-llama31-405b-512xh100-1f1b"])
+    stated_one["plan"]["micro_batch"] = 1
+    for run, mb in ((stated_one, 4), (rows["torchtitan-llama31-405b-512xh100-fsdp4-cp2-seq65536"], 1)):
+        assert run_fixed_knobs(run, *run_specs(run))["micro_batch"] == mb, run["id"]
+    row = predict_run(stated_one)
+    assert row["plan"]["micro_batch"] == 4
+    assert abs(row["step_time_s"] / row["measured_step_time_s"] - 1) < 0.10  # 43.2 s vs 40.96 measured (+5.4%)
+
+
 def test_legacy_deepspeed_zero3_only_for_2021_deepspeed_runs(result):
     # SC21's ZeRO-3 baselines (arXiv 2104) ran DeepSpeed before its overlapped stage-3 rewrite: blocking
     # gathers, all-reduced gradients. Their Megatron rows and every later run are unaffected.
