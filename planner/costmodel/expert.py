@@ -21,8 +21,8 @@ EP_COMM = formula(
     "m x 2 (fwd + bwd) x sum over the slowest stage's MoE layers of the dispatcher's dispatch + combine of "
     "tokens / tp x top_k x h x bytes: all-to-all (group-limited routing across domains: M remote domains per token "
     "over the NIC, top_k copies over NVLink), all-gather + reduce-scatter of tokens x h, or flex (DeepEP / HybridEP "
-    "at DeepEP's published NVLink share and the NIC rate); less what shared experts hide; DualPipe or batch-level "
-    "EP overlap: less the stage's paired compute",
+    "at DeepEP's published NVLink share and the NIC rate, one copy per target rank); less what shared experts hide; "
+    "DualPipe or batch-level EP overlap: less the stage's paired compute",
     "GShard, Lepikhin et al. 2020, arXiv 2006.16668, sec. 2.2; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1 "
     "(DualPipe hides all-to-all) and 3.2.2 (at most 4 nodes per token, IB then NVLink); deepseek-ai/DeepEP "
     "README and docs/legacy.md (bandwidths); Megatron-core MoE README (--overlap-moe-expert-parallel-comm)",
