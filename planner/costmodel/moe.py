@@ -95,9 +95,15 @@ NO_MOE = MoEForward(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def round_robin_routing(ctx: Context) -> bool:
-    """A force-balanced run whose stack's gate routes round robin (Stack.moe_forced_routing): NeMo AutoModel's
-    FakeBalancedGate sends token i to experts (i x top_k + j) mod E, j < top_k, with equal weights and no router
-    (NVIDIA-NeMo/Automodel@8d9bfb9 components/moe/layers.py FakeBalancedGate.forward: torch.ones, torch.arange)."""
+    """A force-balanced run whose stack's gate routes round robin (Stack.moe_forced_routing): token i goes to experts
+    (i x top_k + j) mod E, j < top_k (NVIDIA-NeMo/Automodel@8d9bfb9 components/moe/layers.py FakeBalancedGate.forward;
+    torchtitan 0.3.0 models/common/moe.py _debug_force_load_balance_routing)."""
+    return ctx.train.moe_force_balanced and ctx.stack.moe_forced_routing != "random_scores"
+
+
+def router_skipped(ctx: Context) -> bool:
+    """The forced gate runs no router at all: AutoModel's FakeBalancedGate builds its weights and indices with
+    torch.ones and torch.arange (Stack.moe_forced_routing "round_robin"); torchtitan's scores first."""
     return ctx.train.moe_force_balanced and ctx.stack.moe_forced_routing == "round_robin"
 
 
@@ -144,8 +150,8 @@ def tokens_per_local_expert(ctx: Context, shape: Shape) -> float:
 def router_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Router GEMM h -> experts over the device's tokens, then the score function (softmax / sigmoid, top-k,
     group-limited top-k) as memory-bound passes over the fp32 logits."""
-    if round_robin_routing(ctx):
-        return 0.0  # the round-robin gate builds its indices and weights without the router (round_robin_routing)
+    if router_skipped(ctx):
+        return 0.0
     m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
     e = m.require_moe()
     gemm = tokens * k.flops.router / tp / (ctx.peak * ctx.gemm_eff(tokens / tp, m.hidden_size, e.num_experts))

@@ -33,8 +33,9 @@ MoEPermute = Literal["fused", "unfused"]
 # writes them expert-major) or by a fused permute after it (DeepEP's dispatch delivers them rank-major)
 MoEFlexPermute = Literal["in_dispatch", "fused"]
 # how a force-balanced benchmark gate (TrainingSpec.moe_force_balanced) picks experts: random scores through the
-# router's top-k (uniform at random: a sampling imbalance), or a fixed round robin without any router
-ForcedRouting = Literal["random_scores", "round_robin"]
+# router's top-k (uniform at random: a sampling imbalance), a fixed round robin replacing the top-k of a router that
+# still runs ("round_robin_scored"), or a round robin without any router ("round_robin")
+ForcedRouting = Literal["random_scores", "round_robin_scored", "round_robin"]
 NO_EMITTER = ""  # Stack.emitter of a costing stack: no launcher writes its files
 # elementwise composites a PyTorch-native stack runs op by op unless torch.compile fuses them
 EagerComposite = Literal["rmsnorm", "swiglu", "expert_swiglu", "rope"]

@@ -80,9 +80,9 @@ STACK = Stack(
     moe_dispatch_host_sync=True,
     moe_permute="unfused",  # permute by index gather (generate_permute_indices + indexing), not fused
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers); a DeepEP dispatch would permute after it
-    # torchtitan's MoE benchmarks force no balance (TokenChoiceTopKRouter over learned scores); a forced gate of its own
-    # would be random scores through the same top-k
-    moe_forced_routing="random_scores",
+    # --debug.moe_force_load_balance: the router still scores, then its top-k ids are replaced by a round robin,
+    # arange(tokens x top_k) % E (torchtitan 0.3.0 models/common/moe.py _debug_force_load_balance_routing)
+    moe_forced_routing="round_robin_scored",
     moe_shared_expert_overlap=False,  # the shared expert runs after the routed ones on the same stream
     moe_router_fused=False,  # torch.topk over the scores
     moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts

@@ -82,6 +82,11 @@ def test_random_routing_targets_and_load():
     shape = plan_shape(am, ParallelPlan(dp=64, ep=64, micro_batch=1, zero_stage=3))
     assert expert_load(am, shape) == 1.0 and router_s(am, shape, am.kinds[-1]) == 0.0
     assert ranks_per_token(am, shape) == 2.0 and permute_mode(am) == "fused"
+    # torchtitan's forced balance overrides the top-k of a router that still scores (round_robin_scored)
+    titan = _ctx("deepseek-v3", 64, framework="fsdp")
+    shape = plan_shape(titan, ParallelPlan(dp=64, ep=64, micro_batch=1, zero_stage=3))
+    assert expert_load(titan, shape) == 1.0 and router_s(titan, shape, titan.kinds[-1]) > 0
+    assert ranks_per_token(titan, shape) == 2.0
 
 
 def test_deepep_sends_one_copy_per_rank():
