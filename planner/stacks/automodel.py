@@ -85,7 +85,8 @@ STACK = Stack(
     # qwen3_moe too) and the dense / shared-expert SwiGLU (MLP.forward); the routed experts' activation is compiled
     # (AM:components/moe/megatron/moe_utils.py weighted_bias_swiglu_impl, layers.py quick_geglu_deepep:
     # @torch.compile) and the norms are TE's. Its real-valued rotation (chunk, four products, a sum, a difference,
-    # cat) moves about 18 B per q/k element eagerly, charged as torchtitan's complex form (compute.EAGER_ROPE_EXTRA_BYTES)
+    # cat) moves about 18 B per q/k element eagerly, charged as torchtitan's complex form
+    # (compute.EAGER_ROPE_EXTRA_BYTES)
     eager_composites=("swiglu", "rope"),
     fused_loss_option=False,  # torch cross entropy (MaskedCrossEntropy), no fused-loss kernel
     fp8_lm_head=False,  # bf16 benchmarks; the LM head is not under an FP8 recipe
