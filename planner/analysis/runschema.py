@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.names import safe_line
-from planner.stacks import FRAMEWORKS as STACK_FRAMEWORKS
+from planner.stacks import ALL_FRAMEWORKS as STACK_FRAMEWORKS
 
 PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp",
@@ -19,7 +19,7 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
 RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node",
             "aligned_allocation", "train", "plan", "measured", "notes", "stack")
 TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype", "moe_capacity_factor",
-              "moe_force_balanced")
+              "moe_force_balanced", "pp_schedule_microbatches")
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
               "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload", "expandable_segments",
@@ -28,12 +28,13 @@ STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "at
 SECTIONS = {"train": TRAIN_KEYS, "plan": tuple(PLAN_FIELDS), "measured": MEASURED_KEYS, "stack": STACK_KEYS}
 
 # stack.framework: the stack a run used -> whose memory and overlap behaviour the cost model applies
-# (TrainingSpec.framework): every planner.stacks framework by its own name, and the names a run may give its
-# stack: NeMo 2 and Megatron-Bridge train with Megatron-core; torchtitan, llm-foundry (Composer) and NeMo
-# AutoModel shard with PyTorch FSDP/FSDP2; Megatron-DeepSpeed runs DeepSpeed's ZeRO.
+# (TrainingSpec.framework): every planner.stacks framework by its own name (costing stacks too), and the names a run
+# may give its stack: NeMo 2 and Megatron-Bridge train with Megatron-core; torchtitan and llm-foundry (Composer) shard
+# with PyTorch FSDP/FSDP2; NeMo AutoModel is its own stack (FSDP2 over Transformer Engine and DeepEP,
+# planner/stacks/automodel.py); Megatron-DeepSpeed runs DeepSpeed's ZeRO.
 STACK_NAMES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "megatron-bridge": "megatron", "nemo": "megatron",
-    "fsdp2": "fsdp", "torchtitan": "fsdp", "llm-foundry": "fsdp", "nemo-automodel": "fsdp",
+    "fsdp2": "fsdp", "torchtitan": "fsdp", "llm-foundry": "fsdp", "nemo-automodel": "automodel",
     "megatron-deepspeed": "deepspeed",
 }
 FRAMEWORKS = {fw: fw for fw in STACK_FRAMEWORKS} | STACK_NAMES
@@ -100,6 +101,9 @@ def train_problem(run: dict) -> str | None:
     for key in ("grad_dtype", "optimizer_dtype"):
         if t.get(key) is not None and t[key] not in ("fp32", "bf16"):
             return f"train.{key} must be fp32, bf16 or null, got {safe_line(repr(t[key]))}"
+    n = t.get("pp_schedule_microbatches")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        return f"train.pp_schedule_microbatches must be a positive integer or null, got {safe_line(repr(n))}"
     return None
 
 

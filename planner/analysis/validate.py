@@ -47,10 +47,13 @@ def runs_on_tpu(run: dict) -> bool:
 
 def infer_framework(run: dict) -> str:
     """Whose memory and overlap behaviour the run had, from the source it cites, for a record without
-    stack.framework (shared/reference's files have none): torchtitan / llm-foundry are FSDP2/FSDP; MaxText is
-    JAX FSDP; DeepSpeed ZeRO; everything else here (Megatron-LM, NeMo, Megatron-Bridge, DGX Cloud NeMo
+    stack.framework (shared/reference's files have none): NeMo AutoModel's performance summary is its own stack
+    (FSDP2 over Transformer Engine and DeepEP: planner/stacks/automodel.py); torchtitan / llm-foundry are FSDP2/FSDP;
+    MaxText is JAX FSDP; DeepSpeed ZeRO; everything else here (Megatron-LM, NeMo, Megatron-Bridge, DGX Cloud NeMo
     recipes) is Megatron."""
     text = f"{run.get('id', '')} {run.get('source', '')}".lower()
+    if "nemo automodel" in text:
+        return "automodel"
     if "torchtitan" in text or _cites_llm_foundry(run):
         return "fsdp"
     if "maxtext" in text or runs_on_tpu(run):
@@ -523,6 +526,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
                                         moe_a2a_overlap=st.moe_a2a_overlap,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
+                                        pp_schedule_microbatches=t.get("pp_schedule_microbatches"),
                                         moe_capacity_factor=infer_moe_capacity_factor(run), **precision)
         train = TrainingSpec(**settings)
     except InputError as e:

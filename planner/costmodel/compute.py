@@ -124,18 +124,21 @@ def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * hs + ELEMENTWISE_INTER_ELEMS * inter / tp)
             * ACT_ELEM_BYTES * ctx.calibration.ELEMENTWISE_BYTES_FACTOR)
     if ctx.stack.eager_unless_compiled and not ctx.train.torch_compile:
-        elem += tokens * eager_elementwise_bytes(m, tp, hs, inter)
+        elem += tokens * eager_elementwise_bytes(m, tp, hs, inter, k.moe, ctx.stack.eager_composites)
     return elem / ctx.hbm_bw
 
 
-def eager_elementwise_bytes(m: ModelSpec, tp: int, hs: float, inter: float) -> float:
-    """Bytes per token one layer's forward moves beyond fused kernels when PyTorch runs eagerly: decomposed
-    RMSNorms, SwiGLU's two kernels, RoPE through complex numbers (EAGER_* above; LayerNorm, GELU and non-rotary
-    positions are single kernels in eager too)."""
-    out = m.norms_per_layer * hs * EAGER_RMSNORM_EXTRA_BYTES if m.norm_type == "rmsnorm" else 0.0
-    if m.mlp_type == "gated":
+def eager_elementwise_bytes(m: ModelSpec, tp: int, hs: float, inter: float, moe: bool,
+                            composites: tuple[str, ...]) -> float:
+    """Bytes per token one layer's forward moves beyond fused kernels when PyTorch runs these composites eagerly
+    (Stack.eager_composites): decomposed RMSNorms, SwiGLU's two kernels (the routed experts' in an MoE layer, else
+    the MLP's), RoPE through complex numbers (EAGER_* above; LayerNorm, GELU and non-rotary positions are single
+    kernels in eager too)."""
+    rms = m.norm_type == "rmsnorm" and "rmsnorm" in composites
+    out = m.norms_per_layer * hs * EAGER_RMSNORM_EXTRA_BYTES if rms else 0.0
+    if m.mlp_type == "gated" and ("expert_swiglu" if moe else "swiglu") in composites:
         out += inter / tp * EAGER_SWIGLU_EXTRA_BYTES
-    if m.position_embedding == "rope":
+    if m.position_embedding == "rope" and "rope" in composites:
         rope = m.mla.qk_rope_head_dim if m.mla is not None else m.head_dim  # MLA: decoupled rope, k shared
         q, kv = m.num_heads * rope, (rope if m.mla is not None else m.num_kv_heads * rope)
         out += (q + kv) / tp * EAGER_ROPE_EXTRA_BYTES

@@ -175,7 +175,7 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
         screened = screen_memory(ctx, plan)
     shape, split, params, peak_stage = screened.shape, screened.split, screened.params, screened.peak_stage
     st = stage_times(ctx, shape, split)
-    makespan = makespan_s(shape, st)
+    makespan = makespan_s(ctx, shape, st)
     slow = max(range(plan.pp), key=st.microbatch_s)
     p2p, dp = p2p_term(ctx, shape, st), dp_comm_term(ctx, shape, st, split, slow, params)
     opt = optimizer_term(ctx, shape, params, slow)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
-from planner.costmodel.moe import dispatcher, expert_load
+from planner.costmodel.moe import dispatcher, expert_load, groups_per_token
 from planner.costmodel.trace import Term, formula
 
 # FP8 recipes dispatch tokens in FP8 (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.2): 1 byte per element.
@@ -21,8 +21,8 @@ EP_COMM = formula(
     "m x 2 (fwd + bwd) x sum over the slowest stage's MoE layers of the dispatcher's dispatch + combine of "
     "tokens / tp x top_k x h x bytes: all-to-all (group-limited routing across domains: M remote domains per token "
     "over the NIC, top_k copies over NVLink), all-gather + reduce-scatter of tokens x h, or flex (DeepEP / HybridEP "
-    "at DeepEP's published NVLink share and the NIC rate); less what shared experts hide; DualPipe or batch-level "
-    "EP overlap: less the stage's paired compute",
+    "at DeepEP's published NVLink share and the NIC rate, one copy per target rank); less what shared experts hide; "
+    "DualPipe or batch-level EP overlap: less the stage's paired compute",
     "GShard, Lepikhin et al. 2020, arXiv 2006.16668, sec. 2.2; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1 "
     "(DualPipe hides all-to-all) and 3.2.2 (at most 4 nodes per token, IB then NVLink); deepseek-ai/DeepEP "
     "README and docs/legacy.md (bandwidths); Megatron-core MoE README (--overlap-moe-expert-parallel-comm)",
@@ -63,17 +63,27 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     return 2 * t * (1.0 - ctx.calibration.EP_OVERLAP_FRACTION)
 
 
+def ranks_per_token(ctx: Context, shape: Shape) -> float:
+    """EP ranks one token is sent to by a flex dispatch: DeepEP / HybridEP send a token once to each rank holding at
+    least one of its top_k experts (deepseek-ai/DeepEP README, Buffer.get_dispatch_layout: num_tokens_per_rank,
+    is_token_in_rank; the combine returns one reduced row per rank), not once per expert: the distinct ranks among its
+    experts (moe.groups_per_token over num_experts / ep experts per rank)."""
+    e = ctx.model.require_moe()
+    return groups_per_token(ctx, max(1, e.num_experts // max(1, shape.plan.ep)))
+
+
 def deepep_dispatch_s(ctx: Context, shape: Shape, elem: float) -> float:
-    """One DeepEP / HybridEP dispatch (or combine): inside one NVLink domain the remote (ep - 1) / ep share of the
-    top_k copies at DEEPEP_NVLINK_FRACTION of the per-direction NVLink rate; across domains each token crosses the
-    network once per target domain (DeepEP forwards over RDMA to the same-index GPU, then fans out over NVLink:
-    node_limited_dispatch_s, at these rates)."""
-    p, su = shape.plan, ctx.cluster.hardware.scale_up
+    """One DeepEP / HybridEP dispatch (or combine): inside one NVLink domain the remote (ep - 1) / ep share of one copy
+    per target rank (ranks_per_token) at DEEPEP_NVLINK_FRACTION of the per-direction NVLink rate; across domains each
+    token crosses the network once per target domain (DeepEP forwards over RDMA to the same-index GPU, then fans out
+    over NVLink: node_limited_dispatch_s, at these rates)."""
+    p, m, su = shape.plan, ctx.model, ctx.cluster.hardware.scale_up
     link = shape.links.ep
     if link.crosses_domain:
         return node_limited_dispatch_s(ctx, shape, elem, su.unidir_GBps * DEEPEP_NVLINK_FRACTION * 1e9)
     remote = (p.ep - 1) / p.ep
-    return link.alpha + dispatch_bytes(ctx, shape) * remote / (su.unidir_GBps * DEEPEP_NVLINK_FRACTION * 1e9)
+    sent = shape.tokens / p.tp * ranks_per_token(ctx, shape) * expert_load(ctx, shape) * m.hidden_size * elem
+    return link.alpha + sent * remote / (su.unidir_GBps * DEEPEP_NVLINK_FRACTION * 1e9)
 
 
 def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float, intra_bw: float | None = None) -> float:
@@ -85,9 +95,9 @@ def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float, intra_bw: f
     so = ctx.cluster.hardware.scale_out
     moe = m.require_moe()
     domains = max(1, p.ep // max(1, link.ranks_per_domain))
-    # distinct target domains of a token's top_k experts (uniform routing: D (1 - (1 - 1/D)^top_k)), at most M
-    # with group-limited routing; the (D - 1) / D share of them is remote
-    reach = domains * (1.0 - (1.0 - 1.0 / domains) ** moe.top_k)
+    # distinct target domains of a token's top_k experts (moe.groups_per_token over the experts of one domain; uniform
+    # routing: D (1 - (1 - 1/D)^top_k)), at most M with group-limited routing; the (D - 1) / D share of them is remote
+    reach = groups_per_token(ctx, max(1, moe.num_experts // domains))
     remote = min(moe.route_topk_groups or domains, reach) * (domains - 1) / domains
     tokens = shape.tokens / p.tp
     nic = so.unidir_GBps_per_device * so.achievable_fraction * 1e9
@@ -95,7 +105,8 @@ def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float, intra_bw: f
     if intra_bw is None:
         intra_link = ctx.cluster.hardware.scale_up
         intra_bw = (intra_link.ring_busbw_GBps or ctx.calibration.RING_WIRE_FRACTION * intra_link.unidir_GBps) * 1e9
-    intra = tokens * moe.top_k * m.hidden_size * elem / intra_bw
+    # the NVLink fan-out delivers one copy per target rank (ranks_per_token)
+    intra = tokens * ranks_per_token(ctx, shape) * m.hidden_size * elem / intra_bw
     return max(inter, intra)
 
 

@@ -70,10 +70,11 @@ def merged_fwd_bwd(ctx: Context, shape: Shape) -> bool:
 
 
 def permute_mode(ctx: Context) -> str:
-    """How tokens reach their experts' buffers: inside DeepEP's dispatch (flex), by one-hot einsums over capacity
-    buffers (Stack.moe_capacity_einsum, capacity-padded), else the stack's permute."""
+    """How tokens reach their experts' buffers: the flex dispatcher's way (Stack.moe_flex_permute: inside HybridEP's
+    dispatch, or a fused permute after DeepEP's), by one-hot einsums over capacity buffers (Stack.moe_capacity_einsum,
+    capacity-padded), else the stack's permute."""
     if dispatcher(ctx) == "flex":
-        return "in_dispatch"
+        return ctx.stack.moe_flex_permute
     if ctx.stack.moe_capacity_einsum and ctx.train.moe_capacity_factor is not None:
         return "einsum"
     return ctx.stack.moe_permute
@@ -93,20 +94,50 @@ class MoEForward(NamedTuple):
 NO_MOE = MoEForward(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
+def round_robin_routing(ctx: Context) -> bool:
+    """A force-balanced run whose stack's gate routes round robin (Stack.moe_forced_routing): token i goes to experts
+    (i x top_k + j) mod E, j < top_k (NVIDIA-NeMo/Automodel@8d9bfb9 components/moe/layers.py FakeBalancedGate.forward;
+    torchtitan 0.3.0 models/common/moe.py _debug_force_load_balance_routing)."""
+    return ctx.train.moe_force_balanced and ctx.stack.moe_forced_routing != "random_scores"
+
+
+def router_skipped(ctx: Context) -> bool:
+    """The forced gate runs no router at all: AutoModel's FakeBalancedGate builds its weights and indices with
+    torch.ones and torch.arange (Stack.moe_forced_routing "round_robin"); torchtitan's scores first."""
+    return ctx.train.moe_force_balanced and ctx.stack.moe_forced_routing == "round_robin"
+
+
 def expert_load(ctx: Context, shape: Shape | None = None) -> float:
     """Tokens the busiest EP rank processes relative to the balanced load. Padded to capacity
-    (TrainingSpec.moe_capacity_factor): the capacity factor. Dropless: the sampling imbalance of a balanced router
-    (Megatron's --moe-router-force-load-balancing routes on random logits, so its benchmarks route uniformly at
-    random): the n = tokens x top_k assignments of the EP group land on ep ranks as a multinomial, the busiest rank
-    expects mean + sd x sqrt(2 ln ep) (the normal approximation of the maximum of ep loads), i.e. 1 + sqrt(2 ln ep x
-    (ep - 1) / n). A learned router's skew beyond this is not modelled (ep_warnings says so)."""
+    (TrainingSpec.moe_capacity_factor): the capacity factor. Round-robin forced routing: exactly balanced (1). Dropless
+    otherwise: the sampling imbalance of a balanced router (Megatron's --moe-router-force-load-balancing routes on
+    random logits, so its benchmarks route uniformly at random): the n = tokens x top_k assignments of the EP group
+    land on ep ranks as a multinomial, the busiest rank expects mean + sd x sqrt(2 ln ep) (the normal approximation of
+    the maximum of ep loads), i.e. 1 + sqrt(2 ln ep x (ep - 1) / n). A learned router's skew beyond this is not
+    modelled (ep_warnings says so)."""
     if ctx.train.moe_capacity_factor:
         return ctx.train.moe_capacity_factor
-    if shape is None or shape.plan.ep <= 1:
+    if shape is None or shape.plan.ep <= 1 or round_robin_routing(ctx):
         return 1.0
     ep = shape.plan.ep
     n = shape.tokens / shape.plan.tp * ep * ctx.model.require_moe().top_k
     return 1.0 + math.sqrt(2.0 * math.log(ep) * (ep - 1) / max(1.0, n))
+
+
+def groups_per_token(ctx: Context, group_experts: int) -> float:
+    """Expected number of distinct groups of `group_experts` consecutive experts (an EP rank's, a node's) among one
+    token's top_k experts. Round-robin forced routing (round_robin_routing): token i's experts are the top_k
+    consecutive ids from i x top_k mod E, so the count is averaged over those starts. Otherwise uniform routing: G
+    groups each missed with probability (1 - 1/G)^top_k (drawn with replacement, as the node-limited dispatch has
+    always counted it), at least one."""
+    e = ctx.model.require_moe()
+    n, k = e.num_experts, e.top_k
+    g = max(1, min(group_experts, n))
+    if round_robin_routing(ctx):
+        starts = range(0, n * k // math.gcd(n, k), k)  # i x top_k mod E repeats after E / gcd(E, top_k) tokens
+        return sum(len({((s + j) % n) // g for j in range(k)}) for s in starts) / len(starts)
+    groups = max(1, n // g)
+    return max(1.0, groups * (1.0 - (1.0 - 1.0 / groups) ** k)) if groups > 1 else 1.0
 
 
 def tokens_per_local_expert(ctx: Context, shape: Shape) -> float:
@@ -119,6 +150,8 @@ def tokens_per_local_expert(ctx: Context, shape: Shape) -> float:
 def router_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Router GEMM h -> experts over the device's tokens, then the score function (softmax / sigmoid, top-k,
     group-limited top-k) as memory-bound passes over the fp32 logits."""
+    if router_skipped(ctx):
+        return 0.0
     m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
     e = m.require_moe()
     gemm = tokens * k.flops.router / tp / (ctx.peak * ctx.gemm_eff(tokens / tp, m.hidden_size, e.num_experts))

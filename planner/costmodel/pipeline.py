@@ -8,6 +8,7 @@ uneven stages: Alpa (Zheng et al. OSDI'22, eq. 2). planner.analysis.timeline dra
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, Shape
@@ -25,7 +26,7 @@ ZB_W_FRACTION = 0.5
 
 
 def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1,
-                       fwd_s: list[float] | None = None) -> float:
+                       fwd_s: list[float] | None = None, schedules: int = 1) -> float:
     """Time of m micro-batches through stages taking stage_s[i] (fwd+bwd of one micro-batch each).
 
     Uniform stages give (m + p - 1) t, the 1F1B/GPipe makespan (Narayanan et al. SC21 sec. 2.2); with
@@ -34,6 +35,7 @@ def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1
     fill/drain by v. ZB-H1 (needs `fwd_s`, the forward part of each stage time) fills with
     T_F + T_B - T_W of each other stage (Qi et al. 2023 sec. 3: bubble (p-1)(T_F + T_B - T_W)), with
     T_W = ZB_W_FRACTION of the backward. DualPipe: (p/2 - 1)/(p - 1) of 1F1B's fill (DeepSeek-V3 Table 2).
+    The m micro-batches run as `schedules` consecutive schedules (schedules_per_step): each fills and drains.
     """
     p = len(stage_s)
     slow = max(range(p), key=stage_s.__getitem__)
@@ -49,7 +51,7 @@ def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1
         fill_s = [f + (1.0 - 2.0 * ZB_W_FRACTION) * (t - f) for t, f in zip(stage_s, fwd_s, strict=True)]
     elif schedule == "dualpipe":
         frac = dualpipe_fill_fraction(p)
-    return m * stage_s[slow] + frac * (sum(fill_s) - fill_s[slow])
+    return m * stage_s[slow] + schedules * frac * (sum(fill_s) - fill_s[slow])
 
 
 def dualpipe_fill_fraction(pp: int) -> float:
@@ -80,7 +82,7 @@ BUBBLE = formula(
     "pipeline.bubble",
     "max(0, makespan - m x t_slowest), makespan = m x t_slowest + f x (sum of the other stages' t); f = 1 for "
     "1F1B/GPipe, 1/v interleaved, (p/2 - 1)/(p - 1) DualPipe; ZB-H1: the other stages' T_F + T_B - T_W "
-    "(T_W = half the backward)",
+    "(T_W = half the backward); x the schedules per step (one per local batch in NeMo AutoModel)",
     "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 ((p-1)/m, (p-1)/(v m)); Alpa, Zheng et al. OSDI'22, eq. 2 "
     "(uneven stages); Qi et al. 2023, arXiv 2401.10241, sec. 3; DeepSeek-V3 report, arXiv 2412.19437, Table 2",
 )
@@ -116,12 +118,24 @@ def schedule_of(plan: ParallelPlan) -> str:
     return plan.schedule if plan.pp > 1 else "1f1b"
 
 
-def makespan_s(shape: Shape, st: StageTimes) -> float:
-    """Time of the step's micro-batches through the pipeline stages (pipeline_step_time)."""
+def schedules_per_step(ctx: Context, shape: Shape) -> int:
+    """Pipeline schedules one step runs: one over all its micro-batches, or, where the run groups them
+    (TrainingSpec.pp_schedule_microbatches: NeMo AutoModel runs its pipeline schedule once per local batch and repeats
+    it for gradient accumulation: NVIDIA-NeMo/Automodel@8d9bfb9 recipes/llm/train_ft.py _run_train_optim_step calls
+    _forward_backward_step, i.e. pp.info.schedule.step, once per local batch), one per group (the last one partial)."""
+    per = ctx.train.pp_schedule_microbatches
+    if shape.plan.pp <= 1 or per is None or per >= shape.nmb:
+        return 1
+    return math.ceil(shape.nmb / per)
+
+
+def makespan_s(ctx: Context, shape: Shape, st: StageTimes) -> float:
+    """Time of the step's micro-batches through the pipeline stages (pipeline_step_time), schedule by schedule."""
     p = shape.plan
     # the forward pass carries half of the exposed per-layer collectives (they are counted fwd + bwd)
     fwd = [st.fwd[s] + st.comm[s] / 2 for s in range(p.pp)]
-    return pipeline_step_time([st.microbatch_s(s) for s in range(p.pp)], shape.nmb, schedule_of(p), p.vpp, fwd)
+    return pipeline_step_time([st.microbatch_s(s) for s in range(p.pp)], shape.nmb, schedule_of(p), p.vpp, fwd,
+                              schedules_per_step(ctx, shape))
 
 
 def bubble_term(shape: Shape, st: StageTimes, makespan: float, slow: int) -> Term:
@@ -140,7 +154,9 @@ def p2p_term(ctx: Context, shape: Shape, st: StageTimes) -> Term:
     split = p.tp if (shape.sp or ctx.stack.pp_p2p_scatter_gather) else 1
     nbytes = shape.tokens * ctx.model.hidden_size * ACT_ELEM_BYTES / split
     t_one = collective_time("send_recv", nbytes, 2, shape.links.pp)
-    exposed, steady = p2p_transfer_counts(schedule_of(p), p.pp, p.vpp, shape.nmb)
+    schedules = schedules_per_step(ctx, shape)  # each schedule's warm-up and flush transfers are exposed
+    exposed, steady = p2p_transfer_counts(schedule_of(p), p.pp, p.vpp, math.ceil(shape.nmb / schedules))
+    exposed, steady = exposed * schedules, steady * schedules
     chunk_s = min(min(st.fwd), min(st.bwd)) / max(1, p.vpp)  # the shortest compute a transfer hides under
     t = exposed * t_one + steady * max(0.0, t_one - chunk_s)
     return P2P.term("pp_comm_s", t, "s", pp=p.pp, vpp=p.vpp, microbatches=shape.nmb, exposed_transfers=exposed,

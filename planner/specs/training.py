@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from planner.stacks import traits
 
 Dtype = Literal["bf16", "fp16", "fp8"]
-Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext"]  # planner.stacks.FRAMEWORKS (one module each)
+# planner.stacks.ALL_FRAMEWORKS (one module each; automodel: a costing stack, not a --framework choice)
+Framework = Literal["megatron", "fsdp", "deepspeed", "maxtext", "automodel"]
 AttentionImpl = Literal["flash", "unfused"]
 StateDtype = Literal["fp32", "bf16"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
@@ -111,6 +112,14 @@ class TrainingSpec(BaseModel):
         "--delay-wgrad-compute, Megatron-core 0.14): the forward of one micro-batch and the backward of another run "
         "merged layer by layer, each one's dispatch and combine hidden under the other's compute "
         "(megatron/core/transformer/moe/README.md)",
+    )
+    pp_schedule_microbatches: int | None = Field(
+        None, ge=1,
+        description="micro-batches per pipeline schedule: the step runs its micro-batches as consecutive schedules "
+        "of this many, each with its own fill and drain (NeMo AutoModel with PP runs one schedule per local batch, "
+        "local_batch_size / pp_microbatch_size micro-batches, repeated for gradient accumulation: "
+        "planner.costmodel.pipeline.schedules_per_step). None = one schedule over all of the step's micro-batches "
+        "(Megatron, torchtitan)",
     )
     moe_force_balanced: bool = Field(
         False,

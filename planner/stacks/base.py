@@ -29,6 +29,16 @@ RankOrder = Literal["linear", "mesh"]
 TpOverlapEvidence = Literal["nvidia_recipes", "async_tp", "xla_tpu", "none"]
 MoEDispatcher = Literal["alltoall", "allgather", "flex"]
 MoEPermute = Literal["fused", "unfused"]
+# how the flex dispatcher's received tokens reach their experts' order: inside the communication kernel (HybridEP
+# writes them expert-major) or by a fused permute after it (DeepEP's dispatch delivers them rank-major)
+MoEFlexPermute = Literal["in_dispatch", "fused"]
+# how a force-balanced benchmark gate (TrainingSpec.moe_force_balanced) picks experts: random scores through the
+# router's top-k (uniform at random: a sampling imbalance), a fixed round robin replacing the top-k of a router that
+# still runs ("round_robin_scored"), or a round robin without any router ("round_robin")
+ForcedRouting = Literal["random_scores", "round_robin_scored", "round_robin"]
+NO_EMITTER = ""  # Stack.emitter of a costing stack: no launcher writes its files
+# elementwise composites a PyTorch-native stack runs op by op unless torch.compile fuses them
+EagerComposite = Literal["rmsnorm", "swiglu", "expert_swiglu", "rope"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,9 @@ class Stack:
     name: str  # how the docs and messages name it
     framework: str  # its TrainingSpec.framework value (--framework)
     covers: tuple[str, ...]  # the stacks whose behaviour these traits model
-    emitter: str  # the launcher whose files the planner writes for it (planner/emit/<emitter>.py)
+    # the launcher whose files the planner writes for it (planner/emit/<emitter>.py); "" (NO_EMITTER): a costing
+    # stack, scored in `plan validate` where a run names it, neither planned for (--framework) nor written (`plannable`)
+    emitter: str
 
     # ---- memory
     overhead_gib: float  # CUDA context + communicator buffers per device, GiB (memory.overhead)
@@ -73,6 +85,8 @@ class Stack:
     #                               on NVIDIA parts with FP8 tensor cores (calibration.PYTORCH_NATIVE_HOPPER_EFFICIENCY)
     eager_unless_compiled: bool  # elementwise composites run eagerly unless torch.compile fuses them; the stack
     #                              takes --compile (others fuse them already and refuse it)
+    eager_composites: tuple[EagerComposite, ...]  # which of them run op by op (compute.eager_elementwise_bytes):
+    #                  the norms, the dense / shared-expert SwiGLU, the routed experts' SwiGLU, the rotary embedding
     fused_loss_option: bool  # the loss may be a fused 16-bit cross-entropy kernel (TrainingSpec.fused_cross_entropy)
     fp8_lm_head: bool  # the LM head GEMM runs in FP8 under an FP8 recipe (else it stays 16-bit)
     # MoE layer as the stack runs it (planner.costmodel.moe): its default token dispatcher (alltoall, allgather, flex;
@@ -84,6 +98,9 @@ class Stack:
     moe_dispatchers: tuple[MoEDispatcher, ...]  # the dispatchers its launch files can select (--moe-dispatcher)
     moe_dispatch_host_sync: bool
     moe_permute: MoEPermute
+    moe_flex_permute: MoEFlexPermute  # how the flex dispatcher's tokens are permuted (moe.permute_mode)
+    moe_forced_routing: ForcedRouting  # how its force-balanced benchmark gate routes (moe.expert_load, moe.router_s,
+    #                                    expert.dispatch_ranks_per_token)
     moe_shared_expert_overlap: bool
     moe_router_fused: bool
     moe_gemm_per_expert: bool
@@ -119,6 +136,11 @@ class Stack:
     #                                 column-wise data where the GEMM needs it) from the step's first micro-batch on
     fp8_param_gather_option: bool = False  # weights may be kept / all-gathered in FP8 (TrainingSpec.fp8_param_gather)
 
+
+    @property
+    def plannable(self) -> bool:
+        """The planner plans for this stack (a --framework choice) and writes its launch files: it has an emitter."""
+        return self.emitter != NO_EMITTER
 
     def plan_errors(self, model: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> list[str]:
         return [e for rule in self.plan_rules for e in rule(model, train, plan)]

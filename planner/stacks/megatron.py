@@ -56,6 +56,7 @@ STACK = Stack(
     pp_buffers_per_microbatch=False,
     pytorch_native_kernels=False,  # Transformer Engine kernels: the efficiency ceilings are fitted on Megatron rows
     eager_unless_compiled=False,  # Transformer Engine fuses the norms, SwiGLU and RoPE already (no --compile)
+    eager_composites=(),  # none runs op by op (above)
     fused_loss_option=False,  # its vocab-parallel loss, fused or not, is counted by logit_bytes
     fp8_lm_head=False,  # output_layer is a ColumnParallelLinear outside Transformer Engine's fp8_autocast
     moe_dispatcher="alltoall",  # Megatron-Bridge / NeMo recipes: --moe-token-dispatcher-type alltoall
@@ -65,6 +66,13 @@ STACK = Stack(
     # all-gather dispatcher's tokens_per_expert .cpu())
     moe_dispatch_host_sync=True,
     moe_permute="fused",  # --moe-permute-fusion (TE moe_permute / moe_unpermute) in the recipes
+    # HybridEP permutes inside its dispatch (megatron-core 0.19.2 token_dispatcher.py _HybridEPManager:
+    # fused=moe_permute_fusion_into_hybridep); its DeepEP backend (_DeepepManager) permutes after the dispatch, which
+    # this trait does not tell apart (the flex recipes are costed as HybridEP's)
+    moe_flex_permute="in_dispatch",
+    # --moe-router-force-load-balancing replaces the router's logits by random ones before its top-k (megatron-core
+    # 0.19.2 transformer/moe/router.py: apply_random_logits; moe_utils.py logits.clone().normal_())
+    moe_forced_routing="random_scores",
     moe_shared_expert_overlap=True,  # --moe-shared-expert-overlap (transformer/moe/shared_experts.py)
     moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert

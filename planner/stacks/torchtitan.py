@@ -77,6 +77,9 @@ STACK = Stack(
     pytorch_native_kernels=True,
     # eager PyTorch runs each elementwise op as its own kernel; torchtitan --compile.enable fuses them (Inductor)
     eager_unless_compiled=True,
+    # all of them: nn.RMSNorm, F.silu(w1(x)) * w3(x) in the FeedForward and over the grouped experts' GEMMs, RoPE
+    # through complex numbers (torchtitan 0.3.0 models/common/nn_modules.py, feed_forward.py, moe.py, rope.py)
+    eager_composites=("rmsnorm", "swiglu", "expert_swiglu", "rope"),
     # flash-attn's fused CrossEntropyLoss (llm-foundry ComposerMPTCausalLM loss_fn 'fused_crossentropy')
     fused_loss_option=True,
     fp8_lm_head=False,  # torchtitan's float8 converter skips "output" (filter_fqns)
@@ -86,6 +89,10 @@ STACK = Stack(
     # device-to-host sync"
     moe_dispatch_host_sync=True,
     moe_permute="unfused",  # permute by index gather (generate_permute_indices + indexing), not fused
+    moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers); a DeepEP dispatch would permute after it
+    # --debug.moe_force_load_balance: the router still scores, then its top-k ids are replaced by a round robin,
+    # arange(tokens x top_k) % E (torchtitan 0.3.0 models/common/moe.py _debug_force_load_balance_routing)
+    moe_forced_routing="round_robin_scored",
     moe_shared_expert_overlap=False,  # the shared expert runs after the routed ones on the same stream
     moe_router_fused=False,  # torch.topk over the scores
     moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts

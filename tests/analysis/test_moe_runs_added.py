@@ -63,12 +63,27 @@ def test_every_row_is_predicted(runs):
 
 
 def test_moe_rows_are_predicted_within_todays_reach(runs):
-    """The 79 predicted rows no constant was fitted on, at what the model reaches today (median 18.1%, p90 59.9%,
-    docs/validation.md): a regression guard, short of the MoE targets (median 12%, p90 25%). The tail is NeMo
-    AutoModel (+43% to +102%: no stack of the planner describes its Transformer Engine + DeepEP FSDP2) and the newest
-    GB200 Megatron-Bridge tables (+55%: step times fell release by release with the same published inputs)."""
+    """The 79 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, short of
+    the MoE targets (median 12%, p90 25%). Median 16.5%, p90 34.7% since NeMo AutoModel is its own stack (branch
+    automodel; before: 17.8% / 56.7%, its six rows +42% to +102% as PyTorch-native FSDP2). The tail is the newest
+    GB200 Megatron-Bridge tables and the H100 Qwen3 FP8 rows (+55% to +69%)."""
     res = validate_runs(runs)
     errors = sorted(abs(r["step_time_error"]) for r in res["runs"])
     assert len(errors) == 79
-    assert errors[len(errors) // 2] <= 0.19, errors
-    assert errors[int(0.9 * (len(errors) - 1))] <= 0.61, errors
+    assert errors[len(errors) // 2] <= 0.17, errors
+    assert errors[int(0.9 * (len(errors) - 1))] <= 0.35, errors
+
+
+def test_automodel_rows_as_automodel_runs_them(runs):
+    """The six NeMo AutoModel rows (planner/stacks/automodel.py: Transformer Engine kernels, DeepEP sending a token
+    once per target rank, the round-robin FakeBalancedGate, one pipeline schedule per local batch): today -2.5%
+    (DeepSeek-V3 1024xH100), +13.0% (256xH100), +3.5% (Kimi K2), +32.8% (Qwen3-30B-A3B), +33.0% (gpt-oss-20b), -10.4%
+    (gpt-oss-120b); median 11.7%. The two single-node EP 8 rows stay slow: their expert GEMMs (8192 rows per expert)
+    are charged the grouped-GEMM derate fitted on Megatron's Hopper rows (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY
+    0.5, at its bound); no constant is fitted on these rows."""
+    res = validate_runs([r for r in runs if r["id"].startswith("automodel-")])
+    assert all(r["framework"] == "automodel" for r in res["runs"])
+    errors = sorted(abs(r["step_time_error"]) for r in res["runs"])
+    assert len(errors) == 6
+    assert (errors[2] + errors[3]) / 2 <= 0.12, errors
+    assert errors[-1] <= 0.34, errors

@@ -59,7 +59,7 @@ def test_the_stack_block_is_read_first(tmp_path):
     assert run_specs(RUN)[2].framework == "megatron"  # nothing to infer from: the default
     run = _load(tmp_path, RUN | {"stack": {"framework": "nemo-automodel", "torch_compile": True}})[0]
     train = run_specs(run)[2]
-    assert (train.framework, train.torch_compile, train.fused_cross_entropy) == ("fsdp", True, False)
+    assert (train.framework, train.torch_compile, train.fused_cross_entropy) == ("automodel", True, False)
     # a torchtitan citation, but the record says Megatron-Bridge with TP overlap: the record wins
     titan = next(r for r in dev_runs() if r["id"].startswith("torchtitan") and "compile" in r["id"])
     assert run_specs(titan)[2].torch_compile
@@ -127,6 +127,6 @@ def test_every_stack_is_a_runs_file_framework():
     """A stack added to planner/stacks is accepted in stack.framework by its own name; every other name a run
     may give maps to one of them."""
     from planner.analysis.runschema import FRAMEWORKS
-    from planner.stacks import FRAMEWORKS as STACKS
+    from planner.stacks import ALL_FRAMEWORKS as STACKS
 
     assert set(STACKS) <= set(FRAMEWORKS) and set(FRAMEWORKS.values()) == set(STACKS)

@@ -17,7 +17,7 @@ from planner.costmodel.moe import MoEForward, expert_load
 from planner.specs import ClusterSpec, ParallelPlan, TrainingSpec
 
 MOE_MODELS = [m.name for m in list_models() if get_model(m.name).is_moe]
-FRAMEWORKS = ("megatron", "fsdp", "deepspeed", "maxtext")
+FRAMEWORKS = ("megatron", "fsdp", "deepspeed", "maxtext", "automodel")
 
 
 def _eval(name: str, framework: str = "megatron", mbs: int = 1, ep: int = 8, **train):

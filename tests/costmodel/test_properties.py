@@ -20,7 +20,7 @@ from planner.specs import ModelSpec, MoESpec, ParallelPlan, TrainingSpec
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 FAST = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 HW_IDS = [h.id for h in list_hardware()]
-FRAMEWORKS = ["megatron", "fsdp", "deepspeed", "maxtext"]
+FRAMEWORKS = ["megatron", "fsdp", "deepspeed", "maxtext", "automodel"]
 RECOMPUTE = ["none", "selective", "full"]
 
 

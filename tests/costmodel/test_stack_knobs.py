@@ -25,6 +25,7 @@ from planner.costmodel.compute import eager_elementwise_bytes
 from planner.costmodel.context import ring_merge_s
 from planner.search.engine import SearchOptions, search
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
+from planner.stacks import traits
 
 
 def _step(model: str, cluster: str, plan: ParallelPlan, **train) -> float:
@@ -35,13 +36,18 @@ def _step(model: str, cluster: str, plan: ParallelPlan, **train) -> float:
 
 def test_eager_bytes_of_a_llama_layer():
     # Llama 3.1 8B, TP1: 2 RMSNorms x 4096 x 32 B + SwiGLU 14336 x 4 B + RoPE (4096 q + 1024 k) x 16 B
-    m = get_model("llama-3.1-8b")
-    assert eager_elementwise_bytes(m, 1, 4096.0, 14336.0) == 2 * 4096 * 32 + 14336 * 4 + (4096 + 1024) * 16
+    m, titan = get_model("llama-3.1-8b"), traits("fsdp").eager_composites
+    llama_eager = 2 * 4096 * 32 + 14336 * 4 + (4096 + 1024) * 16
+    assert eager_elementwise_bytes(m, 1, 4096.0, 14336.0, False, titan) == llama_eager
+    # NeMo AutoModel: Transformer Engine norms, a compiled expert activation; RoPE and the dense SwiGLU eager
+    automodel = traits("automodel").eager_composites
+    assert eager_elementwise_bytes(m, 1, 4096.0, 14336.0, False, automodel) == 14336 * 4 + (4096 + 1024) * 16
+    assert eager_elementwise_bytes(m, 1, 4096.0, 14336.0, True, automodel) == (4096 + 1024) * 16
     # MPT (LayerNorm, GELU MLP, ALiBi) runs single kernels in eager too: nothing extra
     mpt = ModelSpec(name="mpt-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32, head_dim=128,
                     ffn_hidden_size=16384, vocab_size=50432, mlp_type="plain", norm_type="layernorm",
                     position_embedding="alibi")  # mosaicml/mpt-7b config.json
-    assert eager_elementwise_bytes(mpt, 1, 4096.0, 16384.0) == 0.0
+    assert eager_elementwise_bytes(mpt, 1, 4096.0, 16384.0, False, titan) == 0.0
 
 
 @pytest.mark.parametrize("devices,gbs,measured", [(8, 16, 6667 / 5762), (128, 256, 6514 / 5605)])

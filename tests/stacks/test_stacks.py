@@ -17,7 +17,16 @@ from planner.launchers import capabilities, launcher_errors
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.specs.dims import plan_errors
 from planner.specs.training import Framework
-from planner.stacks import DEFAULT_FRAMEWORK, FRAMEWORKS, STACKS, Stack, stack_of, traits
+from planner.stacks import (
+    ALL_FRAMEWORKS,
+    DEFAULT_FRAMEWORK,
+    FRAMEWORKS,
+    STACKS,
+    Stack,
+    stack_of,
+    stack_of_emitter,
+    traits,
+)
 from planner.ui.jsondoc import load_schema
 
 PLANNER = Path(__file__).resolve().parents[2] / "planner"
@@ -57,11 +66,17 @@ def test_stacks_layer_imports_no_other_planner_layer():
 
 
 def test_one_stack_per_framework_and_launcher():
-    assert FRAMEWORKS == get_args(Framework)
+    assert ALL_FRAMEWORKS == get_args(Framework) == tuple(STACKS)
+    # the plan document's framework is one the planner plans for: a stack with an emitter (--framework choices)
     assert list(load_schema()["$defs"]["training"]["properties"]["framework"]["enum"]) == list(FRAMEWORKS)
     for fw, stack in STACKS.items():
         assert stack.framework == fw and traits(fw) is stack
+        if not stack.plannable:  # a costing stack: scored where a run names it, never planned for nor written
+            assert stack.emitter == "" and fw not in FRAMEWORKS and stack_of_emitter(fw) is None
+            continue
+        assert fw in FRAMEWORKS
         assert capabilities(stack.emitter).framework == fw  # the emitter runs the stack the traits describe
+    assert [fw for fw, s in STACKS.items() if not s.plannable] == ["automodel"]
     assert stack_of(TrainingSpec(global_batch=8, framework="fsdp")).emitter == "torchtitan"
     assert stack_of(TrainingSpec(global_batch=8)) is traits(DEFAULT_FRAMEWORK) is STACKS["megatron"]
     with pytest.raises(KeyError, match="unknown framework"):
