@@ -46,6 +46,7 @@ class PlanRequest:
     fp8_recipe: Fp8Recipe | None = None
     loss_chunks: int | None = None  # default: the --launcher's stack's (torchtitan 8), else 1
     fp8_moe_act_cache: bool | None = None
+    fp8_param_gather: bool | None = None
     param_dtype: StateDtype | None = None  # default fp32
     remat_offload: str | None = None  # comma-separated MaxText custom-remat tensor names (host offload)
     remat_device: str | None = None  # comma-separated MaxText custom-remat tensor names kept in HBM

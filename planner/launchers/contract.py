@@ -134,6 +134,7 @@ FIELDS: tuple[ContractField, ...] = (
     ContractField("capacity_factor", lambda m, t: t.moe_capacity_factor if m.moe else None, None,
                   "an expert capacity factor"),
     ContractField("mtp_layers", lambda m, t: m.mtp_layers, 0, "multi-token prediction"),
+    ContractField("fp8_param_gather", lambda m, t: t.fp8_param_gather, False, "FP8 parameter gather"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
 
@@ -162,7 +163,7 @@ MEGATRON = {
     "routed_scaling_factor": "--moe-router-topk-scaling-factor", "norm_topk_prob": "--moe-router-pre-softmax",
     "aux_loss": "--moe-router-load-balancing-type aux_loss|seq_aux_loss --moe-aux-loss-coeff",
     "z_loss_coeff": "--moe-z-loss-coeff", "capacity_factor": "--moe-expert-capacity-factor",
-    "mtp_layers": "--mtp-num-layers",
+    "mtp_layers": "--mtp-num-layers", "fp8_param_gather": "--fp8-param-gather",
 }
 # Megatron-DeepSpeed master 4efb479 megatron/arguments.py (the GPT model of megatron/model/transformer.py)
 MEGATRON_DEEPSPEED = {
@@ -183,6 +184,7 @@ MEGATRON_DEEPSPEED = {
     "shared_expert_ffn": None, "shared_expert_gate": None, "router_bias": None, "expert_bias": None,
     "score_function": None, "expert_bias_balancing": None, "route_groups": None, "routed_scaling_factor": None,
     "norm_topk_prob": None, "aux_loss": None, "z_loss_coeff": None, "capacity_factor": None, "mtp_layers": None,
+    "fp8_param_gather": None,
 }
 MAXTEXT = {
     "release": "maxtext 0.2.5 (configs/base.yml, configs/types.py, layers/decoders.py)",
@@ -207,6 +209,7 @@ MAXTEXT = {
     "route_groups": "n_routing_groups / topk_routing_group", "routed_scaling_factor": "routed_scaling_factor",
     "norm_topk_prob": "norm_topk_prob", "aux_loss": "load_balance_loss_weight",
     "z_loss_coeff": "z_loss_multiplier", "capacity_factor": "capacity_factor", "mtp_layers": "mtp_num_layers",
+    "fp8_param_gather": None,
 }
 TORCHTITAN = {
     "release": "torchtitan 0.3.0 (models/common/config_utils.py, the config_registry functions)",
@@ -225,6 +228,8 @@ TORCHTITAN = {
     "expert_bias_balancing": "deepseek_v3 registry only", "route_groups": "deepseek_v3 registry only",
     "routed_scaling_factor": "deepseek_v3 registry only", "norm_topk_prob": "router score normalisation",
     "aux_loss": None, "z_loss_coeff": None, "capacity_factor": None, "mtp_layers": None,
+    # float8 all-gather is a field of the float8 converter's config, which the emitted job does not write
+    "fp8_param_gather": None,
 }
 CONTRACTS: dict[str, dict[str, str | None]] = {"megatron": MEGATRON, "deepspeed": MEGATRON_DEEPSPEED,
                                                 "maxtext": MAXTEXT, "torchtitan": TORCHTITAN}

@@ -228,6 +228,10 @@ def _setting_options() -> list:
         click.option("--fp8-act-cache/--no-fp8-act-cache", "fp8_moe_act_cache", default=None,
                      help="with --dtype fp8 on MoE models: cache the experts' SwiGLU inputs for backward in FP8 and "
                      "recompute the SwiGLU output (DeepSeek-V3 report sec. 3.3.2); default off (Megatron keeps BF16)"),
+        click.option("--fp8-param-gather/--no-fp8-param-gather", "fp8_param_gather", default=None,
+                     help="with --dtype fp8: keep the FP8 linears' weights in FP8 (Megatron --fp8-param-gather, the "
+                     "FP8 recipes of NeMo and Megatron-Bridge; torchtitan's FSDP float8 all-gather) instead of a bf16 "
+                     "copy plus Transformer Engine's cached FP8 weights; default off (Megatron's default)"),
         click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
                      help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
                      "(scores materialised, as in stacks before mid-2022)"),

@@ -139,3 +139,21 @@ def test_megatron_fp8_param_gather_needs_the_distributed_optimizer():
     errs = traits("megatron").plan_errors(m, train, ParallelPlan(dp=8, zero_stage=0, micro_batch=1))
     assert any("--fp8-param-gather" in e for e in errs)
     assert not traits("megatron").plan_errors(m, train, ParallelPlan(dp=8, zero_stage=1, micro_batch=1))
+
+
+def test_cli_flag_reaches_the_costed_plan_and_the_launch_contract():
+    # --fp8-param-gather on Hopper, tensorwise: the FP8 primary weight (data + transpose, 2 B) replaces the bf16 copy
+    # (2 B), so what goes is TE's cache, 2 B per local linear weight (TP 2: half of the 8B's linears); the JSON says
+    # so, and a launcher that cannot write the setting is refused
+    import json
+
+    from support import run_cli
+
+    args = ("--model", "llama-3.1-8b", "--cluster", "h100x8", "--dtype", "fp8", "--tp", "2", "--pp", "1",
+            "--zero", "1", "--mbs", "1", "--recompute", "selective", "--gbs", "64", "--launcher", "megatron")
+    plain, gathered = (json.loads(run_cli(*args, *extra, "--json").stdout) for extra in ((), ("--fp8-param-gather",)))
+    assert plain["training"]["fp8_param_gather"] is False and gathered["training"]["fp8_param_gather"] is True
+    saved_gib = plain["plans"][0]["memory"]["weights_gib"] - gathered["plans"][0]["memory"]["weights_gib"]
+    assert saved_gib == pytest.approx(2.0 * LINEAR_8B / 2 / GIB, rel=1e-6)
+    refused = run_cli(*args[:-2], "--launcher", "torchtitan", "--fp8-param-gather")
+    assert refused.exit_code == 2 and "FP8 parameter gather" in refused.stderr
