@@ -193,7 +193,7 @@ class Calibration:
     # checks this copy. It is the band shown beside the peak (--json peak_memory_band) and the default memory margin:
     # a plan keeps this share of the usable capacity free, peak <= usable x (1 - band), or it ranks after every plan
     # that does (planner.costmodel.capacity, planner.search.ranking); --memory-headroom replaces it. Both ways, not
-    # only the under-predicted side (0.09 on these peaks): every published peak is torchtitan's, and for the other
+    # only the under-predicted side (0.08 on these peaks): every published peak is torchtitan's, and for the other
     # stacks the sign of the error is not measured, only its size.
     # 0.2491 before branch mem3 (Table 5 micro-batches, loss-parallel bytes, expandable segments, pipeline buffers);
     # 0.1506 before branch fp8mem (FSDP float8 all-gather stated on 5 rows: the cross-validated overhead refits at 2.75
