@@ -23,7 +23,7 @@ TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
               "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload", "expandable_segments",
-              "fp8_param_gather")
+              "fp8_param_gather", "cuda_graph_impl")
 # `model:` is a Hugging Face config: its keys are checked by planner.catalog.hf_import, not here
 SECTIONS = {"train": TRAIN_KEYS, "plan": tuple(PLAN_FIELDS), "measured": MEASURED_KEYS, "stack": STACK_KEYS}
 
@@ -44,12 +44,17 @@ STACK_CHOICES: dict[str, tuple[Any, ...]] = {
     "attention": ("flash", "unfused"),  # TrainingSpec.attention_impl
     # Megatron-core TransformerConfig.moe_token_dispatcher_type (megatron-core 0.19.2 transformer_config.py)
     "moe_dispatcher": ("alltoall", "allgather", "flex"),
+    # Megatron-core TransformerConfig.cuda_graph_impl (megatron-core 0.19.2): full_iteration is priced
+    # (TrainingSpec.cuda_graph_full_iteration); the per-layer graphs (local, transformer_engine) are recorded
+    "cuda_graph_impl": ("none", "local", "transformer_engine", "full_iteration"),
 }
 STACK_FLAGS = ("torch_compile", "tp_comm_overlap", "fused_loss", "moe_a2a_overlap", "cuda_graphs",
                "activation_offload", "expandable_segments", "fp8_param_gather")
 # what the cost model prices of the stack block; the other keys are checked and recorded, and a run that
 # states a value the model does not price lists it under `stack_not_modelled` in `plan validate --json`
 MODELLED_DEFAULTS: dict[str, Any] = {"cuda_graphs": False, "activation_offload": False}
+# cuda_graph_impl values the cost model prices (the rest are listed as not modelled)
+PRICED_CUDA_GRAPH_IMPLS = ("none", "full_iteration")
 
 
 def did_you_mean(key: Any, allowed: tuple[str, ...] | list[str], prefix: str = "") -> str:
@@ -125,12 +130,16 @@ class RunStack:
     activation_offload: bool | None = None
     expandable_segments: bool = False  # the caching allocator's expandable segments were in effect (TrainingSpec)
     fp8_param_gather: bool = False  # FP8 primary weights / FP8 all-gather of the weights (TrainingSpec)
+    cuda_graph_impl: str | None = None  # Megatron's; full_iteration = TrainingSpec.cuda_graph_full_iteration
     stated: tuple[str, ...] = ()
 
     def not_modelled(self) -> list[str]:
         """Stated stack settings the cost model does not price (it predicts the run as with the default)."""
-        return [f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, default in MODELLED_DEFAULTS.items()
-                if (v := getattr(self, k)) not in (None, default)]
+        out = [f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, default in MODELLED_DEFAULTS.items()
+               if (v := getattr(self, k)) not in (None, default)]
+        if self.cuda_graph_impl not in (None, *PRICED_CUDA_GRAPH_IMPLS):
+            out.append(f"cuda_graph_impl: {self.cuda_graph_impl}")
+        return out
 
 
 def stated_stack(run: dict) -> dict[str, Any]:

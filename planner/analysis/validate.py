@@ -265,6 +265,44 @@ A2A_OVERLAP_RECIPES = (
     ("26.02", "qwen3_moe", 4096, ("h100", "b300")), ("26.02", "qwen3_moe", 2048, ("h100",)),
 )
 
+# Megatron-Bridge performance presets that capture the whole forward-backward as one CUDA graph (cuda_graph_impl
+# "full_iteration", with HybridEP's per-rank token budget moe_expert_rank_capacity_factor 1.5 and the paged stash)
+# and set the batch-level EP overlap (moe_a2a_overlap / overlap_moe_expert_parallel_comm): the GB200 MXFP8 presets of
+# DeepSeek-V3, gpt-oss-120b, Qwen3-235B-A22B and Qwen3-30B-A3B from the 26.06 container on. Megatron-Bridge v0.5.0
+# (2026-06-16, the 26.06 release; v0.5.1 for 26.06.01) scripts/performance/configs/
+# deepseek/deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1,
+# gpt_oss/gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2,
+# qwen/qwen3_workload_base_configs.py QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 and
+# QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 (commits 55443cbf, afb5dd47, 5f98743d, June 2026); v0.6.0
+# (2026-08-19, 26.08) src/megatron/bridge/perf_recipes/{deepseek,gpt_oss,qwen}/gb200/*.py *_gb200_fp8mx_config
+# (_enable_deepseek_full_iteration_mxfp8, _apply_gpt_oss_120b_full_iter_fp8mx_configs,
+# _enable_hybridep_full_iteration_mxfp8). The 26.04.x MoE presets (v0.4.x) capture no full iteration
+# (per-layer transformer_engine graphs of the attention, router and preprocess where any: not priced).
+# (release tags in the citation, model_type, hidden_size, hardware prefix, fp8 recipe): DeepSeek-V3 hidden 7168,
+# gpt-oss-120b 2880, Qwen3-235B-A22B 4096, Qwen3-30B-A3B 2048.
+FULL_ITERATION_CG_RELEASES = ("26.06", "26.06.01", "26.08")
+FULL_ITERATION_CG_RECIPES = tuple(
+    (rel, mt, h, "gb200", "mxfp8") for rel in FULL_ITERATION_CG_RELEASES
+    for mt, h in (("deepseek_v3", 7168), ("gpt_oss", 2880), ("qwen3_moe", 4096), ("qwen3_moe", 2048)))
+
+
+def _full_iteration_recipe(run: dict) -> bool:
+    """Whether the cited Megatron-Bridge preset captures a full-iteration CUDA graph (FULL_ITERATION_CG_RECIPES)."""
+    src = str(run.get("source", "")).lower()
+    if "megatron-bridge performance summary" not in src:
+        return False
+    model = run.get("model") or {}
+    model_type, hidden = str(model.get("model_type", "")).lower(), model.get("hidden_size")
+    hw, recipe = str(run.get("hardware", "")).lower(), stated_stack(run).get("fp8_recipe") or infer_fp8_recipe(run)
+    return any(f"{rel} nemo container" in src and model_type == mt and hidden == h and hw.startswith(prefix)
+               and recipe == fp8 for rel, mt, h, prefix, fp8 in FULL_ITERATION_CG_RECIPES)
+
+
+def infer_cuda_graph_impl(run: dict) -> str | None:
+    """Megatron's cuda_graph_impl of the cited recipe where the planner prices it: full_iteration
+    (FULL_ITERATION_CG_RECIPES), else None (no graph priced)."""
+    return "full_iteration" if _full_iteration_recipe(run) else None
+
 
 def infer_moe_a2a_overlap(run: dict) -> bool:
     """Whether the cited recipe runs Megatron's batch-level EP all-to-all overlap (A2A_OVERLAP_RECIPES)."""
@@ -274,8 +312,9 @@ def infer_moe_a2a_overlap(run: dict) -> bool:
     model = run.get("model") or {}
     model_type, hidden = str(model.get("model_type", "")).lower(), model.get("hidden_size")
     hw = str(run.get("hardware", "")).lower()
-    return any(f"{rel} nemo container" in src and model_type == mt and hidden == h and hw.startswith(prefixes)
-               for rel, mt, h, prefixes in A2A_OVERLAP_RECIPES)
+    return _full_iteration_recipe(run) or any(
+        f"{rel} nemo container" in src and model_type == mt and hidden == h and hw.startswith(prefixes)
+        for rel, mt, h, prefixes in A2A_OVERLAP_RECIPES)
 
 
 # Precision of gradients and optimizer states that a cited recipe's own config file sets, for a record
@@ -364,6 +403,7 @@ def run_stack(run: dict) -> RunStack:
                     activation_offload=given.get("activation_offload"),
                     expandable_segments=bool(given.get("expandable_segments", False)),
                     fp8_param_gather=pick("fp8_param_gather", lambda: infer_fp8_param_gather(run, fw)),
+                    cuda_graph_impl=pick("cuda_graph_impl", lambda: infer_cuda_graph_impl(run)),
                     stated=tuple(sorted(given)))
 
 
@@ -525,6 +565,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         fp8_param_gather=st.fp8_param_gather,
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
                                         moe_a2a_overlap=st.moe_a2a_overlap,
+                                        cuda_graph_full_iteration=st.cuda_graph_impl == "full_iteration",
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
                                         pp_schedule_microbatches=t.get("pp_schedule_microbatches"),
                                         moe_capacity_factor=infer_moe_capacity_factor(run), **precision)

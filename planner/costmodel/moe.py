@@ -59,7 +59,13 @@ def dispatcher(ctx: Context) -> str:
 def has_host_sync(ctx: Context) -> bool:
     """A dropless dispatcher in a stack with dynamic shapes waits for the token counts on the host (the flex
     dispatcher too: DeepEP's normal dispatch returns the per-expert counts to the host, README
-    `num_recv_tokens_per_expert_list`); padding to capacity makes the sizes static (no sync)."""
+    `num_recv_tokens_per_expert_list`); padding to capacity makes the sizes static (no sync). Under a full-iteration
+    CUDA graph (TrainingSpec.cuda_graph_full_iteration) nothing is read on the host and nothing launched from it
+    inside the step: the graph is captured with static shapes (HybridEP's per-rank token budget and the paged stash,
+    megatron-core 0.19.2 transformer_config.py moe_expert_rank_capacity_factor / moe_paged_stash) and replayed as one
+    launch, so the layer's host-launch terms (host_launch_s) are not charged."""
+    if ctx.train.cuda_graph_full_iteration:
+        return False
     return ctx.stack.moe_dispatch_host_sync and ctx.train.moe_capacity_factor is None
 
 

@@ -135,6 +135,8 @@ FIELDS: tuple[ContractField, ...] = (
                   "an expert capacity factor"),
     ContractField("mtp_layers", lambda m, t: m.mtp_layers, 0, "multi-token prediction"),
     ContractField("fp8_param_gather", lambda m, t: t.fp8_param_gather, False, "FP8 parameter gather"),
+    ContractField("cuda_graph_full_iteration", lambda m, t: t.cuda_graph_full_iteration, False,
+                  "a full-iteration CUDA graph"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
 
@@ -164,6 +166,10 @@ MEGATRON = {
     "aux_loss": "--moe-router-load-balancing-type aux_loss|seq_aux_loss --moe-aux-loss-coeff",
     "z_loss_coeff": "--moe-z-loss-coeff", "capacity_factor": "--moe-expert-capacity-factor",
     "mtp_layers": "--mtp-num-layers", "fp8_param_gather": "--fp8-param-gather",
+    # --cuda-graph-impl full_iteration exists (arguments.py), but a dropless MoE graph also needs HybridEP's per-rank
+    # token budget, the paged stash and TE's op fuser (transformer_config.py __post_init__), which the emitter does
+    # not write: refused rather than launched as a different run than the one costed
+    "cuda_graph_full_iteration": None,
 }
 # Megatron-DeepSpeed master 4efb479 megatron/arguments.py (the GPT model of megatron/model/transformer.py)
 MEGATRON_DEEPSPEED = {
@@ -184,7 +190,7 @@ MEGATRON_DEEPSPEED = {
     "shared_expert_ffn": None, "shared_expert_gate": None, "router_bias": None, "expert_bias": None,
     "score_function": None, "expert_bias_balancing": None, "route_groups": None, "routed_scaling_factor": None,
     "norm_topk_prob": None, "aux_loss": None, "z_loss_coeff": None, "capacity_factor": None, "mtp_layers": None,
-    "fp8_param_gather": None,
+    "fp8_param_gather": None, "cuda_graph_full_iteration": None,
 }
 MAXTEXT = {
     "release": "maxtext 0.2.5 (configs/base.yml, configs/types.py, layers/decoders.py)",
@@ -209,7 +215,7 @@ MAXTEXT = {
     "route_groups": "n_routing_groups / topk_routing_group", "routed_scaling_factor": "routed_scaling_factor",
     "norm_topk_prob": "norm_topk_prob", "aux_loss": "load_balance_loss_weight",
     "z_loss_coeff": "z_loss_multiplier", "capacity_factor": "capacity_factor", "mtp_layers": "mtp_num_layers",
-    "fp8_param_gather": None,
+    "fp8_param_gather": None, "cuda_graph_full_iteration": None,
 }
 TORCHTITAN = {
     "release": "torchtitan 0.3.0 (models/common/config_utils.py, the config_registry functions)",
@@ -229,7 +235,7 @@ TORCHTITAN = {
     "routed_scaling_factor": "deepseek_v3 registry only", "norm_topk_prob": "router score normalisation",
     "aux_loss": None, "z_loss_coeff": None, "capacity_factor": None, "mtp_layers": None,
     # float8 all-gather is a field of the float8 converter's config, which the emitted job does not write
-    "fp8_param_gather": None,
+    "fp8_param_gather": None, "cuda_graph_full_iteration": None,
 }
 CONTRACTS: dict[str, dict[str, str | None]] = {"megatron": MEGATRON, "deepspeed": MEGATRON_DEEPSPEED,
                                                 "maxtext": MAXTEXT, "torchtitan": TORCHTITAN}

@@ -156,6 +156,15 @@ class TrainingSpec(BaseModel):
         "of NeMo and Megatron-Bridge set it), torchtitan --float8.enable_fsdp_float8_all_gather (FSDP2 gathers 1-byte "
         "weights). Needs dtype fp8 (planner.costmodel.memory.fp8_weight_copy_bytes, zero3_buffers)",
     )
+    cuda_graph_full_iteration: bool = Field(
+        False,
+        description="the forward-backward of a step runs as one captured CUDA graph, replayed each step (Megatron "
+        "--cuda-graph-impl full_iteration, megatron-core 0.19.2 TransformerConfig.cuda_graph_impl: the optimizer step "
+        "excluded): no kernel is launched from the host inside it, and a dropless MoE layer runs with static shapes "
+        "(HybridEP's per-rank token budget moe_expert_rank_capacity_factor with moe_paged_stash), so its dispatcher "
+        "waits for no token counts on the host (planner.costmodel.moe.has_host_sync). Megatron only; read from the "
+        "cited release's preset in plan validate (planner.analysis.validate.FULL_ITERATION_CG_RECIPES)",
+    )
     fp8_weight_cache: bool | None = Field(
         None,
         description="whether the FP8 linears keep a quantized copy of each weight across the step (Transformer "
@@ -170,6 +179,13 @@ class TrainingSpec(BaseModel):
         if self.fp8_param_gather and not traits(self.framework).fp8_param_gather_option:
             raise ValueError(f"FP8 parameter gather is Megatron's --fp8-param-gather or torchtitan's FSDP float8 "
                              f"all-gather; {self.framework} has none: drop it")
+        return self
+
+    @model_validator(mode="after")
+    def _full_iteration_graph_stacks(self) -> "TrainingSpec":
+        if self.cuda_graph_full_iteration and not traits(self.framework).full_iteration_cuda_graph_option:
+            raise ValueError(f"a full-iteration CUDA graph is Megatron-core's --cuda-graph-impl full_iteration; "
+                             f"{self.framework} has none: drop it")
         return self
 
     @model_validator(mode="after")

@@ -135,6 +135,9 @@ class Stack:
     fp8_weight_cache: bool = False  # FP8 linears keep a quantized copy of each weight (and its transpose or
     #                                 column-wise data where the GEMM needs it) from the step's first micro-batch on
     fp8_param_gather_option: bool = False  # weights may be kept / all-gathered in FP8 (TrainingSpec.fp8_param_gather)
+    # ---- host launches, defaulted: the forward-backward may be captured as one CUDA graph replayed each step
+    # (TrainingSpec.cuda_graph_full_iteration; planner.costmodel.moe.has_host_sync)
+    full_iteration_cuda_graph_option: bool = False
 
 
     @property

@@ -17,6 +17,7 @@ STACK = Stack(
     loss_parallel_logit_bytes=None,  # logit_bytes is already the vocab-parallel loss's, whatever the TP degree
     fp8_weight_cache=False,  # no FP8 training switch in ds_config (launchers/deepspeed.py no-fp8): no FP8 weights
     fp8_param_gather_option=False,  # ZeRO-3 gathers the 16-bit parameters (no FP8 all-gather in ds_config)
+    full_iteration_cuda_graph_option=False,  # ds_config has no whole-step CUDA graph of the training step
     grad_reduce_dtype="compute",  # reduced in the compute dtype (TrainingSpec.grad_dtype: DeepSpeed's default)
     grad_buffer_in_reduce_dtype=True,  # DeepSpeed's gradient buffer holds the reduction dtype
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype

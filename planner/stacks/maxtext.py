@@ -26,6 +26,7 @@ STACK = Stack(
     # AQT/Qwix FP8 quantize inside the jitted step: XLA schedules the casts' outputs as temporaries (not measured)
     fp8_weight_cache=False,
     fp8_param_gather_option=False,  # the fsdp axis gathers the weight_dtype parameters (no FP8 all-gather switch)
+    full_iteration_cuda_graph_option=False,  # XLA compiles the step: no per-kernel host launches to remove
     grad_reduce_dtype="fp32",  # MaxText base.yml grad_dtype float32
     grad_buffer_in_reduce_dtype=False,  # replicated gradients in the compute dtype, as PyTorch's .grad
     # jax.grad's cotangents are in the parameter dtype; MaxText casts only float32 ones to grad_dtype

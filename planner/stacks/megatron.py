@@ -33,6 +33,10 @@ STACK = Stack(
     # --fp8-param-gather: FP8 primary weights (TE quantized_model_init), all-gathered in FP8 by the distributed
     # optimizer (megatron-core distributed_data_parallel_config.py fp8_param_gather)
     fp8_param_gather_option=True,
+    # megatron-core 0.19.2 TransformerConfig.cuda_graph_impl "full_iteration" (--cuda-graph-impl full_iteration): one
+    # CUDA graph of the whole forward-backward path, the optimizer step excluded; a dropless MoE layer in it needs
+    # static shapes (moe_expert_rank_capacity_factor with HybridEP, moe_paged_stash: transformer_config.py)
+    full_iteration_cuda_graph_option=True,
     grad_reduce_dtype="fp32",  # the fp32 main-grad buffer (TrainingSpec.grad_dtype; --grad-reduce-in-bf16 = bf16)
     grad_buffer_in_reduce_dtype=True,  # the main-grad buffer holds the reduction dtype (DistributedDataParallel)
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype

@@ -38,6 +38,10 @@ STACK = Stack(
     # wrapped in a Float8Tensor, measured on CPU in tests/costmodel/test_memory_fp8_real_code.py; torchtitan
     # float8.py enable_fsdp_float8_all_gather when dp_shard > 1)
     fp8_param_gather_option=True,
+    # torchtitan 0.3.0 graphs forward+backward unless --training.disable_cuda_graphs (trainer.py wrap_with_cuda_graph),
+    # refused with PP and with EP but for sync-free dispatchers (Trainer.Config._validate_cuda_graphs); the emitted
+    # MoE jobs disable it (planner.emit.torchtitan), so its MoE host launches stay charged: not the Megatron knob
+    full_iteration_cuda_graph_option=False,
     grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
     grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
     grads_in_param_dtype=False,  # FSDP2 mixed precision reduces in reduce_dtype (fp32) whatever the parameters

@@ -229,3 +229,37 @@ def test_maxtext_capacity_dispatch_is_two_einsums_over_capacity_buffers():
     dctx, dropless = _eval("mixtral-8x7b", "maxtext", ep=1)  # dropless: permute passes at HBM bandwidth
     assert c.permute > 5 * layer_compute(dctx, plan_shape(dctx, dropless.plan),
                                          next(k for k in dctx.kinds if k.moe)).permute
+
+
+def test_full_iteration_cuda_graph_removes_the_host_launches():
+    """A full-iteration CUDA graph (TrainingSpec.cuda_graph_full_iteration, Megatron --cuda-graph-impl full_iteration)
+    replays the step as one launch with static MoE shapes: the dropless layer's host-launch terms (HOST_KERNELS_* x
+    HOST_LAUNCH_S behind the dispatcher's sync) go to zero and nothing else of the layer changes; with the batch-level
+    EP overlap the merged steps no longer expose the host either. Only Megatron has the knob."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.compute import layer_compute
+
+    name = "qwen3-30b-a3b" if "qwen3-30b-a3b" in MOE_MODELS else MOE_MODELS[0]
+    for overlap in (False, True):
+        ctx, ev = _eval(name, ep=8, moe_a2a_overlap=overlap)
+        gctx, gev = _eval(name, ep=8, moe_a2a_overlap=overlap, cuda_graph_full_iteration=True)
+        shape, k = plan_shape(ctx, ev.plan), next(k for k in ctx.kinds if k.moe)
+        c, g = layer_compute(ctx, shape, k), layer_compute(gctx, plan_shape(gctx, gev.plan), k)
+        assert c.host_fwd + c.host_bwd > 0.0, overlap  # 16 local experts' launches behind the sync
+        assert g.host_fwd == g.host_bwd == 0.0
+        assert (g.router, g.permute, g.experts) == (c.router, c.permute, c.experts)
+        assert gev.step_time_s < ev.step_time_s
+    with pytest.raises(ValueError, match="full-iteration CUDA graph"):
+        TrainingSpec(global_batch=8, framework="fsdp", cuda_graph_full_iteration=True)
+
+
+def test_full_iteration_cuda_graph_is_refused_by_every_launcher():
+    """No emitter writes the full-iteration graph with the static-shape MoE settings it needs (HybridEP's per-rank
+    budget, the paged stash, TE's op fuser): a plan costed with it is refused, not launched as another run."""
+    from planner.launchers.contract import CONTRACTS, missing_features
+
+    model = get_model("deepseek-v3")
+    t = TrainingSpec(global_batch=8, cuda_graph_full_iteration=True)
+    for launcher in CONTRACTS:
+        assert "a full-iteration CUDA graph" in " ".join(missing_features(model, t, launcher)), launcher
+    assert not any("CUDA graph" in f for f in missing_features(model, TrainingSpec(global_batch=8), "megatron"))
