@@ -123,6 +123,22 @@ def test_a_stated_setting_the_model_does_not_price_is_listed(tmp_path):
     assert "stack_not_modelled" not in predict_run(_load(tmp_path, RUN)[0])
 
 
+def test_cuda_graph_impl_is_priced_only_for_a_full_iteration(tmp_path):
+    """stack.cuda_graph_impl: full_iteration reaches TrainingSpec.cuda_graph_full_iteration (Megatron only: refused
+    for FSDP); the per-layer graphs (transformer_engine, local) are recorded and listed as not priced; a misspelt
+    value is refused with the one meant."""
+    graphed = run_specs(_load(tmp_path, RUN | {"stack": {"cuda_graph_impl": "full_iteration"}})[0])[2]
+    assert graphed.cuda_graph_full_iteration and not run_specs(_load(tmp_path, RUN)[0])[2].cuda_graph_full_iteration
+    out = predict_run(_load(tmp_path, RUN | {"stack": {"cuda_graph_impl": "transformer_engine"}})[0])
+    assert out["stack_not_modelled"] == ["cuda_graph_impl: transformer_engine"]
+    assert "stack_not_modelled" not in predict_run(_load(tmp_path, RUN | {"stack": {"cuda_graph_impl": "none"}})[0])
+    fsdp = _load(tmp_path, RUN | {"stack": {"framework": "fsdp", "cuda_graph_impl": "full_iteration"}})[0]
+    with pytest.raises(InputError, match="full-iteration CUDA graph"):
+        run_specs(fsdp)
+    with pytest.raises(InputError, match="did you mean full_iteration"):
+        _load(tmp_path, RUN | {"stack": {"cuda_graph_impl": "full_iter"}})
+
+
 def test_every_stack_is_a_runs_file_framework():
     """A stack added to planner/stacks is accepted in stack.framework by its own name; every other name a run
     may give maps to one of them."""
