@@ -286,16 +286,21 @@ FULL_ITERATION_CG_RECIPES = tuple(
     for mt, h in (("deepseek_v3", 7168), ("gpt_oss", 2880), ("qwen3_moe", 4096), ("qwen3_moe", 2048)))
 
 
+def _cites_preset(run: dict, release: str, model_type: str, hidden: int, hw_prefixes: str | tuple[str, ...]) -> bool:
+    """The run cites this Megatron-Bridge performance-summary release ("<release> NeMo container") for this model
+    (model_type and hidden size) on hardware named with one of these prefixes."""
+    src = str(run.get("source", "")).lower()
+    model = run.get("model") or {}
+    return ("megatron-bridge performance summary" in src and f"{release} nemo container" in src
+            and str(model.get("model_type", "")).lower() == model_type and model.get("hidden_size") == hidden
+            and str(run.get("hardware", "")).lower().startswith(hw_prefixes))
+
+
 def _full_iteration_recipe(run: dict) -> bool:
     """Whether the cited Megatron-Bridge preset captures a full-iteration CUDA graph (FULL_ITERATION_CG_RECIPES)."""
-    src = str(run.get("source", "")).lower()
-    if "megatron-bridge performance summary" not in src:
-        return False
-    model = run.get("model") or {}
-    model_type, hidden = str(model.get("model_type", "")).lower(), model.get("hidden_size")
-    hw, recipe = str(run.get("hardware", "")).lower(), stated_stack(run).get("fp8_recipe") or infer_fp8_recipe(run)
-    return any(f"{rel} nemo container" in src and model_type == mt and hidden == h and hw.startswith(prefix)
-               and recipe == fp8 for rel, mt, h, prefix, fp8 in FULL_ITERATION_CG_RECIPES)
+    recipe = stated_stack(run).get("fp8_recipe") or infer_fp8_recipe(run)
+    return any(_cites_preset(run, rel, mt, h, prefix) and recipe == fp8
+               for rel, mt, h, prefix, fp8 in FULL_ITERATION_CG_RECIPES)
 
 
 def infer_cuda_graph_impl(run: dict) -> str | None:
@@ -305,16 +310,10 @@ def infer_cuda_graph_impl(run: dict) -> str | None:
 
 
 def infer_moe_a2a_overlap(run: dict) -> bool:
-    """Whether the cited recipe runs Megatron's batch-level EP all-to-all overlap (A2A_OVERLAP_RECIPES)."""
-    src = str(run.get("source", "")).lower()
-    if "megatron-bridge performance summary" not in src:
-        return False
-    model = run.get("model") or {}
-    model_type, hidden = str(model.get("model_type", "")).lower(), model.get("hidden_size")
-    hw = str(run.get("hardware", "")).lower()
-    return _full_iteration_recipe(run) or any(
-        f"{rel} nemo container" in src and model_type == mt and hidden == h and hw.startswith(prefixes)
-        for rel, mt, h, prefixes in A2A_OVERLAP_RECIPES)
+    """Whether the cited recipe runs Megatron's batch-level EP all-to-all overlap (A2A_OVERLAP_RECIPES, and the
+    full-iteration CUDA-graph presets, which set it too)."""
+    return _full_iteration_recipe(run) or any(_cites_preset(run, rel, mt, h, prefixes)
+                                              for rel, mt, h, prefixes in A2A_OVERLAP_RECIPES)
 
 
 # Precision of gradients and optimizer states that a cited recipe's own config file sets, for a record

@@ -355,11 +355,21 @@ def stage_params(ctx: Context, plan: ParallelPlan, split: list[StageSplit]) -> S
     return StageParams(tuple(dense_stage), tuple(expert_stage), tuple(linear_stage))
 
 
+def _layer_params_per_device(ctx: Context, plan: ParallelPlan, kid: int) -> float:
+    lp = ctx.kinds[kid].params
+    return (lp.total - lp.routed_experts) / plan.tp + lp.routed_experts / (plan.ep * plan.etp)
+
+
+def largest_layer_kind(ctx: Context, plan: ParallelPlan, kind_ids) -> int | None:
+    """The layer kind of which one device holds the most parameters, unsharded by ZeRO (dense parts split by TP,
+    routed experts by EP x ETP); None without kinds."""
+    return max(kind_ids, key=lambda j: _layer_params_per_device(ctx, plan, j), default=None)
+
+
 def largest_layer_params_per_device(ctx: Context, plan: ParallelPlan, kind_ids) -> float:
-    """Parameters one device holds of the largest of these layer kinds, unsharded by ZeRO: dense parts
-    split by TP, routed experts by EP x ETP."""
-    return max(((ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
-                + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp) for j in kind_ids), default=0.0)
+    """Parameters one device holds of the largest of these layer kinds (largest_layer_kind)."""
+    big = largest_layer_kind(ctx, plan, kind_ids)
+    return 0.0 if big is None else _layer_params_per_device(ctx, plan, big)
 
 
 def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan, fused_gate: bool = True) -> float:
@@ -530,12 +540,8 @@ def fp8_gathered_weight_bytes(ctx: Context) -> float:
 
 def _largest_layer_linear(ctx: Context, plan: ParallelPlan, kind_ids) -> float:
     """FP8-linear parameters of the layer kind largest_layer_params_per_device picks."""
-    kids = list(kind_ids)
-    if not kids:
-        return 0.0
-    big = max(kids, key=lambda j: (ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) / plan.tp
-              + ctx.kinds[j].params.routed_experts / (plan.ep * plan.etp))
-    return layer_linear_params_per_device(ctx, plan, big)
+    big = largest_layer_kind(ctx, plan, kind_ids)
+    return 0.0 if big is None else layer_linear_params_per_device(ctx, plan, big)
 
 
 def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, split: StageSplit,
