@@ -55,6 +55,8 @@ STACK = Stack(
     # no whole-step CUDA graph: its benchmark configs dispatch with DeepEP, whose normal dispatch returns the token
     # counts to the host (NVIDIA-NeMo/Automodel@8d9bfb9 examples/benchmark/configs/*_te_deepep.yaml)
     full_iteration_cuda_graph_option=False,
+    # FSDP2 + EP without tensor parallelism of the experts (the AutoModel MoE recipes set no TP)
+    etp_default="one",
     # FSDP2 MixedPrecisionPolicy(param_dtype bf16, reduce_dtype float32) (AM:components/moe/parallelizer.py apply_fsdp)
     grad_reduce_dtype="fp32",
     grad_buffer_in_reduce_dtype=False,  # FSDP2 keeps no separate gradient buffer (as torchtitan)

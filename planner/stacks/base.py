@@ -38,6 +38,7 @@ MoEFlexPermute = Literal["in_dispatch", "fused"]
 ForcedRouting = Literal["random_scores", "round_robin_scored", "round_robin"]
 NO_EMITTER = ""  # Stack.emitter of a costing stack: no launcher writes its files
 # elementwise composites a PyTorch-native stack runs op by op unless torch.compile fuses them
+EtpDefault = Literal["tp", "one"]
 EagerComposite = Literal["rmsnorm", "swiglu", "expert_swiglu", "rope"]
 
 
@@ -138,6 +139,10 @@ class Stack:
     # ---- host launches, defaulted: the forward-backward may be captured as one CUDA graph replayed each step
     # (TrainingSpec.cuda_graph_full_iteration; planner.costmodel.moe.has_host_sync)
     full_iteration_cuda_graph_option: bool = False
+    # ---- expert layout, defaulted: the expert tensor-parallel degree the stack runs when a configuration sets none
+    # ("tp": the dense TP degree, Megatron's rule; "one": experts whole on each EP rank). A run record with a null
+    # plan.etp is read with it (planner.analysis.validate.run_fixed_knobs); the planner's own launch files write it.
+    etp_default: EtpDefault = "one"
 
 
     @property

@@ -27,6 +27,8 @@ STACK = Stack(
     fp8_weight_cache=False,
     fp8_param_gather_option=False,  # the fsdp axis gathers the weight_dtype parameters (no FP8 all-gather switch)
     full_iteration_cuda_graph_option=False,  # XLA compiles the step: no per-kernel host launches to remove
+    # the planner's MaxText layouts keep each expert whole on its expert shard; a null etp is read as 1
+    etp_default="one",
     grad_reduce_dtype="fp32",  # MaxText base.yml grad_dtype float32
     grad_buffer_in_reduce_dtype=False,  # replicated gradients in the compute dtype, as PyTorch's .grad
     # jax.grad's cotangents are in the parameter dtype; MaxText casts only float32 ones to grad_dtype

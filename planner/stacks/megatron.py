@@ -37,6 +37,10 @@ STACK = Stack(
     # CUDA graph of the whole forward-backward path, the optimizer step excluded; a dropless MoE layer in it needs
     # static shapes (moe_expert_rank_capacity_factor with HybridEP, moe_paged_stash: transformer_config.py)
     full_iteration_cuda_graph_option=True,
+    # an unset --expert-tensor-parallel-size is the TP degree (megatron-core >= 0.10 arguments.py validate_args: "if
+    # args.expert_tensor_parallel_size is None: args.expert_tensor_parallel_size = args.tensor_model_parallel_size";
+    # parallel_state.initialize_model_parallel applies the same default)
+    etp_default="tp",
     grad_reduce_dtype="fp32",  # the fp32 main-grad buffer (TrainingSpec.grad_dtype; --grad-reduce-in-bf16 = bf16)
     grad_buffer_in_reduce_dtype=True,  # the main-grad buffer holds the reduction dtype (DistributedDataParallel)
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype

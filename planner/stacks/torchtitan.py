@@ -42,6 +42,9 @@ STACK = Stack(
     # refused with PP and with EP but for sync-free dispatchers (Trainer.Config._validate_cuda_graphs); the emitted
     # MoE jobs disable it (planner.emit.torchtitan), so its MoE host launches stay charged: not the Megatron knob
     full_iteration_cuda_graph_option=False,
+    # experts whole unless told: parallelism.expert_tensor_parallel_degree defaults to 1, "1 means disabled"
+    # (torchtitan aeb3a4baf, Aug 2025, config/job_config.py; ETP itself deprecated in c4b409af2)
+    etp_default="one",
     grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
     grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
     grads_in_param_dtype=False,  # FSDP2 mixed precision reduces in reduce_dtype (fp32) whatever the parameters

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.analysis.validate import load_runs, predict_run, search_quality, summarise, validate_runs
+from planner.analysis.validate import load_runs, predict_run, preset_knobs, search_quality, summarise, validate_runs
 from planner.catalog.data import data_dir
 
 
@@ -32,6 +32,9 @@ def test_every_run_is_predicted(result):
             if key == "recompute" and "selective-layer" in run["id"]:
                 # torchtitan's layer-level selective AC = full recompute of every second block (validate.py)
                 assert (row["plan"]["recompute"], row["plan"]["recompute_layers"]) == ("full", 16), run["id"]
+            elif key in preset_knobs(run):
+                # the cited release preset runs otherwise than its table states (validate.PRESET_KNOBS)
+                assert row["plan"][knob] == preset_knobs(run)[key] != pub.get(key), (run["id"], key)
             elif key in pub:
                 assert row["plan"][knob] == pub[key], (run["id"], key)
 
