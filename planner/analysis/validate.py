@@ -256,13 +256,19 @@ def _qwen3_flex(run: dict) -> bool:
 # Megatron-Bridge performance recipes that set moe_a2a_overlap=True (batch-level EP overlap), by release of the
 # performance summary: 25.11 = Megatron-Bridge v0.2.1 scripts/performance/configs/*/workload_base_configs.py
 # (DEEPSEEK_V3_H100, QWEN3_235B_A22B_{B200,H100}_*, QWEN3_30B_A3B_H100_*), 26.02 = v0.3.0
-# (QWEN3_235B_A22B_PRETRAIN_CONFIG_{B300,H100}_*, QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*); 25.09 (v0.2.0rc6 YAML
-# perf_matrix) sets none. (release tag in the citation, model_type, hidden_size, hardware prefixes): Qwen3-235B-A22B
-# has hidden size 4096, Qwen3-30B-A3B 2048.
+# (QWEN3_235B_A22B_PRETRAIN_CONFIG_{B300,H100}_*, QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*), 26.02.01 / 26.04 / 26.04.01 =
+# v0.3.1 / v0.4.0 / v0.4.1 (QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_* V1, V2 and FP8_CS_LARGE_SCALE set it; the
+# Qwen3-30B-A3B H100 presets no longer do from v0.3.1, which moves them to HybridEP). 25.09 (v0.2.0rc6): its YAML
+# perf_matrix sets none, but scripts/performance/run_script.py sets overlap_moe_expert_parallel_comm and
+# delay_wgrad_compute for DeepSeek-V3 on H100 (A2A_1F1B = gpu in ["h100"]). (release tag in the citation,
+# model_type, hidden_size, hardware prefixes): Qwen3-235B-A22B has hidden size 4096, Qwen3-30B-A3B 2048.
 A2A_OVERLAP_RECIPES = (
+    ("25.09", "deepseek_v3", 7168, ("h100",)),
     ("25.11", "deepseek_v3", 7168, ("h100",)), ("25.11", "qwen3_moe", 4096, ("h100", "b200")),
     ("25.11", "qwen3_moe", 2048, ("h100",)),
     ("26.02", "qwen3_moe", 4096, ("h100", "b300")), ("26.02", "qwen3_moe", 2048, ("h100",)),
+    ("26.02.01", "qwen3_moe", 4096, ("h100",)), ("26.04", "qwen3_moe", 4096, ("h100",)),
+    ("26.04.01", "qwen3_moe", 4096, ("h100",)),
 )
 
 # Megatron-Bridge performance presets that capture the whole forward-backward as one CUDA graph (cuda_graph_impl
@@ -336,9 +342,10 @@ RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], s
      "self.to(dtype)), so FSDP2 shards bf16 parameters, their gradients and torch.optim.Adam's exp_avg / exp_avg_sq "
      "(zeros_like the parameter) are bf16"),
     (("deepseek-v3 technical report",), {}, {"optimizer_dtype": "bf16", "fp8_moe_act_cache": True,
-                                              "fp8_weight_cache": False},
+                                              "fp8_moe_dispatch": True, "fp8_weight_cache": False},
      "DeepSeek-V3 report (arXiv 2412.19437) sec. 3.3.2: AdamW moments tracked in BF16; the MoE SwiGLU inputs cached "
-     "in FP8 with the SwiGLU output recomputed in backward (FP8 runs only); its own framework (HAI-LLM), not "
+     "in FP8 with the SwiGLU output recomputed in backward, the activations quantized to FP8 before the MoE dispatch "
+     "(the combine kept in BF16) (FP8 runs only); its own framework (HAI-LLM), not "
      "Transformer Engine: the report states no FP8 weight copy kept across micro-batches, so TE's is not counted"),
 )
 

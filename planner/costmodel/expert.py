@@ -9,7 +9,8 @@ from planner.costmodel.collectives import collective_time
 from planner.costmodel.moe import dispatcher, expert_load, groups_per_token
 from planner.costmodel.trace import Term, formula
 
-# FP8 recipes dispatch tokens in FP8 (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.2): 1 byte per element.
+# An FP8 dispatch sends 1 byte per element (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.2: quantized before the
+# dispatch, the combine kept in BF16); only where TrainingSpec.fp8_moe_dispatch says the stack does it.
 FP8_DISPATCH_BYTES = 1.0
 # DualPipe overlaps one micro-batch's forward with another's backward chunk so that "both all-to-all and PP
 # communication can be fully hidden during execution" (DeepSeek-V3 report sec. 3.2.1, Fig. 4): the EP
@@ -35,32 +36,43 @@ EP_COMM = formula(
 DEEPEP_NVLINK_FRACTION = 0.8
 
 
-def dispatch_bytes(ctx: Context, shape: Shape) -> float:
-    """Bytes one device sends in one dispatch (or combine): top_k (x load) copies of its tokens' hidden states."""
+def dispatch_elem_bytes(ctx: Context) -> tuple[float, float]:
+    """Bytes per hidden element of the dispatch and of the combine. The activations' 16-bit dtype both ways, FP8
+    recipes included: Megatron-core's dispatchers send the hidden states as the layer holds them, in BF16 (the
+    alltoall dispatcher's all_to_all of the permuted hidden states, token_dispatcher.py at core_v0.14.0;
+    moe_dispatch_fwd_dtype defaults to 'bf16' and fused_a2a.py sets fp8_dispatch False for DeepEP, "HybridEP
+    dispatcher does not support fp8 dispatch now"): FP8 starts inside the expert GEMMs. A stack that quantizes
+    before the dispatch (TrainingSpec.fp8_moe_dispatch, DeepSeek-V3's) sends 1 byte; its combine stays BF16."""
+    return (FP8_DISPATCH_BYTES if ctx.train.fp8_moe_dispatch else ACT_ELEM_BYTES), ACT_ELEM_BYTES
+
+
+def dispatch_bytes(ctx: Context, shape: Shape, elem: float = ACT_ELEM_BYTES) -> float:
+    """Bytes one device sends in one dispatch (or combine): top_k (x load) copies of its tokens' hidden states, at
+    `elem` bytes per element."""
     m, p = ctx.model, shape.plan
-    elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
     return shape.tokens / p.tp * m.require_moe().top_k * expert_load(ctx, shape) * m.hidden_size * elem
 
 
 def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
-    """Forward dispatch + combine of one MoE layer for one micro-batch (before any overlap), by dispatcher."""
+    """Forward dispatch + combine of one MoE layer for one micro-batch (before any overlap), by dispatcher, each at its
+    own element size (dispatch_elem_bytes)."""
     p = shape.plan
     if not (k.moe and p.ep > 1):
         return 0.0
     kind, ep, link = dispatcher(ctx), p.ep, shape.links.ep
-    elem = FP8_DISPATCH_BYTES if ctx.train.dtype == "fp8" else ACT_ELEM_BYTES
+    elems = dispatch_elem_bytes(ctx)
     if kind == "allgather":
         # every rank gathers all tokens of the EP group, then reduce-scatters the outputs (Megatron
-        # MoEAllGatherTokenDispatcher): 2 x all-gather volume of tokens x h, not top_k copies
-        full = shape.tokens / p.tp * ctx.model.hidden_size * elem * ep
-        return 2 * collective_time("all_gather", full, ep, link)
+        # MoEAllGatherTokenDispatcher): all-gather volume of tokens x h each way, not top_k copies
+        full = shape.tokens / p.tp * ctx.model.hidden_size * ep
+        return sum(collective_time("all_gather", full * e, ep, link) for e in elems)
     if kind == "flex":
-        return 2 * deepep_dispatch_s(ctx, shape, elem)
+        return sum(deepep_dispatch_s(ctx, shape, e) for e in elems)
     # a plain all-to-all sends every one of the top_k copies to its expert's rank, across the network too:
     # group-limited routing saves network volume only where the dispatcher forwards once per node (flex/DeepEP,
     # above; issue 24: Megatron's alltoall dispatcher does not, whatever --moe-router-group-topk says)
-    t = collective_time("all_to_all", dispatch_bytes(ctx, shape), ep, link)
-    return 2 * t * (1.0 - ctx.calibration.EP_OVERLAP_FRACTION)
+    t = sum(collective_time("all_to_all", dispatch_bytes(ctx, shape, e), ep, link) for e in elems)
+    return t * (1.0 - ctx.calibration.EP_OVERLAP_FRACTION)
 
 
 def ranks_per_token(ctx: Context, shape: Shape) -> float:

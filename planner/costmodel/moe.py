@@ -29,6 +29,10 @@ GROUP_LIMITED_EXTRA_PASSES = {True: 0, False: 3}
 # product and adds into a zeroed output). A dispatcher that permutes inside its communication kernel (DeepEP /
 # HybridEP write tokens straight into the expert-major receive buffer) leaves 2 (the combine's weighted sum).
 PERMUTE_PASSES = {"fused": 4, "unfused": 6, "in_dispatch": 2}
+# The alltoall dispatcher's second permutation (Stack.moe_alltoall_sorts_by_local_expert): the received tokens sorted by
+# local expert after the dispatch and back before the combine, one read + one write each (megatron-core core_v0.14.0
+# token_dispatcher.py dispatch_postprocess sort_chunks_by_idxs / combine_preprocess): 4 passes of the received copies.
+LOCAL_EXPERT_SORT_PASSES = 4
 # PyTorch ops of one MoE layer the host issues after the dispatcher's device-to-host sync (forward) and in the
 # backward, beside the per-local-expert GEMMs: the token-count bookkeeping and the load-balancing loss (counts,
 # histogram, aux / z-loss: ~20 ops), permute, the all-to-all with its split bookkeeping and chunk sort (~20), the
@@ -168,13 +172,25 @@ def router_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
 
 def permute_s(ctx: Context, shape: Shape, mode: str) -> float:
     """Token permute before the dispatcher and unpermute after the combine: top_k (x load) copies of each of the
-    device's tokens read and written at HBM bandwidth, PERMUTE_PASSES[mode] times; or the dispatch and combine
-    einsums over capacity buffers (einsum_dispatch_s)."""
+    device's tokens read and written at HBM bandwidth, PERMUTE_PASSES[mode] times, plus the alltoall dispatcher's sort
+    of the received copies by local expert and back (local_expert_sort_passes); or the dispatch and combine einsums
+    over capacity buffers (einsum_dispatch_s)."""
     if mode == "einsum":
         return einsum_dispatch_s(ctx, shape)
     m, tp = ctx.model, shape.plan.tp
     copies = shape.tokens / tp * m.require_moe().top_k * expert_load(ctx, shape)
-    return copies * m.hidden_size * ACT_ELEM_BYTES * PERMUTE_PASSES[mode] / ctx.hbm_bw
+    passes = PERMUTE_PASSES[mode] + local_expert_sort_passes(ctx, shape)
+    return copies * m.hidden_size * ACT_ELEM_BYTES * passes / ctx.hbm_bw
+
+
+def local_expert_sort_passes(ctx: Context, shape: Shape) -> int:
+    """Passes of the alltoall dispatcher's second permutation (LOCAL_EXPERT_SORT_PASSES) where the stack runs it
+    (Stack.moe_alltoall_sorts_by_local_expert) and the EP rank holds more than one expert (without EP too: the
+    dispatcher sorts whenever num_local_experts > 1); a balanced all-to-all receives as many copies as it sends."""
+    if dispatcher(ctx) != "alltoall" or not ctx.stack.moe_alltoall_sorts_by_local_expert \
+            or local_experts(ctx, shape) <= 1:
+        return 0
+    return LOCAL_EXPERT_SORT_PASSES
 
 
 def einsum_dispatch_s(ctx: Context, shape: Shape) -> float:
@@ -239,8 +255,9 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
     is empty after the sync, so the rest of the layer runs kernel group by kernel group at the slower of the GPU
     and of the host launching it (exposed: host launch time beyond the GPU time of the same group). The backward
     reuses the forward's counts, but the queue the forward drained gives the host no lead, so the same holds.
-    Without a sync the host runs ahead of the GPU and is not charged (capacity-padded Megatron-Bridge rows run
-    1.2-1.5x slower than that predicts on Blackwell: docs/validation.md)."""
+    Without a sync the host runs ahead of the GPU and is not charged (the 25.09 capacity-padded Megatron-Bridge rows,
+    whose Qwen3 GB200 / B200-30B recipes also replay each layer as a CUDA graph, still run 4-34% slower than predicted,
+    most on B200: runs/known_runs_added.yaml, runs/moe_runs_added.yaml)."""
     if not k.moe:
         return NO_MOE
     router, permute, experts = router_s(ctx, shape, k), permute_s(ctx, shape, permute_mode), experts_s(ctx, shape, k)

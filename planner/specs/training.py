@@ -149,6 +149,14 @@ class TrainingSpec(BaseModel):
         "DeepSeek-V3's own framework does (report arXiv 2412.19437, sec. 3.3.2 'Low-Precision Storage'); needs "
         "dtype fp8. Megatron keeps them in BF16",
     )
+    fp8_moe_dispatch: bool = Field(
+        False,
+        description="the MoE dispatch all-to-all sends the tokens in FP8 (1 byte per element; the combine stays "
+        "BF16), as DeepSeek-V3's own framework does (report arXiv 2412.19437, sec. 3.3.2: activations quantized to "
+        "FP8 before the dispatch, combine in BF16); needs dtype fp8. Megatron-core's dispatchers send the BF16 hidden "
+        "states (token_dispatcher.py; moe_dispatch_fwd_dtype 'bf16' by default, DeepEP / HybridEP fp8_dispatch "
+        "unsupported in fused_a2a.py)",
+    )
     fp8_param_gather: bool = Field(
         False,
         description="the FP8 linears' weights are kept or all-gathered in FP8: Megatron --fp8-param-gather (FP8 "
@@ -192,6 +200,8 @@ class TrainingSpec(BaseModel):
     def _fp8_cache_needs_fp8(self) -> "TrainingSpec":
         if self.fp8_moe_act_cache and self.dtype != "fp8":
             raise ValueError("fp8_moe_act_cache stores activations in FP8: it needs dtype fp8")
+        if self.fp8_moe_dispatch and self.dtype != "fp8":
+            raise ValueError("fp8_moe_dispatch sends tokens in FP8: it needs dtype fp8")
         return self
 
     @model_validator(mode="after")

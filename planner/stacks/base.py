@@ -143,6 +143,10 @@ class Stack:
     # ("tp": the dense TP degree, Megatron's rule; "one": experts whole on each EP rank). A run record with a null
     # plan.etp is read with it (planner.analysis.validate.run_fixed_knobs); the planner's own launch files write it.
     etp_default: EtpDefault = "one"
+    # ---- MoE, defaulted: the alltoall dispatcher sorts the tokens it receives from the EP ranks by local expert before
+    # the expert GEMMs, and back before the combine, where a rank holds more than one expert: one read and one write of
+    # the received copies each way (planner.costmodel.moe.permute_s). False where it is not modelled.
+    moe_alltoall_sorts_by_local_expert: bool = False
 
 
     @property

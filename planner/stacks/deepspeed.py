@@ -49,6 +49,7 @@ STACK = Stack(
     moe_dispatchers=("alltoall",),  # DeepSpeed-MoE has one
     moe_dispatch_host_sync=False,  # capacity gating with static shapes (einsum dispatch): nothing read on the host
     moe_permute="unfused",  # einsum dispatch / combine masks, not a fused permute
+    moe_alltoall_sorts_by_local_expert=False,  # not modelled: capacity buffers are expert-major einsum outputs
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers)
     moe_forced_routing="random_scores",  # no forced gate of its own: top-k gating over scores (sharded_moe.py)
     moe_shared_expert_overlap=False,  # no shared-expert stream

@@ -86,6 +86,11 @@ STACK = Stack(
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
     moe_a2a_overlap_option=True,  # --overlap-moe-expert-parallel-comm (Megatron-core 0.14, MoE README)
     moe_capacity_einsum=False,  # pads the permuted tokens (fused permute)
+    # MoEAlltoAllTokenDispatcher "Permutation 2: Sort tokens by local expert" after the all-to-all and "Unpermutation
+    # 2" before the combine when num_local_experts > 1 (megatron-core core_v0.14.0 transformer/moe/token_dispatcher.py
+    # dispatch_postprocess / combine_preprocess): sort_chunks_by_idxs (TE moe_sort_chunks_by_index under
+    # --moe-permute-fusion) dropless, a view / transpose / contiguous copy of the capacity buffers when padded
+    moe_alltoall_sorts_by_local_expert=True,
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
     zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward

@@ -131,3 +131,33 @@ def test_unset_expert_tp_is_the_stacks_default(runs):
 def _train(framework: str):
     from planner.specs import TrainingSpec
     return TrainingSpec(seq_len=4096, global_batch=8, framework=framework)
+
+
+def test_fp8_over_bf16_speed_up_of_the_grok_gb200_pairs(runs):
+    """DGX Cloud v25.05 Grok-1 on GB200, the same job in BF16 and in FP8 (delayed scaling) at 128, 256 and 512 GPUs:
+    Megatron-core dispatches the BF16 hidden states in both (expert.dispatch_elem_bytes), so FP8 speeds up the GEMMs
+    and not the all-to-all. Published steps (s): BF16 7.325 / 7.39 / 7.324, FP8 5.298 / 5.224 / 5.193 (ratios 0.723 /
+    0.707 / 0.709); the predicted FP8 / BF16 step ratio is within 6% of the published one (it was 13-16% too low with
+    the tokens sent in FP8). Each row's own error (BF16 +19-21%) is the GEMM side's, not checked here."""
+    by_id = {r["id"]: r for r in runs}
+    res = {r["id"]: r for r in validate_runs([r for i, r in by_id.items() if i.startswith("dgxc2505-grok1")
+                                              and i.endswith("xgb200")])["runs"]}
+    for n in (128, 256, 512):
+        fp8, bf16 = res[f"dgxc2505-grok1-314b-fp8-{n}xgb200"], res[f"dgxc2505-grok1-314b-bf16-{n}xgb200"]
+        measured = fp8["measured_step_time_s"] / bf16["measured_step_time_s"]
+        predicted = fp8["step_time_s"] / bf16["step_time_s"]
+        assert predicted == pytest.approx(measured, rel=0.06), (n, predicted, measured)
+
+
+def test_megatron_bridge_presets_with_batch_level_ep_overlap(runs):
+    """The Qwen3-235B-A22B H100 presets of 26.02.01 / 26.04 / 26.04.01 (Megatron-Bridge v0.3.1 / v0.4.0 / v0.4.1
+    QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*: moe_a2a_overlap=True) run the batch-level EP overlap; 25.09's DeepSeek-V3
+    H100 run too (v0.2.0rc6 scripts/performance/run_script.py A2A_1F1B on H100), not its token-drop Qwen3 rows."""
+    by_id = {r["id"]: r for r in runs}
+    for rid in ("mbridge260201-dgx-h100-q235-fp8-cs-256gpu", "mbridge2604-dgx-h100-q235-fp8-cs-256gpu",
+                "mbridge260401-dgx-h100-q235-fp8-cs-256gpu"):
+        assert run_stack(by_id[rid]).moe_a2a_overlap, rid
+    assert not run_stack(by_id["mbridge2509-dgx-gb200-q30-fp8-mx-8gpu-tokendrop"]).moe_a2a_overlap
+    added = {r["id"]: r for r in load_runs(data_dir("runs") / "known_runs_added.yaml")}
+    assert run_stack(added["mbridge2509-dgx-h100-dsv3-fp8-cs-1024gpu"]).moe_a2a_overlap
+    assert not run_stack(added["mbridge2509-dgx-h100-q235-fp8-cs-256gpu-tokendrop"]).moe_a2a_overlap

@@ -85,6 +85,17 @@ def test_recipe_precision_from_the_cited_config(result):
     assert abs(row["step_time_error"]) < 0.10
 
 
+def test_deepseek_v3_report_dispatches_in_fp8():
+    """DeepSeek-V3's own framework quantizes the MoE inputs to FP8 before the dispatch (report sec. 3.3.2); Megatron-
+    Bridge's DeepSeek-V3 rows dispatch the BF16 hidden states."""
+    from planner.analysis.validate import infer_precision
+
+    run = next(r for r in dev_runs() if r["id"] == "deepseek-v3-2048xh800")
+    assert infer_precision(run)["fp8_moe_dispatch"] is True
+    mbridge = next(r for r in dev_runs() if r["id"] == "mbridge2511-dgx-gb200-deepseekv3-bf16-256gpu")
+    assert "fp8_moe_dispatch" not in infer_precision(mbridge)
+
+
 def test_nothing_fits_scores_the_plan_closest_to_fitting(result):
     # SC21's 529.6B ZeRO-3 run at micro-batch 4 fits on its 640 GPUs (76 GiB of 79); on 480 (SC21 says it did
     # not even fit on 560) the sharded states grow by 4 GiB: nothing fits, so the run is scored with the

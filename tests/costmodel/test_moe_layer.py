@@ -263,3 +263,54 @@ def test_full_iteration_cuda_graph_is_refused_by_every_launcher():
     for launcher in CONTRACTS:
         assert "a full-iteration CUDA graph" in " ".join(missing_features(model, t, launcher)), launcher
     assert not any("CUDA graph" in f for f in missing_features(model, TrainingSpec(global_batch=8), "megatron"))
+
+
+def test_megatron_fp8_runs_dispatch_in_bf16_deepseek_in_fp8_with_a_bf16_combine():
+    """Megatron-core's dispatchers send the BF16 hidden states whatever the FP8 recipe (token_dispatcher.py at
+    core_v0.14.0; fused_a2a.py: no FP8 dispatch for DeepEP / HybridEP): the dispatch + combine of an FP8 run moves the
+    bytes of a BF16 one. DeepSeek-V3's own framework quantizes before the dispatch and combines in BF16 (report sec.
+    3.3.2): with an alltoall of 2 copies (dispatch, combine) of top_k x h per token, 1 + 2 bytes against 2 + 2."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.expert import dispatch_bytes, ep_comm_fwd_s
+    name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
+    times, sent = {}, {}
+    for tag, train in (("bf16", {}), ("fp8", {"dtype": "fp8"}), ("fp8_dispatch", {"dtype": "fp8",
+                                                                               "fp8_moe_dispatch": True})):
+        ctx, ev = _eval(name, ep=8, moe_capacity_factor=1.0, **train)
+        shape = plan_shape(ctx, ev.plan)
+        k = next(k for k in ctx.kinds if k.moe)
+        times[tag] = ep_comm_fwd_s(ctx, shape, k)
+        sent[tag] = dispatch_bytes(ctx, shape)
+    e = get_model(name).require_moe()
+    # 4096 tokens x top_k 8 copies x h 7168 x 2 B at capacity factor 1 (DeepSeek-V3)
+    assert sent["fp8"] == sent["bf16"] == 4096 * e.top_k * get_model(name).hidden_size * 2
+    assert times["fp8"] == pytest.approx(times["bf16"])
+    # the all-to-all's time is alpha + bytes / bandwidth: FP8 dispatch + BF16 combine = 3/4 of two BF16 transfers
+    # once the latency is small against 470 MB
+    assert times["fp8_dispatch"] == pytest.approx(0.75 * times["bf16"], rel=0.01)
+
+
+def test_fp8_moe_dispatch_needs_fp8():
+    with pytest.raises(ValueError, match="needs dtype fp8"):
+        TrainingSpec(seq_len=4096, global_batch=512, framework="megatron", fp8_moe_dispatch=True)
+
+
+def test_alltoall_dispatcher_sorts_received_tokens_by_local_expert():
+    """Megatron's alltoall dispatcher permutes its tokens by expert before the all-to-all, then sorts what it receives
+    by local expert, and the reverse around the combine (token_dispatcher.py at core_v0.14.0, "Permutation 2"): with
+    16 local experts the permute term is 4 + 4 passes of the device's top_k copies, with one expert per rank (EP =
+    experts) 4; the flex dispatcher has no second sort."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.moe import permute_s
+    name = "qwen3-30b-a3b" if "qwen3-30b-a3b" in MOE_MODELS else MOE_MODELS[0]
+    e = get_model(name).require_moe()
+    copy_s = {}
+    for ep in (8, e.num_experts):
+        ctx, ev = _eval(name, ep=ep, moe_capacity_factor=1.0)
+        shape = plan_shape(ctx, ev.plan)
+        # 4096 tokens x top_k copies x h x 2 B at capacity factor 1, over the HBM bandwidth
+        copy_s[ep] = 4096 * e.top_k * get_model(name).hidden_size * 2 / ctx.hbm_bw
+        assert permute_s(ctx, shape, "fused") == pytest.approx((8 if ep < e.num_experts else 4) * copy_s[ep])
+    ctx, ev = _eval(name, ep=8, moe_capacity_factor=1.0, moe_dispatcher="alltoall")
+    flex = Context(ctx.model, ctx.cluster, ctx.train.model_copy(update={"moe_dispatcher": "flex"}))
+    assert permute_s(flex, plan_shape(flex, ev.plan), "fused") == pytest.approx(4 * copy_s[8])
