@@ -260,7 +260,9 @@ def _qwen3_flex(run: dict) -> bool:
 # v0.3.1 / v0.4.0 / v0.4.1 (QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_* V1, V2 and FP8_CS_LARGE_SCALE set it; the
 # Qwen3-30B-A3B H100 presets no longer do from v0.3.1, which moves them to HybridEP). 25.09 (v0.2.0rc6): its YAML
 # perf_matrix sets none, but scripts/performance/run_script.py sets overlap_moe_expert_parallel_comm and
-# delay_wgrad_compute for DeepSeek-V3 on H100 (A2A_1F1B = gpu in ["h100"]). (release tag in the citation,
+# delay_wgrad_compute for DeepSeek-V3 on H100 (A2A_1F1B = gpu in ["h100"]). 26.04.01's DeepSeek-V3 B200 row (MXFP8,
+# GBS 4096, PP 8, VP 2, EP 32) is the layout of v0.4.2's DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (DeepEP,
+# moe_a2a_overlap=True; v0.4.0 / v0.4.1 had PP 16 EP 8 there). (release tag in the citation,
 # model_type, hidden_size, hardware prefixes): Qwen3-235B-A22B has hidden size 4096, Qwen3-30B-A3B 2048.
 A2A_OVERLAP_RECIPES = (
     ("25.09", "deepseek_v3", 7168, ("h100",)),
@@ -268,7 +270,7 @@ A2A_OVERLAP_RECIPES = (
     ("25.11", "qwen3_moe", 2048, ("h100",)),
     ("26.02", "qwen3_moe", 4096, ("h100", "b300")), ("26.02", "qwen3_moe", 2048, ("h100",)),
     ("26.02.01", "qwen3_moe", 4096, ("h100",)), ("26.04", "qwen3_moe", 4096, ("h100",)),
-    ("26.04.01", "qwen3_moe", 4096, ("h100",)),
+    ("26.04.01", "qwen3_moe", 4096, ("h100",)), ("26.04.01", "deepseek_v3", 7168, ("b200",)),
 )
 
 # Megatron-Bridge performance presets that capture the whole forward-backward as one CUDA graph (cuda_graph_impl
