@@ -72,7 +72,22 @@ def ep_comm_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     # group-limited routing saves network volume only where the dispatcher forwards once per node (flex/DeepEP,
     # above; issue 24: Megatron's alltoall dispatcher does not, whatever --moe-router-group-topk says)
     t = sum(collective_time("all_to_all", dispatch_bytes(ctx, shape, e), ep, link) for e in elems)
-    return t * (1.0 - ctx.calibration.EP_OVERLAP_FRACTION)
+    return (t + etp_gather_s(ctx, shape)) * (1.0 - ctx.calibration.EP_OVERLAP_FRACTION)
+
+
+def etp_gather_s(ctx: Context, shape: Shape) -> float:
+    """Expert tensor parallelism behind the alltoall dispatcher: after the all-to-all each rank all-gathers the tokens
+    its expert-TP peers received, and reduce-scatters the experts' outputs back before the combine (megatron-core
+    core_v0.14.0 token_dispatcher.py dispatch_postprocess gather_from_sequence_parallel_region over the expert TP
+    group, combine_preprocess reduce_scatter_to_sequence_parallel_region), each of etp x the copies one rank
+    received, over the TP fabric, in the activations' 16-bit dtype (the reduce-scatter runs in the router
+    probabilities' dtype: fp32 under --moe-router-dtype fp32, not modelled)."""
+    etp = max(1, shape.plan.etp)
+    if etp <= 1:
+        return 0.0
+    gathered = dispatch_bytes(ctx, shape) * etp
+    link = shape.links.tp
+    return collective_time("all_gather", gathered, etp, link) + collective_time("reduce_scatter", gathered, etp, link)
 
 
 def ranks_per_token(ctx: Context, shape: Shape) -> float:

@@ -179,7 +179,8 @@ def permute_s(ctx: Context, shape: Shape, mode: str) -> float:
         return einsum_dispatch_s(ctx, shape)
     m, tp = ctx.model, shape.plan.tp
     copies = shape.tokens / tp * m.require_moe().top_k * expert_load(ctx, shape)
-    passes = PERMUTE_PASSES[mode] + local_expert_sort_passes(ctx, shape)
+    # the sort runs on the tokens after the expert-TP all-gather: etp times the copies sent (expert.etp_gather_s)
+    passes = PERMUTE_PASSES[mode] + local_expert_sort_passes(ctx, shape) * max(1, shape.plan.etp)
     return copies * m.hidden_size * ACT_ELEM_BYTES * passes / ctx.hbm_bw
 
 

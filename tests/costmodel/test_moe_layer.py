@@ -314,3 +314,31 @@ def test_alltoall_dispatcher_sorts_received_tokens_by_local_expert():
     ctx, ev = _eval(name, ep=8, moe_capacity_factor=1.0, moe_dispatcher="alltoall")
     flex = Context(ctx.model, ctx.cluster, ctx.train.model_copy(update={"moe_dispatcher": "flex"}))
     assert permute_s(flex, plan_shape(flex, ev.plan), "fused") == pytest.approx(4 * copy_s[8])
+
+
+def test_expert_tensor_parallelism_gathers_and_scatters_the_received_tokens():
+    """ETP behind the alltoall dispatcher: after the all-to-all the expert-TP ranks all-gather their received tokens
+    and reduce-scatter the expert outputs (token_dispatcher.py at core_v0.14.0 dispatch_postprocess /
+    combine_preprocess): etp x the sent copies each way over the TP fabric, and the sort by local expert runs over the
+    gathered copies. Mixtral 8x7B, TP 4 = ETP 4, EP 2 on 64 H100s: 4096 / 4 tokens x top-2 x h 4096 x 2 B sent."""
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.collectives import collective_time
+    from planner.costmodel.expert import dispatch_bytes, ep_comm_fwd_s, etp_gather_s
+    name = "mixtral-8x7b" if "mixtral-8x7b" in MOE_MODELS else MOE_MODELS[0]
+    model = get_model(name)
+    cluster = ClusterSpec(hardware=get_hardware("h100-sxm-80gb"), count=64)
+    tr = TrainingSpec(seq_len=4096, global_batch=512, framework="megatron", moe_capacity_factor=1.0)
+    ctx = Context(model, cluster, tr)
+    k = next(k for k in ctx.kinds if k.moe)
+    shapes = {}
+    for etp in (1, 4):
+        plan = ParallelPlan(tp=4, pp=1, dp=16, ep=2, etp=etp, micro_batch=1, zero_stage=1, sequence_parallel=True)
+        shapes[etp] = plan_shape(ctx, plan)
+    sent = dispatch_bytes(ctx, shapes[4])
+    assert sent == 4096 / 4 * model.require_moe().top_k * model.hidden_size * 2
+    link = shapes[4].links.tp
+    assert etp_gather_s(ctx, shapes[4]) == pytest.approx(
+        collective_time("all_gather", 4 * sent, 4, link) + collective_time("reduce_scatter", 4 * sent, 4, link))
+    assert etp_gather_s(ctx, shapes[1]) == 0.0
+    assert ep_comm_fwd_s(ctx, shapes[4], k) == pytest.approx(ep_comm_fwd_s(ctx, shapes[1], k)
+                                                             + etp_gather_s(ctx, shapes[4]))
