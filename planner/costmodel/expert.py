@@ -20,13 +20,17 @@ DUALPIPE_HIDDEN_COMPUTE_SHARE = 1.0
 EP_COMM = formula(
     "expert.ep_comm",
     "m x 2 (fwd + bwd) x sum over the slowest stage's MoE layers of the dispatcher's dispatch + combine of "
-    "tokens / tp x top_k x h x bytes: all-to-all (group-limited routing across domains: M remote domains per token "
-    "over the NIC, top_k copies over NVLink), all-gather + reduce-scatter of tokens x h, or flex (DeepEP / HybridEP "
-    "at DeepEP's published NVLink share and the NIC rate, one copy per target rank); less what shared experts hide; "
-    "DualPipe or batch-level EP overlap: less the stage's paired compute",
+    "tokens / tp x top_k x h x bytes (2 B each way, FP8 runs included; 1 B for the dispatch of a stack that quantizes "
+    "first): all-to-all (group-limited routing across domains: M remote domains per token over the NIC, top_k copies "
+    "over NVLink) plus, with ETP > 1, the expert-TP all-gather + reduce-scatter of etp x those copies, all-gather + "
+    "reduce-scatter of tokens x h, or flex (DeepEP / HybridEP at DeepEP's published NVLink share and the NIC rate, "
+    "one copy per target rank); less what shared experts hide; DualPipe or batch-level EP overlap: less the stage's "
+    "paired compute",
     "GShard, Lepikhin et al. 2020, arXiv 2006.16668, sec. 2.2; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1 "
-    "(DualPipe hides all-to-all) and 3.2.2 (at most 4 nodes per token, IB then NVLink); deepseek-ai/DeepEP "
-    "README and docs/legacy.md (bandwidths); Megatron-core MoE README (--overlap-moe-expert-parallel-comm)",
+    "(DualPipe hides all-to-all), 3.2.2 (at most 4 nodes per token, IB then NVLink) and 3.3.2 (FP8 dispatch, BF16 "
+    "combine); deepseek-ai/DeepEP README and docs/legacy.md (bandwidths); Megatron-core MoE README "
+    "(--overlap-moe-expert-parallel-comm) and token_dispatcher.py at core_v0.14.0 (BF16 hidden states, expert-TP "
+    "gather / scatter)",
 )
 
 
