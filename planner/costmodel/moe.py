@@ -256,9 +256,9 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
     is empty after the sync, so the rest of the layer runs kernel group by kernel group at the slower of the GPU
     and of the host launching it (exposed: host launch time beyond the GPU time of the same group). The backward
     reuses the forward's counts, but the queue the forward drained gives the host no lead, so the same holds.
-    Without a sync the host runs ahead of the GPU and is not charged (the 25.09 capacity-padded Megatron-Bridge rows,
-    whose Qwen3 GB200 / B200-30B recipes also replay each layer as a CUDA graph, still run 4-34% slower than predicted,
-    most on B200: runs/known_runs_added.yaml, runs/moe_runs_added.yaml)."""
+    Without a sync the host runs ahead of the GPU and is not charged (the 25.09 capacity-padded Megatron-Bridge rows
+    still run 4-34% slower than predicted, most on B200, those whose recipes replay each layer as a CUDA graph among
+    the slowest: the notes of their rows in runs/known_runs_added.yaml and runs/moe_runs_added.yaml)."""
     if not k.moe:
         return NO_MOE
     router, permute, experts = router_s(ctx, shape, k), permute_s(ctx, shape, permute_mode), experts_s(ctx, shape, k)
