@@ -119,6 +119,7 @@ STACK = Stack(
     # grouped_gemm's ops.gmm runs one cuBLAS GEMM per local expert on SM90 (fanshiqing/grouped_gemm v1.1.4
     # csrc/grouped_gemm.cu GroupedGemm: "Use cuBLAS for SM90", CublasGroupedGemm loops over the experts)
     moe_gemm_per_expert=True,
+    moe_expert_epilogue_eager=False,  # its gpt-oss experts' code is not read here: not priced
     moe_a2a_overlap_option=False,  # no batch-level EP overlap
     moe_capacity_einsum=False,  # dropless (no capacity factor)
     # fake_balanced_gate: FakeBalancedGate routes token i to experts (i x top_k + j) mod E with equal weights and no

@@ -105,6 +105,9 @@ class Stack:
     moe_shared_expert_overlap: bool
     moe_router_fused: bool
     moe_gemm_per_expert: bool
+    # the routed experts' GLU clamp and fc2 bias (gpt-oss) run as separate PyTorch ops around the grouped GEMMs unless
+    # the run fuses its grouped MLP (TrainingSpec.moe_fused_grouped_mlp; compute.expert_epilogue_s); False: not priced
+    moe_expert_epilogue_eager: bool
     moe_a2a_overlap_option: bool  # batch-level EP all-to-all overlap exists (TrainingSpec.moe_a2a_overlap)
     moe_capacity_einsum: bool  # capacity-padded tokens go to the experts' buffers by one-hot dispatch / combine
     #                            einsums over each sequence (MaxText dense_matmul), not by a permute

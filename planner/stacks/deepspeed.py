@@ -54,6 +54,7 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # no shared-expert stream
     moe_router_fused=False,  # top-k gating in PyTorch ops (deepspeed/moe/sharded_moe.py)
     moe_gemm_per_expert=False,  # experts batched by einsum over the local experts
+    moe_expert_epilogue_eager=False,  # no gpt-oss expert path priced
     moe_a2a_overlap_option=False,  # none
     moe_capacity_einsum=False,  # its einsums span the micro-batch: costed as permute passes
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5

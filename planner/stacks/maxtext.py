@@ -62,6 +62,7 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # no separate shared-expert stream modelled
     moe_router_fused=True,  # XLA fuses the router's top-k with its score function
     moe_gemm_per_expert=False,  # ragged / grouped matmul (megablox) in one kernel
+    moe_expert_epilogue_eager=False,  # XLA fuses elementwise ops into their neighbours
     moe_a2a_overlap_option=False,  # none
     moe_capacity_einsum=True,  # dense_matmul (emit: sparse_matmul False), moe.py
     selective_recomputes="attention_core",  # MaxText's "minimal" policy re-runs the attention core, as Megatron

@@ -84,6 +84,10 @@ STACK = Stack(
     moe_shared_expert_overlap=True,  # --moe-shared-expert-overlap (transformer/moe/shared_experts.py)
     moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
+    # TEGroupedMLP without the TE op fuser (megatron-core core_r0.15-0.19 transformer/moe/experts.py): the clamp of the
+    # GLU halves before the fused quick-GeGLU (fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl) and the fc2
+    # bias scaled by the router probabilities (TEGroupedMLP._apply_bias: fc2 built with skip_bias_add=True) are eager
+    moe_expert_epilogue_eager=True,
     moe_a2a_overlap_option=True,  # --overlap-moe-expert-parallel-comm (Megatron-core 0.14, MoE README)
     moe_capacity_einsum=False,  # pads the permuted tokens (fused permute)
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)

@@ -103,6 +103,7 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # the shared expert runs after the routed ones on the same stream
     moe_router_fused=False,  # torch.topk over the scores
     moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts
+    moe_expert_epilogue_eager=False,  # no gpt-oss expert path priced
     moe_a2a_overlap_option=False,  # none
     moe_capacity_einsum=False,  # no capacity padding
     # SelectiveAC "recomputes every second matmul": half the GEMMs and the elementwise work

@@ -1,0 +1,80 @@
+"""gpt-oss's routed-expert epilogue as Megatron's TEGroupedMLP runs it (issue 23): the GLU clamp before the fused
+quick-GeGLU and the fc2 bias scaled by the router probabilities are eager PyTorch ops (megatron-core core_r0.15-0.19
+transformer/moe/experts.py, fusions/fused_bias_geglu.py), memory-bound passes over every token's top_k expert copies;
+the TE op fuser's fused grouped MLP (Megatron-Bridge's 26.06+ GB200 MXFP8 presets) runs none of them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner.catalog.hardware import get_hardware
+from planner.catalog.models import get_model
+from planner.costmodel import Context, evaluate
+from planner.costmodel.base import plan_shape
+from planner.costmodel.compute import GLU_CLAMP_BYTES_PER_INTER, expert_epilogue_s, fc2_bias_bytes
+from planner.specs import ClusterSpec, ParallelPlan, TrainingSpec
+
+
+def _ctx(name: str = "gpt-oss-120b", framework: str = "megatron", **train) -> tuple[Context, ParallelPlan]:
+    cluster = ClusterSpec(hardware=get_hardware("gb200-nvl72"), count=64)
+    tr = TrainingSpec(seq_len=4096, global_batch=1280, framework=framework, moe_force_balanced=True, **train)
+    return Context(get_model(name), cluster, tr), ParallelPlan(tp=1, pp=1, dp=64, ep=64, micro_batch=4, zero_stage=1)
+
+
+def _moe_kind(ctx: Context):
+    return next(k for k in ctx.kinds if k.moe)
+
+
+def test_fc2_bias_bytes_per_element():
+    """bf16 probabilities (all-to-all): b*p W2, t + bp R2 R2 W2, cat R2 W2 = 12 forward; bias and probability gradients
+    (grad x p, grad x b: R2 W2 + sum R2 each) = 12 backward. fp32 probabilities (flex): b*p W4, t + bp R2 R4 W4, cat
+    R4 W4, cast R4 W2 = 28 forward; the casts' gradients 2 x 6 + the two products 2 x 12 = 36 backward."""
+    assert fc2_bias_bytes(2.0) == (12.0, 12.0)
+    assert fc2_bias_bytes(4.0) == (28.0, 36.0)
+    # the clamp: two torch.clamp (R2 W2 per fc1 element) + torch.cat (R2 W2), 2 fc1 elements per intermediate element
+    assert GLU_CLAMP_BYTES_PER_INTER == {"fwd": 2 * (4 + 4), "bwd": 2 * (6 + 4)}
+
+
+def test_gpt_oss_epilogue_on_gb200():
+    """gpt-oss-120b, 16384 tokens per micro-batch on one GB200 (8 TB/s), EP 64 with Megatron's forced balancing on
+    random logits (busiest rank 1 + sqrt(2 ln 64 x 63 / n), n = 16384 x 64 x 4 assignments: +1.1%): 4 copies of
+    each token, each 2880 x 16 B (clamp) + 2880 x 12 B (fc2 bias) forward, 2880 x (20 + 12) B backward."""
+    ctx, plan = _ctx()
+    shape = plan_shape(ctx, plan)
+    fwd, bwd = expert_epilogue_s(ctx, shape, _moe_kind(ctx))
+    copies = 16384 * 4 * (1 + math.sqrt(2 * math.log(64) * 63 / (16384 * 64 * 4)))
+    assert fwd == pytest.approx(copies * 2880 * (16 + 12) / 8e12, rel=1e-9)  # ~0.66 ms
+    assert bwd == pytest.approx(copies * 2880 * (20 + 12) / 8e12, rel=1e-9)  # ~0.76 ms
+    # the flex dispatcher hands the experts fp32 probabilities: the bias passes grow to 28 / 36 B
+    fctx, _ = _ctx(moe_dispatcher="flex")
+    ffwd, fbwd = expert_epilogue_s(fctx, plan_shape(fctx, plan), _moe_kind(fctx))
+    assert ffwd == pytest.approx(copies * 2880 * (16 + 28) / 8e12, rel=1e-9)
+    assert fbwd == pytest.approx(copies * 2880 * (20 + 36) / 8e12, rel=1e-9)
+
+
+def test_epilogue_reaches_the_layer_time_and_its_trace():
+    ctx, plan = _ctx()
+    ev = evaluate(ctx, plan)
+    term = next(t for t in ev.trace.factors if t.name.startswith("layer_compute_s[MoE"))
+    assert term.inputs["expert_epilogue_fwd_s"] > 0 and term.inputs["expert_epilogue_bwd_s"] > 0
+    fused_ctx, _ = _ctx(moe_fused_grouped_mlp=True)
+    fused = evaluate(fused_ctx, plan)
+    # five micro-batches x 36 MoE layers x (fwd + bwd) of the epilogue, nothing else changes
+    epi = term.inputs["expert_epilogue_fwd_s"] + term.inputs["expert_epilogue_bwd_s"]
+    assert ev.time_breakdown["compute_s"] - fused.time_breakdown["compute_s"] == pytest.approx(5 * 36 * epi, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3"])
+def test_no_epilogue_without_clamp_or_expert_bias(name):
+    ctx, plan = _ctx(name)
+    plan = ParallelPlan(tp=1, pp=1, dp=64, ep=8, micro_batch=1, zero_stage=1)
+    assert expert_epilogue_s(ctx, plan_shape(ctx, plan), _moe_kind(ctx)) == (0.0, 0.0)
+
+
+def test_only_megatron_runs_it_eager_and_only_megatron_fuses_it():
+    ctx, plan = _ctx(framework="fsdp")
+    assert expert_epilogue_s(ctx, plan_shape(ctx, plan), _moe_kind(ctx)) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="op-fuser"):
+        TrainingSpec(seq_len=4096, global_batch=8, framework="fsdp", moe_fused_grouped_mlp=True)
