@@ -57,12 +57,21 @@ GLU_CLAMP_BYTES_PER_INTER = {"fwd": 16.0, "bwd": 20.0}
 #   dtype) and fp32 (P = 4 B) with the flex dispatcher (megatron-core token_dispatcher.py _HybridEPManager /
 #   _DeepepManager: token_probs.float()). See fc2_bias_bytes.
 ACT_BYTES = 2.0
+# The rotary embedding of a YaRN-scaled model without MLA (gpt-oss: Megatron --position-embedding-type yarn) runs
+# unfused in Megatron (Stack.yarn_rope_unfused): models/common/embeddings/rope_utils.py _apply_rotary_pos_emb_bshd,
+# op by op over every q and k element, bf16: t * cos (R2 W2), _rotate_half (the negated half R2 W2 over half the
+# elements, torch.cat R2 W2), * sin (R2 W2), the sum (R2 R2 W2), torch.cat with the empty pass-through part (R2 W2):
+# 24 B forward; backward grad * cos and grad * sin (4 + 4), the negation (2, half), the halves joined (4), the two
+# paths summed (6): 20 B. Beyond one fused kernel's read + write (4 B, not charged either: EAGER_ROPE_EXTRA_BYTES'
+# convention): 20 forward, 16 backward.
+UNFUSED_ROPE_EXTRA_BYTES = {"fwd": 20.0, "bwd": 16.0}
 
 LAYER_COMPUTE = formula(
     "compute.layer",
     "fwd = proj + mlp + experts + router + attention + elementwise + permute + ring merge + host launch (MoE) + "
-    "expert epilogue (eager GLU clamp and fc2 bias, MoE); bwd = 2 x GEMMs + 2.5 x attention + 2 x (elementwise + "
-    "permute) + ring merge (backward) + host launch (backward) + expert epilogue (backward)",
+    "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE; bwd = 2 x GEMMs + 2.5 x attention + 2 x "
+    "(elementwise + permute) + ring merge (backward) + host launch (backward) + expert epilogue (backward) + unfused "
+    "RoPE (backward)",
     "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
     "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1); ring merge: context.ring_merge",
 )
@@ -84,6 +93,8 @@ class LayerCompute(NamedTuple):
     ring_merge_bwd: float
     epilogue_fwd: float
     epilogue_bwd: float
+    rope_fwd: float
+    rope_bwd: float
     fwd: float
     bwd: float
 
@@ -199,6 +210,18 @@ def expert_epilogue_s(ctx: Context, shape: Shape, k: LayerKind) -> tuple[float, 
     return copies * fwd / ctx.hbm_bw, copies * bwd / ctx.hbm_bw
 
 
+def unfused_rope_s(ctx: Context, shape: Shape) -> tuple[float, float]:
+    """Forward and backward seconds of a YaRN-scaled rotary embedding (non-MLA) that the stack runs unfused
+    (Stack.yarn_rope_unfused): UNFUSED_ROPE_EXTRA_BYTES over the device's q and k elements (heads / tp)."""
+    m = ctx.model
+    sc = m.rope_scaling
+    if not (ctx.stack.yarn_rope_unfused and m.position_embedding == "rope" and m.mla is None and sc is not None
+            and sc.rope_type == "yarn"):
+        return 0.0, 0.0
+    elems = shape.tokens * (m.num_heads + m.num_kv_heads) * m.head_dim / shape.plan.tp
+    return (elems * UNFUSED_ROPE_EXTRA_BYTES["fwd"] / ctx.hbm_bw, elems * UNFUSED_ROPE_EXTRA_BYTES["bwd"] / ctx.hbm_bw)
+
+
 def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     """Forward and backward compute seconds of one layer of kind `k` (formula compute.layer); an MoE layer adds its
     router, permute, routed experts and exposed host launch (planner.costmodel.moe)."""
@@ -210,11 +233,12 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     mo = moe_forward(ctx, shape, k, dispatch, has_host_sync(ctx), permute_mode(ctx))
     merge_fwd, merge_bwd = ring_merge_s(ctx, shape)
     epi_fwd, epi_bwd = expert_epilogue_s(ctx, shape, k)
-    fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd + epi_fwd
+    rope_fwd, rope_bwd = unfused_rope_s(ctx, shape)
+    fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd + epi_fwd + rope_fwd
     bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + BWD_ATTN_RATIO * attn
-           + BWD_ELEMENTWISE_RATIO * (elem + mo.permute) + merge_bwd + mo.host_bwd + epi_bwd)
+           + BWD_ELEMENTWISE_RATIO * (elem + mo.permute) + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
     return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, mo.host_fwd, mo.host_bwd, attn, elem,
-                        merge_fwd, merge_bwd, epi_fwd, epi_bwd, fwd, bwd)
+                        merge_fwd, merge_bwd, epi_fwd, epi_bwd, rope_fwd, rope_bwd, fwd, bwd)
 
 
 def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute) -> float:
@@ -241,7 +265,7 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
         mlp_s=c.mlp, experts_s=c.experts, router_s=c.router, permute_s=c.permute, host_launch_fwd_s=c.host_fwd,
         host_launch_bwd_s=c.host_bwd, attention_s=c.attention, elementwise_s=c.elementwise,
         ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd, expert_epilogue_fwd_s=c.epilogue_fwd,
-        expert_epilogue_bwd_s=c.epilogue_bwd,
+        expert_epilogue_bwd_s=c.epilogue_bwd, unfused_rope_fwd_s=c.rope_fwd, unfused_rope_bwd_s=c.rope_bwd,
         flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,
         flops_per_token_experts=f.experts, flops_per_token_router=f.router, tp=shape.plan.tp, tokens=shape.tokens)
 

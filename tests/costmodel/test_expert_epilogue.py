@@ -1,7 +1,8 @@
-"""gpt-oss's routed-expert epilogue as Megatron's TEGroupedMLP runs it (issue 23): the GLU clamp before the fused
+"""gpt-oss as Megatron runs it (issue 23): its routed-expert epilogue in TEGroupedMLP: the GLU clamp before the fused
 quick-GeGLU and the fc2 bias scaled by the router probabilities are eager PyTorch ops (megatron-core core_r0.15-0.19
 transformer/moe/experts.py, fusions/fused_bias_geglu.py), memory-bound passes over every token's top_k expert copies;
-the TE op fuser's fused grouped MLP (Megatron-Bridge's 26.06+ GB200 MXFP8 presets) runs none of them."""
+the TE op fuser's fused grouped MLP (Megatron-Bridge's 26.06+ GB200 MXFP8 presets) runs none of them. And its YaRN
+rotary embedding, which Megatron runs unfused."""
 
 from __future__ import annotations
 
@@ -78,3 +79,39 @@ def test_only_megatron_runs_it_eager_and_only_megatron_fuses_it():
     assert expert_epilogue_s(ctx, plan_shape(ctx, plan), _moe_kind(ctx)) == (0.0, 0.0)
     with pytest.raises(ValueError, match="op-fuser"):
         TrainingSpec(seq_len=4096, global_batch=8, framework="fsdp", moe_fused_grouped_mlp=True)
+
+
+def test_yarn_rope_runs_unfused_in_megatron():
+    """gpt-oss's YaRN rotary embedding (Megatron --position-embedding-type yarn) runs op by op: Megatron-LM switches
+    the RoPE fusion off for every position embedding type but 'rope'. 64 query + 8 key heads of 64: 4608 elements per
+    token, 20 B forward and 16 B backward beyond one fused kernel's read and write."""
+    from planner.costmodel.compute import UNFUSED_ROPE_EXTRA_BYTES, unfused_rope_s
+
+    assert UNFUSED_ROPE_EXTRA_BYTES == {"fwd": (4 + 6 + 4 + 6 + 4) - 4, "bwd": (4 + 4 + 2 + 4 + 6) - 4}
+    ctx, plan = _ctx()
+    fwd, bwd = unfused_rope_s(ctx, plan_shape(ctx, plan))
+    assert fwd == pytest.approx(16384 * (64 + 8) * 64 * 20 / 8e12, rel=1e-12)  # 0.19 ms per layer
+    assert bwd == pytest.approx(16384 * (64 + 8) * 64 * 16 / 8e12, rel=1e-12)
+    # a plain rope (Llama 3's scaling) is fused; DeepSeek-V3's YaRN sits in MLA's own path; other stacks price theirs
+    for name in ("llama-3.1-8b", "deepseek-v3"):
+        other, _ = _ctx(name)
+        assert unfused_rope_s(other, plan_shape(other, plan)) == (0.0, 0.0), name
+    fsdp, _ = _ctx(framework="fsdp")
+    assert unfused_rope_s(fsdp, plan_shape(fsdp, plan)) == (0.0, 0.0)
+
+
+def test_cudnn_attention_head_dim_64():
+    """cuDNN's fused attention at head dim 64 against 128 (FlashAttention-3 paper Fig. 5-6, H100 BF16): causal forward
+    363 / 518 TFLOPS at 4k, backward 417 / 499, timed 1 : 2.5 as the cost model does -> 0.793; at 8k 0.797."""
+    from planner.costmodel.base import CUDNN_ATTN_HEAD_DIM_REL, attention_head_dim_rel
+
+    at_4k = (1 / 518 + 2.5 / 499) / (1 / 363 + 2.5 / 417)
+    at_8k = (1 / 529 + 2.5 / 518) / (1 / 379 + 2.5 / 432)
+    assert at_4k == pytest.approx(0.793, abs=5e-4) and at_8k == pytest.approx(0.797, abs=5e-4)
+    assert CUDNN_ATTN_HEAD_DIM_REL[64] == pytest.approx((at_4k + at_8k) / 2, abs=1e-3)
+    assert attention_head_dim_rel(get_model("gpt-oss-120b")) == CUDNN_ATTN_HEAD_DIM_REL[64]
+    for name in ("llama-3.1-8b", "deepseek-v3"):  # head dim 128; MLA's q/k 192
+        assert attention_head_dim_rel(get_model(name)) == 1.0
+    megatron, _ = _ctx()
+    fsdp, _ = _ctx(framework="fsdp")
+    assert megatron.attn_head_dim_rel == CUDNN_ATTN_HEAD_DIM_REL[64] and fsdp.attn_head_dim_rel == 1.0
