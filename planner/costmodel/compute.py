@@ -197,7 +197,9 @@ def expert_epilogue_s(ctx: Context, shape: Shape, k: LayerKind) -> tuple[float, 
         return 0.0, 0.0
     m, p = ctx.model, shape.plan
     e = m.require_moe()
-    copies = shape.tokens / p.tp * e.top_k * expert_load(ctx, shape)
+    # each etp rank of an expert shard runs every copy routed to it (moe.tokens_per_local_expert): inter / etp wide, the
+    # fc2 output full width (partial sums, reduced after the bias)
+    copies = shape.tokens / p.tp * e.top_k * max(1, p.etp) * expert_load(ctx, shape)
     fwd = bwd = 0.0
     if m.activation == "gpt_oss_glu":  # quick-GeGLU with gate and linear halves clamped at 7 (catalog.hf_import)
         inter = e.expert_ffn_hidden_size / max(1, p.etp)

@@ -129,3 +129,16 @@ def test_gb200_gpt_oss_rows_land_within_reach():
     assert len(runs) == 6
     errors = {r["id"]: r["step_time_error"] for r in validate_runs(runs)["runs"]}
     assert all(abs(e) <= 0.15 for e in errors.values()), errors
+
+
+def test_expert_tensor_parallel_shards_run_every_copy():
+    """With ETP 2 each shard of an expert runs every token copy routed to the expert, half its width: the clamp's bytes
+    per device stay those of tokens / tp x top_k full-width copies, the fc2 bias (full-width partial sums) doubles."""
+    ctx, _ = _ctx()
+    plan = ParallelPlan(tp=2, pp=1, dp=32, ep=32, etp=2, micro_batch=4, zero_stage=1, sequence_parallel=True)
+    shape = plan_shape(ctx, plan)
+    from planner.costmodel.moe import expert_load
+
+    copies = 16384 / 2 * 4 * 2 * expert_load(ctx, shape)
+    fwd, _ = expert_epilogue_s(ctx, shape, _moe_kind(ctx))
+    assert fwd == pytest.approx(copies * (2880 / 2 * 16 + 2880 * 12) / 8e12, rel=1e-12)
