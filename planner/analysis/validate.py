@@ -574,6 +574,11 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
                                         moe_a2a_overlap=st.moe_a2a_overlap,
                                         cuda_graph_full_iteration=st.cuda_graph_impl == "full_iteration",
+                                        # every full-iteration preset (FULL_ITERATION_CG_RECIPES) also runs the TE op
+                                        # fuser's grouped MLP: v0.5.0 workload base configs cutedsl_fused_grouped_mlp
+                                        # (scripts/performance/utils/overrides.py: use_transformer_engine_op_fuser),
+                                        # v0.6.0 perf_recipes/*/common.py use_transformer_engine_op_fuser = True
+                                        moe_fused_grouped_mlp=st.cuda_graph_impl == "full_iteration",
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
                                         pp_schedule_microbatches=t.get("pp_schedule_microbatches"),
                                         moe_capacity_factor=infer_moe_capacity_factor(run), **precision)

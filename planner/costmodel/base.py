@@ -41,11 +41,28 @@ GEMM_CEILING = formula(
 )
 ATTN_EFFICIENCY = formula(
     "rates.attention_efficiency",
-    "MAMF ceiling x GEMM_SHAPE_DERATE x ATTN_REL_EFFICIENCY; FSDP stacks on Hopper+: min(that, "
-    "FA2_HOPPER_ABS_EFFICIENCY) x PYTORCH_NATIVE_HOPPER_EFFICIENCY",
+    "MAMF ceiling x GEMM_SHAPE_DERATE x ATTN_REL_EFFICIENCY (x the head-dimension factor of cuDNN's fused attention "
+    "below head dim 128, base.attention_head_dim_rel); FSDP stacks on Hopper+: min(that, FA2_HOPPER_ABS_EFFICIENCY) x "
+    "PYTORCH_NATIVE_HOPPER_EFFICIENCY",
     "FlashAttention-2, Dao 2023, arXiv 2307.08691, sec. 4.1; FlashAttention-3, Shah et al. 2024, arXiv 2407.08608, "
-    "sec. 1; calibration.py",
+    "sec. 1 and Fig. 5-6 (cuDNN per head dim); calibration.py",
 )
+# cuDNN's fused attention reaches less of the peak per FLOP at head dimension 64 than at 128 (the softmax's exponentials
+# and the tile loads are per score, the matmul FLOPs per score scale with the head dimension): FlashAttention-3 paper
+# (Shah et al. 2024, arXiv 2407.08608) Fig. 5-6, H100 BF16, cuDNN bars, head dim 64 / 128: causal forward 363 / 518
+# TFLOPS at 4k and 379 / 529 at 8k, backward 417 / 499 at 4k and 432 / 518 at 8k. Weighted as the cost model times the
+# attention core (backward 2.5x the forward's FLOPs, compute.BWD_ATTN_RATIO): (1/518 + 2.5/499) / (1/363 + 2.5/417) =
+# 0.793 at 4k, 0.797 at 8k. Linear between 64 and 128, held below 64 (not measured) and 1 from 128 (head dim 256, lower
+# again for cuDNN's forward in the same figure, is not modelled).
+CUDNN_ATTN_HEAD_DIM_REL = {64: 0.795, 128: 1.0}
+
+
+def attention_head_dim_rel(model: ModelSpec) -> float:
+    """Efficiency of cuDNN's fused attention at the model's query-key head dimension relative to head dim 128
+    (CUDNN_ATTN_HEAD_DIM_REL)."""
+    lo, hi = CUDNN_ATTN_HEAD_DIM_REL[64], CUDNN_ATTN_HEAD_DIM_REL[128]
+    d = model.head_dim if model.mla is None else model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+    return lo + (hi - lo) * (min(max(d, 64), 128) - 64) / 64
 TOKENS = formula("shape.tokens", "mbs x seq / cp", "definition (CP splits the sequence)")
 MICROBATCHES = formula("shape.microbatches", "gbs / (dp x mbs)", "definition (gradient accumulation steps)")
 
@@ -116,7 +133,9 @@ class Context:
         stack = cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY if self.fsdp_on_hopper else 1.0
         self.gemm_eff_max = eff * self.shape_derate * stack
         self.attn_peak = self.peak_bf16  # attention core runs in bf16 even in FP8 recipes
-        self.attn_eff = hw.gemm_efficiency_max * self.shape_derate * self.attn_rel
+        # cuDNN fused attention (Stack.cudnn_attention) below head dim 128 (attention_head_dim_rel)
+        self.attn_head_dim_rel = attention_head_dim_rel(self.model) if self.stack.cudnn_attention else 1.0
+        self.attn_eff = hw.gemm_efficiency_max * self.shape_derate * self.attn_rel * self.attn_head_dim_rel
         if self.fsdp_on_hopper:
             self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY) * stack
         # The LM head (output projection) stays in 16-bit in FP8 recipes: Megatron's output_layer is a plain
@@ -139,7 +158,7 @@ class Context:
                               shape_derate=self.shape_derate, dim_half=cal.GEMM_DIM_HALF, dtype=train.dtype,
                               fsdp_on_hopper=fsdp_hopper, pytorch_native=cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY),
             ATTN_EFFICIENCY.term("attention_efficiency", self.attn_eff, "", mamf=hw.gemm_efficiency_max,
-                                 shape_derate=self.shape_derate, rel=self.attn_rel,
+                                 shape_derate=self.shape_derate, rel=self.attn_rel, head_dim_rel=self.attn_head_dim_rel,
                                  fa2_abs=cal.FA2_HOPPER_ABS_EFFICIENCY, fsdp_on_hopper=fsdp_hopper,
                                  pytorch_native=cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY,
                                  attention_impl=train.attention_impl),

@@ -15,7 +15,7 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import lm_head_flops_per_token, qk_v_head_dims
-from planner.costmodel.moe import expert_load, has_host_sync, moe_forward, permute_mode
+from planner.costmodel.moe import dispatcher, expert_load, has_host_sync, moe_forward, permute_mode
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec
 
@@ -41,10 +41,37 @@ EAGER_SWIGLU_EXTRA_BYTES = 4.0
 # R4 W4, view_as_real + type_as R4 W2 = 20 B per q/k element vs 4 B for a fused rotary kernel).
 EAGER_ROPE_EXTRA_BYTES = 16.0
 
+# gpt-oss's routed-expert epilogue as Megatron's TEGroupedMLP runs it without the TE op fuser (megatron-core
+# core_r0.15-0.19 transformer/moe/experts.py; Stack.moe_expert_epilogue_eager), bytes per element with one read and one
+# write per PyTorch op (a lower bound), bf16 activations:
+# - the GLU clamp (activation_func_clamp_value 7): fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl clamps the
+#   gate and the linear half of the fc1 output (two torch.clamp, R2 W2 per element) and joins them (torch.cat, R2 W2)
+#   before its fused kernel: 8 B per fc1 output element forward; backward the clamp's gradient (read the gradient and
+#   the saved input, write: 6 B) and the halves' gradients joined into the input's (chunk backward: 4 B). A GLU's fc1
+#   output holds 2 elements per intermediate element: 16 B forward, 20 B backward per intermediate element.
+GLU_CLAMP_BYTES_PER_INTER = {"fwd": 16.0, "bwd": 20.0}
+# - the fc2 bias: fc2 is built with skip_bias_add=True and TEGroupedMLP._apply_bias adds it outside the GEMM, scaled
+#   by the router probability of each permuted token: torch.cat over the local experts of t + b * p, cast back to the
+#   activations' dtype. Router probabilities are bf16 (P = 2 B) with the all-to-all dispatcher (the gpt-oss recipes
+#   leave moe_router_dtype unset: Transformer Engine's fused_topk_with_score_function returns them in the logits'
+#   dtype) and fp32 (P = 4 B) with the flex dispatcher (megatron-core token_dispatcher.py _HybridEPManager /
+#   _DeepepManager: token_probs.float()). See fc2_bias_bytes.
+ACT_BYTES = 2.0
+# The rotary embedding of a YaRN-scaled model without MLA (gpt-oss: Megatron --position-embedding-type yarn) runs
+# unfused in Megatron (Stack.yarn_rope_unfused): models/common/embeddings/rope_utils.py _apply_rotary_pos_emb_bshd,
+# op by op over every q and k element, bf16: t * cos (R2 W2), _rotate_half (the negated half R2 W2 over half the
+# elements, torch.cat R2 W2), * sin (R2 W2), the sum (R2 R2 W2), torch.cat with the empty pass-through part (R2 W2):
+# 24 B forward; backward grad * cos and grad * sin (4 + 4), the negation (2, half), the halves joined (4), the two
+# paths summed (6): 20 B. Beyond one fused kernel's read + write (4 B, not charged either: EAGER_ROPE_EXTRA_BYTES'
+# convention): 20 forward, 16 backward.
+UNFUSED_ROPE_EXTRA_BYTES = {"fwd": 20.0, "bwd": 16.0}
+
 LAYER_COMPUTE = formula(
     "compute.layer",
-    "fwd = proj + mlp + experts + router + attention + elementwise + permute + ring merge + host launch (MoE); "
-    "bwd = 2 x GEMMs + 2.5 x attention + 2 x (elementwise + permute) + ring merge (backward) + host launch (backward)",
+    "fwd = proj + mlp + experts + router + attention + elementwise + permute + ring merge + host launch (MoE) + "
+    "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE; bwd = 2 x GEMMs + 2.5 x attention + 2 x "
+    "(elementwise + permute) + ring merge (backward) + host launch (backward) + expert epilogue (backward) + unfused "
+    "RoPE (backward)",
     "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
     "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1); ring merge: context.ring_merge",
 )
@@ -64,6 +91,10 @@ class LayerCompute(NamedTuple):
     elementwise: float
     ring_merge_fwd: float
     ring_merge_bwd: float
+    epilogue_fwd: float
+    epilogue_bwd: float
+    rope_fwd: float
+    rope_bwd: float
     fwd: float
     bwd: float
 
@@ -145,6 +176,54 @@ def eager_elementwise_bytes(m: ModelSpec, tp: int, hs: float, inter: float, moe:
     return out
 
 
+def fc2_bias_bytes(prob_bytes: float) -> tuple[float, float]:
+    """Bytes per fc2 output element of TEGroupedMLP._apply_bias (t + b * p per expert, torch.cat, cast back to bf16),
+    forward and backward, with router probabilities of `prob_bytes` (P): forward b * p written (P), the sum (read 2 +
+    P, write P), the cat (P + P), the cast (P + 2) when P is not 2 B; backward the cast's gradient and the sum's
+    gradient to t (2 + P each way) when P is not 2 B, and the bias and probability gradients (grad x p, grad x b: each
+    read P, written P and summed P)."""
+    cast = prob_bytes != ACT_BYTES
+    fwd = prob_bytes + (ACT_BYTES + 2 * prob_bytes) + 2 * prob_bytes + ((prob_bytes + ACT_BYTES) if cast else 0.0)
+    bwd = (2 * (ACT_BYTES + prob_bytes) if cast else 0.0) + 2 * 3 * prob_bytes
+    return fwd, bwd
+
+
+def expert_epilogue_s(ctx: Context, shape: Shape, k: LayerKind) -> tuple[float, float]:
+    """Forward and backward seconds of the routed experts' eager epilogue (Stack.moe_expert_epilogue_eager, unless the
+    run fuses its grouped MLP: TrainingSpec.moe_fused_grouped_mlp): the GLU clamp of a clamped GLU (gpt-oss's, clamp 7)
+    over the fc1 output and the fc2 bias scaled by the router probabilities, memory-bound passes over each token's
+    top_k (x load) expert copies at HBM bandwidth (GLU_CLAMP_BYTES_PER_INTER, fc2_bias_bytes)."""
+    if not k.moe or not ctx.stack.moe_expert_epilogue_eager or ctx.train.moe_fused_grouped_mlp:
+        return 0.0, 0.0
+    m, p = ctx.model, shape.plan
+    e = m.require_moe()
+    # each etp rank of an expert shard runs every copy routed to it (moe.tokens_per_local_expert): inter / etp wide, the
+    # fc2 output full width (partial sums, reduced after the bias)
+    copies = shape.tokens / p.tp * e.top_k * max(1, p.etp) * expert_load(ctx, shape)
+    fwd = bwd = 0.0
+    if m.activation == "gpt_oss_glu":  # quick-GeGLU with gate and linear halves clamped at 7 (catalog.hf_import)
+        inter = e.expert_ffn_hidden_size / max(1, p.etp)
+        fwd += inter * GLU_CLAMP_BYTES_PER_INTER["fwd"]
+        bwd += inter * GLU_CLAMP_BYTES_PER_INTER["bwd"]
+    if e.expert_bias:
+        f, b = fc2_bias_bytes(4.0 if dispatcher(ctx) == "flex" else ACT_BYTES)
+        fwd += m.hidden_size * f
+        bwd += m.hidden_size * b
+    return copies * fwd / ctx.hbm_bw, copies * bwd / ctx.hbm_bw
+
+
+def unfused_rope_s(ctx: Context, shape: Shape) -> tuple[float, float]:
+    """Forward and backward seconds of a YaRN-scaled rotary embedding (non-MLA) that the stack runs unfused
+    (Stack.yarn_rope_unfused): UNFUSED_ROPE_EXTRA_BYTES over the device's q and k elements (heads / tp)."""
+    m = ctx.model
+    sc = m.rope_scaling
+    if not (ctx.stack.yarn_rope_unfused and m.position_embedding == "rope" and m.mla is None and sc is not None
+            and sc.rope_type == "yarn"):
+        return 0.0, 0.0
+    elems = shape.tokens * (m.num_heads + m.num_kv_heads) * m.head_dim / shape.plan.tp
+    return (elems * UNFUSED_ROPE_EXTRA_BYTES["fwd"] / ctx.hbm_bw, elems * UNFUSED_ROPE_EXTRA_BYTES["bwd"] / ctx.hbm_bw)
+
+
 def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     """Forward and backward compute seconds of one layer of kind `k` (formula compute.layer); an MoE layer adds its
     router, permute, routed experts and exposed host launch (planner.costmodel.moe)."""
@@ -155,11 +234,13 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
         dispatch = max(dispatch, mlp)  # dispatch and of the shared experts beside it (layers._layer_times)
     mo = moe_forward(ctx, shape, k, dispatch, has_host_sync(ctx), permute_mode(ctx))
     merge_fwd, merge_bwd = ring_merge_s(ctx, shape)
-    fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd
+    epi_fwd, epi_bwd = expert_epilogue_s(ctx, shape, k)
+    rope_fwd, rope_bwd = unfused_rope_s(ctx, shape)
+    fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd + epi_fwd + rope_fwd
     bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + BWD_ATTN_RATIO * attn
-           + BWD_ELEMENTWISE_RATIO * (elem + mo.permute) + merge_bwd + mo.host_bwd)
+           + BWD_ELEMENTWISE_RATIO * (elem + mo.permute) + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
     return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, mo.host_fwd, mo.host_bwd, attn, elem,
-                        merge_fwd, merge_bwd, fwd, bwd)
+                        merge_fwd, merge_bwd, epi_fwd, epi_bwd, rope_fwd, rope_bwd, fwd, bwd)
 
 
 def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute) -> float:
@@ -185,7 +266,8 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
         f"layer_compute_s[{kind_label(k)}]", c.fwd + c.bwd, "s", fwd_s=c.fwd, bwd_s=c.bwd, proj_s=c.proj,
         mlp_s=c.mlp, experts_s=c.experts, router_s=c.router, permute_s=c.permute, host_launch_fwd_s=c.host_fwd,
         host_launch_bwd_s=c.host_bwd, attention_s=c.attention, elementwise_s=c.elementwise,
-        ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd,
+        ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd, expert_epilogue_fwd_s=c.epilogue_fwd,
+        expert_epilogue_bwd_s=c.epilogue_bwd, unfused_rope_fwd_s=c.rope_fwd, unfused_rope_bwd_s=c.rope_bwd,
         flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,
         flops_per_token_experts=f.experts, flops_per_token_router=f.router, tp=shape.plan.tp, tokens=shape.tokens)
 

@@ -173,6 +173,14 @@ class TrainingSpec(BaseModel):
         "waits for no token counts on the host (planner.costmodel.moe.has_host_sync). Megatron only; read from the "
         "cited release's preset in plan validate (planner.analysis.validate.FULL_ITERATION_CG_RECIPES)",
     )
+    moe_fused_grouped_mlp: bool = Field(
+        False,
+        description="the routed experts run as one fused grouped MLP (Megatron --use-transformer-engine-op-fuser: "
+        "megatron-core TEGroupedMLP._fused_forward, Transformer Engine's op fuser with the GLU, its clamp, the "
+        "router-probability scaling and the fc2 bias inside its ops): no eager expert epilogue "
+        "(planner.costmodel.compute.expert_epilogue_s). Megatron only; read from the cited release's preset in plan "
+        "validate (the full-iteration CUDA-graph presets set it)",
+    )
     fp8_weight_cache: bool | None = Field(
         None,
         description="whether the FP8 linears keep a quantized copy of each weight across the step (Transformer "
@@ -193,6 +201,13 @@ class TrainingSpec(BaseModel):
     def _full_iteration_graph_stacks(self) -> "TrainingSpec":
         if self.cuda_graph_full_iteration and not traits(self.framework).full_iteration_cuda_graph_option:
             raise ValueError(f"a full-iteration CUDA graph is Megatron-core's --cuda-graph-impl full_iteration; "
+                             f"{self.framework} has none: drop it")
+        return self
+
+    @model_validator(mode="after")
+    def _fused_grouped_mlp_stacks(self) -> "TrainingSpec":
+        if self.moe_fused_grouped_mlp and not traits(self.framework).moe_expert_epilogue_eager:
+            raise ValueError(f"a fused grouped MLP is Megatron-core's --use-transformer-engine-op-fuser; "
                              f"{self.framework} has none: drop it")
         return self
 

@@ -88,6 +88,7 @@ STACK = Stack(
     # attn / rms_norm "te"): modelled at the Megatron+TE ceilings, not PyTorch-native ones. (gpt-oss's configs set
     # attn: flex, torch's FlexAttention; the attention is still costed at the fused-attention ceiling)
     pytorch_native_kernels=False,
+    cudnn_attention=False,  # gpt-oss's configs run torch's FlexAttention (above); not the cuDNN per-head-dim figure
     # what TE does not fuse runs eagerly (no compile section in the benchmark configs): the stack takes --compile
     eager_unless_compiled=True,
     # RoPE through eager cos / sin products (AM:components/models/gpt_oss/layers.py _apply_rotary_emb, used by
@@ -120,6 +121,8 @@ STACK = Stack(
     # grouped_gemm's ops.gmm runs one cuBLAS GEMM per local expert on SM90 (fanshiqing/grouped_gemm v1.1.4
     # csrc/grouped_gemm.cu GroupedGemm: "Use cuBLAS for SM90", CublasGroupedGemm loops over the experts)
     moe_gemm_per_expert=True,
+    moe_expert_epilogue_eager=False,  # its gpt-oss experts' code is not read here: not priced
+    yarn_rope_unfused=False,  # its rotary embedding is priced by eager_composites or fused
     moe_a2a_overlap_option=False,  # no batch-level EP overlap
     moe_capacity_einsum=False,  # dropless (no capacity factor)
     # fake_balanced_gate: FakeBalancedGate routes token i to experts (i x top_k + j) mod E with equal weights and no

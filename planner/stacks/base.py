@@ -83,6 +83,7 @@ class Stack:
 
     # ---- compute
     pytorch_native_kernels: bool  # PyTorch-native kernels (no Transformer Engine): a fraction of TE's efficiency
+    cudnn_attention: bool  # the attention core is cuDNN's fused attention (efficiency falls with the head dimension)
     #                               on NVIDIA parts with FP8 tensor cores (calibration.PYTORCH_NATIVE_HOPPER_EFFICIENCY)
     eager_unless_compiled: bool  # elementwise composites run eagerly unless torch.compile fuses them; the stack
     #                              takes --compile (others fuse them already and refuse it)
@@ -105,6 +106,11 @@ class Stack:
     moe_shared_expert_overlap: bool
     moe_router_fused: bool
     moe_gemm_per_expert: bool
+    # the routed experts' GLU clamp and fc2 bias (gpt-oss) run as separate PyTorch ops around the grouped GEMMs unless
+    # the run fuses its grouped MLP (TrainingSpec.moe_fused_grouped_mlp; compute.expert_epilogue_s); False: not priced
+    moe_expert_epilogue_eager: bool
+    # a YaRN-scaled rotary embedding (non-MLA) runs op by op, its fusion switched off (compute.unfused_rope_s)
+    yarn_rope_unfused: bool
     moe_a2a_overlap_option: bool  # batch-level EP all-to-all overlap exists (TrainingSpec.moe_a2a_overlap)
     moe_capacity_einsum: bool  # capacity-padded tokens go to the experts' buffers by one-hot dispatch / combine
     #                            einsums over each sequence (MaxText dense_matmul), not by a permute

@@ -41,6 +41,7 @@ STACK = Stack(
     # _reserve_pipe_buffers(pipe_schedule.num_pipe_buffers()), TrainSchedule: min(stages - stage_id, micro_batches))
     pp_buffers_per_microbatch=False,
     pytorch_native_kernels=False,  # Megatron kernels: modelled at the Megatron ceilings
+    cudnn_attention=False,  # flash-attn / PyTorch attention kernels
     eager_unless_compiled=False,  # Megatron-DeepSpeed's fused kernels; no --compile
     eager_composites=(),  # none runs op by op (above)
     fused_loss_option=False,  # its vocab-parallel loss is counted by logit_bytes
@@ -55,6 +56,8 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # no shared-expert stream
     moe_router_fused=False,  # top-k gating in PyTorch ops (deepspeed/moe/sharded_moe.py)
     moe_gemm_per_expert=False,  # experts batched by einsum over the local experts
+    moe_expert_epilogue_eager=False,  # no gpt-oss expert path priced
+    yarn_rope_unfused=False,  # its rotary embedding is priced by eager_composites or fused
     moe_a2a_overlap_option=False,  # none
     moe_capacity_einsum=False,  # its einsums span the micro-batch: costed as permute passes
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5

@@ -63,6 +63,11 @@ STACK = Stack(
     # (schedules.py deallocate_output_tensor, --deallocate-pipeline-outputs): no per-micro-batch buffers counted
     pp_buffers_per_microbatch=False,
     pytorch_native_kernels=False,  # Transformer Engine kernels: the efficiency ceilings are fitted on Megatron rows
+    # Transformer Engine's DotProductAttention picks cuDNN's fused attention (FusedAttention, F16_arbitrary_seqlen) on
+    # Hopper and Blackwell, the only backend for gpt-oss's learnable softmax sinks (TE
+    # pytorch/attention/dot_product_attention/utils.py get_attention_backend: FlashAttention disabled for softmax_type
+    # != vanilla) (base.attention_head_dim_rel)
+    cudnn_attention=True,
     eager_unless_compiled=False,  # Transformer Engine fuses the norms, SwiGLU and RoPE already (no --compile)
     eager_composites=(),  # none runs op by op (above)
     fused_loss_option=False,  # its vocab-parallel loss, fused or not, is counted by logit_bytes
@@ -84,6 +89,14 @@ STACK = Stack(
     moe_shared_expert_overlap=True,  # --moe-shared-expert-overlap (transformer/moe/shared_experts.py)
     moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
+    # TEGroupedMLP without the TE op fuser (megatron-core core_r0.15-0.19 transformer/moe/experts.py): the clamp of the
+    # GLU halves before the fused quick-GeGLU (fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl) and the fc2
+    # bias scaled by the router probabilities (TEGroupedMLP._apply_bias: fc2 built with skip_bias_add=True) are eager
+    moe_expert_epilogue_eager=True,
+    # Megatron-LM training/arguments.py: "if args.position_embedding_type != 'rope': args.apply_rope_fusion = False";
+    # Megatron-Bridge GPTModelProvider.provide does the same (utils/fusions.py validate_rope_fusion_compatibility), and
+    # its gpt-oss bridge sets position_embedding_type "yarn"
+    yarn_rope_unfused=True,
     moe_a2a_overlap_option=True,  # --overlap-moe-expert-parallel-comm (Megatron-core 0.14, MoE README)
     moe_capacity_einsum=False,  # pads the permuted tokens (fused permute)
     # MoEAlltoAllTokenDispatcher "Permutation 2: Sort tokens by local expert" after the all-to-all and "Unpermutation

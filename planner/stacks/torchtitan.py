@@ -82,6 +82,7 @@ STACK = Stack(
     # no Transformer Engine: a fraction of Megatron+TE's efficiency on NVIDIA parts with FP8 tensor cores
     # (calibration.PYTORCH_NATIVE_HOPPER_EFFICIENCY, fitted on the torchtitan and llm-foundry H100 rows)
     pytorch_native_kernels=True,
+    cudnn_attention=False,  # SDPA / FlashAttention-2
     # eager PyTorch runs each elementwise op as its own kernel; torchtitan --compile.enable fuses them (Inductor)
     eager_unless_compiled=True,
     # all of them: nn.RMSNorm, F.silu(w1(x)) * w3(x) in the FeedForward and over the grouped experts' GEMMs, RoPE
@@ -107,6 +108,8 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # the shared expert runs after the routed ones on the same stream
     moe_router_fused=False,  # torch.topk over the scores
     moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts
+    moe_expert_epilogue_eager=False,  # no gpt-oss expert path priced
+    yarn_rope_unfused=False,  # its rotary embedding is priced by eager_composites or fused
     moe_a2a_overlap_option=False,  # none
     moe_capacity_einsum=False,  # no capacity padding
     # SelectiveAC "recomputes every second matmul": half the GEMMs and the elementwise work
