@@ -258,7 +258,10 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
     reuses the forward's counts, but the queue the forward drained gives the host no lead, so the same holds.
     Without a sync the host runs ahead of the GPU and is not charged (the 25.09 capacity-padded Megatron-Bridge rows
     still run 4-34% slower than predicted, most on B200, those whose recipes replay each layer as a CUDA graph among
-    the slowest: the notes of their rows in runs/known_runs_added.yaml and runs/moe_runs_added.yaml)."""
+    the slowest: the notes of their rows in runs/known_runs_added.yaml and runs/moe_runs_added.yaml). The host launch
+    time is not a floor there: charged as one (max of host and GPU time per layer, these kernel counts at
+    calibration.HOST_LAUNCH_S), the 25.09 B200 Qwen3-30B-A3B row, whose recipe replays each layer as a CUDA graph,
+    would be predicted 3x its step and the B200 Qwen3-235B-A22B current-scaling row +53%."""
     if not k.moe:
         return NO_MOE
     router, permute, experts = router_s(ctx, shape, k), permute_s(ctx, shape, permute_mode), experts_s(ctx, shape, k)
