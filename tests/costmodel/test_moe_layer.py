@@ -301,22 +301,22 @@ def test_fp8_moe_dispatch_needs_fp8():
 def test_alltoall_dispatcher_sorts_received_tokens_by_local_expert():
     """Megatron's alltoall dispatcher permutes its tokens by expert before the all-to-all, then sorts what it receives
     by local expert, and the reverse around the combine (token_dispatcher.py at core_v0.14.0, "Permutation 2"): with
-    16 local experts the permute term is 4 + 4 passes of the device's top_k copies, with one expert per rank (EP =
-    experts) 4; the flex dispatcher has no second sort."""
+    4 local experts (Mixtral 8x7B at EP 2) the permute term is 4 + 4 passes of the device's top_k copies, with one
+    expert per rank (EP 8) 4; the flex dispatcher has no second sort."""
     from planner.costmodel.base import plan_shape
     from planner.costmodel.moe import permute_s
-    name = "qwen3-30b-a3b" if "qwen3-30b-a3b" in MOE_MODELS else MOE_MODELS[0]
-    e = get_model(name).require_moe()
-    copy_s = {}
-    for ep in (8, e.num_experts):
+    name = "mixtral-8x7b"
+    model = get_model(name)
+    # 4096 tokens x top-2 copies x h 4096 x 2 B at capacity factor 1, over the HBM bandwidth
+    passes = {}
+    for ep in (2, 8):
         ctx, ev = _eval(name, ep=ep, moe_capacity_factor=1.0)
-        shape = plan_shape(ctx, ev.plan)
-        # 4096 tokens x top_k copies x h x 2 B at capacity factor 1, over the HBM bandwidth
-        copy_s[ep] = 4096 * e.top_k * get_model(name).hidden_size * 2 / ctx.hbm_bw
-        assert permute_s(ctx, shape, "fused") == pytest.approx((8 if ep < e.num_experts else 4) * copy_s[ep])
-    ctx, ev = _eval(name, ep=8, moe_capacity_factor=1.0, moe_dispatcher="alltoall")
+        copy_s = 4096 * model.require_moe().top_k * model.hidden_size * 2 / ctx.hbm_bw
+        passes[ep] = permute_s(ctx, plan_shape(ctx, ev.plan), "fused") / copy_s
+    assert passes == {2: pytest.approx(8), 8: pytest.approx(4)}
+    ctx, ev = _eval(name, ep=2, moe_capacity_factor=1.0)
     flex = Context(ctx.model, ctx.cluster, ctx.train.model_copy(update={"moe_dispatcher": "flex"}))
-    assert permute_s(flex, plan_shape(flex, ev.plan), "fused") == pytest.approx(4 * copy_s[8])
+    assert permute_s(flex, plan_shape(flex, ev.plan), "fused") == pytest.approx(4 * copy_s)
 
 
 def test_expert_tensor_parallelism_gathers_and_scatters_the_received_tokens():
