@@ -215,7 +215,13 @@ def infer_fp8_param_gather(run: dict, framework: str) -> bool:
 # qwen/qwen3_workload_base_configs.py moe_flex_dispatcher_backend: QWEN3_FLEX_FROM); DeepSeek's own framework
 # dispatches with DeepEP (DeepSeek-V3 report sec. 3.2.2; deepseek-ai/DeepEP). Every other MoE run: its stack's default
 # (planner/stacks: Stack.moe_dispatcher).
-FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe")
+FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe", "gpt_oss")
+# gpt-oss-120b presets with the flex dispatcher: Megatron-Bridge v0.4.0 / v0.4.1
+# GPT_OSS_120B_PRETRAIN_CONFIG_{GB200,B200}_BF16_V2 moe_flex_dispatcher_backend="hybridep" (the 26.04 release); v0.3.x
+# and v0.4.2 set none (alltoall). The 26.04.01 table is not mapped to one of v0.4.1 / v0.4.2 with certainty (its
+# DeepSeek-V3 B200 row has v0.4.2's layout), so it keeps the stack's default. From v0.5.0 the GB200 FP8-MX preset runs
+# HybridEP with its full-iteration CUDA graph (GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2), as the other models'.
+GPT_OSS_FLEX_RELEASES = ("26.04",)
 
 
 def infer_moe_dispatcher(run: dict) -> str | None:
@@ -226,7 +232,10 @@ def infer_moe_dispatcher(run: dict) -> str | None:
         return None
     if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
         # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 where its preset sets a backend
-        if model_type == "deepseek_v3" or _qwen3_flex(run):
+        gpt_oss_flex = any(_cites_preset(run, rel, "gpt_oss", 2880, ("gb200", "b200")) for rel in GPT_OSS_FLEX_RELEASES)
+        # (the full-iteration CUDA-graph presets run HybridEP: FULL_ITERATION_CG_RECIPES)
+        if model_type == "deepseek_v3" or (model_type == "qwen3_moe" and _qwen3_flex(run)) or gpt_oss_flex \
+                or _full_iteration_recipe(run):
             return "flex"
     return "flex" if _deepseek_own_stack(run) else None
 
@@ -264,6 +273,9 @@ def _qwen3_flex(run: dict) -> bool:
 # GBS 4096, PP 8, VP 2, EP 32) is the layout of v0.4.2's DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (DeepEP,
 # moe_a2a_overlap=True; v0.4.0 / v0.4.1 had PP 16 EP 8 there). (release tag in the citation,
 # model_type, hidden_size, hardware prefixes): Qwen3-235B-A22B has hidden size 4096, Qwen3-30B-A3B 2048.
+# gpt-oss-120b (hidden 2880) on GB200: GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2 (the FP8-MX V2 aliases it) sets
+# moe_a2a_overlap=True from v0.4.0 through v0.4.2 (with the hybridep backend in v0.4.0 / v0.4.1: GPT_OSS_FLEX_RELEASES);
+# v0.3.0 / v0.3.1 (26.02, 26.02.01) set neither.
 A2A_OVERLAP_RECIPES = (
     ("25.09", "deepseek_v3", 7168, ("h100",)),
     ("25.11", "deepseek_v3", 7168, ("h100",)), ("25.11", "qwen3_moe", 4096, ("h100", "b200")),
@@ -271,6 +283,7 @@ A2A_OVERLAP_RECIPES = (
     ("26.02", "qwen3_moe", 4096, ("h100", "b300")), ("26.02", "qwen3_moe", 2048, ("h100",)),
     ("26.02.01", "qwen3_moe", 4096, ("h100",)), ("26.04", "qwen3_moe", 4096, ("h100",)),
     ("26.04.01", "qwen3_moe", 4096, ("h100",)), ("26.04.01", "deepseek_v3", 7168, ("b200",)),
+    ("26.04", "gpt_oss", 2880, ("gb200",)), ("26.04.01", "gpt_oss", 2880, ("gb200",)),
 )
 
 # Megatron-Bridge performance presets that capture the whole forward-backward as one CUDA graph (cuda_graph_impl

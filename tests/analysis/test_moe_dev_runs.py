@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from planner.analysis.validate import (
+    infer_moe_a2a_overlap,
     infer_moe_capacity_factor,
     infer_moe_dispatcher,
     load_runs,
@@ -81,3 +82,17 @@ def test_b200_gpt_oss_25_11_scores_the_release_preset_layout():
     gb200 = _dev_run("mbridge2511-dgx-gb200-gpt-oss-120b-bf16-64gpu")
     later = run | {"source": run["source"].replace("25.11 NeMo container", "26.02 NeMo container")}
     assert preset_knobs(gb200) == {} and preset_knobs(later) == {}
+
+
+@pytest.mark.parametrize("release, hardware, dispatcher, overlap", [
+    ("26.02.01", "gb200-nvl72", None, False),  # v0.3.1 GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2: neither
+    ("26.04", "gb200-nvl72", "flex", True),  # v0.4.0: hybridep + moe_a2a_overlap
+    ("26.04.01", "gb200-nvl72", None, True),  # v0.4.1 / v0.4.2 disagree on the backend; both set the overlap
+    ("26.04", "b200-sxm-180gb", "flex", False),  # v0.4.0 B200 V2: EP 8 with hybridep, no overlap
+    ("26.04", "h100-sxm-80gb", None, False),
+])
+def test_gpt_oss_dispatcher_and_overlap_from_the_cited_release(release, hardware, dispatcher, overlap):
+    run = _mbridge(release, hardware, 2880)
+    run["model"]["model_type"] = "gpt_oss"
+    assert infer_moe_dispatcher(run) == dispatcher
+    assert infer_moe_a2a_overlap(run) == overlap
