@@ -640,6 +640,8 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
     if _deepseek_own_stack(run) and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     fixed.update(preset_knobs(run))
+    if model.is_moe and fixed.get("ep") is None and traits(train.framework).ep_unset_is_one:
+        fixed["ep"] = 1  # no expert parallelism unless the configuration names it (Stack.ep_unset_is_one)
     if model.is_moe and fixed.get("etp") is None and (fixed.get("tp") or 1) > 1:
         etp = infer_etp(run, train, fixed["tp"])
         if etp is not None:

@@ -149,6 +149,11 @@ class Stack:
     # ("tp": the dense TP degree, Megatron's rule; "one": experts whole on each EP rank). A run record with a null
     # plan.etp is read with it (planner.analysis.validate.run_fixed_knobs); the planner's own launch files write it.
     etp_default: EtpDefault = "one"
+    # ---- expert layout, defaulted: a configuration that names no expert-parallel degree runs none (experts sharded
+    # like the other weights). True where every run publishes its whole configuration and the stack's default is 1;
+    # a run record with a null plan.ep is then read as EP 1 (planner.analysis.validate.run_fixed_knobs) instead of
+    # letting the search pick one the run never ran.
+    ep_unset_is_one: bool = False
     # ---- MoE, defaulted: the alltoall dispatcher sorts the tokens it receives from the EP ranks by local expert before
     # the expert GEMMs, and back before the combine, where a rank holds more than one expert: one read and one write of
     # the received copies each way (planner.costmodel.moe.permute_s). False where it is not modelled.

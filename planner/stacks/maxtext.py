@@ -29,6 +29,11 @@ STACK = Stack(
     full_iteration_cuda_graph_option=False,  # XLA compiles the step: no per-kernel host launches to remove
     # the planner's MaxText layouts keep each expert whole on its expert shard; a null etp is read as 1
     etp_default="one",
+    # the mesh's expert axis is ici_expert_parallelism x dcn_expert_parallelism, both 1 unless the config sets them
+    # (MT:configs/base.yml at 3eb77db: "ici_expert_parallelism: 1", "dcn_expert_parallelism: 1"); a MaxText benchmark
+    # config (benchmarks/maxtext_*_model_configs.py) names every axis it changes, e.g. deepseek3_671b_v5p_1024 only
+    # ici_fsdp_parallelism -1: its 256 experts are sharded over the fsdp axis, gathered whole on every chip
+    ep_unset_is_one=True,
     grad_reduce_dtype="fp32",  # MaxText base.yml grad_dtype float32
     grad_buffer_in_reduce_dtype=False,  # replicated gradients in the compute dtype, as PyTorch's .grad
     # jax.grad's cotangents are in the parameter dtype; MaxText casts only float32 ones to grad_dtype
