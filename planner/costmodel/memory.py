@@ -372,10 +372,13 @@ def largest_layer_params_per_device(ctx: Context, plan: ParallelPlan, kind_ids) 
     return 0.0 if big is None else _layer_params_per_device(ctx, plan, big)
 
 
-def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan, fused_gate: bool = True) -> float:
+def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan, fused_gate: bool = True,
+                                     experts_stacked: bool = False) -> float:
     """The largest single weight matrix (one module) a device holds: the fused q/k/v projection (Megatron's
     query_key_value), the output projection, or the first MLP matrix (gate and up fused when gated and fused_gate),
-    split by TP; a routed expert's first matrix split by ETP. MLA attention counts as one module (an upper bound)."""
+    split by TP; a routed expert's first matrix split by ETP, or, where a stack keeps the routed experts' matrix as
+    one array (experts_stacked, Stack.moe_experts_stacked), that array over the device's num_experts / ep experts.
+    MLA attention counts as one module (an upper bound)."""
     h, tp = m.hidden_size, plan.tp
     gate = 2 if (m.mlp_type == "gated" and fused_gate) else 1
     if m.mla is not None:
@@ -385,7 +388,8 @@ def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan, fused_gat
     out = max(attn, h * m.ffn_hidden_size * gate) / tp
     if m.moe is not None:
         e = m.moe
-        out = max(out, h * e.expert_ffn_hidden_size * gate / plan.etp,
+        experts = max(1, e.num_experts // max(1, plan.ep)) if experts_stacked else 1
+        out = max(out, experts * h * e.expert_ffn_hidden_size * gate / plan.etp,
                   h * (e.shared_expert_ffn_hidden_size or 0) * gate / tp)
     return out
 
@@ -571,7 +575,8 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
             # XLA: each weight is its own array, all-gathered right before its dot and reduce-scattered right after
             # its gradient; the latency-hiding scheduler keeps the current and the next one in flight
             # MaxText keeps the gate and up projections as two arrays (wi_0, wi_1; MT:configs/base.yml fused_mlp false)
-            module = largest_matrix_params_per_device(ctx.model, plan, fused_gate=False)
+            module = largest_matrix_params_per_device(ctx.model, plan, fused_gate=False,
+                                                      experts_stacked=ctx.stack.moe_experts_stacked)
             gathered, grads = min(gathered, ZERO3_GATHERED_LAYERS * module), min(grads, module)
         return gathered * PARAM_GATHER_BYTES + grads * grad_bytes
     return 0.0

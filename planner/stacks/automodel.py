@@ -57,6 +57,10 @@ STACK = Stack(
     full_iteration_cuda_graph_option=False,
     # FSDP2 + EP without tensor parallelism of the experts (the AutoModel MoE recipes set no TP)
     etp_default="one",
+    ep_unset_is_one=False,  # an AutoModel record's null EP is not published: the search picks it
+    # GroupedExperts keeps gate_and_up_projs / down_projs as one (n_routed_experts, ...) parameter each
+    # (NVIDIA-NeMo/Automodel components/moe/layers.py GroupedExperts.__init__); fully_shard gathers the block at once
+    moe_experts_stacked=True,
     # FSDP2 MixedPrecisionPolicy(param_dtype bf16, reduce_dtype float32) (AM:components/moe/parallelizer.py apply_fsdp)
     grad_reduce_dtype="fp32",
     grad_buffer_in_reduce_dtype=False,  # FSDP2 keeps no separate gradient buffer (as torchtitan)

@@ -154,6 +154,10 @@ class Stack:
     # a run record with a null plan.ep is then read as EP 1 (planner.analysis.validate.run_fixed_knobs) instead of
     # letting the search pick one the run never ran.
     ep_unset_is_one: bool = False
+    # ---- MoE memory, defaulted: the routed experts' weights are one array per matrix over the experts ([experts, in,
+    # out]), so a per-array ZeRO-3 gather (zero3_resident_per_matrix) brings all the device's experts at once
+    # (planner.costmodel.memory.largest_matrix_params_per_device). False: one module per expert.
+    moe_experts_stacked: bool = False
     # ---- MoE, defaulted: the alltoall dispatcher sorts the tokens it receives from the EP ranks by local expert before
     # the expert GEMMs, and back before the combine, where a rank holds more than one expert: one read and one write of
     # the received copies each way (planner.costmodel.moe.permute_s). False where it is not modelled.

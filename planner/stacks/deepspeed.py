@@ -21,6 +21,9 @@ STACK = Stack(
     # experts whole on each expert-parallel rank: Megatron-DeepSpeed splits them over TP only with
     # --enable-expert-tensor-parallelism (default off; deepspeed/moe/layer.py enable_expert_tensor_parallelism=False)
     etp_default="one",
+    ep_unset_is_one=False,  # a DeepSpeed record's null EP is not published: the search picks it
+    # DeepSpeed-MoE's Experts holds a ModuleList, one expert module each (deepspeed/moe/experts.py deepspeed_experts)
+    moe_experts_stacked=False,
     grad_reduce_dtype="compute",  # reduced in the compute dtype (TrainingSpec.grad_dtype: DeepSpeed's default)
     grad_buffer_in_reduce_dtype=True,  # DeepSpeed's gradient buffer holds the reduction dtype
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype

@@ -34,6 +34,10 @@ STACK = Stack(
     # config (benchmarks/maxtext_*_model_configs.py) names every axis it changes, e.g. deepseek3_671b_v5p_1024 only
     # ici_fsdp_parallelism -1: its 256 experts are sharded over the fsdp axis, gathered whole on every chip
     ep_unset_is_one=True,
+    # RoutedMoE's wi_0 / wi_1 / wo are each one parameter of shape (num_experts, emb, mlp) / (num_experts, mlp, emb),
+    # sharded ("exp", "embed_no_exp", "mlp") (MT:layers/moe.py at 3eb77db RoutedMoE.__init__): the fsdp axis gathers
+    # the whole array, every local expert at once
+    moe_experts_stacked=True,
     grad_reduce_dtype="fp32",  # MaxText base.yml grad_dtype float32
     grad_buffer_in_reduce_dtype=False,  # replicated gradients in the compute dtype, as PyTorch's .grad
     # jax.grad's cotangents are in the parameter dtype; MaxText casts only float32 ones to grad_dtype

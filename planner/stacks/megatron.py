@@ -41,6 +41,12 @@ STACK = Stack(
     # args.expert_tensor_parallel_size is None: args.expert_tensor_parallel_size = args.tensor_model_parallel_size";
     # parallel_state.initialize_model_parallel applies the same default)
     etp_default="tp",
+    # a published Megatron table that gives no EP is read as not published (the search picks it), not as the flag's
+    # default 1 (--expert-model-parallel-size): its rows list the layout they ran where they give one
+    ep_unset_is_one=False,
+    # TEGroupedMLP / SequentialMLP hold one weight per local expert (megatron-core transformer/moe/experts.py:
+    # weight0..weightN, a module per expert); its ZeRO-3 (Megatron-FSDP) gathers per block anyway
+    moe_experts_stacked=False,
     grad_reduce_dtype="fp32",  # the fp32 main-grad buffer (TrainingSpec.grad_dtype; --grad-reduce-in-bf16 = bf16)
     grad_buffer_in_reduce_dtype=True,  # the main-grad buffer holds the reduction dtype (DistributedDataParallel)
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype

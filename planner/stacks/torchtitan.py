@@ -45,6 +45,10 @@ STACK = Stack(
     # experts whole unless told: parallelism.expert_tensor_parallel_degree defaults to 1, "1 means disabled"
     # (torchtitan aeb3a4baf, Aug 2025, config/job_config.py; ETP itself deprecated in c4b409af2)
     etp_default="one",
+    ep_unset_is_one=False,  # a torchtitan record's null EP is not published: the search picks it
+    # GroupedExperts keeps w1 / w2 / w3 as one (num_experts, ...) parameter each (torchtitan 0.3.0
+    # models/common/moe.py GroupedExperts.__init__ w1_EFD, w2_EDF, w3_EFD); fully_shard gathers the block at once
+    moe_experts_stacked=True,
     grad_reduce_dtype="fp32",  # FSDP2 MixedPrecisionPolicy reduce_dtype fp32 (torchtitan mixed_precision_reduce)
     grad_buffer_in_reduce_dtype=False,  # replicated (DDP-style) PyTorch keeps .grad in the compute dtype
     grads_in_param_dtype=False,  # FSDP2 mixed precision reduces in reduce_dtype (fp32) whatever the parameters

@@ -345,3 +345,20 @@ def test_expert_tensor_parallelism_gathers_and_scatters_the_received_tokens():
     assert etp_gather_s(ctx, shapes[1]) == 0.0
     assert ep_comm_fwd_s(ctx, shapes[4], k) == pytest.approx(ep_comm_fwd_s(ctx, shapes[1], k)
                                                              + etp_gather_s(ctx, shapes[4]))
+
+
+@pytest.mark.parametrize("ep", [1, 8])
+def test_maxtext_gathers_every_local_expert_of_a_stacked_expert_array(ep):
+    """MaxText keeps each routed-expert matrix as one (num_experts, emb, mlp) parameter sharded over the fsdp axis
+    (MT:layers/moe.py RoutedMoE wi_0 / wi_1 / wo), so its per-array gathers bring the device's 256 / ep experts at
+    once: DeepSeek-V3 (h 7168, expert width 2048) on 512 v5p chips at EP 1 (the tpu-recipes v5p-1024 layout) holds
+    two gathered bf16 arrays of 256 x 7168 x 2048 (7.0 GiB each) and one fp32 gradient of it (14.0 GiB): 28.0 GiB
+    of ZeRO-3 buffers, 3.5 GiB at EP 8 (counted one expert at a time, MLA's projections were the largest array:
+    1.4 GiB)."""
+    model = get_model("deepseek-v3")
+    cluster = ClusterSpec(hardware=get_hardware("tpu-v5p"), count=512)
+    tr = TrainingSpec(seq_len=8192, global_batch=512, framework="maxtext")
+    ev = evaluate(Context(model, cluster, tr), ParallelPlan(tp=1, pp=1, dp=512, ep=ep, micro_batch=1, zero_stage=3))
+    array = 256 // ep * 7168 * 2048
+    assert ev.memory["buffers_gib"] == pytest.approx(array * (2 * 2 + 4) / 2**30, rel=1e-9)
+    assert ev.memory["buffers_gib"] == pytest.approx(28.0 / ep, rel=1e-9)
