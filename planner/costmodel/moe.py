@@ -38,6 +38,21 @@ LOCAL_EXPERT_SORT_PASSES = 4
 # histogram, aux / z-loss: ~20 ops), permute, the all-to-all with its split bookkeeping and chunk sort (~20), the
 # activation, unpermute and combine with their index / cast kernels (~20): about 60 forward, estimated from
 # Megatron-core's router.py, token_dispatcher.py and experts.py; their autograd backward about 1.5x that (90).
+# Counted for the flex dispatcher with the HybridEP backend (Megatron-LM b0cc2706, the Megatron-Bridge v0.3.0 / 26.02
+# pin: moe_layer.py MoELayer.forward, token_dispatcher.py _HybridEPManager, fused_a2a.py HybridEPDispatch; DeepEP
+# hybrid-ep buffer.py dispatch_with_permute syncs on num_dispatched_tokens_tensor.cpu()): after the sync the host issues
+# one dispatch-with-permute call, the experts (TEGroupedMLP: fc1, the fused weighted SwiGLU, fc2, with the
+# per-expert GEMMs and casts counted below), one combine-with-unpermute call and the layer's bias-dropout-add, about
+# 10 launches; the router, its aux loss and the token counts run before the sync (one CUDA-graph replay each where the
+# preset captures the moe_router / moe_preprocess scopes; Megatron-LM docs/discussions/deepseek-v3-gb200-optimization:
+# the router is 72 kernels unfused, 31 with --moe-router-fusion, router + preprocess 17 with DeepEP, and with the
+# attn / moe_router / moe_preprocess graphs "only the routed experts part still has some CPU overhead").
+# Not shipped: at 10 / 10 for the flex dispatcher the Qwen3-235B-A22B GB200 rows (4 local experts) land at -1.5..0%
+# (from +21..+23%; the BF16 25.11 row +35% -> +15%), but
+# the Qwen3-30B-A3B GB200 mbs-4 rows (16 local experts) move from -0.4..+0.9% to -9..-10% (the dev 25.11 row -9% ->
+# -18%) and the B200 DeepSeek-V3 EP-8 rows (32 local experts) from -2..-7% to -9..-13%: the 40 / 60 estimate also stands
+# for host time that grows with the local experts and that the per-expert terms at calibration.HOST_LAUNCH_S do not
+# reach (TE GroupedLinear's per-expert Python work, no kernel of its own, is one candidate; no measurement of it found).
 HOST_KERNELS_FWD = 40
 HOST_KERNELS_BWD = 60
 # Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert (general_grouped_gemm loops over the
