@@ -92,12 +92,14 @@ class Calibration:
     # half of DeepGEMM's ratio at least. Fitted on the dev runs; the fit sits at the lower bound (joint devfit refit
     # 0.507, 2026-11-26). Not a kernel rate: solved row by row (the value at which a row's predicted step equals its
     # measured one, from the predictions at 0.5 and 1.0; rows whose step moves < 3% between the two left out), Hopper
-    # and Blackwell rows alike ask for 0.4-0.75 (dev: H800 DeepSeek-V3 0.42, H100 gpt-oss 0.59, B200 gpt-oss 0.44, GB200
-    # gpt-oss 0.54, GB200 DeepSeek-V3 BF16 0.74, DGX Cloud DeepSeek-V3 GB200 0.27 / 0.33; GB200 gpt-oss-120b at 33134
-    # rows per expert 0.40-0.47, so not a short-GEMM loss either), while the two GPU-bound NeMo AutoModel rows on one
-    # DGX-H100 (BF16, EP 8 inside NVLink, 8192 rows per local expert) ask for 1.06 (Qwen3-30B-A3B) and 0.84
-    # (gpt-oss-20b; both +33% at 0.5) and the same stack's multi-node rows for 0.42-0.63 (EP 32-64 across nodes:
-    # gpt-oss-120b 0.42, DeepSeek-V3 0.48 / 0.63, Kimi-K2 0.53). Their expert kernel is the one the Megatron rows run:
+    # and Blackwell Megatron rows alike mostly ask for 0.4-0.75 (dev: H800 DeepSeek-V3 0.42, H100 gpt-oss 0.59, B200
+    # gpt-oss 0.44, GB200 gpt-oss 0.54, GB200 DeepSeek-V3 BF16 0.74; the added GB200 gpt-oss-120b rows at 33134 rows per
+    # expert 0.40-0.47, so not a short-GEMM loss either), some lower (DGX Cloud DeepSeek-V3 GB200 0.27 / 0.33, the
+    # host-bound H100 Qwen3-30B-A3B FP8 rows 0.06-0.38) and the GB200 / B200 Qwen3-235B-A22B ones higher (1.05-2.6),
+    # while the two GPU-bound NeMo AutoModel rows on one DGX-H100 (BF16, EP 8 inside NVLink, 8192 rows per local
+    # expert) ask for 1.06 (Qwen3-30B-A3B) and 0.84 (gpt-oss-20b; both +33% at 0.5) and the same stack's multi-node rows
+    # for 0.42-0.63 (EP 32-64 across nodes: gpt-oss-120b 0.42, DeepSeek-V3 0.48 / 0.63, Kimi-K2 0.53). Their expert
+    # kernel is the one the Megatron rows run:
     # grouped_gemm v1.1.4's SM90 path is one cublasGemmEx per expert round robin over 4 streams (fanshiqing/grouped_gemm
     # csrc/grouped_gemm.cu CublasGroupedGemm, NUM_STREAM 4), TE's GroupedLinear the same over its compute streams
     # (TransformerEngine PR #853 "Grouped GEMM via multi-stream cuBLAS"; common/util/multi_stream.cpp
