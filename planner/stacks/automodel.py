@@ -123,9 +123,18 @@ STACK = Stack(
     moe_shared_expert_overlap=True,
     moe_router_fused=False,  # Gate.forward: F.linear, softmax / sigmoid, torch.topk as separate ops
     # grouped_gemm's ops.gmm runs one cuBLAS GEMM per local expert on SM90 (fanshiqing/grouped_gemm v1.1.4
-    # csrc/grouped_gemm.cu GroupedGemm: "Use cuBLAS for SM90", CublasGroupedGemm loops over the experts)
+    # csrc/grouped_gemm.cu GroupedGemm: "Use cuBLAS for SM90", CublasGroupedGemm loops over the experts, round robin
+    # over NUM_STREAM 4 cuBLAS streams: the kernel scheme of Transformer Engine's GroupedLinear, so the same grouped
+    # efficiency, calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY)
     moe_gemm_per_expert=True,
-    moe_expert_epilogue_eager=False,  # its gpt-oss experts' code is not read here: not priced
+    # gpt-oss's expert biases run eagerly around the grouped GEMMs (AM:components/moe/layers.py
+    # GroupedExpertsDeepEP._apply_bias: per local expert t + b after fc1 and t + b x p after fc2 with DeepEP's fp32
+    # probabilities, torch.cat, cast back; the clamped GLU itself is @torch.compile'd, quick_geglu_deepep). Not priced
+    # yet: the fc1 bias at one read and one write per op (16 B forward, 4 B backward per intermediate element) and the
+    # fc2 bias as compute.fc2_bias_bytes(4) would move the gpt-oss-20b 8xH100 row from +33% to +47% and gpt-oss-120b
+    # 64xH100 from -10% to -2% (2026-11-26), both priced at the grouped efficiency the single-node rows contradict
+    # (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY)
+    moe_expert_epilogue_eager=False,
     yarn_rope_unfused=False,  # its rotary embedding is priced by eager_composites or fused
     moe_a2a_overlap_option=False,  # no batch-level EP overlap
     moe_capacity_einsum=False,  # dropless (no capacity factor)

@@ -129,3 +129,23 @@ def test_one_pipeline_schedule_per_local_batch():
     stage = [1.0, 1.2, 1.1, 1.0]
     assert math.isclose(pipeline_step_time(stage, 32, "interleaved", 8, schedules=4) - 32 * 1.2,
                         4 * (pipeline_step_time(stage, 32, "interleaved", 8) - 32 * 1.2))
+
+
+@pytest.mark.parametrize("run,rows,local", [
+    ("automodel-qwen3-30b-a3b-bf16-8xh100", 8192, 16),  # 4 x 4096 tokens x 8 ranks x top-8 / 128 experts
+    ("automodel-gpt-oss-20b-bf16-8xh100", 8192, 4),  # 2 x 4096 tokens x 8 ranks x top-4 / 32 experts
+])
+def test_single_node_rows_run_long_expert_gemms_gpu_bound(run, rows, local):
+    """The two single-node rows (EP 8 inside one DGX-H100) give every local expert 8192 rows, their routed experts
+    are most of the MoE layer's forward and the host launches exposed after DeepEP's sync a small part (Qwen3-30B-A3B
+    4%, gpt-oss-20b 12%): GPU-bound rows, the cleanest in-situ view of the per-expert cuBLAS GEMMs
+    (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY's evidence)."""
+    from planner.costmodel.compute import layer_compute
+    from planner.costmodel.moe import local_experts, tokens_per_local_expert
+
+    ctx, fixed = run_inputs(next(r for r in _automodel_rows() if r["id"] == run))
+    plan = ParallelPlan(**{k: v for k, v in fixed.items() if k in ParallelPlan.model_fields})
+    shape = plan_shape(ctx, plan)
+    assert (tokens_per_local_expert(ctx, shape), local_experts(ctx, shape)) == (rows, local)
+    c = layer_compute(ctx, shape, next(k for k in ctx.kinds if k.moe))
+    assert 0 < c.host_fwd < 0.15 * c.fwd and c.experts > 0.45 * c.fwd
