@@ -15,7 +15,14 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import lm_head_flops_per_token, qk_v_head_dims
-from planner.costmodel.moe import dispatcher, expert_load, has_host_sync, moe_forward, permute_mode
+from planner.costmodel.moe import (
+    dispatcher,
+    einsum_dispatch_bwd_s,
+    expert_load,
+    has_host_sync,
+    moe_forward,
+    permute_mode,
+)
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec
 
@@ -70,8 +77,8 @@ LAYER_COMPUTE = formula(
     "compute.layer",
     "fwd = proj + mlp + experts + router + attention + elementwise + permute + ring merge + host launch (MoE) + "
     "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE; bwd = 2 x GEMMs + 2.5 x attention + 2 x "
-    "(elementwise + permute) + ring merge (backward) + host launch (backward) + expert epilogue (backward) + unfused "
-    "RoPE (backward)",
+    "elementwise + permute (backward: 2 x its passes; MaxText's dispatch / combine einsums 3 GEMMs for 2) + ring "
+    "merge (backward) + host launch (backward) + expert epilogue (backward) + unfused RoPE (backward)",
     "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
     "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1); ring merge: context.ring_merge",
 )
@@ -85,6 +92,7 @@ class LayerCompute(NamedTuple):
     experts: float
     router: float
     permute: float
+    permute_bwd: float
     host_fwd: float
     host_bwd: float
     attention: float
@@ -236,10 +244,13 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     merge_fwd, merge_bwd = ring_merge_s(ctx, shape)
     epi_fwd, epi_bwd = expert_epilogue_s(ctx, shape, k)
     rope_fwd, rope_bwd = unfused_rope_s(ctx, shape)
+    einsum_bwd = einsum_dispatch_bwd_s(mo.permute, permute_mode(ctx))  # MaxText's einsums: 3 GEMMs for 2
+    passes = 0.0 if einsum_bwd else mo.permute  # memory-bound permute passes: backward as the elementwise work
     fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd + epi_fwd + rope_fwd
     bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + BWD_ATTN_RATIO * attn
-           + BWD_ELEMENTWISE_RATIO * (elem + mo.permute) + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
-    return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, mo.host_fwd, mo.host_bwd, attn, elem,
+           + BWD_ELEMENTWISE_RATIO * (elem + passes) + einsum_bwd + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
+    perm_bwd = BWD_ELEMENTWISE_RATIO * passes + einsum_bwd
+    return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, perm_bwd, mo.host_fwd, mo.host_bwd, attn, elem,
                         merge_fwd, merge_bwd, epi_fwd, epi_bwd, rope_fwd, rope_bwd, fwd, bwd)
 
 
@@ -264,8 +275,9 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
     f = k.flops
     return LAYER_COMPUTE.term(
         f"layer_compute_s[{kind_label(k)}]", c.fwd + c.bwd, "s", fwd_s=c.fwd, bwd_s=c.bwd, proj_s=c.proj,
-        mlp_s=c.mlp, experts_s=c.experts, router_s=c.router, permute_s=c.permute, host_launch_fwd_s=c.host_fwd,
-        host_launch_bwd_s=c.host_bwd, attention_s=c.attention, elementwise_s=c.elementwise,
+        mlp_s=c.mlp, experts_s=c.experts, router_s=c.router, permute_s=c.permute, permute_bwd_s=c.permute_bwd,
+        host_launch_fwd_s=c.host_fwd, host_launch_bwd_s=c.host_bwd, attention_s=c.attention,
+        elementwise_s=c.elementwise,
         ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd, expert_epilogue_fwd_s=c.epilogue_fwd,
         expert_epilogue_bwd_s=c.epilogue_bwd, unfused_rope_fwd_s=c.rope_fwd, unfused_rope_bwd_s=c.rope_bwd,
         flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,

@@ -59,6 +59,14 @@ HOST_KERNELS_BWD = 60
 # groups on the host): fc1 and fc2 forward (2 per expert), their data and weight gradients backward (4).
 HOST_KERNELS_PER_EXPERT_FWD = 2
 HOST_KERNELS_PER_EXPERT_BWD = 4
+# MaxText's dense_matmul backward (maxtext@14b5876e / 449b4fe layers/moe.py generate_masks: dispatch_mask =
+# combine_mask.astype(bool)): the dispatch mask is a boolean cast, with no gradient, so the dispatch einsum's backward
+# is one GEMM (the inputs' gradient); the combine einsum's is two (the expert outputs' gradient and the combine mask's,
+# which carries the routing weights' gradient): 3 GEMMs of the size of the forward's 2. XLA's compiled FLOPs of a
+# replica of the layer (jax 0.10.2, CPU cost_analysis, B 2, S 256, h 128, E 8, top-2, cf 1.25) put the backward at
+# 3 einsums + 2 x the experts + 2 x the router within the elementwise work (776.8 MFLOP vs 757.1 counted; 4 einsums
+# would be 841.0): tests/costmodel/test_moe_layer.py test_maxtext_dispatch_backward_is_one_gemm_in_xla.
+EINSUM_DISPATCH_GEMMS = {"fwd": 2, "bwd": 3}
 # FP8 expert GEMMs quantize their bf16 inputs per expert: fc1's and fc2's inputs forward, their output gradients
 # backward (weights are cast once per step, on the first micro-batch). TE's multi-tensor quantize fuses the experts
 # into one kernel only for delayed scaling; every other recipe quantizes each expert's tensor on its own
@@ -207,6 +215,14 @@ def local_expert_sort_passes(ctx: Context, shape: Shape) -> int:
             or local_experts(ctx, shape) <= 1:
         return 0
     return LOCAL_EXPERT_SORT_PASSES
+
+
+def einsum_dispatch_bwd_s(permute_fwd_s: float, mode: str) -> float:
+    """Backward seconds of MaxText's dispatch and combine einsums (mode "einsum"): EINSUM_DISPATCH_GEMMS' 3 GEMMs for
+    the forward's 2; 0 for the memory-bound permute passes (backward with the elementwise work, compute.layer)."""
+    if mode != "einsum":
+        return 0.0
+    return permute_fwd_s * EINSUM_DISPATCH_GEMMS["bwd"] / EINSUM_DISPATCH_GEMMS["fwd"]
 
 
 def einsum_dispatch_s(ctx: Context, shape: Shape) -> float:

@@ -42,20 +42,21 @@ def test_catalog_has_moe_models():
 @pytest.mark.parametrize("name", MOE_MODELS)
 def test_moe_layer_terms_sum_to_its_time(name, framework):
     """fwd = proj + mlp (shared experts) + experts + router + attention + elementwise + permute + ring merge +
-    host launch + expert epilogue + unfused RoPE; bwd = 2 GEMMs + 2.5 attention + 2 (elementwise + permute) + ring
-    merge + host launch + expert epilogue + unfused RoPE: the inputs `plan explain` prints for the layer, and nothing
-    else."""
+    host launch + expert epilogue + unfused RoPE; bwd = 2 GEMMs + 2.5 attention + 2 elementwise + permute backward (2
+    x the dropless passes) + ring merge + host launch + expert epilogue + unfused RoPE: the inputs `plan explain` prints
+    for the layer, and nothing else."""
     ctx, ev = _eval(name, framework)
     i = _moe_layer_term(ev).inputs
     fwd = (i["proj_s"] + i["mlp_s"] + i["experts_s"] + i["router_s"] + i["attention_s"] + i["elementwise_s"]
            + i["permute_s"] + i["ring_merge_fwd_s"] + i["host_launch_fwd_s"] + i["expert_epilogue_fwd_s"]
            + i["unfused_rope_fwd_s"])
     bwd = (2 * (i["proj_s"] + i["mlp_s"] + i["experts_s"] + i["router_s"]) + 2.5 * i["attention_s"]
-           + 2 * (i["elementwise_s"] + i["permute_s"]) + i["ring_merge_bwd_s"] + i["host_launch_bwd_s"]
+           + 2 * i["elementwise_s"] + i["permute_bwd_s"] + i["ring_merge_bwd_s"] + i["host_launch_bwd_s"]
            + i["expert_epilogue_bwd_s"] + i["unfused_rope_bwd_s"])
     assert math.isclose(fwd, i["fwd_s"], rel_tol=1e-12)
     assert math.isclose(bwd, i["bwd_s"], rel_tol=1e-12)
     assert i["experts_s"] > 0 and i["router_s"] > 0 and i["permute_s"] > 0
+    assert math.isclose(i["permute_bwd_s"], 2 * i["permute_s"], rel_tol=1e-12)  # dropless: read + write passes x 2
     # the same numbers reach the explain derivation rows
     rows = {r["term"]: r for r in derivation(ctx, ev)}
     row = rows[_moe_layer_term(ev).name]
@@ -229,6 +230,9 @@ def test_maxtext_capacity_dispatch_is_two_einsums_over_capacity_buffers():
     per_token = 2 * 2 * 8 * 1280 * 4096
     assert per_token == pytest.approx(167.8e6, rel=1e-3)
     assert c.permute == pytest.approx(shape.tokens * per_token / (ctx.peak * ctx.gemm_eff(8 * 1280, 4096, 4096)))
+    # backward: the dispatch einsum's one GEMM (its mask is a boolean cast, no gradient) and the combine's two
+    # (tests/costmodel/test_moe_einsum_real_code.py measures it on XLA's compiled FLOPs)
+    assert c.permute_bwd == pytest.approx(1.5 * c.permute, rel=1e-12)
     dctx, dropless = _eval("mixtral-8x7b", "maxtext", ep=1)  # dropless: permute passes at HBM bandwidth
     assert c.permute > 5 * layer_compute(dctx, plan_shape(dctx, dropless.plan),
                                          next(k for k in dctx.kinds if k.moe)).permute
