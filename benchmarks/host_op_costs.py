@@ -1,6 +1,6 @@
 """Host (CPU) cost of the kinds of operations Transformer Engine's GroupedLinear runs once per local expert without
-launching a kernel (counted in the comment beside planner.costmodel.moe HOST_KERNELS_FWD; not used by the model), measured with PyTorch eager on this machine's
-CPU.
+launching a kernel (counted in the comment beside planner.costmodel.moe HOST_KERNELS_FWD; not used by the model),
+measured with PyTorch eager on this machine's CPU.
 
 What it measures: the Python / C++ dispatch path each kind of operation takes (interpreter, pybind, the ATen
 dispatcher, autograd bookkeeping), best of several repetitions, on CPU tensors of a few elements.
