@@ -52,7 +52,37 @@ LOCAL_EXPERT_SORT_PASSES = 4
 # the Qwen3-30B-A3B GB200 mbs-4 rows (16 local experts) move from -0.4..+0.9% to -9..-10% (the dev 25.11 row -9% ->
 # -18%) and the B200 DeepSeek-V3 EP-8 rows (32 local experts) from -2..-7% to -9..-13%: the 40 / 60 estimate also stands
 # for host time that grows with the local experts and that the per-expert terms at calibration.HOST_LAUNCH_S do not
-# reach (TE GroupedLinear's per-expert Python work, no kernel of its own, is one candidate; no measurement of it found).
+# reach. Counted per dispatcher (2026-11-26, same pins), launches after the sync, forward / backward: the alltoall
+# dispatcher syncs before the EP all-to-all (dropless, permute fusion: token_dispatcher.py preprocess
+# "before_ep_alltoall"), then two all-to-alls, the fused chunk sort and unsort (moe_sort_chunks_by_index: map + sort),
+# the combine all-to-all, the fused unpermute and the bias-dropout-add: ~12-14 / ~13 (TP > 1 adds the two all-gathers
+# and the reduce-scatter); DeepEP's dispatch waits on the host for the receive counts, then _DeepepManager
+# _indices_to_multihot (zeros, mask, boolean indexing and repeat_interleave, each of the last two a further host
+# wait), the fused permute (row-id map + permute), unpermute and combine: ~24 / ~15; HybridEP ~10 / ~10 (above). TE
+# GroupedLinear's per-expert host work without a kernel (TransformerEngine 5671fd3, the v0.3.0 pin;
+# module/grouped_linear.py, csrc/extensions/cast.cpp split_quantize bulk MXFP8 / blockwise allocation,
+# te_general_grouped_gemm), per expert and call: forward 18 Python calls (weight / bias / quantizer lookups, set_usage
+# x2, convert_quantizer, cached get_weight_workspace, two GEMM operand conversions, update_usage, prepare_for_saving
+# x4, the main_grad lambda), 5 tensor views made in C++ (4 quantized data / scale views, the GEMM output slice), one
+# quantized-storage object and 8 saved tensors; backward 17 calls, 5 views, one object and one AccumulateGrad with
+# Megatron's DDP hook on the expert weight. At benchmarks/host_op_costs.py's CPU costs (0.09 us a call, 0.34 us a
+# C++-made view, 0.22 us an object, 0.43 us a saved tensor, 4.1 us a hooked leaf: PyTorch eager dispatch only, x86
+# EPYC, no CUDA allocator, no launch) that is ~7.0 / ~7.6 us per call, ~14 / ~15 us per expert and layer (fc1 + fc2).
+# Trial with those counts (alltoall 14 / 13, HybridEP 10 / 10, plus ~14 / ~15 us per local expert; the merged path of
+# the batch-level EP overlap left at 40 / 60, whose own host work is not counted: under it the H100 Qwen3-235B-A22B
+# rows fall to -8..-15% at the counts): GB200 Qwen3-235B-A22B -1.5..0%, the BF16 25.11 row +15%, but the Qwen3-30B-A3B
+# GB200 mbs-4 rows -5..-7% (the dev 25.11 row -15%) and the B200 DeepSeek-V3 EP-8 rows -5..-9%. Those rows ask for
+# ~24-48 us per expert and layer, about 2x what this CPU measures (Grace's per-op cost, the CUDA side: caching
+# allocator, cuBLASLt setup, or a GPU-side term of the small Qwen3-30B-A3B GEMMs may make up the rest; none measured
+# here), and even at 35 / 35 the H100 gpt-oss-120b BF16 rows (alltoall, no per-layer graphs) fall from -2..+1% to
+# -9..-12%: without graphs the launches before the sync (attention, router, aux loss, preprocess: ~70) show too, yet
+# charged beyond the attention's GPU time they push the ungraphed B200 Qwen3-235B-A22B rows from +3..+4% to +18..+25%.
+# The alltoall and DeepEP counts and the pre-sync span need the graph scopes of each preset (Megatron-Bridge
+# *_workload_base_configs.py cuda_graph_scope: attn / moe_router / moe_preprocess on GB200, moe_router /
+# moe_preprocess for Qwen3-30B-A3B on B200 / H100, none for Qwen3-235B-A22B on B200 / H100) and the merged schedule's
+# own host work, so the estimate stays. Charged over the whole sync-to-sync span instead of kernel group by group
+# (the host running ahead wherever the GPU is busy; pre-sync launches by preset scope), the same counts hide under the
+# layer's GPU time and the Qwen3-30B-A3B GB200 rows fall to -24%: their gap is not host time at these counts.
 HOST_KERNELS_FWD = 40
 HOST_KERNELS_BWD = 60
 # Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert (general_grouped_gemm loops over the
