@@ -14,7 +14,7 @@ from typing import NamedTuple
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
-from planner.costmodel.flops import lm_head_flops_per_token, qk_v_head_dims
+from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
 from planner.costmodel.moe import (
     dispatcher,
     einsum_dispatch_bwd_s,
@@ -263,7 +263,51 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
     GEMMs and the elementwise work."""
     if ctx.stack.selective_recomputes == "half_gemms":
         return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
+    saved = set(ctx.train.remat_device) | set(ctx.train.remat_offloaded)
+    if saved and ctx.stack.custom_remat_option:
+        return custom_remat_recompute_s(ctx, k, c, saved)
     return c.attention + mla_up_proj_s(ctx, shape, k)
+
+
+def custom_remat_recompute_s(ctx: Context, k: LayerKind, c: LayerCompute, saved: set[str]) -> float:
+    """Forward seconds one layer re-runs under MaxText's remat_policy 'custom' (TrainingSpec.remat_device /
+    remat_offloaded): jax.checkpoint keeps only the named tensors it is told to keep or offload and re-runs every op
+    whose output the backward needs and that is not kept (MT:configs/base.yml "custom" remat names, each a
+    checkpoint_name in MT:layers/attentions.py, attention_mla.py, linears.py, moe.py). GEMMs only: the memory-bound
+    norms and activations re-run too, not charged (as selective_recompute_s).
+    - the attention core always: its kernel's residuals (output, log-sum-exp) carry no name, so its forward re-runs
+      for its backward (splash attention's custom VJP);
+    - the q / k / v projections (MLA: the down- and up-projections leading to them) unless query_proj, key_proj and
+      value_proj (or qkv_proj) are kept: the attention backward needs them;
+    - the output projection unless out_proj is kept: the MLP's input is the residual sum with it;
+    - the MLP's input GEMMs (w0, w1 of a gated MLP; the shared experts' too) unless mlpwi (or mlpwi_0 and mlpwi_1)
+      is kept: the activation's and wo's backward need their outputs; in an MoE layer the router and the token
+      permutation re-run with them (the sorted tokens carry no name), and the experts' wo too unless mlpwo is kept:
+      the combine's gradient with respect to the routing weights needs the expert outputs (MT:layers/moe.py
+      unpermute, einsum "BKE,BK -> BE")."""
+    m = ctx.model
+    out = c.attention
+    o_share = attn_out_proj_share(m)
+    if not ({"query_proj", "key_proj", "value_proj"} <= saved or "qkv_proj" in saved):
+        out += (1.0 - o_share) * c.proj
+    if "out_proj" not in saved:
+        out += o_share * c.proj
+    if not ("mlpwi" in saved or {"mlpwi_0", "mlpwi_1"} <= saved):
+        wi_share = (m.ffn_matrices - 1) / m.ffn_matrices  # the input GEMMs among one MLP's matrices
+        # MaxText's capacity einsums: only the dispatch re-runs (its output feeds w0 / w1); the combine's output
+        # is not needed by any backward (XLA's compiled FLOPs, tests/costmodel/test_moe_einsum_real_code.py)
+        out += wi_share * c.mlp + c.router + (0.5 * c.permute if permute_mode(ctx) == "einsum" else c.permute)
+        if k.moe:
+            out += c.experts * (wi_share if "mlpwo" in saved else 1.0)
+    return out
+
+
+def attn_out_proj_share(m: ModelSpec) -> float:
+    """The output projection's share of a layer's attention-projection FLOPs (flops.attn_proj_flops_per_token: q,
+    k, v and o; MLA's down- and up-projections and o): 2 x heads x value dim x h per token."""
+    v_dim = m.mla.v_head_dim if m.mla is not None else m.head_dim
+    o_flops = 2.0 * m.num_heads * v_dim * m.hidden_size
+    return min(1.0, o_flops / attn_proj_flops_per_token(m))
 
 
 def kind_label(k: LayerKind) -> str:

@@ -64,7 +64,9 @@ def test_every_row_is_predicted(runs):
 
 def test_moe_rows_are_predicted_within_todays_reach(runs):
     """The 79 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, short of
-    the MoE p90 target (25%). Median 11.1%, p90 27.4% since a null plan.etp reads as the stack's default (Megatron: the
+    the MoE p90 target (25%). Median 9.9%, p90 27.2% today (the BF16 dispatch of FP8 runs, the alltoall's local-expert
+    sort, expert-TP gathers, gpt-oss's eager expert epilogue / unfused YaRN / head-dim-64 attention, MaxText's EP 1 and
+    custom remat); median 11.1%, p90 27.4% since a null plan.etp reads as the stack's default (Megatron: the
     TP degree; the v25.04 Grok-1 rows ran ETP 4) (before: 28.7%; 16.5% / 34.7% before the 26.06+ GB200 MXFP8 presets'
     full-iteration CUDA graph). The tail: the H100 Qwen3-30B FP8 row of 26.02.01 (+69%, reliability C), the 26.06.01
     gpt-oss row its table flags as a regression (-45%, C), the DGX Cloud v25.04 Grok-1 FP8 rows and the token-drop
@@ -172,11 +174,12 @@ def test_maxtext_deepseek3_v5p_runs_without_expert_parallelism(runs):
     the 256 experts are gathered over the fsdp axis and every chip runs all of them on its own 6 x 8192 tokens. The
     row's null plan.ep is read as EP 1 (Stack.ep_unset_is_one), not searched: the search picked EP 256, whose
     all-to-all layout spreads the experts and predicted the step 39.5% fast (54.9 s of 90.668 s); at EP 1 it is
-    69.0 s (-23.9%), the rest unexplained here (the custom remat policy's recomputed MoE forward is not charged)."""
+    69.0 s (-23.9%), and -11.9% once MaxText's custom remat policy re-runs what it does not keep (the MLA projections,
+    router, dispatch and all three expert GEMMs: compute.custom_remat_recompute_s)."""
     ds3 = next(r for r in runs if r["id"] == "tpurecipes-v5p-deepseek3-671b-v5p-1024")
     assert ds3["plan"]["ep"] is None
     res = validate_runs([ds3])["runs"][0]
     assert res["plan"]["ep"] == 1
-    assert -0.30 < res["step_time_error"] < -0.15, res["step_time_error"]
+    assert -0.15 < res["step_time_error"] < -0.08, res["step_time_error"]
     searched = validate_runs([ds3 | {"plan": ds3["plan"] | {"ep": 256}}])["runs"][0]
-    assert searched["step_time_error"] < -0.35, searched["step_time_error"]
+    assert searched["step_time_error"] < -0.30, searched["step_time_error"]  # EP 256: -33%
