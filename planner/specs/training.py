@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.stacks import traits
+
+if TYPE_CHECKING:
+    from planner.stacks.base import Stack
 
 Dtype = Literal["bf16", "fp16", "fp8"]
 # planner.stacks.ALL_FRAMEWORKS (one module each; automodel: a costing stack, not a --framework choice)
@@ -189,66 +193,10 @@ class TrainingSpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _fp8_param_gather_stacks(self) -> "TrainingSpec":
-        if self.fp8_param_gather and self.dtype != "fp8":
-            raise ValueError("fp8_param_gather keeps weights in FP8: it needs dtype fp8")
-        if self.fp8_param_gather and not traits(self.framework).fp8_param_gather_option:
-            raise ValueError(f"FP8 parameter gather is Megatron's --fp8-param-gather or torchtitan's FSDP float8 "
-                             f"all-gather; {self.framework} has none: drop it")
-        return self
-
-    @model_validator(mode="after")
-    def _full_iteration_graph_stacks(self) -> "TrainingSpec":
-        if self.cuda_graph_full_iteration and not traits(self.framework).full_iteration_cuda_graph_option:
-            raise ValueError(f"a full-iteration CUDA graph is Megatron-core's --cuda-graph-impl full_iteration; "
-                             f"{self.framework} has none: drop it")
-        return self
-
-    @model_validator(mode="after")
-    def _fused_grouped_mlp_stacks(self) -> "TrainingSpec":
-        if self.moe_fused_grouped_mlp and not traits(self.framework).moe_expert_epilogue_eager:
-            raise ValueError(f"a fused grouped MLP is Megatron-core's --use-transformer-engine-op-fuser; "
-                             f"{self.framework} has none: drop it")
-        return self
-
-    @model_validator(mode="after")
-    def _fp8_cache_needs_fp8(self) -> "TrainingSpec":
-        if self.fp8_moe_act_cache and self.dtype != "fp8":
-            raise ValueError("fp8_moe_act_cache stores activations in FP8: it needs dtype fp8")
-        if self.fp8_moe_dispatch and self.dtype != "fp8":
-            raise ValueError("fp8_moe_dispatch sends tokens in FP8: it needs dtype fp8")
-        return self
-
-    @model_validator(mode="after")
-    def _a2a_overlap_stacks(self) -> "TrainingSpec":
-        if self.moe_a2a_overlap and not traits(self.framework).moe_a2a_overlap_option:
-            raise ValueError(f"batch-level EP overlap (--moe-a2a-overlap) is Megatron-core's; {self.framework} has "
-                             "none: drop it")
-        if self.moe_a2a_overlap and self.moe_dispatcher == "allgather":
-            # megatron-core: overlap_moe_expert_parallel_comm needs the alltoall or flex dispatcher
-            raise ValueError("batch-level EP overlap (--moe-a2a-overlap) needs the alltoall or flex dispatcher")
-        return self
-
-    @model_validator(mode="after")
-    def _recipe_needs_fp8(self) -> "TrainingSpec":
-        if self.fp8_recipe is not None and self.dtype != "fp8":
-            raise ValueError(f"an FP8 recipe (--fp8-recipe {self.fp8_recipe}) needs --dtype fp8: add it or drop "
-                             "the recipe")
-        return self
-
-    @model_validator(mode="after")
-    def _compile_is_pytorch_native(self) -> "TrainingSpec":
-        if self.torch_compile and not traits(self.framework).eager_unless_compiled:
-            raise ValueError(f"torch.compile (--compile) applies to PyTorch-native stacks (--framework fsdp, "
-                             f"--launcher torchtitan); {self.framework} fuses its elementwise kernels already: "
-                             "drop --compile")
-        return self
-
-    @model_validator(mode="after")
-    def _fused_loss_is_pytorch_native(self) -> "TrainingSpec":
-        if self.fused_cross_entropy and not traits(self.framework).fused_loss_option:
-            raise ValueError("fused_cross_entropy describes a PyTorch-native stack (framework fsdp); "
-                             f"{self.framework} keeps its own loss: drop it")
+    def _fp8_settings_need_fp8(self) -> "TrainingSpec":
+        for is_set, message in _NEEDS_FP8:
+            if is_set(self) and self.dtype != "fp8":
+                raise ValueError(message.format(t=self))
         return self
 
     @model_validator(mode="after")
@@ -258,20 +206,53 @@ class TrainingSpec(BaseModel):
         bad = sorted(set(self.remat_offloaded + self.remat_device) - set(REMAT_TENSORS))
         if bad:
             raise ValueError(f"unknown remat tensor(s) {', '.join(bad)}: choose from {', '.join(REMAT_TENSORS)}")
-        if (self.remat_offloaded or self.remat_device) and not traits(self.framework).custom_remat_option:
-            raise ValueError(f"a custom remat policy (remat_offloaded / remat_device) is MaxText's; {self.framework} "
-                             "has none: drop it")
         return self
 
     @model_validator(mode="after")
-    def _chunked_loss_stacks(self) -> "TrainingSpec":
-        if self.loss_chunks > 1 and not traits(self.framework).chunked_loss_option:
-            raise ValueError(f"a chunked loss (loss_chunks {self.loss_chunks}) is torchtitan's ChunkedLossWrapper or "
-                             f"MaxText's num_vocab_tiling; {self.framework} computes the loss in one piece: drop it")
+    def _stack_has_the_settings(self) -> "TrainingSpec":
+        stack = traits(self.framework)
+        for is_set, offered, message in _STACK_OPTIONS:
+            if is_set(self) and not offered(stack):
+                raise ValueError(message.format(t=self))
+        if self.moe_a2a_overlap and self.moe_dispatcher == "allgather":
+            # megatron-core: overlap_moe_expert_parallel_comm needs the alltoall or flex dispatcher
+            raise ValueError("batch-level EP overlap (--moe-a2a-overlap) needs the alltoall or flex dispatcher")
         return self
 
-    @model_validator(mode="after")
-    def _legacy_zero3_is_deepspeed(self) -> "TrainingSpec":
-        if self.legacy_deepspeed_zero3 and not traits(self.framework).legacy_zero3_option:
-            raise ValueError("legacy_deepspeed_zero3 describes DeepSpeed; set framework to deepspeed or drop it")
-        return self
+
+# Settings that only mean something under an FP8 recipe: (whether the spec sets it, what to tell the user).
+_NEEDS_FP8: tuple[tuple[Callable[[TrainingSpec], bool], str], ...] = (
+    (lambda t: t.fp8_param_gather, "fp8_param_gather keeps weights in FP8: it needs dtype fp8"),
+    (lambda t: t.fp8_moe_act_cache, "fp8_moe_act_cache stores activations in FP8: it needs dtype fp8"),
+    (lambda t: t.fp8_moe_dispatch, "fp8_moe_dispatch sends tokens in FP8: it needs dtype fp8"),
+    (lambda t: t.fp8_recipe is not None,
+     "an FP8 recipe (--fp8-recipe {t.fp8_recipe}) needs --dtype fp8: add it or drop the recipe"),
+)
+
+# Settings only some stacks run (the one owner of which stack offers what: its Stack trait): (whether the spec sets
+# it, whether the stack offers it, what to tell the user; {t.framework} is the spec's stack).
+_STACK_OPTIONS: tuple[tuple[Callable[[TrainingSpec], bool], Callable[[Stack], bool], str], ...] = (
+    (lambda t: t.fp8_param_gather, lambda s: s.fp8_param_gather_option,
+     "FP8 parameter gather is Megatron's --fp8-param-gather or torchtitan's FSDP float8 all-gather; {t.framework} "
+     "has none: drop it"),
+    (lambda t: t.cuda_graph_full_iteration, lambda s: s.full_iteration_cuda_graph_option,
+     "a full-iteration CUDA graph is Megatron-core's --cuda-graph-impl full_iteration; {t.framework} has none: drop "
+     "it"),
+    (lambda t: t.moe_fused_grouped_mlp, lambda s: s.moe_expert_epilogue_eager,
+     "a fused grouped MLP is Megatron-core's --use-transformer-engine-op-fuser; {t.framework} has none: drop it"),
+    (lambda t: t.moe_a2a_overlap, lambda s: s.moe_a2a_overlap_option,
+     "batch-level EP overlap (--moe-a2a-overlap) is Megatron-core's; {t.framework} has none: drop it"),
+    (lambda t: t.torch_compile, lambda s: s.eager_unless_compiled,
+     "torch.compile (--compile) applies to PyTorch-native stacks (--framework fsdp, --launcher torchtitan); "
+     "{t.framework} fuses its elementwise kernels already: drop --compile"),
+    (lambda t: t.fused_cross_entropy, lambda s: s.fused_loss_option,
+     "fused_cross_entropy describes a PyTorch-native stack (framework fsdp); {t.framework} keeps its own loss: drop "
+     "it"),
+    (lambda t: bool(t.remat_offloaded or t.remat_device), lambda s: s.custom_remat_option,
+     "a custom remat policy (remat_offloaded / remat_device) is MaxText's; {t.framework} has none: drop it"),
+    (lambda t: t.loss_chunks > 1, lambda s: s.chunked_loss_option,
+     "a chunked loss (loss_chunks {t.loss_chunks}) is torchtitan's ChunkedLossWrapper or MaxText's num_vocab_tiling; "
+     "{t.framework} computes the loss in one piece: drop it"),
+    (lambda t: t.legacy_deepspeed_zero3, lambda s: s.legacy_zero3_option,
+     "legacy_deepspeed_zero3 describes DeepSpeed; set framework to deepspeed or drop it"),
+)

@@ -12,8 +12,24 @@ from planner.analysis.explain import derivation
 from planner.catalog.hardware import get_hardware
 from planner.catalog.models import get_model, list_models
 from planner.costmodel import Context, evaluate
+from planner.costmodel.base import plan_shape
 from planner.costmodel.calibration import DEFAULT_CALIBRATION as cal
-from planner.costmodel.moe import MoEForward, expert_load
+from planner.costmodel.collectives import collective_time
+from planner.costmodel.compute import layer_compute
+from planner.costmodel.expert import dispatch_bytes, ep_comm_fwd_s, etp_gather_s
+from planner.costmodel.moe import (
+    HOST_KERNELS_BWD,
+    HOST_KERNELS_FWD,
+    HOST_KERNELS_PER_EXPERT_BWD,
+    HOST_KERNELS_PER_EXPERT_FWD,
+    MoEForward,
+    dispatcher_buffer_bytes,
+    expert_load,
+    local_experts,
+    permute_s,
+)
+from planner.launchers.contract import CONTRACTS, missing_features
+from planner.search.space import pinned_errors
 from planner.specs import ClusterSpec, ParallelPlan, TrainingSpec
 
 MOE_MODELS = [m.name for m in list_models() if get_model(m.name).is_moe]
@@ -95,8 +111,6 @@ def test_no_fixed_per_layer_cost_left():
 
 def test_dropless_imbalance_model():
     """Busiest EP rank under uniform routing: 1 + sqrt(2 ln ep (ep - 1) / n), n = the EP group's assignments."""
-    from planner.costmodel.base import plan_shape
-
     ctx, ev = _eval(MOE_MODELS[0])
     shape = plan_shape(ctx, ev.plan)
     n = shape.tokens * ev.plan.ep * ctx.model.require_moe().top_k
@@ -123,16 +137,6 @@ def test_megatron_batch_level_a2a_overlap_hides_ep_comm():
 def test_a2a_overlap_with_a_host_sync_exposes_every_host_launch():
     """Merged forward/backward steps behind a dropless dispatcher's host sync: the host's kernel launches of the MoE
     layer (HOST_KERNELS_* x HOST_LAUNCH_S) are charged whole, not only their excess over the GPU work."""
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.compute import layer_compute
-    from planner.costmodel.moe import (
-        HOST_KERNELS_BWD,
-        HOST_KERNELS_FWD,
-        HOST_KERNELS_PER_EXPERT_BWD,
-        HOST_KERNELS_PER_EXPERT_FWD,
-        local_experts,
-    )
-
     name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
     ctx, ev = _eval(name, ep=64, moe_a2a_overlap=True)
     shape = plan_shape(ctx, ev.plan)
@@ -146,8 +150,6 @@ def test_a2a_overlap_with_a_host_sync_exposes_every_host_launch():
 
 
 def test_deepep_buffers_counted_only_for_the_flex_dispatcher():
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.moe import dispatcher_buffer_bytes
 
     name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
     ctx, ev = _eval(name, ep=16)
@@ -161,8 +163,6 @@ def test_deepep_buffers_counted_only_for_the_flex_dispatcher():
 def test_interleaved_schedule_pinned_without_vpp_searches_the_virtual_stages():
     """`--schedule interleaved --pp 8` with no --vpp: the request is valid (the search tries vpp 2..layers/stage), it
     used to be refused because the check probed vpp 1."""
-    from planner.search.space import pinned_errors
-
     model = get_model("qwen3-235b-a22b")
     train = TrainingSpec(seq_len=4096, global_batch=8192)
     assert pinned_errors(model, train, 256, {"pp": 8, "schedule": "interleaved", "ep": 32}) == []
@@ -174,16 +174,6 @@ def test_fp8_experts_launch_their_quantize_kernels_per_expert(recipe, per_tensor
     """FP8 expert GEMMs behind a host sync: each local expert's two GEMM inputs (forward) and two output gradients
     (backward) are quantized one tensor at a time, 3 kernels each under current scaling (amax, scale, cast), 1 under
     block scalings, 0 per expert under delayed scaling (TE's one fused multi-tensor cast)."""
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.compute import layer_compute
-    from planner.costmodel.moe import (
-        HOST_KERNELS_BWD,
-        HOST_KERNELS_FWD,
-        HOST_KERNELS_PER_EXPERT_BWD,
-        HOST_KERNELS_PER_EXPERT_FWD,
-        local_experts,
-    )
-
     name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
     model = get_model(name)
     hw = get_hardware("b200-sxm-180gb") if recipe == "mxfp8" else get_hardware("h100-sxm-80gb")
@@ -205,9 +195,6 @@ def test_capacity_padded_experts_in_one_kernel_are_a_batched_gemm():
     """MaxText's dense_matmul einsum over capacity buffers (equal groups) runs the local experts as one batched GEMM:
     no grouped-kernel loss, so a capacity factor of 1.0 beats the dropless grouped kernel by 1 / MOE_GROUPED in the
     expert term; Megatron's per-expert GEMM loop keeps the loss either way."""
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.compute import layer_compute
-
     def experts(framework: str, **train) -> float:
         ctx, ev = _eval("mixtral-8x7b" if "mixtral-8x7b" in MOE_MODELS else MOE_MODELS[0], framework, ep=1, **train)
         return layer_compute(ctx, plan_shape(ctx, ev.plan), next(k for k in ctx.kinds if k.moe)).experts
@@ -221,9 +208,6 @@ def test_maxtext_capacity_dispatch_is_two_einsums_over_capacity_buffers():
     """MaxText's dense_matmul: dispatch "BNSM,BNSEC -> EBNCM" and combine "EBNCM,BNSEC -> BNSM" against one-hot masks
     of E experts x C slots per sequence, C = ceil(S top_k / E) x cf (generate_masks): Mixtral 8x7B at S 4096, top-2,
     cf 1.25: C = 1280, 2 x 2 x 8 x 1280 x 4096 = 168 MFLOP per token, at the dense GEMM rate."""
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.compute import layer_compute
-
     ctx, ev = _eval("mixtral-8x7b", "maxtext", ep=1, moe_capacity_factor=1.25)
     shape = plan_shape(ctx, ev.plan)
     c = layer_compute(ctx, shape, next(k for k in ctx.kinds if k.moe))
@@ -243,9 +227,6 @@ def test_full_iteration_cuda_graph_removes_the_host_launches():
     replays the step as one launch with static MoE shapes: the dropless layer's host-launch terms (HOST_KERNELS_* x
     HOST_LAUNCH_S behind the dispatcher's sync) go to zero and nothing else of the layer changes; with the batch-level
     EP overlap the merged steps no longer expose the host either. Only Megatron has the knob."""
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.compute import layer_compute
-
     name = "qwen3-30b-a3b" if "qwen3-30b-a3b" in MOE_MODELS else MOE_MODELS[0]
     for overlap in (False, True):
         ctx, ev = _eval(name, ep=8, moe_a2a_overlap=overlap)
@@ -263,8 +244,6 @@ def test_full_iteration_cuda_graph_removes_the_host_launches():
 def test_full_iteration_cuda_graph_is_refused_by_every_launcher():
     """No emitter writes the full-iteration graph with the static-shape MoE settings it needs (HybridEP's per-rank
     budget, the paged stash, TE's op fuser): a plan costed with it is refused, not launched as another run."""
-    from planner.launchers.contract import CONTRACTS, missing_features
-
     model = get_model("deepseek-v3")
     t = TrainingSpec(global_batch=8, cuda_graph_full_iteration=True)
     for launcher in CONTRACTS:
@@ -277,8 +256,6 @@ def test_megatron_fp8_runs_dispatch_in_bf16_deepseek_in_fp8_with_a_bf16_combine(
     core_v0.14.0; fused_a2a.py: no FP8 dispatch for DeepEP / HybridEP): the dispatch + combine of an FP8 run moves the
     bytes of a BF16 one. DeepSeek-V3's own framework quantizes before the dispatch and combines in BF16 (report sec.
     3.3.2): with an alltoall of 2 copies (dispatch, combine) of top_k x h per token, 1 + 2 bytes against 2 + 2."""
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.expert import dispatch_bytes, ep_comm_fwd_s
     name = "deepseek-v3" if "deepseek-v3" in MOE_MODELS else MOE_MODELS[0]
     times, sent = {}, {}
     for tag, train in (("bf16", {}), ("fp8", {"dtype": "fp8"}), ("fp8_dispatch", {"dtype": "fp8",
@@ -307,8 +284,6 @@ def test_alltoall_dispatcher_sorts_received_tokens_by_local_expert():
     by local expert, and the reverse around the combine (token_dispatcher.py at core_v0.14.0, "Permutation 2"): with
     4 local experts (Mixtral 8x7B at EP 2) the permute term is 4 + 4 passes of the device's top_k copies, with one
     expert per rank (EP 8) 4; the flex dispatcher has no second sort."""
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.moe import permute_s
     name = "mixtral-8x7b"
     model = get_model(name)
     # 4096 tokens x top-2 copies x h 4096 x 2 B at capacity factor 1, over the HBM bandwidth
@@ -328,9 +303,6 @@ def test_expert_tensor_parallelism_gathers_and_scatters_the_received_tokens():
     and reduce-scatter the expert outputs (token_dispatcher.py at core_v0.14.0 dispatch_postprocess /
     combine_preprocess): etp x the sent copies each way over the TP fabric, and the sort by local expert runs over the
     gathered copies. Mixtral 8x7B, TP 4 = ETP 4, EP 2 on 64 H100s: 4096 / 4 tokens x top-2 x h 4096 x 2 B sent."""
-    from planner.costmodel.base import plan_shape
-    from planner.costmodel.collectives import collective_time
-    from planner.costmodel.expert import dispatch_bytes, ep_comm_fwd_s, etp_gather_s
     name = "mixtral-8x7b" if "mixtral-8x7b" in MOE_MODELS else MOE_MODELS[0]
     model = get_model(name)
     cluster = ClusterSpec(hardware=get_hardware("h100-sxm-80gb"), count=64)
