@@ -16,6 +16,7 @@ from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
 from planner.costmodel.moe import (
+    EINSUM_DISPATCH_GEMMS,
     dispatcher,
     einsum_dispatch_bwd_s,
     expert_load,
@@ -62,8 +63,7 @@ GLU_CLAMP_BYTES_PER_INTER = {"fwd": 16.0, "bwd": 20.0}
 #   activations' dtype. Router probabilities are bf16 (P = 2 B) with the all-to-all dispatcher (the gpt-oss recipes
 #   leave moe_router_dtype unset: Transformer Engine's fused_topk_with_score_function returns them in the logits'
 #   dtype) and fp32 (P = 4 B) with the flex dispatcher (megatron-core token_dispatcher.py _HybridEPManager /
-#   _DeepepManager: token_probs.float()). See fc2_bias_bytes.
-ACT_BYTES = 2.0
+#   _DeepepManager: token_probs.float()). See fc2_bias_bytes (activations: base.ACT_ELEM_BYTES).
 # The rotary embedding of a YaRN-scaled model without MLA (gpt-oss: Megatron --position-embedding-type yarn) runs
 # unfused in Megatron (Stack.yarn_rope_unfused): models/common/embeddings/rope_utils.py _apply_rotary_pos_emb_bshd,
 # op by op over every q and k element, bf16: t * cos (R2 W2), _rotate_half (the negated half R2 W2 over half the
@@ -190,9 +190,10 @@ def fc2_bias_bytes(prob_bytes: float) -> tuple[float, float]:
     P, write P), the cat (P + P), the cast (P + 2) when P is not 2 B; backward the cast's gradient and the sum's
     gradient to t (2 + P each way) when P is not 2 B, and the bias and probability gradients (grad x p, grad x b: each
     read P, written P and summed P)."""
-    cast = prob_bytes != ACT_BYTES
-    fwd = prob_bytes + (ACT_BYTES + 2 * prob_bytes) + 2 * prob_bytes + ((prob_bytes + ACT_BYTES) if cast else 0.0)
-    bwd = (2 * (ACT_BYTES + prob_bytes) if cast else 0.0) + 2 * 3 * prob_bytes
+    cast = prob_bytes != ACT_ELEM_BYTES
+    fwd = (prob_bytes + (ACT_ELEM_BYTES + 2 * prob_bytes) + 2 * prob_bytes
+           + ((prob_bytes + ACT_ELEM_BYTES) if cast else 0.0))
+    bwd = (2 * (ACT_ELEM_BYTES + prob_bytes) if cast else 0.0) + 2 * 3 * prob_bytes
     return fwd, bwd
 
 
@@ -214,7 +215,7 @@ def expert_epilogue_s(ctx: Context, shape: Shape, k: LayerKind) -> tuple[float, 
         fwd += inter * GLU_CLAMP_BYTES_PER_INTER["fwd"]
         bwd += inter * GLU_CLAMP_BYTES_PER_INTER["bwd"]
     if e.expert_bias:
-        f, b = fc2_bias_bytes(4.0 if dispatcher(ctx) == "flex" else ACT_BYTES)
+        f, b = fc2_bias_bytes(4.0 if dispatcher(ctx) == "flex" else ACT_ELEM_BYTES)
         fwd += m.hidden_size * f
         bwd += m.hidden_size * b
     return copies * fwd / ctx.hbm_bw, copies * bwd / ctx.hbm_bw
@@ -245,11 +246,11 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     epi_fwd, epi_bwd = expert_epilogue_s(ctx, shape, k)
     rope_fwd, rope_bwd = unfused_rope_s(ctx, shape)
     einsum_bwd = einsum_dispatch_bwd_s(mo.permute, permute_mode(ctx))  # MaxText's einsums: 3 GEMMs for 2
-    passes = 0.0 if einsum_bwd else mo.permute  # memory-bound permute passes: backward as the elementwise work
+    # memory-bound permute passes: backward as the elementwise work
+    perm_bwd = einsum_bwd or BWD_ELEMENTWISE_RATIO * mo.permute
     fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd + epi_fwd + rope_fwd
     bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + BWD_ATTN_RATIO * attn
-           + BWD_ELEMENTWISE_RATIO * (elem + passes) + einsum_bwd + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
-    perm_bwd = BWD_ELEMENTWISE_RATIO * passes + einsum_bwd
+           + BWD_ELEMENTWISE_RATIO * elem + perm_bwd + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
     return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, perm_bwd, mo.host_fwd, mo.host_bwd, attn, elem,
                         merge_fwd, merge_bwd, epi_fwd, epi_bwd, rope_fwd, rope_bwd, fwd, bwd)
 
@@ -296,7 +297,8 @@ def custom_remat_recompute_s(ctx: Context, k: LayerKind, c: LayerCompute, saved:
         wi_share = (m.ffn_matrices - 1) / m.ffn_matrices  # the input GEMMs among one MLP's matrices
         # MaxText's capacity einsums: only the dispatch re-runs (its output feeds w0 / w1); the combine's output
         # is not needed by any backward (XLA's compiled FLOPs, tests/costmodel/test_moe_einsum_real_code.py)
-        out += wi_share * c.mlp + c.router + (0.5 * c.permute if permute_mode(ctx) == "einsum" else c.permute)
+        dispatch = c.permute / EINSUM_DISPATCH_GEMMS["fwd"] if permute_mode(ctx) == "einsum" else c.permute
+        out += wi_share * c.mlp + c.router + dispatch
         if k.moe:
             out += c.experts * (wi_share if "mlpwo" in saved else 1.0)
     return out
