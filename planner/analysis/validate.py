@@ -247,8 +247,8 @@ def infer_moe_dispatcher(run: dict) -> str | None:
 # B200 BF16 presets (the FP8 presets inherit the B200 one); the Qwen3-235B-A22B B200 / H100 presets never do.
 # Qwen3-30B-A3B has hidden size 2048, Qwen3-235B-A22B 4096. Caveat for 26.02 on H100: Megatron-Bridge's known issues
 # (docs/releases/known-issues.md at v0.3.0) say "DeepEP is not supported in the current NeMo framework 26.02
-# container"; the preset's dispatcher is kept, and the 26.02 H100 FP8-CS row's prediction hardly depends on it (-45%
-# with flex, -43% with alltoall, 2026-11-26: its error is host time under the batch-level EP overlap).
+# container"; the preset's dispatcher is kept, and the 26.02 H100 FP8-CS row's prediction hardly depends on it (+9%
+# with flex, +14% with alltoall).
 QWEN3_FLEX_FROM = {(2048, "h100"): (26, 2, 0), (2048, "b200"): (26, 2, 1)}
 
 
@@ -280,10 +280,11 @@ def _qwen3_flex(run: dict) -> bool:
 # moe_a2a_overlap=True from v0.4.0 through v0.4.2 (with the hybridep backend in v0.4.0 / v0.4.1: GPT_OSS_FLEX_RELEASES);
 # v0.3.0 / v0.3.1 (26.02, 26.02.01) set neither.
 # The Qwen3-30B-A3B H100 FP8-CS rows run with the overlap (25.11, 26.02: PP 2, EP 8, 16 local experts) take 32.4 and
-# 33.4 ms per layer per micro-batch at 8192 and 4096 tokens (24.85 s over 32 x 24, 102.52 s over 128 x 24), the same
-# at half the tokens: a host-bound floor, about 2.5x the 13.2 ms of host launches moe.moe_forward charges under the
-# merged schedule, while 26.02.01+ without the overlap (EP 16, 8 local experts) takes 9.4 ms, near the 8.3 ms those
-# launches count. The overlap's own host work is not modelled (the rows are predicted -21% and -45%).
+# 16.7 ms per layer per micro-batch at 8192 and 4096 tokens (24.85 s over 32 x 24, 51.27 s over 128 x 24 as the
+# released 26.02 table gives it: 5113 tokens/s/GPU; its pre-release draft's 2557 read as a host-bound floor here
+# before), the same time per token, while moe.moe_forward charges the merged schedule's host launches (13.2 ms) on top
+# of the GPU time: the rows are predicted -21% (mbs 2) and +9% (mbs 1). Without that charge the H100 Qwen3-235B-A22B
+# rows run with the overlap are predicted 35-40% fast, with it within 10%.
 A2A_OVERLAP_RECIPES = (
     ("25.09", "deepseek_v3", 7168, ("h100",)),
     ("25.11", "deepseek_v3", 7168, ("h100",)), ("25.11", "qwen3_moe", 4096, ("h100", "b200")),
