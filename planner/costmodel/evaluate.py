@@ -135,6 +135,15 @@ def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> 
                    f"(stage {ev.peak_stage})")
     if shape.plan.pp > 1 and max(counts) != min(counts):
         out.append(f"uneven pipeline stages: layers per stage {counts}")
+    if ctx.model.mtp_layers:
+        # ModelSpec.mtp_layers: trained by the Megatron and MaxText launch files (--mtp-num-layers, mtp_num_layers),
+        # not in this cost model; costing it needs the pipeline layouts the recipes balance it with (the last stage
+        # holds about 3 fewer decoder layers in Megatron-Bridge's DeepSeek-V3 layouts), which the plans do not state
+        n = ctx.model.mtp_layers
+        out.append(f"not costed: the model's {n} multi-token-prediction module{'s' if n > 1 else ''} (DeepSeek-V3 "
+                   "report sec. 2.2), which the Megatron and MaxText launch files train: per module one more "
+                   "transformer block, a 2h x h projection and the LM head with its loss again, on the last pipeline "
+                   "stage; that stage's time and memory are higher than shown")
     return out
 
 
