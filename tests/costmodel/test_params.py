@@ -46,6 +46,9 @@ COMPUTED = {
                                            "embedding": 9437184000}),
     "gpt_oss_120b": ("gpt-oss-120b", {"total": 116829156672, "active_excl_embedding": 5132849472}),
     "megatron_gpt_1t": ("megatron-gpt-1t", 1008038758400),
+    # not in shared/reference/models.yaml (tests/data/reference/models.yaml says how they were counted)
+    "kimi_k2": ("kimi-k2", {"total": 1026408209408, "active": 32861477888}),
+    "gpt_oss_20b": ("gpt-oss-20b", {"total": 20914757184, "active_excl_embedding": 3608307264}),
 }
 
 # DeepSeek-V3: models.yaml counts the router's per-expert e_score_correction_bias (E per MoE layer);
@@ -89,7 +92,7 @@ def test_models_yaml_computed_params(key):
         assert c.total == computed["total"]
         assert c.non_embedding == computed["non_embedding"]
         assert c.embedding + c.lm_head == computed["embedding"]  # input + output embeddings (untied)
-    elif key == "gpt_oss_120b":
+    elif key in ("gpt_oss_120b", "gpt_oss_20b"):
         assert c.total == computed["total"]
         assert c.active - c.embedding == computed["active_excl_embedding"]  # model card: unembedding active
     else:
@@ -148,6 +151,10 @@ OFFICIAL = [
     ("gpt-oss-120b", "active-embedding", "5.13", 1e9, "stated"),  # unembedding counted active, embedding not
     ("megatron-gpt-1t", "total", "1008", 1e9, "stated"),  # SC21 Table 1 "1008B"
     ("megatron-gpt-1t", "total", "1", 1e12, "stated"),  # "1 trillion parameters"
+    ("kimi-k2", "total", "1", 1e12, "stated"),  # README "1T"; 1.026T from the config
+    ("kimi-k2", "active", "32", 1e9, "stated"),  # README "32B activated"; 32.86B from the config
+    ("gpt-oss-20b", "total", "20.91", 1e9, "stated"),  # model card Table 1
+    ("gpt-oss-20b", "active-embedding", "3.61", 1e9, "stated"),  # unembedding counted active, embedding not
 ]
 
 
