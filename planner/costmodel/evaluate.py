@@ -138,7 +138,9 @@ def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> 
     if ctx.model.mtp_layers:
         # ModelSpec.mtp_layers: trained by the Megatron and MaxText launch files (--mtp-num-layers, mtp_num_layers),
         # not in this cost model; costing it needs the pipeline layouts the recipes balance it with (the last stage
-        # holds about 3 fewer decoder layers in Megatron-Bridge's DeepSeek-V3 layouts), which the plans do not state
+        # holds about 3 fewer decoder layers in Megatron-Bridge's DeepSeek-V3 layouts: v0.3.0
+        # recipes/deepseek/deepseek_v3.py set_deepseek_v3_pipeline_model_parallel_layout), which the plans do not state
+        # (tests/costmodel/test_mtp_not_costed.py; a prototype that costs it: branch mtp-proto)
         n = ctx.model.mtp_layers
         out.append(f"not costed: the model's {n} multi-token-prediction module{'s' if n > 1 else ''} (DeepSeek-V3 "
                    "report sec. 2.2), which the Megatron and MaxText launch files train: per module one more "
