@@ -716,6 +716,9 @@ def run_hardware(run: dict, hw):
 # llmb-run 1.10.2 (cli/llmb-run/CHANGELOG.md, 2026-02-23: "now sets SBATCH_SEGMENT_SIZE automatically for
 # gb200/gb300 jobs ... within the 18-node NVLink domain"; first shipped in release v26.02): the earlier releases'
 # launch.sh submit through NeMo-Run's Slurm executor with no segment (e.g. v25.05 deepseek_v3/pretraining/launch.sh).
+# The measured v25.05 GB200 rows take sides: DeepSeek-V3 (known_runs_dev.yaml, EP 32 / 64) and Llama 4 Maverick
+# (runs/moe_runs_added.yaml, EP 64: +4% to -2% unaligned, -8% to -21% aligned) agree with an unaligned allocation;
+# Grok-1 (EP 8 x ETP 4: +25% to +36% unaligned, -1% to -8% aligned) alone with an aligned one.
 DGXC_SEGMENTED_FROM = (26, 2)
 
 

@@ -44,6 +44,10 @@ Family notes (what is modelled beyond the plain Llama layout):
   AND LayerNorm biases (MosaicML llm-foundry semantics; transformers' port hard-codes ratio 4 and
   no bias, which equals every published MPT); ALiBi (`attn_config.alibi`) else learned positions.
 * phi3: fused qkv and gate_up projections (same counts as Llama).
+* llama4_text (and llama4, whose `text_config` is read: the vision encoder is not costed): dense layers of width
+  `intermediate_size_mlp`, MoE layers (`interleave_moe_layer_step` / `moe_layers`) of experts and one shared
+  expert of width `intermediate_size`, sigmoid top-k router applied to the expert input; chunked attention on the
+  RoPE layers, NoPE layers (`no_rope_layers`), weightless L2 q/k norm and attention temperature tuning.
 """
 
 from __future__ import annotations
@@ -84,6 +88,8 @@ _ARCHITECTURES = {
     "GPTNeoXForCausalLM": "gpt_neox",
     "MptForCausalLM": "mpt",
     "Phi3ForCausalLM": "phi3",
+    "Llama4ForCausalLM": "llama4_text",
+    "Llama4ForConditionalGeneration": "llama4",
 }
 
 _ACTIVATIONS = {
@@ -266,11 +272,13 @@ _LLAMA_DEFAULTS: dict[str, dict[str, Any]] = {
     "phi3": dict(vocab=32064, kv=None, head_dim=None, tie=False, max_pos=4096, act="silu", window=None),
     "deepseek_v2": dict(vocab=102400, kv=None, head_dim=None, tie=False, max_pos=2048, act="silu"),
     "deepseek_v3": dict(vocab=129280, kv=128, head_dim=None, tie=False, max_pos=4096, act="silu"),
+    # transformers 5.24.0 Llama4TextConfig defaults (the text model of Llama4Config, `text_config`)
+    "llama4_text": dict(vocab=202048, kv=8, head_dim=128, tie=False, max_pos=131072, act="silu"),
 }
 
 
 _BIASED_ATTENTION = ("llama", "gemma", "gemma2", "gemma3_text", "qwen3", "qwen3_moe", "nemotron", "gpt_oss",
-                     "deepseek_v2", "deepseek_v3")
+                     "deepseek_v2", "deepseek_v3", "llama4_text")
 
 
 def _llama_like(r: _Reader, mt: str) -> dict:
@@ -287,7 +295,61 @@ def _llama_like(r: _Reader, mt: str) -> dict:
         kw.update(_softcaps(r, mt))
     if mt == "nemotron":
         kw.update(norm_type="layernorm", mlp_type="plain")
-    kw.update(_llama_moe(r, mt, L, nh, ffn))
+    if mt == "llama4_text":
+        kw.update(_llama4(r, L, ffn))
+    else:
+        kw.update(_llama_moe(r, mt, L, nh, ffn))
+    return kw
+
+
+def _llama4(r: _Reader, L: int, expert_ffn: int) -> dict[str, Any]:
+    """Llama 4's text model (transformers 5.24.0 Llama4TextConfig / modeling_llama4): `intermediate_size` is the
+    width of a routed expert and of the one shared expert, `intermediate_size_mlp` the dense layers' FFN; MoE on
+    `moe_layers`, by default every `interleave_moe_layer_step`-th layer from step - 1; the router (h -> experts, no
+    bias) takes the top-k logits through a sigmoid, unnormalised, and the weights scale the token before the experts
+    (Llama4TextMoe); no balance loss in the model. Attention: the RoPE layers (`no_rope_layers` 1; by default all
+    but every `no_rope_layer_interval`-th) attend inside blocks of `attention_chunk_size` tokens (`layer_types`
+    chunked_attention) and, with `use_qk_norm`, L2-normalise q and k; the NoPE layers attend globally and, with
+    `attn_temperature_tuning`, scale q by their position (`floor_scale`, `attn_scale`)."""
+    kw: dict[str, Any] = {"ffn_hidden_size": r.int("intermediate_size_mlp", 16384)}
+    E = r.int("num_local_experts", 16)
+    step = r.int("interleave_moe_layer_step", 1)
+    moe_layers = r.list("moe_layers", int, None)
+    if moe_layers is None:
+        layout = {"first_k_dense": step - 1, "layer_freq": step}
+    else:
+        chosen = {i for i in moe_layers if 0 <= i < L}
+        layout = {"dense_layers": tuple(i for i in range(L) if i not in chosen)}
+    kw["moe"] = MoESpec(num_experts=E, top_k=r.int("num_experts_per_tok", 1), expert_ffn_hidden_size=expert_ffn,
+                        num_shared_experts=1, shared_expert_ffn_hidden_size=expert_ffn, score_function="sigmoid",
+                        norm_topk_prob=False, probs_on_input=True, **layout)
+    rope = r.list("no_rope_layers", int, None)
+    if rope is None or not rope:  # HF: an empty or absent list takes the interval's default
+        interval = r.int("no_rope_layer_interval", 4)
+        rope = [int((i + 1) % interval != 0) for i in range(L)]
+    if len(rope) != L or set(rope) - {0, 1}:
+        raise r._err("no_rope_layers", f"needs one 0/1 entry per layer ({L}): fix the config")
+    types = r.list("layer_types", str, None)
+    chunk = r.int("attention_chunk_size", 8192, null=None)
+    if types is None:
+        chunked = [int(bool(x) and chunk is not None) for x in rope]
+    else:
+        if len(types) != L or set(types) - {"chunked_attention", "full_attention"}:
+            raise r._err("layer_types", f"needs one entry per layer ({L}), each chunked_attention or "
+                         "full_attention: fix the config")
+        chunked = [int(t == "chunked_attention") for t in types]
+    if any(chunked) and chunk is None:
+        raise r._err("attention_chunk_size", "is null but layer_types names chunked layers: give the chunk size")
+    if any(chunked):
+        kw.update(attention_chunk_size=chunk, chunked_layer_pattern=tuple(chunked))
+    nope = tuple(1 - x for x in rope)
+    if any(nope):
+        kw["nope_layer_pattern"] = nope
+    kw["qk_l2_norm"] = r.bool("use_qk_norm", True) and not all(nope)
+    if r.bool("attn_temperature_tuning", True) and any(nope):
+        floor = _number(r, r.cfg, "floor_scale", "") or 8192.0
+        scale = _number(r, r.cfg, "attn_scale", "") or 0.1
+        kw["attn_temperature_tuning"] = (floor, scale)
     return kw
 
 
@@ -724,7 +786,24 @@ _FAMILIES: dict[str, Callable[[_Reader], dict]] = {
     "maxtext_default_2023": _maxtext_default_2023,
 }
 
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
+
+
+# multimodal wrappers whose language model is a supported family: model_type -> the text model's
+_COMPOSITES = {"llama4": "llama4_text"}  # transformers Llama4Config.text_config (Llama4TextConfig)
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted((*_FAMILIES, *_COMPOSITES)))
+
+
+def _text_model(cfg: dict, mt: str) -> tuple[dict, str]:
+    """(the config, its family); for a multimodal wrapper the text model's (`text_config`): only the language model
+    is costed, its vision encoder and projector are not."""
+    if mt not in _COMPOSITES:
+        return cfg, mt
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{mt} config: field 'text_config' must be a mapping (the language model's config): "
+                         "fix the config")
+    return {**text, "model_type": _COMPOSITES[mt]}, _COMPOSITES[mt]
 
 
 def _validation_message(e: ValidationError, prefix: str) -> str:
@@ -744,8 +823,9 @@ def defaulted_fields(cfg: dict) -> dict[str, Any]:
     try:
         mt = cfg.get("model_type") or next((_ARCHITECTURES[a] for a in cfg.get("architectures") or ()
                                            if isinstance(a, str) and a in _ARCHITECTURES), None)
-        if mt not in _FAMILIES:
+        if mt not in SUPPORTED_MODEL_TYPES:
             return {}
+        cfg, mt = _text_model(cfg, mt)
         r = _Reader(cfg, mt)
         _FAMILIES[mt](r)
         return dict(r.defaulted)
@@ -772,10 +852,11 @@ def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
                              f"(one of {', '.join(SUPPORTED_MODEL_TYPES)})")
     if not isinstance(mt, str):
         raise InputError(f"HF config: field 'model_type' must be a string, got {type(mt).__name__} {_fmt(mt)}")
-    if mt not in _FAMILIES:
+    if mt not in SUPPORTED_MODEL_TYPES:
         raise InputError(f"HF config: model_type {mt!r} is not supported"
                          f"{did_you_mean(mt, list(SUPPORTED_MODEL_TYPES))}; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    cfg, mt = _text_model(cfg, mt)
     r = _Reader(cfg, mt)
     try:
         kw = _FAMILIES[mt](r)

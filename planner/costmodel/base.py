@@ -12,7 +12,7 @@ from planner.costmodel.calibration import DEFAULT_CALIBRATION, Calibration
 from planner.costmodel.collectives import Link, span_link
 from planner.costmodel.flops import (
     LayerFlops,
-    is_sliding_layer,
+    is_local_layer,
     layer_flops,
     model_flops_per_token,
     noncausal_model_flops_per_token,
@@ -73,7 +73,7 @@ StageSplit = tuple[int, Counter, Counter]
 @dataclass(frozen=True)
 class LayerKind:
     moe: bool
-    sliding: bool
+    local: str  # "" (global attention), "sliding" (window) or "chunked" (Llama 4's attention chunks)
     params: LayerParams
     flops: LayerFlops  # forward, per token, unsharded
 
@@ -91,11 +91,13 @@ class Context:
         # --memory-headroom (GiB kept free); None: the default memory margin (planner.costmodel.capacity)
         self.memory_headroom_gib = memory_headroom_gib
         self.stack = stack_of(train)  # the stack's cost traits (planner/stacks/)
-        kinds: dict[tuple[bool, bool], int] = {}
-        self.kinds: list[LayerKind] = []  # the distinct layer kinds (dense/MoE x global/sliding)
+        kinds: dict[tuple[bool, str], int] = {}
+        self.kinds: list[LayerKind] = []  # the distinct layer kinds (dense/MoE x global/sliding/chunked)
         self.kind_of_layer: list[int] = []  # layer index -> kind index
         for i in range(model.num_layers):
-            key = (model.is_moe_layer(i), is_sliding_layer(model, i))
+            local = ("" if not is_local_layer(model, i) else
+                     "chunked" if model.attention_chunk_size is not None else "sliding")
+            key = (model.is_moe_layer(i), local)
             if key not in kinds:
                 kinds[key] = len(self.kinds)
                 self.kinds.append(LayerKind(key[0], key[1], layer_params(model, i),

@@ -313,7 +313,7 @@ def attn_out_proj_share(m: ModelSpec) -> float:
 
 
 def kind_label(k: LayerKind) -> str:
-    return ("MoE" if k.moe else "dense") + (" sliding" if k.sliding else "")
+    return ("MoE" if k.moe else "dense") + (f" {k.local}" if k.local else "")
 
 
 def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:

@@ -66,11 +66,28 @@ def attended_keys(seq_len: int, window: int | None, causal: bool = True) -> floa
     return (w * (w + 1) / 2.0 + (s - w) * w) / s
 
 
-def attn_core_flops_per_token(m: ModelSpec, seq_len: int, sliding: bool, causal: bool = True) -> float:
+def chunked_attended_keys(seq_len: int, chunk: int, causal: bool = True) -> float:
+    """Mean keys each query attends to when attention stays inside blocks of `chunk` tokens (Llama 4's chunked
+    attention, HF transformers masking_utils chunked_overlay: kv_idx // chunk == q_idx // chunk): causal, query j of
+    a block sees j + 1 keys; else the whole block."""
+    s, c = int(seq_len), int(chunk)
+    if c >= s:
+        return attended_keys(s, None, causal)
+    full, rest = divmod(s, c)
+    if not causal:
+        return (full * c * c + rest * rest) / s
+    return (full * c * (c + 1) / 2.0 + rest * (rest + 1) / 2.0) / s
+
+
+def attn_core_flops_per_token(m: ModelSpec, seq_len: int, local: bool, causal: bool = True) -> float:
     """QK^T (2 * keys * d_qk) + AV (2 * keys * d_v) per head (Vaswani et al. 2017; FlashAttention-2
-    paper, arXiv 2307.08691, sec. 4.1 counts the causal case as half)."""
+    paper, arXiv 2307.08691, sec. 4.1 counts the causal case as half); a local layer attends through the
+    model's sliding window or inside its attention chunk."""
     dqk, dv = qk_v_head_dims(m)
-    keys = attended_keys(seq_len, m.sliding_window if sliding else None, causal)
+    if local and m.attention_chunk_size is not None:
+        keys = chunked_attended_keys(seq_len, m.attention_chunk_size, causal)
+    else:
+        keys = attended_keys(seq_len, m.sliding_window if local else None, causal)
     return 2.0 * keys * m.num_heads * (dqk + dv)
 
 
@@ -86,11 +103,19 @@ def is_sliding_layer(m: ModelSpec, i: int) -> bool:
     return bool(pat[i]) if pat else i < m.num_sliding_layers
 
 
+def is_local_layer(m: ModelSpec, i: int) -> bool:
+    """Layer i attends locally: through the sliding window, or inside its attention chunk (Llama 4's RoPE layers;
+    a model has one kind or the other, ModelSpec._check)."""
+    if is_sliding_layer(m, i):
+        return True
+    pat = m.chunked_layer_pattern
+    return bool(pat[i]) if pat else m.attention_chunk_size is not None
+
+
 def layer_flops(m: ModelSpec, i: int, seq_len: int) -> LayerFlops:
     """Forward FLOPs per token of layer i."""
-    sliding = is_sliding_layer(m, i)
     proj = attn_proj_flops_per_token(m)
-    core = attn_core_flops_per_token(m, seq_len, sliding)
+    core = attn_core_flops_per_token(m, seq_len, is_local_layer(m, i))
     if m.is_moe_layer(i):
         e = m.require_moe()
         shared_w = e.shared_expert_ffn_hidden_size or e.expert_ffn_hidden_size
@@ -129,5 +154,5 @@ def _model_flops_per_token(m: ModelSpec, seq_len: int, causal: bool) -> float:
     total = lm_head_flops_per_token(m)
     for i in range(m.num_layers):
         lf = layer_flops(m, i, seq_len)
-        total += lf.gemm + attn_core_flops_per_token(m, seq_len, is_sliding_layer(m, i), causal=causal)
+        total += lf.gemm + attn_core_flops_per_token(m, seq_len, is_local_layer(m, i), causal=causal)
     return 3.0 * total

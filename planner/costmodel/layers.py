@@ -60,7 +60,7 @@ def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, 
 
 def layer_times(ctx: Context, shape: Shape, k: LayerKind) -> LayerTimes:
     """`_layer_times`, cached in the context under every knob it depends on (with its terms)."""
-    key = (k.moe, k.sliding) + shape.time_key
+    key = (k.moe, k.local) + shape.time_key
     v = ctx.layer_time_cache.get(key)
     if v is None:
         v, ctx.layer_term_cache[key] = _layer_times(ctx, shape, k)
@@ -73,7 +73,7 @@ def layer_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
     out: list[Term] = []
     for k in ctx.kinds:
         layer_times(ctx, shape, k)
-        out.extend(ctx.layer_term_cache[(k.moe, k.sliding) + shape.time_key])
+        out.extend(ctx.layer_term_cache[(k.moe, k.local) + shape.time_key])
     return tuple(out)
 
 

@@ -404,7 +404,7 @@ def custom_remat(train: TrainingSpec) -> tuple[tuple[str, ...], tuple[str, ...]]
 def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     """activation_elems_per_token of layer kind `k` under recompute `mode`, cached in the context."""
     p, tr = shape.plan, ctx.train
-    key = (k.moe, k.sliding, p.tp, shape.sp, mode, p.etp)
+    key = (k.moe, k.local, p.tp, shape.sp, mode, p.etp)
     v = ctx.act_cache.get(key)
     if v is None:
         v = ctx.act_cache[key] = activation_elems_per_token(

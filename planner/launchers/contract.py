@@ -63,6 +63,13 @@ def _window(m: ModelSpec, t: TrainingSpec) -> tuple | None:
     return (m.sliding_window, pat if pat is not None else f"{m.num_sliding_layers} of {m.num_layers} layers")
 
 
+def _chunks(m: ModelSpec, t: TrainingSpec) -> tuple | None:
+    """(chunk tokens, per-layer pattern 1 = chunked) or None; a chunk no shorter than the sequence is global."""
+    if m.attention_chunk_size is None or m.attention_chunk_size >= t.seq_len or not any(m.chunked_pattern()):
+        return None
+    return (m.attention_chunk_size, m.chunked_pattern())
+
+
 def _moe_layers(m: ModelSpec, t: TrainingSpec) -> tuple | None:
     return tuple(int(m.is_moe_layer(i)) for i in range(m.num_layers)) if m.moe else None
 
@@ -100,6 +107,12 @@ FIELDS: tuple[ContractField, ...] = (
     ContractField("rope_local_theta", lambda m, t: m.rope_local_theta if m.position_embedding == "rope" else None,
                   None, "a separate RoPE base for sliding-window layers"),
     ContractField("sliding_window", _window, None, "sliding-window attention"),
+    ContractField("chunked_attention", _chunks, None, "chunked attention"),
+    ContractField("nope_layers", lambda m, t: m.nope_layer_pattern if any(m.nope_layer_pattern) else None, None,
+                  "layers without RoPE"),
+    ContractField("qk_l2_norm", lambda m, t: m.qk_l2_norm, False, "the L2 q/k norm"),
+    ContractField("attn_temperature_tuning", lambda m, t: m.attn_temperature_tuning, None,
+                  "attention temperature tuning"),
     ContractField("qkv_bias", lambda m, t: m.qkv_bias, False, "q/k/v biases"),
     ContractField("attn_out_bias", lambda m, t: m.attn_out_bias, False, "attention output bias"),
     ContractField("mlp_bias", lambda m, t: bool(m.mlp_bias and m.num_dense_layers), False, "MLP biases"),
@@ -120,6 +133,8 @@ FIELDS: tuple[ContractField, ...] = (
     ContractField("expert_bias", _moe(lambda e: e.expert_bias, False), False, "expert biases"),
     ContractField("score_function", _moe(lambda e: e.score_function, "softmax"), "softmax",
                   "sigmoid router scores"),
+    ContractField("probs_on_input", _moe(lambda e: e.probs_on_input, False), False,
+                  "gate weights applied to the expert input"),
     ContractField("expert_bias_balancing", _moe(lambda e: e.expert_bias_balancing, False), False,
                   "aux-loss-free expert-bias balancing"),
     ContractField("route_groups", _moe(lambda e: (e.route_groups, e.route_topk_groups) if e.route_topk_groups
@@ -152,6 +167,11 @@ MEGATRON = {
     "position_embedding": "--position-embedding-type", "rope_theta": "--rotary-base", "rope_local_theta": None,
     "rope_scaling": "--use-rope-scaling --rope-scaling-factor (llama3 with low 1, high 4, original 8192 only)",
     "sliding_window": "--window-size (W-1,0) --window-attn-skip-freq", "qkv_bias": "--add-qkv-bias / bias on",
+    # Llama 4: 0.19.2 has no setting for chunked attention or the NoPE layers' temperature tuning, so a Llama 4
+    # launch is refused; --no-rope-freq, TransformerConfig.qk_l2_norm and moe_apply_probs_on_input exist but are not
+    # written (no Llama 4 launch to carry them)
+    "chunked_attention": None, "nope_layers": None, "qk_l2_norm": None, "attn_temperature_tuning": None,
+    "probs_on_input": None,
     "attn_out_bias": "--disable-bias-linear (all or none)", "mlp_bias": "--disable-bias-linear (all or none)",
     "qk_norm": "--qk-layernorm", "scale_embeddings": None, "attention_sinks": "--softmax-type learnable",
     "logit_softcap": None, "mla": "--multi-latent-attention --q-lora-rank --kv-lora-rank ...",
@@ -182,6 +202,8 @@ MEGATRON_DEEPSPEED = {
     "position_embedding": "--use-rotary-position-embeddings / --no-position-embedding",
     "rope_theta": "--rotary-position-embeddings-theta", "rope_local_theta": None,
     "rope_scaling": None, "sliding_window": None,
+    "chunked_attention": None, "nope_layers": None, "qk_l2_norm": None, "attn_temperature_tuning": None,
+    "probs_on_input": None,
     "qkv_bias": "--disable-bias-linear (all or none)", "attn_out_bias": "--disable-bias-linear (all or none)",
     "mlp_bias": "--disable-bias-linear (all or none)", "qk_norm": None, "scale_embeddings": None,
     "attention_sinks": None, "logit_softcap": None, "mla": None,
@@ -204,6 +226,8 @@ MAXTEXT = {
     "rope_local_theta": "local_rope_max_timescale",
     "rope_scaling": "rope_type llama3.1 | yarn + rope_factor, original_max_position_embeddings",
     "sliding_window": "sliding_window_size (the block's own local/global pattern)",
+    "chunked_attention": None, "nope_layers": None, "qk_l2_norm": None, "attn_temperature_tuning": None,
+    "probs_on_input": None,
     "qkv_bias": "attention_bias", "attn_out_bias": "attention_bias (gpt_oss block)",
     "mlp_bias": "mlp_bias", "qk_norm": "use_qk_norm", "scale_embeddings": "decoder_block (gemma blocks)",
     "attention_sinks": "attention_sink", "logit_softcap": "attn_logits_soft_cap / final_logits_soft_cap",
@@ -226,6 +250,8 @@ TORCHTITAN = {
     "position_embedding": "RoPE only", "rope_theta": "rope theta", "rope_local_theta": None,
     "rope_scaling": "rope scaling (llama)",
     "sliding_window": None, "qkv_bias": None, "attn_out_bias": None, "mlp_bias": None, "qk_norm": "qk_norm",
+    "chunked_attention": None, "nope_layers": None, "qk_l2_norm": None, "attn_temperature_tuning": None,
+    "probs_on_input": None,
     "scale_embeddings": None, "attention_sinks": None, "logit_softcap": None, "mla": "deepseek_v3 registry only",
     "attention_impl": "attn backend (sdpa/flex: flash)", "num_experts": "num_experts", "top_k": "top_k",
     "expert_ffn_hidden_size": "moe hidden_dim", "moe_layers": "first dense layers",

@@ -94,6 +94,9 @@ class MoESpec(_Frozen):
                                         "`seq_aux`, arXiv 2412.19437 sec. 2.1.2 eq. 17-20)")
     z_loss_coeff: float = Field(0.0, ge=0, description="router z-loss weight (ST-MoE, arXiv 2202.08906 sec. 3.1); "
                                 "0 = none")
+    probs_on_input: bool = Field(False, description="the gate weights scale each routed token before the experts "
+                                 "instead of their outputs (Llama 4: HF Llama4TextMoe; Megatron "
+                                 "--moe-apply-probs-on-input)")
     dense_layers: tuple[int, ...] = Field(
         (),
         description="0-based layer indices forced to a dense FFN on top of first_k_dense/layer_freq "
@@ -186,6 +189,21 @@ class ModelSpec(_Frozen):
     sliding_layer_pattern: tuple[int, ...] = Field(
         (), description="1 for a sliding-window layer, 0 for a global one, per layer (HF `layer_types`); empty: "
         "every layer when num_sliding_layers = num_layers, else not stated")
+    attention_chunk_size: int | None = Field(
+        None, ge=1, description="chunked local attention: a query attends causally only inside its own block of this "
+        "many tokens (Llama 4 `attention_chunk_size`, HF Llama4TextAttention), on the layers chunked_layer_pattern "
+        "marks; a model has sliding windows or chunks, not both")
+    chunked_layer_pattern: tuple[int, ...] = Field(
+        (), description="1 for a chunked-attention layer, 0 for a global one, per layer (HF Llama 4 `layer_types` "
+        "chunked_attention: the RoPE layers); empty with attention_chunk_size: every layer")
+    nope_layer_pattern: tuple[int, ...] = Field(
+        (), description="1 for a layer that applies no rotary embedding (NoPE), 0 otherwise, per layer (Llama 4: the "
+        "0 entries of HF `no_rope_layers`, every 4th layer); empty: every layer applies the model's positions")
+    qk_l2_norm: bool = Field(False, description="weightless L2 norm of q and k per head on the RoPE layers (Llama 4 "
+                             "`use_qk_norm`, HF Llama4TextL2Norm); no parameters")
+    attn_temperature_tuning: tuple[float, float] | None = Field(
+        None, description="(floor_scale, attn_scale): the NoPE layers scale q by log(floor((pos + 1) / floor_scale) "
+        "+ 1) x attn_scale + 1 (Llama 4 `attn_temperature_tuning`, HF Llama4TextAttention); no parameters")
     norm_eps: float | None = Field(None, gt=0, description="epsilon of every norm (HF rms_norm_eps / "
                                    "layer_norm_epsilon); None = not stated")
     scale_embeddings: bool = Field(False, description="the embedding output is multiplied by sqrt(hidden_size) "
@@ -217,6 +235,14 @@ class ModelSpec(_Frozen):
         pat = self.sliding_layer_pattern
         if pat and (len(pat) != self.num_layers or sum(pat) != self.num_sliding_layers or set(pat) - {0, 1}):
             raise ValueError("sliding_layer_pattern needs one 0/1 entry per layer, with num_sliding_layers ones")
+        for name, pat_ in (("chunked_layer_pattern", self.chunked_layer_pattern),
+                           ("nope_layer_pattern", self.nope_layer_pattern)):
+            if pat_ and (len(pat_) != self.num_layers or set(pat_) - {0, 1}):
+                raise ValueError(f"{name} needs one 0/1 entry per layer")
+        if self.chunked_layer_pattern and self.attention_chunk_size is None:
+            raise ValueError("chunked_layer_pattern needs attention_chunk_size")
+        if self.attention_chunk_size is not None and self.num_sliding_layers:
+            raise ValueError("a model has sliding-window layers or chunked-attention layers, not both")
         if self.relative_attention_num_buckets and self.position_embedding != "relative":
             raise ValueError("relative_attention_num_buckets needs position_embedding 'relative'")
         if self.moe is not None and self.moe.first_k_dense > self.num_layers:
@@ -251,6 +277,12 @@ class ModelSpec(_Frozen):
         if self.num_sliding_layers in (0, self.num_layers):
             return (1 if self.num_sliding_layers else 0,) * self.num_layers
         return None
+
+    def chunked_pattern(self) -> tuple[int, ...]:
+        """1 (chunked attention) or 0 (global) per layer; all 0 without attention_chunk_size."""
+        if self.attention_chunk_size is None:
+            return (0,) * self.num_layers
+        return self.chunked_layer_pattern or (1,) * self.num_layers
 
     @property
     def num_moe_layers(self) -> int:

@@ -15,8 +15,8 @@ from planner.catalog.data import data_dir
 
 FILE = data_dir("runs") / "moe_runs_added.yaml"
 # rows per source (the header of runs/moe_runs_added.yaml lists the tables)
-PREFIXES = {"mbridge": 49, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2504-grok1": 12, "automodel": 6,
-            "tpurecipes": 2}
+PREFIXES = {"mbridge": 49, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2505-llama4": 8, "dgxc2504-grok1": 12,
+            "automodel": 6, "tpurecipes": 4}
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,9 @@ def test_every_row_is_predicted(runs):
 
 
 def test_moe_rows_are_predicted_within_todays_reach(runs):
-    """The 79 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, short of
-    the MoE p90 target (25%). Median 9.9%, p90 27.2% today (the BF16 dispatch of FP8 runs, the alltoall's local-expert
+    """The 89 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, short of
+    the MoE p90 target (25%). Median 9.7%, p90 27.2% today (9.9% / 27.2% on the 79 rows before the ten Llama 4 rows:
+    DGX Cloud Maverick -13% to +4%, tpu-recipes Maverick -34% and Scout +11%) (the BF16 dispatch of FP8 runs, the alltoall's local-expert
     sort, expert-TP gathers, gpt-oss's eager expert epilogue / unfused YaRN / head-dim-64 attention, MaxText's EP 1 and
     custom remat); median 11.1%, p90 27.4% since a null plan.etp reads as the stack's default (Megatron: the
     TP degree; the v25.04 Grok-1 rows ran ETP 4) (before: 28.7%; 16.5% / 34.7% before the 26.06+ GB200 MXFP8 presets'
@@ -73,7 +74,7 @@ def test_moe_rows_are_predicted_within_todays_reach(runs):
     25.09 rows (-25% to -35%)."""
     res = validate_runs(runs)
     errors = sorted(abs(r["step_time_error"]) for r in res["runs"])
-    assert len(errors) == 79
+    assert len(errors) == 89
     assert errors[len(errors) // 2] <= 0.115, errors
     assert errors[int(0.9 * (len(errors) - 1))] <= 0.28, errors
 

@@ -170,6 +170,48 @@ def test_layer_types_and_windows():
     assert from_hf_config(mis).num_sliding_layers == 0
 
 
+def llama4(**kw) -> dict:
+    return {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 8, "num_attention_heads": 40,
+            "intermediate_size": 8192, **kw}
+
+
+def test_llama4_layer_rules():
+    """transformers Llama4TextConfig.__post_init__: moe_layers = range(step - 1, L, step); no_rope_layers[i] =
+    (i + 1) % interval != 0 (1 = RoPE); layer_types chunked_attention on the RoPE layers when a chunk size is set."""
+    m = from_hf_config(llama4(interleave_moe_layer_step=2, num_local_experts=128))
+    assert [i for i in range(8) if m.is_moe_layer(i)] == [1, 3, 5, 7]
+    assert m.ffn_hidden_size == 16384 and m.moe.expert_ffn_hidden_size == 8192  # intermediate_size_mlp default
+    assert m.moe.num_shared_experts == 1 and m.moe.shared_expert_ffn_hidden_size == 8192
+    assert m.moe.score_function == "sigmoid" and not m.moe.norm_topk_prob and m.moe.probs_on_input
+    assert m.nope_layer_pattern == (0, 0, 0, 1, 0, 0, 0, 1)
+    assert m.attention_chunk_size == 8192 and m.chunked_pattern() == (1, 1, 1, 0, 1, 1, 1, 0)
+    assert m.qk_l2_norm and m.attn_temperature_tuning == (8192.0, 0.1)  # HF defaults: use_qk_norm, tuning on
+    every = from_hf_config(llama4())
+    assert every.num_moe_layers == 8 and every.moe.num_experts == 16  # step 1, 16 experts: HF defaults (Scout)
+    listed = from_hf_config(llama4(moe_layers=[0, 5, 99]))
+    assert [i for i in range(8) if listed.is_moe_layer(i)] == [0, 5]  # HF ignores indices past the last layer
+    plain = from_hf_config(llama4(attention_chunk_size=None, no_rope_layers=[1] * 8, use_qk_norm=False))
+    assert plain.attention_chunk_size is None and not plain.nope_layer_pattern and not plain.qk_l2_norm
+    assert plain.attn_temperature_tuning is None  # tuning acts on NoPE layers only
+    typed = from_hf_config(llama4(layer_types=["full_attention"] * 7 + ["chunked_attention"]))
+    assert typed.chunked_pattern() == (0,) * 7 + (1,)
+    with pytest.raises(InputError, match="no_rope_layers"):
+        from_hf_config(llama4(no_rope_layers=[1, 0]))
+    with pytest.raises(InputError, match="layer_types"):
+        from_hf_config(llama4(layer_types=["sliding_attention"] * 8))
+    with pytest.raises(InputError, match="attention_chunk_size"):
+        from_hf_config(llama4(attention_chunk_size=None, layer_types=["chunked_attention"] * 8))
+
+
+def test_llama4_composite_reads_text_config():
+    text = {k: v for k, v in llama4(interleave_moe_layer_step=2).items() if k != "model_type"}
+    m = from_hf_config({"architectures": ["Llama4ForConditionalGeneration"], "text_config": text,
+                        "vision_config": {"hidden_size": 1408}})
+    assert m.family == "llama4_text" and m.num_moe_layers == 4
+    with pytest.raises(InputError, match="text_config"):
+        from_hf_config({"model_type": "llama4", "text_config": [1]})
+
+
 def test_architectures_without_model_type():
     cfg = llama()
     del cfg["model_type"]

@@ -23,6 +23,7 @@ CANONICAL = [
     "mistral-7b-v0.1", "mixtral-8x7b", "mixtral-8x22b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-32b",
     "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v2", "deepseek-v3", "gpt3-175b", "bloom-176b",
     "falcon-180b", "gemma-2-27b", "nemotron-4-340b", "gpt-oss-120b", "megatron-gpt-1t", "kimi-k2", "gpt-oss-20b",
+    "llama4-maverick",
 ]
 
 

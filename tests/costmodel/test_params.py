@@ -49,6 +49,7 @@ COMPUTED = {
     # not in shared/reference/models.yaml (tests/data/reference/models.yaml says how they were counted)
     "kimi_k2": ("kimi-k2", {"total": 1026408209408, "active": 32861477888}),
     "gpt_oss_20b": ("gpt-oss-20b", {"total": 20914757184, "active_excl_embedding": 3608307264}),
+    "llama4_maverick": ("llama4-maverick", {"total": 400711848960, "active": 17184691200}),
 }
 
 # DeepSeek-V3: models.yaml counts the router's per-expert e_score_correction_bias (E per MoE layer);
@@ -155,6 +156,8 @@ OFFICIAL = [
     ("kimi-k2", "active", "32", 1e9, "stated"),  # README "32B activated"; 32.86B from the config
     ("gpt-oss-20b", "total", "20.91", 1e9, "stated"),  # model card Table 1
     ("gpt-oss-20b", "active-embedding", "3.61", 1e9, "stated"),  # unembedding counted active, embedding not
+    ("llama4-maverick", "total", "400", 1e9, "stated"),  # Meta "400B total"; 400.71B from the config
+    ("llama4-maverick", "active", "17", 1e9, "stated"),  # Meta "17B active"; 17.18B with the embedding
 ]
 
 

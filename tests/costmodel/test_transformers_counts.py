@@ -162,6 +162,19 @@ TOY = {
     "mpt-min": toy("mpt", d_model=64, n_heads=4, n_layers=2),
     "mpt-aliases": toy("mpt", hidden_size=64, num_attention_heads=4, num_hidden_layers=3, vocab_size=300,
                        max_seq_len=128, attn_config={"alibi": True}),
+    # Llama 4: experts and shared expert of intermediate_size, dense layers of intermediate_size_mlp; MoE every
+    # layer by default, every 2nd with the step, or on an explicit moe_layers list; the composite llama4 config
+    # is read through its text_config (test_llama4_composite_is_its_text_model)
+    "llama4_text-min": toy("llama4_text", hidden_size=64, num_hidden_layers=4, num_attention_heads=8,
+                           intermediate_size=32),
+    "llama4_text-interleave-gqa": toy("llama4_text", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=16, intermediate_size=32,
+                                      intermediate_size_mlp=96, num_local_experts=4, num_experts_per_tok=2,
+                                      interleave_moe_layer_step=2, vocab_size=300, use_qk_norm=False),
+    "llama4_text-moe_layers-bias-tied": toy("llama4_text", hidden_size=64, num_hidden_layers=5, num_attention_heads=8,
+                                            intermediate_size=32, intermediate_size_mlp=48, num_local_experts=3,
+                                            moe_layers=[0, 3], attention_bias=True, tie_word_embeddings=True,
+                                            vocab_size=300),
     "phi3-min": toy("phi3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96),
     "phi3-gqa": toy("phi3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                     intermediate_size=96, vocab_size=300, pad_token_id=0, tie_word_embeddings=True),
@@ -220,3 +233,24 @@ def test_catalog_configs_are_the_reference_files():
         cfg = {k: v for k, v in by_name[f.stem].hf_config.items() if k not in added}
         assert cfg == json.loads(f.read_text()), f.name
         assert all(k in by_name[f.stem].hf_config and k in by_name[f.stem].source for k in added), f.name
+
+
+def test_llama4_composite_is_its_text_model():
+    """A Llama4Config (Meta's checkpoint config.json: model_type llama4, the language model under text_config) is
+    costed as its text model: the same count as the language model transformers builds inside
+    Llama4ForConditionalGeneration (the vision encoder and projector are not costed)."""
+    torch, transformers = require_transformers()
+    text = {k: v for k, v in TOY["llama4_text-interleave-gqa"].items() if k != "model_type"}
+    cfg = {"model_type": "llama4", "text_config": text,
+           "vision_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                             "intermediate_size": 64, "vision_output_dim": 64, "projector_input_dim": 64,
+                             "projector_output_dim": 64}}
+    hf_cfg = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        full = transformers.Llama4ForConditionalGeneration(hf_cfg)
+    text_numel = numel(full.language_model) if hasattr(full, "language_model") else numel(full.model.language_model)
+    lm_head = full.lm_head.weight.numel() if getattr(full, "lm_head", None) is not None else 0
+    spec = from_hf_config(cfg)
+    assert spec.family == "llama4_text"
+    assert count_params(spec).total == text_numel + lm_head
+    assert count_params(spec).total < numel(full)  # the vision tower is left out
