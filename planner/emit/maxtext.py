@@ -15,6 +15,7 @@ an NVLink domain).
 from __future__ import annotations
 
 import functools
+import math
 
 from planner.costmodel.placement import MESH_AXES
 from planner.emit.common import dumps
@@ -24,6 +25,7 @@ from planner.launchers.job import Job, Unsupported
 from planner.launchers.maxtext_mesh import (
     _ACT,
     _decoder_block,
+    llama4_intervals,
     mesh_degrees,
     split_ici_dcn,
 )
@@ -284,6 +286,11 @@ def _model_keys(job: Job, block: str, notes: list[str]) -> dict:
         cfg["trainable_position_size"] = max(m.max_position_embeddings, t.seq_len)
     cfg.update(_attention_keys(job, block))
     cfg.update(_moe_keys(job))
+    if block == "llama4":
+        cfg.update(_llama4_keys(job))
+        # the block takes the sigmoid of the top-1 logit itself (layers/moe.py); a routed_score_func would apply
+        # one more to the gate logits before it
+        cfg.pop("routed_score_func", None)
     if m.mla is not None:
         cfg["attention_type"] = "mla"
         cfg["q_lora_rank"] = m.mla.q_lora_rank or 0
@@ -318,6 +325,23 @@ def _attention_keys(job: Job, block: str) -> dict:
     # dot-product path that materialises the scores (maxtext 0.2.5 layers/attention_op.py apply_attention)
     cfg["attention"] = "dot_product" if t.attention_impl == "unfused" else "flash"
     return cfg
+
+
+def _llama4_keys(job: Job) -> dict:
+    """Llama 4's layer cycle, chunks, q/k norm and temperature tuning (planner.launchers.maxtext_mesh
+    _llama4_gap names what the block cannot run; maxtext 0.2.5 configs/models/llama4-17b-128e.yml)."""
+    m, t = job.model, job.train
+    iv = llama4_intervals(m)
+    assert iv is not None  # refused before (maxtext_model_gaps)
+    nope, step = iv
+    return {"nope_layer_interval": nope, "interleave_moe_layer_step": step,
+            "inhomogeneous_layer_cycle_interval": math.lcm(max(nope, 1), step),
+            "first_num_dense_layers": 0,  # the cycle places the dense layers
+            # a chunk no shorter than the sequence attends globally, as the costed model without chunks does
+            "chunk_attn_window_size": max(m.attention_chunk_size or 0, t.seq_len) if not any(m.chunked_pattern())
+            else m.attention_chunk_size,
+            "use_qk_norm": m.qk_l2_norm, "temperature_tuning": m.attn_temperature_tuning is not None,
+            "capacity_factor": -1}
 
 
 def _moe_keys(job: Job) -> dict:
@@ -366,7 +390,11 @@ def _rope_keys(job: Job, notes: list[str]) -> dict:
     if m.rope_local_theta is not None:
         out["local_rope_max_timescale"] = int(m.rope_local_theta)
     sc = contract_values(m, job.train)["rope_scaling"]
-    if sc is None:
+    if sc is None and m.family == "llama4_text":
+        # Llama 4's interleaved rotation: MaxText's LLaMARotaryEmbedding without its scaling, as maxtext 0.2.5
+        # configs/models/llama4-17b-128e.yml writes it (rope_type llama3.1, rope_use_scale false)
+        out.update(rope_type="llama3.1", rope_use_scale=False)
+    elif sc is None:
         out["rope_type"] = "default"
     elif sc[0] == "llama3":
         out.update(rope_type="llama3.1", rope_use_scale=True)

@@ -41,7 +41,7 @@ def split_ici_dcn(job: Job, deg: dict[str, int]) -> tuple[int, dict[str, int], d
 _BLOCKS = {"llama": "llama2", "mistral": "mistral", "mixtral": "mixtral", "deepseek_v2": "deepseek",
            "deepseek_v3": "deepseek", "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3",
            "gemma3_text": "gemma3", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "gpt_oss": "gpt_oss",
-           "gpt2": "gpt3", "gpt3": "gpt3"}
+           "gpt2": "gpt3", "gpt3": "gpt3", "llama4_text": "llama4"}
 # the local (1) / global (0) attention cycle a block hard-codes (maxtext 0.2.5 models/gemma2.py: a local then a
 # global layer; models/gemma3.py GEMMA3_ATTENTION_PATTERN: 5 local, 1 global; models/gpt_oss.py: local, global);
 # every other block attends globally
@@ -103,7 +103,71 @@ def maxtext_model_gaps(m, t) -> list[str]:
         gaps.append("the sqrt(hidden) embedding scale" if m.scale_embeddings else "an unscaled embedding")
     if _ACT.get(m.activation) is None or (m.activation == "gpt_oss_glu") != (block == "gpt_oss"):
         gaps.append(f"a {m.activation} MLP")
-    return gaps + _rope_gap(m, t) + _moe_gap(m)
+    gaps += _llama4_gap(m, t) if block == "llama4" else _not_llama4_gap(m, t)
+    return gaps + _rope_gap(m, t) + ([] if block == "llama4" else _moe_gap(m))
+
+
+# Llama 4's block (maxtext 0.2.5 models/llama4.py): layer i has no RoPE iff (i + 1) % nope_layer_interval == 0
+# (determine_is_nope_layer) and an MoE FFN iff (i + 1) % interleave_moe_layer_step == 0 (determine_is_moe_layer);
+# the RoPE layers attend in chunks of chunk_attn_window_size (AttentionType.CHUNK), the NoPE ones globally; q and k
+# L2-normalised on the RoPE layers with use_qk_norm (layers/attentions.py); temperature tuning at scale 0.1 and floor
+# 8192, written into the block; the router's top-1 logit through a sigmoid scales the expert input, the combine
+# weights are 1 (layers/moe.py); configs/types.py refuses a capacity factor >= 0 and top-k above 1.
+LLAMA4_TEMPERATURE = (8192.0, 0.1)
+
+
+def _interval(pattern: tuple[int, ...]) -> int | None:
+    """N with pattern[i] == ((i + 1) % N == 0) for every layer, -1 for an all-zero pattern, else None."""
+    if not any(pattern):
+        return -1
+    n = pattern.index(1) + 1
+    return n if all(bool(x) == ((i + 1) % n == 0) for i, x in enumerate(pattern)) else None
+
+
+def llama4_intervals(m) -> tuple[int, int] | None:
+    """(nope_layer_interval, interleave_moe_layer_step) of the llama4 block for `m`, or None when its NoPE or MoE
+    layers follow no interval."""
+    nope = _interval(m.nope_layer_pattern or (0,) * m.num_layers)
+    moe = _interval(tuple(int(m.is_moe_layer(i)) for i in range(m.num_layers)))
+    return None if nope is None or moe is None or moe < 1 else (nope, moe)
+
+
+def _llama4_gap(m, t) -> list[str]:
+    gaps: list[str] = []
+    iv = llama4_intervals(m)
+    e = m.moe
+    if iv is None:
+        gaps.append("NoPE or MoE layers off the llama4 block's intervals")
+    elif m.num_layers % math.lcm(max(iv[0], 1), iv[1]):
+        gaps.append("a layer count that is not whole cycles of the llama4 block")
+    rope_layers = tuple(1 - x for x in (m.nope_layer_pattern or (0,) * m.num_layers))
+    if contract_values(m, t)["chunked_attention"] is not None and m.chunked_pattern() != rope_layers:
+        gaps.append("chunked attention on layers other than the RoPE layers")
+    if m.attn_temperature_tuning not in (None, LLAMA4_TEMPERATURE):
+        gaps.append("attention temperature tuning other than the llama4 block's (floor 8192, scale 0.1)")
+    if m.qk_norm:
+        gaps.append("a QK-norm with weights (the llama4 block's is L2)")
+    if e is not None and (e.top_k != 1 or e.score_function != "sigmoid" or e.norm_topk_prob or not e.probs_on_input):
+        gaps.append("a router other than Llama 4's (top-1 sigmoid on the expert input)")
+    if e is not None and t.moe_capacity_factor is not None:
+        gaps.append("an expert capacity factor (the llama4 block runs dropless only)")
+    return gaps
+
+
+def _not_llama4_gap(m, t) -> list[str]:
+    """Llama 4's features on another block, which has none of them."""
+    gaps = []
+    if contract_values(m, t)["chunked_attention"] is not None:
+        gaps.append("chunked attention")
+    if any(m.nope_layer_pattern):
+        gaps.append("layers without RoPE")
+    if m.qk_l2_norm:
+        gaps.append("the L2 q/k norm")
+    if m.attn_temperature_tuning is not None:
+        gaps.append("attention temperature tuning")
+    if m.moe is not None and m.moe.probs_on_input:
+        gaps.append("gate weights applied to the expert input")
+    return gaps
 
 
 def _rope_gap(m, t) -> list[str]:

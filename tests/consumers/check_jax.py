@@ -215,13 +215,39 @@ def model_fields(cfg):
              "norm_topk_prob", "load_balance_loss_weight", "moe_use_megatron_seq_aux_loss", "mtp_num_layers",
              "capacity_factor", "rope_factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
              "mscale", "local_rope_max_timescale", "rope_linear_scaling_factor", "attention",
-             "mlp_activations_limit", "mlp_bias")
+             "mlp_activations_limit", "mlp_bias", "nope_layer_interval", "interleave_moe_layer_step",
+             "inhomogeneous_layer_cycle_interval", "chunk_attn_window_size", "temperature_tuning")
     out = {n: getattr(cfg, n, None) for n in names}
     out = {k: (str(getattr(v, "value", v)) if k in ("rope_type", "attention_type", "attention") else v)
            for k, v in out.items()}
     out["mlp_activations"] = list(cfg.mlp_activations)
     out["decoder_block"] = str(getattr(cfg.decoder_block, "value", cfg.decoder_block))
+    if out["decoder_block"] == "llama4":
+        rules = _llama4_layer_rules()
+        n = cfg.num_decoder_layers
+        out["nope_pattern"] = [int(rules["determine_is_nope_layer"](i, cfg.nope_layer_interval)) for i in range(n)]
+        out["moe_pattern"] = [int(rules["determine_is_moe_layer"](i, cfg.interleave_moe_layer_step))
+                              for i in range(n)]
     return out
+
+
+def _llama4_layer_rules() -> dict:
+    """determine_is_nope_layer / determine_is_moe_layer as maxtext's models/llama4.py defines them, the layer kinds
+    its llama4 block builds: the two functions' own source, run without the module's imports (it imports aqt, which
+    the validators do not install)."""
+    import ast
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.find_spec("maxtext")
+    path = pathlib.Path(spec.origin).parent / "models" / "llama4.py"
+    tree = ast.parse(path.read_text())
+    wanted = [f for f in tree.body if isinstance(f, ast.FunctionDef)
+              and f.name in ("determine_is_nope_layer", "determine_is_moe_layer")]
+    assert len(wanted) == 2, "maxtext models/llama4.py no longer defines the llama4 layer rules"
+    scope: dict = {}
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), str(path), "exec"), scope)  # noqa: S102 - library source
+    return scope
 
 
 def main(req_path, out_path):

@@ -126,7 +126,29 @@ def maxtext_values(f: dict, planned: ModelSpec) -> dict[str, Any]:
         local = f["local_rope_max_timescale"]
         out["rope_local_theta"] = float(local) if local and local > 0 else None
     out.update(_maxtext_moe(f, n))
+    out.update(_maxtext_llama4(f, n) if block == "llama4" else {
+        "chunked_attention": None, "nope_layers": None, "qk_l2_norm": False, "attn_temperature_tuning": None,
+        "probs_on_input": False})
     return out
+
+
+def _maxtext_llama4(f: dict, n: int) -> dict[str, Any]:
+    """The llama4 block's layers as maxtext 0.2.5 models/llama4.py builds them (determine_is_nope_layer,
+    determine_is_moe_layer, run by tests/consumers/check_jax.py), its chunks on the RoPE layers, L2 q/k norm,
+    temperature tuning (0.1 / 8192 in Llama4DecoderLayer) and router (layers/moe.py: sigmoid of the top-1 logit on
+    the expert input)."""
+    nope = tuple(f["nope_pattern"])
+    chunk, seq = f["chunk_attn_window_size"], f["max_target_length"]
+    return {
+        "nope_layers": nope if any(nope) else None,
+        "chunked_attention": (chunk, tuple(1 - x for x in nope)) if chunk < seq else None,
+        "qk_l2_norm": bool(f["use_qk_norm"]), "qk_norm": False,
+        "attn_temperature_tuning": (8192.0, 0.1) if f["temperature_tuning"] and any(nope) else None,
+        "moe_layers": tuple(f["moe_pattern"]),
+        # GateLogit applies routed_score_func to the logits first: a second sigmoid, not Llama 4's router
+        "score_function": "sigmoid" if not f["routed_score_func"] else f"{f['routed_score_func']} then sigmoid",
+        "norm_topk_prob": False, "probs_on_input": True,
+    }
 
 
 def _maxtext_moe(f: dict, n: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import pytest
 from planner.catalog.models import get_model
 from planner.costmodel.flops import chunked_attended_keys, model_flops_per_token
 from planner.launchers.contract import table_missing
-from planner.specs import TrainingSpec
+from planner.specs import MoESpec, TrainingSpec
 
 
 def _mask_mean_keys(s: int, c: int, causal: bool) -> float:
@@ -46,13 +46,33 @@ def test_layer_kinds_name_the_chunked_layers():
 
 
 @pytest.mark.parametrize("launcher,framework", [("megatron", "megatron"), ("deepspeed", "deepspeed"),
-                                                ("maxtext", "maxtext"), ("torchtitan", "fsdp")])
-def test_no_launcher_claims_llama4(launcher, framework):
-    """No launcher release the planner writes for runs Llama 4's NoPE-layer temperature tuning (Megatron-core
-    0.19.2, Megatron-DeepSpeed, torchtitan 0.3.0 have no setting; the MaxText llama4 block is not emitted yet):
-    the launch is refused, and chunked attention is named only where the sequence exceeds the chunk."""
+                                                ("torchtitan", "fsdp")])
+def test_llama4_is_refused_where_the_release_cannot_run_it(launcher, framework):
+    """Megatron-core 0.19.2, Megatron-DeepSpeed and torchtitan 0.3.0 have no setting for the NoPE layers' temperature
+    tuning: the launch is refused by name, and chunked attention is named only where the sequence exceeds the chunk."""
     m = get_model("llama4-maverick")
     short = table_missing(m, TrainingSpec(seq_len=8192, global_batch=8, framework=framework), launcher)
     long = table_missing(m, TrainingSpec(seq_len=16384, global_batch=8, framework=framework), launcher)
     assert "attention temperature tuning" in short and "layers without RoPE" in short
     assert "chunked attention" not in short and "chunked attention" in long
+
+
+def test_maxtext_llama4_block_runs_maverick_and_names_what_it_cannot():
+    """MaxText's llama4 block (maxtext 0.2.5 models/llama4.py, configs/types.py) runs Maverick at any length; it
+    refuses what the block cannot hold: a capacity factor (dropless only), top-k above 1, MoE or NoPE layers off its
+    intervals, chunks on other layers than the RoPE ones."""
+    m = get_model("llama4-maverick")
+    for seq in (8192, 16384):
+        assert table_missing(m, TrainingSpec(seq_len=seq, global_batch=8, framework="maxtext"), "maxtext") == []
+    t = TrainingSpec(seq_len=16384, global_batch=8, framework="maxtext")
+    dropped = table_missing(m, t.model_copy(update={"moe_capacity_factor": 1.0}), "maxtext")
+    assert dropped == ["an expert capacity factor (the llama4 block runs dropless only)"]
+    top2 = m.model_copy(update={"moe": m.moe.model_copy(update={"top_k": 2})})
+    assert "a router other than Llama 4's (top-1 sigmoid on the expert input)" in table_missing(top2, t, "maxtext")
+    off = m.model_copy(update={"moe": MoESpec(**{**m.moe.model_dump(), "dense_layers": (5,)})})
+    assert "NoPE or MoE layers off the llama4 block's intervals" in table_missing(off, t, "maxtext")
+    chunks = m.model_copy(update={"chunked_layer_pattern": (1,) * 48})
+    assert "chunked attention on layers other than the RoPE layers" in table_missing(chunks, t, "maxtext")
+    # Llama 4's features on another block: a Mixtral with chunks is refused by name
+    mix = get_model("mixtral-8x7b").model_copy(update={"attention_chunk_size": 4096})
+    assert "chunked attention" in table_missing(mix, t, "maxtext")
