@@ -11,7 +11,7 @@ from __future__ import annotations
 from planner.emit.common import arg_lines, dumps
 from planner.emit.train_hf import TRAIN_HF_PY
 from planner.launchers import refuse
-from planner.launchers.hf_model import hf_config_of
+from planner.launchers.hf_model import hf_attn_implementation, hf_config_of
 from planner.launchers.job import Job, Unsupported
 from planner.names import safe_line
 
@@ -180,7 +180,7 @@ def emit_hf(job: Job) -> dict[str, str]:
         "num_nodes": job.nodes, "num_gpus": job.procs_per_node, "data_parallel_size": p.dp,
         "seq_len": t.seq_len, "sequence_parallel_size": p.cp,
         # as costed: flash attention (no s x s scores) or the eager path that materialises them
-        "attn_implementation": "flash_attention_2" if t.attention_impl == "flash" else "eager",
+        "attn_implementation": hf_attn_implementation(job.model, t),
         "gradient_checkpointing": p.recompute == "full",
         "inherited": {"learning rate": "--lr (else ds_config.json optimizer lr 3e-4)", "steps": "--steps",
                       "data": "--data", "schedule": "constant (no warm-up or decay)", "tokenizer": "the data's"},

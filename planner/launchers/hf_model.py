@@ -16,10 +16,22 @@ from planner.specs import ModelSpec, TrainingSpec
 
 # families whose transformers config class the writer fills (transformers 5.24.0 configuration_*.py field names)
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "gemma", "gemma2",
-            "gemma3_text", "gpt_oss", "deepseek_v3", "nemotron", "phi3")
+            "gemma3_text", "gpt_oss", "deepseek_v3", "nemotron", "phi3", "llama4_text")
 _ACT_KEY = {"gemma": "hidden_act", "gemma2": "hidden_activation", "gemma3_text": "hidden_activation"}
 _HF_ACT = {"silu": "silu", "swish": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu", "relu2": "relu2",
            "gpt_oss_glu": "silu"}
+
+
+# families whose transformers model class has no FlashAttention-2 path (transformers 5.24.0 modeling_llama4.py
+# Llama4PreTrainedModel: _supports_flash_attn False, _supports_flex_attn True): flex attention is their flash kernel
+NO_FLASH_ATTENTION_2 = ("llama4_text",)
+
+
+def hf_attn_implementation(m: ModelSpec, t: TrainingSpec) -> str:
+    """transformers' attn_implementation for the costed attention: a flash kernel (no s x s scores kept) or eager."""
+    if t.attention_impl != "flash":
+        return "eager"
+    return "flex_attention" if m.family in NO_FLASH_ATTENTION_2 else "flash_attention_2"
 
 
 def _rope(m: ModelSpec) -> dict[str, Any]:
@@ -58,6 +70,11 @@ def _moe(m: ModelSpec) -> dict[str, Any]:
                    mlp_only_layers=list(e.dense_layers))
         if m.family == "qwen2_moe":
             out["shared_expert_intermediate_size"] = e.shared_expert_ffn_hidden_size or e.expert_ffn_hidden_size
+    elif m.family == "llama4_text":
+        # Llama4TextMoe: the experts and the one shared expert share intermediate_size; no balance loss in the model
+        out.update(num_local_experts=e.num_experts, output_router_logits=False,
+                   moe_layers=[i for i in range(m.num_layers) if m.is_moe_layer(i)])
+        out.pop("router_aux_loss_coef")
     elif m.family == "deepseek_v3":
         out.update(n_routed_experts=e.num_experts, moe_intermediate_size=e.expert_ffn_hidden_size,
                    n_shared_experts=e.num_shared_experts, first_k_dense_replace=e.first_k_dense,
@@ -67,6 +84,19 @@ def _moe(m: ModelSpec) -> dict[str, Any]:
         if not e.expert_bias_balancing:
             out["topk_method"] = "greedy"
     return out
+
+
+def _llama4(m: ModelSpec) -> dict[str, Any]:
+    """Llama4TextConfig's own fields (transformers 5.24.0): intermediate_size is the expert width, the dense layers'
+    is intermediate_size_mlp; no_rope_layers (1 = RoPE), chunked layer_types, the L2 q/k norm, temperature tuning."""
+    e = m.require_moe()
+    nope = m.nope_layer_pattern or (0,) * m.num_layers
+    tuning = m.attn_temperature_tuning
+    return {"intermediate_size": e.expert_ffn_hidden_size, "intermediate_size_mlp": m.ffn_hidden_size,
+            "no_rope_layers": [1 - x for x in nope], "attention_chunk_size": m.attention_chunk_size,
+            "layer_types": ["chunked_attention" if c else "full_attention" for c in m.chunked_pattern()],
+            "use_qk_norm": m.qk_l2_norm, "attn_temperature_tuning": tuning is not None,
+            **({"floor_scale": int(tuning[0]), "attn_scale": tuning[1]} if tuning is not None else {})}
 
 
 def hf_config_of(m: ModelSpec) -> dict[str, Any]:
@@ -96,6 +126,8 @@ def hf_config_of(m: ModelSpec) -> dict[str, Any]:
         cfg["final_logit_softcapping"] = m.final_logit_softcap
     if m.family == "gemma3_text":
         cfg["sliding_window_pattern"] = 6  # only read without layer_types
+    if m.family == "llama4_text":
+        cfg.update(_llama4(m))
     cfg.update(_rope(m))
     cfg.update(_windows(m))
     cfg.update(_moe(m))

@@ -193,8 +193,9 @@ def mds_values(args: list[str], planned: ModelSpec) -> dict[str, Any]:
     return out
 
 
-def hf_values(cfg: Any, planned: ModelSpec, attn_implementation: str) -> dict[str, Any]:
-    """From a transformers PretrainedConfig built from hf_config.json (the contract fields it states)."""
+def hf_values(cfg: Any, planned: ModelSpec, attn_implementation: str, seq_len: int) -> dict[str, Any]:
+    """From a transformers PretrainedConfig built from hf_config.json (the contract fields it states) for a run of
+    seq_len tokens."""
     n = cfg.num_hidden_layers
     types = getattr(cfg, "layer_types", None)
     window = getattr(cfg, "sliding_window", None)
@@ -208,7 +209,7 @@ def hf_values(cfg: Any, planned: ModelSpec, attn_implementation: str) -> dict[st
         "vocab_size": cfg.vocab_size, "tied_embeddings": bool(cfg.tie_word_embeddings), "norm_eps": eps,
         "rope_theta": float(rp.get("rope_theta", getattr(cfg, "rope_theta", 0.0))),
         "sliding_window": None if not window or not any(pattern) or window >= 10**9 else (window, pattern),
-        "attention_impl": "flash" if "flash" in attn_implementation else "unfused",
+        "attention_impl": "flash" if attn_implementation in ("flash_attention_2", "flex_attention") else "unfused",
     }
     if planned.mla is None:
         out.update(num_kv_heads=cfg.num_key_value_heads, head_dim=getattr(cfg, "head_dim", None))
@@ -225,12 +226,35 @@ def hf_values(cfg: Any, planned: ModelSpec, attn_implementation: str) -> dict[st
                                rp["original_max_position_embeddings"])
     elif kind == "default":
         out["rope_scaling"] = None
+    if planned.family == "llama4_text":
+        out.update(_hf_llama4(cfg, n, seq_len))
     experts = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
     if experts and planned.moe is not None:
         coef = getattr(cfg, "router_aux_loss_coef", 0.0) if getattr(cfg, "output_router_logits", False) else 0.0
         out.update(num_experts=experts, top_k=cfg.num_experts_per_tok,
                    aux_loss=(coef, False) if coef else None)
     return out
+
+
+def _hf_llama4(cfg: Any, n: int, seq_len: int) -> dict[str, Any]:
+    """Llama4TextConfig after its __post_init__ (no_rope_layers 1 = RoPE, moe_layers, layer_types) and what
+    modeling_llama4.py does with it: the dense FFN is intermediate_size_mlp, experts and the shared expert
+    intermediate_size; the L2 q/k norm and chunked attention on the RoPE layers, temperature tuning on the others;
+    Llama4Router's sigmoid of the top-k logits scales the expert input (Llama4TextMoe)."""
+    nope = tuple(1 - int(x) for x in cfg.no_rope_layers)
+    chunked = tuple(int(t == "chunked_attention") for t in cfg.layer_types)
+    return {
+        "ffn_hidden_size": cfg.intermediate_size_mlp, "expert_ffn_hidden_size": cfg.intermediate_size,
+        "shared_expert_ffn": cfg.intermediate_size, "moe_layers": tuple(int(i in cfg.moe_layers) for i in range(n)),
+        "nope_layers": nope if any(nope) else None,
+        # a chunk that holds the whole sequence is global attention
+        "chunked_attention": (cfg.attention_chunk_size, chunked) if any(chunked) and cfg.attention_chunk_size < seq_len
+        else None,
+        "qk_l2_norm": bool(cfg.use_qk_norm) and not all(nope), "qk_norm": False,
+        "attn_temperature_tuning": (float(cfg.floor_scale), float(cfg.attn_scale))
+        if cfg.attn_temperature_tuning and any(nope) else None,
+        "score_function": "sigmoid", "norm_topk_prob": False, "probs_on_input": True,
+    }
 
 
 def torchtitan_values(f: dict, planned: ModelSpec) -> dict[str, Any]:

@@ -110,7 +110,7 @@ def rebuilt_values(launcher: str, case: Case, files: dict, library: dict) -> dic
     from transformers import AutoConfig
 
     cfg = AutoConfig.for_model(**json.loads(files["hf_config.json"]))
-    return hf_values(cfg, m, doc["attn_implementation"])
+    return hf_values(cfg, m, doc["attn_implementation"], doc["seq_len"])
 
 
 def results(library: dict) -> list[dict]:
@@ -199,3 +199,31 @@ def test_llama4_chunks_round_trip_beyond_the_chunk():
     mapped = {k for k, v in CONTRACTS["maxtext"].items() if v is not None and k != "release"} & set(got)
     assert {"chunked_attention", "nope_layers", "moe_layers", "attn_temperature_tuning", "probs_on_input"} <= mapped
     assert mismatches(got, want, mapped) == []
+
+
+def test_llama4_deepspeed_builds_the_costed_transformers_model():
+    """DeepSpeed runs Llama 4 Maverick as transformers' Llama4ForCausalLM (its Hugging Face path): the emitted
+    hf_config.json and attn_implementation build, on the meta device, a model of the planner's exact parameter count
+    with flex attention (the class has no FlashAttention-2 path; flex keeps no s x s scores, as costed)."""
+    require("torch", "transformers")
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from planner.catalog.models import get_model
+    from planner.costmodel.params import count_params
+
+    m = get_model("llama4-maverick")
+    train = TrainingSpec(seq_len=16384, global_batch=WORLD, framework="deepspeed")
+    case = Case("llama4-maverick-deepspeed", m, parse_cluster(f"h100x{WORLD}"), train, _plan(m, "deepspeed"))
+    files, skipped = case.emit(["deepspeed"])
+    assert "deepspeed" not in skipped, skipped
+    doc = json.loads(files["deepspeed_args.json"])
+    assert doc["path"] == "hf" and doc["attn_implementation"] == "flex_attention"
+    cfg = AutoConfig.for_model(**json.loads(files["hf_config.json"]))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation=doc["attn_implementation"])
+    assert type(model).__name__ == "Llama4ForCausalLM"
+    assert sum(p.numel() for p in model.parameters()) == count_params(m).total
+    got = hf_values(cfg, m, doc["attn_implementation"], doc["seq_len"])
+    assert got["chunked_attention"] == contract_values(m, train)["chunked_attention"] is not None
+    assert mismatches(got, contract_values(m, train), set(got)) == []

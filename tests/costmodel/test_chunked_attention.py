@@ -48,8 +48,9 @@ def test_layer_kinds_name_the_chunked_layers():
 @pytest.mark.parametrize("launcher,framework", [("megatron", "megatron"), ("deepspeed", "deepspeed"),
                                                 ("torchtitan", "fsdp")])
 def test_llama4_is_refused_where_the_release_cannot_run_it(launcher, framework):
-    """Megatron-core 0.19.2, Megatron-DeepSpeed and torchtitan 0.3.0 have no setting for the NoPE layers' temperature
-    tuning: the launch is refused by name, and chunked attention is named only where the sequence exceeds the chunk."""
+    """Megatron-core 0.19.2, Megatron-DeepSpeed's GPT and torchtitan 0.3.0 have no setting for the NoPE layers'
+    temperature tuning: their tables name it, and chunked attention only where the sequence exceeds the chunk
+    (DeepSpeed then runs the transformers model: test_llama4_runs_on_deepspeeds_transformers_path)."""
     m = get_model("llama4-maverick")
     short = table_missing(m, TrainingSpec(seq_len=8192, global_batch=8, framework=framework), launcher)
     long = table_missing(m, TrainingSpec(seq_len=16384, global_batch=8, framework=framework), launcher)
@@ -76,3 +77,16 @@ def test_maxtext_llama4_block_runs_maverick_and_names_what_it_cannot():
     # Llama 4's features on another block: a Mixtral with chunks is refused by name
     mix = get_model("mixtral-8x7b").model_copy(update={"attention_chunk_size": 4096})
     assert "chunked attention" in table_missing(mix, t, "maxtext")
+
+
+def test_llama4_runs_on_deepspeeds_transformers_path():
+    """transformers' Llama4ForCausalLM holds every costed field (planner.launchers.hf_model re-imports the config it
+    writes): DeepSpeed runs Llama 4 on its Hugging Face path, data parallel under ZeRO, at any length."""
+    from planner.launchers.contract import deepspeed_path, missing_features
+
+    m = get_model("llama4-maverick")
+    for seq in (8192, 16384):
+        t = TrainingSpec(seq_len=seq, global_batch=8, framework="deepspeed")
+        assert deepspeed_path(m, t) == "hf" and missing_features(m, t, "deepspeed") == []
+    dropped = TrainingSpec(seq_len=8192, global_batch=8, framework="deepspeed", moe_capacity_factor=1.0)
+    assert deepspeed_path(m, dropped) is None  # transformers' MoE blocks are dropless
