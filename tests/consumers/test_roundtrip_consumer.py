@@ -179,22 +179,28 @@ def test_docs_table_is_current(table):
     assert want in DOCS.read_text(encoding="utf-8"), "docs/launchers.md round-trip table is stale (UPDATE_DOCS=1)"
 
 
+def _llama4_16k(launcher: str):
+    """(model, training, files) of Llama 4 Maverick at 16384 tokens (its 8192-token chunks in force) on `launcher`."""
+    from planner.catalog.models import get_model
+
+    m = get_model("llama4-maverick")
+    train = TrainingSpec(seq_len=16384, global_batch=WORLD, framework=capabilities(launcher).framework)
+    files, skipped = Case(f"llama4-maverick-16k-{launcher}", m, parse_cluster(f"h100x{WORLD}"), train,
+                          _plan(m, launcher)).emit([launcher])
+    assert launcher not in skipped, skipped
+    return m, train, files
+
+
 def test_llama4_chunks_round_trip_beyond_the_chunk():
     """At 16384 tokens Llama 4 Maverick's RoPE layers attend inside 8192-token chunks (the table above runs 8192, where
     the chunk holds the whole sequence): MaxText's pyconfig reads the emitted maxtext.yml back to the chunks, the NoPE
     and MoE layer kinds and the router the plan was costed with."""
     require("maxtext", "jax")
-    from planner.catalog.models import get_model
-
-    m = get_model("llama4-maverick")
-    train = TrainingSpec(seq_len=16384, global_batch=WORLD, framework="maxtext")
-    case = Case("llama4-maverick-16k-maxtext", m, parse_cluster(f"h100x{WORLD}"), train, _plan(m, "maxtext"))
-    files, skipped = case.emit(["maxtext"])
-    assert "maxtext" not in skipped, skipped
-    r = run_checker("check_jax.py", [{"id": case.name, "kind": "maxtext", "yml": files["maxtext.yml"], "world": WORLD}],
+    m, train, files = _llama4_16k("maxtext")
+    r = run_checker("check_jax.py", [{"id": "llama4", "kind": "maxtext", "yml": files["maxtext.yml"], "world": WORLD}],
                     env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={WORLD}", "JAX_PLATFORMS": "cpu"})
-    assert r[case.name]["ok"], r[case.name]["error"]
-    got, want = maxtext_values(r[case.name]["model"], m), contract_values(m, train)
+    assert r["llama4"]["ok"], r["llama4"]["error"]
+    got, want = maxtext_values(r["llama4"]["model"], m), contract_values(m, train)
     assert want["chunked_attention"] == (8192, tuple(int((i + 1) % 4 != 0) for i in range(48)))
     mapped = {k for k, v in CONTRACTS["maxtext"].items() if v is not None and k != "release"} & set(got)
     assert {"chunked_attention", "nope_layers", "moe_layers", "attn_temperature_tuning", "probs_on_input"} <= mapped
@@ -209,14 +215,9 @@ def test_llama4_deepspeed_builds_the_costed_transformers_model():
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from planner.catalog.models import get_model
     from planner.costmodel.params import count_params
 
-    m = get_model("llama4-maverick")
-    train = TrainingSpec(seq_len=16384, global_batch=WORLD, framework="deepspeed")
-    case = Case("llama4-maverick-deepspeed", m, parse_cluster(f"h100x{WORLD}"), train, _plan(m, "deepspeed"))
-    files, skipped = case.emit(["deepspeed"])
-    assert "deepspeed" not in skipped, skipped
+    m, train, files = _llama4_16k("deepspeed")
     doc = json.loads(files["deepspeed_args.json"])
     assert doc["path"] == "hf" and doc["attn_implementation"] == "flex_attention"
     cfg = AutoConfig.for_model(**json.loads(files["hf_config.json"]))
