@@ -123,7 +123,19 @@ def pinned_knobs(req: PlanRequest) -> dict[str, Any]:
     if req.launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
         from planner.launchers import capabilities
         fixed = capabilities(req.launcher).search_defaults | fixed
+        check_launcher_schedule(req.launcher, fixed)
     return fixed
+
+
+def check_launcher_schedule(launcher: str, fixed: dict) -> None:
+    """Exit 2 when a pinned pipeline schedule is one the target --launcher does not run (Capabilities.schedules):
+    no plan could pass its rules, and saying so beats an empty search."""
+    from planner.launchers import capabilities
+
+    sched, caps = fixed.get("schedule"), capabilities(launcher)
+    if isinstance(sched, str) and fixed.get("pp") != 1 and sched not in caps.schedules:
+        raise InputError(f"--launcher {launcher} does not run the {sched} pipeline schedule (it runs "
+                         f"{', '.join(caps.schedules)}): drop --schedule {sched} or choose another --launcher")
 
 
 def check_request(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict,

@@ -8,7 +8,14 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
 
 from planner.app.documents import cluster_object, model_object, require_finite
-from planner.app.inputs import build_inputs, check_launcher_hardware, check_launcher_model, check_request, pinned_knobs
+from planner.app.inputs import (
+    build_inputs,
+    check_launcher_hardware,
+    check_launcher_model,
+    check_launcher_schedule,
+    check_request,
+    pinned_knobs,
+)
 from planner.app.request import PlanRequest, resolve_target
 from planner.errors import InputError, NoFeasiblePlan
 from planner.specs import ClusterSpec
@@ -72,6 +79,12 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     if not res.plans and not res.structures:
         raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
                          f"knobs ({req.pins_text()}): pin fewer knobs or change the device count")
+    if not res.plans and res.smallest_peak_gib is None:
+        # no candidate was even scored: the launcher's rules refused every layout the pinned knobs leave, which is
+        # no question of memory (a search that finds nothing that fits scores the best-sharded plans to say why)
+        who = f"--launcher {launcher}" if launcher else "the launch rules of the modelled stack"
+        raise InputError(f"no plan of {model.name} on {cluster.count} {cluster.hardware.id} passes {who} with the "
+                         f"pinned knobs ({req.pins_text()}): pin fewer knobs or choose another --launcher")
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
     doc = search_doc(ctx, res, req, seconds)
@@ -194,6 +207,7 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
         from planner.launchers import capabilities
         check_launcher_hardware(req.launcher, cluster)
         fixed = capabilities(req.launcher).search_defaults | fixed
+        check_launcher_schedule(req.launcher, fixed)
     opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,
                          memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=req.launcher)
     bound = sizing_bound(model, cluster, train, target_step_s, pinned_pp=fixed.get("pp"))

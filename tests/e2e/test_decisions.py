@@ -560,3 +560,32 @@ def test_an_option_before_and_after_the_subcommand():
     r = run_cli("--cluster", "h100x8", "compare", "--model", "llama-8b", "--cluster", "a100x8", "--json")
     doc = json.loads(r.stdout)
     assert [r["cluster"]["name"] for r in doc["rows"]] == ["h100-sxm-80gbx8", "a100-sxm-80gbx8"]
+
+
+@pytest.mark.parametrize("launcher,runs", [("megatron", "1f1b, interleaved"), ("maxtext", "gpipe, interleaved"),
+                                           ("deepspeed", "1f1b")])
+def test_a_pinned_schedule_the_launcher_does_not_run_is_an_input_error(launcher, runs):
+    """--schedule zb with a launcher that has no zero-bubble schedule is refused up front with the schedules it runs
+    (exit 2), not searched to an empty result reported as a memory problem (exit 3, "the smallest peak any plan
+    reaches is unknown")."""
+    r = run_cli("--model", "llama-3.1-8b", "--cluster", "h100x16", "--launcher", launcher, "--schedule", "zb",
+                "--pp", "2")
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == [f"error: --launcher {launcher} does not run the zb pipeline schedule "
+                                             f"(it runs {runs}): drop --schedule zb or choose another --launcher"]
+
+
+def test_pins_no_launcher_layout_passes_are_an_input_error_not_a_memory_one():
+    """Pinned knobs that every layout the launcher's rules allow excludes (DeepSpeed's pipeline engine has no
+    context parallelism, its Ulysses runs on the data-parallel transformers path only; torchtitan's zero-bubble
+    schedules want two stages per rank, a pinned zb schedule has one): exit 2 naming the pins and the launcher; a
+    plan that no memory holds stays exit 3 with the smallest peak."""
+    r = run_cli("--model", "llama-3.1-8b", "--cluster", "h100x16", "--launcher", "deepspeed", "--pp", "2", "--cp", "2")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("error: no plan of llama-3.1-8b on 16 h100-sxm-80gb passes --launcher deepspeed with "
+                                "the pinned knobs (--pp 2 --cp 2): pin fewer knobs or choose another --launcher")
+    r = run_cli("--model", "llama-3.1-8b", "--cluster", "h100x16", "--launcher", "torchtitan", "--schedule", "zb",
+                "--pp", "2")
+    assert r.exit_code == 2 and "passes --launcher torchtitan with the pinned knobs (--pp 2 --schedule zb)" in r.stderr
+    r = run_cli("--model", "llama-3.1-405b", "--cluster", "h100x8", "--launcher", "megatron", "--tp", "8")
+    assert r.exit_code == 3 and "the smallest peak any plan reaches is 8" in r.stderr
