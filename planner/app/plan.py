@@ -80,11 +80,9 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
         raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
                          f"knobs ({req.pins_text()}): pin fewer knobs or change the device count")
     if not res.plans and res.smallest_peak_gib is None:
-        # no candidate was even scored: the launcher's rules refused every layout the pinned knobs leave, which is
-        # no question of memory (a search that finds nothing that fits scores the best-sharded plans to say why)
-        who = f"--launcher {launcher}" if launcher else "the launch rules of the modelled stack"
-        raise InputError(f"no plan of {model.name} on {cluster.count} {cluster.hardware.id} passes {who} with the "
-                         f"pinned knobs ({req.pins_text()}): pin fewer knobs or choose another --launcher")
+        # no candidate was even scored: no question of memory (a search that finds nothing that fits scores the
+        # best-sharded plans to say why)
+        raise InputError(no_runnable_layout_message(model, cluster, req, launcher))
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
     doc = search_doc(ctx, res, req, seconds)
@@ -183,6 +181,14 @@ def peak_memory_band(ev, rel: float) -> dict:
     (planner.analysis.membands)."""
     peak = ev.memory["peak_gib"]
     return {"low_gib": peak / (1.0 + rel), "high_gib": peak * (1.0 + rel), "rel": rel}
+
+
+def no_runnable_layout_message(model, cluster, req: PlanRequest, launcher: str | None) -> str:
+    """The pinned knobs leave layouts, and the launchers' rules and layer splits refuse every one of them."""
+    by = f" by --launcher {launcher}" if launcher else ""
+    return (f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} with the pinned knobs "
+            f"({req.pins_text()}) can be run{by} (the launchers' rules and layer splits refuse every one): pin fewer "
+            "knobs or choose another --launcher")
 
 
 def nothing_fits_message(ctx, res, headroom: float) -> str:

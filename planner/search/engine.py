@@ -31,7 +31,7 @@ from planner.costmodel.placement import slice_shape  # the one TPU slice shape (
 from planner.errors import InputError
 from planner.launchers import capabilities, launcher_errors
 from planner.search.ranking import TIE_BAND_REL, at_memory_edge, complexity, leaders_first, rank, select
-from planner.search.space import divisors, plan_errors
+from planner.search.space import divisors, needs_pipeline, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads
 from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
@@ -152,7 +152,8 @@ def _pp_dp_choices(ctx: Context, opts: SearchOptions, rest: int) -> list[tuple[i
     """(pp, dp) splits of the devices left after TP and CP: pp up to the layer count, dp dividing the batch."""
     m, tr, fx = ctx.model, ctx.train, opts.fixed
     out = []
-    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if p <= m.num_layers
+    least = 2 if needs_pipeline(fx) else 1  # a pinned pipeline schedule or vpp asks for a pipeline
+    for pp in _fixed_or(opts, "pp", [p for p in divisors(rest) if least <= p <= m.num_layers
                                      and (not opts.even_stages or m.num_layers % p == 0)]):
         if rest % pp or pp > m.num_layers:
             continue

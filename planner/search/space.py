@@ -24,14 +24,28 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+# schedules that exist only with a pipeline: pinning one (or virtual stages) pins pp >= 2 (1F1B is the default, and
+# with pp 1 the schedule is moot)
+PIPELINE_SCHEDULES = ("interleaved", "gpipe", "zb", "dualpipe")
+
+
+def needs_pipeline(fixed: dict) -> bool:
+    """The pinned knobs ask for a pipeline: a schedule of PIPELINE_SCHEDULES (a tuple of allowed schedules is a
+    launcher's range, not a pin) or vpp > 1."""
+    sched = fixed.get("schedule")
+    return (isinstance(sched, str) and sched in PIPELINE_SCHEDULES) or (fixed.get("vpp") or 1) > 1
+
+
 def _factorisations(devices: int, fixed: dict) -> list[tuple[int, int, int, int]]:
-    """Every (tp, pp, cp, dp) with tp*pp*cp*dp == devices that agrees with the pinned ones."""
+    """Every (tp, pp, cp, dp) with tp*pp*cp*dp == devices that agrees with the pinned ones (pp >= 2 when they ask
+    for a pipeline: needs_pipeline)."""
     out = []
+    pipeline = needs_pipeline(fixed)
     for tp in ([fixed["tp"]] if "tp" in fixed else divisors(devices)):
         if devices % tp:
             continue
         for pp in ([fixed["pp"]] if "pp" in fixed else divisors(devices // tp)):
-            if (devices // tp) % pp:
+            if (devices // tp) % pp or (pipeline and pp == 1 and "pp" not in fixed):
                 continue
             for cp in ([fixed["cp"]] if "cp" in fixed else divisors(devices // (tp * pp))):
                 if (devices // (tp * pp)) % cp:
@@ -78,6 +92,13 @@ def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: di
                 return errs
             if best is None or len(found) < len(best):
                 best = found
+    if best is None and needs_pipeline(fx) and not _factorisations(devices, {k: v for k, v in fx.items()
+                                                                           if k not in ("schedule", "vpp")}):
+        best = None  # the devices do not factor even without the pipeline: the message below
+    elif best is None and needs_pipeline(fx):
+        what = f"--vpp {fx['vpp']}" if (fx.get("vpp") or 1) > 1 else f"--schedule {fx['schedule']}"
+        return errs + [f"{what} asks for a pipeline (pp >= 2), which the other pinned knobs leave no room for on "
+                       f"{devices} device{'s' if devices != 1 else ''}"]
     if best is None:
         pins = ", ".join(f"{k}={fx[k]}" for k in ("tp", "pp", "cp", "dp") if k in fx)
         best = [f"the pinned {pins} cannot multiply into the {devices} devices (tp*pp*cp*dp = devices)"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import one_line_error, run_cli
+from support import one_line_error, plan_json, run_cli
 
 from planner.catalog.hardware import parse_cluster
 from planner.errors import InputError
@@ -582,10 +582,27 @@ def test_pins_no_launcher_layout_passes_are_an_input_error_not_a_memory_one():
     plan that no memory holds stays exit 3 with the smallest peak."""
     r = run_cli("--model", "llama-3.1-8b", "--cluster", "h100x16", "--launcher", "deepspeed", "--pp", "2", "--cp", "2")
     assert r.exit_code == 2
-    assert r.stderr.strip() == ("error: no plan of llama-3.1-8b on 16 h100-sxm-80gb passes --launcher deepspeed with "
-                                "the pinned knobs (--pp 2 --cp 2): pin fewer knobs or choose another --launcher")
+    assert r.stderr.strip() == ("error: no layout of llama-3.1-8b on 16 h100-sxm-80gb with the pinned knobs (--pp 2 "
+                                "--cp 2) can be run by --launcher deepspeed (the launchers' rules and layer splits "
+                                "refuse every one): pin fewer knobs or choose another --launcher")
     r = run_cli("--model", "llama-3.1-8b", "--cluster", "h100x16", "--launcher", "torchtitan", "--schedule", "zb",
                 "--pp", "2")
-    assert r.exit_code == 2 and "passes --launcher torchtitan with the pinned knobs (--pp 2 --schedule zb)" in r.stderr
+    assert r.exit_code == 2
+    assert "with the pinned knobs (--pp 2 --schedule zb) can be run by --launcher torchtitan" in r.stderr
     r = run_cli("--model", "llama-3.1-405b", "--cluster", "h100x8", "--launcher", "megatron", "--tp", "8")
     assert r.exit_code == 3 and "the smallest peak any plan reaches is 8" in r.stderr
+
+
+@pytest.mark.parametrize("pins", [("--schedule", "interleaved"), ("--schedule", "gpipe"), ("--vpp", "2")])
+def test_a_pinned_pipeline_schedule_pins_a_pipeline(pins):
+    """`--schedule interleaved` (or gpipe, or --vpp 2) with pp free searches pipelines only: a PP1 plan, where no
+    schedule runs, is not what was asked for (it used to rank first); where the other pins leave no room for pp >= 2
+    the request is refused (exit 2)."""
+    doc, _ = plan_json("--model", "llama-3.1-70b", "--cluster", "h100x64", "--gbs", "128", *pins)
+    plans = [p["plan"] for p in doc["plans"]]
+    assert plans and all(p["pp"] >= 2 for p in plans)
+    assert all(p["schedule"] == (pins[1] if pins[0] == "--schedule" else "interleaved") for p in plans)
+    r = run_cli("--model", "llama-3.1-8b", "--cluster", "h100x8", "--tp", "8", *pins)
+    assert r.exit_code == 2
+    assert f"{' '.join(pins)} asks for a pipeline (pp >= 2), which the other pinned knobs leave no room for on 8 " \
+           "devices" in r.stderr
