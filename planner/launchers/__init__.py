@@ -64,7 +64,7 @@ class Capabilities:
     fp8_recipes: tuple[str, ...]
     rank_order: str
     rules: tuple[Rule, ...]
-    search_defaults: dict = field(default_factory=dict)  # knobs the search pins for this launcher
+    search_defaults: dict = field(default_factory=dict)  # knobs the search pins for this launcher (a tuple: a range)
 
 
 def _registry() -> dict[str, Capabilities]:

@@ -122,5 +122,7 @@ CAPABILITIES = Capabilities(
     fp8_recipes=("fp8",),
     rank_order="mesh_axes order (stage moved before data with PP), DCN axes outermost",
     rules=RULES,
-    search_defaults={"schedule": "gpipe"},
+    # the schedule its pipelines run, as a range (a tuple), not a pin: a pinned pipeline schedule asks for pp >= 2
+    # (planner.search.space.needs_pipeline), MaxText's data-parallel plans need none
+    search_defaults={"schedule": ("gpipe",)},
 )
