@@ -482,7 +482,8 @@ def check_runs(data: Any, path: str | Path) -> list[dict]:
 
 _INT_KNOBS = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "micro_batch")
 SCHEDULE_NAMES = {"1f1b": "1f1b", "interleaved": "interleaved", "gpipe": "gpipe", "zb": "zb", "dualpipe": "dualpipe",
-                  "zero_bubble": "zb", "zbv": "zb", "interleaved_1f1b": "interleaved"}  # run-file spellings
+                  "dualpipev": "dualpipev", "zero_bubble": "zb", "zbv": "zb",
+                  "interleaved_1f1b": "interleaved"}  # run-file spellings
 
 
 def _is_int(v: Any) -> bool:

@@ -17,6 +17,7 @@ from planner.costmodel.compute import (
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
 from planner.costmodel.moe import dispatcher, merged_fwd_bwd
+from planner.costmodel.pipeline import head_stage
 from planner.costmodel.tensor import tp_comm_fwd_s, tp_exposed_share
 from planner.costmodel.trace import Term, formula
 
@@ -118,12 +119,13 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
     p = shape.plan
     pp = p.pp
     dualpipe = p.schedule == "dualpipe" and pp > 1
+    head = head_stage(p)
     fwd, bwd, rec, tp, cp, ep, comm = [], [], [], [], [], [], []
     for s in range(pp):
         f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
         f += ctx.calibration.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
         b += 2 * ctx.calibration.MICROBATCH_OVERHEAD_S / 3
-        if s == pp - 1:  # LM head + loss
+        if s == head:  # LM head + loss (rank 0 in a V: pipeline.head_stage)
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head
             b += LM_HEAD_BWD_RATIO * t_head

@@ -27,7 +27,7 @@ from planner.costmodel.capacity import fit_reserve_gib, memory_margin_rel, usabl
 from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
 from planner.costmodel.params import layer_params
-from planner.costmodel.pipeline import inflight_microbatches, schedule_of
+from planner.costmodel.pipeline import head_stage, inflight_microbatches, schedule_of, v_shaped
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
 from planner.stacks import stack_of, traits
@@ -348,7 +348,7 @@ def stage_params(ctx: Context, plan: ParallelPlan, split: list[StageSplit]) -> S
         linear_stage.append(sum(n * layer_linear_params_per_device(ctx, plan, j) for j, n in allc.items()))
         if s == 0:
             dense += ctx.params.embedding / tp
-        if s == pp - 1:
+        if s == head_stage(plan):  # rank 0 in a V
             dense += (ctx.params.lm_head or (ctx.params.embedding if pp > 1 else 0)) / tp + ctx.params.final_norm
         dense_stage.append(dense)
         expert_stage.append(experts)
@@ -471,7 +471,7 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         # the layer being recomputed in the backward materialises its scores again (Korthikanti sec. 5: selective
         # recompute re-runs the attention core one layer at a time), once, not per micro-batch in flight
         acts += inflight * kept * score_layer + (score_layer if p.recompute != "none" else 0.0)
-    if s == p.pp - 1:
+    if s == head_stage(p):  # the loss: the last rank, rank 0 in a V
         loss = tokens * logits_bytes_per_token(m, p.tp, ctx.train)
         acts += max(loss, recomputing)
         acts += tokens * FINAL_NORM_BYTES_PER_H * m.hidden_size  # final norm input and output (LM head input)
@@ -582,15 +582,16 @@ def zero3_buffers(ctx: Context, plan: ParallelPlan, params_on_stage: float, spli
     return 0.0
 
 
-def pipeline_buffer_units(pp: int, vpp: int, stage: int, nmb: int, inflight: float) -> float:
+def pipeline_buffer_units(pp: int, vpp: int, stage: int, nmb: int, inflight: float, v_shape: bool = False) -> float:
     """Stage-boundary tensors (one micro-batch's stage input or output) a rank holds beside its saved activations when
     the pipeline runtime keeps a receive buffer per micro-batch (Stack.pp_buffers_per_microbatch): for each of its
     virtual stages, a gradient receive buffer per micro-batch unless it is the last stage, an input receive buffer per
     micro-batch unless it is the first (those of the micro-batches in flight are the first layer's saved input,
-    already counted), and the output of every micro-batch in flight until its backward."""
+    already counted), and the output of every micro-batch in flight until its backward. In a V (`v_shape`) rank 0
+    holds both the first and the last stage."""
     v = max(1, vpp)
     chunks = inflight * v  # in-flight chunks, spread evenly over the rank's virtual stages
-    not_last = v - (1 if stage == pp - 1 else 0)
+    not_last = v - (1 if stage == (0 if v_shape else pp - 1) else 0)
     not_first = v - (1 if stage == 0 else 0)
     return nmb * not_last + max(0.0, nmb - chunks / v) * not_first + chunks / v * not_last
 
@@ -602,7 +603,8 @@ def pipeline_buffer_bytes(ctx: Context, shape: Shape, stage: int, inflight: floa
     if p.pp <= 1 or not ctx.stack.pp_buffers_per_microbatch:
         return 0.0
     hs = ctx.model.hidden_size / p.tp if (shape.sp and p.tp > 1) else ctx.model.hidden_size
-    units = pipeline_buffer_units(p.pp, p.vpp if p.schedule == "interleaved" else 1, stage, shape.nmb, inflight)
+    v = p.vpp if p.schedule in ("interleaved", "dualpipev") else 1
+    units = pipeline_buffer_units(p.pp, v, stage, shape.nmb, inflight, v_shaped(p))
     return units * shape.tokens * hs * ACT_ELEM_BYTES
 
 

@@ -3,7 +3,8 @@
 References: GPipe (Huang et al. 2019, arXiv 1811.06965); 1F1B / PipeDream-Flush and interleaved 1F1B
 (Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2: bubble (p-1)/m and (p-1)/(v m)); zero-bubble
 ZB-H1 (Qi et al. 2023, arXiv 2401.10241, sec. 3: bubble (p-1)(T_F + T_B - T_W) at 1F1B memory);
-uneven stages: Alpa (Zheng et al. OSDI'22, eq. 2). planner.analysis.timeline draws the same model.
+uneven stages: Alpa (Zheng et al. OSDI'22, eq. 2); DualPipe and DualPipeV (deepseek-ai/DualPipe README,
+"Pipeline Bubbles and Memory Usage Comparison"). planner.analysis.timeline draws the same model.
 """
 
 from __future__ import annotations
@@ -24,6 +25,29 @@ if TYPE_CHECKING:
 # (Qi et al. 2023, arXiv 2401.10241, sec. 2: T_B ~ T_W); planner.analysis.timeline draws the same split.
 ZB_W_FRACTION = 0.5
 
+# Schedules that place a rank's two stages in a V (rank r holds stages r and 2 pp - 1 - r, so rank 0 holds the first
+# and the last: torch 2.13 pipelining generate_stage_to_rank_mapping(style="v"), torchtitan 0.3.0
+# _get_pp_rank_to_stage_indices_mapping for ScheduleDualPipeV)
+V_SHAPED_SCHEDULES = ("dualpipev",)
+
+
+def v_shaped(plan: ParallelPlan) -> bool:
+    return plan.pp > 1 and plan.schedule in V_SHAPED_SCHEDULES
+
+
+def head_stage(plan: ParallelPlan) -> int:
+    """The rank that holds the LM head and the loss: the last one, or rank 0 in a V (V_SHAPED_SCHEDULES)."""
+    return 0 if v_shaped(plan) else plan.pp - 1
+
+
+def dualpipev_fill_s(stage_s: float, fwd_s: float) -> float:
+    """One rank's share of DualPipeV's bubble: F&B + B - 3W of one of its two stages (deepseek-ai/DualPipe README:
+    bubble (PP/2 - 1)(F&B + B - 3W) over PP stages on PP/2 ranks). torch's ScheduleDualPipeV runs the paired forward
+    and backward one after the other unless the model registers an overlap function (torchtitan 0.3.0 does not), so
+    F&B = F + B; a stage is half the rank's layers (F = fwd / 2, B = bwd / 2) and W = ZB_W_FRACTION of B."""
+    f, b = fwd_s / 2.0, (stage_s - fwd_s) / 2.0
+    return f + b + b - 3.0 * ZB_W_FRACTION * b
+
 
 def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1,
                        fwd_s: list[float] | None = None, schedules: int = 1) -> float:
@@ -35,6 +59,7 @@ def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1
     fill/drain by v. ZB-H1 (needs `fwd_s`, the forward part of each stage time) fills with
     T_F + T_B - T_W of each other stage (Qi et al. 2023 sec. 3: bubble (p-1)(T_F + T_B - T_W)), with
     T_W = ZB_W_FRACTION of the backward. DualPipe: (p/2 - 1)/(p - 1) of 1F1B's fill (DeepSeek-V3 Table 2).
+    DualPipeV (needs `fwd_s`): each other rank fills with dualpipev_fill_s.
     The m micro-batches run as `schedules` consecutive schedules (schedules_per_step): each fills and drains.
     """
     p = len(stage_s)
@@ -45,10 +70,11 @@ def pipeline_step_time(stage_s: list[float], m: int, schedule: str, vpp: int = 1
     frac = 1.0
     if schedule == "interleaved":
         frac = 1.0 / max(1, vpp)
-    elif schedule == "zb":
+    elif schedule in ("zb", "dualpipev"):
         if fwd_s is None:
-            raise ValueError("the zb schedule needs the forward part of each stage time (fwd_s)")
-        fill_s = [f + (1.0 - 2.0 * ZB_W_FRACTION) * (t - f) for t, f in zip(stage_s, fwd_s, strict=True)]
+            raise ValueError(f"the {schedule} schedule needs the forward part of each stage time (fwd_s)")
+        fill_s = [f + (1.0 - 2.0 * ZB_W_FRACTION) * (t - f) if schedule == "zb" else dualpipev_fill_s(t, f)
+                  for t, f in zip(stage_s, fwd_s, strict=True)]
     elif schedule == "dualpipe":
         frac = dualpipe_fill_fraction(p)
     return m * stage_s[slow] + schedules * frac * (sum(fill_s) - fill_s[slow])
@@ -70,6 +96,10 @@ def inflight_microbatches(schedule: str, pp: int, stage: int, m: int, vpp: int =
         return float(m)
     if schedule == "dualpipe":
         return float(min(m, pp + 1))  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations
+    if schedule == "dualpipev":
+        # deepseek-ai/DualPipe README: PP + 1 stage-activations per rank over PP = 2 pp stages, i.e. pp + 1/2 of
+        # the rank's two stages
+        return float(min(m, pp + 0.5))
     if schedule == "interleaved" and vpp > 1:
         chunks = min(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
         return chunks / vpp
@@ -82,17 +112,19 @@ BUBBLE = formula(
     "pipeline.bubble",
     "max(0, makespan - m x t_slowest), makespan = m x t_slowest + f x (sum of the other stages' t); f = 1 for "
     "1F1B/GPipe, 1/v interleaved, (p/2 - 1)/(p - 1) DualPipe; ZB-H1: the other stages' T_F + T_B - T_W "
-    "(T_W = half the backward); x the schedules per step (one per local batch in NeMo AutoModel)",
+    "(T_W = half the backward); DualPipeV: the other ranks' F + 2B - 3W of one of their two stages (F&B = F + B, "
+    "run one after the other); x the schedules per step (one per local batch in NeMo AutoModel)",
     "Narayanan et al. SC21, arXiv 2104.04473, sec. 2.2 ((p-1)/m, (p-1)/(v m)); Alpa, Zheng et al. OSDI'22, eq. 2 "
-    "(uneven stages); Qi et al. 2023, arXiv 2401.10241, sec. 3; DeepSeek-V3 report, arXiv 2412.19437, Table 2",
+    "(uneven stages); Qi et al. 2023, arXiv 2401.10241, sec. 3; DeepSeek-V3 report, arXiv 2412.19437, Table 2; "
+    "deepseek-ai/DualPipe README (DualPipeV); torch 2.13 pipelining ScheduleDualPipeV",
 )
 P2P = formula(
     "pipeline.p2p",
     "exposed transfers x t_p2p, t_p2p = alpha + tokens x h x 2 B (/ tp with SP or Megatron scatter/gather) / busbw. "
     "Blocking schedules (1F1B, "
-    "GPipe, ZB): 2 (m + w) transfers, w = p - 1 warm-up steps; interleaved (Megatron overlap_p2p_comm) and "
-    "DualPipe: only the 2 w warm-up / flush transfers (w = 2 (p - 1) + (v - 1) p interleaved) plus, per "
-    "steady-state transfer, max(0, t_p2p - chunk compute)",
+    "GPipe, ZB): 2 (m + w) transfers, w = p - 1 warm-up steps; interleaved (Megatron overlap_p2p_comm), "
+    "DualPipe and DualPipeV: only the 2 w warm-up / flush transfers (w = 2 (p - 1) + (v - 1) p interleaved) plus, "
+    "per steady-state transfer (DualPipeV: 2 per micro-batch each way), max(0, t_p2p - chunk compute)",
     "NeMo docs, Communication Overlap, 'Pipeline-parallel Communication Overlap' (PP traffic grows with the virtual "
     "pipeline size; overlapped in the 1F1B phase only with virtual pipelining; fill and flush exposed); Megatron-LM "
     "--no-overlap-p2p-communication (overlap off for non-interleaved schedules); Megatron-core interleaved "
@@ -111,6 +143,10 @@ def p2p_transfer_counts(schedule: str, pp: int, vpp: int, nmb: int) -> tuple[flo
         return 2.0 * warmup, 2.0 * max(0, nmb * vpp - warmup)
     if schedule == "dualpipe":
         return 2.0 * (pp - 1), 2.0 * max(0, nmb - (pp - 1))
+    if schedule == "dualpipev":
+        # two stages per rank: each micro-batch crosses ranks twice each way (ZB-V's 2x 1F1B's pipeline volume,
+        # sail-sg/zero-bubble-pipeline-parallelism README); warm-up and flush exposed, the rest under a stage's compute
+        return 2.0 * (pp - 1), 2.0 * max(0, 2 * nmb - (pp - 1))
     return 2.0 * (nmb + pp - 1), 0.0
 
 

@@ -23,14 +23,20 @@ from planner.launchers.torchtitan_registry import (  # noqa: F401  (FLAVORS, ROP
 from planner.names import safe_line
 from planner.specs.dims import ParallelDims
 
-_SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb": "ZBVZeroBubble"}
+_SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb": "ZBVZeroBubble",
+             "dualpipev": "DualPipeV"}
 
 
 def pp_schedule(job: Job) -> str:
     """torch.distributed.pipelining schedule name for the plan."""
     p = job.plan
     if p.schedule == "dualpipe":
-        raise Unsupported("torchtitan 0.3.0 is not validated here with a DualPipe schedule")
+        raise Unsupported("torchtitan 0.3.0 runs DualPipeV (--schedule dualpipev), not DeepSeek's bidirectional "
+                          "DualPipe")
+    if p.schedule == "dualpipev":
+        if p.vpp != 2:
+            raise Unsupported("torchtitan's DualPipeV runs exactly two stages per rank (vpp 2)")
+        return "DualPipeV"
     if p.schedule == "zb":
         if p.vpp == 2:
             return "ZBVZeroBubble"

@@ -76,7 +76,8 @@ RULES = (
     Rule("no-interleaving", "DeepSpeed's pipeline engine has no interleaved (virtual-stage) schedule",
          "launcher_capabilities.md sec. 2 [absent]; MDS:megatron/training.py:674-686", lambda j: j.plan.vpp > 1),
     Rule("schedules", "DeepSpeed's pipeline engine runs 1F1B (TrainSchedule) only, not {s}",
-         "DS:runtime/pipe/engine.py:501", lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe"),
+         "DS:runtime/pipe/engine.py:501",
+         lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe", "dualpipev"),
          detail=lambda j: {"s": j.plan.schedule}),
     Rule("no-stage-sizes", "DeepSpeed's pipeline engine partitions layers itself (partition_method), not to given "
          "first/last stage sizes", "DS:runtime/pipe/module.py:406-421; MDS:megatron/model/gpt_model.py:463",

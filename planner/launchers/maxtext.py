@@ -60,7 +60,8 @@ RULES = (
     contract_rule("maxtext"),
     Rule("schedules", "MaxText pipelines with GPipe or its circular (repeat) schedule only, not {s}",
          "MT:docs/guides/optimization/sharding.md:363-385 [doc]",
-         lambda j: j.plan.pp > 1 and j.plan.schedule in ("zb", "dualpipe"), detail=lambda j: {"s": j.plan.schedule}),
+         lambda j: j.plan.pp > 1 and j.plan.schedule in ("zb", "dualpipe", "dualpipev"),
+         detail=lambda j: {"s": j.plan.schedule}),
     Rule("even-stages", "MaxText splits layers evenly over pipeline stages (no first/last stage sizes)",
          "MT:configs/types.py:3574-3601 [assert]",
          lambda j: j.plan.pp > 1 and (j.uneven or j.plan.account_embedding_loss

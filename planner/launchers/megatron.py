@@ -26,8 +26,8 @@ def _interleaved_microbatches(job: Job) -> bool:
     return p.pp > 1 and p.vpp > 1 and microbatches(job) % p.pp != 0
 
 
-_SCHEDULE_NAMES = {"gpipe": "GPipe", "zb": "zero-bubble", "dualpipe": "DualPipe", "1f1b": "1F1B",
-                   "interleaved": "interleaved"}
+_SCHEDULE_NAMES = {"gpipe": "GPipe", "zb": "zero-bubble", "dualpipe": "DualPipe", "dualpipev": "DualPipeV",
+                   "1f1b": "1F1B", "interleaved": "interleaved"}
 
 RULES = (
     contract_rule("megatron"),
@@ -36,7 +36,7 @@ RULES = (
     Rule("schedules", "Megatron-LM has no {s} schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",
          "MLM:megatron/core/pipeline_parallel/schedules.py:45-150 get_forward_backward_func "
          "[absent: GPipe, ZB, DualPipe]",
-         lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe"),
+         lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe", "dualpipev"),
          detail=lambda j: {"s": _SCHEDULE_NAMES[j.plan.schedule]}),
     Rule("even-pp-split", "{L} layers do not split evenly over pp={pp} and the plan gives no first/last stage sizes",
          "MLM:megatron/training/arguments.py:558-572 [assert]", _uneven_layers,

@@ -49,12 +49,15 @@ def _ep_not_from_shard(job: Job) -> bool:
 
 
 def _schedule_stages(job: Job) -> bool:
-    """Stages per rank: single-stage schedules 1, interleaved >= 2, ZBV exactly 2 (GPipe not interleaved)."""
+    """Stages per rank: single-stage schedules 1, interleaved >= 2, ZBV and DualPipeV exactly 2 (GPipe not
+    interleaved); DeepSeek's bidirectional DualPipe is not among torch's schedules."""
     p = job.plan
     if p.pp == 1:
         return False
     if p.schedule == "zb":
         return p.vpp < 2
+    if p.schedule == "dualpipev":
+        return p.vpp != 2
     if p.schedule == "gpipe":
         return p.vpp > 1
     return p.schedule == "dualpipe"
@@ -65,6 +68,8 @@ def _1f1b_microbatches(job: Job) -> bool:
     if p.pp == 1:
         return False
     n = microbatches(job)
+    if p.schedule == "dualpipev":
+        return n < p.pp * p.vpp  # ScheduleDualPipeV: at least as many micro-batches as stages
     if p.vpp == 1:
         return p.schedule == "1f1b" and n < p.pp
     rounds = max(1, n // p.pp)
@@ -96,7 +101,8 @@ RULES = (
          "TT:distributed/pipeline_parallel.py:219-262; TORCH:3249-3253 [assert]", _schedule_stages,
          detail=lambda j: {"s": j.plan.schedule, "v": j.plan.vpp}),
     Rule("microbatches", "too few or uneven pipeline micro-batches for the schedule",
-         "TORCH:1020-1024 (1F1B n_mb >= pp), 2935-2942 (interleaved n_mb % rounds) [assert]", _1f1b_microbatches),
+         "TORCH:1020-1024 (1F1B n_mb >= pp), 2935-2942 (interleaved n_mb % rounds), ScheduleDualPipeV "
+         "(n_mb >= stages) [assert]", _1f1b_microbatches),
     Rule("loss-chunks", "torchtitan's chunked loss splits the sequence into --loss-chunks slices: {n} does not "
          "divide seq_len {s}", "TT:components/loss.py ChunkedLossWrapper (seq_len % num_chunks == 0) [assert]",
          lambda j: j.train.seq_len % j.train.loss_chunks != 0,
@@ -126,7 +132,7 @@ CAPABILITIES = Capabilities(
     checked_against="torchtitan 0.3.0 ConfigManager + ParallelDims + pipeline split (tests/consumers)",
     framework="fsdp",
     hardware=("gpu",),
-    schedules=("1f1b", "interleaved", "gpipe", "zb"),
+    schedules=("1f1b", "interleaved", "gpipe", "zb", "dualpipev"),
     zero_stages=(0, 1, 2, 3),  # FSDP2: 1-2 as reshard_after_forward=never (ZeRO-2), 3 full shard; HSDP
     cp_kinds=("ring",),  # K/V all-gather (Flex) or SDPA dispatcher
     expert_tp="none (0.3.0)",
@@ -135,4 +141,7 @@ CAPABILITIES = Capabilities(
     fp8_recipes=("rowwise",),  # through the registry's Float8 config functions
     rank_order="pp -> dp_replicate -> dp_shard -> cp -> tp (tp innermost); sparse pp -> dp_replicate -> efsdp -> ep",
     rules=RULES,
+    # the schedules its pipelines are searched over (a range, not a pin): the default 1F1B / interleaved and
+    # DualPipeV (torch 2.13 ScheduleDualPipeV, parallelism.pipeline_parallel_schedule DualPipeV)
+    search_defaults={"schedule": ("1f1b", "interleaved", "dualpipev")},
 )

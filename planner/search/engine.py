@@ -242,6 +242,8 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
             ok, f, la, acc = split(1)
             if ok:
                 out.append((1, name, f, la, acc))
+    if "dualpipev" in allowed and vpp_fixed in (None, 2) and not pinned and L % (2 * pp) == 0:
+        out.append((2, "dualpipev", None, None, False))  # two equal stages per rank in a V (ParallelPlan.schedule)
     if "interleaved" in allowed and vpp_fixed != 1:
         vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
                                                                if (L // pp) % v == 0 or L % pp]

@@ -26,7 +26,7 @@ def divisors(n: int) -> list[int]:
 
 # schedules that exist only with a pipeline: pinning one (or virtual stages) pins pp >= 2 (1F1B is the default, and
 # with pp 1 the schedule is moot)
-PIPELINE_SCHEDULES = ("interleaved", "gpipe", "zb", "dualpipe")
+PIPELINE_SCHEDULES = ("interleaved", "gpipe", "zb", "dualpipe", "dualpipev")
 
 
 def needs_pipeline(fixed: dict) -> bool:
@@ -58,7 +58,10 @@ def _factorisations(devices: int, fixed: dict) -> list[tuple[int, int, int, int]
 
 def _probe_vpps(model: ModelSpec, fx: dict, knobs: dict) -> list[int]:
     """Virtual stages to probe: the pinned vpp; with only the interleaved schedule pinned, the virtual stages the
-    search would try (2 .. layers per stage: the search enumerates them, planner.search.engine._vpp_choices)."""
+    search would try (2 .. layers per stage: the search enumerates them, planner.search.engine._vpp_choices); with
+    DualPipeV pinned, its two stages per rank."""
+    if knobs["schedule"] == "dualpipev" and "vpp" not in fx:
+        return [2]
     if "vpp" in fx or knobs["schedule"] != "interleaved":
         return [knobs.get("vpp", 1)]
     return list(range(2, max(2, model.num_layers // knobs["pp"]) + 1))

@@ -163,7 +163,16 @@ def _pipeline_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
         errs.append("virtual pipeline stages (vpp > 1) need pp > 1")
     if p.schedule == "interleaved" and p.vpp == 1 and p.pp > 1:
         errs.append("the interleaved schedule needs vpp > 1")
-    if p.vpp > 1 and p.schedule != "interleaved":
+    if p.schedule == "dualpipev" and p.pp > 1:
+        # DualPipeV holds exactly two stages per rank in a V (torch 2.13 pipelining ScheduleDualPipeV: "requires
+        # exactly 2 stages per rank"), an equal number of layers each (the cost model places no uneven V split)
+        if p.vpp != 2:
+            errs.append("the dualpipev schedule runs two stages per rank: vpp must be 2")
+        if model.num_layers % (2 * p.pp):
+            errs.append(f"dualpipev splits the {model.num_layers} layers into 2*pp={2 * p.pp} equal stages")
+        if p.first_stage_layers is not None or p.last_stage_layers is not None or p.account_embedding_loss:
+            errs.append("dualpipev takes no first/last stage sizes (its first and last stages share rank 0)")
+    elif p.vpp > 1 and p.schedule != "interleaved":
         errs.append("vpp > 1 needs the interleaved schedule")
     return errs
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from planner.specs.dims import ParallelDims
 
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved", "gpipe", "zb", "dualpipe"]
+Schedule = Literal["1f1b", "interleaved", "gpipe", "zb", "dualpipe", "dualpipev"]
 CpComm = Literal["ring", "a2a"]
 
 
@@ -27,7 +27,8 @@ class ParallelPlan(BaseModel):
     cp: int = Field(1, ge=1, description="context-parallel size (sequence split across ranks)")
     ep: int = Field(1, ge=1, description="expert-parallel size, carved out of dp*cp")
     etp: int = Field(1, ge=1, description="expert tensor-parallel size (Megatron --expert-tensor-parallel-size)")
-    vpp: int = Field(1, ge=1, description="virtual stages per pipeline rank (interleaved schedule when > 1)")
+    vpp: int = Field(1, ge=1, description="virtual stages per pipeline rank (interleaved schedule when > 1; "
+                     "dualpipev: 2)")
     micro_batch: int = Field(1, ge=1, description="sequences per micro-batch per DP rank")
     zero_stage: int = Field(1, ge=0, le=3, description="0 none, 1 optimizer (= Megatron distributed optimizer), "
                             "2 + gradients, 3 + parameters (FSDP full shard)")
@@ -37,7 +38,8 @@ class ParallelPlan(BaseModel):
     recompute_layers: int | None = Field(None, ge=0, description="with full: layers per stage recomputed (unset = all)")
     sequence_parallel: bool = Field(True, description="Megatron sequence parallelism (only meaningful with tp > 1)")
     schedule: Schedule = Field("1f1b", description="1f1b, interleaved (vpp > 1), gpipe, zb (ZB-H1), dualpipe "
-                               "(DeepSeek-V3: bidirectional, overlaps EP all-to-all with compute)")
+                               "(DeepSeek-V3: bidirectional, overlaps EP all-to-all with compute), dualpipev "
+                               "(DualPipe cut in half: two stages per rank in a V, torch ScheduleDualPipeV)")
     cp_comm: CpComm = Field("ring", description="ring = p2p K/V rotation; a2a = Ulysses all-to-all")
     first_stage_layers: int | None = Field(None, ge=0, description="uneven PP: layers on the first stage")
     last_stage_layers: int | None = Field(None, ge=0, description="uneven PP: layers on the last stage")

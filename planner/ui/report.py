@@ -471,8 +471,9 @@ def _timeline_section(best: dict | None) -> str:
         schedule = str(pipe.get("schedule", "1f1b"))
         bubble_s = float(best["time_breakdown"]["bubble_s"])
         step_s = float(best["step_time_s"])
-        if schedule == "dualpipe":
-            return _chart_missing("timeline", f"DualPipe is not drawn; its scored bubble is {_seconds(bubble_s)} "
+        if schedule in ("dualpipe", "dualpipev"):
+            name = "DualPipe" if schedule == "dualpipe" else "DualPipeV"
+            return _chart_missing("timeline", f"{name} is not drawn; its scored bubble is {_seconds(bubble_s)} "
                                   f"({_pct(bubble_s / step_s if step_s else 0.0)} of the step).")
         sched_name = tl.resolve_schedule(pp, vpp, m, schedule)
         per_op = 3 if sched_name == "zb" else 2

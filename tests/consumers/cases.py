@@ -126,6 +126,13 @@ CONSUMER_CASES = [
          ParallelPlan(pp=2, dp=32, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"),
          expect_emit=("megatron", "maxtext", "jax", "torchtitan"),
          expect_skip={"deepspeed": "expert parallelism"}),
+    # DualPipeV (two stages per rank in a V): torchtitan only
+    Case("llama8b-tp2-pp4-dualpipev-fsdp-32xh100", LLAMA31_8B, cluster("h100-sxm-80gb", 32),
+         TrainingSpec(seq_len=8192, global_batch=64, framework="fsdp"),
+         ParallelPlan(tp=2, pp=4, vpp=2, dp=4, micro_batch=1, zero_stage=3, recompute="selective",
+                      sequence_parallel=True, schedule="dualpipev"),
+         expect_emit=("torchtitan",),
+         expect_skip={"megatron": "DualPipeV", "deepspeed": "dualpipev", "maxtext": "dualpipev"}),
     Case("mixtral-ep8-capacity1.25-64xh100", MIXTRAL_8X7B, cluster("h100-sxm-80gb", 64),
          TrainingSpec(seq_len=4096, global_batch=256, moe_capacity_factor=1.25),
          ParallelPlan(pp=2, dp=32, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"),

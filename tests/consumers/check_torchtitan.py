@@ -62,6 +62,11 @@ def check_args(r):
         parts = ppmod._generate_llm_fqn_per_model_part(stages, nlayers, w_in, w_out)
         out["layers_per_stage"] = [sum(1 for m in part if m.startswith("layers.")) for part in parts]
         out["num_stages"] = stages
+        # the stages rank 0 holds under the schedule's placement (loop, or V for ZBV / DualPipeV), and the schedule
+        # class torch builds
+        out["rank0_stages"] = list(ppmod._get_pp_rank_to_stage_indices_mapping(0, pd.pp, par.pipeline_parallel_schedule,
+                                                                               stages))
+        out["schedule_class"] = ppmod.get_schedule_class(par.pipeline_parallel_schedule).__name__
     return out
 
 

@@ -11,6 +11,7 @@ from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, cata
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
+from planner.costmodel.pipeline import head_stage
 from planner.emit.torchtitan import _MODULE_OF, FLAVORS
 from planner.specs import ParallelPlan, TrainingSpec
 
@@ -117,6 +118,12 @@ def test_torchtitan_accepts_emitted_args(results, case):
         if p.last_stage_layers is not None:
             assert lps[-1] == p.last_stage_layers
         assert sum(lps) == case.model.num_layers
+        # the LM head's rank as the cost model places it (planner.costmodel.pipeline.head_stage): the last rank holds
+        # the last stage, or rank 0 in a V
+        assert (2 * p.pp - 1 in r["rank0_stages"]) == (head_stage(p) == 0)
+        if p.schedule == "dualpipev":
+            assert r["schedule_class"] == "ScheduleDualPipeV" and r["rank0_stages"] == [0, 2 * p.pp - 1]
+            assert len(set(lps)) == 1  # the even V split the cost model places
     else:
         assert r["local_batch_size"] * dp * (t.global_batch // (p.micro_batch * p.dp)) == t.global_batch
     kind = r["activation_checkpoint"]

@@ -78,6 +78,23 @@ def test_bubble_fractions(p, m, v):
     assert pipeline_step_time([t] * p, m, "zb", fwd_s=[t / 3] * p) - m * t == pytest.approx((step - m * t) / 3)
 
 
+@pytest.mark.parametrize("ranks,m", [(2, 8), (4, 16), (8, 64)])
+def test_dualpipev_bubble_follows_the_dualpipe_readme(ranks, m):
+    # deepseek-ai/DualPipe README: DualPipeV's bubble is (PP/2 - 1)(F&B + B - 3W) over PP = 2 x ranks stages, with
+    # F, B, W the times of one stage's forward, full backward and weight backward; torch's ScheduleDualPipeV runs
+    # F&B as F then B. A rank runs two stages: per micro-batch 2F + 2B; with B = 2F and W = B / 2 the bubble is
+    # (ranks - 1) x 2F, a third of 1F1B's (ranks - 1)(2F + 2B) on the same ranks
+    F = 0.01
+    B, W = 2 * F, F
+    rank_s, rank_fwd_s = 2 * F + 2 * B, 2 * F
+    bubble = pipeline_step_time([rank_s] * ranks, m, "dualpipev", 2, fwd_s=[rank_fwd_s] * ranks) - m * rank_s
+    assert bubble == pytest.approx((2 * ranks / 2 - 1) * ((F + B) + B - 3 * W))
+    one_f_one_b = pipeline_step_time([rank_s] * ranks, m, "1f1b") - m * rank_s
+    assert bubble == pytest.approx(one_f_one_b / 3)
+    # activations: PP + 1 stage-activations per rank (the README's table), i.e. ranks + 1/2 of the rank's two stages
+    assert inflight_microbatches("dualpipev", ranks, 0, m, 2) == pytest.approx((2 * ranks + 1) / 2)
+
+
 def test_inflight_microbatches():
     assert inflight_microbatches("1f1b", 8, 0, 64) == 8  # first stage holds p (SC21 sec. 2.2.1)
     assert inflight_microbatches("1f1b", 8, 7, 64) == 1

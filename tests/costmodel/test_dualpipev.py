@@ -1,0 +1,96 @@
+"""DualPipeV (torch 2.13 ScheduleDualPipeV, torchtitan 0.3.0 parallelism.pipeline_parallel_schedule DualPipeV):
+two stages per rank in a V, so rank 0 holds the first and the last stage, the embedding and the LM head."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from planner.catalog.hardware import parse_cluster
+from planner.catalog.models import get_model
+from planner.costmodel import Context, evaluate
+from planner.costmodel.base import plan_shape
+from planner.costmodel.compute import lm_head_fwd_s
+from planner.costmodel.layers import stage_times
+from planner.costmodel.memory import stage_params
+from planner.launchers import capabilities
+from planner.search.engine import SearchOptions, search
+from planner.specs import ParallelPlan, TrainingSpec
+from planner.ui.cli import main
+
+
+def _ctx() -> Context:
+    return Context(get_model("llama-3.1-8b"), parse_cluster("h100x32"),
+                   TrainingSpec(seq_len=8192, global_batch=64, framework="fsdp"))
+
+
+def _plan(schedule: str) -> ParallelPlan:
+    return ParallelPlan(tp=2, pp=4, vpp=2, dp=4, zero_stage=3, micro_batch=1, recompute="selective",
+                        schedule=schedule)
+
+
+def _split(ctx: Context, p: ParallelPlan):
+    return ctx.stage_kind_counts(p.pp, None, None, None)
+
+
+def test_rank_zero_holds_the_lm_head_in_a_v():
+    # torchtitan 0.3.0 _get_pp_rank_to_stage_indices_mapping(style "v"): rank r holds stages r and 2 pp - 1 - r,
+    # so the LM head and the loss (the last stage) sit on rank 0 beside the embedding; the loop placement of the
+    # interleaved schedule keeps them on the last rank
+    ctx = _ctx()
+    v, loop = _plan("dualpipev"), _plan("interleaved")
+    pv, pl = stage_params(ctx, v, _split(ctx, v)), stage_params(ctx, loop, _split(ctx, loop))
+    head = ctx.params.lm_head / v.tp + ctx.params.final_norm
+    assert pv.dense[0] - pl.dense[0] == pytest.approx(head)
+    assert pl.dense[3] - pv.dense[3] == pytest.approx(head)
+    tv = stage_times(ctx, plan_shape(ctx, v), _split(ctx, v))
+    tl = stage_times(ctx, plan_shape(ctx, loop), _split(ctx, loop))
+    t_head = lm_head_fwd_s(ctx, plan_shape(ctx, v))
+    assert tv.fwd[0] - tl.fwd[0] == pytest.approx(t_head)
+    assert tl.fwd[3] - tv.fwd[3] == pytest.approx(t_head)
+
+
+def test_dualpipev_bubble_is_below_interleaved_and_1f1b_on_the_same_layout():
+    ctx = _ctx()
+    bubble = {s: evaluate(ctx, _plan(s) if s != "1f1b" else _plan(s).model_copy(update={"vpp": 1}))
+              .time_breakdown["bubble_s"] for s in ("1f1b", "interleaved", "dualpipev")}
+    assert 0 < bubble["dualpipev"] < bubble["interleaved"] < bubble["1f1b"]
+
+
+def test_the_torchtitan_range_searches_dualpipev_and_megatron_does_not():
+    ctx = _ctx()
+    tt = capabilities("torchtitan").search_defaults["schedule"]
+    assert "dualpipev" in tt
+    res = search(ctx, SearchOptions(fixed={"schedule": tt, "tp": 2, "pp": 4}, top_k=50, require_fit=False))
+    scheds = {(e.plan.schedule, e.plan.vpp) for e in res.ranked}
+    assert ("dualpipev", 2) in scheds
+    res = search(ctx, SearchOptions(fixed={"tp": 2, "pp": 4}, top_k=50, require_fit=False))
+    assert all(e.plan.schedule != "dualpipev" for e in res.ranked)
+
+
+def test_dualpipev_writes_torchtitans_schedule_and_an_even_v_split(tmp_path):
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["--model", "llama-3.1-8b", "--cluster", "h100x32", "--seq-len", "8192", "--gbs",
+                                  "64", "--launcher", "torchtitan", "--tp", "2", "--pp", "4", "--schedule",
+                                  "dualpipev", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)["plans"][0]["plan"]
+    assert (plan["schedule"], plan["vpp"]) == ("dualpipev", 2)
+    args = json.loads((out / "torchtitan_args.json").read_text())["args"]
+    assert args[args.index("--parallelism.pipeline_parallel_schedule") + 1] == "DualPipeV"
+    # Llama 3.1 8B's 32 layers over 2 x pp = 8 stages
+    assert args[args.index("--parallelism.pipeline_parallel_layers_per_stage") + 1] == "4"
+
+
+@pytest.mark.parametrize("extra,says", [
+    (["--launcher", "megatron"], "does not run the dualpipev"),
+    (["--launcher", "torchtitan", "--vpp", "3"], "vpp must be 2"),
+    (["--launcher", "torchtitan", "--pp", "3"], "2*pp=6 equal stages"),
+])
+def test_dualpipev_pins_a_launcher_cannot_run_exit_2(extra, says):
+    r = CliRunner().invoke(main, ["--model", "llama-3.1-8b", "--cluster", "h100x48", "--schedule", "dualpipev",
+                                  *extra])
+    assert r.exit_code == 2, r.output
+    assert says in r.output
