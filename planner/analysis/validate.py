@@ -720,6 +720,10 @@ def run_hardware(run: dict, hw):
 # The measured v25.05 GB200 rows take sides: DeepSeek-V3 (known_runs_dev.yaml, EP 32 / 64) and Llama 4 Maverick
 # (runs/moe_runs_added.yaml, EP 64: +4% to -2% unaligned, -8% to -21% aligned) agree with an unaligned allocation;
 # Grok-1 (EP 8 x ETP 4: +25% to +36% unaligned, -1% to -8% aligned) alone with an aligned one.
+# Checked against Grok's own launch: dgxc-benchmarking v25.05 (68eaf7e) grok1/launch.sh defaults ET=8 on GB200 where
+# its README table says ETP 4 (v25.05.01, 60d6fd3, sets ET=4; the published figures are the same in both), and scored
+# with ETP 8 the BF16 512-GPU row moves from +27% to +33%; nodes filled from a domain boundary (the first offset
+# only, not the worst) leave Grok at +21% to +29% and move DeepSeek-V3 v25.05 from -7% to -11%. Neither settles it.
 DGXC_SEGMENTED_FROM = (26, 2)
 
 

@@ -23,9 +23,6 @@ from planner.launchers.torchtitan_registry import (  # noqa: F401  (FLAVORS, ROP
 from planner.names import safe_line
 from planner.specs.dims import ParallelDims
 
-_SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb": "ZBVZeroBubble",
-             "dualpipev": "DualPipeV"}
-
 
 def pp_schedule(job: Job) -> str:
     """torch.distributed.pipelining schedule name for the plan."""

@@ -43,6 +43,9 @@ def _partial_full(job: Job) -> bool:
     return p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < job.model.num_layers
 
 
+# the pipeline schedules its engine runs (Capabilities.schedules and the "schedules" rule read this one tuple)
+SCHEDULES = ("1f1b",)
+
 RULES = (
     contract_rule("deepspeed"),
     Rule("hf-data-parallel", "DeepSpeed runs {name} as the Hugging Face model ({what}): data parallelism under "
@@ -77,7 +80,8 @@ RULES = (
          "launcher_capabilities.md sec. 2 [absent]; MDS:megatron/training.py:674-686", lambda j: j.plan.vpp > 1),
     Rule("schedules", "DeepSpeed's pipeline engine runs 1F1B (TrainSchedule) only, not {s}",
          "DS:runtime/pipe/engine.py:501",
-         lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe", "dualpipev"),
+         # interleaved plans: the no-interleaving rule above says why
+         lambda j: j.plan.pp > 1 and j.plan.schedule not in (*SCHEDULES, "interleaved"),
          detail=lambda j: {"s": j.plan.schedule}),
     Rule("no-stage-sizes", "DeepSpeed's pipeline engine partitions layers itself (partition_method), not to given "
          "first/last stage sizes", "DS:runtime/pipe/module.py:406-421; MDS:megatron/model/gpt_model.py:463",
@@ -113,7 +117,7 @@ CAPABILITIES = Capabilities(
                     "MDS flags read at 207b2d5 megatron/arguments.py",
     framework="deepspeed",
     hardware=("gpu",),
-    schedules=("1f1b",),
+    schedules=SCHEDULES,
     zero_stages=(0, 1, 2, 3),  # 2-3 only with pp = 1
     cp_kinds=("a2a",),  # DeepSpeed-Ulysses on the Hugging Face model path
     expert_tp="none written (DeepSpeed-MoE: all-or-nothing = TP)",

@@ -56,11 +56,16 @@ def _ring_seq(job: Job) -> bool:
     return p.cp > 1 and p.cp_comm == "ring" and job.train.seq_len % (p.cp * p.cp) != 0
 
 
+# the pipeline schedules it runs (Capabilities.schedules and the "schedules" rule read this one tuple): GPipe, and its
+# circular (repeat) schedule for interleaved plans
+SCHEDULES = ("gpipe", "interleaved")
+
 RULES = (
     contract_rule("maxtext"),
     Rule("schedules", "MaxText pipelines with GPipe or its circular (repeat) schedule only, not {s}",
          "MT:docs/guides/optimization/sharding.md:363-385 [doc]",
-         lambda j: j.plan.pp > 1 and j.plan.schedule in ("zb", "dualpipe", "dualpipev"),
+         # a plan costed as 1F1B is written as MaxText's pipeline, with a note (planner.emit.maxtext)
+         lambda j: j.plan.pp > 1 and j.plan.schedule not in (*SCHEDULES, "1f1b"),
          detail=lambda j: {"s": j.plan.schedule}),
     Rule("even-stages", "MaxText splits layers evenly over pipeline stages (no first/last stage sizes)",
          "MT:configs/types.py:3574-3601 [assert]",
@@ -114,7 +119,7 @@ CAPABILITIES = Capabilities(
     checked_against="maxtext 0.2.5 pyconfig.initialize + jax 0.10.2 mesh (tests/consumers)",
     framework="maxtext",
     hardware=("gpu", "tpu"),
-    schedules=("gpipe", "interleaved"),  # interleaved = circular repeats
+    schedules=SCHEDULES,
     zero_stages=(0, 1, 3),  # 1 = shard_optimizer_over_data; 3 = fsdp axis (2 maps to 1)
     cp_kinds=("ring", "a2a"),  # a2a = ulysses, TPU only
     expert_tp="= tp (the tensor axis)",

@@ -29,6 +29,9 @@ def _interleaved_microbatches(job: Job) -> bool:
 _SCHEDULE_NAMES = {"gpipe": "GPipe", "zb": "zero-bubble", "dualpipe": "DualPipe", "dualpipev": "DualPipeV",
                    "1f1b": "1F1B", "interleaved": "interleaved"}
 
+# the pipeline schedules it runs (Capabilities.schedules and the "schedules" rule read this one tuple)
+SCHEDULES = ("1f1b", "interleaved")
+
 RULES = (
     contract_rule("megatron"),
     Rule("gpu-only", "Megatron-LM runs on NVIDIA/AMD GPUs, not on {hw}", "MLM: CUDA/ROCm only (no XLA backend)",
@@ -36,7 +39,7 @@ RULES = (
     Rule("schedules", "Megatron-LM has no {s} schedule (it runs 1F1B, or interleaved 1F1B when vpp > 1)",
          "MLM:megatron/core/pipeline_parallel/schedules.py:45-150 get_forward_backward_func "
          "[absent: GPipe, ZB, DualPipe]",
-         lambda j: j.plan.pp > 1 and j.plan.schedule in ("gpipe", "zb", "dualpipe", "dualpipev"),
+         lambda j: j.plan.pp > 1 and j.plan.schedule not in SCHEDULES,
          detail=lambda j: {"s": _SCHEDULE_NAMES[j.plan.schedule]}),
     Rule("even-pp-split", "{L} layers do not split evenly over pp={pp} and the plan gives no first/last stage sizes",
          "MLM:megatron/training/arguments.py:558-572 [assert]", _uneven_layers,
@@ -91,7 +94,7 @@ CAPABILITIES = Capabilities(
     checked_against="megatron-core 0.19.2 parse_args + validate_args + TransformerConfig (tests/consumers)",
     framework="megatron",
     hardware=("gpu",),
-    schedules=("1f1b", "interleaved"),
+    schedules=SCHEDULES,
     zero_stages=(0, 1, 2, 3),  # 1-2: distributed optimizer; 3: Megatron-FSDP optim_grads_params (PP=1 only)
     cp_kinds=("ring", "a2a"),  # --cp-comm-type p2p / a2a (TE attention only)
     expert_tp="any etp (--expert-tensor-parallel-size); ep*etp divides tp*cp*dp",
