@@ -22,7 +22,7 @@ from planner.costmodel.expert import ep_comm_term, ep_warnings
 from planner.costmodel.layers import StageTimes, layer_terms, stage_times
 from planner.costmodel.memory import StageMemory, StageParams, memory_terms, peak_gib_of, stage_memories, stage_params
 from planner.costmodel.optimizer import optimizer_term
-from planner.costmodel.pipeline import bubble_term, makespan_s, p2p_term
+from planner.costmodel.pipeline import bubble_term, makespan_s, p2p_term, rank_first_last_layers
 from planner.costmodel.tensor import tp_comm_term, tp_warnings
 from planner.costmodel.trace import CostTrace, Term, formula
 from planner.specs import ParallelPlan
@@ -166,7 +166,7 @@ class MemoryScreen(NamedTuple):
 def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
     """Per-device peak memory of `plan` (the same terms `evaluate` puts in its trace), without the step time."""
     shape = plan_shape(ctx, plan)
-    split_key = (plan.pp, plan.first_stage_layers, plan.last_stage_layers,
+    split_key = (plan.pp, *rank_first_last_layers(plan, ctx.model.num_layers),
                  plan.recompute_layers if plan.recompute == "full" else None)
     split = ctx.stage_kind_counts(*split_key)
     # stage_params reads the split and tp, ep, etp: cached per search under them

@@ -40,6 +40,16 @@ def head_stage(plan: ParallelPlan) -> int:
     return 0 if v_shaped(plan) else plan.pp - 1
 
 
+def rank_first_last_layers(plan: ParallelPlan, num_layers: int) -> tuple[int | None, int | None]:
+    """Layers on the first and on the last rank as the cost model splits them (partition.stage_layer_counts' first /
+    last): the plan's own sizes. In a V with the embedding and the loss counted as a layer each, rank 0 holds both
+    ends, so it takes two layers fewer than the others (torchtitan's first/last_stage_less_layers on stages 0 and
+    2 pp - 1, both rank 0's)."""
+    if v_shaped(plan) and plan.account_embedding_loss:
+        return (num_layers + 2) // plan.pp - 2, None
+    return plan.first_stage_layers, plan.last_stage_layers
+
+
 def dualpipev_fill_s(stage_s: float, fwd_s: float) -> float:
     """One rank's share of DualPipeV's bubble: F&B + B - 3W of one of its two stages (deepseek-ai/DualPipe README:
     bubble (PP/2 - 1)(F&B + B - 3W) over PP stages on PP/2 ranks). torch's ScheduleDualPipeV runs the paired forward

@@ -27,6 +27,7 @@ from planner.costmodel.capacity import usable_capacity_gib
 from planner.costmodel.evaluate import screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
+from planner.costmodel.pipeline import rank_first_last_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
 from planner.launchers import capabilities, launcher_errors
@@ -242,8 +243,10 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
             ok, f, la, acc = split(1)
             if ok:
                 out.append((1, name, f, la, acc))
-    if "dualpipev" in allowed and vpp_fixed in (None, 2) and not pinned and L % (2 * pp) == 0:
-        out.append((2, "dualpipev", None, None, False))  # two equal stages per rank in a V (ParallelPlan.schedule)
+    v_splits = L % (2 * pp) == 0 or (L + 2) % (2 * pp) == 0
+    if "dualpipev" in allowed and vpp_fixed in (None, 2) and not pinned and v_splits:
+        # two stages per rank in a V (ParallelPlan.schedule): even, or with the embedding and loss counted as layers
+        out.append((2, "dualpipev", None, None, L % (2 * pp) != 0))
     if "interleaved" in allowed and vpp_fixed != 1:
         vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
                                                                if (L // pp) % v == 0 or L % pp]
@@ -540,7 +543,7 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
 def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_ev: Evaluation) -> Evaluation:
     """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k)."""
     from planner.costmodel.partition import stage_layer_counts
-    n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, plan.first_stage_layers, plan.last_stage_layers))
+    n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, *rank_first_last_layers(plan, ctx.model.num_layers)))
     lo, hi, best = 1, n - 1, None  # k = 0 is "none", already scored
     while lo <= hi:
         k = (lo + hi) // 2

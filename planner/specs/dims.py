@@ -168,9 +168,11 @@ def _pipeline_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
         # exactly 2 stages per rank"), an equal number of layers each (the cost model places no uneven V split)
         if p.vpp != 2:
             errs.append("the dualpipev schedule runs two stages per rank: vpp must be 2")
-        if model.num_layers % (2 * p.pp):
-            errs.append(f"dualpipev splits the {model.num_layers} layers into 2*pp={2 * p.pp} equal stages")
-        if p.first_stage_layers is not None or p.last_stage_layers is not None or p.account_embedding_loss:
+        units = model.num_layers + (2 if p.account_embedding_loss else 0)  # + the embedding and the loss as layers
+        if units % (2 * p.pp):
+            errs.append(f"dualpipev splits the {units} layers{' and units' if p.account_embedding_loss else ''} into "
+                        f"2*pp={2 * p.pp} equal stages")
+        if p.first_stage_layers is not None or p.last_stage_layers is not None:
             errs.append("dualpipev takes no first/last stage sizes (its first and last stages share rank 0)")
     elif p.vpp > 1 and p.schedule != "interleaved":
         errs.append("vpp > 1 needs the interleaved schedule")

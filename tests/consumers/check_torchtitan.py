@@ -64,8 +64,8 @@ def check_args(r):
         out["num_stages"] = stages
         # the stages rank 0 holds under the schedule's placement (loop, or V for ZBV / DualPipeV), and the schedule
         # class torch builds
-        out["rank0_stages"] = list(ppmod._get_pp_rank_to_stage_indices_mapping(0, pd.pp, par.pipeline_parallel_schedule,
-                                                                               stages))
+        out["rank_stages"] = [list(ppmod._get_pp_rank_to_stage_indices_mapping(r, pd.pp, par.pipeline_parallel_schedule,
+                                                                             stages)) for r in range(pd.pp)]
         out["schedule_class"] = ppmod.get_schedule_class(par.pipeline_parallel_schedule).__name__
     return out
 

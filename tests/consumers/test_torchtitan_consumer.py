@@ -11,7 +11,8 @@ from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, cata
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
-from planner.costmodel.pipeline import head_stage
+from planner.costmodel.partition import stage_layer_counts
+from planner.costmodel.pipeline import head_stage, rank_first_last_layers
 from planner.emit.torchtitan import _MODULE_OF, FLAVORS
 from planner.specs import ParallelPlan, TrainingSpec
 
@@ -118,12 +119,15 @@ def test_torchtitan_accepts_emitted_args(results, case):
         if p.last_stage_layers is not None:
             assert lps[-1] == p.last_stage_layers
         assert sum(lps) == case.model.num_layers
-        # the LM head's rank as the cost model places it (planner.costmodel.pipeline.head_stage): the last rank holds
-        # the last stage, or rank 0 in a V
-        assert (2 * p.pp - 1 in r["rank0_stages"]) == (head_stage(p) == 0)
+        # each rank's layers and the LM head's rank as the cost model places them (partition.stage_layer_counts,
+        # pipeline.rank_first_last_layers and head_stage) against torchtitan's own rank-to-stage mapping: the last
+        # rank holds the last stage, or rank 0 in a V
+        ranks = r["rank_stages"]
+        assert [sum(lps[s] for s in stages) for stages in ranks] == \
+            stage_layer_counts(case.model.num_layers, p.pp, *rank_first_last_layers(p, case.model.num_layers))
+        assert (p.pp * p.vpp - 1 in ranks[0]) == (head_stage(p) == 0)
         if p.schedule == "dualpipev":
-            assert r["schedule_class"] == "ScheduleDualPipeV" and r["rank0_stages"] == [0, 2 * p.pp - 1]
-            assert len(set(lps)) == 1  # the even V split the cost model places
+            assert r["schedule_class"] == "ScheduleDualPipeV" and ranks[0] == [0, 2 * p.pp - 1]
     else:
         assert r["local_batch_size"] * dp * (t.global_batch // (p.micro_batch * p.dp)) == t.global_batch
     kind = r["activation_checkpoint"]

@@ -94,3 +94,17 @@ def test_dualpipev_pins_a_launcher_cannot_run_exit_2(extra, says):
                                   *extra])
     assert r.exit_code == 2, r.output
     assert says in r.output
+
+
+def test_a_v_counting_the_embedding_and_loss_gives_rank_zero_two_layers_fewer():
+    # Llama 3.1 405B's 126 layers + the embedding and the loss = 128 units over 2 x pp = 8 stages of 16: torchtitan
+    # gives stages 0 and 7 one layer fewer (first/last_stage_less_layers 1), both on rank 0 in a V
+    ctx = Context(get_model("llama-3.1-405b"), parse_cluster("h100x256"),
+                  TrainingSpec(seq_len=8192, global_batch=256, framework="fsdp"))
+    tt = capabilities("torchtitan").search_defaults["schedule"]
+    res = search(ctx, SearchOptions(fixed={"schedule": tt, "tp": 8, "pp": 4}, top_k=50, require_fit=False))
+    v = next(e for e in res.ranked if e.plan.schedule == "dualpipev")
+    assert v.plan.account_embedding_loss and v.pipeline["layers_per_stage"] == [30, 32, 32, 32]
+    # the loop placement of the same units trims the first and the last rank by one each
+    loop = evaluate(ctx, v.plan.model_copy(update={"schedule": "interleaved"}))
+    assert loop.pipeline["layers_per_stage"] == [31, 32, 32, 31]
