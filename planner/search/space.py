@@ -84,6 +84,9 @@ def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: di
         knobs = base | {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
         if knobs["schedule"] == "interleaved" and pp == 1 and "schedule" not in fx:
             knobs["schedule"] = "1f1b"
+        if knobs["schedule"] == "dualpipev" and "account_embedding_loss" not in fx:
+            # the search's V split: even, else the embedding and the loss counted as layers (engine._vpp_choices)
+            knobs["account_embedding_loss"] = model.num_layers % (2 * pp) != 0
         for vpp in _probe_vpps(model, fx, knobs):
             try:
                 probe = ParallelPlan(**(knobs | {"vpp": vpp}))

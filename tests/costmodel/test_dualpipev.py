@@ -108,3 +108,17 @@ def test_a_v_counting_the_embedding_and_loss_gives_rank_zero_two_layers_fewer():
     # the loop placement of the same units trims the first and the last rank by one each
     loop = evaluate(ctx, v.plan.model_copy(update={"schedule": "interleaved"}))
     assert loop.pipeline["layers_per_stage"] == [31, 32, 32, 31]
+
+
+def test_pinned_dualpipev_takes_the_v_split_counting_the_embedding_and_loss(tmp_path):
+    # 126 layers do not split over 2 x 8 stages, 126 + 2 units do: the pinned schedule is not refused
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["--model", "llama-3.1-405b", "--cluster", "h100x512", "--seq-len", "8192", "--gbs",
+                                  "512", "--launcher", "torchtitan", "--tp", "8", "--pp", "8", "--schedule",
+                                  "dualpipev", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)["plans"][0]["plan"]
+    assert (plan["schedule"], plan["account_embedding_loss"]) == ("dualpipev", True)
+    args = json.loads((out / "torchtitan_args.json").read_text())["args"]
+    assert [args[args.index(f"--parallelism.pipeline_parallel_{k}") + 1]
+            for k in ("layers_per_stage", "first_stage_less_layers", "last_stage_less_layers")] == ["8", "1", "1"]
