@@ -34,7 +34,7 @@ from planner.launchers import capabilities, launcher_errors
 from planner.search.ranking import TIE_BAND_REL, at_memory_edge, complexity, leaders_first, rank, select
 from planner.search.space import divisors, needs_pipeline, plan_errors
 from planner.specs import ParallelPlan
-from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads
+from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads, v_split_counts_embedding_loss
 from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -243,10 +243,9 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
             ok, f, la, acc = split(1)
             if ok:
                 out.append((1, name, f, la, acc))
-    v_splits = L % (2 * pp) == 0 or (L + 2) % (2 * pp) == 0
-    if "dualpipev" in allowed and vpp_fixed in (None, 2) and not pinned and v_splits:
-        # two stages per rank in a V (ParallelPlan.schedule): even, or with the embedding and loss counted as layers
-        out.append((2, "dualpipev", None, None, L % (2 * pp) != 0))
+    v_acc = v_split_counts_embedding_loss(L, pp)
+    if "dualpipev" in allowed and vpp_fixed in (None, 2) and not pinned and v_acc is not None:
+        out.append((2, "dualpipev", None, None, v_acc))  # two stages per rank in a V (ParallelPlan.schedule)
     if "interleaved" in allowed and vpp_fixed != 1:
         vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
                                                                if (L // pp) % v == 0 or L % pp]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
-from planner.specs.dims import plan_errors
+from planner.specs.dims import plan_errors, v_split_counts_embedding_loss
 
 __all__ = ["divisors", "pinned_errors", "plan_errors"]
 
@@ -85,8 +85,7 @@ def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: di
         if knobs["schedule"] == "interleaved" and pp == 1 and "schedule" not in fx:
             knobs["schedule"] = "1f1b"
         if knobs["schedule"] == "dualpipev" and "account_embedding_loss" not in fx:
-            # the search's V split: even, else the embedding and the loss counted as layers (engine._vpp_choices)
-            knobs["account_embedding_loss"] = model.num_layers % (2 * pp) != 0
+            knobs["account_embedding_loss"] = bool(v_split_counts_embedding_loss(model.num_layers, pp))
         for vpp in _probe_vpps(model, fx, knobs):
             try:
                 probe = ParallelPlan(**(knobs | {"vpp": vpp}))

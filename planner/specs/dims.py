@@ -155,6 +155,14 @@ def _tensor_context_errors(model: ModelSpec, train: TrainingSpec, p: ParallelPla
     return errs
 
 
+def v_split_counts_embedding_loss(num_layers: int, pp: int) -> bool | None:
+    """The V split the planner proposes for DualPipeV: the layers evenly over 2 pp stages (False), else the layers
+    with the embedding and the loss counted as a layer each (True), else None (no even V split)."""
+    if num_layers % (2 * pp) == 0:
+        return False
+    return True if (num_layers + 2) % (2 * pp) == 0 else None
+
+
 def _pipeline_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
     errs = []
     if p.pp > model.num_layers:
@@ -170,8 +178,8 @@ def _pipeline_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
             errs.append("the dualpipev schedule runs two stages per rank: vpp must be 2")
         units = model.num_layers + (2 if p.account_embedding_loss else 0)  # + the embedding and the loss as layers
         if units % (2 * p.pp):
-            errs.append(f"dualpipev splits the {units} layers{' and units' if p.account_embedding_loss else ''} into "
-                        f"2*pp={2 * p.pp} equal stages")
+            what = "layers + the embedding and the loss" if p.account_embedding_loss else "layers"
+            errs.append(f"dualpipev splits the {units} {what} into 2*pp={2 * p.pp} equal stages")
         if p.first_stage_layers is not None or p.last_stage_layers is not None:
             errs.append("dualpipev takes no first/last stage sizes (its first and last stages share rank 0)")
     elif p.vpp > 1 and p.schedule != "interleaved":
