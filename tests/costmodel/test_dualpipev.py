@@ -70,18 +70,26 @@ def test_the_torchtitan_range_searches_dualpipev_and_megatron_does_not():
     assert all(e.plan.schedule != "dualpipev" for e in res.ranked)
 
 
-def test_dualpipev_writes_torchtitans_schedule_and_an_even_v_split(tmp_path):
+def _pinned_dualpipev(tmp_path, model: str, cluster: str, gbs: int, tp: int, pp: int) -> tuple[dict, dict]:
+    """`plan --launcher torchtitan --schedule dualpipev --out`: the #1 plan's knobs and the written pipeline args."""
     out = tmp_path / "o"
-    r = CliRunner().invoke(main, ["--model", "llama-3.1-8b", "--cluster", "h100x32", "--seq-len", "8192", "--gbs",
-                                  "64", "--launcher", "torchtitan", "--tp", "2", "--pp", "4", "--schedule",
+    r = CliRunner().invoke(main, ["--model", model, "--cluster", cluster, "--seq-len", "8192", "--gbs", str(gbs),
+                                  "--launcher", "torchtitan", "--tp", str(tp), "--pp", str(pp), "--schedule",
                                   "dualpipev", "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
-    plan = json.loads(r.output)["plans"][0]["plan"]
-    assert (plan["schedule"], plan["vpp"]) == ("dualpipev", 2)
     args = json.loads((out / "torchtitan_args.json").read_text())["args"]
-    assert args[args.index("--parallelism.pipeline_parallel_schedule") + 1] == "DualPipeV"
+    pipe = {a.removeprefix("--parallelism.pipeline_parallel_"): args[i + 1] for i, a in enumerate(args)
+            if a.startswith("--parallelism.pipeline_parallel_")}
+    return json.loads(r.stdout)["plans"][0]["plan"], pipe
+
+
+def test_dualpipev_writes_torchtitans_schedule_and_an_even_v_split(tmp_path):
+    plan, pipe = _pinned_dualpipev(tmp_path, "llama-3.1-8b", "h100x32", 64, 2, 4)
+    assert (plan["schedule"], plan["vpp"]) == ("dualpipev", 2)
+    assert pipe["schedule"] == "DualPipeV"
     # Llama 3.1 8B's 32 layers over 2 x pp = 8 stages
-    assert args[args.index("--parallelism.pipeline_parallel_layers_per_stage") + 1] == "4"
+    sizes = ("layers_per_stage", "first_stage_less_layers", "last_stage_less_layers")
+    assert [pipe[k] for k in sizes] == ["4", "0", "0"]
 
 
 @pytest.mark.parametrize("extra,says", [
@@ -112,13 +120,7 @@ def test_a_v_counting_the_embedding_and_loss_gives_rank_zero_two_layers_fewer():
 
 def test_pinned_dualpipev_takes_the_v_split_counting_the_embedding_and_loss(tmp_path):
     # 126 layers do not split over 2 x 8 stages, 126 + 2 units do: the pinned schedule is not refused
-    out = tmp_path / "o"
-    r = CliRunner().invoke(main, ["--model", "llama-3.1-405b", "--cluster", "h100x512", "--seq-len", "8192", "--gbs",
-                                  "512", "--launcher", "torchtitan", "--tp", "8", "--pp", "8", "--schedule",
-                                  "dualpipev", "--out", str(out), "--json"])
-    assert r.exit_code == 0, r.output
-    plan = json.loads(r.stdout)["plans"][0]["plan"]
+    plan, pipe = _pinned_dualpipev(tmp_path, "llama-3.1-405b", "h100x512", 512, 8, 8)
     assert (plan["schedule"], plan["account_embedding_loss"]) == ("dualpipev", True)
-    args = json.loads((out / "torchtitan_args.json").read_text())["args"]
-    assert [args[args.index(f"--parallelism.pipeline_parallel_{k}") + 1]
-            for k in ("layers_per_stage", "first_stage_less_layers", "last_stage_less_layers")] == ["8", "1", "1"]
+    sizes = ("layers_per_stage", "first_stage_less_layers", "last_stage_less_layers")
+    assert [pipe[k] for k in sizes] == ["8", "1", "1"]
