@@ -30,10 +30,10 @@ the capacity by rounding. Reported times and bytes are recomputed in floats from
 Deterministic: CP-SAT runs one worker with a fixed seed under a deterministic-time budget
 (`max_deterministic_time`, CP-SAT's count of work units, not wall-clock seconds), so the same problem
 gives the same split on any machine load, hash seed or core count (same ortools version). Measured
-(ortools 9.15, one worker): the deepseek-v3 problems the search poses (61 layers over 8 or 16 stages,
-element constraints) prove optimal in 0.05-0.32 deterministic units (0.15-0.26 s wall); uniform
-126 x 16 in 0.001; 128 x 64 does not prove optimal within 40 units and returns the best split found
-within the budget.
+(ortools 9.15, one worker, presolve as PROBING_LEVEL / PRESOLVE_ITERATIONS set it): the deepseek-v3 problems
+the search poses (61 layers over 2 or 16 stages, element constraints) prove optimal in 0.0005-0.013
+deterministic units (0.02-0.08 s wall); uniform 126 x 16 in 0.01 s; 128 x 64 does not prove optimal within 5
+units (~11 s) and returns the best split found within the budget.
 
 ortools is imported inside `assign_stages` (it costs ~0.1 s, ~0.45 s with the pandas it would load: see
 `_cp_model`), so importing this module is free.
@@ -55,6 +55,13 @@ _TIME_UNITS = 10_000_000  # integer resolution of the whole model's time (stage 
 _BYTE_UNITS = 1_000_000  # integer resolution of the capacity
 DETERMINISTIC_BUDGET = 1.0  # CP-SAT deterministic time per solve (work units, independent of load)
 SOLVER_SEED = 0  # fixed CP-SAT random_seed: one worker + fixed seed + deterministic budget = same answer
+# CP-SAT's presolve effort (sat_parameters.proto: cp_model_probing_level, default 2, 0 turns probing off;
+# max_presolve_iterations, default 3). On the search's problems presolve was most of the work: the four
+# deepseek-v3 / h100x1024 solves (61 layers over 2 and 16 stages) took 0.04-0.05 s (2 stages) and 0.12-0.14 s
+# (16 stages) each at the defaults with probing off, 0.16-0.21 s with it, 0.02 s and 0.07 s with one presolve
+# pass as well, proving the same optima (ortools 9.15, one worker, measured 2026-11-26).
+PROBING_LEVEL = 0
+PRESOLVE_ITERATIONS = 1
 
 
 @dataclass(frozen=True)
@@ -414,6 +421,8 @@ def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUD
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = SOLVER_SEED
     solver.parameters.max_deterministic_time = float(deterministic_time)
+    solver.parameters.cp_model_probing_level = PROBING_LEVEL
+    solver.parameters.max_presolve_iterations = PRESOLVE_ITERATIONS
     status = solver.solve(model)
     if status == cp_model.INFEASIBLE or status == cp_model.MODEL_INVALID:
         return None
