@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.capacity import usable_capacity_gib
-from planner.costmodel.evaluate import screen_memory
+from planner.costmodel.evaluate import MemoryScreen, screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
 from planner.costmodel.pipeline import rank_first_last_layers
@@ -376,12 +376,13 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
             scan.best_peak = (peak, plan)
         fits = peak <= cap
         if fits or not opts.require_fit:
-            ev = evaluate(ctx, plan, mem)
             if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
                     and plan.recompute_layers is None
                     and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
-                ev = _refine_partial_recompute(ctx, plan, cap, ev)
+                ev = _refine_partial_recompute(ctx, plan, cap, mem)  # timed once, for the k it keeps
                 scan.evaluated += 1
+            else:
+                ev = evaluate(ctx, plan, mem)
             scan.results.append(ev)
         if fits:
             return True  # more recompute only costs time at this micro-batch
@@ -539,8 +540,9 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
     return None
 
 
-def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_ev: Evaluation) -> Evaluation:
-    """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k)."""
+def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_mem: MemoryScreen) -> Evaluation:
+    """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k), scored; the plan
+    recomputing every layer (screened as `full_mem`) when no k fits."""
     from planner.costmodel.partition import stage_layer_counts
     n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, *rank_first_last_layers(plan, ctx.model.num_layers)))
     lo, hi, best = 1, n - 1, None  # k = 0 is "none", already scored
@@ -551,7 +553,7 @@ def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full
             best, hi = mem, k - 1
         else:
             lo = k + 1
-    return full_ev if best is None else evaluate(ctx, best.plan, best)
+    return evaluate(ctx, plan, full_mem) if best is None else evaluate(ctx, best.plan, best)
 
 
 def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:
