@@ -32,7 +32,7 @@ class PlanRequest:
     model: str | None = None  # catalog name or alias, model spec file, or HF config.json
     cluster: str | ClusterSpec | None = None  # <hardware>x<count>, a cluster spec file, or a parsed cluster
     seq_len: int | None = None  # default 4096
-    gbs: int | None = None  # global batch in sequences; default ~4M tokens
+    gbs: int | None = None  # global batch in sequences; default ~4M tokens (planner.app.inputs.default_global_batch)
     dtype: Dtype = "bf16"
     launcher: str | None = None  # target stack: only plans it runs, scored with its behaviour
     framework: Framework | None = None  # default: the launcher's, else megatron

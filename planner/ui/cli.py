@@ -183,7 +183,9 @@ def _setting_options() -> list:
         click.option("--cluster", "cluster_arg", metavar="HWxN|FILE", shell_complete=_complete_cluster,
                      help="<hardware>x<count> (a100x64) or a cluster spec file"),
         click.option("--seq-len", type=int, callback=_positive, help="sequence length in tokens (default 4096)"),
-        click.option("--gbs", type=int, callback=_positive, help="global batch in sequences (default: ~4M tokens)"),
+        click.option("--gbs", type=int, callback=_positive,
+                     help="global batch in sequences (default: ~4M tokens, rounded so that every DP degree the "
+                          "devices allow divides it)"),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
         click.option("--launcher", type=click.Choice(["megatron", "deepspeed", "torchtitan", "maxtext"]),
                      help="plan for this stack: only plans it can run, scored with its framework behaviour; "

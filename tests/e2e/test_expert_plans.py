@@ -10,6 +10,7 @@ BF16 peak), causal attention), plus 3 points.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -406,3 +407,43 @@ def test_node_limited_routing_cuts_the_network_share_of_the_dispatch():
     # DeepEP: at most 4 remote nodes per token against the 8 (1 - (7/8)^8) = 5.25 a free top-8 reaches: 4 / 5.25
     assert 0 < times["flex", "limited"] < 0.8 * times["flex", "free"]
     assert times["alltoall", "limited"] == times["alltoall", "free"]
+
+
+# ------------------------------------------------------------------ the default batch and the device count
+
+
+@pytest.mark.parametrize("seq,devices,gbs", [
+    (4096, 64, 1024), (4096, 1024, 1024), (4096, 16384, 1024),  # powers of two: 4M tokens exactly, as before
+    (4096, 72, 1008),  # one GB200 NVL72: 14 x 72 (1,080 = 15 x 72 is farther from 1,024)
+    (8192, 72, 504),  # ~4M tokens of 8k sequences: 7 x 72
+    (4096, 96, 1056),  # 11 x 96 (960 = 10 x 96 is farther)
+    (4096, 100000, 1000),  # more devices than sequences: the largest divisor of 100,000 not above 1,024
+])
+def test_default_global_batch_lets_every_dp_degree_divide_it(seq, devices, gbs):
+    from planner.app.inputs import default_global_batch
+
+    got = default_global_batch(seq, devices)
+    assert got == gbs
+    dp_max = max(d for d in range(1, min(devices, got) + 1) if devices % d == 0 and got % d == 0)
+    assert dp_max == max(d for d in range(1, min(devices, 1024 * 4096 // seq) + 1) if devices % d == 0)
+
+
+def test_nvl72_default_batch_does_not_force_a_nine_stage_pipeline():
+    # 1,024 sequences over 72 devices allow DP 1-8 only: the #1 plan of Llama 3.1 70B was TP2 PP9 DP4 (20.8 s); with
+    # the default batch a multiple of 72 it is data parallel across the rack, and faster
+    from click.testing import CliRunner
+
+    from planner.ui.cli import main
+
+    runs = {}
+    for gbs in (None, 1024):
+        r = CliRunner().invoke(main, ["--model", "llama-3.1-70b", "--cluster", "gb200x72", "--json"]
+                               + ([] if gbs is None else ["--gbs", str(gbs)]))
+        assert r.exit_code == 0, r.output
+        runs[gbs] = json.loads(r.stdout)
+    default, pow2 = runs[None], runs[1024]
+    assert default["training"]["global_batch"] == 1008
+    assert pow2["plans"][0]["plan"]["dp"] <= 8 and pow2["plans"][0]["plan"]["pp"] == 9
+    assert default["plans"][0]["plan"]["dp"] > 8 and default["plans"][0]["plan"]["pp"] < 9
+    per_token = {k: v["plans"][0]["step_time_s"] / v["training"]["global_batch"] for k, v in runs.items()}
+    assert per_token[None] < 0.95 * per_token[1024]

@@ -673,7 +673,9 @@ def test_min_devices_with_a_budget_the_batch_does_not_divide(schema_validator):
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["min_devices"]["devices"] <= 16 and doc["min_devices"]["max_devices"] == 1000
-    r = run_cli("--model", "llama-8b", "--cluster", "h100x1000")  # without --min-devices: no knob is named
+    # without --min-devices, a batch the 1,000 devices do not divide (the default is now 1,000 sequences there:
+    # planner.app.inputs.default_global_batch): the error names no pinned knob
+    r = run_cli("--model", "llama-8b", "--cluster", "h100x1000", "--gbs", "1024")
     line = one_line_error(r)
     assert "pinned" not in line and "1000 devices" in line and "--gbs" in line
 
@@ -1057,7 +1059,10 @@ def test_a_2048_layer_tiny_moe_is_bounded_work(tmp_path):
     engine_patch = pytest.MonkeyPatch()
     engine_patch.setattr(engine, "_balanced_plan", lambda *a, **k: solves.append(1) or real(*a, **k))
     try:
-        _, res, doc = run_search(PlanRequest.from_options({"model_arg": str(path), "cluster_arg": "a100x144"}))
+        # the batch of the run (1,024 sequences, the default then; the default on 144 devices is now 1,008,
+        # which admits three times the layouts: planner.app.inputs.default_global_batch)
+        _, res, doc = run_search(PlanRequest.from_options({"model_arg": str(path), "cluster_arg": "a100x144",
+                                                           "gbs": 1024}))
     finally:
         engine_patch.undo()
     search = doc["search"]
