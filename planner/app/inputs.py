@@ -9,7 +9,6 @@ from typing import Any
 from planner.app.request import PlanRequest
 from planner.errors import InputError
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
-from planner.stacks import DEFAULT_FRAMEWORK
 
 
 def build_inputs(req: PlanRequest) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
@@ -19,6 +18,7 @@ def build_inputs(req: PlanRequest) -> tuple[ModelSpec, ClusterSpec, TrainingSpec
     from planner.catalog.hardware import parse_cluster
     from planner.catalog.hf_import import _validation_message
     from planner.catalog.models import load_model
+    from planner.launchers import default_framework
 
     if not req.model:
         raise InputError("missing --model: give a catalog name (see `plan models`), a spec file or a config.json")
@@ -30,7 +30,7 @@ def build_inputs(req: PlanRequest) -> tuple[ModelSpec, ClusterSpec, TrainingSpec
     gbs = req.gbs if req.gbs is not None else default_global_batch(seq, cluster.count)
     try:
         train = TrainingSpec(seq_len=seq, global_batch=gbs, dtype=req.dtype,
-                             framework=req.framework or DEFAULT_FRAMEWORK,
+                             framework=req.framework or default_framework(cluster),
                              grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype or "fp32",
                              attention_impl=req.attention or "flash")
     except ValidationError as e:

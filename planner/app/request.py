@@ -10,7 +10,6 @@ from typing import Any
 
 from planner.specs import ClusterSpec
 from planner.specs.training import AttentionImpl, Dtype, Fp8Recipe, Framework, StateDtype
-from planner.stacks import DEFAULT_FRAMEWORK
 
 # command-line option name -> ParallelPlan field it pins (the names messages print as `--tp 4`)
 KNOB_FLAGS = {
@@ -101,4 +100,4 @@ def resolve_target(req: PlanRequest, emit: tuple[str, ...] = ()) -> PlanRequest:
             raise InputError(f"--framework {req.framework} differs from --launcher {launcher}'s ({fw}): "
                              "drop --framework")
         return req.replace(launcher=launcher, framework=fw)
-    return req.replace(framework=req.framework or DEFAULT_FRAMEWORK)
+    return req  # no stack named: build_inputs scores the hardware's default (planner.launchers.default_framework)

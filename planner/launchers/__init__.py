@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from planner.launchers.job import Job, Unsupported
 from planner.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+from planner.specs.training import Framework
 
 # rule ids (shared by the launcher tables) that depend on the model, dtype or hardware only
 PLAN_FREE_RULES = frozenset({"contract", "gpu-only", "registry", "decoder-block", "alibi", "parallel-block", "mla",
@@ -122,6 +124,19 @@ def launchers_for(cluster: ClusterSpec) -> tuple[str, ...]:
     """The target launchers that run on this cluster's hardware."""
     kind = "tpu" if cluster.hardware.is_tpu else "gpu"
     return tuple(t for t in TARGETS if kind in capabilities(t).hardware)
+
+
+def default_framework(cluster: ClusterSpec) -> Framework:
+    """The stack scored when neither --framework nor --launcher names one: DEFAULT_FRAMEWORK (Megatron) where its
+    launcher runs on the cluster's hardware, else the stack of the first launcher that does (MaxText on TPUs), so a
+    TPU plan is costed with the stack validated on TPU runs and written by the launcher that gates its search."""
+    from planner.stacks import DEFAULT_FRAMEWORK, stack_of_emitter, traits
+
+    runs_here = launchers_for(cluster)
+    if traits(DEFAULT_FRAMEWORK).emitter in runs_here:
+        return DEFAULT_FRAMEWORK
+    stacks = [s for s in (stack_of_emitter(t) for t in runs_here) if s is not None]
+    return cast("Framework", stacks[0].framework) if stacks else DEFAULT_FRAMEWORK
 
 
 def contract_rule(launcher: str) -> Rule:

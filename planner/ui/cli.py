@@ -191,7 +191,8 @@ def _setting_options() -> list:
                      help="plan for this stack: only plans it can run, scored with its framework behaviour; "
                           "--out writes its files (docs/launchers.md)"),
         click.option("--framework", type=click.Choice(list(FRAMEWORKS)),
-                     help="whose memory/overlap behaviour to model (default: the --launcher's, else megatron)"),
+                     help="whose memory/overlap behaviour to model (default: the --launcher's, else megatron; "
+                          "maxtext on TPUs)"),
         click.option("--grad-dtype", type=click.Choice(["fp32", "bf16"]),
                      help="gradient buffer / reduction dtype (default: the framework's, fp32 for Megatron and FSDP)"),
         click.option("--optimizer-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,

@@ -447,3 +447,27 @@ def test_nvl72_default_batch_does_not_force_a_nine_stage_pipeline():
     assert default["plans"][0]["plan"]["dp"] > 8 and default["plans"][0]["plan"]["pp"] < 9
     per_token = {k: v["plans"][0]["step_time_s"] / v["training"]["global_batch"] for k, v in runs.items()}
     assert per_token[None] < 0.95 * per_token[1024]
+
+
+def test_a_tpu_plan_without_a_named_stack_is_costed_with_maxtext():
+    # the stack a plan is costed with is the one its launcher runs and the TPU runs validate (MaxText): Megatron's
+    # costing on a TPU put Kimi K2 on 256 v5p chips at TP32 ZeRO-1, 153.7 s a step, where MaxText's FSDP runs it at
+    # TP4 DP64 in 29.5 s
+    from click.testing import CliRunner
+
+    from planner.ui.cli import main
+
+    def doc(*args):
+        r = CliRunner().invoke(main, [*args, "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    tpu = doc("--model", "kimi-k2", "--cluster", "tpu-v5px256")
+    assert tpu["training"]["framework"] == "maxtext"
+    named = doc("--model", "kimi-k2", "--cluster", "tpu-v5px256", "--framework", "maxtext")
+    assert tpu["plans"][0]["plan"] == named["plans"][0]["plan"]
+    assert tpu["plans"][0]["step_time_s"] == named["plans"][0]["step_time_s"]
+    megatron = doc("--model", "kimi-k2", "--cluster", "tpu-v5px256", "--framework", "megatron")
+    assert tpu["plans"][0]["plan"]["zero_stage"] == 3 and megatron["plans"][0]["plan"]["zero_stage"] == 1
+    assert tpu["plans"][0]["step_time_s"] < megatron["plans"][0]["step_time_s"] / 3
+    assert doc("--model", "llama-3.1-8b", "--cluster", "h100x8")["training"]["framework"] == "megatron"
