@@ -34,7 +34,7 @@ class PlanRequest:
     gbs: int | None = None  # global batch in sequences; default ~4M tokens (planner.app.inputs.default_global_batch)
     dtype: Dtype = "bf16"
     launcher: str | None = None  # target stack: only plans it runs, scored with its behaviour
-    framework: Framework | None = None  # default: the launcher's, else megatron
+    framework: Framework | None = None  # default: the launcher's, else planner.launchers.default_framework
     grad_dtype: StateDtype | None = None
     optimizer_dtype: StateDtype | None = "fp32"
     attention: AttentionImpl | None = None  # default flash

@@ -56,10 +56,10 @@ _BYTE_UNITS = 1_000_000  # integer resolution of the capacity
 DETERMINISTIC_BUDGET = 1.0  # CP-SAT deterministic time per solve (work units, independent of load)
 SOLVER_SEED = 0  # fixed CP-SAT random_seed: one worker + fixed seed + deterministic budget = same answer
 # CP-SAT's presolve effort (sat_parameters.proto: cp_model_probing_level, default 2, 0 turns probing off;
-# max_presolve_iterations, default 3). On the search's problems presolve was most of the work: the four
-# deepseek-v3 / h100x1024 solves (61 layers over 2 and 16 stages) took 0.04-0.05 s (2 stages) and 0.12-0.14 s
-# (16 stages) each at the defaults with probing off, 0.16-0.21 s with it, 0.02 s and 0.07 s with one presolve
-# pass as well, proving the same optima (ortools 9.15, one worker, measured 2026-11-26).
+# max_presolve_iterations, default 3). On the search's problems presolve was most of the work. The four
+# deepseek-v3 / h100x1024 solves (61 layers over 2 and 16 stages), each: 0.16-0.21 s at CP-SAT's defaults;
+# 0.04-0.05 s (2 stages) and 0.12-0.14 s (16 stages) without probing; 0.02 s and 0.07-0.08 s without probing and
+# with one presolve pass; the same optima proved in all three (ortools 9.15, one worker, measured 2026-11-26).
 PROBING_LEVEL = 0
 PRESOLVE_ITERATIONS = 1
 
