@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,10 @@ def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str
                         f" (its K/V exchange crosses {cl.hardware.scale_out.kind.upper()})"))
     if p.ep > 1:
         parts.append(f"EP={p.ep} spreads the experts")
+    batch_dp = math.gcd(ctx.train.global_batch, cl.count)  # the largest DP degree the batch and the devices allow
+    if batch_dp < cl.count:  # the rest of the devices must go to TP x PP x CP
+        parts.append(f"the global batch ({ctx.train.global_batch:,} sequences) allows DP {batch_dp} at most on "
+                     f"{cl.count:,} devices")
     if p.zero_stage:
         parts.append({1: "ZeRO-1 shards optimizer states", 2: "ZeRO-2 shards optimizer and gradients",
                       3: "ZeRO-3/FSDP shards weights too"}[p.zero_stage])

@@ -447,6 +447,9 @@ def test_nvl72_default_batch_does_not_force_a_nine_stage_pipeline():
     assert default["plans"][0]["plan"]["dp"] > 8 and default["plans"][0]["plan"]["pp"] < 9
     per_token = {k: v["plans"][0]["step_time_s"] / v["training"]["global_batch"] for k, v in runs.items()}
     assert per_token[None] < 0.95 * per_token[1024]
+    # the pinned batch's plan says why its pipeline is there; the default's has nothing to say about the batch
+    assert "the global batch (1,024 sequences) allows DP 8 at most on 72 devices" in pow2["plans"][0]["reason"]
+    assert "global batch" not in default["plans"][0]["reason"]
 
 
 def test_a_tpu_plan_without_a_named_stack_is_costed_with_maxtext():
