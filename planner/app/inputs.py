@@ -3,11 +3,11 @@ before the search runs (exit 2 with the reason)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from planner.app.request import PlanRequest
 from planner.errors import InputError
+from planner.search.space import divisors
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 
@@ -50,8 +50,7 @@ def default_global_batch(seq_len: int, devices: int) -> int:
     DP 1-8 and forces the rest into pipeline stages (llama-3.1-70b, predicted: TP2 PP9 DP4, 20.8 s a step, against
     TP1 PP1 DP72 at 1,008 sequences, 18.9 s); 1,008 = 14 x 72 is as near 4M tokens. Ties go to the smaller batch."""
     base = max(1, round(DEFAULT_BATCH_TOKENS / seq_len))
-    divisors = {d for i in range(1, math.isqrt(devices) + 1) if devices % i == 0 for d in (i, devices // i)}
-    step = max(d for d in divisors if d <= base)
+    step = max(d for d in divisors(devices) if d <= base)
     lo = max(step, base // step * step)
     return lo if base - lo <= lo + step - base else lo + step
 

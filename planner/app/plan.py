@@ -33,12 +33,10 @@ def modelled_launcher(model, train, cluster: ClusterSpec) -> str | None:
     stack's own (planner.stacks: Megatron-LM by default) where it runs on the hardware, else the first launcher
     that does (MaxText on TPUs). So #1 is always a plan the modelled stack runs and --out writes its files. None
     (no filter) when that launcher cannot run the model at all: --out then says why for every launcher."""
-    from planner.launchers import launchers_for, model_errors
+    from planner.launchers import launcher_here, model_errors
     from planner.stacks import stack_of
 
-    runs_here = launchers_for(cluster)
-    own = stack_of(train).emitter
-    gate = own if own in runs_here else (runs_here[0] if runs_here else None)
+    gate = launcher_here(stack_of(train).emitter, cluster)
     if gate is None or model_errors(model, train, gate, cluster):
         return None
     return gate

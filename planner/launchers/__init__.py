@@ -126,17 +126,22 @@ def launchers_for(cluster: ClusterSpec) -> tuple[str, ...]:
     return tuple(t for t in TARGETS if kind in capabilities(t).hardware)
 
 
+def launcher_here(preferred: str, cluster: ClusterSpec) -> str | None:
+    """`preferred` where it runs on the cluster's hardware, else the first launcher that does (MaxText on TPUs), else
+    None: the one rule for which launcher stands in for a stack that cannot run here."""
+    runs_here = launchers_for(cluster)
+    return preferred if preferred in runs_here else (runs_here[0] if runs_here else None)
+
+
 def default_framework(cluster: ClusterSpec) -> Framework:
-    """The stack scored when neither --framework nor --launcher names one: DEFAULT_FRAMEWORK (Megatron) where its
-    launcher runs on the cluster's hardware, else the stack of the first launcher that does (MaxText on TPUs), so a
-    TPU plan is costed with the stack validated on TPU runs and written by the launcher that gates its search."""
+    """The stack scored when neither --framework nor --launcher names one: the stack of launcher_here(Megatron-LM),
+    so a TPU plan is costed with MaxText's, the stack validated on TPU runs and written by the launcher that gates
+    its search (planner.app.plan.modelled_launcher)."""
     from planner.stacks import DEFAULT_FRAMEWORK, stack_of_emitter, traits
 
-    runs_here = launchers_for(cluster)
-    if traits(DEFAULT_FRAMEWORK).emitter in runs_here:
-        return DEFAULT_FRAMEWORK
-    stacks = [s for s in (stack_of_emitter(t) for t in runs_here) if s is not None]
-    return cast("Framework", stacks[0].framework) if stacks else DEFAULT_FRAMEWORK
+    here = launcher_here(traits(DEFAULT_FRAMEWORK).emitter, cluster)
+    stack = stack_of_emitter(here) if here else None
+    return cast("Framework", stack.framework) if stack else DEFAULT_FRAMEWORK
 
 
 def contract_rule(launcher: str) -> Rule:
