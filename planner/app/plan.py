@@ -82,7 +82,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
         # best-sharded plans to say why)
         raise InputError(no_runnable_layout_message(model, cluster, req, launcher))
     if not res.plans:
-        raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom))
+        raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom, fixed))
     doc = search_doc(ctx, res, req, seconds)
     margin = margin_note(res)
     if margin:
@@ -189,12 +189,31 @@ def no_runnable_layout_message(model, cluster, req: PlanRequest, launcher: str |
             "knobs or choose another --launcher")
 
 
-def nothing_fits_message(ctx, res, headroom: float) -> str:
+def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -> str:
+    """Why nothing fits, and only the remedies the search has not tried already: recompute is searched unless pinned,
+    the stack's ZeRO stages (Stack.searched_zero_stages) unless one is pinned, and the optimizer offload whenever
+    nothing fits without it and it is not pinned off (planner.search.engine.search, SearchResult.offload_scored)."""
+    fixed = fixed or {}
     cap = usable_capacity_gib(ctx, headroom)
     low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
+    recompute, zero = fixed.get("recompute"), fixed.get("zero_stage")
+    zeros = (zero,) if zero is not None else tuple(ctx.stack.searched_zero_stages)
+    tried = [t for t, done in (("full recompute", recompute in (None, "full")),
+                               (f"ZeRO {'/'.join(map(str, zeros))}", True),
+                               ("optimizer offload to the host",
+                                res.offload_scored or fixed.get("offload_optimizer") is True)) if done]
+    remedies = ["more devices"]
+    remedies += ["--recompute full"] if recompute not in (None, "full") else []
+    remedies += ["--zero 3"] if 3 not in zeros else []
+    remedies += ["--offload"] if fixed.get("offload_optimizer") is False else []  # else searched (or impossible)
+    # FP8 primary weights drop the bf16 copy beside Transformer Engine's cached FP8 weights: a numerics choice the
+    # search leaves to the user (TrainingSpec.fp8_param_gather), so named, not tried
+    remedies += ["--fp8-param-gather"] if (ctx.train.dtype == "fp8" and ctx.stack.fp8_param_gather_option
+                                           and not ctx.train.fp8_param_gather) else []
+    remedies += ["a shorter --seq-len", "an accelerator with more memory"]
     return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
-            f"smallest peak any plan reaches is {low}. Try more devices, --recompute full, --zero 3, "
-            f"--offload, a shorter --seq-len, or an accelerator with more memory")
+            f"smallest peak any plan reaches is {low} (searched: {', '.join(tried)}). Try "
+            f"{', '.join(remedies[:-1])} or {remedies[-1]}")
 
 
 def min_devices_cluster(req: PlanRequest, target_step_s: float | None,

@@ -76,6 +76,10 @@ class SearchResult:
     smallest_peak_plan: ParallelPlan | None = None
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (step_s, peak_gib) of feasible plans
     ranked: list[Evaluation] = field(default_factory=list)  # every scored plan kept, best first (plans = its head)
+    # nothing fitted, so the search was repeated with the optimizer offloaded (offload_searched), and found nothing
+    # either; offload_scored: it scored at least one offloaded plan (none when the stack cannot offload)
+    offload_searched: bool = False
+    offload_scored: bool = False
 
 
 TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equally fast (planner.search.ranking)
@@ -274,6 +278,12 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
         if off.plans:
             off.evaluated += res.evaluated
             return off
+        # nothing fits either way: the smallest peak is the lowest of the two searches (the offloaded one's, as a rule)
+        lows = [(r.smallest_peak_gib, r.smallest_peak_plan) for r in (res, off) if r.smallest_peak_gib is not None]
+        low = min(lows, key=lambda x: x[0]) if lows else (None, None)
+        return replace(res, evaluated=res.evaluated + off.evaluated, smallest_peak_gib=low[0],
+                       smallest_peak_plan=low[1], offload_searched=True,
+                       offload_scored=off.smallest_peak_gib is not None)
     return res
 
 

@@ -1,0 +1,34 @@
+"""Exit 3 (a valid request with no plan that fits) says the smallest peak the search reached, what it searched, and
+only the remedies it has not tried (planner.app.plan.nothing_fits_message)."""
+
+import re
+
+from tests.support import one_line_error, run_cli
+
+DSV3_FP8 = ("--model", "deepseek-v3", "--cluster", "h100x64", "--dtype", "fp8")
+
+
+def _smallest_peak_gib(err: str) -> float:
+    return float(re.search(r"smallest peak any plan reaches is ([0-9.]+) GiB", err).group(1))
+
+
+def test_fp8_deepseek_v3_names_the_untried_remedy_and_it_fits():
+    # DeepSeek-V3 in FP8 on 64 H100: Transformer Engine's cached FP8 weights (2 B per linear weight on Hopper) beside
+    # the bf16 copy do not fit even with the optimizer on the host, which the search tried by itself
+    err = one_line_error(run_cli(*DSV3_FP8), code=3)
+    assert "(searched: full recompute, ZeRO 1, optimizer offload to the host)" in err, err
+    assert "--offload" not in err and "--recompute full" not in err, err  # both already searched
+    assert "--fp8-param-gather" in err, err
+    # the reported peak is the offloaded search's, below the smallest peak without the offload
+    no_offload = one_line_error(run_cli(*DSV3_FP8, "--no-offload"), code=3)
+    assert _smallest_peak_gib(err) < _smallest_peak_gib(no_offload) - 50, (err, no_offload)
+    assert "--offload" in no_offload and "optimizer offload" not in no_offload, no_offload
+    # the named remedy: FP8 primary weights drop the bf16 copy, and a plan fits
+    r = run_cli(*DSV3_FP8, "--fp8-param-gather", "--json")
+    assert r.exit_code == 0, r.stderr[-500:]
+
+
+def test_a_stack_without_offload_is_not_said_to_have_searched_it():
+    # torchtitan's launch files offload nothing: the repeat with the optimizer offloaded scores no plan
+    err = one_line_error(run_cli("--model", "llama-405b", "--cluster", "a100x8", "--launcher", "torchtitan"), code=3)
+    assert "(searched: full recompute, ZeRO 3)" in err and "--offload" not in err and "--zero 3" not in err, err
