@@ -104,6 +104,13 @@ def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: di
         what = f"--vpp {fx['vpp']}" if (fx.get("vpp") or 1) > 1 else f"--schedule {fx['schedule']}"
         return errs + [f"{what} asks for a pipeline (pp >= 2), which the other pinned knobs leave no room for on "
                        f"{devices} device{'s' if devices != 1 else ''}"]
+    if best is not None and fx.get("schedule") == "dualpipev" and "pp" not in fx:
+        # the depth is searched: say that no depth the devices allow has a V split, not what one probe broke
+        depths = sorted({pp for _, pp, _, _ in _factorisations(devices, fx) if pp > 1})
+        if depths and all(v_split_counts_embedding_loss(model.num_layers, pp) is None for pp in depths):
+            return errs + [f"dualpipev splits the {model.num_layers} layers (or them with the embedding and the loss "
+                           f"as one layer each) into 2*pp equal stages, and no pipeline depth of {devices} devices "
+                           f"({', '.join(map(str, depths))}) does"]
     if best is None:
         pins = ", ".join(f"{k}={fx[k]}" for k in ("tp", "pp", "cp", "dp") if k in fx)
         best = [f"the pinned {pins} cannot multiply into the {devices} devices (tp*pp*cp*dp = devices)"]

@@ -32,3 +32,14 @@ def test_a_stack_without_offload_is_not_said_to_have_searched_it():
     # torchtitan's launch files offload nothing: the repeat with the optimizer offloaded scores no plan
     err = one_line_error(run_cli("--model", "llama-405b", "--cluster", "a100x8", "--launcher", "torchtitan"), code=3)
     assert "(searched: full recompute, ZeRO 3)" in err and "--offload" not in err and "--zero 3" not in err, err
+
+
+def test_dualpipev_without_a_v_split_at_any_searched_depth_says_so():
+    # DeepSeek-V3's 61 layers (63 with the embedding and the loss) are odd: no 2*pp divides them at any depth, which the
+    # message says instead of what the probe at pp=2 broke ("2*pp=4"), since the depth was not pinned
+    err = one_line_error(run_cli("--model", "deepseek-v3", "--cluster", "h100x64", "--schedule", "dualpipev"))
+    assert "no pipeline depth of 64 devices (2, 4, 8, 16, 32, 64) does" in err and "2*pp=" not in err, err
+    # a pinned depth keeps the probe's own reason
+    err = one_line_error(run_cli("--model", "deepseek-v3", "--cluster", "h100x64", "--schedule", "dualpipev",
+                                 "--pp", "8"))
+    assert "2*pp=16 equal stages" in err, err
