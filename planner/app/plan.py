@@ -80,7 +80,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     if not res.plans and res.smallest_peak_gib is None:
         # no candidate was even scored: no question of memory (a search that finds nothing that fits scores the
         # best-sharded plans to say why)
-        raise InputError(no_runnable_layout_message(model, cluster, req, launcher))
+        raise InputError(no_runnable_layout_message(model, cluster, req, launcher, gate, res.refused_for))
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom, fixed))
     doc = search_doc(ctx, res, req, seconds)
@@ -181,12 +181,22 @@ def peak_memory_band(ev, rel: float) -> dict:
     return {"low_gib": peak / (1.0 + rel), "high_gib": peak * (1.0 + rel), "rel": rel}
 
 
-def no_runnable_layout_message(model, cluster, req: PlanRequest, launcher: str | None) -> str:
-    """The pinned knobs leave layouts, and the launchers' rules and layer splits refuse every one of them."""
-    by = f" by --launcher {launcher}" if launcher else ""
-    return (f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} with the pinned knobs "
-            f"({req.pins_text()}) can be run{by} (the launchers' rules and layer splits refuse every one): pin fewer "
-            "knobs or choose another --launcher")
+def no_runnable_layout_message(model, cluster, req: PlanRequest, launcher: str | None, gate: str | None = None,
+                               refused_for: tuple[str, ...] = ()) -> str:
+    """Every layout the request leaves is refused by the launchers' rules and layer splits (`gate`: the launcher whose
+    rules gated the search; `refused_for`: the rules broken by the candidate that breaks the fewest,
+    SearchResult.refused_for). The advice names pinned knobs only when some are pinned."""
+    by = f" by --launcher {launcher}" if launcher else (f" by {gate}, the launcher the plans are costed for" if gate
+                                                         else "")
+    why = f"; the closest candidate breaks: {'; '.join(refused_for)}" if refused_for else ""
+    pins = req.pins_text()
+    if pins != "none":
+        return (f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} with the pinned knobs ({pins}) "
+                f"can be run{by} (the launchers' rules and layer splits refuse every one{why}): pin fewer knobs or "
+                "choose another --launcher")
+    return (f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} can be run{by} (the launchers' rules "
+            f"and layer splits refuse every one{why}): change what the rule names (--gbs, --dtype, the device count) "
+            "or choose another --launcher")
 
 
 def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -> str:

@@ -80,6 +80,8 @@ class SearchResult:
     # either; offload_scored: it scored at least one offloaded plan (none when the stack cannot offload)
     offload_searched: bool = False
     offload_scored: bool = False
+    # no candidate scored: the rules broken by the refused candidate breaking the fewest (empty when one was scored)
+    refused_for: tuple[str, ...] = ()
 
 
 TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equally fast (planner.search.ranking)
@@ -287,13 +289,13 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     return res
 
 
-def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> bool:
-    """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities."""
-    if plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan):
-        return True
-    if not opts.launcher:
-        return False
-    return bool(launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster))
+def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> list[str]:
+    """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities. Returns the
+    rules the plan breaks (empty: a valid candidate)."""
+    errs = plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan)
+    if errs or not opts.launcher:
+        return errs
+    return launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster)
 
 
 def _cp_kinds(opts: SearchOptions) -> list[str]:
@@ -326,8 +328,11 @@ def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[i
     return [None]
 
 
-def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: float) -> tuple[list, int]:
-    """(structure, ZeRO stage) pairs worth scoring, and how many were pruned by the model-state bound."""
+PRUNED_PROBES = 50  # pruned (structure, ZeRO) pairs scanned, smallest bound first, when the rules refused the rest
+
+
+def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: float) -> tuple[list, list]:
+    """(structure, ZeRO stage) pairs worth scoring, and those the model-state bound pruned (smallest bound first)."""
     tr, cl = ctx.train, ctx.cluster
     fx = opts.fixed
     zeros = _zero_choices(ctx, opts)
@@ -340,9 +345,9 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
                   and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, ctx.stack.emitter)]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
-    keep = [pr for pr, b in zip(pairs, lb, strict=False)
-            if b <= cap or not opts.require_fit or fx.get("offload_optimizer")]
-    pruned = len(pairs) - len(keep)
+    held = [b <= cap or not opts.require_fit or bool(fx.get("offload_optimizer")) for b in lb]
+    keep = [pr for pr, h in zip(pairs, held, strict=False) if h]
+    pruned = [pairs[i] for i in np.argsort(lb, kind="stable") if not held[i]]
     if not keep and opts.require_fit:
         # nothing can hold the model states: still score the best-sharded pairs to explain why
         order = np.argsort(lb)[: max(1, opts.top_k)]
@@ -366,6 +371,9 @@ class _Scan:
     evaluated: int = 0
     results: list[Evaluation] = field(default_factory=list)
     best_peak: tuple[float, ParallelPlan] | None = None
+    # while no candidate has been scored: the rules broken by the refused candidate that breaks the fewest (what the
+    # error says when every candidate is refused)
+    fewest_broken: list[str] | None = None
 
 
 def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, knobs: dict[str, Any]) -> bool:
@@ -377,7 +385,10 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
                                 recompute_layers=fx.get("recompute_layers") if rc == "full" else None)
         except ValueError:
             continue
-        if _invalid(ctx, opts, plan):
+        broken = _invalid(ctx, opts, plan)
+        if broken:
+            if scan.evaluated == 0 and (scan.fewest_broken is None or len(broken) < len(scan.fewest_broken)):
+                scan.fewest_broken = broken
             continue
         mem = screen_memory(ctx, plan)  # memory first: the step time only of a plan the search keeps
         scan.evaluated += 1
@@ -429,10 +440,19 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     rows = structures(ctx, opts)
     if not rows:
         raise InputError(_no_structure_reason(ctx, opts))
-    keep, pruned = _candidate_pairs(ctx, opts, rows, cap)
+    keep, pruned_pairs = _candidate_pairs(ctx, opts, rows, cap)
+    pruned = len(pruned_pairs)
     scan = _Scan()
     for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
         _scan_layout(ctx, opts, cap, scan, r, z, shard)
+    if not scan.evaluated and pruned_pairs and opts.require_fit:
+        # the rules refused every pair the bound kept: score the best-sharded pruned pairs (the first the rules let
+        # through, at most PRUNED_PROBES) to say how far from fitting the runnable layouts are: a memory problem
+        for r, z in pruned_pairs[:PRUNED_PROBES]:
+            for shard in _shard_choices(ctx, opts, r, z):
+                _scan_layout(ctx, opts, cap, scan, r, z, shard)
+            if scan.evaluated:
+                break
     results, evaluated, best_peak = scan.results, scan.evaluated, scan.best_peak
     results.sort(key=_working_key(opts))
     if opts.distinct_layouts:  # balance the stages of the plans a distinct-layout table shows
@@ -446,7 +466,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     return SearchResult(
         plans=chosen, evaluated=evaluated, feasible=len(feasible), structures=len(rows), pruned=pruned,
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
-        frontier=frontier, ranked=ordered,
+        frontier=frontier, ranked=ordered, refused_for=tuple(scan.fewest_broken or ()) if not evaluated else (),
     )
 
 

@@ -3,7 +3,7 @@ only the remedies it has not tried (planner.app.plan.nothing_fits_message)."""
 
 import re
 
-from tests.support import one_line_error, run_cli
+from support import one_line_error, run_cli
 
 DSV3_FP8 = ("--model", "deepseek-v3", "--cluster", "h100x64", "--dtype", "fp8")
 
@@ -43,3 +43,21 @@ def test_dualpipev_without_a_v_split_at_any_searched_depth_says_so():
     err = one_line_error(run_cli("--model", "deepseek-v3", "--cluster", "h100x64", "--schedule", "dualpipev",
                                  "--pp", "8"))
     assert "2*pp=16 equal stages" in err, err
+
+
+def test_every_layout_refused_names_the_rule_and_no_pins():
+    # Kimi K2 in FP8 on 128 v5p chips, costed for MaxText: its FP8 quantization takes no gradient accumulation, and
+    # no layout runs the 1,024-sequence batch in one micro-batch per step. Nothing is pinned: the advice is not to
+    # pin fewer knobs, and the rule is named
+    err = one_line_error(run_cli("--model", "kimi-k2", "--cluster", "tpu-v5px128", "--dtype", "fp8"))
+    assert "by maxtext, the launcher the plans are costed for" in err, err
+    assert "the closest candidate breaks: MaxText fp8 quantization cannot be combined with gradient accumulation" in err
+    assert "pin fewer knobs" not in err and "pinned" not in err, err
+
+
+def test_layouts_the_memory_bound_pruned_are_a_memory_answer():
+    # the pinned TP4 PP8 EP8 leaves expert TP 4 (refused: ep*etp=32 does not divide tp*cp*dp=8) and expert TP 1, whose
+    # model states alone exceed the HBM without the offload: exit 3 with its peak, not "no layout can be run"
+    err = one_line_error(run_cli(*DSV3_FP8, "--tp", "4", "--pp", "8", "--ep", "8", "--mbs", "1", "--recompute", "full",
+                                 "--no-offload"), code=3)
+    assert _smallest_peak_gib(err) > 200 and "(searched: full recompute, ZeRO 1)" in err, err
