@@ -22,6 +22,7 @@ from typing import Literal
 from planner.costmodel.calibration import Calibration
 from planner.costmodel.placement import (
     GroupSpan,
+    ici_alltoall_busbw_GBps,
     ici_group_busbw_GBps,
     linear_span,
     placement_domain,
@@ -48,9 +49,11 @@ def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, cal: Calibra
     su = cluster.hardware.scale_up
     domain = cluster.scale_up_size
     if su.kind == "ici_torus":
-        # the links of the torus axes the group runs along (planner.costmodel.placement.ici_group_busbw_GBps); a group
-        # of unknown shape gets the whole chip's links
-        rate = ici_group_busbw_GBps(cluster, ici_axes) if ici_axes else su.unidir_GBps
+        # the links of the torus axes the group runs along (planner.costmodel.placement.ici_group_busbw_GBps; an
+        # all-to-all: the links across the middle of its axes, ici_alltoall_busbw_GBps); a group of unknown shape gets
+        # the whole chip's links
+        rate_of = ici_alltoall_busbw_GBps if kind == "all_to_all" else ici_group_busbw_GBps
+        rate = rate_of(cluster, ici_axes) if ici_axes else su.unidir_GBps
         return rate * 1e9 * cal.ICI_BUS_FRACTION
     # Scale-up bandwidth: measured ring busbw (specs.md 1.3), else ~80% of the per-direction wire rate.
     intra = (su.ring_busbw_GBps or cal.RING_WIRE_FRACTION * su.unidir_GBps) * 1e9

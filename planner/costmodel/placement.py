@@ -269,6 +269,26 @@ def ici_group_busbw_GBps(cluster: ClusterSpec, axes: tuple[IciAxis, ...]) -> flo
     return per_link * sum(a.directions for a in axes)
 
 
+def ici_alltoall_busbw_GBps(cluster: ClusterSpec, axes: tuple[IciAxis, ...]) -> float:
+    """Per-chip rate at which an all-to-all over these torus axes moves the (n-1)/n of a chip's buffer that leaves
+    it (the `busbw` collectives.collective_time divides by). Unlike a ring collective, an all-to-all's chunks
+    travel part-way round each axis, so the links across an axis's middle carry them: on a bidirectional ring of k
+    chips an all-to-all of an array of V = k x b bytes takes V / (4 W_ici), W_ici the bidirectional link rate
+    (jax-ml/scaling-book sharding.md, "Our final communication primitive: the AllToAll": "AllGather / 4 for a
+    bidirectional ring", its footnote's N^2/4 chunks per link), i.e. k x b / (4 x directions x one-way link rate),
+    twice that on an open segment (one link across its middle instead of two). The axes carry their shares at once,
+    so the longest (per direction) sets the time; never faster than the chip's links together (the ring rate)."""
+    t = cluster.hardware.torus
+    if t is None or not axes:
+        return 0.0
+    per_link = cluster.hardware.scale_up.unidir_GBps / (2 * t.dims)
+    n = math.prod(a.length for a in axes)
+    leaving = (n - 1) / n
+    bisection_s_per_GB = max(a.length / (4 * a.directions * per_link) for a in axes)
+    injection_s_per_GB = leaving / ici_group_busbw_GBps(cluster, axes)
+    return leaving / max(bisection_s_per_GB, injection_s_per_GB)
+
+
 def _mesh_groups(plan: ParallelPlan) -> dict[str, tuple[str, ...]]:
     """Mesh axes each group of the plan runs over (MaxText names)."""
     dp_axes = ("data", "fsdp", "expert", "context")

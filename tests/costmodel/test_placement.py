@@ -7,6 +7,7 @@ import pytest
 from planner.catalog.hardware import parse_cluster
 from planner.costmodel.placement import (
     IciAxis,
+    ici_alltoall_busbw_GBps,
     ici_group_busbw_GBps,
     linear_span,
     mesh_degrees,
@@ -129,6 +130,32 @@ def test_tpu_group_shape_sets_its_bandwidth():
     seg = placement(cl, ParallelPlan(tp=4, dp=64, zero_stage=3), "maxtext")["tp"]
     assert seg.ici_axes == (IciAxis(4, 16, False),)
     assert ici_group_busbw_GBps(cl, seg.ici_axes) == pytest.approx(50.0)
+
+
+def test_ici_all_to_all_is_held_to_the_links_across_the_middle():
+    """jax-ml/scaling-book sharding.md: an AllToAll of an array of V bytes over a bidirectional ring takes
+    V / (4 W_ici), W_ici the bidirectional link rate ("AllGather / 4 for a bidirectional ring"); each of k chips holds
+    b = V / k and sends (k-1)/k of it, so the rate collective_time divides by is (k-1)/k x b / that time."""
+    v5e = parse_cluster("tpu-v5ex256")  # 4 ports x 50 GB/s one way: W_ici = 100 GB/s bidirectional per link
+    V = 64.0  # GB
+    for k in (4, 8, 16):
+        ring = (IciAxis(k, k, True),)
+        b = V / k
+        seconds = (k - 1) / k * b / ici_alltoall_busbw_GBps(v5e, ring)
+        assert seconds == pytest.approx(V / (4 * 100.0)), k
+        # a quarter of the ring's AllGather of the same array (V / W_ici, the ring collective's rate)
+        gather = (k - 1) / k * V / ici_group_busbw_GBps(v5e, ring)
+        assert seconds / gather == pytest.approx(k / (4 * (k - 1)))
+    # an open segment has one link across its middle, not two: twice the ring's time
+    seg = (IciAxis(8, 16, False),)
+    assert (7 / 8) * (V / 8) / ici_alltoall_busbw_GBps(v5e, seg) == pytest.approx(2 * V / (4 * 100.0))
+    # two axes carry their shares at once: the longer sets the time (a 4 x 16 group: the 16-ring's share)
+    two = (IciAxis(4, 4, True), IciAxis(16, 16, True))
+    b = V / 64
+    assert (63 / 64) * b / ici_alltoall_busbw_GBps(v5e, two) == pytest.approx(16 * b / (4 * 100.0))
+    # a pair is never held below its chip's own links (the ring rate: the bisection is not the limit there)
+    pair = (IciAxis(2, 2, True),)
+    assert ici_alltoall_busbw_GBps(v5e, pair) == pytest.approx(ici_group_busbw_GBps(v5e, pair))
 
 
 def test_group_limited_routing_is_imported():
