@@ -27,7 +27,8 @@ def _best_s(argv: list[str], repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "planner.ui.cli", *argv], check=True, capture_output=True, env=env, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "planner.ui.cli", *argv], check=True, capture_output=True, env=env,
+                       cwd=ROOT)
         times.append(time.perf_counter() - t0)
     return min(times)
 
