@@ -76,9 +76,8 @@ class SearchResult:
     smallest_peak_plan: ParallelPlan | None = None
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (step_s, peak_gib) of feasible plans
     ranked: list[Evaluation] = field(default_factory=list)  # every scored plan kept, best first (plans = its head)
-    # nothing fitted, so the search was repeated with the optimizer offloaded (offload_searched), and found nothing
-    # either; offload_scored: it scored at least one offloaded plan (none when the stack cannot offload)
-    offload_searched: bool = False
+    # nothing fitted, the search was repeated with the optimizer offloaded and scored at least one such plan (none
+    # when the stack cannot offload), and none of them fits either
     offload_scored: bool = False
     # no candidate scored: the rules broken by the refused candidate breaking the fewest (empty when one was scored)
     refused_for: tuple[str, ...] = ()
@@ -284,8 +283,7 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
         lows = [(r.smallest_peak_gib, r.smallest_peak_plan) for r in (res, off) if r.smallest_peak_gib is not None]
         low = min(lows, key=lambda x: x[0]) if lows else (None, None)
         return replace(res, evaluated=res.evaluated + off.evaluated, smallest_peak_gib=low[0],
-                       smallest_peak_plan=low[1], offload_searched=True,
-                       offload_scored=off.smallest_peak_gib is not None)
+                       smallest_peak_plan=low[1], offload_scored=off.smallest_peak_gib is not None)
     return res
 
 
