@@ -23,7 +23,7 @@ TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
               "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload", "expandable_segments",
-              "fp8_param_gather", "cuda_graph_impl")
+              "fp8_param_gather", "cuda_graph_impl", "moe_flex_backend")
 # `model:` is a Hugging Face config: its keys are checked by planner.catalog.hf_import, not here
 SECTIONS = {"train": TRAIN_KEYS, "plan": tuple(PLAN_FIELDS), "measured": MEASURED_KEYS, "stack": STACK_KEYS}
 
@@ -44,6 +44,8 @@ STACK_CHOICES: dict[str, tuple[Any, ...]] = {
     "attention": ("flash", "unfused"),  # TrainingSpec.attention_impl
     # Megatron-core TransformerConfig.moe_token_dispatcher_type (megatron-core 0.19.2 transformer_config.py)
     "moe_dispatcher": ("alltoall", "allgather", "flex"),
+    # Megatron-core TransformerConfig.moe_flex_dispatcher_backend (megatron-core 0.19.2): TrainingSpec.moe_flex_backend
+    "moe_flex_backend": ("deepep", "hybridep"),
     # Megatron-core TransformerConfig.cuda_graph_impl (megatron-core 0.19.2): full_iteration is priced
     # (TrainingSpec.cuda_graph_full_iteration); the per-layer graphs (local, transformer_engine) are recorded
     "cuda_graph_impl": ("none", "local", "transformer_engine", "full_iteration"),
@@ -131,6 +133,7 @@ class RunStack:
     expandable_segments: bool = False  # the caching allocator's expandable segments were in effect (TrainingSpec)
     fp8_param_gather: bool = False  # FP8 primary weights / FP8 all-gather of the weights (TrainingSpec)
     cuda_graph_impl: str | None = None  # Megatron's; full_iteration = TrainingSpec.cuda_graph_full_iteration
+    moe_flex_backend: str | None = None  # the flex dispatcher's backend as stated (TrainingSpec.moe_flex_backend)
     stated: tuple[str, ...] = ()
 
     def not_modelled(self) -> list[str]:

@@ -254,15 +254,54 @@ QWEN3_FLEX_FROM = {(2048, "h100"): (26, 2, 0), (2048, "b200"): (26, 2, 1)}
 
 def _qwen3_flex(run: dict) -> bool:
     """Whether the cited Megatron-Bridge release runs this Qwen3 preset with the flex dispatcher (QWEN3_FLEX_FROM)."""
-    import re
-
     hw = str(run.get("hardware", "")).lower()
     if hw.startswith(("gb200", "gb300")):
         return True
     hidden = int((run.get("model") or {}).get("hidden_size") or 0)
     first = next((rel for (h, prefix), rel in QWEN3_FLEX_FROM.items() if h == hidden and hw.startswith(prefix)), None)
+    release = _cited_release(run)
+    return first is not None and release is not None and release >= first
+
+
+def _cited_release(run: dict) -> tuple[int, int, int] | None:
+    """The performance-summary release a run cites ("26.02.01 NeMo container" -> (26, 2, 1)), else None."""
+    import re
+
     m = re.search(r"(\d{2})\.(\d{2})(?:\.(\d{2}))? nemo container", str(run.get("source", "")).lower())
-    return first is not None and m is not None and (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) >= first
+    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+
+
+# The flex dispatcher's backend in the cited recipe, for a record without stack.moe_flex_backend (its
+# moe_flex_dispatcher_backend; container -> Megatron-Bridge release as Megatron-Bridge docs/versions1.json maps them:
+# 25.09 = 0.1.0rc3, 25.11 = v0.2.0, 26.02 / 26.02.01 = v0.3.0 / v0.3.1, 26.04 / 26.04.01 = v0.4.0 / v0.4.2, 26.06 /
+# 26.06.01 = v0.5.0 / v0.5.1, 26.08 = v0.6.0): the GB200 / GB300 presets run HybridEP in every release
+# (scripts/performance/configs/*/*workload_base_configs.py, v0.6.0 perf_recipes/*/gb200); DeepSeek-V3's presets from
+# v0.3.0 on every system (DEEPSEEK_V3_PRETRAIN_CONFIG_*_V1 "hybridep") but 26.04.01's B200 one (v0.4.2
+# DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2: "deepep"), DeepEP before (0.1.0rc3 run_script.py enable_deepep on H100);
+# the Qwen3-30B-A3B H100 / B200 presets from v0.3.1 (26.02's H100 one: "deepep"); gpt-oss-120b's v0.4.0 presets.
+# Everything else, DeepSeek's own training stack too: the stack's (DeepEP). runs/*.yaml state it per row with the
+# line that sets it; tests/analysis/test_flex_backend.py holds this rule to them.
+HYBRIDEP_FROM = {"deepseek_v3": (26, 2, 0), "qwen3_moe": (26, 2, 1)}  # first release off GB200 / GB300
+HYBRIDEP_RELEASES = {"gpt_oss": ((26, 4, 0),)}
+DEEPEP_PRESETS = (((26, 4, 1), "deepseek_v3", "b200"),)
+
+
+def infer_moe_flex_backend(run: dict) -> str | None:
+    if "megatron-bridge performance summary" not in str(run.get("source", "")).lower():
+        return None
+    hw = str(run.get("hardware", "")).lower()
+    model_type = str((run.get("model") or {}).get("model_type", "")).lower()
+    release = _cited_release(run)
+    if release is None:
+        return None
+    if any(release == rel and model_type == mt and hw.startswith(prefix) for rel, mt, prefix in DEEPEP_PRESETS):
+        return "deepep"
+    if hw.startswith(("gb200", "gb300")) or release in HYBRIDEP_RELEASES.get(model_type, ()):
+        return "hybridep"
+    first = HYBRIDEP_FROM.get(model_type)
+    if model_type == "qwen3_moe" and int((run.get("model") or {}).get("hidden_size") or 0) != 2048:
+        first = None  # the Qwen3-235B-A22B B200 / H100 presets never set a flex backend
+    return "hybridep" if first is not None and release >= first else "deepep"
 
 
 # Megatron-Bridge performance recipes that set moe_a2a_overlap=True (batch-level EP overlap), by release of the
@@ -421,19 +460,23 @@ def run_stack(run: dict) -> RunStack:
     def pick(key: str, infer: Callable[[], Any]) -> Any:
         return given[key] if key in given else infer()
 
+    dispatcher = pick("moe_dispatcher", lambda: infer_moe_dispatcher(run))
     return RunStack(framework=fw, torch_compile=pick("torch_compile", lambda: infer_torch_compile(run, fw)),
                     tp_comm_overlap=pick("tp_comm_overlap", lambda: infer_tp_comm_overlap(run, fw)),
                     fp8_recipe=pick("fp8_recipe", lambda: infer_fp8_recipe(run)),
                     attention=pick("attention", lambda: infer_attention_impl(run)),
                     fused_loss=pick("fused_loss", lambda: infer_fused_cross_entropy(run, fw))
                     or infer_compiled_loss(run, fw, pick("torch_compile", lambda: infer_torch_compile(run, fw))),
-                    moe_dispatcher=pick("moe_dispatcher", lambda: infer_moe_dispatcher(run)),
+                    moe_dispatcher=dispatcher,
                     moe_a2a_overlap=pick("moe_a2a_overlap", lambda: infer_moe_a2a_overlap(run)),
                     cuda_graphs=given.get("cuda_graphs"),
                     activation_offload=given.get("activation_offload"),
                     expandable_segments=bool(given.get("expandable_segments", False)),
                     fp8_param_gather=pick("fp8_param_gather", lambda: infer_fp8_param_gather(run, fw)),
                     cuda_graph_impl=pick("cuda_graph_impl", lambda: infer_cuda_graph_impl(run)),
+                    # the backend is inferred for a flex run only (a stated one is checked by TrainingSpec)
+                    moe_flex_backend=pick("moe_flex_backend", lambda: infer_moe_flex_backend(run)
+                                          if dispatcher == "flex" else None),
                     stated=tuple(sorted(given)))
 
 
@@ -595,6 +638,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         expandable_segments=st.expandable_segments,
                                         fp8_param_gather=st.fp8_param_gather,
                                         fp8_recipe=st.fp8_recipe, moe_dispatcher=st.moe_dispatcher,
+                                        moe_flex_backend=st.moe_flex_backend,
                                         moe_a2a_overlap=st.moe_a2a_overlap,
                                         cuda_graph_full_iteration=st.cuda_graph_impl == "full_iteration",
                                         # every full-iteration preset (FULL_ITERATION_CG_RECIPES) also runs the TE op

@@ -40,6 +40,7 @@ class PlanRequest:
     attention: AttentionImpl | None = None  # default flash
     moe_capacity_factor: float | None = None
     moe_dispatcher: str | None = None  # default: the stack's
+    moe_flex_backend: str | None = None  # default: the stack's (DeepEP)
     moe_a2a_overlap: bool | None = None  # default off
     torch_compile: bool | None = None
     fp8_recipe: Fp8Recipe | None = None

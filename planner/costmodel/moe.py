@@ -47,20 +47,20 @@ LOCAL_EXPERT_SORT_PASSES = 4
 # preset captures the moe_router / moe_preprocess scopes; Megatron-LM docs/discussions/deepseek-v3-gb200-optimization:
 # the router is 72 kernels unfused, 31 with --moe-router-fusion, router + preprocess 17 with DeepEP, and with the
 # attn / moe_router / moe_preprocess graphs "only the routed experts part still has some CPU overhead").
-# Not shipped: at 10 / 10 for the flex dispatcher the Qwen3-235B-A22B GB200 rows (4 local experts) land at -1.5..0%
-# (from +21..+23%; the BF16 25.11 row +35% -> +15%), but
-# the Qwen3-30B-A3B GB200 mbs-4 rows (16 local experts) move from -0.4..+0.9% to -9..-10% (the dev 25.11 row -9% ->
-# -18%) and the B200 DeepSeek-V3 EP-8 rows (32 local experts) from -2..-7% to -9..-13%: the 40 / 60 estimate also stands
-# for host time that grows with the local experts and that the per-expert terms at calibration.HOST_LAUNCH_S do not
-# reach. Counted per dispatcher (2026-11-26, same pins), launches after the sync, forward / backward: the alltoall
-# dispatcher syncs before the EP all-to-all (dropless, permute fusion: token_dispatcher.py preprocess
-# "before_ep_alltoall"), then two all-to-alls, the fused chunk sort and unsort (moe_sort_chunks_by_index: map + sort),
-# the combine all-to-all, the fused unpermute and the bias-dropout-add: ~12-14 / ~13 (TP > 1 adds the two all-gathers
-# and the reduce-scatter); DeepEP's dispatch waits on the host for the receive counts, then _DeepepManager
-# _indices_to_multihot (zeros, mask, boolean indexing and repeat_interleave, each of the last two a further host
-# wait), the fused permute (row-id map + permute), unpermute and combine: ~24 / ~15; HybridEP ~10 / ~10 (above). TE
-# GroupedLinear's per-expert host work without a kernel (TransformerEngine 5671fd3, the v0.3.0 pin;
-# module/grouped_linear.py, csrc/extensions/cast.cpp split_quantize bulk MXFP8 / blockwise allocation,
+# Shipped for HybridEP only (HYBRIDEP_HOST_KERNELS below), each run with the backend its recipe sets
+# (TrainingSpec.moe_flex_backend; 41 of the 56 published flex runs ran HybridEP, validate.infer_moe_flex_backend): the
+# GB200 Qwen3-235B-A22B rows (4 local experts) +21..+23% -> -1.5..0% (the BF16 25.11 row +35% -> +15%), but the
+# Qwen3-30B-A3B GB200 mbs-4 rows (16 local experts) -0.4..+0.9% -> -5..-7% (the dev 25.11 row -9% -> -15%) and the
+# B200 DeepSeek-V3 EP-8 rows (32 local experts) -2..-7% -> -5..-9%: host time that grows with the local experts beyond
+# what the per-expert terms below reach. Counted per dispatcher (2026-11-26, same pins), launches after the sync,
+# forward / backward: the alltoall dispatcher syncs before the EP all-to-all (dropless, permute fusion:
+# token_dispatcher.py preprocess "before_ep_alltoall"), then two all-to-alls, the fused chunk sort and unsort
+# (moe_sort_chunks_by_index: map + sort), the combine all-to-all, the fused unpermute and the bias-dropout-add: ~12-14
+# / ~13 (TP > 1 adds the two all-gathers and the reduce-scatter); DeepEP's dispatch waits on the host for the receive
+# counts, then _DeepepManager _indices_to_multihot (zeros, mask, boolean indexing and repeat_interleave, each of the
+# last two a further host wait), the fused permute (row-id map + permute), unpermute and combine: ~24 / ~15; HybridEP
+# ~10 / ~10 (above). TE GroupedLinear's per-expert host work without a kernel (TransformerEngine 5671fd3, the v0.3.0
+# pin; module/grouped_linear.py, csrc/extensions/cast.cpp split_quantize bulk MXFP8 / blockwise allocation,
 # te_general_grouped_gemm), per expert and call: forward 18 Python calls (weight / bias / quantizer lookups, set_usage
 # x2, convert_quantizer, cached get_weight_workspace, two GEMM operand conversions, update_usage, prepare_for_saving
 # x4, the main_grad lambda), 5 tensor views made in C++ (4 quantized data / scale views, the GEMM output slice), one
@@ -68,23 +68,31 @@ LOCAL_EXPERT_SORT_PASSES = 4
 # Megatron's DDP hook on the expert weight. At benchmarks/host_op_costs.py's CPU costs (0.09 us a call, 0.34 us a
 # C++-made view, 0.22 us an object, 0.43 us a saved tensor, 4.1 us a hooked leaf: PyTorch eager dispatch only, x86
 # EPYC, no CUDA allocator, no launch) that is ~7.0 / ~7.6 us per call, ~14 / ~15 us per expert and layer (fc1 + fc2).
-# Trial with those counts (alltoall 14 / 13, HybridEP 10 / 10, plus ~14 / ~15 us per local expert; the merged path of
-# the batch-level EP overlap left at 40 / 60, whose own host work is not counted: under it the H100 Qwen3-235B-A22B
-# rows fall to -8..-15% at the counts): GB200 Qwen3-235B-A22B -1.5..0%, the BF16 25.11 row +15%, but the Qwen3-30B-A3B
-# GB200 mbs-4 rows -5..-7% (the dev 25.11 row -15%) and the B200 DeepSeek-V3 EP-8 rows -5..-9%. Those rows ask for
-# ~24-48 us per expert and layer, about 2x what this CPU measures (Grace's per-op cost, the CUDA side: caching
-# allocator, cuBLASLt setup, or a GPU-side term of the small Qwen3-30B-A3B GEMMs may make up the rest; none measured
-# here), and even at 35 / 35 the H100 gpt-oss-120b BF16 rows (alltoall, no per-layer graphs) fall from -2..+1% to
-# -9..-12%: without graphs the launches before the sync (attention, router, aux loss, preprocess: ~70) show too, yet
-# charged beyond the attention's GPU time they push the ungraphed B200 Qwen3-235B-A22B rows from +3..+4% to +18..+25%.
-# The alltoall and DeepEP counts and the pre-sync span need the graph scopes of each preset (Megatron-Bridge
-# *_workload_base_configs.py cuda_graph_scope: attn / moe_router / moe_preprocess on GB200, moe_router /
-# moe_preprocess for Qwen3-30B-A3B on B200 / H100, none for Qwen3-235B-A22B on B200 / H100) and the merged schedule's
-# own host work, so the estimate stays. Charged over the whole sync-to-sync span instead of kernel group by group
-# (the host running ahead wherever the GPU is busy; pre-sync launches by preset scope), the same counts hide under the
-# layer's GPU time and the Qwen3-30B-A3B GB200 rows fall to -24%: their gap is not host time at these counts.
+# With those counts for every dispatcher (alltoall 14 / 13 too; the merged path of the batch-level EP overlap left at
+# 40 / 60, whose own host work is not counted: under it the H100 Qwen3-235B-A22B rows fall to -8..-15% at the counts)
+# the alltoall rows move as below; the Qwen3-30B-A3B and DeepSeek-V3 rows above ask for ~24-48 us per expert and
+# layer, about 2x what this CPU measures (Grace's per-op cost, the CUDA side: caching allocator, cuBLASLt setup, or a
+# GPU-side term of the small Qwen3-30B-A3B GEMMs may make up the rest; none measured here), and even at 35 / 35 the
+# H100 gpt-oss-120b BF16 rows (alltoall, no per-layer graphs) fall from -2..+1% to -9..-12%: without graphs the
+# launches before the sync (attention, router, aux loss, preprocess: ~70) show too, yet charged beyond the attention's
+# GPU time they push the ungraphed B200 Qwen3-235B-A22B rows from +3..+4% to +18..+25%. The alltoall and DeepEP counts
+# and the pre-sync span need the graph scopes of each preset (Megatron-Bridge *_workload_base_configs.py
+# cuda_graph_scope: attn / moe_router / moe_preprocess on GB200, moe_router / moe_preprocess for Qwen3-30B-A3B on B200
+# / H100, none for Qwen3-235B-A22B on B200 / H100) and the merged schedule's own host work, so the estimate stays.
+# Charged over the whole sync-to-sync span instead of kernel group by group (the host running ahead wherever the GPU
+# is busy; pre-sync launches by preset scope), the same counts hide under the layer's GPU time and the Qwen3-30B-A3B
+# GB200 rows fall to -24%: their gap is not host time at these counts.
 HOST_KERNELS_FWD = 40
 HOST_KERNELS_BWD = 60
+# The flex dispatcher with the HybridEP backend (TrainingSpec.moe_flex_backend) is charged what was counted for it
+# (above) instead of the estimate: ~10 launches forward and ~10 backward after its one host wait, plus Transformer
+# Engine GroupedLinear's per-expert host work that launches no kernel, ~7.0 / ~7.6 us per call forward / backward,
+# fc1 and fc2 per local expert and layer (benchmarks/host_op_costs.py's CPU costs: PyTorch eager dispatch only, x86,
+# so a lower bound). DeepEP and the alltoall dispatcher keep the estimate (DeepEP's dispatch waits on the host up to
+# three times, _DeepepManager above), and so does the batch-level EP overlap's merged step, whose own host work is not
+# counted.
+HYBRIDEP_HOST_KERNELS = {"fwd": 10, "bwd": 10}
+GROUPED_LINEAR_HOST_PER_EXPERT_S = {"fwd": 2 * 7.0e-6, "bwd": 2 * 7.6e-6}
 # Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert (general_grouped_gemm loops over the
 # groups on the host): fc1 and fc2 forward (2 per expert), their data and weight gradients backward (4).
 HOST_KERNELS_PER_EXPERT_FWD = 2
@@ -111,6 +119,11 @@ FP8_QUANTIZE_KERNELS_PER_TENSOR = {"tensorwise": 3, "mxfp8": 1, "blockwise": 1, 
 def dispatcher(ctx: Context) -> str:
     """The MoE token dispatcher: TrainingSpec.moe_dispatcher, else the stack's (planner/stacks)."""
     return ctx.train.moe_dispatcher or ctx.stack.moe_dispatcher
+
+
+def flex_backend(ctx: Context) -> str:
+    """The flex dispatcher's backend: TrainingSpec.moe_flex_backend, else the stack's (Stack.moe_flex_backend)."""
+    return ctx.train.moe_flex_backend or ctx.stack.moe_flex_backend
 
 
 def has_host_sync(ctx: Context) -> bool:
@@ -307,8 +320,13 @@ def host_launch_s(ctx: Context, shape: Shape, backward: bool) -> tuple[float, fl
     per_expert = (HOST_KERNELS_PER_EXPERT_BWD if backward else HOST_KERNELS_PER_EXPERT_FWD) \
         + fp8_quantize_kernels_per_expert(ctx, backward)
     n_local = local_experts(ctx, shape) if ctx.stack.moe_gemm_per_expert else 1
+    launch = ctx.calibration.HOST_LAUNCH_S
+    if dispatcher(ctx) == "flex" and flex_backend(ctx) == "hybridep" and not merged_fwd_bwd(ctx, shape):
+        step = "bwd" if backward else "fwd"  # counted (HYBRIDEP_HOST_KERNELS)
+        return (HYBRIDEP_HOST_KERNELS[step] * launch,
+                n_local * (per_expert * launch + GROUPED_LINEAR_HOST_PER_EXPERT_S[step]))
     base = HOST_KERNELS_BWD if backward else HOST_KERNELS_FWD
-    return base * ctx.calibration.HOST_LAUNCH_S, per_expert * n_local * ctx.calibration.HOST_LAUNCH_S
+    return base * launch, per_expert * n_local * launch
 
 
 def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float, has_sync: bool,

@@ -257,12 +257,12 @@ def _moe_args(job: Job, a: _Args) -> None:
         a.flag("--moe-expert-capacity-factor", job.train.moe_capacity_factor)
         a.flag("--moe-pad-expert-input-to-capacity")
     # the dispatcher the plan was costed with (planner.costmodel.moe.dispatcher: TrainingSpec.moe_dispatcher, else
-    # the stack's); flex runs DeepEP, which sends a token once per target node (DeepSeek-V3 report sec. 3.2.2)
+    # the stack's); flex sends a token once per target node (DeepSeek-V3 report sec. 3.2.2)
     kind = job.train.moe_dispatcher or stack_of(job.train).moe_dispatcher
     a.flag("--moe-token-dispatcher-type", kind)
-    if kind == "flex":
-        a.flag("--moe-flex-dispatcher-backend", "deepep")
     st = stack_of(job.train)
+    if kind == "flex":  # the flex kernels the plan was costed with (planner.costmodel.moe.flex_backend)
+        a.flag("--moe-flex-dispatcher-backend", job.train.moe_flex_backend or st.moe_flex_backend)
     # the MoE kernels the plan was costed with (planner/stacks/megatron.py traits; megatron-core 0.19.2
     # TransformerConfig moe_permute_fusion, moe_router_fusion, moe_shared_expert_overlap)
     if st.moe_permute == "fused":

@@ -43,6 +43,7 @@ def model_training_errors(model: ModelSpec, train: TrainingSpec) -> list[str]:
     """Training settings the model cannot take."""
     for flag, given in (("--moe-capacity-factor", train.moe_capacity_factor is not None),
                         ("--moe-dispatcher", train.moe_dispatcher is not None),
+                        ("--moe-flex-backend", train.moe_flex_backend is not None),
                         ("--moe-a2a-overlap", train.moe_a2a_overlap)):
         if given and not model.is_moe:
             return [f"{flag} applies to MoE models; {model.name} is dense: drop the flag"]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.stacks import traits
+from planner.stacks.base import MoEFlexBackend
 
 if TYPE_CHECKING:
     from planner.stacks.base import Stack
@@ -109,6 +110,13 @@ class TrainingSpec(BaseModel):
         "permuted tokens), allgather (every rank gathers all tokens, reduce-scatter back), flex (DeepEP / HybridEP "
         "kernels: permute fused into the dispatch, NVLink then RDMA at their published bandwidths). None = the "
         "stack's default (planner/stacks: Stack.moe_dispatcher)",
+    )
+    moe_flex_backend: MoEFlexBackend | None = Field(
+        None,
+        description="the flex dispatcher's kernels (Megatron --moe-flex-dispatcher-backend): deepep (DeepEP's normal "
+        "kernels, what the Megatron launch files write) or hybridep (HybridEP: the permute inside the dispatch, one "
+        "host wait per dispatch; the Megatron-Bridge performance recipes' backend on GB200, and for DeepSeek-V3 "
+        "from 26.02). None = the stack's (Stack.moe_flex_backend); only read with the flex dispatcher",
     )
     moe_a2a_overlap: bool = Field(
         False,
@@ -217,6 +225,10 @@ class TrainingSpec(BaseModel):
         if self.moe_a2a_overlap and self.moe_dispatcher == "allgather":
             # megatron-core: overlap_moe_expert_parallel_comm needs the alltoall or flex dispatcher
             raise ValueError("batch-level EP overlap (--moe-a2a-overlap) needs the alltoall or flex dispatcher")
+        if self.moe_flex_backend is not None and (self.moe_dispatcher or stack.moe_dispatcher) != "flex":
+            # megatron-core TransformerConfig.moe_flex_dispatcher_backend is read by the flex dispatcher only
+            raise ValueError(f"--moe-flex-backend {self.moe_flex_backend} selects the flex dispatcher's kernels: add "
+                             "--moe-dispatcher flex")
         return self
 
 

@@ -115,6 +115,7 @@ STACK = Stack(
     moe_dispatch_host_sync=True,
     moe_permute="fused",  # MegatronMoEConfig(moe_permute_fusion=True) (layers.py init_token_dispatcher)
     moe_alltoall_sorts_by_local_expert=False,  # no alltoall dispatcher: flex or all-gather only (above)
+    moe_flex_backend="deepep",  # BackendConfig enable_deepep: DeepEP's Buffer (AM:components/moe/megatron/fused_a2a.py)
     # DeepEP delivers tokens rank-major; _DeepepManager.get_permuted_hidden_states_by_experts then runs the fused
     # permute (AM:components/moe/megatron/token_dispatcher.py permute(..., fused=permute_fusion))
     moe_flex_permute="fused",

@@ -32,6 +32,8 @@ MoEPermute = Literal["fused", "unfused"]
 # how the flex dispatcher's received tokens reach their experts' order: inside the communication kernel (HybridEP
 # writes them expert-major) or by a fused permute after it (DeepEP's dispatch delivers them rank-major)
 MoEFlexPermute = Literal["in_dispatch", "fused"]
+# the flex dispatcher's kernels (Megatron --moe-flex-dispatcher-backend): DeepEP's normal kernels or HybridEP
+MoEFlexBackend = Literal["deepep", "hybridep"]
 # how a force-balanced benchmark gate (TrainingSpec.moe_force_balanced) picks experts: random scores through the
 # router's top-k (uniform at random: a sampling imbalance), a fixed round robin replacing the top-k of a router that
 # still runs ("round_robin_scored"), or a round robin without any router ("round_robin")
@@ -162,6 +164,10 @@ class Stack:
     # the expert GEMMs, and back before the combine, where a rank holds more than one expert: one read and one write of
     # the received copies each way (planner.costmodel.moe.permute_s). False where it is not modelled.
     moe_alltoall_sorts_by_local_expert: bool = False
+    # ---- MoE, defaulted: the flex dispatcher's backend when a run names none (TrainingSpec.moe_flex_backend): DeepEP,
+    # what Megatron's launch files write (planner/emit/megatron.py --moe-flex-dispatcher-backend deepep) and what
+    # NeMo AutoModel's enable_deepep runs
+    moe_flex_backend: MoEFlexBackend = "deepep"
 
 
     @property

@@ -54,6 +54,7 @@ STACK = Stack(
     moe_dispatch_host_sync=False,  # capacity gating with static shapes (einsum dispatch): nothing read on the host
     moe_permute="unfused",  # einsum dispatch / combine masks, not a fused permute
     moe_alltoall_sorts_by_local_expert=False,  # not modelled: its einsum capacity buffers' copies are moe_permute's
+    moe_flex_backend="deepep",  # no flex dispatcher (moe_dispatchers above): the default, never priced
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers)
     moe_forced_routing="random_scores",  # no forced gate of its own: top-k gating over scores (sharded_moe.py)
     moe_shared_expert_overlap=False,  # no shared-expert stream

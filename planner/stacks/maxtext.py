@@ -68,6 +68,7 @@ STACK = Stack(
     moe_dispatch_host_sync=False,  # static shapes under XLA: nothing read on the host
     moe_permute="fused",  # XLA fuses the sort / gather of the permutation
     moe_alltoall_sorts_by_local_expert=False,  # not modelled: the permutation is counted as one fused XLA sort above
+    moe_flex_backend="deepep",  # no flex dispatcher (moe_dispatchers above): the default, never priced
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers)
     moe_forced_routing="random_scores",  # no forced gate of its own: top-k over the router's scores (moe.py)
     moe_shared_expert_overlap=False,  # no separate shared-expert stream modelled

@@ -110,6 +110,9 @@ STACK = Stack(
     # dispatch_postprocess / combine_preprocess): sort_chunks_by_idxs (TE moe_sort_chunks_by_index under
     # --moe-permute-fusion) dropless, a view / transpose / contiguous copy of the capacity buffers when padded
     moe_alltoall_sorts_by_local_expert=True,
+    # flex runs DeepEP unless a run names HybridEP (TrainingSpec.moe_flex_backend): what planner/emit/megatron.py writes
+    # (--moe-flex-dispatcher-backend deepep)
+    moe_flex_backend="deepep",
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
     zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward

@@ -105,6 +105,7 @@ STACK = Stack(
     # expert-major and back (torchtitan 0.3.0 models/common/token_dispatcher.py _permute / _unpermute); its rows are
     # not re-scored with it
     moe_alltoall_sorts_by_local_expert=False,
+    moe_flex_backend="deepep",  # no flex dispatcher (moe_dispatchers above): the default, never priced
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers); a DeepEP dispatch would permute after it
     # --debug.moe_force_load_balance: the router still scores, then its top-k ids are replaced by a round robin,
     # arange(tokens x top_k) % E (torchtitan 0.3.0 models/common/moe.py _debug_force_load_balance_routing)

@@ -203,6 +203,10 @@ def _setting_options() -> list:
         click.option("--moe-dispatcher", type=click.Choice(["alltoall", "allgather", "flex"]),
                      help="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex = DeepEP). Default: the "
                      "stack's (Megatron alltoall)"),
+        click.option("--moe-flex-backend", type=click.Choice(["deepep", "hybridep"]),
+                     help="with --moe-dispatcher flex: its kernels (Megatron --moe-flex-dispatcher-backend): deepep, "
+                     "or hybridep (Megatron-Bridge's GB200 recipes: the permute inside the dispatch, fewer host "
+                     "launches after its sync). Default: deepep"),
         click.option("--moe-a2a-overlap", is_flag=True, default=None,
                      help="Megatron batch-level EP all-to-all overlap (--overlap-moe-expert-parallel-comm "
                      "--delay-wgrad-compute): one micro-batch's forward merged with another's backward, the "

@@ -263,9 +263,10 @@ def test_runs_outside_the_fit_are_predicted():
     # dev set leaves out: their published layouts fit as published; their step times: median within 3%, p90 within
     # 6%, every row within 15% (the worst, NeMo's Nemotron 8B, is predicted 14% fast: docs/validation.md).
     # MoE, 24 Megatron-Bridge rows (25.09 token-drop, 25.11 and 26.02 dropless; DeepSeek-V3, Qwen3-30B/235B,
-    # gpt-oss-120b on GB200, B200, H100): median 7.2%, p90 22.3% (the 25.11 MXFP8 Qwen3-235B-A22B B200 row, +22%),
-    # worst the 25.11 BF16 Qwen3-235B-A22B GB200 row (+35%), the 25.09 token-drop Qwen3-30B-A3B B200 row next (-34%):
-    # the median and p90 within the MoE targets (12%, 25%), checked here at what the model reaches today. (The 26.02
+    # gpt-oss-120b on GB200, B200, H100): median 7.1%, p90 21.1% (the 25.09 Qwen3-30B-A3B GB200 token-drop row, -21%),
+    # worst the 25.09 token-drop Qwen3-30B-A3B B200 row (-34%; the 25.11 BF16 Qwen3-235B-A22B GB200 row was +35%
+    # before HybridEP's host launches were counted, +15% since): the median, p90 and worst within the MoE targets
+    # (12%, 25%, 35%), checked here at what the model reaches today. (The 26.02
     # Qwen3-30B-A3B H100 row is scored at the released table's 5113 tokens/s/GPU, +9%; its pre-release draft's 2557,
     # half of it, made it -45%: the row's notes.)
     added = load_runs(data_dir("runs") / "known_runs_added.yaml")
@@ -280,5 +281,5 @@ def test_runs_outside_the_fit_are_predicted():
     assert errors[int(0.9 * (len(errors) - 1))] <= 0.06 and errors[-1] <= 0.15, errors
     moe_errors = sorted(abs(r["step_time_error"]) for r in res["runs"] if r["id"] in moe)
     assert (moe_errors[len(moe_errors) // 2 - 1] + moe_errors[len(moe_errors) // 2]) / 2 <= 0.10, moe_errors
-    assert moe_errors[int(0.9 * (len(moe_errors) - 1))] <= 0.25 and moe_errors[-1] <= 0.36, moe_errors
+    assert moe_errors[int(0.9 * (len(moe_errors) - 1))] <= 0.25 and moe_errors[-1] <= 0.35, moe_errors
     assert all(r["fits"] for r in dense_rows)

@@ -12,6 +12,7 @@ from consumers.cases import (
     GOLDEN_CASES,
     LLAMA31_8B,
     LLAMA31_405B,
+    MIXTRAL_8X7B,
     SEARCH_CASE_NAMES,
     Case,
     catalog_cases,
@@ -41,8 +42,12 @@ MXFP8_PARAMS_CASE = Case("llama8b-mxfp8-param-gather-8xb200", LLAMA31_8B, cluste
                          TrainingSpec(seq_len=8192, global_batch=16, dtype="fp8", fp8_recipe="mxfp8",
                                       fp8_param_gather=True),
                          ParallelPlan(tp=1, dp=8, micro_batch=1, zero_stage=1, recompute="selective"))
+# the flex dispatcher with the HybridEP backend, as Megatron-Bridge's GB200 recipes run it (--moe-flex-backend hybridep)
+HYBRIDEP_CASE = Case("mixtral-ep8-flex-hybridep-64xgb200", MIXTRAL_8X7B, cluster("gb200-nvl72", 64),
+                     TrainingSpec(seq_len=4096, global_batch=256, moe_dispatcher="flex", moe_flex_backend="hybridep"),
+                     ParallelPlan(dp=64, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"))
 CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases() + [ACCOUNT_CASE, FP8_PARAMS_CASE,
-                                                                                     MXFP8_PARAMS_CASE]
+                                                                                     MXFP8_PARAMS_CASE, HYBRIDEP_CASE]
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
 # the search's own choices are built lazily (four full searches); every one must be written for Megatron
@@ -159,6 +164,11 @@ def test_megatron_accepts_emitted_args(results, name):
         # the planned (costed) recipe, tensorwise by default; TE's block-scaled recipes in E4M3
         recipe = case.train.fp8_recipe or "tensorwise"
         assert r["fp8"] == ["e4m3" if recipe in ("blockwise", "mxfp8") else "hybrid", recipe]
+    # the MoE dispatcher and flex kernels as costed (planner.costmodel.moe.dispatcher / flex_backend)
+    if case.model.moe is not None:
+        assert r["model"]["moe_token_dispatcher_type"] == (case.train.moe_dispatcher or "alltoall")
+        flex = r["model"]["moe_token_dispatcher_type"] == "flex"
+        assert flex <= (r["model"]["moe_flex_dispatcher_backend"] == (case.train.moe_flex_backend or "deepep"))
     # FP8 primary weights as costed (planner.costmodel.memory.fp8_weight_copy_bytes)
     assert r["fp8_param_gather"] == case.train.fp8_param_gather
     assert r["reuse_grad_buf_for_mxfp8_param_ag"] == (case.train.fp8_param_gather and case.train.fp8_recipe == "mxfp8"
