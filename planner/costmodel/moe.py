@@ -70,18 +70,18 @@ LOCAL_EXPERT_SORT_PASSES = 4
 # EPYC, no CUDA allocator, no launch) that is ~7.0 / ~7.6 us per call, ~14 / ~15 us per expert and layer (fc1 + fc2).
 # With those counts for every dispatcher (alltoall 14 / 13 too; the merged path of the batch-level EP overlap left at
 # 40 / 60, whose own host work is not counted: under it the H100 Qwen3-235B-A22B rows fall to -8..-15% at the counts)
-# the alltoall rows move as below; the Qwen3-30B-A3B and DeepSeek-V3 rows above ask for ~24-48 us per expert and
-# layer, about 2x what this CPU measures (Grace's per-op cost, the CUDA side: caching allocator, cuBLASLt setup, or a
-# GPU-side term of the small Qwen3-30B-A3B GEMMs may make up the rest; none measured here), and even at 35 / 35 the
-# H100 gpt-oss-120b BF16 rows (alltoall, no per-layer graphs) fall from -2..+1% to -9..-12%: without graphs the
-# launches before the sync (attention, router, aux loss, preprocess: ~70) show too, yet charged beyond the attention's
-# GPU time they push the ungraphed B200 Qwen3-235B-A22B rows from +3..+4% to +18..+25%. The alltoall and DeepEP counts
-# and the pre-sync span need the graph scopes of each preset (Megatron-Bridge *_workload_base_configs.py
-# cuda_graph_scope: attn / moe_router / moe_preprocess on GB200, moe_router / moe_preprocess for Qwen3-30B-A3B on B200
-# / H100, none for Qwen3-235B-A22B on B200 / H100) and the merged schedule's own host work, so the estimate stays.
-# Charged over the whole sync-to-sync span instead of kernel group by group (the host running ahead wherever the GPU
-# is busy; pre-sync launches by preset scope), the same counts hide under the layer's GPU time and the Qwen3-30B-A3B
-# GB200 rows fall to -24%: their gap is not host time at these counts.
+# the Qwen3-30B-A3B and DeepSeek-V3 rows above ask for ~24-48 us per expert and layer, about 2x what this CPU measures
+# (Grace's per-op cost, the CUDA side: caching allocator, cuBLASLt setup, or a GPU-side term of the small
+# Qwen3-30B-A3B GEMMs may make up the rest; none measured here), and even at 35 / 35 the H100 gpt-oss-120b BF16 rows
+# (alltoall, no per-layer graphs) fall from -2..+1% to -9..-12%: without graphs the launches before the sync
+# (attention, router, aux loss, preprocess: ~70) show too, yet charged beyond the attention's GPU time they push the
+# ungraphed B200 Qwen3-235B-A22B rows from +3..+4% to +18..+25%. The alltoall and DeepEP counts and the pre-sync span
+# need the graph scopes of each preset (Megatron-Bridge *_workload_base_configs.py cuda_graph_scope: attn / moe_router
+# / moe_preprocess on GB200, moe_router / moe_preprocess for Qwen3-30B-A3B on B200 / H100, none for Qwen3-235B-A22B on
+# B200 / H100) and the merged schedule's own host work, so the estimate stays. Charged over the whole sync-to-sync
+# span instead of kernel group by group (the host running ahead wherever the GPU is busy; pre-sync launches by preset
+# scope), the same counts hide under the layer's GPU time and the Qwen3-30B-A3B GB200 rows fall to -24%: their gap is
+# not host time at these counts.
 HOST_KERNELS_FWD = 40
 HOST_KERNELS_BWD = 60
 # The flex dispatcher with the HybridEP backend (TrainingSpec.moe_flex_backend) is charged what was counted for it
@@ -122,8 +122,8 @@ def dispatcher(ctx: Context) -> str:
 
 
 def flex_backend(ctx: Context) -> str:
-    """The flex dispatcher's backend: TrainingSpec.moe_flex_backend, else the stack's (Stack.moe_flex_backend)."""
-    return ctx.train.moe_flex_backend or ctx.stack.moe_flex_backend
+    """The flex dispatcher's backend (TrainingSpec.flex_backend)."""
+    return ctx.train.flex_backend
 
 
 def has_host_sync(ctx: Context) -> bool:

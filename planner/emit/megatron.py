@@ -261,8 +261,8 @@ def _moe_args(job: Job, a: _Args) -> None:
     kind = job.train.moe_dispatcher or stack_of(job.train).moe_dispatcher
     a.flag("--moe-token-dispatcher-type", kind)
     st = stack_of(job.train)
-    if kind == "flex":  # the flex kernels the plan was costed with (planner.costmodel.moe.flex_backend)
-        a.flag("--moe-flex-dispatcher-backend", job.train.moe_flex_backend or st.moe_flex_backend)
+    if kind == "flex":  # the flex kernels the plan was costed with
+        a.flag("--moe-flex-dispatcher-backend", job.train.flex_backend)
     # the MoE kernels the plan was costed with (planner/stacks/megatron.py traits; megatron-core 0.19.2
     # TransformerConfig moe_permute_fusion, moe_router_fusion, moe_shared_expert_overlap)
     if st.moe_permute == "fused":

@@ -216,6 +216,12 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"unknown remat tensor(s) {', '.join(bad)}: choose from {', '.join(REMAT_TENSORS)}")
         return self
 
+    @property
+    def flex_backend(self) -> str:
+        """The flex dispatcher's backend: moe_flex_backend, else the stack's (Stack.moe_flex_backend); the one rule
+        the cost model (planner.costmodel.moe) and the Megatron launch files read."""
+        return self.moe_flex_backend or traits(self.framework).moe_flex_backend
+
     @model_validator(mode="after")
     def _stack_has_the_settings(self) -> "TrainingSpec":
         stack = traits(self.framework)
