@@ -326,7 +326,7 @@ def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[i
     return [None]
 
 
-PRUNED_PROBES = 50  # pruned (structure, ZeRO) pairs scanned, smallest bound first, when the rules refused the rest
+PRUNED_PROBES = 50  # pruned (structure, ZeRO) pairs tried, smallest bound first, when nothing the bound kept scored
 
 
 def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: float) -> tuple[list, list]:
@@ -346,10 +346,6 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
     held = [b <= cap or not opts.require_fit or bool(fx.get("offload_optimizer")) for b in lb]
     keep = [pr for pr, h in zip(pairs, held, strict=False) if h]
     pruned = [pairs[i] for i in np.argsort(lb, kind="stable") if not held[i]]
-    if not keep and opts.require_fit:
-        # nothing can hold the model states: still score the best-sharded pairs to explain why
-        order = np.argsort(lb)[: max(1, opts.top_k)]
-        keep = [pairs[i] for i in order]
     if len(keep) > BEAM_THRESHOLD:
         keep = _beam(ctx, opts, keep, cap)
     return keep, pruned
@@ -444,12 +440,16 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
         _scan_layout(ctx, opts, cap, scan, r, z, shard)
     if not scan.evaluated and pruned_pairs and opts.require_fit:
-        # the rules refused every pair the bound kept: score the best-sharded pruned pairs (the first the rules let
-        # through, at most PRUNED_PROBES) to say how far from fitting the runnable layouts are: a memory problem
+        # nothing the bound kept was scored (none kept, or the rules refused every one): score the best-sharded
+        # pruned pairs, smallest bound first, until top_k of them (at most PRUNED_PROBES tried) give a scored plan, to
+        # say how far from fitting the runnable layouts are: a memory answer, not a rules one
+        scored_pairs = 0
         for r, z in pruned_pairs[:PRUNED_PROBES]:
+            before = scan.evaluated
             for shard in _shard_choices(ctx, opts, r, z):
                 _scan_layout(ctx, opts, cap, scan, r, z, shard)
-            if scan.evaluated:
+            scored_pairs += scan.evaluated > before
+            if scored_pairs >= max(1, opts.top_k):
                 break
     results, evaluated, best_peak = scan.results, scan.evaluated, scan.best_peak
     results.sort(key=_working_key(opts))
