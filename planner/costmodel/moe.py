@@ -121,11 +121,6 @@ def dispatcher(ctx: Context) -> str:
     return ctx.train.moe_dispatcher or ctx.stack.moe_dispatcher
 
 
-def flex_backend(ctx: Context) -> str:
-    """The flex dispatcher's backend (TrainingSpec.flex_backend)."""
-    return ctx.train.flex_backend
-
-
 def has_host_sync(ctx: Context) -> bool:
     """A dropless dispatcher in a stack with dynamic shapes waits for the token counts on the host (the flex
     dispatcher too: DeepEP's normal dispatch returns the per-expert counts to the host, README
@@ -321,7 +316,7 @@ def host_launch_s(ctx: Context, shape: Shape, backward: bool) -> tuple[float, fl
         + fp8_quantize_kernels_per_expert(ctx, backward)
     n_local = local_experts(ctx, shape) if ctx.stack.moe_gemm_per_expert else 1
     launch = ctx.calibration.HOST_LAUNCH_S
-    if dispatcher(ctx) == "flex" and flex_backend(ctx) == "hybridep" and not merged_fwd_bwd(ctx, shape):
+    if dispatcher(ctx) == "flex" and ctx.train.flex_backend == "hybridep" and not merged_fwd_bwd(ctx, shape):
         step = "bwd" if backward else "fwd"  # counted (HYBRIDEP_HOST_KERNELS)
         return (HYBRIDEP_HOST_KERNELS[step] * launch,
                 n_local * (per_expert * launch + GROUPED_LINEAR_HOST_PER_EXPERT_S[step]))
