@@ -757,13 +757,22 @@ def run_hardware(run: dict, hw):
     return hw
 
 
-# NVIDIA's DGX Cloud recipes (dgxc-benchmarking) allocated GB200 / GB300 nodes without Slurm block scheduling until
-# llmb-run 1.10.2 (cli/llmb-run/CHANGELOG.md, 2026-02-23: "now sets SBATCH_SEGMENT_SIZE automatically for
-# gb200/gb300 jobs ... within the 18-node NVLink domain"; first shipped in release v26.02): the earlier releases'
-# launch.sh submit through NeMo-Run's Slurm executor with no segment (e.g. v25.05 deepseek_v3/pretraining/launch.sh).
-# The measured v25.05 GB200 rows take sides: DeepSeek-V3 (known_runs_dev.yaml, EP 32 / 64) and Llama 4 Maverick
-# (runs/moe_runs_added.yaml, EP 64: +4% to -2% unaligned, -8% to -21% aligned) agree with an unaligned allocation;
-# Grok-1 (EP 8 x ETP 4: +25% to +36% unaligned, -1% to -8% aligned) alone with an aligned one.
+# How NVIDIA's DGX Cloud recipes (dgxc-benchmarking) had their GB200 / GB300 nodes allocated before release v26.02 is
+# inferred from their measured rows, not read from their launch: llmb-run 1.10.2 (cli/llmb-run/CHANGELOG.md,
+# 2026-02-23: "now sets SBATCH_SEGMENT_SIZE automatically for gb200/gb300 jobs ... within the 18-node NVLink domain";
+# first shipped in v26.02) is the first launcher of the repository that sets a segment itself, but the NeMo-2-era
+# workloads before it (v25.05: grok1, deepseek_v3/pretraining, llama4 and llama3.1 setup.sh pin NVIDIA/NeMo 7a8f1cc)
+# submit through NeMo's scripts/performance/utils.py slurm_executor, which for 4-GPU nodes beyond 18 nodes already asks
+# for `--segment` (the largest divisor of the node count up to 18: 16 for 32-128 nodes; l.114-119 at 7a8f1cc), written
+# as `#SBATCH --segment` by the NeMo-Run each pins (bc412ee, 78f54ee, 0d271a9: SlurmExecutor.segment). Slurm honours
+# --segment only under its topology/block plugin, and whether DGX Cloud's GB200 cluster ran it in 2025 is not
+# published. The measured v25.05 GB200 rows take sides: DeepSeek-V3 (known_runs_dev.yaml, EP 32 / 64: -9% to -16%
+# unaligned, about -60% aligned), Llama 4 Maverick (runs/moe_runs_added.yaml, EP 64: +4% to -2% unaligned, -8% to -21%
+# aligned) and Llama 3.1 405B (known_runs_dev.yaml, CP 2 across trays: +3% / +4% unaligned, -11% / -14% aligned) agree
+# with an unaligned allocation; Grok-1 (EP 8 x ETP 4: +25% to +36% unaligned, -1% to -10% aligned) alone with an
+# aligned one. The rule keeps what three workloads of four agree with; it is an inference about the cluster, and a
+# missing mechanism common to those three (the 25.11 Megatron-Bridge DeepSeek-V3 row runs 3.3x the v25.05 tokens per
+# GPU on GB200) would explain them as well.
 # Checked against Grok's own launch: dgxc-benchmarking v25.05 (68eaf7e) grok1/launch.sh defaults ET=8 on GB200 where
 # its README table says ETP 4 (v25.05.01, 60d6fd3, sets ET=4; the published figures are the same in both), and scored
 # with ETP 8 the BF16 512-GPU row moves from +27% to +33%; nodes filled from a domain boundary (the first offset

@@ -105,8 +105,8 @@ class Calibration:
     # (TransformerEngine PR #853 "Grouped GEMM via multi-stream cuBLAS"; common/util/multi_stream.cpp
     # get_num_compute_streams: 4). So 0.5 stands in for costs the other rows have and the model lacks (a missing
     # mechanism, not a measured rate); at 1.0 the dev MoE median goes 9.1% -> 18.7%. (The DGX Cloud DeepSeek-V3 GB200
-    # rows that dragged it earlier are explained by their allocation without block scheduling:
-    # ClusterSpec.aligned_allocation.)
+    # rows that dragged it earlier are scored with an allocation without block scheduling, inferred from the rows:
+    # ClusterSpec.aligned_allocation, validate.DGXC_SEGMENTED_FROM.)
     MOE_GROUPED_GEMM_REL_EFFICIENCY: float = fitted(0.500, lo=0.5, hi=1.1, no_effect=1.0,
                                                    note=("DeepGEMM's grouped / dense ratio at the same shape, "
                                                          "0.99-1.07, widened for the cuBLAS / TE grouped kernels of "
