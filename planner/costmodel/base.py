@@ -29,6 +29,10 @@ from planner.stacks import DEFAULT_FRAMEWORK, stack_of
 ACT_ELEM_BYTES = 2.0
 # Bytes per parameter element of the bf16 copies ZeRO-3/FSDP gathers (mixed precision, ZeRO paper sec. 3.1).
 PARAM_GATHER_BYTES = 2.0
+# PCIe Gen4 x16 per direction (hardware.yaml links.pcie_x16_unidir_GBps.gen4, STAS PCIe table): the host link
+# assumed for host traffic (optimizer and activation offload) when a hardware profile states none (the slowest x16
+# rate the reference lists).
+UNKNOWN_HOST_LINK_GBPS = 31.0
 
 PEAK = formula("rates.peak", "dense tensor-core peak of the compute dtype (attention core: BF16)",
                "hardware profile peak_tflops (vendor datasheet, hardware_profiles/*.yaml)")
@@ -150,6 +154,7 @@ class Context:
         self.tp_overlap_hidden = cal.TP_OVERLAP_HIDDEN_FRACTION
         self.unfused_attention = train.attention_impl == "unfused"
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
+        self.host_link_bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9  # bytes/s, each direction
         self.rate_terms = self._rate_terms(hw, train)
 
     def _rate_terms(self, hw, train: TrainingSpec) -> tuple[Term, ...]:

@@ -15,6 +15,7 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
+from planner.costmodel.memory import maxtext_offloaded_elems
 from planner.costmodel.moe import (
     EINSUM_DISPATCH_GEMMS,
     dispatcher,
@@ -76,11 +77,13 @@ UNFUSED_ROPE_EXTRA_BYTES = {"fwd": 20.0, "bwd": 16.0}
 LAYER_COMPUTE = formula(
     "compute.layer",
     "fwd = proj + mlp + experts + router + attention + elementwise + permute + ring merge + host launch (MoE) + "
-    "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE; bwd = 2 x GEMMs + 2.5 x attention + 2 x "
-    "elementwise + permute (backward: 2 x its passes; MaxText's dispatch / combine einsums 3 GEMMs for 2) + ring "
-    "merge (backward) + host launch (backward) + expert epilogue (backward) + unfused RoPE (backward)",
+    "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE + remat offload; bwd = 2 x GEMMs + 2.5 x "
+    "attention + 2 x elementwise + permute (backward: 2 x its passes; MaxText's dispatch / combine einsums 3 GEMMs for "
+    "2) + ring merge (backward) + host launch (backward) + expert epilogue (backward) + unfused RoPE (backward) + "
+    "remat offload (backward)",
     "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
-    "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1); ring merge: context.ring_merge",
+    "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1); ring merge: context.ring_merge; "
+    "remat offload: compute.remat_offload_s",
 )
 
 
@@ -103,6 +106,8 @@ class LayerCompute(NamedTuple):
     epilogue_bwd: float
     rope_fwd: float
     rope_bwd: float
+    offload_fwd: float
+    offload_bwd: float
     fwd: float
     bwd: float
 
@@ -233,6 +238,22 @@ def unfused_rope_s(ctx: Context, shape: Shape) -> tuple[float, float]:
     return (elems * UNFUSED_ROPE_EXTRA_BYTES["fwd"] / ctx.hbm_bw, elems * UNFUSED_ROPE_EXTRA_BYTES["bwd"] / ctx.hbm_bw)
 
 
+def remat_offload_s(ctx: Context, shape: Shape, busy_fwd_s: float, busy_bwd_s: float) -> tuple[float, float]:
+    """Forward and backward seconds one layer waits for the host link under MaxText's custom remat policy with
+    tensors named 'offload' (TrainingSpec.remat_offloaded, selective recompute): the forward copies them to host
+    memory and the backward copies them back, each way at the host link's one-way rate (Context.host_link_bw; TPU
+    v5e / v5p ~15 GB/s per chip, jax-ml/scaling-book tpus.md), the copies running beside the layer's own compute
+    (XLA's asynchronous host offload), so only their excess over `busy_fwd_s` / `busy_bwd_s` shows."""
+    tr, p = ctx.train, shape.plan
+    if not (tr.remat_offloaded and p.recompute == "selective" and ctx.stack.custom_remat_option):
+        return 0.0, 0.0
+    m = ctx.model
+    hs = m.hidden_size / p.tp if shape.sp else m.hidden_size  # as the memory model sizes them (activation_elems)
+    copy_s = (maxtext_offloaded_elems(m, p.tp, hs, tr.remat_offloaded) * shape.tokens * ACT_ELEM_BYTES
+              / ctx.host_link_bw)
+    return max(0.0, copy_s - busy_fwd_s), max(0.0, copy_s - busy_bwd_s)
+
+
 def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     """Forward and backward compute seconds of one layer of kind `k` (formula compute.layer); an MoE layer adds its
     router, permute, routed experts and exposed host launch (planner.costmodel.moe)."""
@@ -251,8 +272,10 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd + epi_fwd + rope_fwd
     bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + BWD_ATTN_RATIO * attn
            + BWD_ELEMENTWISE_RATIO * elem + perm_bwd + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
+    off_fwd, off_bwd = remat_offload_s(ctx, shape, fwd, bwd)
     return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, perm_bwd, mo.host_fwd, mo.host_bwd, attn, elem,
-                        merge_fwd, merge_bwd, epi_fwd, epi_bwd, rope_fwd, rope_bwd, fwd, bwd)
+                        merge_fwd, merge_bwd, epi_fwd, epi_bwd, rope_fwd, rope_bwd, off_fwd, off_bwd,
+                        fwd + off_fwd, bwd + off_bwd)
 
 
 def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute) -> float:
@@ -326,6 +349,7 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
         elementwise_s=c.elementwise,
         ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd, expert_epilogue_fwd_s=c.epilogue_fwd,
         expert_epilogue_bwd_s=c.epilogue_bwd, unfused_rope_fwd_s=c.rope_fwd, unfused_rope_bwd_s=c.rope_bwd,
+        remat_offload_fwd_s=c.offload_fwd, remat_offload_bwd_s=c.offload_bwd,
         flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,
         flops_per_token_experts=f.experts, flops_per_token_router=f.router, tp=shape.plan.tp, tokens=shape.tokens)
 

@@ -170,17 +170,31 @@ def _moe_mlp_elems(m: ModelSpec, tp: int, hs: float, g: float, etp: int, fp8_moe
     return hs + g * hs + e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
 
 
+def maxtext_remat_sizes(m: ModelSpec, tp: int, hs: float) -> dict[str, float]:
+    """Elements per token of each tensor MaxText's custom remat policy names, on one device: heads split by TP, the
+    embed dimension too where the activations are (hs; MT:configs/base.yml logical_axis_rules 'activation_embed' ->
+    tensor)."""
+    a, k, d, f = m.num_heads, m.num_kv_heads, m.head_dim, m.ffn_hidden_size
+    return {"decoder_layer_input": hs, "query_proj": a * d / tp, "key_proj": k * d / tp, "value_proj": k * d / tp,
+            "qkv_proj": (a + 2 * k) * d / tp, "out_proj": hs, "context": a * d / tp, "mlpwi": 2 * f / tp,
+            "mlpwi_0": f / tp, "mlpwi_1": f / tp, "mlpwo": hs}
+
+
 def maxtext_custom_remat_elems(m: ModelSpec, tp: int, hs: float, device: tuple[str, ...],
                                offloaded: tuple[str, ...]) -> float:
     """Elements per token one layer keeps in HBM under MaxText's custom remat policy: the tensors named 'device'
     plus the layer input (decoder_layer_input, the scan's remat start point) unless offloaded; offloaded tensors
-    stream to host memory (MT:configs/base.yml remat_policy custom)."""
-    a, k, d, f = m.num_heads, m.num_kv_heads, m.head_dim, m.ffn_hidden_size
-    size = {"decoder_layer_input": hs, "query_proj": a * d / tp, "key_proj": k * d / tp, "value_proj": k * d / tp,
-            "qkv_proj": (a + 2 * k) * d / tp, "out_proj": hs, "context": a * d / tp, "mlpwi": 2 * f / tp,
-            "mlpwi_0": f / tp, "mlpwi_1": f / tp, "mlpwo": hs}
+    stream to host memory (MT:configs/base.yml remat_policy custom; their transfer: compute.remat_offload_s)."""
+    size = maxtext_remat_sizes(m, tp, hs)
     kept = set(device) | ({"decoder_layer_input"} - set(offloaded))
     return sum(size[n] for n in kept)
+
+
+def maxtext_offloaded_elems(m: ModelSpec, tp: int, hs: float, offloaded: tuple[str, ...]) -> float:
+    """Elements per token one layer copies to host memory under MaxText's custom remat policy (the tensors named
+    'offload'), and back for its backward."""
+    size = maxtext_remat_sizes(m, tp, hs)
+    return sum(size[n] for n in set(offloaded))
 
 
 def activation_elems_per_token(

@@ -8,10 +8,6 @@ from planner.costmodel.memory import StageParams, StateBytesPerParam, grad_bytes
 from planner.costmodel.trace import Term, formula
 from planner.specs.dims import ParallelDims
 
-# PCIe Gen4 x16 per direction (hardware.yaml links.pcie_x16_unidir_GBps.gen4, STAS PCIe table): the host link
-# assumed for offload traffic when a hardware profile states none (the slowest x16 rate the reference lists).
-UNKNOWN_HOST_LINK_GBPS = 31.0
-
 
 def adam_bytes_per_param(st: StateBytesPerParam) -> float:
     """HBM bytes one Adam step moves per parameter (memory-bound; ZeRO, SC20, arXiv 1910.02054, sec. 3.1 states):
@@ -51,12 +47,12 @@ def local_params(dims: ParallelDims, params: StageParams, slow: int, optimizer_s
 
 
 def optimizer_term(ctx: Context, shape: Shape, params: StageParams, slow: int) -> Term:
-    p, hw = shape.plan, ctx.cluster.hardware
+    p = shape.plan
     st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
     n = local_params(shape.dims, params, slow, st.optimizer_sharded)
     if p.offload_optimizer:
         grad_bytes = grad_bytes_per_param(ctx.train)
-        bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9
+        bw = ctx.host_link_bw
         per_host = min(ctx.cluster.node_size, p.devices)
         rate = ctx.calibration.CPU_ADAM_PARAMS_PER_S_PER_HOST
         t_cpu = n * per_host / rate

@@ -58,17 +58,17 @@ def test_catalog_has_moe_models():
 @pytest.mark.parametrize("name", MOE_MODELS)
 def test_moe_layer_terms_sum_to_its_time(name, framework):
     """fwd = proj + mlp (shared experts) + experts + router + attention + elementwise + permute + ring merge +
-    host launch + expert epilogue + unfused RoPE; bwd = 2 GEMMs + 2.5 attention + 2 elementwise + permute backward (2
-    x the dropless passes) + ring merge + host launch + expert epilogue + unfused RoPE: the inputs `plan explain` prints
-    for the layer, and nothing else."""
+    host launch + expert epilogue + unfused RoPE + remat offload; bwd = 2 GEMMs + 2.5 attention + 2 elementwise +
+    permute backward (2 x the dropless passes) + ring merge + host launch + expert epilogue + unfused RoPE + remat
+    offload: the inputs `plan explain` prints for the layer, and nothing else."""
     ctx, ev = _eval(name, framework)
     i = _moe_layer_term(ev).inputs
     fwd = (i["proj_s"] + i["mlp_s"] + i["experts_s"] + i["router_s"] + i["attention_s"] + i["elementwise_s"]
            + i["permute_s"] + i["ring_merge_fwd_s"] + i["host_launch_fwd_s"] + i["expert_epilogue_fwd_s"]
-           + i["unfused_rope_fwd_s"])
+           + i["unfused_rope_fwd_s"] + i["remat_offload_fwd_s"])
     bwd = (2 * (i["proj_s"] + i["mlp_s"] + i["experts_s"] + i["router_s"]) + 2.5 * i["attention_s"]
            + 2 * i["elementwise_s"] + i["permute_bwd_s"] + i["ring_merge_bwd_s"] + i["host_launch_bwd_s"]
-           + i["expert_epilogue_bwd_s"] + i["unfused_rope_bwd_s"])
+           + i["expert_epilogue_bwd_s"] + i["unfused_rope_bwd_s"] + i["remat_offload_bwd_s"])
     assert math.isclose(fwd, i["fwd_s"], rel_tol=1e-12)
     assert math.isclose(bwd, i["bwd_s"], rel_tol=1e-12)
     assert i["experts_s"] > 0 and i["router_s"] > 0 and i["permute_s"] > 0
