@@ -247,9 +247,7 @@ def remat_offload_s(ctx: Context, shape: Shape, busy_fwd_s: float, busy_bwd_s: f
     tr, p = ctx.train, shape.plan
     if not (tr.remat_offloaded and p.recompute == "selective" and ctx.stack.custom_remat_option):
         return 0.0, 0.0
-    m = ctx.model
-    hs = m.hidden_size / p.tp if shape.sp else m.hidden_size  # as the memory model sizes them (activation_elems)
-    copy_s = (maxtext_offloaded_elems(m, p.tp, hs, tr.remat_offloaded) * shape.tokens * ACT_ELEM_BYTES
+    copy_s = (maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, tr.remat_offloaded) * shape.tokens * ACT_ELEM_BYTES
               / ctx.host_link_bw)
     return max(0.0, copy_s - busy_fwd_s), max(0.0, copy_s - busy_bwd_s)
 

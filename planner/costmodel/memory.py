@@ -190,11 +190,16 @@ def maxtext_custom_remat_elems(m: ModelSpec, tp: int, hs: float, device: tuple[s
     return sum(size[n] for n in kept)
 
 
-def maxtext_offloaded_elems(m: ModelSpec, tp: int, hs: float, offloaded: tuple[str, ...]) -> float:
+def maxtext_offloaded_elems(m: ModelSpec, tp: int, sp: bool, offloaded: tuple[str, ...]) -> float:
     """Elements per token one layer copies to host memory under MaxText's custom remat policy (the tensors named
     'offload'), and back for its backward."""
-    size = maxtext_remat_sizes(m, tp, hs)
+    size = maxtext_remat_sizes(m, tp, sp_width(m, tp, sp))
     return sum(size[n] for n in set(offloaded))
+
+
+def sp_width(m: ModelSpec, tp: int, sp: bool) -> float:
+    """Elements per token of a hidden-state tensor on one device: split by TP in the sequence-parallel region."""
+    return m.hidden_size / tp if (sp and tp > 1) else m.hidden_size
 
 
 def activation_elems_per_token(
@@ -207,8 +212,7 @@ def activation_elems_per_token(
     the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2). expert_load: routed tokens
     per expert relative to the balanced load (the capacity factor when padded to capacity). compiled: the
     layer runs under torch.compile (PyTorch-native stacks), whose partitioner fuses the SwiGLU."""
-    h = m.hidden_size
-    hs = h / tp if (sp and tp > 1) else h  # tensors in the sequence-parallel region
+    hs = sp_width(m, tp, sp)  # tensors in the sequence-parallel region
     stack = traits(framework)
     if recompute == "full":
         return hs  # only the layer input (checkpoint), Korthikanti sec. 5 "full recomputation"
