@@ -47,7 +47,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     that can never give a plan and NoFeasiblePlan (exit 3) when nothing fits."""
     req = resolve_target(req)
     from planner.costmodel import Context
-    from planner.search.engine import SearchOptions, search
+    from planner.search.engine import search
 
     model, cluster, train = build_inputs(req)
     launcher = req.launcher
@@ -61,10 +61,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     gate = launcher or modelled_launcher(model, train, cluster)
 
     def run(gate_launcher: str | None):
-        return search(ctx, SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
-                                         memory_headroom_gib=headroom, memory_margin=req.memory_headroom_gib is None,
-                                         distinct_layouts=not req.all_variants, launcher=gate_launcher,
-                                         even_stages=req.even_stages))
+        return search(ctx, search_options(req, fixed, gate_launcher))
 
     with progress(f"searching plans for {model.name} on {cluster.name}"):
         res = run(gate)
@@ -84,7 +81,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     if not res.plans:
         raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom, fixed))
     doc = search_doc(ctx, res, req, seconds)
-    margin = margin_note(res)
+    margin = margin_warning(ctx, res, req, fixed, gate)
     if margin:
         doc["plans"][0]["warnings"] = [*doc["plans"][0]["warnings"], margin]
     if unrunnable:
@@ -173,6 +170,60 @@ def margin_note(res) -> str | None:
             f"recompute {fastest.plan.recompute}, {fastest.step_time_s:.3f} s) peaks at {mem['peak_gib']:.1f} of "
             f"{mem['usable_gib']:.1f} GiB usable, leaving less than the margin ({mem['memory_margin_rel']:.0%}, "
             "the memory error band of the published peaks, out of sample) free; --memory-headroom 0 ranks it first")
+
+
+def search_options(req: PlanRequest, fixed: dict, gate: str | None):
+    """The search options of a request (its pinned knobs `fixed`, the launcher whose rules gate the search)."""
+    from planner.search.engine import SearchOptions
+
+    return SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp, memory_headroom_gib=req.memory_headroom_gib
+                         or 0.0, memory_margin=req.memory_headroom_gib is None, distinct_layouts=not req.all_variants,
+                         launcher=gate, even_stages=req.even_stages)
+
+
+def margin_warning(ctx, res, req: PlanRequest, fixed: dict, gate: str | None) -> str | None:
+    """margin_note, with remat_offload_note's plan where it has one (searched as the request would be with its
+    flags, so they give that plan)."""
+    margin = margin_note(res)
+    if not margin:
+        return None
+    from planner.search.engine import search
+
+    return margin + remat_offload_note(ctx, res, fixed,
+                                       lambda alt_ctx, alt_fixed: search(alt_ctx, search_options(req, alt_fixed, gate)))
+
+
+# The MaxText custom remat policy the margin note tries when the margin ranks a slower plan first (remat_offload_note):
+# each layer's input offloaded to host memory, the rest rematerialised (MT:configs/base.yml remat_policy custom,
+# decoder_layer_input: offload; the policy of tpu-recipes' two-slice v5p recipes, runs/known_runs_tpu_dev.yaml).
+MARGIN_REMAT_OFFLOAD = ("decoder_layer_input",)
+
+
+def remat_offload_note(ctx, res, fixed: dict, search_with: Callable) -> str:
+    """On a stack with MaxText's custom remat policy and none asked for, when the memory margin ranks a slower plan
+    first (margin_note): the best plan that keeps the margin with each layer's input offloaded to host memory
+    (MARGIN_REMAT_OFFLOAD, selective recompute; the copies priced at the host link, compute.remat_offload_s), said
+    with its flags when it is faster than #1; else nothing. `search_with(ctx, fixed)` runs the search."""
+    from planner.costmodel import Context
+    from planner.search.ranking import TIE_BAND_REL
+    from planner.specs.plan import plan_label
+
+    tr = ctx.train
+    if (not ctx.stack.custom_remat_option or tr.remat_offloaded or tr.remat_device
+            or fixed.get("recompute", "selective") != "selective"):
+        return ""
+    alt_ctx = Context(ctx.model, ctx.cluster, tr.model_copy(update={"remat_offloaded": MARGIN_REMAT_OFFLOAD}),
+                      memory_headroom_gib=ctx.memory_headroom_gib)
+    alt = search_with(alt_ctx, {**fixed, "recompute": "selective"})
+    best = res.plans[0]
+    ev = alt.plans[0] if alt.plans else None
+    if ev is None or not ev.within_margin or ev.step_time_s * (1 + TIE_BAND_REL) >= best.step_time_s:
+        return ""
+    q = ev.plan
+    return (f"; with each layer's input offloaded to host memory (MaxText remat_policy custom, the copies priced at "
+            f"the host link) a plan keeps the margin at {ev.step_time_s:.3f} s where #1 takes {best.step_time_s:.3f} s "
+            f"({plan_label(q.model_dump())} mbs {q.micro_batch}, peak {ev.memory['peak_gib']:.1f} GiB): --recompute "
+            f"selective --remat-offload {','.join(MARGIN_REMAT_OFFLOAD)}")
 
 
 def peak_memory_band(ev, rel: float) -> dict:
