@@ -197,7 +197,7 @@ def margin_warning(ctx, res, req: PlanRequest, fixed: dict, gate: str | None) ->
 # each layer's input offloaded to host memory, the rest rematerialised (MT:configs/base.yml remat_policy custom,
 # decoder_layer_input: offload): the policy of tpu-recipes' Llama 3.1 405B on two v6e-256 slices
 # (runs/known_runs_tpu_dev.yaml tpurecipes-v6e-llama31-405b-2x-v6e-256; its smaller v6e recipes offload the q / k / v
-# projections too, which keeps less in HBM only where the policy keeps them on the device).
+# projections too, which saves their recompute for more host traffic).
 MARGIN_REMAT_OFFLOAD = ("decoder_layer_input",)
 
 
