@@ -19,6 +19,7 @@ from planner.app.inputs import (
 from planner.app.request import PlanRequest, resolve_target
 from planner.errors import InputError, NoFeasiblePlan
 from planner.specs import ClusterSpec
+from planner.specs.plan import plan_label
 
 Progress = Callable[[str], AbstractContextManager]  # shows a message while a long step runs (the CLI's spinner)
 
@@ -79,7 +80,8 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
         # best-sharded plans to say why)
         raise InputError(no_runnable_layout_message(model, cluster, req, launcher, gate, res.refused_for))
     if not res.plans:
-        raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom, fixed))
+        raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom, fixed,
+                                                  remat_offload_search(ctx, req, fixed, gate)))
     doc = search_doc(ctx, res, req, seconds)
     margin = margin_warning(ctx, res, req, fixed, gate)
     if margin:
@@ -155,7 +157,6 @@ def margin_note(res) -> str | None:
     """What the default memory margin cost #1: the fastest plan found, when it does not keep the margin and a slower
     one ranks first for it (planner.search.ranking), said with the flag that ranks it first."""
     from planner.search.ranking import TIE_BAND_REL
-    from planner.specs.plan import plan_label
 
     if not res.plans or not res.plans[0].within_margin:
         return None
@@ -182,50 +183,54 @@ def search_options(req: PlanRequest, fixed: dict, gate: str | None):
 
 
 def margin_warning(ctx, res, req: PlanRequest, fixed: dict, gate: str | None) -> str | None:
-    """margin_note, with remat_offload_note's plan where it has one (searched as the request would be with its
-    flags, so they give that plan)."""
+    """margin_note, with remat_offload_note's plan where it has one."""
     margin = margin_note(res)
     if not margin:
         return None
-    from planner.search.engine import search
-
-    return margin + remat_offload_note(ctx, res, fixed,
-                                       lambda alt_ctx, alt_fixed: search(alt_ctx, search_options(req, alt_fixed, gate)))
+    return margin + remat_offload_note(res, remat_offload_search(ctx, req, fixed, gate))
 
 
-# The MaxText custom remat policy the margin note tries when the margin ranks a slower plan first (remat_offload_note):
-# each layer's input offloaded to host memory, the rest rematerialised (MT:configs/base.yml remat_policy custom,
-# decoder_layer_input: offload): the policy of tpu-recipes' Llama 3.1 405B on two v6e-256 slices
-# (runs/known_runs_tpu_dev.yaml tpurecipes-v6e-llama31-405b-2x-v6e-256; its smaller v6e recipes offload the q / k / v
-# projections too, which saves their recompute for more host traffic).
-MARGIN_REMAT_OFFLOAD = ("decoder_layer_input",)
+# The MaxText custom remat policy the search does not try by itself, searched to say what it gives when the memory
+# margin ranks a slower plan first (remat_offload_note) or nothing fits (nothing_fits_message): each layer's input
+# offloaded to host memory, the rest rematerialised (MT:configs/base.yml remat_policy custom, decoder_layer_input:
+# offload): the policy of tpu-recipes' Llama 3.1 405B on two v6e-256 slices (runs/known_runs_tpu_dev.yaml
+# tpurecipes-v6e-llama31-405b-2x-v6e-256; its smaller v6e recipes offload the q / k / v projections too, which saves
+# their recompute for more host traffic).
+REMAT_OFFLOAD_POLICY = ("decoder_layer_input",)
+REMAT_OFFLOAD_FLAGS = f"--recompute selective --remat-offload {','.join(REMAT_OFFLOAD_POLICY)}"
 
 
-def remat_offload_note(ctx, res, fixed: dict, search_with: Callable) -> str:
-    """On a stack with MaxText's custom remat policy and none asked for, when the memory margin ranks a slower plan
-    first (margin_note): the best plan that keeps the margin with each layer's input offloaded to host memory
-    (MARGIN_REMAT_OFFLOAD, selective recompute; the copies priced at the host link, compute.remat_offload_s), said
-    with its flags when it is faster than #1; else nothing. `search_with(ctx, fixed)` runs the search."""
+def remat_offload_search(ctx, req: PlanRequest, fixed: dict, gate: str | None):
+    """The request searched again with REMAT_OFFLOAD_POLICY and selective recompute, as the request with
+    REMAT_OFFLOAD_FLAGS would be (so the flags give the plan it finds; the copies priced at the host link,
+    compute.remat_offload_s); None on a stack without MaxText's custom remat policy, when a policy was asked for or
+    recompute is pinned to other than selective."""
     from planner.costmodel import Context
-    from planner.search.ranking import TIE_BAND_REL
-    from planner.specs.plan import plan_label
+    from planner.search.engine import search
 
     tr = ctx.train
     if (not ctx.stack.custom_remat_option or tr.remat_offloaded or tr.remat_device
             or fixed.get("recompute", "selective") != "selective"):
-        return ""
-    alt_ctx = Context(ctx.model, ctx.cluster, tr.model_copy(update={"remat_offloaded": MARGIN_REMAT_OFFLOAD}),
+        return None
+    alt_ctx = Context(ctx.model, ctx.cluster, tr.model_copy(update={"remat_offloaded": REMAT_OFFLOAD_POLICY}),
                       memory_headroom_gib=ctx.memory_headroom_gib)
-    alt = search_with(alt_ctx, {**fixed, "recompute": "selective"})
+    return search(alt_ctx, search_options(req, {**fixed, "recompute": "selective"}, gate))
+
+
+def remat_offload_note(res, alt) -> str:
+    """The best plan of remat_offload_search (`alt`) when it keeps the memory margin and is faster than #1, with its
+    flags; else nothing."""
+    from planner.search.ranking import TIE_BAND_REL
+
     best = res.plans[0]
-    ev = alt.plans[0] if alt.plans else None
+    ev = alt.plans[0] if alt is not None and alt.plans else None
     if ev is None or not ev.within_margin or ev.step_time_s * (1 + TIE_BAND_REL) >= best.step_time_s:
         return ""
     q = ev.plan
     return (f"; with each layer's input offloaded to host memory (MaxText remat_policy custom, the copies priced at "
             f"the host link) a plan keeps the margin at {ev.step_time_s:.3f} s where #1 takes {best.step_time_s:.3f} s "
-            f"({plan_label(q.model_dump())} mbs {q.micro_batch}, peak {ev.memory['peak_gib']:.1f} GiB): --recompute "
-            f"selective --remat-offload {','.join(MARGIN_REMAT_OFFLOAD)}")
+            f"({plan_label(q.model_dump())} mbs {q.micro_batch}, peak {ev.memory['peak_gib']:.1f} GiB): "
+            f"{REMAT_OFFLOAD_FLAGS}")
 
 
 def peak_memory_band(ev, rel: float) -> dict:
@@ -253,10 +258,11 @@ def no_runnable_layout_message(model, cluster, req: PlanRequest, launcher: str |
             "or choose another --launcher")
 
 
-def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -> str:
+def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None, remat_alt=None) -> str:
     """Why nothing fits, and only the remedies the search has not tried already: recompute is searched unless pinned,
     the stack's ZeRO stages (Stack.searched_zero_stages) unless one is pinned, and the optimizer offload whenever
-    nothing fits without it and it is not pinned off (planner.search.engine.search, SearchResult.offload_scored)."""
+    nothing fits without it and it is not pinned off (planner.search.engine.search, SearchResult.offload_scored); the
+    layer inputs offloaded to host memory where that search (remat_offload_search, `remat_alt`) finds a plan."""
     fixed = fixed or {}
     cap = usable_capacity_gib(ctx, headroom)
     low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
@@ -274,6 +280,10 @@ def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -
     # search leaves to the user (TrainingSpec.fp8_param_gather), so named, not tried
     remedies += ["--fp8-param-gather"] if (ctx.train.dtype == "fp8" and ctx.stack.fp8_param_gather_option
                                            and not ctx.train.fp8_param_gather) else []
+    if remat_alt is not None and remat_alt.plans:
+        ev = remat_alt.plans[0]
+        remedies += [f"{REMAT_OFFLOAD_FLAGS} (each layer's input in host memory: {plan_label(ev.plan.model_dump())} "
+                     f"mbs {ev.plan.micro_batch} fits, {ev.memory['peak_gib']:.1f} GiB, {ev.step_time_s:.3f} s)"]
     remedies += ["a shorter --seq-len", "an accelerator with more memory"]
     return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
             f"smallest peak any plan reaches is {low} (searched: {', '.join(tried)}). Try "

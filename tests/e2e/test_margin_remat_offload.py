@@ -1,6 +1,7 @@
-"""When the memory margin ranks a much slower plan first on MaxText, the note says what an expert on a small-HBM TPU
-would do: offload each layer's input to host memory (remat_policy custom), with the plan, its step and its flags
-(planner.app.plan.remat_offload_note); the copies are priced at the host link (compute.remat_offload_s)."""
+"""When the memory margin ranks a much slower plan first on MaxText, or nothing fits, the planner says what an expert
+on a small-HBM TPU would do: offload each layer's input to host memory (remat_policy custom), with the plan, its step
+and its flags (planner.app.plan.remat_offload_search); the copies are priced at the host link
+(compute.remat_offload_s)."""
 
 import json
 import re
@@ -41,3 +42,18 @@ def test_no_offload_hint_where_the_stack_has_no_such_policy_or_one_is_asked_for(
     for pins in (("--recompute", "full"), ("--recompute", "selective", "--remat-offload", "query_proj")):
         top = _first(*LLAMA_405B_V6E, *pins)
         assert not any("--remat-offload" in w for w in top["warnings"]), (pins, top["warnings"])
+
+
+def test_when_nothing_fits_the_offload_remedy_is_named_only_where_a_plan_fits_with_it():
+    # Llama 3.1 8B on 4 v5e chips (15.8 GiB usable): 15.9 GiB at best with full recompute, ZeRO 3 and the optimizer on
+    # the host; with the layer inputs on the host a plan fits, and the message names it with the flags that give it
+    r = run_cli("--model", "llama-3.1-8b", "--cluster", "tpu-v5ex4")
+    assert r.exit_code == 3, r.stderr[-300:]
+    m = re.search(r"--remat-offload decoder_layer_input \(each layer's input in host memory: .* fits, ([0-9.]+) GiB, "
+                  r"([0-9.]+) s\)", r.stderr)
+    assert m, r.stderr
+    alt = _first("--model", "llama-3.1-8b", "--cluster", "tpu-v5ex4", *HINT.split())
+    assert round(alt["step_time_s"], 3) == float(m.group(2)) and alt["fits"], alt["memory"]
+    # Llama 3.1 70B on 32 v5e chips: the states alone do not fit, the offload does not help, and it is not named
+    r = run_cli("--model", "llama-3.1-70b", "--cluster", "tpu-v5ex32")
+    assert r.exit_code == 3 and "--remat-offload" not in r.stderr, r.stderr[-300:]
