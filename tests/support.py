@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -77,6 +78,11 @@ PROCESS_LIMIT_BYTES = 500 * 2**20  # address space of a `cli_process` child
 
 def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (PROCESS_LIMIT_BYTES, PROCESS_LIMIT_BYTES))
+
+
+def smallest_peak_gib(err: str) -> float:
+    """The smallest peak an exit-3 message reports (planner.app.plan.nothing_fits_message)."""
+    return float(re.search(r"smallest peak any plan reaches is ([0-9.]+) GiB", err).group(1))
 
 
 def cli_process(*args, cwd=None, timeout: float = 10.0) -> subprocess.CompletedProcess:

@@ -177,8 +177,9 @@ def search_options(req: PlanRequest, fixed: dict, gate: str | None):
     """The search options of a request (its pinned knobs `fixed`, the launcher whose rules gate the search)."""
     from planner.search.engine import SearchOptions
 
-    return SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp, memory_headroom_gib=req.memory_headroom_gib
-                         or 0.0, memory_margin=req.memory_headroom_gib is None, distinct_layouts=not req.all_variants,
+    return SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
+                         memory_headroom_gib=req.memory_headroom_gib or 0.0,
+                         memory_margin=req.memory_headroom_gib is None, distinct_layouts=not req.all_variants,
                          launcher=gate, even_stages=req.even_stages)
 
 
@@ -265,13 +266,17 @@ def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None, r
     layer inputs offloaded to host memory where that search (remat_offload_search, `remat_alt`) finds a plan."""
     fixed = fixed or {}
     cap = usable_capacity_gib(ctx, headroom)
-    low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
+    # the lowest peak of every search run, the layer-input offload's included
+    peaks = [r.smallest_peak_gib for r in (res, remat_alt) if r is not None and r.smallest_peak_gib is not None]
+    low = f"{min(peaks):.1f} GiB" if peaks else "unknown"
     recompute, zero = fixed.get("recompute"), fixed.get("zero_stage")
     zeros = (zero,) if zero is not None else tuple(ctx.stack.searched_zero_stages)
     tried = [t for t, done in (("full recompute", recompute in (None, "full")),
                                (f"ZeRO {'/'.join(map(str, zeros))}", True),
                                ("optimizer offload to the host",
-                                res.offload_scored or fixed.get("offload_optimizer") is True)) if done]
+                                res.offload_scored or fixed.get("offload_optimizer") is True),
+                               ("each layer's input in host memory", remat_alt is not None and not remat_alt.plans))
+             if done]
     remedies = ["more devices"]
     remedies += ["--recompute full"] if recompute not in (None, "full") else []
     remedies += ["--zero 3"] if 3 not in zeros else []

@@ -6,7 +6,7 @@ and its flags (planner.app.plan.remat_offload_search); the copies are priced at 
 import json
 import re
 
-from support import run_cli
+from support import run_cli, smallest_peak_gib
 
 LLAMA_405B_V6E = ("--model", "llama-3.1-405b", "--cluster", "tpu-v6ex256")
 HINT = "--recompute selective --remat-offload decoder_layer_input"
@@ -54,6 +54,12 @@ def test_when_nothing_fits_the_offload_remedy_is_named_only_where_a_plan_fits_wi
     assert m, r.stderr
     alt = _first("--model", "llama-3.1-8b", "--cluster", "tpu-v5ex4", *HINT.split())
     assert round(alt["step_time_s"], 3) == float(m.group(2)) and alt["fits"], alt["memory"]
-    # Llama 3.1 70B on 32 v5e chips: the states alone do not fit, the offload does not help, and it is not named
+    assert "each layer's input in host memory)" not in r.stderr.split("Try")[0], r.stderr  # named, not "searched"
+    # Llama 3.1 70B on 32 v5e chips: the states alone do not fit, the offload does not help: not named, said searched,
+    # and the smallest peak is the lowest of every search run (the offload's 16.7 GiB, not the 16.8 without it)
     r = run_cli("--model", "llama-3.1-70b", "--cluster", "tpu-v5ex32")
     assert r.exit_code == 3 and "--remat-offload" not in r.stderr, r.stderr[-300:]
+    assert "optimizer offload to the host, each layer's input in host memory)" in r.stderr, r.stderr
+    with_flags = run_cli("--model", "llama-3.1-70b", "--cluster", "tpu-v5ex32", *HINT.split())
+    assert with_flags.exit_code == 3, with_flags.stderr[-300:]
+    assert smallest_peak_gib(r.stderr) == smallest_peak_gib(with_flags.stderr) < 16.8, (r.stderr, with_flags.stderr)

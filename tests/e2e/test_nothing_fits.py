@@ -1,15 +1,9 @@
 """Exit 3 (a valid request with no plan that fits) says the smallest peak the search reached, what it searched, and
 only the remedies it has not tried (planner.app.plan.nothing_fits_message)."""
 
-import re
-
-from support import one_line_error, run_cli
+from support import one_line_error, run_cli, smallest_peak_gib
 
 DSV3_FP8 = ("--model", "deepseek-v3", "--cluster", "h100x64", "--dtype", "fp8")
-
-
-def _smallest_peak_gib(err: str) -> float:
-    return float(re.search(r"smallest peak any plan reaches is ([0-9.]+) GiB", err).group(1))
 
 
 def test_fp8_deepseek_v3_names_the_untried_remedy_and_it_fits():
@@ -21,7 +15,7 @@ def test_fp8_deepseek_v3_names_the_untried_remedy_and_it_fits():
     assert "--fp8-param-gather" in err, err
     # the reported peak is the offloaded search's, below the smallest peak without the offload
     no_offload = one_line_error(run_cli(*DSV3_FP8, "--no-offload"), code=3)
-    assert _smallest_peak_gib(err) < _smallest_peak_gib(no_offload) - 50, (err, no_offload)
+    assert smallest_peak_gib(err) < smallest_peak_gib(no_offload) - 50, (err, no_offload)
     assert "--offload" in no_offload and "optimizer offload" not in no_offload, no_offload
     # the named remedy: FP8 primary weights drop the bf16 copy, and a plan fits
     r = run_cli(*DSV3_FP8, "--fp8-param-gather", "--json")
@@ -60,4 +54,4 @@ def test_layouts_the_memory_bound_pruned_are_a_memory_answer():
     # model states alone exceed the HBM without the offload: exit 3 with its peak, not "no layout can be run"
     err = one_line_error(run_cli(*DSV3_FP8, "--tp", "4", "--pp", "8", "--ep", "8", "--mbs", "1", "--recompute", "full",
                                  "--no-offload"), code=3)
-    assert _smallest_peak_gib(err) > 200 and "(searched: full recompute, ZeRO 1)" in err, err
+    assert smallest_peak_gib(err) > 200 and "(searched: full recompute, ZeRO 1)" in err, err
