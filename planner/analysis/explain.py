@@ -42,7 +42,12 @@ def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str
     if p.zero_stage:
         parts.append({1: "ZeRO-1 shards optimizer states", 2: "ZeRO-2 shards optimizer and gradients",
                       3: "ZeRO-3/FSDP shards weights too"}[p.zero_stage])
-    if p.recompute != "none":
+    if p.custom_remat is not None:
+        kept, offloaded = p.custom_remat
+        parts.append("MaxText custom remat to fit (" + "; ".join(
+            [f"{', '.join(offloaded)} in host memory"] * bool(offloaded) + [f"{', '.join(kept)} kept"] * bool(kept))
+            + ", the rest recomputed)")
+    elif p.recompute != "none":
         layers = f" ({p.recompute_layers} layers/stage)" if p.recompute_layers is not None else ""
         parts.append(f"{p.recompute} recompute to fit{layers}")
     mem = ev.memory

@@ -414,9 +414,9 @@ RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], s
 
 
 def infer_maxtext_memory(run: dict, framework: str) -> dict[str, Any]:
-    """MaxText settings a TPU recipe's notes state (the runs schema has no field for them): weight_dtype=bfloat16
-    (bf16 master parameters; the Adam moments inherit it, MT:configs/base.yml mu_dtype), num_vocab_tiling=N (the
-    loss over N slices), remat_policy=custom with named tensors = offload / device (MT:configs/base.yml)."""
+    """MaxText training settings a TPU recipe's notes state (the runs schema has no field for them):
+    weight_dtype=bfloat16 (bf16 master parameters; the Adam moments inherit it, MT:configs/base.yml mu_dtype),
+    num_vocab_tiling=N (the loss over N slices)."""
     import re
 
     if not traits(framework).custom_remat_option:
@@ -428,15 +428,23 @@ def infer_maxtext_memory(run: dict, framework: str) -> dict[str, Any]:
     tiles = re.search(r"num_vocab_tiling\s*=\s*(\d+)", notes)
     if tiles and int(tiles.group(1)) > 1:
         out["loss_chunks"] = int(tiles.group(1))
-    custom = re.search(r"remat_policy\s*=\s*custom(.*?)(?:\.\s|$)", notes, re.S)
-    if custom:
-        named: dict[str, list[str]] = {"offload": [], "device": []}
-        for names, where in re.findall(r"((?:[a-z_0-9]+\s*[,/]\s*)*[a-z_0-9]+)\s*=\s*(offload|device|remat)",
-                                       custom.group(1)):
-            if where in named:
-                named[where] += [n.strip() for n in re.split(r"[,/]", names)]
-        out |= {"remat_offloaded": tuple(named["offload"]), "remat_device": tuple(named["device"])}
     return out
+
+
+def infer_maxtext_remat(run: dict, framework: str) -> dict[str, Any]:
+    """The plan's MaxText custom remat policy a TPU recipe's notes state (the runs schema has no field for it):
+    remat_policy=custom with named tensors = offload / device (MT:configs/base.yml), as plan knobs."""
+    import re
+
+    custom = re.search(r"remat_policy\s*=\s*custom(.*?)(?:\.\s|$)", str(run.get("notes", "")), re.S)
+    if not traits(framework).custom_remat_option or not custom:
+        return {}
+    named: dict[str, list[str]] = {"offload": [], "device": []}
+    for names, where in re.findall(r"((?:[a-z_0-9]+\s*[,/]\s*)*[a-z_0-9]+)\s*=\s*(offload|device|remat)",
+                                   custom.group(1)):
+        if where in named:
+            named[where] += [n.strip() for n in re.split(r"[,/]", names)]
+    return {"remat_offloaded": tuple(named["offload"]), "remat_device": tuple(named["device"])}
 
 
 def infer_precision(run: dict) -> dict[str, Any]:
@@ -694,6 +702,7 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
     if _deepseek_own_stack(run) and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     fixed.update(preset_knobs(run))
+    fixed.update(infer_maxtext_remat(run, train.framework))
     if model.is_moe and fixed.get("ep") is None and traits(train.framework).ep_unset_is_one:
         fixed["ep"] = 1  # no expert parallelism unless the configuration names it (Stack.ep_unset_is_one)
     if model.is_moe and fixed.get("etp") is None and (fixed.get("tp") or 1) > 1:

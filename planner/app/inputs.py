@@ -69,10 +69,6 @@ def training_overrides(train: TrainingSpec, req: PlanRequest) -> TrainingSpec:
     upd |= launch_training_defaults(train, req, upd)
     if req.param_dtype == "bf16":  # MaxText weight_dtype bf16: mu_dtype inherits it (MT:configs/base.yml)
         upd |= {"param_dtype": "bf16", "optimizer_dtype": "bf16"}
-    for flag, field in (("remat_offload", "remat_offloaded"), ("remat_device", "remat_device")):
-        names = getattr(req, flag)
-        if names:
-            upd[field] = tuple(n.strip() for n in names.split(",") if n.strip())
     if not upd:
         return train
     try:

@@ -19,7 +19,7 @@ from planner.app.inputs import (
 from planner.app.request import PlanRequest, resolve_target
 from planner.errors import InputError, NoFeasiblePlan
 from planner.specs import ClusterSpec
-from planner.specs.plan import plan_label
+from planner.specs.plan import NAME_LIST_KNOBS, plan_label, recompute_label
 
 Progress = Callable[[str], AbstractContextManager]  # shows a message while a long step runs (the CLI's spinner)
 
@@ -80,10 +80,9 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
         # best-sharded plans to say why)
         raise InputError(no_runnable_layout_message(model, cluster, req, launcher, gate, res.refused_for))
     if not res.plans:
-        raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom, fixed,
-                                                  remat_offload_search(ctx, req, fixed, gate)))
+        raise NoFeasiblePlan(nothing_fits_message(ctx, res, headroom, fixed))
     doc = search_doc(ctx, res, req, seconds)
-    margin = margin_warning(ctx, res, req, fixed, gate)
+    margin = margin_note(res)
     if margin:
         doc["plans"][0]["warnings"] = [*doc["plans"][0]["warnings"], margin]
     if unrunnable:
@@ -167,10 +166,10 @@ def margin_note(res) -> str | None:
     mem, q = fastest.memory, fastest.plan
     slower = best.step_time_s / fastest.step_time_s - 1
     return (f"the memory margin ranks a {slower:.0%} slower plan first: the fastest plan found "
-            f"({plan_label(q.model_dump())} mbs {q.micro_batch}, "
-            f"recompute {fastest.plan.recompute}, {fastest.step_time_s:.3f} s) peaks at {mem['peak_gib']:.1f} of "
-            f"{mem['usable_gib']:.1f} GiB usable, leaving less than the margin ({mem['memory_margin_rel']:.0%}, "
-            "the memory error band of the published peaks, out of sample) free; --memory-headroom 0 ranks it first")
+            f"({plan_label(q.model_dump())} mbs {q.micro_batch}, recompute {recompute_label(q.model_dump())}, "
+            f"{fastest.step_time_s:.3f} s) peaks at {mem['peak_gib']:.1f} of {mem['usable_gib']:.1f} GiB usable, "
+            f"leaving less than the margin ({mem['memory_margin_rel']:.0%}, the memory error band of the published "
+            "peaks, out of sample) free; --memory-headroom 0 ranks it first")
 
 
 def search_options(req: PlanRequest, fixed: dict, gate: str | None):
@@ -181,57 +180,6 @@ def search_options(req: PlanRequest, fixed: dict, gate: str | None):
                          memory_headroom_gib=req.memory_headroom_gib or 0.0,
                          memory_margin=req.memory_headroom_gib is None, distinct_layouts=not req.all_variants,
                          launcher=gate, even_stages=req.even_stages)
-
-
-def margin_warning(ctx, res, req: PlanRequest, fixed: dict, gate: str | None) -> str | None:
-    """margin_note, with remat_offload_note's plan where it has one."""
-    margin = margin_note(res)
-    if not margin:
-        return None
-    return margin + remat_offload_note(res, remat_offload_search(ctx, req, fixed, gate))
-
-
-# The MaxText custom remat policy the search does not try by itself, searched to say what it gives when the memory
-# margin ranks a slower plan first (remat_offload_note) or nothing fits (nothing_fits_message): each layer's input
-# offloaded to host memory, the rest rematerialised (MT:configs/base.yml remat_policy custom, decoder_layer_input:
-# offload): the policy of tpu-recipes' Llama 3.1 405B on two v6e-256 slices (runs/known_runs_tpu_dev.yaml
-# tpurecipes-v6e-llama31-405b-2x-v6e-256; its smaller v6e recipes offload the q / k / v projections too, which saves
-# their recompute for more host traffic).
-REMAT_OFFLOAD_POLICY = ("decoder_layer_input",)
-REMAT_OFFLOAD_FLAGS = f"--recompute selective --remat-offload {','.join(REMAT_OFFLOAD_POLICY)}"
-
-
-def remat_offload_search(ctx, req: PlanRequest, fixed: dict, gate: str | None):
-    """The request searched again with REMAT_OFFLOAD_POLICY and selective recompute, as the request with
-    REMAT_OFFLOAD_FLAGS would be (so the flags give the plan it finds; the copies priced at the host link,
-    compute.remat_offload_s); None on a stack without MaxText's custom remat policy, when a policy was asked for or
-    recompute is pinned to other than selective."""
-    from planner.costmodel import Context
-    from planner.search.engine import search
-
-    tr = ctx.train
-    if (not ctx.stack.custom_remat_option or tr.remat_offloaded or tr.remat_device
-            or fixed.get("recompute", "selective") != "selective"):
-        return None
-    alt_ctx = Context(ctx.model, ctx.cluster, tr.model_copy(update={"remat_offloaded": REMAT_OFFLOAD_POLICY}),
-                      memory_headroom_gib=ctx.memory_headroom_gib)
-    return search(alt_ctx, search_options(req, {**fixed, "recompute": "selective"}, gate))
-
-
-def remat_offload_note(res, alt) -> str:
-    """The best plan of remat_offload_search (`alt`) when it keeps the memory margin and is faster than #1, with its
-    flags; else nothing."""
-    from planner.search.ranking import TIE_BAND_REL
-
-    best = res.plans[0]
-    ev = alt.plans[0] if alt is not None and alt.plans else None
-    if ev is None or not ev.within_margin or ev.step_time_s * (1 + TIE_BAND_REL) >= best.step_time_s:
-        return ""
-    q = ev.plan
-    return (f"; with each layer's input offloaded to host memory (MaxText remat_policy custom, the copies priced at "
-            f"the host link) a plan keeps the margin at {ev.step_time_s:.3f} s where #1 takes {best.step_time_s:.3f} s "
-            f"({plan_label(q.model_dump())} mbs {q.micro_batch}, peak {ev.memory['peak_gib']:.1f} GiB): "
-            f"{REMAT_OFFLOAD_FLAGS}")
 
 
 def peak_memory_band(ev, rel: float) -> dict:
@@ -259,23 +207,23 @@ def no_runnable_layout_message(model, cluster, req: PlanRequest, launcher: str |
             "or choose another --launcher")
 
 
-def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None, remat_alt=None) -> str:
-    """Why nothing fits, and only the remedies the search has not tried already: recompute is searched unless pinned,
+def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -> str:
+    """Why nothing fits, and only the remedies the search has not tried already: recompute is searched unless pinned
+    (with the stack's custom remat policy, Stack.searched_remat_offload, unless a policy or another mode is pinned),
     the stack's ZeRO stages (Stack.searched_zero_stages) unless one is pinned, and the optimizer offload whenever
-    nothing fits without it and it is not pinned off (planner.search.engine.search, SearchResult.offload_scored); the
-    layer inputs offloaded to host memory where that search (remat_offload_search, `remat_alt`) finds a plan."""
+    nothing fits without it and it is not pinned off (planner.search.engine.search, SearchResult.offload_scored)."""
     fixed = fixed or {}
     cap = usable_capacity_gib(ctx, headroom)
-    # the lowest peak of every search run, the layer-input offload's included
-    peaks = [r.smallest_peak_gib for r in (res, remat_alt) if r is not None and r.smallest_peak_gib is not None]
-    low = f"{min(peaks):.1f} GiB" if peaks else "unknown"
+    low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
     recompute, zero = fixed.get("recompute"), fixed.get("zero_stage")
     zeros = (zero,) if zero is not None else tuple(ctx.stack.searched_zero_stages)
+    layer_inputs_offloaded = (bool(ctx.stack.searched_remat_offload) and recompute in (None, "selective")
+                              and all(fixed.get(k) is None for k in NAME_LIST_KNOBS))
     tried = [t for t, done in (("full recompute", recompute in (None, "full")),
                                (f"ZeRO {'/'.join(map(str, zeros))}", True),
                                ("optimizer offload to the host",
                                 res.offload_scored or fixed.get("offload_optimizer") is True),
-                               ("each layer's input in host memory", remat_alt is not None and not remat_alt.plans))
+                               ("each layer's input in host memory", layer_inputs_offloaded))
              if done]
     remedies = ["more devices"]
     remedies += ["--recompute full"] if recompute not in (None, "full") else []
@@ -285,10 +233,6 @@ def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None, r
     # search leaves to the user (TrainingSpec.fp8_param_gather), so named, not tried
     remedies += ["--fp8-param-gather"] if (ctx.train.dtype == "fp8" and ctx.stack.fp8_param_gather_option
                                            and not ctx.train.fp8_param_gather) else []
-    if remat_alt is not None and remat_alt.plans:
-        ev = remat_alt.plans[0]
-        remedies += [f"{REMAT_OFFLOAD_FLAGS} (each layer's input in host memory: {plan_label(ev.plan.model_dump())} "
-                     f"mbs {ev.plan.micro_batch} fits, {ev.memory['peak_gib']:.1f} GiB, {ev.step_time_s:.3f} s)"]
     remedies += ["a shorter --seq-len", "an accelerator with more memory"]
     return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
             f"smallest peak any plan reaches is {low} (searched: {', '.join(tried)}). Try "

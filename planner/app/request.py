@@ -17,6 +17,7 @@ KNOB_FLAGS = {
     "mbs": "micro_batch", "zero": "zero_stage", "recompute": "recompute", "sp": "sequence_parallel",
     "schedule": "schedule", "cp_comm": "cp_comm", "recompute_layers": "recompute_layers",
     "zero_shard": "zero_shard_size", "offload": "offload_optimizer", "tp_comm_overlap": "tp_comm_overlap",
+    "remat_offload": "remat_offloaded", "remat_device": "remat_device",
 }
 
 # request field -> the option name the CLI gives it, where they differ
@@ -48,8 +49,6 @@ class PlanRequest:
     fp8_moe_act_cache: bool | None = None
     fp8_param_gather: bool | None = None
     param_dtype: StateDtype | None = None  # default fp32
-    remat_offload: str | None = None  # comma-separated MaxText custom-remat tensor names (host offload)
-    remat_device: str | None = None  # comma-separated MaxText custom-remat tensor names kept in HBM
     nic_bw: str | None = None  # "400Gb" / "50GB": replaces the hardware profile's NIC bandwidth
     scale_up_bw: str | None = None
     knobs: Mapping[str, Any] = field(default_factory=dict)
@@ -79,7 +78,9 @@ class PlanRequest:
     def pins_text(self) -> str:
         """The pinned knobs as the options that pin them (`--tp 4 --pp 2`), or 'none'."""
         knobs = dict(self.knobs)
-        return " ".join(f"--{f.replace('_', '-')} {knobs[k]}" for f, k in KNOB_FLAGS.items() if k in knobs) or "none"
+        text = lambda v: (",".join(v) or "none") if isinstance(v, tuple) else v  # noqa: E731
+        return " ".join(f"--{f.replace('_', '-')} {text(knobs[k])}" for f, k in KNOB_FLAGS.items()
+                        if k in knobs) or "none"
 
 
 def resolve_target(req: PlanRequest, emit: tuple[str, ...] = ()) -> PlanRequest:

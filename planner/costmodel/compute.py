@@ -240,14 +240,14 @@ def unfused_rope_s(ctx: Context, shape: Shape) -> tuple[float, float]:
 
 def remat_offload_s(ctx: Context, shape: Shape, busy_fwd_s: float, busy_bwd_s: float) -> tuple[float, float]:
     """Forward and backward seconds one layer waits for the host link under MaxText's custom remat policy with
-    tensors named 'offload' (TrainingSpec.remat_offloaded, selective recompute): the forward copies them to host
+    tensors named 'offload' (ParallelPlan.remat_offloaded, selective recompute): the forward copies them to host
     memory and the backward copies them back, each way at the host link's one-way rate (Context.host_link_bw; TPU
     v5e / v5p ~15 GB/s per chip, jax-ml/scaling-book tpus.md), the copies running beside the layer's own compute
     (XLA's asynchronous host offload), so only their excess over `busy_fwd_s` / `busy_bwd_s` shows."""
-    tr, p = ctx.train, shape.plan
-    if not (tr.remat_offloaded and p.recompute == "selective" and ctx.stack.custom_remat_option):
+    p = shape.plan
+    if p.custom_remat is None or not p.remat_offloaded:
         return 0.0, 0.0
-    copy_s = (maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, tr.remat_offloaded) * shape.tokens * ACT_ELEM_BYTES
+    copy_s = (maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, p.remat_offloaded) * shape.tokens * ACT_ELEM_BYTES
               / ctx.host_link_bw)
     return max(0.0, copy_s - busy_fwd_s), max(0.0, copy_s - busy_bwd_s)
 
@@ -285,14 +285,13 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
     GEMMs and the elementwise work."""
     if ctx.stack.selective_recomputes == "half_gemms":
         return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
-    saved = set(ctx.train.remat_device) | set(ctx.train.remat_offloaded)
-    if saved and ctx.stack.custom_remat_option:
-        return custom_remat_recompute_s(ctx, k, c, saved)
+    if shape.plan.custom_remat is not None:
+        return custom_remat_recompute_s(ctx, k, c, set(shape.plan.remat_device) | set(shape.plan.remat_offloaded))
     return c.attention + mla_up_proj_s(ctx, shape, k)
 
 
 def custom_remat_recompute_s(ctx: Context, k: LayerKind, c: LayerCompute, saved: set[str]) -> float:
-    """Forward seconds one layer re-runs under MaxText's remat_policy 'custom' (TrainingSpec.remat_device /
+    """Forward seconds one layer re-runs under MaxText's remat_policy 'custom' (ParallelPlan.remat_device /
     remat_offloaded): jax.checkpoint keeps only the named tensors it is told to keep or offload and re-runs every op
     whose output the backward needs and that is not kept (MT:configs/base.yml "custom" remat names, each a
     checkpoint_name in MT:layers/attentions.py, attention_mla.py, linears.py, moe.py). GEMMs only: the memory-bound

@@ -412,24 +412,17 @@ def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan, fused_gat
     return out
 
 
-def custom_remat(train: TrainingSpec) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """(device, offloaded) tensor names of a MaxText custom remat policy, None for the stack's own policies."""
-    if train.remat_device or train.remat_offloaded:
-        return train.remat_device, train.remat_offloaded
-    return None
-
-
 def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     """activation_elems_per_token of layer kind `k` under recompute `mode`, cached in the context."""
     p, tr = shape.plan, ctx.train
-    key = (k.moe, k.local, p.tp, shape.sp, mode, p.etp)
+    key = (k.moe, k.local, p.tp, shape.sp, mode, p.etp, p.remat_device, p.remat_offloaded)
     v = ctx.act_cache.get(key)
     if v is None:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
             fp8_gemm_inputs=(tr.dtype == "fp8" and ctx.stack.fp8_saves_gemm_inputs),
             fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx), compiled=tr.torch_compile,
-            custom_remat=custom_remat(tr))
+            custom_remat=p.custom_remat)
     return v
 
 
@@ -477,7 +470,7 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     # one layer's full activations exist while it is recomputed; on the last stage the loss and the LM head's
     # backward finish before any block is recomputed, so the two peaks do not add (measured on torchtitan,
     # tests/costmodel/test_memory_real_code.py)
-    custom = p.recompute == "selective" and custom_remat(ctx.train) is not None
+    custom = p.custom_remat is not None
     recomputing = worst_layer if (p.recompute == "full" or custom) else 0.0
     if ctx.unfused_attention:
         # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer, kept only by

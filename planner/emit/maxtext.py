@@ -247,11 +247,11 @@ def _precision_keys(job: Job, notes: list[str]) -> dict:
     cfg: dict = {}
     cfg["max_target_length"] = t.seq_len
     cfg["remat_policy"] = _REMAT[p.recompute]
-    if p.recompute == "selective" and (t.remat_offloaded or t.remat_device):
+    if p.custom_remat is not None:
         # the costed custom policy (memory.maxtext_custom_remat_elems): the named tensors offloaded / kept, the
         # others rematerialised (MT:configs/base.yml remat_policy custom, one key per tensor)
         cfg["remat_policy"] = "custom"
-        cfg |= {name: "offload" for name in t.remat_offloaded} | {name: "device" for name in t.remat_device}
+        cfg |= {name: "offload" for name in p.remat_offloaded} | {name: "device" for name in p.remat_device}
     if p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < m.num_layers // p.pp:
         notes.append(f"partial recompute ({p.recompute_layers} layers per stage) has no MaxText equivalent: "
                      "remat_policy full recomputes every layer")

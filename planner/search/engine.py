@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from planner.costmodel import Context, Evaluation, evaluate
-from planner.costmodel.capacity import usable_capacity_gib
+from planner.costmodel.capacity import memory_margin_rel, usable_capacity_gib, within_margin
 from planner.costmodel.evaluate import MemoryScreen, screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
@@ -31,13 +31,20 @@ from planner.costmodel.pipeline import rank_first_last_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
 from planner.launchers import capabilities, launcher_errors
-from planner.search.ranking import TIE_BAND_REL, at_memory_edge, complexity, leaders_first, rank, select
+from planner.search.ranking import (
+    RECOMPUTE_ORDER,
+    TIE_BAND_REL,
+    at_memory_edge,
+    complexity,
+    leaders_first,
+    rank,
+    select,
+)
 from planner.search.space import divisors, needs_pipeline, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads, v_split_counts_embedding_loss
-from planner.specs.plan import KNOBS  # the one list of knob names (the sort key's tie-break)
+from planner.specs.plan import KNOBS, NAME_LIST_KNOBS  # the one list of knob names (the sort key's tie-break)
 
-RECOMPUTE_ORDER = ("none", "selective", "full")
 MIN_CP_CHUNK = 4096  # tokens per CP rank below which the search does not propose CP (ring steps too short to hide)
 MAX_SEARCH_VPP = 1000  # the search proposes every even interleaving (NeMo recipes use 1 layer per chunk)
 
@@ -370,12 +377,34 @@ class _Scan:
     fewest_broken: list[str] | None = None
 
 
-def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, knobs: dict[str, Any]) -> bool:
-    """Score one micro-batch's plans from the least recompute up, stopping at the first that fits; True if one fits."""
+def _recompute_variants(ctx: Context, opts: SearchOptions) -> list[dict[str, Any]]:
+    """The recompute settings to try, least recompute first: the pinned mode or every one (RECOMPUTE_ORDER), then the
+    stack's searched custom remat policy (Stack.searched_remat_offload: MaxText's layer inputs in host memory) as a
+    form of selective recompute; a pinned custom policy (--remat-offload / --remat-device; `none` pins none) is the
+    only selective one."""
     fx = opts.fixed
-    for rc in _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER)):
+    modes = _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER))
+    policy = {k: fx[k] for k in NAME_LIST_KNOBS if fx.get(k) is not None}  # the custom remat policy's knobs
+    if policy:
+        named = any(policy.values())
+        return [{"recompute": rc, **policy} for rc in modes if rc == "selective" or not named]
+    out: list[dict[str, Any]] = [{"recompute": rc} for rc in modes]
+    if ctx.stack.custom_remat_option and ctx.stack.searched_remat_offload and "selective" in modes:
+        out.append({"recompute": "selective", "remat_offloaded": ctx.stack.searched_remat_offload})
+    return out
+
+
+def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, knobs: dict[str, Any]) -> bool:
+    """Score one micro-batch's plans from the least recompute up (_recompute_variants), stopping at the first that
+    fits and, under the default memory margin, keeps it (a plan at the memory edge ranks after every plan that keeps
+    the margin, planner.search.ranking: more recompute at this micro-batch may be the better plan); True if one fits."""
+    fx = opts.fixed
+    margin = memory_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0
+    fitted = False
+    for variant in _recompute_variants(ctx, opts):
+        rc = variant["recompute"]
         try:
-            plan = ParallelPlan(**knobs, recompute=rc,
+            plan = ParallelPlan(**knobs, **variant,
                                 recompute_layers=fx.get("recompute_layers") if rc == "full" else None)
         except ValueError:
             continue
@@ -399,9 +428,10 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
             else:
                 ev = evaluate(ctx, plan, mem)
             scan.results.append(ev)
-        if fits:
+        fitted |= fits
+        if fits and within_margin(peak, cap, margin):
             return True  # more recompute only costs time at this micro-batch
-    return False
+    return fitted
 
 
 def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: dict, z: int,

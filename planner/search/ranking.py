@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence, TypeVar
 
 TIE_BAND_REL = 0.002  # plans within 0.2% of the fastest plan count as equally fast
 LAYOUT_KNOBS = ("tp", "pp", "cp", "dp", "ep")
-RECOMPUTE_ORDER = ("none", "selective", "full")
+RECOMPUTE_ORDER = ("none", "selective", "full")  # least recompute first (the search's scan order, complexity)
 
 
 class Scored(Protocol):
@@ -48,7 +48,7 @@ T = TypeVar("T", bound=Scored)
 def complexity(plan) -> tuple:
     """Simpler first: fewer model-parallel dimensions, less interleaving and sharding, less recompute."""
     return (plan.cp, plan.pp, plan.vpp, plan.ep, plan.tp, plan.zero_stage,
-            RECOMPUTE_ORDER.index(plan.recompute), plan.micro_batch)
+            RECOMPUTE_ORDER.index(plan.recompute), len(plan.remat_offloaded) + len(plan.remat_device), plan.micro_batch)
 
 
 def _knob_text(plan) -> tuple:

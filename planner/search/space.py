@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
 from planner.specs.dims import plan_errors, v_split_counts_embedding_loss
+from planner.specs.plan import NAME_LIST_KNOBS
 
 __all__ = ["divisors", "pinned_errors", "plan_errors"]
 
@@ -75,9 +76,11 @@ def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: di
     every rule only gets harder as they grow). Returns the rules broken by the probe breaking the fewest,
     among them the pinned values that would be ignored (zero_shard_size with zero_stage 0, recompute_layers
     without full recompute)."""
-    fx = {k: v for k, v in fixed.items() if v is not None and not isinstance(v, tuple)}
+    # a tuple pins a range (Capabilities.search_defaults), except on the knobs that hold a list of names
+    fx = {k: v for k, v in fixed.items() if v is not None and (not isinstance(v, tuple) or k in NAME_LIST_KNOBS)}
     errs: list[str] = []
-    base = {"recompute": "full" if fx.get("recompute_layers") is not None else "none",
+    named = fx.get("remat_offloaded") or fx.get("remat_device")  # a custom remat policy rides on selective recompute
+    base = {"recompute": "full" if fx.get("recompute_layers") is not None else ("selective" if named else "none"),
             "schedule": "interleaved" if fx.get("vpp", 1) > 1 else "1f1b"} | fx
     best: list[str] | None = None
     for tp, pp, cp, dp in _factorisations(devices, fx):

@@ -246,4 +246,18 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
           if p.recompute_layers is not None and p.recompute != "full" else []),
         *([f"recompute_layers={p.recompute_layers} is more than the model's {model.num_layers} layers: give at most "
            "the layers of a pipeline stage"] if (p.recompute_layers or 0) > model.num_layers else []),
+        *_custom_remat_errors(train, p),
     ]
+
+
+def _custom_remat_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
+    """A custom remat policy (named tensors kept / offloaded) is MaxText's remat_policy 'custom', a form of its
+    selective recompute (MT:configs/base.yml)."""
+    if not (p.remat_offloaded or p.remat_device):
+        return []
+    if not stack_of(train).custom_remat_option:
+        return [f"a custom remat policy (--remat-offload / --remat-device) is MaxText's; {train.framework} has none"]
+    if p.recompute != "selective":
+        return [f"a custom remat policy (--remat-offload / --remat-device) is a form of selective recompute, not "
+                f"of recompute {p.recompute}"]
+    return []

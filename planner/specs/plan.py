@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:
     from planner.specs.dims import ParallelDims
@@ -36,6 +36,14 @@ class ParallelPlan(BaseModel):
                                         "many DP ranks and replicates across them (HSDP); unset = all of dp")
     recompute: Recompute = Field("none", description="activation recompute: none, selective (attention core), full")
     recompute_layers: int | None = Field(None, ge=0, description="with full: layers per stage recomputed (unset = all)")
+    remat_offloaded: tuple[str, ...] = Field(
+        (), description="with selective recompute on MaxText (remat_policy 'custom'): the named layer tensors "
+        "offloaded to host memory (decoder_layer_input, query_proj, key_proj, value_proj, qkv_proj, out_proj, context, "
+        "mlpwi, mlpwi_0, mlpwi_1, mlpwo); they leave HBM after the forward (MaxText configs/base.yml)")
+    remat_device: tuple[str, ...] = Field(
+        (), description="with selective recompute on MaxText (remat_policy 'custom'): the named layer tensors kept in "
+        "HBM for backward; the others are rematerialised (decoder_layer_input is kept unless offloaded: the scan's "
+        "remat start points)")
     sequence_parallel: bool = Field(True, description="Megatron sequence parallelism (only meaningful with tp > 1)")
     schedule: Schedule = Field("1f1b", description="1f1b, interleaved (vpp > 1), gpipe, zb (ZB-H1), dualpipe "
                                "(DeepSeek-V3: bidirectional, overlaps EP all-to-all with compute), dualpipev "
@@ -49,6 +57,24 @@ class ParallelPlan(BaseModel):
     offload_optimizer: bool = Field(False, description="optimizer states and step on the CPU (ZeRO-Offload)")
     tp_comm_overlap: bool = Field(False, description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap "
                                   "with TE userbuffers; torchtitan async TP, which needs torch.compile)")
+
+    @field_validator("remat_offloaded", "remat_device")
+    @classmethod
+    def _remat_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        from planner.stacks.maxtext import REMAT_TENSORS
+
+        bad = sorted(set(names) - set(REMAT_TENSORS))
+        if bad:
+            raise ValueError(f"unknown remat tensor(s) {', '.join(bad)}: choose from {', '.join(REMAT_TENSORS)}")
+        return names
+
+    @property
+    def custom_remat(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(kept, offloaded) tensor names of a MaxText custom remat policy in effect (selective recompute with named
+        tensors), None for the stack's own policies."""
+        if self.recompute == "selective" and (self.remat_device or self.remat_offloaded):
+            return self.remat_device, self.remat_offloaded
+        return None
 
     @property
     def devices(self) -> int:
@@ -73,6 +99,9 @@ class ParallelPlan(BaseModel):
 
 # Every knob of a plan, in declaration order: the one list (the CLI flags and run-file keys map onto it).
 KNOBS: tuple[str, ...] = tuple(ParallelPlan.model_fields)
+# The knobs whose value is a tuple of names (not a range of allowed values, as a tuple pin elsewhere means): MaxText's
+# custom remat policy
+NAME_LIST_KNOBS: tuple[str, ...] = ("remat_offloaded", "remat_device")
 
 
 def plan_label(p: dict, mark_no_sp: bool = False) -> str:
@@ -88,3 +117,16 @@ def plan_label(p: dict, mark_no_sp: bool = False) -> str:
     if g("etp") > 1:
         s += f" ETP{g('etp')}"
     return s
+
+
+def recompute_label(p: dict, short: bool = False) -> str:
+    """A plan's recompute from its knobs: 'selective', 'full(12/stage)', MaxText's custom policy by its tensors."""
+    k = p.get("recompute_layers")
+    if p["recompute"] == "full" and k is not None:
+        return f"f{k}" if short else f"full({k}/stage)"
+    named = [f"{n}:host" for n in p.get("remat_offloaded") or ()] + [f"{n}:hbm" for n in p.get("remat_device") or ()]
+    if p["recompute"] == "selective" and named:  # MaxText remat_policy custom (ParallelPlan.custom_remat)
+        return "cust" if short else f"custom({', '.join(named)})"
+    if short:
+        return {"none": "-", "selective": "sel", "full": "full"}[p["recompute"]]
+    return p["recompute"]

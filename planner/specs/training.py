@@ -87,15 +87,6 @@ class TrainingSpec(BaseModel):
         description="dtype of the sharded master parameters under ZeRO-3/FSDP (MaxText weight_dtype; FSDP2: fp32): "
         "bf16 halves them (MaxText recipes that set weight_dtype=bfloat16, whose Adam moments inherit it: mu_dtype)",
     )
-    remat_offloaded: tuple[str, ...] = Field(
-        (), description="MaxText remat_policy 'custom': the named layer tensors offloaded to host memory "
-        "(decoder_layer_input, query_proj, key_proj, value_proj, qkv_proj, out_proj, context, mlpwi, mlpwi_0, mlpwi_1, "
-        "mlpwo); they leave HBM after the forward (MaxText configs/base.yml)",
-    )
-    remat_device: tuple[str, ...] = Field(
-        (), description="MaxText remat_policy 'custom': the named layer tensors kept in HBM for backward; the others "
-        "are rematerialised (decoder_layer_input is kept unless offloaded: the scan's remat start points)",
-    )
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=1024,
         description="MoE expert capacity as a multiple of the balanced load (tokens x top_k / experts); tokens "
@@ -207,15 +198,6 @@ class TrainingSpec(BaseModel):
                 raise ValueError(message.format(t=self))
         return self
 
-    @model_validator(mode="after")
-    def _custom_remat_names(self) -> "TrainingSpec":
-        from planner.stacks.maxtext import REMAT_TENSORS
-
-        bad = sorted(set(self.remat_offloaded + self.remat_device) - set(REMAT_TENSORS))
-        if bad:
-            raise ValueError(f"unknown remat tensor(s) {', '.join(bad)}: choose from {', '.join(REMAT_TENSORS)}")
-        return self
-
     @property
     def flex_backend(self) -> str:
         """The flex dispatcher's backend: moe_flex_backend, else the stack's (Stack.moe_flex_backend); the one rule
@@ -266,8 +248,6 @@ _STACK_OPTIONS: tuple[tuple[Callable[[TrainingSpec], bool], Callable[[Stack], bo
     (lambda t: t.fused_cross_entropy, lambda s: s.fused_loss_option,
      "fused_cross_entropy describes a PyTorch-native stack (framework fsdp); {t.framework} keeps its own loss: drop "
      "it"),
-    (lambda t: bool(t.remat_offloaded or t.remat_device), lambda s: s.custom_remat_option,
-     "a custom remat policy (remat_offloaded / remat_device) is MaxText's; {t.framework} has none: drop it"),
     (lambda t: t.loss_chunks > 1, lambda s: s.chunked_loss_option,
      "a chunked loss (loss_chunks {t.loss_chunks}) is torchtitan's ChunkedLossWrapper or MaxText's num_vocab_tiling; "
      "{t.framework} computes the loss in one piece: drop it"),

@@ -225,13 +225,6 @@ def _setting_options() -> list:
         click.option("--param-dtype", type=click.Choice(["fp32", "bf16"]),
                      help="sharded master parameters under ZeRO-3 (MaxText weight_dtype; bf16 also keeps Adam's "
                      "moments in bf16, as MaxText's mu_dtype inherits it). Default fp32"),
-        click.option("--remat-offload", metavar="NAMES",
-                     help="MaxText remat_policy custom: comma-separated layer tensors offloaded to host memory "
-                     "(decoder_layer_input, query_proj, key_proj, value_proj, qkv_proj, out_proj, context, mlpwi, "
-                     "mlpwi_0, mlpwi_1, mlpwo), under selective recompute"),
-        click.option("--remat-device", metavar="NAMES",
-                     help="MaxText remat_policy custom: comma-separated layer tensors kept in HBM (the others are "
-                     "rematerialised; the layer input is kept unless offloaded)"),
         click.option("--fp8-act-cache/--no-fp8-act-cache", "fp8_moe_act_cache", default=None,
                      help="with --dtype fp8 on MoE models: cache the experts' SwiGLU inputs for backward in FP8 and "
                      "recompute the SwiGLU output (DeepSeek-V3 report sec. 3.3.2); default off (Megatron keeps BF16)"),

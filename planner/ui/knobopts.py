@@ -15,11 +15,14 @@ from planner.specs import ParallelPlan
 
 # the order the options appear in `plan --help` (flag names, planner.app.KNOB_FLAGS)
 HELP_ORDER = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "zero_shard", "recompute",
-              "recompute_layers", "sp", "schedule", "cp_comm", "offload", "tp_comm_overlap")
+              "recompute_layers", "remat_offload", "remat_device", "sp", "schedule", "cp_comm", "offload",
+              "tp_comm_overlap")
 
 # what a knob is when not pinned, where the search does not vary it (planner/search/engine.py, _fixed_or defaults)
 NOT_SEARCHED = {"sp": "on with TP", "cp_comm": "ring", "offload": "off, on only when nothing else fits",
-                "tp_comm_overlap": "off"}
+                "tp_comm_overlap": "off", "remat_device": "none",
+                "remat_offload": "each layer's input tried after full recompute on MaxText (none: not tried); "
+                                 "else none"}
 
 
 def _positive(ctx, param, value):
@@ -43,6 +46,13 @@ def _base_type(annotation) -> Any:
     return args[0] if len(args) == 1 else annotation
 
 
+def _names(ctx, param, value):
+    """A comma-separated list of names as the tuple the plan holds; "none" pins the empty list."""
+    if value is None:
+        return None
+    return () if value.strip() == "none" else tuple(n.strip() for n in value.split(",") if n.strip())
+
+
 def knob_option(flag: str):
     """The click option pinning ParallelPlan field KNOB_FLAGS[flag], typed, ranged and documented by the field."""
     knob = KNOB_FLAGS[flag]
@@ -54,6 +64,8 @@ def knob_option(flag: str):
         return click.option(f"{name}/--no-{flag.replace('_', '-')}", default=None, help=helptext)
     if typing.get_origin(base) is typing.Literal:
         return click.option(name, type=click.Choice([str(a) for a in typing.get_args(base)]), help=helptext)
+    if typing.get_origin(base) is tuple:
+        return click.option(name, metavar="NAMES", callback=_names, help=helptext)
     if base is not int:
         raise TypeError(f"ParallelPlan.{knob}: no option type for {field.annotation}")
     ge, le = _bounds(field)

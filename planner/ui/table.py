@@ -21,7 +21,7 @@ from planner.costmodel.trace import MEMORY_PARTS as MEM_PARTS
 from planner.costmodel.trace import TIME_TERMS as TIME_PARTS
 from planner.names import safe_line
 from planner.search.ranking import TIE_BAND_REL
-from planner.specs.plan import plan_label
+from planner.specs.plan import plan_label, recompute_label
 
 COMPACT_MAX_COLUMNS = 80
 PIPED_DEFAULT_COLUMNS = 140
@@ -77,15 +77,6 @@ def make_console(file=None) -> Console:
     is on, else 140."""
     c = _Console(file=file)
     return c if c.is_terminal else _Console(file=file, width=columns_from_env())
-
-
-def recompute_label(p: dict, short: bool = False) -> str:
-    k = p.get("recompute_layers")
-    if p["recompute"] == "full" and k is not None:
-        return f"f{k}" if short else f"full({k}/stage)"
-    if short:
-        return {"none": "-", "selective": "sel", "full": "full"}[p["recompute"]]
-    return p["recompute"]
 
 
 def zero_label(p: dict, short: bool = False) -> str:

@@ -178,6 +178,13 @@ CONSUMER_CASES = [
          ParallelPlan(tp=4, dp=16, zero_stage=3, zero_shard_size=8, micro_batch=2, recompute="full"),
          expect_emit=("maxtext", "jax"),
          expect_skip={"megatron": "tpu", "deepspeed": "tpu", "torchtitan": "tpu"}),
+    # MaxText's custom remat policy as the search tries it (Stack.searched_remat_offload): the layer input offloaded
+    Case("llama8b-fsdp64-layer-input-offload-tpu-v5p", LLAMA31_8B, cluster("tpu-v5p", 64),
+         TrainingSpec(seq_len=8192, global_batch=256),
+         ParallelPlan(tp=1, dp=64, zero_stage=3, micro_batch=1, recompute="selective",
+                      remat_offloaded=("decoder_layer_input",)),
+         expect_emit=("maxtext", "jax"),
+         expect_skip={"megatron": "tpu", "deepspeed": "tpu", "torchtitan": "tpu"}),
     Case("llama8b-tp4-pp2-fsdp8-2x32-tpu-v5p", LLAMA31_8B, cluster("tpu-v5p", 64, domain_size=32),
          TrainingSpec(seq_len=4096, global_batch=64),
          ParallelPlan(tp=4, pp=2, dp=8, zero_stage=3, micro_batch=2, recompute="selective", schedule="1f1b"),

@@ -196,6 +196,8 @@ def maxtext_check(yml_text, world):
             "mesh_shape": dict(mesh.shape) if mesh is not None else None,
             "global_batch": cfg.global_batch_size_to_train_on, "micro_batch": cfg.micro_batch_size_to_train_on,
             "grad_accum": cfg.gradient_accumulation_steps, "remat_policy": str(cfg.remat_policy),
+            # the custom policy's one key per named tensor, as MaxText resolved it (MT:configs/base.yml)
+            "remat_names": {k: v for k, v in cfg.get_keys().items() if v in ("remat", "device", "offload")},
             "pipeline_microbatches": cfg.num_pipeline_microbatches if cfg.ici_pipeline_parallelism *
             cfg.dcn_pipeline_parallelism > 1 else None,
             "decoder_block": str(getattr(cfg.decoder_block, "value", cfg.decoder_block)),

@@ -98,8 +98,14 @@ def test_maxtext_accepts_emitted_config(results, case):
         ici["expert"] == case.cluster.count
     # MaxText's scanned layers are always checkpointed ("none" = policy None = full remat): no recompute is its
     # minimal_with_context policy, which saves every matmul output
-    assert r["remat_policy"] in {"none": ("minimal_with_context",), "selective": ("minimal",),
-                                 "full": ("full",)}[p.recompute]
+    if p.custom_remat is not None:  # MaxText's custom policy: the named tensors offloaded / kept, the rest remat
+        assert r["remat_policy"] == "custom"
+        named = {n: "offload" for n in p.remat_offloaded} | {n: "device" for n in p.remat_device}
+        assert {n: r["remat_names"].get(n) for n in named} == named, r["remat_names"]
+        assert "offload" not in {v for k, v in r["remat_names"].items() if k not in named}, r["remat_names"]
+    else:
+        assert r["remat_policy"] in {"none": ("minimal_with_context",), "selective": ("minimal",),
+                                     "full": ("full",)}[p.recompute]
     assert r["num_decoder_layers"] == case.model.num_layers and r["emb_dim"] == case.model.hidden_size
     if case.cluster.count <= MAX_DEVICES:
         assert r["mesh_shape"] == deg

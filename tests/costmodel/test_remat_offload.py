@@ -21,8 +21,9 @@ OFFLOAD = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_p
 def _layer(offloaded: tuple[str, ...], mbs: int = 1, recompute: str = "selective"):
     model = get_model("llama-3.1-8b")
     cluster = ClusterSpec(hardware=get_hardware("tpu-v5e"), count=64)
-    tr = TrainingSpec(seq_len=8192, global_batch=256, framework="maxtext", remat_offloaded=offloaded)
-    plan = ParallelPlan(tp=1, pp=1, dp=64, zero_stage=3, micro_batch=mbs, recompute=recompute)
+    tr = TrainingSpec(seq_len=8192, global_batch=256, framework="maxtext")
+    plan = ParallelPlan(tp=1, pp=1, dp=64, zero_stage=3, micro_batch=mbs, recompute=recompute,
+                        remat_offloaded=offloaded)
     ctx = Context(model, cluster, tr)
     ev = evaluate(ctx, plan)
     term = next(t for t in ev.trace.factors if t.name.startswith("layer_compute_s["))

@@ -454,8 +454,8 @@ def test_nvl72_default_batch_does_not_force_a_nine_stage_pipeline():
 
 def test_a_tpu_plan_without_a_named_stack_is_costed_with_maxtext():
     # the stack a plan is costed with is the one its launcher runs and the TPU runs validate (MaxText): Megatron's
-    # costing on a TPU put Kimi K2 on 256 v5p chips at TP32 ZeRO-1, 153.7 s a step, where MaxText's FSDP runs it at
-    # TP4 DP64 in 29.5 s
+    # costing on a TPU put Kimi K2 on 256 v5p chips at TP32 ZeRO-1, 153.7 s a step (now TP16 ZeRO-1 at 72.8 s), where
+    # MaxText's FSDP runs it in 25.4 s (TP1 DP256 EP4, each layer's input in host memory)
     from click.testing import CliRunner
 
     from planner.ui.cli import main
@@ -472,5 +472,5 @@ def test_a_tpu_plan_without_a_named_stack_is_costed_with_maxtext():
     assert tpu["plans"][0]["step_time_s"] == named["plans"][0]["step_time_s"]
     megatron = doc("--model", "kimi-k2", "--cluster", "tpu-v5px256", "--framework", "megatron")
     assert tpu["plans"][0]["plan"]["zero_stage"] == 3 and megatron["plans"][0]["plan"]["zero_stage"] == 1
-    assert tpu["plans"][0]["step_time_s"] < megatron["plans"][0]["step_time_s"] / 3
+    assert tpu["plans"][0]["step_time_s"] < megatron["plans"][0]["step_time_s"] / 2
     assert doc("--model", "llama-3.1-8b", "--cluster", "h100x8")["training"]["framework"] == "megatron"

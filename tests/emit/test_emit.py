@@ -309,7 +309,13 @@ def test_maxtext_batch_and_mesh_arithmetic(case):
     prod = lambda d: __import__("math").prod(d.values())  # noqa: E731
     assert prod(dcn) == cfg["num_slices"] and prod(ici) * prod(dcn) == world
     assert ici["tensor"] * dcn["tensor"] == p.tp and ici["pipeline"] * dcn["pipeline"] == p.pp
-    assert cfg["remat_policy"] == {"none": "minimal_with_context", "selective": "minimal", "full": "full"}[p.recompute]
+    if p.custom_remat is not None:  # MaxText's custom policy: one key per named tensor (MT:configs/base.yml)
+        assert cfg["remat_policy"] == "custom"
+        assert {n: cfg[n] for n in p.remat_offloaded + p.remat_device} == \
+            {n: "offload" for n in p.remat_offloaded} | {n: "device" for n in p.remat_device}
+    else:
+        assert cfg["remat_policy"] == {"none": "minimal_with_context", "selective": "minimal",
+                                       "full": "full"}[p.recompute]
 
 
 def test_maxtext_mapping_details():
