@@ -423,7 +423,9 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
             if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
                     and plan.recompute_layers is None
                     and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
-                ev = _refine_partial_recompute(ctx, plan, cap, mem)  # timed once, for the k it keeps
+                # timed once, for the k it keeps: the fewest layers that keep the margin where full recompute does
+                target = cap * (1.0 - margin) if within_margin(peak, cap, margin) else cap
+                ev = _refine_partial_recompute(ctx, plan, target, mem)
                 scan.evaluated += 1
             else:
                 ev = evaluate(ctx, plan, mem)
@@ -599,8 +601,8 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
 
 
 def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_mem: MemoryScreen) -> Evaluation:
-    """Full recompute of only k layers per stage: the smallest k that fits (memory falls with k), scored; the plan
-    recomputing every layer (screened as `full_mem`) when no k fits."""
+    """Full recompute of only k layers per stage: the smallest k whose peak is within `cap` (memory falls with k),
+    scored; the plan recomputing every layer (screened as `full_mem`) when no k is."""
     from planner.costmodel.partition import stage_layer_counts
     n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, *rank_first_last_layers(plan, ctx.model.num_layers)))
     lo, hi, best = 1, n - 1, None  # k = 0 is "none", already scored

@@ -27,10 +27,10 @@ def test_the_search_ranks_the_layer_input_offload_first_where_it_keeps_the_margi
     assert top["plan"]["recompute"] == "selective" and top["plan"]["remat_offloaded"] == POLICY, top["plan"]
     assert top["within_memory_margin"] and top["plan"]["tp"] <= 8, top
     assert top["time_breakdown"]["recompute_s"] > 0.1 * top["time_breakdown"]["compute_s"]  # the rest re-runs
-    # with the policy pinned off, #1 keeps the margin only at a much slower layout (TP128 at 454 s when this was
-    # written) and the margin note says what the margin costs
+    # with the policy pinned off, #1 keeps the margin only at a slower layout (TP16 with 120 of 126 layers recomputed,
+    # 183.6 s, against 119.7 s, when this was written) and the margin note says what the margin costs
     without = _plans(*LLAMA_405B_V6E, "--remat-offload", "none")[0]
-    assert without["plan"]["remat_offloaded"] == [] and without["step_time_s"] > 2 * top["step_time_s"], without
+    assert without["plan"]["remat_offloaded"] == [] and without["step_time_s"] > 1.3 * top["step_time_s"], without
     assert any(w.startswith("the memory margin ranks") for w in without["warnings"]), without["warnings"]
 
 
