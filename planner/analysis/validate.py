@@ -433,12 +433,15 @@ def infer_maxtext_memory(run: dict, framework: str) -> dict[str, Any]:
 
 def infer_maxtext_remat(run: dict, framework: str) -> dict[str, Any]:
     """The plan's MaxText custom remat policy a TPU recipe's notes state (the runs schema has no field for it):
-    remat_policy=custom with named tensors = offload / device (MT:configs/base.yml), as plan knobs."""
+    remat_policy=custom with named tensors = offload / device (MT:configs/base.yml), as plan knobs; none pinned where
+    the notes state none (the search would otherwise try the stack's own, Stack.searched_remat_offloads)."""
     import re
 
-    custom = re.search(r"remat_policy\s*=\s*custom(.*?)(?:\.\s|$)", str(run.get("notes", "")), re.S)
-    if not traits(framework).custom_remat_option or not custom:
+    if not traits(framework).custom_remat_option:
         return {}
+    custom = re.search(r"remat_policy\s*=\s*custom(.*?)(?:\.\s|$)", str(run.get("notes", "")), re.S)
+    if not custom:
+        return {"remat_offloaded": (), "remat_device": ()}
     named: dict[str, list[str]] = {"offload": [], "device": []}
     for names, where in re.findall(r"((?:[a-z_0-9]+\s*[,/]\s*)*[a-z_0-9]+)\s*=\s*(offload|device|remat)",
                                    custom.group(1)):

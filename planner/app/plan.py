@@ -209,7 +209,7 @@ def no_runnable_layout_message(model, cluster, req: PlanRequest, launcher: str |
 
 def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -> str:
     """Why nothing fits, and only the remedies the search has not tried already: recompute is searched unless pinned
-    (with the stack's custom remat policy, Stack.searched_remat_offload, unless a policy or another mode is pinned),
+    (with the stack's custom remat policies, Stack.searched_remat_offloads, unless a policy or another mode is pinned),
     the stack's ZeRO stages (Stack.searched_zero_stages) unless one is pinned, and the optimizer offload whenever
     nothing fits without it and it is not pinned off (planner.search.engine.search, SearchResult.offload_scored)."""
     fixed = fixed or {}
@@ -217,13 +217,13 @@ def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -
     low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
     recompute, zero = fixed.get("recompute"), fixed.get("zero_stage")
     zeros = (zero,) if zero is not None else tuple(ctx.stack.searched_zero_stages)
-    layer_inputs_offloaded = (bool(ctx.stack.searched_remat_offload) and recompute in (None, "selective")
+    layer_inputs_offloaded = (bool(ctx.stack.searched_remat_offloads) and recompute in (None, "selective")
                               and all(fixed.get(k) is None for k in NAME_LIST_KNOBS))
     tried = [t for t, done in (("full recompute", recompute in (None, "full")),
                                (f"ZeRO {'/'.join(map(str, zeros))}", True),
                                ("optimizer offload to the host",
                                 res.offload_scored or fixed.get("offload_optimizer") is True),
-                               ("each layer's input in host memory", layer_inputs_offloaded))
+                               ("layer tensors in host memory (MaxText custom remat)", layer_inputs_offloaded))
              if done]
     remedies = ["more devices"]
     remedies += ["--recompute full"] if recompute not in (None, "full") else []

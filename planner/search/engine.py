@@ -377,63 +377,74 @@ class _Scan:
     fewest_broken: list[str] | None = None
 
 
-def _recompute_variants(ctx: Context, opts: SearchOptions) -> list[dict[str, Any]]:
-    """The recompute settings to try, least recompute first: the pinned mode or every one (RECOMPUTE_ORDER), then the
-    stack's searched custom remat policy (Stack.searched_remat_offload: MaxText's layer inputs in host memory) as a
-    form of selective recompute; a pinned custom policy (--remat-offload / --remat-device; `none` pins none) is the
+def _recompute_steps(ctx: Context, opts: SearchOptions) -> list[list[dict[str, Any]]]:
+    """The recompute settings to try, in steps of rising recompute and falling memory: the pinned mode or every one
+    (RECOMPUTE_ORDER), the stack's searched custom remat policies (Stack.searched_remat_offloads, a form of selective
+    recompute) in full recompute's step: each keeps nothing of a layer in HBM (full recompute keeps its input) and
+    re-runs no more than full recompute, so the step's plans differ in time (the host copies against the recompute
+    they save) and all are scored. A pinned custom policy (--remat-offload / --remat-device; `none` pins none) is the
     only selective one."""
     fx = opts.fixed
     modes = _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER))
     policy = {k: fx[k] for k in NAME_LIST_KNOBS if fx.get(k) is not None}  # the custom remat policy's knobs
     if policy:
         named = any(policy.values())
-        return [{"recompute": rc, **policy} for rc in modes if rc == "selective" or not named]
-    out: list[dict[str, Any]] = [{"recompute": rc} for rc in modes]
-    if ctx.stack.custom_remat_option and ctx.stack.searched_remat_offload and "selective" in modes:
-        out.append({"recompute": "selective", "remat_offloaded": ctx.stack.searched_remat_offload})
-    return out
+        return [[{"recompute": rc, **policy}] for rc in modes if rc == "selective" or not named]
+    steps: list[list[dict[str, Any]]] = [[{"recompute": rc}] for rc in modes if rc != "full"]
+    last: list[dict[str, Any]] = [{"recompute": "full"}] if "full" in modes else []
+    if ctx.stack.custom_remat_option and "selective" in modes:
+        last += [{"recompute": "selective", "remat_offloaded": names} for names in ctx.stack.searched_remat_offloads]
+    return steps + [last] * bool(last)
 
 
 def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, knobs: dict[str, Any]) -> bool:
-    """Score one micro-batch's plans from the least recompute up (_recompute_variants), stopping at the first that
-    fits and, under the default memory margin, keeps it (a plan at the memory edge ranks after every plan that keeps
-    the margin, planner.search.ranking: more recompute at this micro-batch may be the better plan); True if one fits."""
-    fx = opts.fixed
-    margin = memory_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0
+    """Score one micro-batch's plans from the least recompute up (_recompute_steps), stopping after the first step
+    with a plan that fits and, under the default memory margin, keeps it (a plan at the memory edge ranks after every
+    plan that keeps the margin, planner.search.ranking: more recompute at this micro-batch may be the better plan);
+    True if one fits."""
     fitted = False
-    for variant in _recompute_variants(ctx, opts):
-        rc = variant["recompute"]
-        try:
-            plan = ParallelPlan(**knobs, **variant,
-                                recompute_layers=fx.get("recompute_layers") if rc == "full" else None)
-        except ValueError:
-            continue
-        broken = _invalid(ctx, opts, plan)
-        if broken:
-            if scan.evaluated == 0 and (scan.fewest_broken is None or len(broken) < len(scan.fewest_broken)):
-                scan.fewest_broken = broken
-            continue
-        mem = screen_memory(ctx, plan)  # memory first: the step time only of a plan the search keeps
-        scan.evaluated += 1
-        peak = mem.peak_gib
-        if scan.best_peak is None or peak < scan.best_peak[0]:
-            scan.best_peak = (peak, plan)
-        fits = peak <= cap
-        if fits or not opts.require_fit:
-            if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
-                    and plan.recompute_layers is None
-                    and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
-                # timed once, for the k it keeps: the fewest layers that keep the margin where full recompute does
-                target = cap * (1.0 - margin) if within_margin(peak, cap, margin) else cap
-                ev = _refine_partial_recompute(ctx, plan, target, mem)
-                scan.evaluated += 1
-            else:
-                ev = evaluate(ctx, plan, mem)
-            scan.results.append(ev)
-        fitted |= fits
-        if fits and within_margin(peak, cap, margin):
+    for step in _recompute_steps(ctx, opts):
+        kept = [_score_recompute(ctx, opts, cap, scan, knobs, variant) for variant in step]
+        fitted |= any(k is not None for k in kept)
+        if any(kept):
             return True  # more recompute only costs time at this micro-batch
     return fitted
+
+
+def _score_recompute(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, knobs: dict[str, Any],
+                     variant: dict[str, Any]) -> bool | None:
+    """Screen and, when it fits (or fit is not required), score one recompute variant of a micro-batch's plan: None
+    when it does not fit or cannot be run, else whether it keeps the memory margin (always, without one)."""
+    fx = opts.fixed
+    rc = variant["recompute"]
+    try:
+        plan = ParallelPlan(**knobs, **variant, recompute_layers=fx.get("recompute_layers") if rc == "full" else None)
+    except ValueError:
+        return None
+    broken = _invalid(ctx, opts, plan)
+    if broken:
+        if scan.evaluated == 0 and (scan.fewest_broken is None or len(broken) < len(scan.fewest_broken)):
+            scan.fewest_broken = broken
+        return None
+    mem = screen_memory(ctx, plan)  # memory first: the step time only of a plan the search keeps
+    scan.evaluated += 1
+    peak = mem.peak_gib
+    if scan.best_peak is None or peak < scan.best_peak[0]:
+        scan.best_peak = (peak, plan)
+    fits = peak <= cap
+    margin = memory_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0
+    if fits or not opts.require_fit:
+        if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
+                and plan.recompute_layers is None
+                and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
+            # timed once, for the k it keeps: the fewest layers that keep the margin where full recompute does
+            target = cap * (1.0 - margin) if within_margin(peak, cap, margin) else cap
+            ev = _refine_partial_recompute(ctx, plan, target, mem)
+            scan.evaluated += 1
+        else:
+            ev = evaluate(ctx, plan, mem)
+        scan.results.append(ev)
+    return within_margin(peak, cap, margin) if fits else None
 
 
 def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: dict, z: int,

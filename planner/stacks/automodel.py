@@ -82,7 +82,7 @@ STACK = Stack(
     chunked_loss_option=False,  # MaskedCrossEntropy runs in one piece
     zero3_resident_per_matrix=False,  # fully_shard per transformer block (AM:components/moe/parallelizer.py apply_fsdp)
     custom_remat_option=False,  # no named-tensor remat policy
-    searched_remat_offload=(),  # no named-tensor remat policy to search
+    searched_remat_offloads=(),  # no named-tensor remat policy to search
     # with PP, gradient sync and resharding are deferred to the last backward (AM:components/moe/fsdp_mixin.py
     # patched_backward_maybe_with_nosync), the torchtitan runtime's behaviour
     zero3_unsharded_under_pp=True,

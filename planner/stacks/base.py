@@ -82,9 +82,9 @@ class Stack:
     zero3_resident_per_matrix: bool  # ZeRO-3 memory: gathered weights / unsharded gradients in flight are single
     #                                  matrices (the current and the next), not whole layers (memory.zero3_buffers)
     custom_remat_option: bool  # named layer tensors kept / offloaded / rematerialised (MaxText remat_policy custom)
-    # the custom remat policy the search tries after the stack's own recompute modes (the named tensors offloaded to
+    # the custom remat policies the search tries before full recompute (each the names of the tensors offloaded to
     # host memory, the rest rematerialised; needs custom_remat_option); () = none
-    searched_remat_offload: tuple[str, ...]
+    searched_remat_offloads: tuple[tuple[str, ...], ...]
 
     # ---- compute
     pytorch_native_kernels: bool  # PyTorch-native kernels (no Transformer Engine): a fraction of TE's efficiency

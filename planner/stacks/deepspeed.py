@@ -39,7 +39,7 @@ STACK = Stack(
     chunked_loss_option=False,  # the vocab-parallel loss runs in one piece
     zero3_resident_per_matrix=False,  # its own module-by-module rule (zero3_gather "tensor")
     custom_remat_option=False,  # no named-tensor remat policy
-    searched_remat_offload=(),  # no named-tensor remat policy to search
+    searched_remat_offloads=(),  # no named-tensor remat policy to search
     zero3_unsharded_under_pp=False,  # its pipeline engine runs ZeRO 0-1 only (DS:runtime/pipe/engine.py:76-77)
     # its pipeline engine reserves pipe buffers for the in-flight micro-batches only (runtime/pipe/engine.py
     # _reserve_pipe_buffers(pipe_schedule.num_pipe_buffers()), TrainSchedule: min(stages - stage_id, micro_batches))

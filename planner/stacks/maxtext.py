@@ -54,13 +54,14 @@ STACK = Stack(
     chunked_loss_option=True,  # num_vocab_tiling (MT:configs/base.yml)
     zero3_resident_per_matrix=True,  # XLA: one all-gather / reduce-scatter per weight array (see memory.zero3_buffers)
     custom_remat_option=True,  # remat_policy: custom (MT:configs/base.yml)
-    # searched after full recompute: each layer's input offloaded to host memory, the rest rematerialised
-    # (MT:configs/base.yml remat_policy custom, decoder_layer_input: offload): full recompute's re-runs
-    # (compute.custom_remat_recompute_s) with its one saved tensor off HBM, the copies priced at the host link
-    # (compute.remat_offload_s); the policy of tpu-recipes' Llama 3.1 405B on two v6e-256 slices
-    # (runs/known_runs_tpu_dev.yaml tpurecipes-v6e-llama31-405b-2x-v6e-256; its smaller v6e recipes offload the
-    # q / k / v projections too, which saves their recompute for more host traffic)
-    searched_remat_offload=("decoder_layer_input",),
+    # searched beside full recompute, the policies tpu-recipes' MaxText recipes run (MT:configs/base.yml remat_policy
+    # custom; the copies priced at the host link, compute.remat_offload_s; the re-runs,
+    # compute.custom_remat_recompute_s; runs/known_runs_tpu_dev.yaml): each layer's input offloaded, the rest
+    # rematerialised (Llama 3.1 405B on two v6e-256 slices); with the q / k / v projections (Llama 3.1 70B on v6e-32 /
+    # 64); and the output projection too (Llama 3.1 8B on v6e-8 .. 128)
+    searched_remat_offloads=(("decoder_layer_input",),
+                             ("decoder_layer_input", "query_proj", "key_proj", "value_proj"),
+                             ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj")),
     # modelled as torchtitan's FSDP under PP (parameters gathered once per step, not measured for MaxText)
     zero3_unsharded_under_pp=True,
     pp_buffers_per_microbatch=False,  # one jitted step: XLA assigns the pipeline's loop state statically

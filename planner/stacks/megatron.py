@@ -64,7 +64,7 @@ STACK = Stack(
     chunked_loss_option=False,  # the vocab-parallel loss runs in one piece
     zero3_resident_per_matrix=False,  # (ZeRO-3 is not Megatron's)
     custom_remat_option=False,  # no named-tensor remat policy
-    searched_remat_offload=(),  # no named-tensor remat policy to search
+    searched_remat_offloads=(),  # no named-tensor remat policy to search
     zero3_unsharded_under_pp=False,  # Megatron-FSDP is not run with PP (launchers/megatron.py fsdp-with-pp)
     # Megatron-core's schedules receive into a tensor per p2p op and pseudo-free each sent output's data
     # (schedules.py deallocate_output_tensor, --deallocate-pipeline-outputs): no per-micro-batch buffers counted

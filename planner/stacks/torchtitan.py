@@ -74,7 +74,7 @@ STACK = Stack(
     chunked_loss_option=True,  # ChunkedLossWrapper (torchtitan components/loss.py)
     zero3_resident_per_matrix=False,  # fully_shard per block: the whole block is unsharded at once
     custom_remat_option=False,  # no named-tensor remat policy
-    searched_remat_offload=(),  # no named-tensor remat policy to search
+    searched_remat_offloads=(),  # no named-tensor remat policy to search
     # with PP, FSDP keeps the stage's parameters unsharded between micro-batches (torchtitan:
     # reshard_after_forward=False with PP) and reduces the unsharded gradients after the last micro-batch
     # (torch.distributed.pipelining backward_maybe_with_nosync)

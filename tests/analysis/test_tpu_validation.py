@@ -68,3 +68,14 @@ def test_slices_never_exceed_the_largest_ici_slice():
     ctx, fixed = run_inputs(run)
     assert ctx.cluster.scale_up_size == 256 and fixed["zero_shard_size"] == 256
     assert infer_framework(run) == "maxtext"
+
+
+def test_a_run_scores_the_remat_policy_its_notes_state_and_none_where_they_state_none(result):
+    # the custom policy is a plan knob the search tries on MaxText (Stack.searched_remat_offloads): a published run is
+    # scored with the one its notes name (tpu-recipes' Llama 3.1 405B: the layer input only; 70B on v6e-32: with the
+    # q / k / v projections) and with none where they name none (MaxText's own v5e tables), not with the search's
+    plans = {r["id"]: r["plan"] for r in result["runs"]}
+    assert plans["tpurecipes-v6e-llama31-405b-2x-v6e-256"]["remat_offloaded"] == ("decoder_layer_input",)
+    assert plans["tpurecipes-v6e-llama31-70b-v6e-32"]["remat_offloaded"] == (
+        "decoder_layer_input", "query_proj", "key_proj", "value_proj")
+    assert plans["maxtext-v5e-32b-1x-v5e-256"]["remat_offloaded"] == ()

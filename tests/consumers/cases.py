@@ -178,7 +178,7 @@ CONSUMER_CASES = [
          ParallelPlan(tp=4, dp=16, zero_stage=3, zero_shard_size=8, micro_batch=2, recompute="full"),
          expect_emit=("maxtext", "jax"),
          expect_skip={"megatron": "tpu", "deepspeed": "tpu", "torchtitan": "tpu"}),
-    # MaxText's custom remat policy as the search tries it (Stack.searched_remat_offload): the layer input offloaded
+    # MaxText's custom remat policy as the search tries it (Stack.searched_remat_offloads): the layer input offloaded
     Case("llama8b-fsdp64-layer-input-offload-tpu-v5p", LLAMA31_8B, cluster("tpu-v5p", 64),
          TrainingSpec(seq_len=8192, global_batch=256),
          ParallelPlan(tp=1, dp=64, zero_stage=3, micro_batch=1, recompute="selective",

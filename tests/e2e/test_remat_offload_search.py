@@ -1,8 +1,8 @@
 """MaxText's custom remat policy is a plan knob the search tries (ParallelPlan.remat_offloaded; Stack
-.searched_remat_offload): after full recompute, each layer's input offloaded to host memory, the rest
-rematerialised, its copies priced at the host link (compute.remat_offload_s). On a small-HBM TPU this is what an
-expert runs (tpu-recipes' Llama 3.1 405B on v6e); before, the memory margin ranked a TP128 plan at 9.7% MFU first
-there."""
+.searched_remat_offloads): beside full recompute, tpu-recipes' three policies (each layer's input offloaded to host
+memory; with the q / k / v projections; and the output projection), the rest rematerialised, the copies priced at the
+host link (compute.remat_offload_s). On a small-HBM TPU this is what an expert runs (tpu-recipes' Llama 3.1 recipes on
+v6e); before, the memory margin ranked a TP128 plan at 9.7% MFU first for Llama 3.1 405B on 256 v6e chips."""
 
 import json
 import re
@@ -12,7 +12,9 @@ import yaml
 from support import run_cli, smallest_peak_gib
 
 LLAMA_405B_V6E = ("--model", "llama-3.1-405b", "--cluster", "tpu-v6ex256")
-POLICY = ["decoder_layer_input"]
+# tpu-recipes' policies (runs/known_runs_tpu_dev.yaml: Llama 3.1 405B 2x v6e-256; 70B v6e-32 / 64; 8B v6e-8 .. 128)
+POLICIES = [["decoder_layer_input"], ["decoder_layer_input", "query_proj", "key_proj", "value_proj"],
+            ["decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj"]]
 
 
 def _plans(*args: str) -> list[dict]:
@@ -24,11 +26,11 @@ def _plans(*args: str) -> list[dict]:
 def test_the_search_ranks_the_layer_input_offload_first_where_it_keeps_the_margin():
     # Llama 3.1 405B on 256 v6e chips (31.2 GiB usable): every fast layout without it leaves less than the margin free
     top = _plans(*LLAMA_405B_V6E)[0]
-    assert top["plan"]["recompute"] == "selective" and top["plan"]["remat_offloaded"] == POLICY, top["plan"]
+    assert top["plan"]["recompute"] == "selective" and top["plan"]["remat_offloaded"] in POLICIES, top["plan"]
     assert top["within_memory_margin"] and top["plan"]["tp"] <= 8, top
     assert top["time_breakdown"]["recompute_s"] > 0.1 * top["time_breakdown"]["compute_s"]  # the rest re-runs
     # with the policy pinned off, #1 keeps the margin only at a slower layout (TP16 with 120 of 126 layers recomputed,
-    # 183.6 s, against 119.7 s, when this was written) and the margin note says what the margin costs
+    # 183.6 s, against 115.2 s, when this was written) and the margin note says what the margin costs
     without = _plans(*LLAMA_405B_V6E, "--remat-offload", "none")[0]
     assert without["plan"]["remat_offloaded"] == [] and without["step_time_s"] > 1.3 * top["step_time_s"], without
     assert any(w.startswith("the memory margin ranks") for w in without["warnings"]), without["warnings"]
@@ -59,13 +61,13 @@ def test_a_request_that_fits_only_with_the_offload_gets_it_and_the_no_fit_messag
     # Llama 3.1 8B on 4 v5e chips (15.8 GiB usable): 15.9 GiB at best with full recompute, ZeRO 3 and the optimizer on
     # the host; with the layer inputs on the host a plan fits
     top = _plans("--model", "llama-3.1-8b", "--cluster", "tpu-v5ex4")[0]
-    assert top["fits"] and top["plan"]["remat_offloaded"] == POLICY, top
+    assert top["fits"] and top["plan"]["remat_offloaded"] in POLICIES, top
     r = run_cli("--model", "llama-3.1-8b", "--cluster", "tpu-v5ex4", "--remat-offload", "none")
     assert r.exit_code == 3 and smallest_peak_gib(r.stderr) > top["memory"]["peak_gib"], r.stderr
-    assert "each layer's input in host memory" not in r.stderr, r.stderr  # pinned off: neither searched nor named
+    assert "layer tensors in host memory" not in r.stderr, r.stderr  # pinned off: neither searched nor named
     # Llama 3.1 70B on 32 v5e chips: the states alone do not fit; the offload was searched and is said to be
     r = run_cli("--model", "llama-3.1-70b", "--cluster", "tpu-v5ex32")
     assert r.exit_code == 3, r.stderr[-300:]
-    assert re.search(r"searched: [^)]*each layer's input in host memory\)", r.stderr), r.stderr
+    assert re.search(r"searched: [^)]*layer tensors in host memory \(MaxText custom remat\)\)", r.stderr), r.stderr
     off = run_cli("--model", "llama-3.1-70b", "--cluster", "tpu-v5ex32", "--remat-offload", "none")
     assert smallest_peak_gib(r.stderr) < smallest_peak_gib(off.stderr), (r.stderr, off.stderr)
