@@ -30,6 +30,7 @@ from planner.errors import InputError
 from planner.names import safe_line
 from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.specs.plan import recompute_label
 from planner.stacks import traits
 
 
@@ -1001,8 +1002,7 @@ def markdown_table(result: dict) -> str:
     for r in result["runs"]:
         p = r["plan"]
         knobs = (f"{p['tp']}/{p['pp']}/{p['vpp']}/{p['cp']}/{p['dp']}/{p['ep']}, {p['micro_batch']}, "
-                 f"z{p['zero_stage']}, {p['recompute']}"
-                 + (f"({p['recompute_layers']})" if p.get("recompute_layers") is not None else ""))
+                 f"z{p['zero_stage']}, {recompute_label(p)}")
         ms = r.get("measured_step_time_s")
         mm = r.get("measured_peak_memory_gib")
         lines.append(
@@ -1061,9 +1061,10 @@ def search_quality_table(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         bp = r["best_plan"]
+        best = f"{plan_label(bp)}, mbs {bp['micro_batch']}, {recompute_label(bp)}" if bp else "-"
         lines.append(f"| {r['id']} | {r['published_step_s']:.2f} | {'yes' if r['published_fits'] else 'no'} | "
                      f"{r['best_step_s']:.2f} | {100 * r['speedup_claimed']:+.1f}% | "
-                     f"{plan_label(bp) + ', mbs ' + str(bp['micro_batch']) + ', ' + bp['recompute'] if bp else '-'} | "
+                     f"{best} | "
                      f"{r['published_rank'] if r['published_rank'] else '-'} / {r['feasible_plans']} |")
     return "\n".join(lines) + "\n"
 

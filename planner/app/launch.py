@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from planner.app.plan import run_search
 from planner.app.request import PlanRequest, resolve_target
+from planner.specs.plan import recompute_label
 
 
 def emit_set(req: PlanRequest, emit: tuple[str, ...]) -> set[str] | None:
@@ -72,5 +73,5 @@ def layout_text(p: dict) -> str:
     if p.get("vpp", 1) > 1:
         parts.append(f"VPP{p['vpp']}")
     parts.append(f"ZeRO-{p['zero_stage']}")
-    parts.append(f"mbs {p['micro_batch']}, recompute {p['recompute']}")
+    parts.append(f"mbs {p['micro_batch']}, recompute {recompute_label(p)}")
     return " ".join(parts)

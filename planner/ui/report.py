@@ -26,6 +26,7 @@ from typing import Any
 from planner.analysis import timeline as tl
 from planner.costmodel import trace as terms
 from planner.errors import InputError, PlannerError
+from planner.specs.plan import recompute_label
 
 __all__ = ["render_report", "pareto_front", "plan_label", "CHART_IDS"]
 
@@ -688,7 +689,7 @@ _COLUMNS = [  # header, getter, numeric
     ("VPP", lambda i, p: _knobs(p).get("vpp"), True),
     ("micro-batch", lambda i, p: _knobs(p).get("micro_batch"), True),
     ("ZeRO", lambda i, p: _knobs(p).get("zero_stage"), True),
-    ("recompute", lambda i, p: _knobs(p).get("recompute"), False),
+    ("recompute", lambda i, p: recompute_label(_knobs(p)) if _knobs(p).get("recompute") else None, False),
     ("SP", lambda i, p: _yn(_knobs(p).get("sequence_parallel")), False),
     ("schedule", lambda i, p: _knobs(p).get("schedule"), False),
     ("step time (s)", lambda i, p: p.get("step_time_s"), True),
