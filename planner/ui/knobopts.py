@@ -47,10 +47,15 @@ def _base_type(annotation) -> Any:
 
 
 def _names(ctx, param, value):
-    """A comma-separated list of names as the tuple the plan holds; "none" pins the empty list."""
+    """A comma-separated list of names as the tuple the plan holds, each once; "none" pins the empty list."""
     if value is None:
         return None
-    return () if value.strip() == "none" else tuple(n.strip() for n in value.split(",") if n.strip())
+    if value.strip() == "none":
+        return ()
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    if not names:
+        raise click.BadParameter("give comma-separated tensor names, or none")
+    return names
 
 
 def knob_option(flag: str):

@@ -71,3 +71,12 @@ def test_a_request_that_fits_only_with_the_offload_gets_it_and_the_no_fit_messag
     assert re.search(r"searched: [^)]*layer tensors in host memory \(MaxText custom remat\)\)", r.stderr), r.stderr
     off = run_cli("--model", "llama-3.1-70b", "--cluster", "tpu-v5ex32", "--remat-offload", "none")
     assert smallest_peak_gib(r.stderr) < smallest_peak_gib(off.stderr), (r.stderr, off.stderr)
+
+
+def test_hostile_or_empty_names_exit_2_with_one_escaped_line():
+    for value, needle in (("", "give comma-separated tensor names, or none"),
+                          ("query_proj;rm -rf /", "unknown remat tensor(s) query_proj;rm -rf /"),
+                          ("\x1b[31mred", "unknown remat tensor(s) \\x1b[31mred")):
+        r = run_cli("--model", "llama-3.1-8b", "--cluster", "tpu-v5px8", "--remat-offload", value)
+        assert r.exit_code == 2 and needle in r.stderr and "\x1b" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
