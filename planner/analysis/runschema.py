@@ -15,6 +15,7 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp",
     "zero_stage": "zero_stage", "micro_batch": "micro_batch", "recompute": "recompute",
     "sequence_parallel": "sequence_parallel", "schedule": "schedule",
+    "remat_offloaded": "remat_offloaded", "remat_device": "remat_device",  # MaxText remat_policy custom's names
 }
 RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node",
             "aligned_allocation", "train", "plan", "measured", "notes", "stack")

@@ -30,7 +30,7 @@ from planner.errors import InputError
 from planner.names import safe_line
 from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
-from planner.specs.plan import recompute_label
+from planner.specs.plan import NAME_LIST_KNOBS, recompute_label
 from planner.stacks import traits
 
 
@@ -606,6 +606,8 @@ def _plan_knob_problem(key: str, v: Any) -> str | None:
         return f"plan.sequence_parallel must be true, false or null, got {safe_line(repr(v))}"
     if key == "schedule" and str(v).lower() not in SCHEDULE_NAMES:
         return f"plan.schedule must be one of {', '.join(SCHEDULE_NAMES)} or null, got {safe_line(repr(v))}"
+    if key in NAME_LIST_KNOBS and (not isinstance(v, list) or not all(isinstance(n, str) for n in v)):
+        return f"plan.{key} must be a list of MaxText remat tensor names or null, got {safe_line(repr(v))}"
     return None
 
 
@@ -678,10 +680,10 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
 def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec) -> dict[str, Any]:
     """The published plan's knobs as search pins, with what the run's stack implies (schedule, embedding
     and loss accounting, full-shard ZeRO-3, DualPipe for DeepSeek-V3's own runs, stack constraints)."""
-    fixed = {}
+    fixed: dict[str, Any] = {}
     for k, v in (run.get("plan") or {}).items():
         if v is not None:
-            fixed[PLAN_FIELDS[k]] = v
+            fixed[PLAN_FIELDS[k]] = tuple(v) if isinstance(v, list) else v
     if fixed.get("schedule") is not None:
         fixed["schedule"] = SCHEDULE_NAMES.get(str(fixed["schedule"]).lower())  # checked by run_record_problem
     if fixed.get("vpp", 1) > 1:
@@ -706,7 +708,7 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
     if _deepseek_own_stack(run) and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     fixed.update(preset_knobs(run))
-    fixed.update(infer_maxtext_remat(run, train.framework))
+    fixed = infer_maxtext_remat(run, train.framework) | fixed  # the plan's own names win over its notes
     if model.is_moe and fixed.get("ep") is None and traits(train.framework).ep_unset_is_one:
         fixed["ep"] = 1  # no expert parallelism unless the configuration names it (Stack.ep_unset_is_one)
     if model.is_moe and fixed.get("etp") is None and (fixed.get("tp") or 1) > 1:

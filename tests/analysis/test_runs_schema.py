@@ -146,3 +146,18 @@ def test_every_stack_is_a_runs_file_framework():
     from planner.stacks import ALL_FRAMEWORKS as STACKS
 
     assert set(STACKS) <= set(FRAMEWORKS) and set(FRAMEWORKS.values()) == set(STACKS)
+
+
+def test_a_maxtext_run_states_its_remat_policy_in_the_plan(tmp_path):
+    # plan.remat_offloaded / remat_device (MaxText remat_policy custom): the plan's names win over its notes
+    from planner.analysis.validate import validate_runs
+
+    tpu = RUN | {"id": "my-tpu-run", "hardware": "tpu-v5p", "devices": 8, "stack": {"framework": "maxtext"},
+                 "notes": "remat_policy=custom with decoder_layer_input = offload."}
+    noted = validate_runs(_load(tmp_path, tpu))["runs"][0]["plan"]
+    stated = tpu | {"plan": tpu["plan"] | {"remat_offloaded": ["decoder_layer_input", "query_proj"]}}
+    planned = validate_runs(_load(tmp_path, stated))["runs"][0]["plan"]
+    assert noted["remat_offloaded"] == ("decoder_layer_input",)
+    assert planned["remat_offloaded"] == ("decoder_layer_input", "query_proj")
+    with pytest.raises(InputError, match="plan.remat_offloaded must be a list of MaxText remat tensor names"):
+        _load(tmp_path, tpu | {"plan": tpu["plan"] | {"remat_offloaded": "decoder_layer_input"}})
