@@ -330,6 +330,11 @@ OVERHEAD = formula(
 PEAK = formula("memory.peak", "sum of the parts of the stage with the largest sum", "the per-stage parts above")
 CAPACITY = formula("memory.capacity", "HBM capacity of one device",
                    "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
+HOST = formula("memory.host", "optimizer states x bytes per param / Z under ZeRO-Offload (as HBM would hold them) + "
+               "MaxText's offloaded layer tensors (elements per token x 2 B) x tokens x layers x in-flight "
+               "micro-batches; kept in host memory, not part of the HBM peak",
+               "ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840); MaxText configs/base.yml remat_policy custom "
+               "('offload')")
 USABLE = formula("memory.usable", "HBM - fit reserve (0 under XLA) - --memory-headroom; the margin: peak <= usable x "
                  "(1 - margin) unless a headroom is given (planner.costmodel.capacity)",
                  "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL (cross-validated band of the "
@@ -436,6 +441,7 @@ class StageMemory(NamedTuple):
     buffers: float
     overhead: float  # framework overhead + allocator fragmentation
     inflight: float  # micro-batches whose activations the stage holds
+    host: float = 0.0  # bytes kept in host memory instead (host_bytes; not part of the HBM peak)
 
     @property
     def total_gib(self) -> float:
@@ -679,7 +685,24 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     allocated = w + g + o + acts + buffers
     frag = allocated * (allocator_fragmentation(ctx.train.framework, ctx.calibration,
                                                 ctx.train.expandable_segments) - 1.0)
-    return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight)
+    return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight,
+                       host_bytes(ctx, shape, split, params, s, lay, inflight))
+
+
+def host_bytes(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams, s: int, lay: StateLayout,
+               inflight: float) -> float:
+    """Bytes per device stage `s` keeps in host memory instead of HBM (formula memory.host): the optimizer states
+    under ZeRO-Offload, sharded as HBM would hold them, and the layer tensors MaxText's custom remat policy offloads
+    for every micro-batch in flight (compute.remat_offload_s copies them)."""
+    p = shape.plan
+    out = 0.0
+    if p.offload_optimizer:
+        st = state_bytes_per_param(ctx.train, p.zero_stage, False)
+        out += params.dense[s] * st.per_param(lay.z_dense)[2] + params.experts[s] * st.per_param(lay.z_expert)[2]
+    if p.custom_remat is not None and p.remat_offloaded:
+        per_token = maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, p.remat_offloaded) * ACT_ELEM_BYTES
+        out += split[s][0] * per_token * shape.tokens * inflight
+    return out
 
 
 def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> list[StageMemory]:
@@ -728,4 +751,6 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
                         reserve_gib=fit_reserve_gib(ctx.train.framework, cal),
                         headroom_gib=headroom or 0.0),
             USABLE.term("memory_margin_rel", memory_margin_rel(headroom, cal), "", band_rel=cal.MEMORY_BAND_REL,
-                        headroom_given=str(headroom is not None)))
+                        headroom_given=str(headroom is not None)),
+            HOST.term("host_gib", sm.host / GIB, "GiB", offload_optimizer=str(p.offload_optimizer),
+                      remat_offloaded=",".join(p.remat_offloaded) if p.custom_remat else "", stage=stage))

@@ -232,6 +232,10 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
         c.print(escape(wrapped(f"Why #{rank}: {chosen['reason']}", width, "  ")), soft_wrap=True)
     c.print(bars(f"Memory per device (peak stage), plan #{rank}", chosen["memory"], MEM_PARTS, "GiB",
                  chosen["memory"]["peak_gib"], width))
+    host = chosen["memory"].get("host_gib") or 0.0
+    if host > 0:  # what the plan moves off HBM (memory.host_bytes): the host must hold it
+        c.print(escape(wrapped(f"in host memory: {host:.2f} GiB per device (optimizer states under offload, "
+                               "offloaded layer tensors), not in the peak", width, "  ")), soft_wrap=True)
     c.print(bars(f"Time per step, plan #{rank}", chosen["time_breakdown"], TIME_PARTS, "s",
                  chosen["step_time_s"], width))
     for w in chosen.get("warnings", []):

@@ -34,7 +34,7 @@ def test_time_terms_sum_to_the_step(ev):
 @pytest.mark.parametrize("ev", EVALS, ids=[f"{i}" for i in range(len(EVALS))])
 def test_memory_terms_sum_to_the_peak(ev):
     names = tuple(t.name for t in ev.trace.memory)
-    assert names == (*MEMORY_PARTS, "peak_gib", "capacity_gib", "usable_gib", "memory_margin_rel")
+    assert names == (*MEMORY_PARTS, "peak_gib", "capacity_gib", "usable_gib", "memory_margin_rel", "host_gib")
     assert math.isclose(sum(ev.trace.value(k) for k in MEMORY_PARTS), ev.memory["peak_gib"], rel_tol=1e-12)
     # the one usable-capacity rule (planner.costmodel.capacity): HBM - reserve - headroom (none here); the reserve is
     # 1 GiB under PyTorch's caching allocator, 0 under XLA's compile-time buffer assignment

@@ -70,3 +70,21 @@ def test_explain_shows_the_offload_term():
     row = rows[t.name]
     assert "remat offload" in row["formula"]
     assert math.isclose(row["inputs"]["remat_offload_fwd_s"], t.inputs["remat_offload_fwd_s"], rel_tol=1e-12)
+
+
+def test_the_host_memory_holds_the_offloaded_tensors_and_optimizer_states():
+    # memory.host_bytes: what the plan keeps in host memory instead of HBM, by hand from the model's dimensions
+    _, ev0, _ = _layer(())
+    _, ev1, _ = _layer(OFFLOAD)
+    assert ev0.memory["host_gib"] == 0.0
+    h, f = 4096, 14336
+    elems = h + 32 * 128 + 8 * 128 + 8 * 128 + h + 2 * f + h  # per token, TP 1
+    assert math.isclose(ev1.memory["host_gib"], elems * 2 * 8192 * 32 / 2**30, rel_tol=1e-9)  # 32 layers, 1 in flight
+    # ZeRO-Offload: the Adam moments (2 x 4 B; the fp32 master weights stay sharded in HBM under MaxText's fp32
+    # ZeRO-3 parameters) of the 8.03e9 parameters over 64 shards
+    model = get_model("llama-3.1-8b")
+    ctx = Context(model, ClusterSpec(hardware=get_hardware("tpu-v5e"), count=64),
+                  TrainingSpec(seq_len=8192, global_batch=256, framework="maxtext"))
+    off = evaluate(ctx, ParallelPlan(tp=1, pp=1, dp=64, zero_stage=3, recompute="full", offload_optimizer=True))
+    assert off.memory["optimizer_gib"] == 0.0
+    assert math.isclose(off.memory["host_gib"], 8 * 8_030_261_248 / 64 / 2**30, rel_tol=1e-9)
