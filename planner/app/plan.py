@@ -217,13 +217,13 @@ def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -
     low = f"{res.smallest_peak_gib:.1f} GiB" if res.smallest_peak_gib is not None else "unknown"
     recompute, zero = fixed.get("recompute"), fixed.get("zero_stage")
     zeros = (zero,) if zero is not None else tuple(ctx.stack.searched_zero_stages)
-    layer_inputs_offloaded = (bool(ctx.stack.searched_remat_offloads) and recompute in (None, "selective")
+    custom_remat_searched = (bool(ctx.stack.searched_remat_offloads) and recompute in (None, "selective")
                               and all(fixed.get(k) is None for k in NAME_LIST_KNOBS))
     tried = [t for t, done in (("full recompute", recompute in (None, "full")),
                                (f"ZeRO {'/'.join(map(str, zeros))}", True),
                                ("optimizer offload to the host",
                                 res.offload_scored or fixed.get("offload_optimizer") is True),
-                               ("layer tensors in host memory (MaxText custom remat)", layer_inputs_offloaded))
+                               ("layer tensors in host memory (MaxText custom remat)", custom_remat_searched))
              if done]
     remedies = ["more devices"]
     remedies += ["--recompute full"] if recompute not in (None, "full") else []

@@ -367,8 +367,10 @@ def _beam(ctx: Context, opts: SearchOptions, keep: list, cap: float) -> list:
 
 @dataclass
 class _Scan:
-    """What scoring the candidates accumulates."""
+    """What scoring the candidates accumulates, and what every candidate of the search shares (set once)."""
 
+    steps: list[list[dict[str, Any]]]  # the recompute variants tried per micro-batch (_recompute_steps)
+    margin_rel: float  # the memory margin the ranking keeps (0 without the default margin)
     evaluated: int = 0
     results: list[Evaluation] = field(default_factory=list)
     best_peak: tuple[float, ParallelPlan] | None = None
@@ -403,7 +405,7 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
     plan that keeps the margin, planner.search.ranking: more recompute at this micro-batch may be the better plan);
     True if one fits."""
     fitted = False
-    for step in _recompute_steps(ctx, opts):
+    for step in scan.steps:
         kept = [_score_recompute(ctx, opts, cap, scan, knobs, variant) for variant in step]
         fitted |= any(k is not None for k in kept)
         if any(kept):
@@ -431,8 +433,7 @@ def _score_recompute(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
     peak = mem.peak_gib
     if scan.best_peak is None or peak < scan.best_peak[0]:
         scan.best_peak = (peak, plan)
-    fits = peak <= cap
-    margin = memory_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0
+    fits, margin = peak <= cap, scan.margin_rel
     if fits or not opts.require_fit:
         if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
                 and plan.recompute_layers is None
@@ -479,7 +480,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         raise InputError(_no_structure_reason(ctx, opts))
     keep, pruned_pairs = _candidate_pairs(ctx, opts, rows, cap)
     pruned = len(pruned_pairs)
-    scan = _Scan()
+    scan = _Scan(_recompute_steps(ctx, opts), memory_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0)
     for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
         _scan_layout(ctx, opts, cap, scan, r, z, shard)
     if not scan.evaluated and pruned_pairs and opts.require_fit:
