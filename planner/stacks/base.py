@@ -82,7 +82,7 @@ class Stack:
     zero3_resident_per_matrix: bool  # ZeRO-3 memory: gathered weights / unsharded gradients in flight are single
     #                                  matrices (the current and the next), not whole layers (memory.zero3_buffers)
     custom_remat_option: bool  # named layer tensors kept / offloaded / rematerialised (MaxText remat_policy custom)
-    # the custom remat policies the search tries before full recompute (each the names of the tensors offloaded to
+    # the custom remat policies the search tries beside full recompute (each the names of the tensors offloaded to
     # host memory, the rest rematerialised; needs custom_remat_option); () = none
     searched_remat_offloads: tuple[tuple[str, ...], ...]
 

@@ -21,7 +21,7 @@ HELP_ORDER = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "zero_s
 # what a knob is when not pinned, where the search does not vary it (planner/search/engine.py, _fixed_or defaults)
 NOT_SEARCHED = {"sp": "on with TP", "cp_comm": "ring", "offload": "off, on only when nothing else fits",
                 "tp_comm_overlap": "off", "remat_device": "none",
-                "remat_offload": "tpu-recipes' policies tried before full recompute on MaxText (none: not tried); "
+                "remat_offload": "tpu-recipes' policies tried beside full recompute on MaxText (none: not tried); "
                                  "else none"}
 
 
