@@ -14,7 +14,7 @@ from planner import __version__, app
 from planner.app import KNOB_FLAGS, PlanRequest, resolve_target  # noqa: F401  (KNOB_FLAGS: flag -> knob)
 from planner.errors import PlannerError
 from planner.names import error_line, safe_line
-from planner.stacks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from planner.stacks import FRAMEWORKS
 from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
 from planner.ui.inherit import inherit_group_options
 from planner.ui.knobopts import knob_options
@@ -581,7 +581,9 @@ def report_cmd(**kw):
 @click.option("--seq-len", "seq_lens", type=int, multiple=True, callback=_positive_each, help="repeat to compare")
 @click.option("--gbs", type=int, callback=_positive)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16")
-@click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK)
+@click.option("--framework", type=click.Choice(list(FRAMEWORKS)),
+              help="whose memory/overlap behaviour to model (default: each cluster's as `plan` chooses it: megatron, "
+                   "maxtext on TPUs)")
 @click.option("--memory-headroom", type=click.FloatRange(0, None), default=None,
               help="GiB to keep free per device (default: the memory-band margin; 0 opts out)")
 @cost_options

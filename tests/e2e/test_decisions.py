@@ -142,6 +142,19 @@ def test_compare_without_price_compares_step_times():
     assert within == any("step times" in n for n in doc["band_notes"])
 
 
+
+def test_compare_costs_each_cluster_with_the_stack_plan_chooses_for_it():
+    # without --framework, a TPU row is MaxText's plan, as `plan` gives it (compare costed every row as Megatron:
+    # Llama 3.1 70B on 64 v6e chips at TP32 PP2, 204 s, where `plan` gives 68 s), a GPU row Megatron's
+    r = run_cli("compare", "--model", "llama-3.1-70b", "--cluster", "tpu-v6ex64", "--cluster", "h100x64", "--json")
+    assert r.exit_code == 0, r.stderr
+    tpu, gpu = json.loads(r.stdout)["rows"]
+    assert (tpu["training"]["framework"], gpu["training"]["framework"]) == ("maxtext", "megatron")
+    for row, cluster in ((tpu, "tpu-v6ex64"), (gpu, "h100x64")):
+        alone = plan_json("--model", "llama-3.1-70b", "--cluster", cluster)[0]["plans"][0]
+        assert row["step_time_s"] == alone["step_time_s"] and row["plan"] == alone["plan"], cluster
+
+
 # ------------------------------------------------------------------------------ --min-devices
 
 def _min_devices(target):
