@@ -86,6 +86,13 @@ def test_moe_layer_terms_sum_to_its_time(name, framework, offloaded):
     assert "router" in row["formula"] and "permute" in row["formula"] and "host launch" in row["formula"]
 
 
+def test_the_offload_case_exercises_the_remat_offload_term():
+    # the sum above holds the offload terms only where they are non-zero: DeepSeek-V2's MLA layer (128 heads of 192
+    # q / k dimensions) copies more than its forward hides on an H100's host link, so that case adds them
+    i = _moe_layer_term(_eval("deepseek-v2", "maxtext", remat_offloaded=OFFLOAD_ALL)[1]).inputs
+    assert i["remat_offload_fwd_s"] > 0 and i["fwd_s"] > i["proj_s"] + i["experts_s"] + i["attention_s"]
+
+
 def test_host_launch_only_where_the_dispatcher_syncs():
     """Megatron's and torchtitan's dropless dispatchers copy token counts to the host; capacity padding, DeepSpeed's
     GShard gating and MaxText's static shapes do not."""
