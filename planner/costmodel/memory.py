@@ -467,11 +467,13 @@ def _layer_activations(ctx: Context, shape: Shape, split: StageSplit) -> tuple[f
     return per_mb, worst_layer
 
 
-def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: int, inflight: float) -> float:
-    """Activation bytes stage `s` holds at its peak (formula memory.activations)."""
+def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: int, inflight: float,
+                      layer_acts: tuple[float, float] | None = None) -> float:
+    """Activation bytes stage `s` holds at its peak (formula memory.activations). `layer_acts`: the stage's
+    _layer_activations, when the caller has them."""
     p, m, tokens = shape.plan, ctx.model, shape.tokens
     n_layers = split[s][0]
-    per_mb, worst_layer = _layer_activations(ctx, shape, split[s])
+    per_mb, worst_layer = layer_acts if layer_acts is not None else _layer_activations(ctx, shape, split[s])
     acts = per_mb * inflight
     # one layer's full activations exist while it is recomputed; on the last stage the loss and the LM head's
     # backward finish before any block is recomputed, so the two peaks do not add (measured on torchtitan,
@@ -654,6 +656,9 @@ class StateLayout(NamedTuple):
     per_dense: tuple[float, float, float]  # (weights, grads, optimizer) bytes per dense parameter, sharded
     per_expert: tuple[float, float, float]  # the same per routed-expert parameter
     schedule: str  # the pipeline schedule in effect
+    fp8_copy_bytes: float  # fp8_weight_copy_bytes per FP8-linear parameter
+    dispatcher_bytes: float  # dispatcher_buffer_bytes (the same on every stage)
+    fragmentation: float  # allocator_fragmentation: reserved / allocated at the peak
 
 
 def state_layout(ctx: Context, shape: Shape) -> StateLayout:
@@ -662,29 +667,32 @@ def state_layout(ctx: Context, shape: Shape) -> StateLayout:
     return StateLayout(st, dims.zero_shard, dims.expert_zero_shard, grad_bytes_per_param(ctx.train),
                        framework_overhead_bytes(ctx.train.framework, ctx.cluster.hardware.is_tpu),
                        st.per_param(dims.zero_shard),
-                       st.per_param(dims.expert_zero_shard), schedule_of(plan))
+                       st.per_param(dims.expert_zero_shard), schedule_of(plan),
+                       fp8_weight_copy_bytes(ctx, plan.zero_stage, dims.zero_shard),
+                       dispatcher_buffer_bytes(ctx, shape),
+                       allocator_fragmentation(ctx.train.framework, ctx.calibration, ctx.train.expandable_segments))
 
 
 def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams, s: int,
-                 lay: StateLayout) -> StageMemory:
-    """Per-device bytes of stage `s`: model states, activations, ZeRO-3 buffers, overhead."""
+                 lay: StateLayout, layer_acts: tuple[float, float] | None = None) -> StageMemory:
+    """Per-device bytes of stage `s`: model states, activations, ZeRO-3 buffers, overhead. `layer_acts`: the
+    stage's _layer_activations, when the caller has them."""
     p = shape.plan
     dn, ex = params.dense[s], params.experts[s]
     (dw, dg, do), (ew, eg, eo) = lay.per_dense, lay.per_expert
     w, g, o = dn * dw + ex * ew, dn * dg + ex * eg, dn * do + ex * eo
     linear = params.linear[s] if params.linear else 0.0
     # FP8 weight copies (TE's cache, or FP8 primary weights in place of bf16)
-    w += linear * fp8_weight_copy_bytes(ctx, p.zero_stage, lay.z_dense)
+    w += linear * lay.fp8_copy_bytes
     if p.schedule == "dualpipe" and p.pp > 1:
         w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
     inflight = inflight_microbatches(lay.schedule, p.pp, s, shape.nmb, p.vpp)
-    acts = stage_activations(ctx, shape, split, s, inflight)
+    acts = stage_activations(ctx, shape, split, s, inflight, layer_acts)
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes, linear) if p.zero_stage == 3 else 0.0
-    buffers += dispatcher_buffer_bytes(ctx, shape)  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
+    buffers += lay.dispatcher_bytes  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
     buffers += pipeline_buffer_bytes(ctx, shape, s, inflight)  # per-micro-batch pipeline receive buffers, outputs
     allocated = w + g + o + acts + buffers
-    frag = allocated * (allocator_fragmentation(ctx.train.framework, ctx.calibration,
-                                                ctx.train.expandable_segments) - 1.0)
+    frag = allocated * (lay.fragmentation - 1.0)
     return StageMemory(w, g, o, acts, buffers, lay.overhead_bytes + frag, inflight,
                        host_bytes(ctx, shape, split, params, s, lay, inflight))
 
@@ -706,8 +714,19 @@ def host_bytes(ctx: Context, shape: Shape, split: list[StageSplit], params: Stag
 
 
 def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> list[StageMemory]:
+    """Every stage's StageMemory; the layer activations are computed once per distinct mix of layer kinds (the
+    middle stages of a pipeline usually share one)."""
     lay = state_layout(ctx, shape)
-    return [stage_memory(ctx, shape, split, params, s, lay) for s in range(shape.plan.pp)]
+    out, seen = [], []
+    for s in range(shape.plan.pp):
+        _, hc, tc = split[s]
+        # dict's own equality: Counter's (Python 3.10+) also walks missing keys as zero counts, slower
+        acts = next((a for (h, t), a in seen if dict.__eq__(h, hc) and dict.__eq__(t, tc)), None)
+        if acts is None:
+            acts = _layer_activations(ctx, shape, split[s])
+            seen.append(((hc, tc), acts))
+        out.append(stage_memory(ctx, shape, split, params, s, lay, acts))
+    return out
 
 
 def peak_gib_of(sm: StageMemory) -> float:
