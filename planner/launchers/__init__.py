@@ -14,6 +14,7 @@ candidate for which `launcher_errors` is not empty when a target launcher is giv
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -86,11 +87,18 @@ def capabilities(launcher: str) -> Capabilities:
     return reg[launcher]
 
 
-def job_errors(job: Job, launcher: str) -> list[str]:
-    """Every rule of `launcher` the job breaks, as one-line messages (empty = the launcher runs it)."""
-    caps = capabilities(launcher)
+@functools.cache
+def _plan_rules(launcher: str) -> tuple[Rule, ...]:
+    """The rules of `launcher` that read the plan (not Rule.plan_free), in table order."""
+    return tuple(r for r in capabilities(launcher).rules if not r.plan_free)
+
+
+def job_errors(job: Job, launcher: str, plan_rules_only: bool = False) -> list[str]:
+    """Every rule of `launcher` the job breaks, as one-line messages (empty = the launcher runs it). plan_rules_only:
+    only the rules that read the plan, for a caller that found model_errors empty for the job's model, training and
+    cluster (the search, once for all its candidates)."""
     out = []
-    for rule in caps.rules:
+    for rule in (_plan_rules(launcher) if plan_rules_only else capabilities(launcher).rules):
         if rule.needs_cluster and job.cluster is None:
             continue
         if rule.breaks(job):
@@ -101,10 +109,11 @@ def job_errors(job: Job, launcher: str) -> list[str]:
 
 
 def launcher_errors(plan: ParallelPlan, model: ModelSpec, training: TrainingSpec, launcher: str,
-                    cluster: ClusterSpec | None = None) -> list[str]:
-    """Why `launcher` cannot run this plan of this model (empty: it can). Hardware rules need `cluster`."""
+                    cluster: ClusterSpec | None = None, plan_rules_only: bool = False) -> list[str]:
+    """Why `launcher` cannot run this plan of this model (empty: it can). Hardware rules need `cluster`.
+    plan_rules_only: as job_errors."""
     job = Job(model=model, cluster=cluster, train=training, plan=plan, notes=[])  # type: ignore[arg-type]
-    return job_errors(job, launcher)
+    return job_errors(job, launcher, plan_rules_only)
 
 
 def model_errors(model: ModelSpec, training: TrainingSpec, launcher: str, cluster: ClusterSpec) -> list[str]:

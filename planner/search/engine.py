@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,7 +31,7 @@ from planner.costmodel.partition import megatron_split
 from planner.costmodel.pipeline import rank_first_last_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
-from planner.launchers import capabilities, launcher_errors
+from planner.launchers import capabilities, launcher_errors, model_errors
 from planner.search.ranking import (
     RECOMPUTE_ORDER,
     TIE_BAND_REL,
@@ -294,13 +295,22 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     return res
 
 
+# Context -> {launcher: True when none of its plan-free rules breaks for the context's model, training and cluster}
+_PLAN_FREE_CLEAR: weakref.WeakKeyDictionary[Context, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
 def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> list[str]:
     """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities. Returns the
-    rules the plan breaks (empty: a valid candidate)."""
+    rules the plan breaks (empty: a valid candidate). The launcher's rules that hold whatever the plan (model, dtype,
+    hardware: planner.launchers.model_errors) are read once per search; when none breaks, each candidate reads only
+    the rules of its plan (the same answer), else all of them."""
     errs = plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan)
     if errs or not opts.launcher:
         return errs
-    return launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster)
+    clear = _PLAN_FREE_CLEAR.setdefault(ctx, {})
+    if opts.launcher not in clear:
+        clear[opts.launcher] = not model_errors(ctx.model, ctx.train, opts.launcher, ctx.cluster)
+    return launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster, plan_rules_only=clear[opts.launcher])
 
 
 def _cp_kinds(opts: SearchOptions) -> list[str]:

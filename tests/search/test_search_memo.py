@@ -80,3 +80,34 @@ def test_search_solves_side_by_side_as_one_by_one():
     for q in problems:
         assert solved[q] == assign_stages(q, deterministic_time=STAGE_SOLVE_BUDGET)
     assert any(a is not None and any(a.recompute_per_stage) for a in solved.values())  # memory binds in one
+
+
+@pytest.mark.parametrize("model,cluster,launcher,runnable", [
+    ("deepseek-v3", "h100x256", "megatron", True), ("llama-3.1-8b", "h100x64", "deepspeed", True),
+    ("llama-3.1-8b", "h100x64", "torchtitan", True), ("mixtral-8x7b", "tpu-v5px64", "maxtext", True),
+    ("deepseek-v3", "h100x256", "deepspeed", False), ("mixtral-8x7b", "tpu-v5px64", "torchtitan", False),
+])
+def test_candidate_gate_reads_the_plan_free_rules_once(model, cluster, launcher, runnable):
+    # the search reads a launcher's plan-free rules (model, dtype, hardware) once and then, where none breaks, only
+    # the rules of each plan (engine._invalid): every candidate must get what reading all the rules gives, with the
+    # plan-free messages where one breaks
+    from planner.launchers import launcher_errors, model_errors
+    from planner.search.engine import _invalid
+    from planner.search.space import plan_errors
+
+    ctx = ctx_for(model, cluster)
+    assert (not model_errors(ctx.model, ctx.train, launcher, ctx.cluster)) == runnable
+    res = search(ctx, SearchOptions(top_k=3, require_fit=False, stage_solves=0))
+    base = [e.plan for e in res.ranked[:40]]
+    variants = [{"zero_stage": 3}, {"schedule": "dualpipe"}, {"cp_comm": "a2a"}, {"recompute": "selective"},
+                {"offload_optimizer": True}, {"zero_stage": 0, "offload_optimizer": True}, {"zero_stage": 2},
+                {"micro_batch": 3}, {"tp_comm_overlap": True, "sequence_parallel": False}]
+    plans = base + [p.model_copy(update=v) for p in base[:10] for v in variants]
+    opts = SearchOptions(launcher=launcher)
+    refused = 0
+    for p in plans:
+        full = plan_errors(ctx.model, ctx.train, ctx.cluster.count, p) or launcher_errors(
+            p, ctx.model, ctx.train, launcher, ctx.cluster)
+        assert _invalid(ctx, opts, p) == full, p
+        refused += bool(full) and not plan_errors(ctx.model, ctx.train, ctx.cluster.count, p)
+    assert refused >= 1  # the launcher's own rules refuse some candidates
