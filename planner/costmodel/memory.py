@@ -18,6 +18,7 @@ attention stores no s x s matrix, and modern recipes use no dropout.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -717,7 +718,8 @@ def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: 
     """Every stage's StageMemory; the layer activations are computed once per distinct mix of layer kinds (the
     middle stages of a pipeline usually share one)."""
     lay = state_layout(ctx, shape)
-    out, seen = [], []
+    out: list[StageMemory] = []
+    seen: list[tuple[tuple[Counter, Counter], tuple[float, float]]] = []  # (kind counts, _layer_activations)
     for s in range(shape.plan.pp):
         _, hc, tc = split[s]
         # dict's own equality: Counter's (Python 3.10+) also walks missing keys as zero counts, slower
