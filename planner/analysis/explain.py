@@ -99,6 +99,11 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
             out.append({"change": name, "verdict": "does not fit",
                         "detail": f"needs {a.memory['peak_gib']:.1f} GiB, {over:.1f} GiB over"})
             continue
+        if not a.fits_host:
+            out.append({"change": name, "verdict": "does not fit",
+                        "detail": f"needs {a.memory['host_gib']:.1f} GiB of host memory per device, the host has "
+                                  f"{a.memory['host_capacity_gib']:.1f}"})
+            continue
         d = a.step_time_s / ev.step_time_s - 1
         diffs = {k: a.time_breakdown[k] - ev.time_breakdown.get(k, 0.0) for k in a.time_breakdown}
         worst = max(diffs, key=lambda k: diffs[k])

@@ -234,6 +234,14 @@ def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -
     remedies += ["--fp8-param-gather"] if (ctx.train.dtype == "fp8" and ctx.stack.fp8_param_gather_option
                                            and not ctx.train.fp8_param_gather) else []
     remedies += ["a shorter --seq-len", "an accelerator with more memory"]
+    host = ctx.cluster.hardware.host_memory_gib
+    if host is not None and res.smallest_peak_gib is not None and res.smallest_peak_gib <= cap:
+        # the HBM peak fits: what fails is the host share (capacity.host_fits: ZeRO-Offload, offloaded tensors)
+        return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id}: the plans whose peak fits the "
+                f"{cap:.1f} GiB usable per device (the smallest is {low}) keep more in host memory than the host's "
+                f"{host:.1f} GiB per device (searched: {', '.join(tried)}). Try more devices, or, if your nodes have "
+                "more, state their memory per device in a cluster file (hardware: {base: "
+                f"{ctx.cluster.hardware.id}, host_memory_gib: N}})")
     return (f"no plan of {ctx.model.name} fits {ctx.cluster.hardware.id} ({cap:.1f} GiB usable per device): the "
             f"smallest peak any plan reaches is {low} (searched: {', '.join(tried)}). Try "
             f"{', '.join(remedies[:-1])} or {remedies[-1]}")

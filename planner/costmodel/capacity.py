@@ -12,6 +12,12 @@ that capacity that the model's own memory error could push it over. The search, 
   Stated as a share of the capacity kept free, it is slightly stricter than peak x (1 + band) <= usable. Plans
   that do not keep it rank after every plan that does (planner.search.ranking), so #1, and what --out writes, keeps
   it whenever any plan can. An explicit --memory-headroom (0 included) replaces the margin.
+- host memory: what a plan keeps in host DRAM instead of HBM (ZeRO-Offload's optimizer states, MaxText's offloaded
+  layer tensors: memory.host_bytes, the stage that keeps the most) must not exceed the host DRAM per device
+  (HardwareSpec.host_memory_gib: the profile's reference system; a cluster file's `hardware: {base: <id>,
+  host_memory_gib: N}` states other nodes'); not checked where the profile does not state it. No margin: the
+  figure is the whole of the host's memory, the OS and the data pipeline included, so a plan near it is already at
+  the edge.
 """
 
 from __future__ import annotations
@@ -40,3 +46,8 @@ def memory_margin_rel(headroom_gib: float | None, cal: Calibration) -> float:
 def within_margin(peak_gib: float, usable_gib: float, margin_rel: float) -> bool:
     """The peak leaves the margin's share of the usable capacity free: peak <= usable x (1 - margin)."""
     return peak_gib <= usable_gib * (1.0 - margin_rel)
+
+
+def host_fits(host_gib: float, limit_gib: float | None) -> bool:
+    """A plan's host-memory share per device is within the host DRAM per device (None: not known, not checked)."""
+    return limit_gib is None or host_gib <= limit_gib

@@ -14,13 +14,21 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from planner.costmodel.base import Context, Shape, plan_shape, shape_terms
-from planner.costmodel.capacity import within_margin
+from planner.costmodel.capacity import host_fits, within_margin
 from planner.costmodel.compute import compute_term, recompute_term
 from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
 from planner.costmodel.expert import ep_comm_term, ep_warnings
 from planner.costmodel.layers import StageTimes, layer_terms, stage_times
-from planner.costmodel.memory import StageMemory, StageParams, memory_terms, peak_gib_of, stage_memories, stage_params
+from planner.costmodel.memory import (
+    GIB,
+    StageMemory,
+    StageParams,
+    memory_terms,
+    peak_gib_of,
+    stage_memories,
+    stage_params,
+)
 from planner.costmodel.optimizer import optimizer_term
 from planner.costmodel.pipeline import bubble_term, makespan_s, p2p_term, rank_first_last_layers
 from planner.costmodel.tensor import tp_comm_term, tp_warnings
@@ -69,8 +77,15 @@ class Evaluation:
 
     @property
     def fits(self) -> bool:
-        """The peak fits the usable capacity (planner.costmodel.capacity: HBM - reserve - --memory-headroom)."""
-        return self.trace.value("peak_gib") <= self.trace.value("usable_gib")
+        """The peak fits the usable capacity (planner.costmodel.capacity: HBM - reserve - --memory-headroom) and the
+        host share the host DRAM per device where it is known (capacity.host_fits)."""
+        return self.trace.value("peak_gib") <= self.trace.value("usable_gib") and self.fits_host
+
+    @property
+    def fits_host(self) -> bool:
+        """What the plan keeps in host memory fits the host DRAM per device (true where that is not known)."""
+        limit = self.trace.value("host_capacity_gib") if "host_capacity_gib" in self.trace else None
+        return host_fits(self.trace.value("host_gib"), limit)
 
     @property
     def within_margin(self) -> bool:
@@ -130,9 +145,15 @@ def _pipeline_doc(shape: Shape, st: StageTimes, counts: list[int]) -> dict:
 
 def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> list[str]:
     out = tp_warnings(ctx, shape) + cp_warnings(ctx, shape) + ep_warnings(ctx, shape)
-    if not ev.fits:
+    if ev.peak_gib > ev.trace.value("usable_gib"):
         out.append(f"does not fit: needs {ev.peak_gib:.1f} GiB of {ctx.cluster.hardware.hbm_capacity_gib:.1f} GiB "
                    f"(stage {ev.peak_stage})")
+    if not ev.fits_host:
+        host = ev.trace["host_gib"]
+        out.append(f"does not fit in host memory: keeps {host.value:.1f} GiB per device there (stage "
+                   f"{host.inputs['stage']}), the host has {ev.trace.value('host_capacity_gib'):.1f} GiB per device "
+                   "(the hardware profile's reference system; a cluster file's hardware: {base: ..., "
+                   "host_memory_gib: N} states yours)")
     if shape.plan.pp > 1 and max(counts) != min(counts):
         out.append(f"uneven pipeline stages: layers per stage {counts}")
     if ctx.model.mtp_layers:
@@ -161,6 +182,12 @@ class MemoryScreen(NamedTuple):
     peak_stage: int
     peak: StageMemory  # the peak stage's parts
     peak_gib: float
+    host_stage: int  # the stage that keeps the most in host memory (memory.host_bytes)
+    host_gib: float  # what it keeps there, per device
+
+    def fits(self, ctx: Context, cap_gib: float) -> bool:
+        """The HBM peak within `cap_gib` and the host share within the host DRAM per device (capacity.host_fits)."""
+        return self.peak_gib <= cap_gib and host_fits(self.host_gib, ctx.cluster.hardware.host_memory_gib)
 
 
 def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
@@ -176,7 +203,9 @@ def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
         params = ctx.stage_params_cache[key] = stage_params(ctx, plan, split)
     mems = stage_memories(ctx, shape, split, params)
     peak_stage = max(range(plan.pp), key=lambda s: mems[s].total_gib)
-    return MemoryScreen(plan, shape, split, params, peak_stage, mems[peak_stage], peak_gib_of(mems[peak_stage]))
+    host_stage = max(range(plan.pp), key=lambda s: mems[s].host)
+    return MemoryScreen(plan, shape, split, params, peak_stage, mems[peak_stage], peak_gib_of(mems[peak_stage]),
+                        host_stage, mems[host_stage].host / GIB)
 
 
 def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = None) -> Evaluation:
@@ -196,7 +225,8 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
     step = makespan + p2p.value + dp.value + opt.value
     step_term = STEP.term("step_time_s", step, "s", makespan_s=makespan, pp_comm_s=p2p.value, dp_comm_s=dp.value,
                           optimizer_s=opt.value)
-    trace = CostTrace(time=time, memory=memory_terms(ctx, shape, screened.peak, peak_stage),
+    trace = CostTrace(time=time, memory=memory_terms(ctx, shape, screened.peak, peak_stage, screened.host_gib,
+                                                     screened.host_stage),
                       factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
                                *_rate_terms(ctx, shape, st, step)))
     counts = [c for c, _, _ in split]

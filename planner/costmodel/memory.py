@@ -336,6 +336,11 @@ HOST = formula("memory.host", "optimizer states x bytes per param / Z under ZeRO
                "micro-batches; kept in host memory, not part of the HBM peak",
                "ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840); MaxText configs/base.yml remat_policy custom "
                "('offload')")
+HOST_CAPACITY = formula("memory.host_capacity", "host DRAM per device: the node's memory / its devices, of the "
+                        "hardware profile's reference system (a cluster file's hardware: {base: ..., "
+                        "host_memory_gib: N} states yours); a plan fits only if what it keeps in host memory is "
+                        "within it",
+                        "hardware_profiles/*.yaml host_memory_gib (DGX system guides, GCP machine types)")
 USABLE = formula("memory.usable", "HBM - fit reserve (0 under XLA) - --memory-headroom; the margin: peak <= usable x "
                  "(1 - margin) unless a headroom is given (planner.costmodel.capacity)",
                  "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL (cross-validated band of the "
@@ -740,8 +745,11 @@ def peak_gib_of(sm: StageMemory) -> float:
     return peak
 
 
-def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tuple[Term, ...]:
-    """The peak stage's parts (MEMORY_PARTS order), its peak and the device capacity, as trace terms."""
+def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int, host_gib: float,
+                 host_stage: int) -> tuple[Term, ...]:
+    """The peak stage's parts (MEMORY_PARTS order), its peak and the device capacity, as trace terms; then what the
+    stage `host_stage` keeps in host memory (`host_gib`, the most of any stage) and the host DRAM per device where it
+    is known (host_capacity_gib, planner.costmodel.capacity.host_fits)."""
     p = shape.plan
     st = state_bytes_per_param(ctx.train, p.zero_stage, p.offload_optimizer)
     z_dense, z_expert = shape.dims.zero_shard, shape.dims.expert_zero_shard
@@ -773,5 +781,15 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int) -> tup
                         headroom_gib=headroom or 0.0),
             USABLE.term("memory_margin_rel", memory_margin_rel(headroom, cal), "", band_rel=cal.MEMORY_BAND_REL,
                         headroom_given=str(headroom is not None)),
-            HOST.term("host_gib", sm.host / GIB, "GiB", offload_optimizer=str(p.offload_optimizer),
-                      remat_offloaded=",".join(p.remat_offloaded) if p.custom_remat else "", stage=stage))
+            HOST.term("host_gib", host_gib, "GiB", offload_optimizer=str(p.offload_optimizer),
+                      remat_offloaded=",".join(p.remat_offloaded) if p.custom_remat else "", stage=host_stage),
+            *host_capacity_terms(ctx))
+
+
+def host_capacity_terms(ctx: Context) -> tuple[Term, ...]:
+    """The host DRAM per device a plan may fill (HardwareSpec.host_memory_gib), as a trace term; none where the
+    hardware profile does not state it."""
+    hw = ctx.cluster.hardware
+    if hw.host_memory_gib is None:
+        return ()
+    return (HOST_CAPACITY.term("host_capacity_gib", hw.host_memory_gib, "GiB", hardware=hw.id),)

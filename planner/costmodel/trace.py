@@ -27,7 +27,7 @@ LABELS: Mapping[str, str] = MappingProxyType({
     "cp_comm_s": "CP comm", "ep_comm_s": "EP comm", "pp_comm_s": "PP comm", "dp_comm_s": "DP comm",
     "optimizer_s": "optimizer step", "weights_gib": "weights", "grads_gib": "gradients",
     "optimizer_gib": "optimizer", "activations_gib": "activations", "buffers_gib": "buffers",
-    "overhead_gib": "overhead", "host_gib": "in host memory",
+    "overhead_gib": "overhead", "host_gib": "in host memory", "host_capacity_gib": "host memory per device",
     "step_time_s": "step time", "peak_gib": "peak memory", "capacity_gib": "device memory",
     "tokens_per_microbatch": "tokens per micro-batch per device", "num_microbatches": "micro-batches per step",
     "peak_flops": "dense peak per device", "gemm_efficiency_ceiling": "GEMM efficiency ceiling",

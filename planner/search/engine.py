@@ -299,6 +299,12 @@ def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
 _PLAN_FREE_CLEAR: weakref.WeakKeyDictionary[Context, dict[str, bool]] = weakref.WeakKeyDictionary()
 
 
+def _fits(ev: Evaluation, cap: float) -> bool:
+    """An evaluated plan's HBM peak within `cap` (the search's usable capacity) and its host share within the host
+    DRAM per device where that is known (Evaluation.fits_host)."""
+    return ev.memory["peak_gib"] <= cap and ev.fits_host
+
+
 def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> list[str]:
     """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities. Returns the
     rules the plan breaks (empty: a valid candidate). The launcher's rules that hold whatever the plan (model, dtype,
@@ -330,7 +336,7 @@ def _probe(ctx: Context, opts: SearchOptions, r: dict, z: int, cap: float) -> fl
     if _invalid(ctx, opts, plan):
         return math.inf
     mem = screen_memory(ctx, plan)  # the step time only of a plan that fits
-    return evaluate(ctx, plan, mem).step_time_s if mem.peak_gib <= cap else math.inf
+    return evaluate(ctx, plan, mem).step_time_s if mem.fits(ctx, cap) else math.inf
 
 
 def _shard_choices(ctx: Context, opts: SearchOptions, r: dict, z: int) -> list[int | None]:
@@ -443,7 +449,7 @@ def _score_recompute(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
     peak = mem.peak_gib
     if scan.best_peak is None or peak < scan.best_peak[0]:
         scan.best_peak = (peak, plan)
-    fits, margin = peak <= cap, scan.margin_rel
+    fits, margin = mem.fits(ctx, cap), scan.margin_rel  # the HBM peak and the host share (capacity.host_fits)
     if fits or not opts.require_fit:
         if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
                 and plan.recompute_layers is None
@@ -510,7 +516,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     if opts.distinct_layouts:  # balance the stages of the plans a distinct-layout table shows
         results = leaders_first(results)
     results = _balance_stages(ctx, opts, results, cap)
-    feasible = [e for e in results if e.memory["peak_gib"] <= cap]
+    feasible = [e for e in results if _fits(e, cap)]
     frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
     # every scored plan, best first (the report's)
     ordered = rank(feasible if opts.require_fit else results, memory_margin=opts.memory_margin)
@@ -538,7 +544,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
     solves = min(MAX_STAGE_SOLVES, opts.top_k if opts.stage_solves is None else opts.stage_solves)
-    lead = [i for i, ev in enumerate(results) if opts.require_fit and ev.memory["peak_gib"] <= cap][:solves]
+    lead = [i for i, ev in enumerate(results) if opts.require_fit and _fits(ev, cap)][:solves]
     problems = {i: _stage_problem_of(ctx, results[i].plan, cap) for i in lead}
     solved = _solve_stage_problems([q for q in problems.values() if q is not None])
     out = list(results)
@@ -615,7 +621,7 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
     if _invalid(ctx, opts, alt):
         return None
     new = evaluate(ctx, alt)
-    if new.memory["peak_gib"] <= cap and new.step_time_s <= ev.step_time_s * 1.0001:
+    if _fits(new, cap) and new.step_time_s <= ev.step_time_s * 1.0001:
         return replace(new, pipeline={**new.pipeline, "stage_assignment": {
             "layers_per_stage": list(a.layers_per_stage), "recompute_per_stage": list(a.recompute_per_stage),
             "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}})
@@ -631,7 +637,7 @@ def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full
     while lo <= hi:
         k = (lo + hi) // 2
         mem = screen_memory(ctx, plan.model_copy(update={"recompute_layers": k}))  # memory decides the bisection
-        if mem.peak_gib <= cap:
+        if mem.fits(ctx, cap):
             best, hi = mem, k - 1
         else:
             lo = k + 1

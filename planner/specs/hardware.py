@@ -106,6 +106,11 @@ class HardwareSpec(_Frozen):
         None, ge=GBPS_RANGE[0], le=GBPS_RANGE[1],
         description="per-direction device-host link (PCIe x16) rate: optimizer offload traffic; "
         "None = not known (offload then assumes PCIe Gen4 x16, the slowest the reference lists)")
+    host_memory_gib: float | None = Field(
+        None, gt=0, le=1e6,
+        description="host DRAM per device: the reference system's (the profile's source says which) memory per "
+        "node / its devices; what ZeRO-Offload and MaxText's offloaded tensors may take (None = not known: not "
+        "checked; a cluster file states other nodes' with hardware: {base: <id>, host_memory_gib: N})")
     devices_per_node: int = Field(..., ge=1, description="devices per OS node / host")
     scale_up: ScaleUp
     scale_out: ScaleOut

@@ -34,7 +34,9 @@ def test_time_terms_sum_to_the_step(ev):
 @pytest.mark.parametrize("ev", EVALS, ids=[f"{i}" for i in range(len(EVALS))])
 def test_memory_terms_sum_to_the_peak(ev):
     names = tuple(t.name for t in ev.trace.memory)
-    assert names == (*MEMORY_PARTS, "peak_gib", "capacity_gib", "usable_gib", "memory_margin_rel", "host_gib")
+    host_limit = ("host_capacity_gib",) if "host_capacity_gib" in ev.trace else ()  # where the profile states it
+    assert names == (*MEMORY_PARTS, "peak_gib", "capacity_gib", "usable_gib", "memory_margin_rel", "host_gib",
+                     *host_limit)
     assert math.isclose(sum(ev.trace.value(k) for k in MEMORY_PARTS), ev.memory["peak_gib"], rel_tol=1e-12)
     # the one usable-capacity rule (planner.costmodel.capacity): HBM - reserve - headroom (none here); the reserve is
     # 1 GiB under PyTorch's caching allocator, 0 under XLA's compile-time buffer assignment
@@ -42,7 +44,8 @@ def test_memory_terms_sum_to_the_peak(ev):
     trace_reserve = next(t for t in ev.trace.memory if t.name == "usable_gib").inputs["reserve_gib"]
     assert trace_reserve == (0.0 if framework == "maxtext" else 1.0)
     assert ev.memory["usable_gib"] == ev.memory["capacity_gib"] - trace_reserve
-    assert ev.fits == (ev.memory["peak_gib"] <= ev.memory["capacity_gib"] - trace_reserve)
+    assert ev.fits == (ev.memory["peak_gib"] <= ev.memory["capacity_gib"] - trace_reserve
+                       and ev.memory["host_gib"] <= ev.memory.get("host_capacity_gib", math.inf))
     assert ev.within_margin == (ev.memory["peak_gib"] <= ev.memory["usable_gib"] * (1 - ev.memory["memory_margin_rel"]))
 
 

@@ -91,10 +91,13 @@ def test_no_number_cut_and_no_line_too_wide(case, width):
     assert " ".join(f"Why #{rank}: {chosen['reason']}".split()) in flat  # wrapped at word boundaries only
     peak, step = chosen["memory"]["peak_gib"], chosen["step_time_s"]
     for part, v in chosen["memory"].items():  # bar rows: part, value, share, each cell whole
-        if part.endswith("_gib") and part not in ("peak_gib", "capacity_gib", "usable_gib", "host_gib") and v > 0:
+        if part.endswith("_gib") and part not in ("peak_gib", "capacity_gib", "usable_gib", "host_gib",
+                                                   "host_capacity_gib") and v > 0:
             assert re.search(rf"^{part[:-4]}\s+{v:.2f} GiB\s+{100 * v / peak:.1f}%", text, re.M), part
     host = chosen["memory"]["host_gib"]  # not part of the peak: its own line, the number whole
-    assert (f"in host memory: {host:.2f} GiB per device" in flat) == (host > 0)
+    limit = chosen["memory"].get("host_capacity_gib")
+    of = f" of {limit:.2f}" if limit is not None else " (the host's memory is not known: not checked)"
+    assert (f"in host memory: {host:.2f}{of} GiB per device" in flat) == (host > 0)
     for part, v in chosen["time_breakdown"].items():
         if v > 0:
             assert re.search(rf"^{part[:-2]}\s+{v:.3f} s\s+{100 * v / step:.1f}%", text, re.M), part
