@@ -72,7 +72,7 @@ class ParallelPlan(BaseModel):
     def custom_remat(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         """(kept, offloaded) tensor names of a MaxText custom remat policy in effect (selective recompute with named
         tensors), None for the stack's own policies."""
-        if self.recompute == "selective" and (self.remat_device or self.remat_offloaded):
+        if custom_remat_in_effect(self.recompute, self.remat_device, self.remat_offloaded):
             return self.remat_device, self.remat_offloaded
         return None
 
@@ -119,13 +119,20 @@ def plan_label(p: dict, mark_no_sp: bool = False) -> str:
     return s
 
 
+def custom_remat_in_effect(recompute: str, device: tuple[str, ...] | list | None,
+                           offloaded: tuple[str, ...] | list | None) -> bool:
+    """MaxText's custom remat policy is in effect: selective recompute with named tensors, kept or offloaded (the one
+    rule, for plans, ParallelPlan.custom_remat, and for their knob dicts, recompute_label)."""
+    return recompute == "selective" and bool(device or offloaded)
+
+
 def recompute_label(p: dict, short: bool = False) -> str:
     """A plan's recompute from its knobs: 'selective', 'full(12/stage)', MaxText's custom policy by its tensors."""
     k = p.get("recompute_layers")
     if p["recompute"] == "full" and k is not None:
         return f"f{k}" if short else f"full({k}/stage)"
     named = [f"{n}:host" for n in p.get("remat_offloaded") or ()] + [f"{n}:hbm" for n in p.get("remat_device") or ()]
-    if p["recompute"] == "selective" and named:  # MaxText remat_policy custom (ParallelPlan.custom_remat)
+    if custom_remat_in_effect(p["recompute"], p.get("remat_device"), p.get("remat_offloaded")):
         return "cust" if short else f"custom({', '.join(named)})"
     if short:
         return {"none": "-", "selective": "sel", "full": "full"}[p["recompute"]]
