@@ -5,7 +5,8 @@ Outer knobs (tp, cp, pp, dp, ep, etp, vpp) are enumerated over the divisibility 
 computed for all of them at once (numpy). For each surviving structure the inner knobs exploit
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
-(micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k.
+(micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k, its first
+probes placed where the line from the no-recompute peak to full recompute's meets the capacity.
 Every candidate's memory is screened first (planner.costmodel.evaluate.screen_memory, the peak `evaluate` reports);
 only the candidates the search keeps are timed. The leading plans' CP-SAT stage problems are solved side by side
 on threads (each solve is deterministic, planner.search.stages).
@@ -393,6 +394,7 @@ class _Scan:
     # while no candidate has been scored: the rules broken by the refused candidate that breaks the fewest (what the
     # error says when every candidate is refused)
     fewest_broken: list[str] | None = None
+    none_peak: float | None = None  # the current micro-batch's screened peak without recompute (_scan_recomputes)
 
 
 def _recompute_steps(ctx: Context, opts: SearchOptions) -> list[list[dict[str, Any]]]:
@@ -421,6 +423,7 @@ def _scan_recomputes(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
     plan that keeps the margin, planner.search.ranking: more recompute at this micro-batch may be the better plan);
     True if one fits."""
     fitted = False
+    scan.none_peak = None  # this micro-batch's peak without recompute, once screened (_refine_partial_recompute)
     for step in scan.steps:
         kept = [_score_recompute(ctx, opts, cap, scan, knobs, variant) for variant in step]
         fitted |= any(k is not None for k in kept)
@@ -447,6 +450,8 @@ def _score_recompute(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
     mem = screen_memory(ctx, plan)  # memory first: the step time only of a plan the search keeps
     scan.evaluated += 1
     peak = mem.peak_gib
+    if rc == "none":
+        scan.none_peak = peak
     if scan.best_peak is None or peak < scan.best_peak[0]:
         scan.best_peak = (peak, plan)
     fits, margin = mem.fits(ctx, cap), scan.margin_rel  # the HBM peak and the host share (capacity.host_fits)
@@ -456,7 +461,7 @@ def _score_recompute(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
                 and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
             # timed once, for the k it keeps: the fewest layers that keep the margin where full recompute does
             target = cap * (1.0 - margin) if within_margin(peak, cap, margin) else cap
-            ev = _refine_partial_recompute(ctx, plan, target, mem)
+            ev = _refine_partial_recompute(ctx, plan, target, mem, scan.none_peak)
             scan.evaluated += 1
         else:
             ev = evaluate(ctx, plan, mem)
@@ -628,16 +633,43 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
     return None
 
 
-def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_mem: MemoryScreen) -> Evaluation:
+def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_mem: MemoryScreen,
+                              none_peak: float | None = None) -> Evaluation:
     """Full recompute of only k layers per stage: the smallest k whose peak is within `cap` (memory falls with k),
-    scored; the plan recomputing every layer (screened as `full_mem`) when no k is."""
+    scored; the plan recomputing every layer (screened as `full_mem`) when no k is. `none_peak`, the peak without
+    recompute (k = 0) when the scan has it, places the first probe where the line from it to full recompute's peak
+    meets `cap`, then its neighbour: the activations fall by about one layer's saving per recomputed layer, so the
+    answer is mostly one of the two; otherwise (and beyond them) bisection, which finds the same k."""
     from planner.costmodel.partition import stage_layer_counts
     n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, *rank_first_last_layers(plan, ctx.model.num_layers)))
     lo, hi, best = 1, n - 1, None  # k = 0 is "none", already scored
+
+    def fitting(k: int) -> MemoryScreen | None:  # memory decides: the screen of k layers recomputed, if it fits
+        mem = screen_memory(ctx, plan.model_copy(update={"recompute_layers": k}))
+        return mem if mem.fits(ctx, cap) else None
+
+    full = full_mem.peak_gib
+    if none_peak is not None and none_peak > cap >= full and lo <= hi:
+        k = min(hi, max(lo, math.ceil(n * (none_peak - cap) / (none_peak - full))))
+        mem = fitting(k)
+        if mem is not None:  # the answer is k or below: try k - 1 first
+            best, hi = mem, k - 1
+            below = fitting(hi) if hi >= lo else None
+            if hi >= lo and below is None:
+                lo = hi + 1  # k is the smallest
+            elif below is not None:
+                best, hi = below, hi - 1
+        else:  # the answer is above k: try k + 1 first
+            lo = k + 1
+            above = fitting(lo) if lo <= hi else None
+            if above is not None:
+                best, hi = above, lo - 1  # k + 1 is the smallest
+            else:
+                lo += 1
     while lo <= hi:
         k = (lo + hi) // 2
-        mem = screen_memory(ctx, plan.model_copy(update={"recompute_layers": k}))  # memory decides the bisection
-        if mem.fits(ctx, cap):
+        mem = fitting(k)
+        if mem is not None:
             best, hi = mem, k - 1
         else:
             lo = k + 1

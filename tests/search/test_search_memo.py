@@ -111,3 +111,30 @@ def test_candidate_gate_reads_the_plan_free_rules_once(model, cluster, launcher,
         assert _invalid(ctx, opts, p) == full, p
         refused += bool(full) and not plan_errors(ctx.model, ctx.train, ctx.cluster.count, p)
     assert refused >= 1  # the launcher's own rules refuse some candidates
+
+
+@pytest.mark.parametrize("model,cluster", [("deepseek-v3", "h100x256"), ("llama-3.1-70b", "h100x64"),
+                                           ("mixtral-8x7b", "h100x64")])
+def test_partial_recompute_from_the_first_probe_finds_what_bisection_finds(model, cluster):
+    # engine._refine_partial_recompute probes first where the line from the no-recompute peak to full recompute's
+    # meets the capacity: for every full-recompute plan and capacity between those two peaks it must keep the k that
+    # bisection alone keeps (the smallest that fits)
+    from planner.costmodel.evaluate import screen_memory
+    from planner.search.engine import _refine_partial_recompute
+
+    ctx = ctx_for(model, cluster)
+    res = search(ctx, SearchOptions(top_k=3, require_fit=False, stage_solves=0))
+    plans = [e.plan.model_copy(update={"recompute": "full", "recompute_layers": None}) for e in res.ranked[:30]]
+    checked = moved = 0
+    for p in plans:
+        full, none = screen_memory(ctx, p), screen_memory(ctx, p.model_copy(update={"recompute": "none"}))
+        if none.peak_gib <= full.peak_gib * 1.01:
+            continue
+        for share in (0.05, 0.3, 0.5, 0.7, 0.95):
+            cap = full.peak_gib + share * (none.peak_gib - full.peak_gib)
+            guided = _refine_partial_recompute(ctx, p, cap, full, none.peak_gib)
+            plain = _refine_partial_recompute(ctx, p, cap, full)
+            assert guided.plan == plain.plan, (p, cap)
+            checked += 1
+            moved += guided.plan.recompute_layers not in (None, 1)
+    assert checked >= 20 and moved >= 5  # capacities that keep some but not all layers
