@@ -50,4 +50,5 @@ def cluster_object(cluster) -> dict:
             "devices_per_node": cluster.node_size, "scale_up_domain": cluster.scale_up_size,
             "hbm_capacity_gib": hw.hbm_capacity_gib, "peak_tflops_bf16": hw.peak_tflops.bf16,
             "scale_up_GBps": hw.scale_up.unidir_GBps, "nic_GBps": hw.scale_out.unidir_GBps_per_device} | (
+        {} if hw.host_memory_gib is None else {"host_memory_gib": hw.host_memory_gib}) | (
         {} if cluster.price_per_device_hour is None else {"price_per_device_hour": cluster.price_per_device_hour})

@@ -81,8 +81,9 @@ def test_a_cluster_file_states_its_nodes_host_memory(tmp_path):
     f.write_text("hardware: {base: b200, host_memory_gib: 512}\ncount: 16\n")
     r = run_cli("--model", "llama-3.1-405b", "--cluster", f, "--json")
     assert r.exit_code == 0, r.stderr[-500:]
-    best = json.loads(r.stdout)["plans"][0]
-    assert best["fits"] and best["memory"]["host_capacity_gib"] == 512
+    doc = json.loads(r.stdout)
+    best = doc["plans"][0]
+    assert best["fits"] and best["memory"]["host_capacity_gib"] == 512 == doc["cluster"]["host_memory_gib"]
     assert 256 < best["memory"]["host_gib"] <= 512
 
 
