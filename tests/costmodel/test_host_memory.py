@@ -5,7 +5,6 @@ never ranks a plan beyond it, a pinned plan beyond it does not fit, and a cluste
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from support import one_line_error, run_cli
@@ -88,9 +87,14 @@ def test_a_cluster_file_states_its_nodes_host_memory(tmp_path):
 
 
 def test_the_table_says_the_host_share_against_the_host():
-    ctx, ev = _offload_405b(host_gib=512)
-    r = run_cli("--model", "llama-3.1-8b", "--cluster", "tpu-v5ex4")
-    assert r.exit_code == 0, r.stderr[-500:]
-    flat = " ".join(r.stdout.split())
-    assert "in host memory: " in flat and " of 48.00 GiB per device" in flat, flat[-800:]
-    assert math.isclose(ev.memory["host_capacity_gib"], 512)
+    # Llama 3.1 8B on 4 v5e chips fits only with tensors in host memory: its share is printed against the 48 GiB
+    # per chip; on v5p, whose figure is not stated, the line says the host is not checked
+    for cluster, tail in (("tpu-v5ex4", " of 48.00 GiB per device"),
+                          ("tpu-v5px128", " (the host's memory is not known: not checked) GiB per device")):
+        model = "llama-3.1-8b" if cluster == "tpu-v5ex4" else "llama-3.1-405b"
+        r = run_cli("--model", model, "--cluster", cluster, "--json")
+        assert r.exit_code == 0, r.stderr[-500:]
+        host = json.loads(r.stdout)["plans"][0]["memory"]["host_gib"]
+        assert host > 0
+        flat = " ".join(run_cli("--model", model, "--cluster", cluster).stdout.split())
+        assert f"in host memory: {host:.2f}{tail}" in flat, flat[-800:]
