@@ -7,7 +7,8 @@ without it (leave-one-run-out, least median |error|). The band is the BAND_QUANT
 max(measured/predicted, predicted/measured) - 1, as the step-time bands (planner.analysis.bands): the shipped value is
 calibration.MEMORY_BAND_REL, checked against this computation by tests/analysis/test_memory_validation.py. The band is
 also the default memory margin (planner.costmodel.capacity); its one-sided side, the quantile of
-max(0, measured/predicted - 1), is printed beside it for reference.
+max(0, measured/predicted - 1), is printed beside it for reference, and so is the median miss, the inner margin
+(calibration.MEMORY_BAND_MEDIAN_REL: the second memory tier of the ranking).
 
     PYTHONPATH=$PWD python -m planner.analysis.membands
 """
@@ -61,6 +62,11 @@ def band_rel(errors: list[float]) -> float:
     return _quantile([max(1.0 + e, 1.0 / (1.0 + e)) - 1.0 for e in errors], BAND_QUANTILE)
 
 
+def median_band_rel(errors: list[float]) -> float:
+    """The inner margin (calibration.MEMORY_BAND_MEDIAN_REL): the median of the same two-sided misses."""
+    return _quantile([max(1.0 + e, 1.0 / (1.0 + e)) - 1.0 for e in errors], 0.5)
+
+
 def margin_rel(errors: list[float]) -> float:
     """The one-sided band, the side that runs a plan out of memory: the BAND_QUANTILE quantile of how far each
     measured peak lies above its prediction, max(0, measured / predicted - 1). Printed for reference: the margin is
@@ -77,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     a = sorted(abs(e) for e in errs)
     print(f"{len(errs)} peaks: median |error| {statistics.median(a):.1%}, p90 {a[int(0.9 * (len(a) - 1))]:.1%}; "
           f"band (q{BAND_QUANTILE:.2f} of the miss) {band_rel(errs):.4f}, margin (q{BAND_QUANTILE:.2f} of the "
-          f"under-prediction) {margin_rel(errs):.4f}")
+          f"under-prediction) {margin_rel(errs):.4f}, inner margin (q0.50 of the miss) {median_band_rel(errs):.4f}")
     return 0
 
 

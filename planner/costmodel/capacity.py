@@ -12,6 +12,9 @@ that capacity that the model's own memory error could push it over. The search, 
   Stated as a share of the capacity kept free, it is slightly stricter than peak x (1 + band) <= usable. Plans
   that do not keep it rank after every plan that does (planner.search.ranking), so #1, and what --out writes, keeps
   it whenever any plan can. An explicit --memory-headroom (0 included) replaces the margin.
+- the inner margin: where no plan keeps the margin, the plans that keep calibration.MEMORY_BAND_MEDIAN_REL free (the
+  median of the same misses) rank before those that keep less (memory_tier), so #1 is not a plan at the very edge of
+  the capacity while one with room to spare exists. No inner margin either with an explicit --memory-headroom.
 - host memory: what a plan keeps in host DRAM instead of HBM (ZeRO-Offload's optimizer states, MaxText's offloaded
   layer tensors: memory.host_bytes, the stage that keeps the most) must not exceed the host DRAM per device
   (HardwareSpec.host_memory_gib: the profile's reference system; a cluster file's `hardware: {base: <id>,
@@ -46,6 +49,19 @@ def memory_margin_rel(headroom_gib: float | None, cal: Calibration) -> float:
 def within_margin(peak_gib: float, usable_gib: float, margin_rel: float) -> bool:
     """The peak leaves the margin's share of the usable capacity free: peak <= usable x (1 - margin)."""
     return peak_gib <= usable_gib * (1.0 - margin_rel)
+
+
+def inner_margin_rel(headroom_gib: float | None, cal: Calibration) -> float:
+    """The share of the usable capacity the second tier keeps free: the median memory miss; 0 with a headroom given."""
+    return cal.MEMORY_BAND_MEDIAN_REL if headroom_gib is None else 0.0
+
+
+def memory_tier(peak_gib: float, usable_gib: float, margin_rel: float, inner_rel: float) -> int:
+    """0: the peak keeps the margin free; 1: it keeps the inner margin (the median miss) but not the margin; 2: less.
+    Plans rank tier by tier (planner.search.ranking)."""
+    if within_margin(peak_gib, usable_gib, margin_rel):
+        return 0
+    return 1 if within_margin(peak_gib, usable_gib, inner_rel) else 2
 
 
 def host_fits(host_gib: float, limit_gib: float | None) -> bool:

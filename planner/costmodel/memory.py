@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
 from planner.costmodel.calibration import Calibration
-from planner.costmodel.capacity import fit_reserve_gib, memory_margin_rel, usable_capacity_gib
+from planner.costmodel.capacity import fit_reserve_gib, inner_margin_rel, memory_margin_rel, usable_capacity_gib
 from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
 from planner.costmodel.params import layer_params
@@ -342,9 +342,10 @@ HOST_CAPACITY = formula("memory.host_capacity", "host DRAM per device: the node'
                         "within it",
                         "hardware_profiles/*.yaml host_memory_gib (DGX system guides, GCP machine types)")
 USABLE = formula("memory.usable", "HBM - fit reserve (0 under XLA) - --memory-headroom; the margin: peak <= usable x "
-                 "(1 - margin) unless a headroom is given (planner.costmodel.capacity)",
-                 "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL (cross-validated band of the "
-                 "published peaks, planner.analysis.membands)")
+                 "(1 - margin) unless a headroom is given, then the inner margin (the median miss) where no plan "
+                 "keeps it (planner.costmodel.capacity)",
+                 "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL and MEMORY_BAND_MEDIAN_REL (q0.90 and "
+                 "q0.50 of the cross-validated misses of the published peaks, planner.analysis.membands)")
 
 
 @dataclass(frozen=True)
@@ -781,6 +782,8 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int, host_g
                         headroom_gib=headroom or 0.0),
             USABLE.term("memory_margin_rel", memory_margin_rel(headroom, cal), "", band_rel=cal.MEMORY_BAND_REL,
                         headroom_given=str(headroom is not None)),
+            USABLE.term("memory_inner_margin_rel", inner_margin_rel(headroom, cal), "",
+                        median_band_rel=cal.MEMORY_BAND_MEDIAN_REL, headroom_given=str(headroom is not None)),
             HOST.term("host_gib", host_gib, "GiB", offload_optimizer=str(p.offload_optimizer),
                       remat_offloaded=",".join(p.remat_offloaded) if p.custom_remat else "", stage=host_stage),
             *host_capacity_terms(ctx))

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from planner.costmodel import Context, Evaluation, evaluate
-from planner.costmodel.capacity import memory_margin_rel, usable_capacity_gib, within_margin
+from planner.costmodel.capacity import inner_margin_rel, memory_margin_rel, usable_capacity_gib, within_margin
 from planner.costmodel.evaluate import MemoryScreen, screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.partition import megatron_split
@@ -36,9 +36,9 @@ from planner.launchers import capabilities, launcher_errors, model_errors
 from planner.search.ranking import (
     RECOMPUTE_ORDER,
     TIE_BAND_REL,
-    at_memory_edge,
     complexity,
     leaders_first,
+    memory_tier,
     rank,
     select,
 )
@@ -102,13 +102,13 @@ def _sort_key(e: Evaluation) -> tuple:
 
 
 def _working_key(opts: SearchOptions):
-    """_sort_key with the default memory margin: the plans at the memory edge after the others
+    """_sort_key with the default memory margin: the plans by memory tier, those at the memory edge after the others
     (planner.search.ranking.rank), so the stage solves go to the plans the ranking will show."""
     if not opts.memory_margin:
         return _sort_key
 
     def key(e: Evaluation) -> tuple:
-        return (at_memory_edge(e), *_sort_key(e))
+        return (memory_tier(e), *_sort_key(e))
     return key
 
 
@@ -388,6 +388,7 @@ class _Scan:
 
     steps: list[list[dict[str, Any]]]  # the recompute variants tried per micro-batch (_recompute_steps)
     margin_rel: float  # the memory margin the ranking keeps (0 without the default margin)
+    inner_rel: float = 0.0  # the inner margin, the second memory tier (0 without the default margin)
     evaluated: int = 0
     results: list[Evaluation] = field(default_factory=list)
     best_peak: tuple[float, ParallelPlan] | None = None
@@ -459,8 +460,9 @@ def _score_recompute(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
         if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
                 and plan.recompute_layers is None
                 and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
-            # timed once, for the k it keeps: the fewest layers that keep the margin where full recompute does
-            target = cap * (1.0 - margin) if within_margin(peak, cap, margin) else cap
+            # timed once, for the k it keeps: the fewest layers that keep the margin where full recompute does, else
+            # the inner margin where it keeps that (the memory tiers, planner.search.ranking)
+            target = next(cap * (1.0 - m) for m in (margin, scan.inner_rel, 0.0) if within_margin(peak, cap, m))
             ev = _refine_partial_recompute(ctx, plan, target, mem, scan.none_peak)
             scan.evaluated += 1
         else:
@@ -501,7 +503,8 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         raise InputError(_no_structure_reason(ctx, opts))
     keep, pruned_pairs = _candidate_pairs(ctx, opts, rows, cap)
     pruned = len(pruned_pairs)
-    scan = _Scan(_recompute_steps(ctx, opts), memory_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0)
+    scan = _Scan(_recompute_steps(ctx, opts), memory_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0,
+                 inner_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0)
     for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
         _scan_layout(ctx, opts, cap, scan, r, z, shard)
     if not scan.evaluated and pruned_pairs and opts.require_fit:

@@ -4,7 +4,8 @@ The rule (documented in docs/quickstart.md, "Reading the output"):
 
 1. Plans are ordered by predicted step time, fastest first.
    With the default memory margin (planner.costmodel.capacity), a plan whose peak does not leave the margin
-   free ranks after every plan that does: #1 keeps the margin whenever any plan can.
+   free ranks after every plan that does: #1 keeps the margin whenever any plan can. Among the plans that do not,
+   those that keep the inner margin (the median memory miss) rank first: the memory tiers 0, 1, 2 (memory_tier).
 2. Plans whose step time is within TIE_BAND_REL (0.2%) of the fastest plan count as equally fast:
    among them the smaller peak memory ranks first, then the simpler layout. The band is anchored on
    the fastest plan only, so there are no bucket edges that could split two near-equal plans further
@@ -63,14 +64,21 @@ def _peak(e: Scored) -> float:
     return float(e.memory["peak_gib"])
 
 
-def at_memory_edge(e: Scored) -> bool:
-    """The plan's peak does not leave the memory margin of the usable capacity free (planner.costmodel.capacity):
-    the model's own memory error could push it over."""
-    from planner.costmodel.capacity import within_margin
+def memory_tier(e: Scored) -> int:
+    """planner.costmodel.capacity.memory_tier of the plan's peak: 0 keeps the memory margin of the usable capacity
+    free, 1 only the inner margin (the median miss), 2 less: the model's own memory error could push it over."""
+    from planner.costmodel.capacity import memory_tier as tier
 
     mem = e.memory
     usable = mem.get("usable_gib")
-    return usable is not None and not within_margin(_peak(e), usable, mem.get("memory_margin_rel", 0.0))
+    if usable is None:
+        return 0
+    return tier(_peak(e), usable, mem.get("memory_margin_rel", 0.0), mem.get("memory_inner_margin_rel", 0.0))
+
+
+def at_memory_edge(e: Scored) -> bool:
+    """The plan's peak does not leave the memory margin of the usable capacity free (planner.costmodel.capacity)."""
+    return memory_tier(e) > 0
 
 
 def _ordered(evals: list[T], band_rel: float) -> list[T]:
@@ -86,14 +94,15 @@ def _ordered(evals: list[T], band_rel: float) -> list[T]:
 def rank(evals: Sequence[T], band_rel: float = TIE_BAND_REL, memory_margin: bool = False) -> list[T]:
     """`evals` in the documented order (see the module docstring); deterministic for equal inputs. With
     `memory_margin` (the default margin, planner.costmodel.capacity), the plans at the memory edge follow every
-    plan that keeps the margin, each group in that order."""
+    plan that keeps the margin, those keeping the inner margin first (memory_tier), each tier in that order."""
     if not evals:
         return []
     if not memory_margin:
         return _ordered(list(evals), band_rel)
-    kept = [e for e in evals if not at_memory_edge(e)]
-    edge = [e for e in evals if at_memory_edge(e)]
-    return (_ordered(kept, band_rel) if kept else []) + (_ordered(edge, band_rel) if edge else [])
+    tiers: dict[int, list[T]] = {}
+    for e in evals:
+        tiers.setdefault(memory_tier(e), []).append(e)
+    return [e for t in sorted(tiers) for e in _ordered(tiers[t], band_rel)]
 
 
 def select(ranked: Sequence[T], top_k: int, all_variants: bool = False) -> list[T]:

@@ -153,7 +153,9 @@ def legend(doc: dict, compact: bool) -> list[str]:
                      "(HBM less the fit reserve and --memory-headroom); ! = does not fit"
                      + (f"; ~ = leaves less than the memory margin ({100 * band:.0f}% of it, the memory error band: "
                         "how far published peaks landed from their prediction, out of sample) free: ranked after "
-                        "every plan that keeps it (--memory-headroom 0 opts out)." if band else "."))
+                        "every plan that keeps it, those that keep the median miss "
+                        f"({100 * (plans[0].get('memory') or {}).get('memory_inner_margin_rel', 0.0):.1f}%) first "
+                        "(--memory-headroom 0 opts out)." if band else "."))
         if any(p["plan"].get("offload_optimizer") for p in plans):
             lines.append("ZeRO 1 +off: ZeRO stage 1 with the optimizer states and step offloaded to the host CPU.")
     return lines

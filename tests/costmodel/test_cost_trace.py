@@ -35,8 +35,8 @@ def test_time_terms_sum_to_the_step(ev):
 def test_memory_terms_sum_to_the_peak(ev):
     names = tuple(t.name for t in ev.trace.memory)
     host_limit = ("host_capacity_gib",) if "host_capacity_gib" in ev.trace else ()  # where the profile states it
-    assert names == (*MEMORY_PARTS, "peak_gib", "capacity_gib", "usable_gib", "memory_margin_rel", "host_gib",
-                     *host_limit)
+    assert names == (*MEMORY_PARTS, "peak_gib", "capacity_gib", "usable_gib", "memory_margin_rel",
+                     "memory_inner_margin_rel", "host_gib", *host_limit)
     assert math.isclose(sum(ev.trace.value(k) for k in MEMORY_PARTS), ev.memory["peak_gib"], rel_tol=1e-12)
     # the one usable-capacity rule (planner.costmodel.capacity): HBM - reserve - headroom (none here); the reserve is
     # 1 GiB under PyTorch's caching allocator, 0 under XLA's compile-time buffer assignment
@@ -47,6 +47,8 @@ def test_memory_terms_sum_to_the_peak(ev):
     assert ev.fits == (ev.memory["peak_gib"] <= ev.memory["capacity_gib"] - trace_reserve
                        and ev.memory["host_gib"] <= ev.memory.get("host_capacity_gib", math.inf))
     assert ev.within_margin == (ev.memory["peak_gib"] <= ev.memory["usable_gib"] * (1 - ev.memory["memory_margin_rel"]))
+    # the inner margin (the ranking's second memory tier) keeps less free than the margin
+    assert 0 < ev.memory["memory_inner_margin_rel"] < ev.memory["memory_margin_rel"]
 
 
 def test_every_term_names_a_declared_formula_and_its_source():

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 from support import dominated_by_later, run_cli
 
-from planner.search.ranking import TIE_BAND_REL, layout_key, rank, select
+from planner.search.ranking import TIE_BAND_REL, layout_key, memory_tier, rank, select
 from planner.specs import ParallelPlan
 
 
@@ -76,6 +76,25 @@ def test_memory_margin_ranks_every_plan_keeping_it_first():
     # nothing keeps the margin: the plain order among the edge plans
     edge = [mev(2.0, 70.0, tp=8, pp=2, dp=4), mev(1.0, 75.0, tp=8, pp=4, dp=2)]
     assert [e.step_time_s for e in rank(edge, memory_margin=True)] == [1.0, 2.0]
+
+
+def test_inner_margin_ranks_before_the_edge_where_nothing_keeps_the_margin():
+    # Qwen3-235B-A22B on 64 A100-80GB (usable 78.21 GiB, margin 0.1651 keeps <= 65.3 GiB, inner margin 0.0464 keeps
+    # <= 74.58 GiB): no plan keeps the margin; the fastest (128.378 s) peaks at 78.0 GiB, 0.3% under the capacity, and
+    # ranks after the plans keeping the inner margin (72.7 and 74.2 GiB), 2.5-2.6% slower
+    def mev(t, mem, **knobs):
+        return Ev(ParallelPlan(**knobs), t, {"peak_gib": mem, "usable_gib": 78.21, "memory_margin_rel": 0.1651,
+                                             "memory_inner_margin_rel": 0.0464})
+
+    evs = [mev(128.378, 78.015, tp=1, pp=8, dp=8, ep=8), mev(131.766, 72.7, tp=2, pp=8, dp=4, ep=8),
+           mev(131.616, 74.2, tp=2, pp=16, dp=2, ep=4), mev(130.243, 75.4, tp=1, pp=16, dp=4, ep=4)]
+    assert [memory_tier(e) for e in evs] == [2, 1, 1, 2]
+    # 131.766 and 131.616 lie within the 0.2% tie band: the smaller peak first
+    assert [e.step_time_s for e in rank(evs, memory_margin=True)] == [131.766, 131.616, 128.378, 130.243]
+    assert [e.step_time_s for e in rank(evs)] == [128.378, 130.243, 131.616, 131.766]
+    # a plan keeping the margin still ranks before both tiers
+    keeps = mev(140.0, 60.0, tp=4, pp=16, dp=1, ep=4)
+    assert rank([*evs, keeps], memory_margin=True)[0] is keeps and memory_tier(keeps) == 0
 
 
 def test_select_distinct_layouts():

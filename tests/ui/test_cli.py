@@ -34,6 +34,8 @@ def test_json_schema(llama70b):
     edge = [p["step_time_s"] for p in plans if not p["within_memory_margin"]]
     flags = [p["within_memory_margin"] for p in plans]
     assert flags == sorted(flags, reverse=True)
+    tiers = [p["memory_tier"] for p in plans]  # 0 keeps the margin, 1 the inner margin, 2 less (ranking.memory_tier)
+    assert tiers == sorted(tiers) and [t == 0 for t in tiers] == flags
     for ts in (kept, edge):
         assert all(a <= b * TIE_BAND for a, b in zip(ts, ts[1:], strict=False))
     for p in plans:
