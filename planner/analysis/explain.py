@@ -9,6 +9,7 @@ from typing import Any
 from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.placement import placement
 from planner.costmodel.trace import FORMULAS, Term, label
+from planner.search.ranking import memory_tier
 from planner.search.space import plan_errors
 from planner.specs import ParallelPlan
 
@@ -108,6 +109,14 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
         diffs = {k: a.time_breakdown[k] - ev.time_breakdown.get(k, 0.0) for k in a.time_breakdown}
         worst = max(diffs, key=lambda k: diffs[k])
         because = f"{worst.rsplit('_', 1)[0]} {diffs[worst]:+.3f} s" if diffs[worst] > 0 else "overall"
+        if d <= 0 and memory_tier(a) > memory_tier(ev):
+            # faster, but ranked after the plan: it keeps less of the memory margin (planner.search.ranking)
+            kept = "the margin" if memory_tier(ev) == 0 else "the inner margin"
+            out.append({"change": name, "verdict": "at the memory edge",
+                        "detail": f"{100 * d:+.1f}% step time, but peaks at {a.memory['peak_gib']:.1f} of "
+                                  f"{a.memory['usable_gib']:.1f} GiB usable, leaving less than {kept} free",
+                        "step_time_s": a.step_time_s})
+            continue
         out.append({"change": name, "verdict": "slower" if d > 0 else "faster or equal",
                     "detail": f"{100 * d:+.1f}% step time ({because})", "step_time_s": a.step_time_s})
     return out

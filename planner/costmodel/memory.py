@@ -342,8 +342,8 @@ HOST_CAPACITY = formula("memory.host_capacity", "host DRAM per device: the node'
                         "within it",
                         "hardware_profiles/*.yaml host_memory_gib (DGX system guides, GCP machine types)")
 USABLE = formula("memory.usable", "HBM - fit reserve (0 under XLA) - --memory-headroom; the margin: peak <= usable x "
-                 "(1 - margin) unless a headroom is given, then the inner margin (the median miss) where no plan "
-                 "keeps it (planner.costmodel.capacity)",
+                 "(1 - margin), else the inner margin (the median miss) where no plan keeps the margin; neither "
+                 "with a headroom given (planner.costmodel.capacity)",
                  "calibration.FIT_RESERVE_GIB; calibration.MEMORY_BAND_REL and MEMORY_BAND_MEDIAN_REL (q0.90 and "
                  "q0.50 of the cross-validated misses of the published peaks, planner.analysis.membands)")
 

@@ -148,3 +148,26 @@ def test_leaders_first_keeps_order_within_groups():
     from planner.search.ranking import leaders_first
     evs = [ev(1.0, 1, tp=4, pp=4, dp=4, vpp=2), ev(1.1, 1, tp=4, pp=4, dp=4, vpp=4), ev(1.2, 1, tp=8, pp=2, dp=4)]
     assert [e.step_time_s for e in leaders_first(evs)] == [1.0, 1.2, 1.1]
+
+
+def test_search_ranks_the_inner_memory_margin_first_where_no_plan_keeps_the_margin():
+    # Qwen3-235B-A22B on 64 A100-80GB: no plan keeps the 16.5% margin; the fastest plan found peaks 0.3% under the
+    # usable capacity. #1 keeps the inner margin (4.64%), its note names the faster plan, explain says why that
+    # neighbour loses, and --memory-headroom 0 (no margins) ranks the fastest first
+    args = ("--model", "qwen3-235b-a22b", "--cluster", "a100x64", "--json")
+    doc = json.loads(run_cli(*args).stdout)
+    best = doc["plans"][0]
+    mem = best["memory"]
+    assert [p["memory_tier"] for p in doc["plans"]] == sorted(p["memory_tier"] for p in doc["plans"])
+    assert best["memory_tier"] == 1 and not best["within_memory_margin"]
+    assert mem["usable_gib"] * (1 - mem["memory_margin_rel"]) < mem["peak_gib"] <= \
+        mem["usable_gib"] * (1 - mem["memory_inner_margin_rel"])
+    note = next(w for w in best["warnings"] if w.startswith("the inner memory margin ranks a"))
+    bare = json.loads(run_cli(*args, "--memory-headroom", "0").stdout)["plans"][0]
+    assert bare["step_time_s"] < best["step_time_s"] and f"{bare['step_time_s']:.3f} s" in note
+    assert bare["memory"]["peak_gib"] > mem["usable_gib"] * (1 - mem["memory_inner_margin_rel"])
+    assert bare["memory_tier"] == 0 and bare["memory"]["memory_inner_margin_rel"] == 0.0  # no margins at all
+    why = json.loads(run_cli("explain", *args).stdout)["why_not"]
+    edge = [r for r in why if r["verdict"] == "at the memory edge"]
+    assert edge and all(r["step_time_s"] <= best["step_time_s"] for r in edge)
+    assert any(r["step_time_s"] == pytest.approx(bare["step_time_s"]) for r in edge)
