@@ -75,8 +75,10 @@ NEIGHBOURS: tuple[tuple[str, Change], ...] = (
 
 
 def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
-    """For each neighbour of the plan: does it break a rule, not fit, or run slower (and why)."""
+    """For each neighbour of the plan: does it break a rule, not fit, run slower (and why), or run faster but keep
+    less of the memory margin (planner.search.ranking.memory_tier, so it ranks after the plan)."""
     out: list[dict[str, Any]] = []
+    tier = memory_tier(ev)
     for name, change in NEIGHBOURS:
         upd = change(ev.plan)
         if not upd:
@@ -109,9 +111,9 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
         diffs = {k: a.time_breakdown[k] - ev.time_breakdown.get(k, 0.0) for k in a.time_breakdown}
         worst = max(diffs, key=lambda k: diffs[k])
         because = f"{worst.rsplit('_', 1)[0]} {diffs[worst]:+.3f} s" if diffs[worst] > 0 else "overall"
-        if d <= 0 and memory_tier(a) > memory_tier(ev):
+        if d <= 0 and memory_tier(a) > tier:
             # faster, but ranked after the plan: it keeps less of the memory margin (planner.search.ranking)
-            kept = "the margin" if memory_tier(ev) == 0 else "the inner margin"
+            kept = "the margin" if tier == 0 else "the inner margin"
             out.append({"change": name, "verdict": "at the memory edge",
                         "detail": f"{100 * d:+.1f}% step time, but peaks at {a.memory['peak_gib']:.1f} of "
                                   f"{a.memory['usable_gib']:.1f} GiB usable, leaving less than {kept} free",

@@ -58,13 +58,18 @@ def loo_errors(rows: list[dict]) -> list[float]:
     return out
 
 
+def _misses(errors: list[float]) -> list[float]:
+    """How far each prediction missed, either way: max(measured/predicted, predicted/measured) - 1."""
+    return [max(1.0 + e, 1.0 / (1.0 + e)) - 1.0 for e in errors]
+
+
 def band_rel(errors: list[float]) -> float:
-    return _quantile([max(1.0 + e, 1.0 / (1.0 + e)) - 1.0 for e in errors], BAND_QUANTILE)
+    return _quantile(_misses(errors), BAND_QUANTILE)
 
 
 def median_band_rel(errors: list[float]) -> float:
     """The inner margin (calibration.MEMORY_BAND_MEDIAN_REL): the median of the same two-sided misses."""
-    return _quantile([max(1.0 + e, 1.0 / (1.0 + e)) - 1.0 for e in errors], 0.5)
+    return _quantile(_misses(errors), 0.5)
 
 
 def margin_rel(errors: list[float]) -> float:

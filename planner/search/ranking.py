@@ -76,11 +76,6 @@ def memory_tier(e: Scored) -> int:
     return tier(_peak(e), usable, mem.get("memory_margin_rel", 0.0), mem.get("memory_inner_margin_rel", 0.0))
 
 
-def at_memory_edge(e: Scored) -> bool:
-    """The plan's peak does not leave the memory margin of the usable capacity free (planner.costmodel.capacity)."""
-    return memory_tier(e) > 0
-
-
 def _ordered(evals: list[T], band_rel: float) -> list[T]:
     fastest = min(e.step_time_s for e in evals)
     edge = fastest * (1.0 + band_rel)
