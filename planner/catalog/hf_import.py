@@ -548,10 +548,18 @@ def _group_routing(r: _Reader, num_experts: int) -> dict:
     report arXiv 2405.04434 sec. 2.2.2; DeepSeek-V3 report arXiv 2412.19437 sec. 2.1.2). Greedy routing
     (V2-Lite) or a single group: unlimited."""
     groups = r.int("n_group", 1, null=1)
-    if groups <= 1 or num_experts % groups or str(r.cfg.get("topk_method", "")) == "greedy":
+    if groups <= 1 or str(r.cfg.get("topk_method", "")) == "greedy":
         return {}
+    # HF DeepseekV3TopkRouter views the scores as (tokens, n_group, experts / n_group) and takes topk(topk_group) of
+    # the groups: a config that breaks either fails in transformers itself
+    if num_experts % groups:
+        raise r._err("n_group", f"= {groups} does not divide the {num_experts} routed experts (group-limited routing "
+                     "splits them into equal groups): fix the config")
     top = r.int("topk_group", groups, null=groups)
-    return {"route_groups": groups, "route_topk_groups": min(top, groups)}
+    if top > groups:
+        raise r._err("topk_group", f"= {top} exceeds n_group = {groups} (each token picks its experts from at most "
+                     "n_group groups): fix the config")
+    return {"route_groups": groups, "route_topk_groups": top}
 
 
 # --------------------------------------------------------------------------------------------

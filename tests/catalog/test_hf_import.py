@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import HF_CONFIG_FILES, N_HF_CONFIGS
+from support import HF_CONFIG_FILES, HF_CONFIGS_DIR, N_HF_CONFIGS
 
 from planner.catalog.hf_import import SUPPORTED_MODEL_TYPES, from_hf_config
 from planner.catalog.models import load_model_catalog
@@ -170,6 +170,12 @@ def test_layer_types_and_windows():
     assert from_hf_config(mis).num_sliding_layers == 0
 
 
+def dsv3(**kw) -> dict:
+    """DeepSeek-V3's published config.json (a copy of shared/reference/hf_configs) with fields replaced."""
+    with open(HF_CONFIGS_DIR / "deepseek-v3.json") as f:
+        return {**json.load(f), **kw}
+
+
 def llama4(**kw) -> dict:
     return {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 8, "num_attention_heads": 40,
             "intermediate_size": 8192, **kw}
@@ -267,6 +273,9 @@ def test_name_defaults():
      "'attn_config' must be a mapping"),
     ({"model_type": "gpt2", "n_embd": 768, "n_layer": 2, "n_head": 12, "add_cross_attention": True},
      "add_cross_attention"),
+    # group-limited routing HF's router cannot run (tests/costmodel/test_transformers_counts.py: transformers fails)
+    (dsv3(n_group=3), "'n_group' = 3 does not divide the 256 routed experts"),
+    (dsv3(topk_group=9), "'topk_group' = 9 exceeds n_group = 8"),
 ])
 def test_bad_config(cfg, match):
     with pytest.raises(InputError, match=match) as e:

@@ -28,6 +28,7 @@ from support import HF_CONFIG_FILES, N_HF_CONFIGS
 from planner.catalog.hf_import import from_hf_config
 from planner.catalog.models import load_model_catalog
 from planner.costmodel.params import count_params, layer_params
+from planner.errors import InputError
 
 pytestmark = pytest.mark.consumers  # real transformers models (the `validate` extra), as the consumer tests
 
@@ -254,3 +255,22 @@ def test_llama4_composite_is_its_text_model():
     assert spec.family == "llama4_text"
     assert count_params(spec).total == text_numel + lm_head
     assert count_params(spec).total < numel(full)  # the vision tower is left out
+
+
+@pytest.mark.parametrize("fields,error", [({"n_group": 3}, "invalid for input"), ({"topk_group": 5}, "out of range")])
+def test_group_routing_the_importer_refuses_fails_in_transformers(fields, error):
+    """The group-limited routing the importer refuses (tests/catalog/test_hf_import.py) does not run in transformers
+    either: its router views the scores as (tokens, n_group, experts / n_group) and takes topk(topk_group) of the
+    groups. The same toy with 4 groups of 4 experts, 2 picked, runs."""
+    torch, transformers = require_transformers()
+    cfg = TOY["deepseek_v3-small"]
+    tokens = torch.zeros(1, 8, dtype=torch.long)
+    for over in ({}, fields):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**{**cfg, **over}))
+        if not over:
+            assert model(tokens).logits.shape == (1, 8, 300)
+            continue
+        with pytest.raises(RuntimeError, match=error):
+            model(tokens)
+        with pytest.raises(InputError, match=f"'{next(iter(over))}'"):
+            from_hf_config({**cfg, **over})
