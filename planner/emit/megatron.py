@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 
 from planner.costmodel.memory import selective_recompute_modules
+from planner.costmodel.partition import stage_layer_counts
 from planner.emit.common import dumps, moe_layer_pattern, run_length_expr, torchrun_tail
 from planner.launchers import refuse
 from planner.launchers.contract import bias_layout, rope_scaling_value
@@ -45,11 +46,45 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
     return list(a), env
 
 
+def pipeline_layout(job: Job) -> str | None:
+    """--pipeline-model-parallel-layout for a layer split the classic flags cannot state, else None. The classic
+    flags state even splits over pp x vpp, the embedding and loss counted as layers, and first/last stage sizes whose
+    counts divide into vpp (megatron-core 0.19.2 transformer_config.py:1990-2105); any other split (DeepSeek-V3's 61
+    layers over pp 8 x vpp 2) is written stage by stage: the pipeline ranks' layer counts the plan was costed with
+    (planner.costmodel.partition.stage_layer_counts), each rank's split as evenly as it goes over its vpp virtual
+    stages, the earlier ones taking the remainder; the embedding (E) opens the first virtual stage, the MTP modules
+    (m) and the loss (L) close the last (pipeline_parallel_layer_layout.py validate_layer_layout: MTP in the last
+    virtual stage of a rank other than the first). Stages are listed in Megatron's order, virtual stage by virtual
+    stage over the ranks (stage vpp_rank * pp + pp_rank)."""
+    m, p = job.model, job.plan
+    counts = stage_layer_counts(m.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers)
+    if p.pp == 1 or p.account_embedding_loss:
+        return None
+    if job.uneven and all(c % p.vpp == 0 for c in counts):
+        return None  # --decoder-first/last-pipeline-num-layers [--num-virtual-stages-per-pipeline-rank]
+    if not job.uneven and m.num_layers % p.pp == 0 and (m.num_layers // p.pp) % p.vpp == 0:
+        return None  # even: [--num-layers-per-virtual-pipeline-stage]
+    stages = []
+    for v in range(p.vpp):
+        for rank, c in enumerate(counts):
+            n = c // p.vpp + (v < c % p.vpp)
+            text = f"t*{n}" if n > 1 else "t" * n
+            if v == 0 and rank == 0:
+                text = "E" + text
+            if v == p.vpp - 1 and rank == p.pp - 1:
+                text += "m" * (m.mtp_layers or 0) + "L"
+            stages.append(text)
+    return "|".join(stages)
+
+
 def _parallel_args(job: Job, a: _Args) -> None:
     m, p = job.model, job.plan
     a.flag("--tensor-model-parallel-size", p.tp)
     a.flag("--pipeline-model-parallel-size", p.pp)
-    if job.uneven:
+    layout = pipeline_layout(job)
+    if layout is not None:
+        a.flag("--pipeline-model-parallel-layout", layout)
+    elif job.uneven:
         if p.first_stage_layers is not None:
             a.flag("--decoder-first-pipeline-num-layers", p.first_stage_layers)
         if p.last_stage_layers is not None:

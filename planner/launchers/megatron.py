@@ -9,18 +9,6 @@ from planner.launchers import Capabilities, Rule, contract_rule, is_tpu, microba
 from planner.launchers.job import Job
 
 
-def _uneven_layers(job: Job) -> bool:
-    m, p = job.model, job.plan
-    return p.pp > 1 and not job.uneven and not p.account_embedding_loss and m.num_layers % p.pp != 0
-
-
-def _vpp_split(job: Job) -> bool:
-    m, p = job.model, job.plan
-    if p.vpp == 1 or job.uneven or p.account_embedding_loss or m.num_layers % p.pp:
-        return False
-    return (m.num_layers // p.pp) % p.vpp != 0
-
-
 def _interleaved_microbatches(job: Job) -> bool:
     p = job.plan
     return p.pp > 1 and p.vpp > 1 and microbatches(job) % p.pp != 0
@@ -41,11 +29,9 @@ RULES = (
          "[absent: GPipe, ZB, DualPipe]",
          lambda j: j.plan.pp > 1 and j.plan.schedule not in SCHEDULES,
          detail=lambda j: {"s": _SCHEDULE_NAMES[j.plan.schedule]}),
-    Rule("even-pp-split", "{L} layers do not split evenly over pp={pp} and the plan gives no first/last stage sizes",
-         "MLM:megatron/training/arguments.py:558-572 [assert]", _uneven_layers,
-         detail=lambda j: {"L": j.model.num_layers, "pp": j.plan.pp}),
-    Rule("vpp-split", "layers per pipeline rank do not split into vpp={v} virtual stages",
-         "MLM:megatron/training/arguments.py:548 [assert]", _vpp_split, detail=lambda j: {"v": j.plan.vpp}),
+    # no rule on the layer split: first/last stage sizes or even splits where those flags state them, any other split
+    # (uneven stages, stages that do not divide into vpp) as --pipeline-model-parallel-layout (planner/emit/megatron.py
+    # pipeline_layout; megatron-core 0.19.2 transformer/pipeline_parallel_layer_layout.py)
     Rule("interleaved-microbatches", "the interleaved schedule needs the micro-batch count divisible by pp",
          "MLM:megatron/core/pipeline_parallel/schedules.py:995-1015 [assert]", _interleaved_microbatches),
     Rule("fsdp-with-pp", "Megatron-FSDP (zero_stage 3) with pipeline parallelism",

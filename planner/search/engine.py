@@ -28,7 +28,7 @@ from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.capacity import inner_margin_rel, memory_margin_rel, usable_capacity_gib, within_margin
 from planner.costmodel.evaluate import MemoryScreen, screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
-from planner.costmodel.partition import megatron_split
+from planner.costmodel.partition import megatron_split, stage_layer_counts
 from planner.costmodel.pipeline import rank_first_last_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
@@ -229,9 +229,11 @@ def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarra
 
 def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, str, int | None, int | None, bool]]:
     """(vpp, schedule, first_stage_layers, last_stage_layers, account_embedding_loss) for a pipeline
-    depth. Layer splits are proposed only in forms Megatron can state: even over pp (and vpp), the
+    depth. Layer splits are proposed in the forms Megatron's classic flags state: even over pp (and vpp), the
     embedding and loss counted as layers, or explicit first/last stage sizes with equal middle stages
-    (planner.costmodel.partition.megatron_split); pinned sizes are kept."""
+    (planner.costmodel.partition.megatron_split); where none does, the default uneven split if the stack states
+    any split (Stack.pipeline_layout_option: Megatron's --pipeline-model-parallel-layout) and v divides its fullest
+    ranks' layers; pinned sizes are kept."""
     L = ctx.model.num_layers
     if pp == 1:
         return [(1, "1f1b", None, None, False)]
@@ -247,6 +249,10 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         if (L + 2) % pp == 0 and ((L + 2) // pp) % v == 0:
             return True, None, None, True
         fl = megatron_split(L, pp, v)
+        if fl is None and ctx.stack.pipeline_layout_option and max(stage_layer_counts(L, pp)) % v == 0:
+            # the default uneven split as a stated layout (Stack.pipeline_layout_option), its virtual stages even on
+            # the fullest ranks, which set the steady state (v divides their layers, as an even split's v does)
+            return True, None, None, False
         return (fl is not None, *(fl or (None, None)), False)
 
     out = []

@@ -14,9 +14,10 @@ Rules (Megatron-core / torchtitan):
   tp * pp * cp * dp == devices;              ep * etp divides tp * cp * dp, experts % ep == 0
   heads % tp == 0; kv_heads % tp == 0 or tp % kv_heads == 0 (KV heads replicated)
   seq_len % (2 * cp) == 0 (load-balanced causal CP chunks); a2a CP needs heads % (tp * cp) == 0
-  pp * vpp chunks each get a layer; the search proposes only even splits (counting the embedding and loss
-  as a layer each where that makes it even: Megatron --account-for-*-in-pipeline-split), a user-fixed
-  uneven split is allowed (Megatron --pipeline-model-parallel-layout); explicit first/last stage sizes too
+  pp * vpp chunks each get a layer; the search proposes even splits (counting the embedding and loss
+  as a layer each where that makes it even: Megatron --account-for-*-in-pipeline-split), first/last stage sizes
+  with equal middle stages, and, where the stack states any split (Megatron --pipeline-model-parallel-layout,
+  Stack.pipeline_layout_option), the default uneven one; a user-fixed uneven split is allowed
   global_batch % (dp * micro_batch) == 0
   zero_shard_size: a multiple of cp dividing dp * cp (whole CP groups, whole replicas)
   sequence parallelism only with tp > 1; interleaving only with pp > 1

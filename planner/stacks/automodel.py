@@ -158,6 +158,7 @@ STACK = Stack(
     searched_zero_stages=(3,),  # FSDP2Manager shards with fully_shard whenever dp_shard > 1
     hsdp_searched=True,  # FSDP2Manager takes dp_replicate_size: HSDP
     zero3_in_domain_searched=False,  # its ZeRO-3 is already among the searched stages
+    pipeline_layout_option=False,  # layers_per_stage with first/last stage sizes only (its rules below)
     plan_rules=(  # each rule cited above it
         moe_parallelizer_limits,
         # AutoPipeline splits stages with torch.distributed.pipelining as torchtitan does (layers_per_stage,

@@ -171,6 +171,11 @@ class Stack:
     # what Megatron's launch files write (planner/emit/megatron.py --moe-flex-dispatcher-backend deepep) and what
     # NeMo AutoModel's enable_deepep runs
     moe_flex_backend: MoEFlexBackend = "deepep"
+    # ---- pipeline, defaulted: the launch files state any split of the layers over the pipeline ranks and their
+    # virtual stages (Megatron's --pipeline-model-parallel-layout), so a split that no first/last stage sizes state
+    # (DeepSeek-V3's 61 layers over 8 ranks of 2 virtual stages) is searched too: the default uneven split
+    # (planner.costmodel.partition.stage_layer_counts). False: only the splits the stack's first/last sizes state.
+    pipeline_layout_option: bool = False
 
 
     @property

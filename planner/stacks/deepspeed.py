@@ -83,6 +83,7 @@ STACK = Stack(
     searched_zero_stages=(1, 2, 3),  # ZeRO stages 1-3 are all first-class in ds_config
     hsdp_searched=False,  # shards over all data-parallel ranks: MiCS was removed in 0.19 (DS:runtime/zero/config.py)
     zero3_in_domain_searched=False,  # its ZeRO-3 is already among the searched stages (searched_zero_stages)
+    pipeline_layout_option=False,  # type:transformer partitioning, first/last sizes (planner/launchers/deepspeed.py)
     # Megatron-DeepSpeed forked Megatron-LM's pipeline argument checks (MDS:megatron/arguments.py, megatron/
     # schedules.py); the DeepSpeed launcher refuses virtual stages and stage sizes altogether
     plan_rules=(

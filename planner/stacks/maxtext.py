@@ -99,6 +99,7 @@ STACK = Stack(
     searched_zero_stages=(3,),  # weights sharded over the fsdp axis (MT:configs/base.yml ici_fsdp_parallelism)
     hsdp_searched=True,  # fsdp axis within a slice, data axis across (MT:configs/base.yml dcn_data_parallelism)
     zero3_in_domain_searched=False,  # its ZeRO-3 is already among the searched stages (searched_zero_stages)
+    pipeline_layout_option=False,  # num_layers_per_pipeline_stage: one count for all stages (emit/maxtext.py)
     # implied by MaxText's stricter rules (MT:configs/types.py:3574-3617: layers split evenly over pp x vpp with no
     # stage sizes, the micro-batch count a multiple of pp for every schedule)
     plan_rules=(

@@ -9,7 +9,6 @@ from planner.stacks.rules import (
     embedding_loss_units_split,
     fp8_param_gather_needs_sharded_optimizer,
     interleaved_microbatches,
-    uneven_stages_split_into_vpp,
 )
 
 STACK = Stack(
@@ -132,12 +131,14 @@ STACK = Stack(
     searched_zero_stages=(1,),
     hsdp_searched=False,  # --num-distributed-optimizer-instances is tried only when pinned (--zero-shard)
     zero3_in_domain_searched=True,  # Megatron-FSDP within one NVLink domain, where SC21 Table 2 says nothing against it
+    # any layer split over the pipeline ranks and virtual stages: --pipeline-model-parallel-layout (megatron-core 0.19.2
+    # transformer/pipeline_parallel_layer_layout.py PipelineParallelLayerLayout; the first/last stage sizes' rule that
+    # each divides into vpp, transformer_config.py:1990-2062, does not bind: planner/emit/megatron.py pipeline_layout)
+    pipeline_layout_option=True,
     plan_rules=(  # each rule cited above it
         # megatron-core 0.19.2 pipeline_parallel/schedules.py:1133-1150 (microbatch_group_size_per_vp_stage
         # defaults to pp; the remainder must be 0); core_v0.16.1 schedules.py:995-1015 [assert]
         interleaved_microbatches("Megatron"),
-        # megatron-core 0.19.2 transformer/transformer_config.py:1990-2062 [raise]
-        uneven_stages_split_into_vpp("Megatron", "--decoder-first/last-pipeline-num-layers"),
         # megatron-core 0.19.2 transformer/transformer_config.py:2063-2105 [raise]
         embedding_loss_units_split("Megatron"),
         # megatron-core 0.19.2 transformer/transformer_config.py:2669-2699 (overlap_moe_expert_parallel_comm: vpp set

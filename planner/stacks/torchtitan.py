@@ -132,6 +132,7 @@ STACK = Stack(
     searched_zero_stages=(3,),  # torchtitan shards with FSDP2 (fully_shard) whenever dp_shard > 1
     hsdp_searched=True,  # HSDP: data_parallel_replicate_degree x one shard group per scale-up domain
     zero3_in_domain_searched=False,  # its ZeRO-3 is already among the searched stages (searched_zero_stages)
+    pipeline_layout_option=False,  # layers_per_stage, first/last_stage_less_layers (emit/torchtitan.py)
     # torchtitan's own rules imply these two (TT:distributed/pipeline_parallel.py:400-427: no stage sizes with
     # virtual stages; layers + the embedding and output units split over pp x vpp stages). It has no rule on the
     # interleaved micro-batch count beyond n % (n // pp) (torch 2.13 pipelining schedules.py:2935-2942)

@@ -88,6 +88,7 @@ def main(req_path: str, out_path: str) -> None:
     os.environ.setdefault("LOCAL_RANK", "0")
     import megatron.training.arguments as A
     from megatron.core.parallel_state import RankGenerator
+    from megatron.core.transformer.enums import LayerType
     from megatron.training.argument_utils import core_transformer_config_from_args
     stand_in_transformer_engine()
 
@@ -137,6 +138,10 @@ def main(req_path: str, out_path: str) -> None:
                "precision_aware_optimizer": bool(getattr(args, "use_precision_aware_optimizer", False)),
                "exp_avg_dtype": str(getattr(args, "exp_avg_dtype", None)),
                "exp_avg_sq_dtype": str(getattr(args, "exp_avg_sq_dtype", None))}
+        layout = cfg.pipeline_model_parallel_layout  # a PipelineParallelLayerLayout when the args state one
+        # decoder layers and MTP modules per pipeline rank and virtual stage, as Megatron builds them
+        out["layout"] = None if layout is None else [
+            [[chunk.count(LayerType.decoder), chunk.count(LayerType.mtp)] for chunk in rank] for rank in layout.layout]
         out["model"] = model_fields(args, cfg)
         # process groups for the whole world, as parallel_state.initialize_model_parallel builds them
         try:

@@ -9,6 +9,7 @@ import pytest
 
 from consumers.cases import (
     CONSUMER_CASES,
+    DEEPSEEK_V3,
     GOLDEN_CASES,
     LLAMA31_8B,
     LLAMA31_405B,
@@ -23,6 +24,9 @@ from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import argv_of_script, megatron_spec, same_model
 from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
+from planner.costmodel.partition import stage_layer_counts
+from planner.emit.megatron import pipeline_layout
+from planner.launchers.job import make_job
 from planner.specs import ParallelPlan, TrainingSpec
 
 pytestmark = pytest.mark.consumers
@@ -46,8 +50,20 @@ MXFP8_PARAMS_CASE = Case("llama8b-mxfp8-param-gather-8xb200", LLAMA31_8B, cluste
 HYBRIDEP_CASE = Case("mixtral-ep8-flex-hybridep-64xgb200", MIXTRAL_8X7B, cluster("gb200-nvl72", 64),
                      TrainingSpec(seq_len=4096, global_batch=256, moe_dispatcher="flex", moe_flex_backend="hybridep"),
                      ParallelPlan(dp=64, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"))
-CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + [B200_CASE] + catalog_cases() + [ACCOUNT_CASE, FP8_PARAMS_CASE,
-                                                                                     MXFP8_PARAMS_CASE, HYBRIDEP_CASE]
+# layer splits only --pipeline-model-parallel-layout states: DeepSeek-V3's 61 layers (and its MTP module) over pp 4 x
+# vpp 8, as the search proposes them (planner.search.engine._vpp_choices), and pinned first/last stage sizes that do
+# not divide into the virtual stages
+LAYOUT_CASE = Case("deepseek-v3-pp4vpp8-layout-1024xh100", DEEPSEEK_V3, cluster("h100-sxm-80gb", 1024),
+                   TrainingSpec(seq_len=4096, global_batch=1024),
+                   ParallelPlan(tp=2, pp=4, vpp=8, dp=128, ep=256, etp=1, micro_batch=1, zero_stage=1,
+                                recompute="selective", schedule="interleaved"))
+LAYOUT_FIRST_LAST_CASE = Case("mixtral-pp4vpp2-first7-last7-layout-64xh100", MIXTRAL_8X7B, cluster("h100-sxm-80gb", 64),
+                              TrainingSpec(seq_len=4096, global_batch=256),
+                              ParallelPlan(tp=2, pp=4, vpp=2, dp=8, ep=8, etp=1, micro_batch=1, zero_stage=1,
+                                           schedule="interleaved", first_stage_layers=7, last_stage_layers=7))
+EXTRA_CASES = [B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE, MXFP8_PARAMS_CASE, HYBRIDEP_CASE, LAYOUT_CASE,
+               LAYOUT_FIRST_LAST_CASE]
+CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() + EXTRA_CASES
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
 # the search's own choices are built lazily (four full searches); every one must be written for Megatron
@@ -155,7 +171,16 @@ def test_megatron_accepts_emitted_args(results, name):
     assert r["config_class"] == ("MLATransformerConfig" if case.model.mla else "TransformerConfig")
     assert r["distributed_optimizer"] == (p.zero_stage >= 1)
     assert r["megatron_fsdp"] == (p.zero_stage == 3)
-    assert r["first_last"] == [p.first_stage_layers, p.last_stage_layers]
+    layout = pipeline_layout(make_job(case.model, case.cluster, case.train, p))
+    if layout is None:
+        assert r["layout"] is None and r["first_last"] == [p.first_stage_layers, p.last_stage_layers]
+    else:  # the layer split the plan was costed with, stated stage by stage (MTP modules in the last virtual stage)
+        assert r["first_last"] == [None, None]
+        counts = stage_layer_counts(case.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers)
+        assert [sum(layers for layers, _ in rank) for rank in r["layout"]] == counts
+        assert all(max(n for n, _ in rank) - min(n for n, _ in rank) <= 1 for rank in r["layout"])
+        assert r["layout"][-1][-1][1] == case.model.mtp_layers
+        assert sum(mtp for rank in r["layout"] for _, mtp in rank) == case.model.mtp_layers
     gran = {"none": None, "selective": "selective", "full": "full"}[p.recompute]
     assert r["recompute"][0] == gran
     if case.model.moe is not None and case.model.moe.first_k_dense:
@@ -179,6 +204,12 @@ def test_megatron_accepts_emitted_args(results, name):
     if case.train.optimizer_dtype == "bf16":
         assert r["precision_aware_optimizer"]
         assert "bfloat16" in r["exp_avg_dtype"] and "bfloat16" in r["exp_avg_sq_dtype"]
+
+
+def test_every_extra_case_is_written_for_megatron():
+    """The cases above exist to run through megatron-core: none may drop out of CASES because Megatron's files were
+    not written for it (the layout cases were refused before --pipeline-model-parallel-layout)."""
+    assert [c.name for c in EXTRA_CASES if c.name not in BY_NAME] == []
 
 
 def test_a_case_states_bf16_gradients_and_moments():

@@ -214,13 +214,29 @@ def test_megatron_cannot_express():
     cases = {
         "gpipe": case_with(ParallelPlan(tp=8, pp=4, dp=4, schedule="gpipe")),
         "zero-bubble": case_with(ParallelPlan(tp=8, pp=4, vpp=2, dp=4, schedule="zb")),
-        "split evenly": case_with(ParallelPlan(tp=8, pp=3, dp=2), count=48,
-                                  train=TrainingSpec(global_batch=60)),
         "tpu": case_with(ParallelPlan(tp=4, dp=16), hw="tpu-v5p"),
     }
     for why, c in cases.items():
         _, skipped = c.emit({"megatron"})
         assert why.lower() in skipped["megatron"].lower(), (why, skipped)
+
+
+def test_megatron_states_any_layer_split_as_a_layout():
+    """Layers pp does not divide, with no first/last stage sizes, were refused ("do not split evenly"); Megatron
+    states any split as --pipeline-model-parallel-layout (megatron-core 0.19.2; the consumer test runs it): the cost
+    model's stage counts (partition.stage_layer_counts), the embedding first and the loss last."""
+    from planner.costmodel.partition import stage_layer_counts
+
+    c = case_with(ParallelPlan(tp=8, pp=3, dp=2), count=48, train=TrainingSpec(global_batch=60))
+    files, skipped = c.emit({"megatron"})
+    assert "megatron" not in skipped
+    args = json.loads(files["megatron_args.json"])["args"]
+    layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+    stages = layout.split("|")
+    assert len(stages) == 3 and stages[0].startswith("E") and stages[-1].endswith("L")
+    counts = [int(st.strip("EL").split("*")[1]) for st in stages]
+    assert counts == stage_layer_counts(c.model.num_layers, 3) and c.model.num_layers % 3
+    assert not {"--decoder-first-pipeline-num-layers", "--num-layers-per-virtual-pipeline-stage"} & set(args)
 
 
 def test_megatron_launch_script_is_valid_bash_with_the_nodes():

@@ -90,17 +90,52 @@ def test_megatron_split(L, pp, vpp, expected):
                                                    ("nemotron-4-340b", "h100x512", 4096, 512)])
 def test_search_plans_state_their_layer_split(model, cluster, seq, gbs):
     """Every plan the search returns splits its layers in a form Megatron can be told: evenly over
-    pp and vpp, counting the embedding and loss as layers, or with explicit first/last stage sizes."""
+    pp and vpp, counting the embedding and loss as layers, with explicit first/last stage sizes, or, where none of
+    those states a split over virtual stages, as --pipeline-model-parallel-layout: the default uneven split, its
+    virtual stages even on the fullest ranks (DeepSeek-V3's 61 layers)."""
+    from planner.costmodel.partition import megatron_split, stage_layer_counts
+    from planner.emit.megatron import pipeline_layout
+    from planner.launchers.job import make_job
+
     ctx = ctx_for(model, cluster, seq_len=seq, global_batch=gbs)
     L = ctx.model.num_layers
-    for e in search(ctx, SearchOptions(top_k=10)).plans:
+    layouts = 0
+    for e in search(ctx, SearchOptions(top_k=10, distinct_layouts=False)).plans:
         p = e.plan
+        layout = pipeline_layout(make_job(ctx.model, ctx.cluster, ctx.train, p))
         if p.account_embedding_loss:  # Megatron --account-for-embedding/loss-in-pipeline-split
             assert (L + 2) % p.pp == 0 and ((L + 2) // p.pp) % p.vpp == 0, p
+        elif layout is not None:
+            counts = stage_layer_counts(L, p.pp)
+            assert p.first_stage_layers is None and p.last_stage_layers is None, p
+            assert p.vpp > 1 and megatron_split(L, p.pp, p.vpp) is None and max(counts) % p.vpp == 0, p
+            assert layout.count("|") == p.pp * p.vpp - 1 and layout.startswith("E") and layout.endswith("L"), layout
+            layouts += 1
         elif p.first_stage_layers is None and p.last_stage_layers is None:
             assert L % p.pp == 0 and (L // p.pp) % p.vpp == 0, p
         else:
             assert not plan_errors(ctx.model, ctx.train, ctx.cluster.count, p)
+
+
+def test_interleaving_is_searched_where_only_a_stated_layout_splits_the_layers():
+    """DeepSeek-V3's 61 layers split over no pp x vpp with first/last stage sizes (megatron_split: none), so
+    `--schedule interleaved` found no plan Megatron could run (issue 23); with --pipeline-model-parallel-layout the
+    search proposes the default uneven split over the virtual stages that divide its fullest ranks, and Megatron's
+    launch files state it (tests/consumers/test_megatron_consumer.py runs the layout through megatron-core)."""
+    from planner.costmodel.partition import megatron_split, stage_layer_counts
+    from planner.emit.megatron import pipeline_layout
+    from planner.launchers import launcher_errors
+    from planner.launchers.job import make_job
+
+    ctx = ctx_for("deepseek-v3", "h100x1024", seq_len=4096, global_batch=1024)
+    plans = search(ctx, SearchOptions(top_k=5, fixed={"schedule": "interleaved"})).plans
+    assert plans
+    for e in plans:
+        p = e.plan
+        assert p.schedule == "interleaved" and p.vpp > 1 and megatron_split(61, p.pp, p.vpp) is None
+        assert max(stage_layer_counts(61, p.pp)) % p.vpp == 0
+        assert not launcher_errors(p, ctx.model, ctx.train, "megatron")
+        assert pipeline_layout(make_job(ctx.model, ctx.cluster, ctx.train, p)) is not None
 
 
 def test_cp_sat_balances_deepseek_stages():
