@@ -559,6 +559,13 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         return results
     solves = min(MAX_STAGE_SOLVES, opts.top_k if opts.stage_solves is None else opts.stage_solves)
     lead = [i for i, ev in enumerate(results) if opts.require_fit and _fits(ev, cap)][:solves]
+    if lead:
+        # beyond the leaders, the uneven plans balancing could bring below the fastest of them: the balanced slowest
+        # stage takes at least the stages' mean time, so the step at best shrinks by mean / slowest stage (a
+        # plain pipeline ranked after interleaved ones that only its balanced split beats)
+        fastest_s = min(results[i].step_time_s for i in lead)
+        lead += [i for i, ev in enumerate(results) if i not in lead and _fits(ev, cap)
+                 and _needs_stage_solve(ctx, ev.plan) and ev.step_time_s * _balance_bound(ev) < fastest_s][:solves]
     problems = {i: _stage_problem_of(ctx, results[i].plan, cap) for i in lead}
     solved = _solve_stage_problems([q for q in problems.values() if q is not None])
     out = list(results)
@@ -569,6 +576,17 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
             out[i] = new
     out.sort(key=_working_key(opts))
     return out
+
+
+def _balance_bound(ev: Evaluation) -> float:
+    """The most stage balancing can shrink a plan's step: its stages' mean time per micro-batch over the slowest's
+    (the pipeline terms of planner.costmodel.pipeline; 1.0 when they are not there)."""
+    pipe = ev.pipeline
+    parts = [pipe.get(k) for k in ("fwd_s_per_microbatch", "bwd_s_per_microbatch", "comm_s_per_microbatch")]
+    if not all(parts):
+        return 1.0
+    stage_s = [sum(t) for t in zip(*parts, strict=True)]
+    return sum(stage_s) / len(stage_s) / max(stage_s)
 
 
 def _needs_stage_solve(ctx: Context, p: ParallelPlan) -> bool:
