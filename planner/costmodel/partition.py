@@ -40,8 +40,8 @@ def megatron_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | 
     """First/last stage sizes for layers that pp does not divide, in the form Megatron's first/last flags state
     (--decoder-first/last-pipeline-num-layers: equal middle stages; with virtual stages every stage's
     count divisible by vpp): the split whose largest stage is smallest, the last stage (LM head) not
-    larger than the first, and among those the one with the largest middle stages (the first and last also hold
-    the embedding and the LM head). None when no such split exists (any split is then stated as Megatron's
+    larger than the first, and among those the most even one (the smallest spread between stages). None when no
+    such split exists (any split is then stated as Megatron's
     --pipeline-model-parallel-layout: planner.emit.megatron.pipeline_layout)."""
     L = num_layers
     if pp < 2:
@@ -56,7 +56,7 @@ def megatron_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | 
         first = rest - last
         if last < vpp or first % vpp:
             continue
-        key = (max(mid, first, last), first - last, -mid)
+        key = (max(mid, first, last), max(mid, first, last) - min(mid, first, last) if pp > 2 else 0, first - last)
         if best is None or key < best[0]:
             best = (key, (first, last))
     return best[1] if best else None
