@@ -74,8 +74,11 @@ def test_min_devices_is_minimal():
     assert res5.plans[0].step_time_s <= 20.0 and n5 >= n
 
 
+# (32, 3, 2): 12/8/12 and 10/12/10 share the largest stage, the more even one is chosen; (61, 4, 1): 16/15/15/15
+# over 15/16/16/14 for the same reason
 @pytest.mark.parametrize("L,pp,vpp,expected", [(126, 16, 1, (7, 7)), (126, 16, 2, (8, 6)), (61, 16, 1, (3, 2)),
-                                              (80, 3, 1, (27, 27)), (61, 4, 4, None)])
+                                              (80, 3, 1, (27, 27)), (61, 4, 4, None), (32, 3, 2, (10, 10)),
+                                              (61, 4, 1, (16, 15))])
 def test_megatron_split(L, pp, vpp, expected):
     from planner.costmodel.partition import megatron_split, stage_layer_counts
 
