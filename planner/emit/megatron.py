@@ -72,7 +72,8 @@ def pipeline_layout(job: Job) -> str | None:
             if v == 0 and rank == 0:
                 text = "E" + text
             if v == p.vpp - 1 and rank == p.pp - 1:
-                text += "m" * (m.mtp_layers or 0) + "L"
+                mtp = m.mtp_layers or 0
+                text += (f"m*{mtp}" if mtp > 1 else "m" * mtp) + "L"
             stages.append(text)
     return "|".join(stages)
 

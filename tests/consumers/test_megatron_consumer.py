@@ -61,8 +61,13 @@ LAYOUT_FIRST_LAST_CASE = Case("mixtral-pp4vpp2-first7-last7-layout-64xh100", MIX
                               TrainingSpec(seq_len=4096, global_batch=256),
                               ParallelPlan(tp=2, pp=4, vpp=2, dp=8, ep=8, etp=1, micro_batch=1, zero_stage=1,
                                            schedule="interleaved", first_stage_layers=7, last_stage_layers=7))
+# two MTP modules (written m*2), both in the last virtual stage of the last rank
+LAYOUT_MTP_CASE = Case("deepseek-v3-mtp2-pp8vpp2-layout-1024xh100", DEEPSEEK_V3.model_copy(update={"mtp_layers": 2}),
+                       cluster("h100-sxm-80gb", 1024), TrainingSpec(seq_len=4096, global_batch=1024),
+                       ParallelPlan(tp=2, pp=8, vpp=2, dp=64, ep=64, etp=1, micro_batch=1, zero_stage=1,
+                                    recompute="full", schedule="interleaved"))
 EXTRA_CASES = [B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE, MXFP8_PARAMS_CASE, HYBRIDEP_CASE, LAYOUT_CASE,
-               LAYOUT_FIRST_LAST_CASE]
+               LAYOUT_FIRST_LAST_CASE, LAYOUT_MTP_CASE]
 CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() + EXTRA_CASES
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
