@@ -57,9 +57,9 @@ def pipeline_layout(job: Job) -> str | None:
     virtual stage of a rank other than the first). Stages are listed in Megatron's order, virtual stage by virtual
     stage over the ranks (stage vpp_rank * pp + pp_rank)."""
     m, p = job.model, job.plan
-    counts = stage_layer_counts(m.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers)
     if p.pp == 1 or p.account_embedding_loss:
         return None
+    counts = stage_layer_counts(m.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers)
     if job.uneven and all(c % p.vpp == 0 for c in counts):
         return None  # --decoder-first/last-pipeline-num-layers [--num-virtual-stages-per-pipeline-rank]
     if not job.uneven and m.num_layers % p.pp == 0 and (m.num_layers // p.pp) % p.vpp == 0:

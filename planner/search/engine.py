@@ -565,7 +565,8 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         # plain pipeline ranked after interleaved ones that only its balanced split beats)
         fastest_s = min(results[i].step_time_s for i in lead)
         lead += [i for i, ev in enumerate(results) if i not in lead and _fits(ev, cap)
-                 and _needs_stage_solve(ctx, ev.plan) and ev.step_time_s * _balance_bound(ev) < fastest_s][:solves]
+                 and _needs_stage_solve(ctx, ev.plan) and ev.step_time_s * _balance_bound(ev) < fastest_s
+                 ][:min(solves, MAX_STAGE_SOLVES - len(lead))]  # MAX_STAGE_SOLVES in all
     problems = {i: _stage_problem_of(ctx, results[i].plan, cap) for i in lead}
     solved = _solve_stage_problems([q for q in problems.values() if q is not None])
     out = list(results)
