@@ -559,14 +559,13 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         return results
     solves = min(MAX_STAGE_SOLVES, opts.top_k if opts.stage_solves is None else opts.stage_solves)
     lead = [i for i, ev in enumerate(results) if opts.require_fit and _fits(ev, cap)][:solves]
-    if lead:
-        # beyond the leaders, the uneven plans balancing could bring below the fastest of them: the balanced slowest
-        # stage takes at least the stages' mean time, so the step at best shrinks by mean / slowest stage (a
-        # plain pipeline ranked after interleaved ones that only its balanced split beats)
+    if lead and (spare := solves - sum(_needs_stage_solve(ctx, results[i].plan) for i in lead)) > 0:
+        # the solves the leaders leave (those that need none: even or interleaved pipelines) go to the plain pipelines
+        # behind them that balancing could bring below the fastest leader: the balanced slowest stage takes at least
+        # the stages' mean time, so the step at best shrinks by mean / slowest stage
         fastest_s = min(results[i].step_time_s for i in lead)
         lead += [i for i, ev in enumerate(results) if i not in lead and _fits(ev, cap)
-                 and _needs_stage_solve(ctx, ev.plan) and ev.step_time_s * _balance_bound(ev) < fastest_s
-                 ][:min(solves, MAX_STAGE_SOLVES - len(lead))]  # MAX_STAGE_SOLVES in all
+                 and _needs_stage_solve(ctx, ev.plan) and ev.step_time_s * _balance_bound(ev) < fastest_s][:spare]
     problems = {i: _stage_problem_of(ctx, results[i].plan, cap) for i in lead}
     solved = _solve_stage_problems([q for q in problems.values() if q is not None])
     out = list(results)
