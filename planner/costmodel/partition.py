@@ -56,7 +56,8 @@ def megatron_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | 
         first = rest - last
         if last < vpp or first % vpp:
             continue
-        key = (max(mid, first, last), max(mid, first, last) - min(mid, first, last) if pp > 2 else 0, first - last)
+        stages = (first, last, mid) if pp > 2 else (first, last)
+        key = (max(stages), max(stages) - min(stages), first - last)
         if best is None or key < best[0]:
             best = (key, (first, last))
     return best[1] if best else None
