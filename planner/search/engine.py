@@ -240,6 +240,7 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     sched = opts.fixed.get("schedule")
     vpp_fixed = opts.fixed.get("vpp")
     pinned = "first_stage_layers" in opts.fixed or "last_stage_layers" in opts.fixed
+    fullest = max(stage_layer_counts(L, pp))  # the fullest rank of the default split, for the layout fallback
 
     def split(v: int) -> tuple[bool, int | None, int | None, bool]:
         if pinned:
@@ -249,7 +250,7 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         if (L + 2) % pp == 0 and ((L + 2) // pp) % v == 0:
             return True, None, None, True
         fl = megatron_split(L, pp, v)
-        if fl is None and ctx.stack.pipeline_layout_option and max(stage_layer_counts(L, pp)) % v == 0:
+        if fl is None and ctx.stack.pipeline_layout_option and fullest % v == 0:
             # the default uneven split as a stated layout (Stack.pipeline_layout_option), its virtual stages even on
             # the fullest ranks, which set the steady state (v divides their layers, as an even split's v does)
             return True, None, None, False
