@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, plan_shape
 from planner.costmodel.compute import lm_head_fwd_s
-from planner.costmodel.layers import layer_times
+from planner.costmodel.layers import layer_times, mtp_times
 from planner.costmodel.memory import (
     GIB,
     act_elems,
     allocator_fragmentation,
     framework_overhead_bytes,
     logits_bytes_per_token,
+    mtp_activations,
     state_bytes_per_param,
 )
+from planner.costmodel.mtp import mtp_params
 from planner.costmodel.pipeline import inflight_microbatches
 from planner.costmodel.stage_problem import StageProblem
 from planner.costmodel.tensor import tp_exposed_share
@@ -54,14 +56,20 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     overhead = framework_overhead_bytes(ctx.train.framework, ctx.cluster.hardware.is_tpu)
     cap = max(1.0, (capacity_gib * GIB - overhead) / allocator_fragmentation(ctx.train.framework, ctx.calibration,
                                                                                   ctx.train.expandable_segments))
+    # the MTP modules sit with the LM head and loss (planner.costmodel.mtp; megatron-core's layouts put them last)
+    mt = mtp_times(ctx, shape)
+    mtp_time = mt.fwd + mt.bwd + mt.rec + 2 * (tp_exposed_share(ctx, plan) * mt.tp + mt.cp + mt.ep)
+    mp = mtp_params(ctx, tp, plan.ep, plan.etp, pp - 1, plan.schedule)
+    per_exp = sum(st.per_param(shape.dims.expert_zero_shard))
+    mtp_bytes = mp.dense * per_dense + mp.experts * per_exp + mtp_activations(ctx, shape) * inflight[pp - 1]
     return StageProblem(
         num_layers=m.num_layers, pp=pp, layer_time_s=t, layer_recompute_s=rc,
         layer_act_bytes=act, layer_act_bytes_recompute=act_rc, layer_state_bytes=state,
-        first_extra_time_s=0.0, last_extra_time_s=3 * lm_head_fwd_s(ctx, shape),
+        first_extra_time_s=0.0, last_extra_time_s=3 * lm_head_fwd_s(ctx, shape) + mtp_time,
         first_extra_bytes=ctx.params.embedding / tp * per_dense
         + shape.tokens * m.hidden_size * ACT_ELEM_BYTES * inflight[0],
         last_extra_bytes=(ctx.params.lm_head or ctx.params.embedding) / tp * per_dense
-        + shape.tokens * logits_bytes_per_token(m, tp, ctx.train),
+        + shape.tokens * logits_bytes_per_token(m, tp, ctx.train) * (1 + m.mtp_layers) + mtp_bytes,
         inflight=inflight, capacity_bytes=cap,
         uniform_recompute=plan.recompute == "full",
     )

@@ -15,7 +15,7 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
-from planner.costmodel.memory import maxtext_offloaded_elems
+from planner.costmodel.memory import maxtext_offloaded_elems, selective_recompute_modules
 from planner.costmodel.moe import (
     EINSUM_DISPATCH_GEMMS,
     dispatcher,
@@ -287,6 +287,10 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
         return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
     if shape.plan.custom_remat is not None:
         return custom_remat_recompute_s(ctx, k, c, set(shape.plan.remat_device) | set(shape.plan.remat_offloaded))
+    if ctx.stack.selective_recomputes == "modules":  # Megatron's --recompute-modules (selective_recompute_modules)
+        mods = selective_recompute_modules(ctx.model, not ctx.unfused_attention)
+        return ((c.attention if "core_attn" in mods else 0.0)
+                + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0))
     return c.attention + mla_up_proj_s(ctx, shape, k)
 
 

@@ -19,7 +19,7 @@ from planner.costmodel.compute import compute_term, recompute_term
 from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
 from planner.costmodel.expert import ep_comm_term, ep_warnings
-from planner.costmodel.layers import StageTimes, layer_terms, stage_times
+from planner.costmodel.layers import StageTimes, layer_terms, mtp_terms, stage_times
 from planner.costmodel.memory import (
     GIB,
     StageMemory,
@@ -156,17 +156,6 @@ def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> 
                    "host_memory_gib: N} states yours)")
     if shape.plan.pp > 1 and max(counts) != min(counts):
         out.append(f"uneven pipeline stages: layers per stage {counts}")
-    if ctx.model.mtp_layers:
-        # ModelSpec.mtp_layers: trained by the Megatron and MaxText launch files (--mtp-num-layers, mtp_num_layers),
-        # not in this cost model; costing it needs the pipeline layouts the recipes balance it with (the last stage
-        # holds about 3 fewer decoder layers in Megatron-Bridge's DeepSeek-V3 layouts: v0.3.0
-        # recipes/deepseek/deepseek_v3.py set_deepseek_v3_pipeline_model_parallel_layout), which the plans do not state
-        # (tests/costmodel/test_mtp_not_costed.py; a prototype that costs it: branch mtp-proto)
-        n = ctx.model.mtp_layers
-        out.append(f"not costed: the model's {n} multi-token-prediction module{'s' if n > 1 else ''} (DeepSeek-V3 "
-                   "report sec. 2.2), which the Megatron and MaxText launch files train: per module one more "
-                   "transformer block, a 2h x h projection and the LM head with its loss again, on the last pipeline "
-                   "stage; that stage's time and memory are higher than shown")
     return out
 
 
@@ -228,7 +217,7 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
     trace = CostTrace(time=time, memory=memory_terms(ctx, shape, screened.peak, peak_stage, screened.host_gib,
                                                      screened.host_stage),
                       factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
-                               *_rate_terms(ctx, shape, st, step)))
+                               *mtp_terms(ctx, shape), *_rate_terms(ctx, shape, st, step)))
     counts = [c for c, _, _ in split]
     ev = Evaluation(plan=plan, trace=trace, peak_stage=peak_stage, pipeline=_pipeline_doc(shape, st, counts))
     return replace(ev, warnings=tuple(_warnings(ctx, shape, ev, counts)))

@@ -155,4 +155,15 @@ def _model_flops_per_token(m: ModelSpec, seq_len: int, causal: bool) -> float:
     for i in range(m.num_layers):
         lf = layer_flops(m, i, seq_len)
         total += lf.gemm + attn_core_flops_per_token(m, seq_len, is_local_layer(m, i), causal=causal)
-    return 3.0 * total
+    return 3.0 * (total + m.mtp_layers * mtp_module_flops_per_token(m, seq_len, causal))
+
+
+def mtp_module_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
+    """Forward FLOPs per token of one multi-token-prediction module (planner.costmodel.mtp): a layer of the decoder's
+    last kind, eh_proj (2h -> h) and the LM head again; Megatron-LM counts the same (training.py
+    num_floating_point_operations: the MTP layers with the last layer's kind, "MTH eh proj", "MTP + final logit";
+    its 3h norm term is left out here, 1e-6 of the total)."""
+    i = m.num_layers - 1
+    h = m.hidden_size
+    return (layer_flops(m, i, seq_len).gemm + attn_core_flops_per_token(m, seq_len, is_local_layer(m, i), causal=causal)
+            + 2.0 * 2 * h * h + lm_head_flops_per_token(m))

@@ -17,6 +17,7 @@ from planner.costmodel.compute import (
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
 from planner.costmodel.moe import dispatcher, merged_fwd_bwd
+from planner.costmodel.mtp import MTP, eh_proj_fwd_s, mtp_kind
 from planner.costmodel.pipeline import head_stage
 from planner.costmodel.tensor import tp_comm_fwd_s, tp_exposed_share
 from planner.costmodel.trace import Term, formula
@@ -78,6 +79,43 @@ def layer_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
     return tuple(out)
 
 
+class MtpTimes(NamedTuple):
+    """Seconds of the MTP modules (planner.costmodel.mtp) for one micro-batch on the head rank: forward and backward
+    compute, what recompute re-runs (full: eh_proj and the layer with its collectives, as megatron-core checkpoints
+    them; selective: the layer's share), and the layer's forward TP / CP / EP collectives."""
+
+    fwd: float
+    bwd: float
+    rec: float
+    tp: float
+    cp: float
+    ep: float
+
+
+def mtp_times(ctx: Context, shape: Shape) -> MtpTimes:
+    """MtpTimes of the model's MTP modules under this plan (zeros without MTP)."""
+    kid = mtp_kind(ctx)
+    if kid is None:
+        return MtpTimes(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    n, overhead = ctx.model.mtp_layers, ctx.calibration.LAYER_OVERHEAD_S
+    lf, lb, lsel, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
+    proj, head = eh_proj_fwd_s(ctx, shape), lm_head_fwd_s(ctx, shape)
+    rec = {"full": lf + proj + lt + lc + le, "selective": lsel}.get(shape.plan.recompute, 0.0)
+    return MtpTimes(n * (lf + proj + head + overhead / 3),
+                    n * (lb + 2 * proj + LM_HEAD_BWD_RATIO * head + 2 * overhead / 3), n * rec, n * lt, n * lc, n * le)
+
+
+def mtp_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
+    """The MTP modules' term (none without MTP)."""
+    kid = mtp_kind(ctx)
+    if kid is None:
+        return ()
+    t = mtp_times(ctx, shape)
+    return (MTP.term("mtp_fwd_s", t.fwd, "s", modules=ctx.model.mtp_layers, layer_kind=kind_label(ctx.kinds[kid]),
+                     eh_proj_fwd_s=eh_proj_fwd_s(ctx, shape), lm_head_fwd_s=lm_head_fwd_s(ctx, shape),
+                     bwd_s=t.bwd, recompute_s=t.rec, comm_fwd_s=t.tp + t.cp + t.ep, stage=head_stage(shape.plan)),)
+
+
 class StageTimes(NamedTuple):
     """Per pipeline stage, seconds of one micro-batch: forward and backward compute, recompute, the TP,
     CP and EP collectives (forward + backward; EP after DualPipe hiding) and the exposed communication."""
@@ -125,10 +163,14 @@ def stage_times(ctx: Context, shape: Shape, split: list[StageSplit]) -> StageTim
         f, b, rc, ttp, tcp, tep = _stage_sums(ctx, shape, split[s])
         f += ctx.calibration.MICROBATCH_OVERHEAD_S / 3  # per micro-batch per stage: data, schedule and host work
         b += 2 * ctx.calibration.MICROBATCH_OVERHEAD_S / 3
-        if s == head:  # LM head + loss (rank 0 in a V: pipeline.head_stage)
+        if s == head:  # LM head + loss (rank 0 in a V: pipeline.head_stage), and the MTP modules (mtp_times)
             t_head = lm_head_fwd_s(ctx, shape)
             f += t_head
             b += LM_HEAD_BWD_RATIO * t_head
+            if ctx.model.mtp_layers:
+                mt = mtp_times(ctx, shape)
+                f, b, rc = f + mt.fwd, b + mt.bwd, rc + mt.rec
+                ttp, tcp, tep = ttp + mt.tp, tcp + mt.cp, tep + mt.ep
         if dualpipe or merged_fwd_bwd(ctx, shape):
             # DualPipe's paired chunks, or Megatron's batch-level EP overlap (a forward and a backward micro-batch
             # merged layer by layer): the all-to-alls hide under the paired compute

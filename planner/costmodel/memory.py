@@ -27,6 +27,7 @@ from planner.costmodel.calibration import Calibration
 from planner.costmodel.capacity import fit_reserve_gib, inner_margin_rel, memory_margin_rel, usable_capacity_gib
 from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
+from planner.costmodel.mtp import mtp_input_bytes_per_token, mtp_kind, mtp_params
 from planner.costmodel.params import layer_params
 from planner.costmodel.pipeline import head_stage, inflight_microbatches, schedule_of, v_shaped
 from planner.costmodel.trace import Term, formula
@@ -97,15 +98,19 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
     )
 
 
-def selective_recompute_modules(m: ModelSpec) -> tuple[str, ...]:
+def selective_recompute_modules(m: ModelSpec, fused_attention: bool = True) -> tuple[str, ...]:
     """Megatron-core `--recompute-modules` that "selective" means for this model: the attention core
-    (the default, Korthikanti et al. 2022 sec. 5); MoE models add the norms and the expert activation
-    (Megatron-Bridge gpt-oss-120b recipes: recompute_modules=["layernorm", "moe_act"]); MLA models add the
-    MLA up-projections (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3: RMSNorm and MLA up-projections are
-    recomputed, the SwiGLU output too)."""
-    mods = ["core_attn"]
-    if m.moe is not None or m.mla is not None:
-        mods += ["layernorm", "moe_act"] if m.moe is not None else ["layernorm"]
+    (the default, Korthikanti et al. 2022 sec. 5); MoE models recompute the norms and the expert activation
+    instead (Megatron-Bridge gpt-oss-120b recipes: recompute_modules=["layernorm", "moe_act"]; Megatron's model
+    zoo Qwen3 MoE commands: --recompute-modules moe_act layernorm); MLA models the norms and the MLA
+    up-projections (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3: RMSNorm and MLA up-projections are
+    recomputed, the SwiGLU output too; Megatron-Bridge's DeepSeek-V3 GB200 / H100 recipes: mla_up_proj). The
+    attention core stays for MoE / MLA models only with unfused attention: a fused (flash) kernel keeps no score
+    matrix, so recomputing it frees no memory and costs its forward again."""
+    if m.moe is None and m.mla is None:
+        return ("core_attn",)
+    mods = [] if fused_attention else ["core_attn"]
+    mods += ["layernorm", "moe_act"] if m.moe is not None else ["layernorm"]
     if m.mla is not None:
         mods.append("mla_up_proj")
     return tuple(mods)
@@ -380,6 +385,10 @@ def stage_params(ctx: Context, plan: ParallelPlan, split: list[StageSplit]) -> S
             dense += ctx.params.embedding / tp
         if s == head_stage(plan):  # rank 0 in a V
             dense += (ctx.params.lm_head or (ctx.params.embedding if pp > 1 else 0)) / tp + ctx.params.final_norm
+            if ctx.model.mtp_layers:  # and the MTP modules (planner.costmodel.mtp)
+                mp = mtp_params(ctx, tp, plan.ep, plan.etp, s, plan.schedule)
+                dense, experts = dense + mp.dense, experts + mp.experts
+                linear_stage[-1] += mp.linear
         dense_stage.append(dense)
         expert_stage.append(experts)
     return StageParams(tuple(dense_stage), tuple(expert_stage), tuple(linear_stage))
@@ -474,6 +483,17 @@ def _layer_activations(ctx: Context, shape: Shape, split: StageSplit) -> tuple[f
     return per_mb, worst_layer
 
 
+def mtp_activations(ctx: Context, shape: Shape) -> float:
+    """Bytes the MTP modules (planner.costmodel.mtp) save per micro-batch: their layer's under the plan's recompute
+    (megatron-core checkpoints it under full recompute whatever the recomputed layer count) and their own inputs."""
+    kid = mtp_kind(ctx)
+    if kid is None:
+        return 0.0
+    per_token = (act_elems(ctx, shape, ctx.kinds[kid], shape.plan.recompute) * ACT_ELEM_BYTES
+                 + mtp_input_bytes_per_token(ctx, shape))
+    return ctx.model.mtp_layers * per_token * shape.tokens
+
+
 def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: int, inflight: float,
                       layer_acts: tuple[float, float] | None = None) -> float:
     """Activation bytes stage `s` holds at its peak (formula memory.activations). `layer_acts`: the stage's
@@ -498,9 +518,12 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         # recompute re-runs the attention core one layer at a time), once, not per micro-batch in flight
         acts += inflight * kept * score_layer + (score_layer if p.recompute != "none" else 0.0)
     if s == head_stage(p):  # the loss: the last rank, rank 0 in a V
-        loss = tokens * logits_bytes_per_token(m, p.tp, ctx.train)
+        # the MTP modules' losses are saved beside the main one until the backward (planner.costmodel.mtp)
+        loss = tokens * logits_bytes_per_token(m, p.tp, ctx.train) * (1 + m.mtp_layers)
         acts += max(loss, recomputing)
-        acts += tokens * FINAL_NORM_BYTES_PER_H * m.hidden_size  # final norm input and output (LM head input)
+        # the final norm's input and output (the LM head's input), once more per MTP module
+        acts += tokens * FINAL_NORM_BYTES_PER_H * m.hidden_size * (1 + m.mtp_layers)
+        acts += mtp_activations(ctx, shape) * inflight
     else:
         acts += recomputing
     if s == 0:
@@ -692,9 +715,18 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
     # FP8 weight copies (TE's cache, or FP8 primary weights in place of bf16)
     w += linear * lay.fp8_copy_bytes
     if p.schedule == "dualpipe" and p.pp > 1:
-        w, g = 2 * w, 2 * g  # DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2)
+        # DualPipe keeps two copies of the parameters (DeepSeek-V3 report Table 2): rank s runs stage s of one
+        # direction and stage pp-1-s of the other (sec. 3.2.1, Figure 5), so it holds both stages' weights and grads
+        mir = p.pp - 1 - s
+        dm, em = params.dense[mir], params.experts[mir]
+        w += dm * dw + em * ew + (params.linear[mir] if params.linear else 0.0) * lay.fp8_copy_bytes
+        g += dm * dg + em * eg
     inflight = inflight_microbatches(lay.schedule, p.pp, s, shape.nmb, p.vpp)
     acts = stage_activations(ctx, shape, split, s, inflight, layer_acts)
+    if p.schedule == "dualpipe" and p.pp > 1 and p.pp - 1 - s != s:
+        # and the micro-batches in flight on a rank are those of its two stages, one per direction: their mean
+        # (DeepSeek-V3 report Table 2 counts PP + 1 of one stage's micro-batches per rank)
+        acts = 0.5 * (acts + stage_activations(ctx, shape, split, p.pp - 1 - s, inflight))
     buffers = zero3_buffers(ctx, p, dn + ex, split[s], lay.grad_bytes, linear) if p.zero_stage == 3 else 0.0
     buffers += lay.dispatcher_bytes  # MoE dispatcher's persistent buffers (planner.costmodel.moe)
     buffers += pipeline_buffer_bytes(ctx, shape, s, inflight)  # per-micro-batch pipeline receive buffers, outputs

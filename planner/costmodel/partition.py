@@ -61,3 +61,16 @@ def megatron_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | 
         if best is None or key < best[0]:
             best = (key, (first, last))
     return best[1] if best else None
+
+
+def mtp_split(num_layers: int, pp: int, mtp_units: int) -> tuple[int, int] | None:
+    """First/last stage sizes for a model whose last stage also runs MTP modules worth `mtp_units` layers
+    (planner.costmodel.mtp.mtp_layer_units): the first and middle stages take ceil((L + units) / pp) layers, the last
+    the rest. For DeepSeek-V3 (61 layers, 2-3 units) this is Megatron-Bridge's own layouts at PP 4, 8 and 16:
+    16/16/16/13, 8 x 7 + 5, 4 x 15 + 1 (recipes/deepseek/deepseek_v3.py _get_deepseek_v3_pipeline_layout, at
+    067f987). None when the last stage would hold no layer or pp < 2."""
+    if pp < 2 or mtp_units <= 0:
+        return None
+    mid = -(-(num_layers + mtp_units) // pp)
+    last = num_layers - mid * (pp - 1)
+    return (mid, last) if last >= 1 else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 
 from planner.costmodel.memory import selective_recompute_modules
+from planner.costmodel.mtp import mtp_layer_units
 from planner.costmodel.partition import stage_layer_counts
 from planner.emit.common import dumps, moe_layer_pattern, run_length_expr, torchrun_tail
 from planner.launchers import refuse
@@ -52,10 +53,11 @@ def pipeline_layout(job: Job) -> str | None:
     counts divide into vpp (megatron-core 0.19.2 transformer_config.py:1990-2105); any other split (DeepSeek-V3's 61
     layers over pp 8 x vpp 2) is written stage by stage: the pipeline ranks' layer counts the plan was costed with
     (planner.costmodel.partition.stage_layer_counts), each rank's split as evenly as it goes over its vpp virtual
-    stages, the earlier ones taking the remainder; the embedding (E) opens the first virtual stage, the MTP modules
-    (m) and the loss (L) close the last (pipeline_parallel_layer_layout.py validate_layer_layout: MTP in the last
-    virtual stage of a rank other than the first). Stages are listed in Megatron's order, virtual stage by virtual
-    stage over the ranks (stage vpp_rank * pp + pp_rank)."""
+    stages, the earlier ones taking the remainder (the last rank's last virtual stage, which the MTP modules close,
+    their layer-equivalents fewer: costmodel.mtp.mtp_layer_units); the embedding (E) opens the first virtual stage,
+    the MTP modules (m) and the loss (L) close the last (pipeline_parallel_layer_layout.py validate_layer_layout: MTP
+    in the last virtual stage of a rank other than the first). Stages are listed in Megatron's order, virtual stage by
+    virtual stage over the ranks (stage vpp_rank * pp + pp_rank)."""
     m, p = job.model, job.plan
     if p.pp == 1 or p.account_embedding_loss:
         return None
@@ -64,10 +66,20 @@ def pipeline_layout(job: Job) -> str | None:
         return None  # --decoder-first/last-pipeline-num-layers [--num-virtual-stages-per-pipeline-rank]
     if not job.uneven and m.num_layers % p.pp == 0 and (m.num_layers // p.pp) % p.vpp == 0:
         return None  # even: [--num-layers-per-virtual-pipeline-stage]
+    chunks = [[c // p.vpp + (v < c % p.vpp) for v in range(p.vpp)] for c in counts]
+    units = mtp_layer_units(m, job.train.seq_len)
+    if units:
+        # the MTP modules close the last virtual stage: it takes their layer-equivalents fewer layers
+        # (costmodel.mtp.mtp_layer_units), as Megatron-Bridge's DeepSeek-V3 layouts do (4 x 4 + 1 on pp 4 x vpp 4)
+        c = counts[-1] + units
+        last = [c // p.vpp + (v < c % p.vpp) for v in range(p.vpp)]
+        last[-1] -= units
+        if last[-1] >= 0:
+            chunks[-1] = last
     stages = []
     for v in range(p.vpp):
-        for rank, c in enumerate(counts):
-            n = c // p.vpp + (v < c % p.vpp)
+        for rank in range(p.pp):
+            n = chunks[rank][v]
             text = f"t*{n}" if n > 1 else "t" * n
             if v == 0 and rank == 0:
                 text = "E" + text
@@ -358,7 +370,7 @@ def _recompute_args(job: Job, a: _Args) -> None:
     m, p = job.model, job.plan
     if p.recompute == "selective":
         a.flag("--recompute-granularity", "selective")
-        modules = selective_recompute_modules(job.model)
+        modules = selective_recompute_modules(job.model, job.train.attention_impl != "unfused")
         if modules != ("core_attn",):  # the cost model's "selective" for MoE / MLA models
             a.flag("--recompute-modules", modules)
     elif p.recompute == "full" and p.recompute_layers != 0:

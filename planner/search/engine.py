@@ -28,7 +28,8 @@ from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.capacity import inner_margin_rel, memory_margin_rel, usable_capacity_gib, within_margin
 from planner.costmodel.evaluate import MemoryScreen, screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
-from planner.costmodel.partition import megatron_split, stage_layer_counts
+from planner.costmodel.mtp import mtp_layer_units
+from planner.costmodel.partition import megatron_split, mtp_split, stage_layer_counts
 from planner.costmodel.pipeline import rank_first_last_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
@@ -233,7 +234,8 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     embedding and loss counted as layers, or explicit first/last stage sizes with equal middle stages
     (planner.costmodel.partition.megatron_split); where none does, the default uneven split if the stack states
     any split (Stack.pipeline_layout_option: Megatron's --pipeline-model-parallel-layout) and v divides its fullest
-    ranks' layers; pinned sizes are kept."""
+    ranks' layers; for a model with MTP modules also the split that leaves the last stage room for them
+    (partition.mtp_split); pinned sizes are kept."""
     L = ctx.model.num_layers
     if pp == 1:
         return [(1, "1f1b", None, None, False)]
@@ -241,8 +243,11 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     vpp_fixed = opts.fixed.get("vpp")
     pinned = "first_stage_layers" in opts.fixed or "last_stage_layers" in opts.fixed
     fullest = max(stage_layer_counts(L, pp))  # the fullest rank of the default split, for the layout fallback
+    # MTP modules on the last stage (planner.costmodel.mtp): a split that gives it their layer-equivalents fewer layers
+    units = mtp_layer_units(ctx.model, ctx.train.seq_len)
+    mtp_fl = mtp_split(L, pp, units) if units and not pinned else None
 
-    def split(v: int) -> tuple[bool, int | None, int | None, bool]:
+    def classic(v: int) -> tuple[bool, int | None, int | None, bool]:
         if pinned:
             return True, opts.fixed.get("first_stage_layers"), opts.fixed.get("last_stage_layers"), False
         if L % pp == 0 and (L // pp) % v == 0:
@@ -256,14 +261,20 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
             return True, None, None, False
         return (fl is not None, *(fl or (None, None)), False)
 
+    def splits(v: int) -> list[tuple[bool, int | None, int | None, bool]]:
+        """The MTP split where the model has MTP modules and the stack states it (v dividing its fullest stages; a
+        layout or first/last flags that divide into v), else the classic one. One split per (pp, vpp, schedule), as
+        without MTP: proposing both doubled the DeepSeek-V3 search time (gb200x256: 2.6 -> 5.1 s)."""
+        if mtp_fl is not None and mtp_fl[0] % v == 0 and (ctx.stack.pipeline_layout_option or mtp_fl[1] % v == 0):
+            return [(True, *mtp_fl, False)]
+        return [classic(v)]
+
     out = []
     # a pinned schedule, a tuple of allowed ones (a stack's limits), or the default 1F1B / interleaved
     allowed = set(sched) if isinstance(sched, tuple) else ({"1f1b", "interleaved"} if sched is None else {sched})
     if vpp_fixed in (None, 1):
         for name in (s for s in ("1f1b", "gpipe", "zb", "dualpipe") if s in allowed):
-            ok, f, la, acc = split(1)
-            if ok:
-                out.append((1, name, f, la, acc))
+            out += [(1, name, f, la, acc) for ok, f, la, acc in splits(1) if ok]
     v_acc = v_split_counts_embedding_loss(L, pp)
     if "dualpipev" in allowed and vpp_fixed in (None, 2) and not pinned and v_acc is not None:
         out.append((2, "dualpipev", None, None, v_acc))  # two stages per rank in a V (ParallelPlan.schedule)
@@ -271,10 +282,10 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
                                                                if (L // pp) % v == 0 or L % pp]
         for v in vs:
-            ok, f, la, acc = split(v)
-            if ok or vpp_fixed not in (None, 1):
-                out.append((v, "interleaved", f, la, acc))
+            out += [(v, "interleaved", f, la, acc) for ok, f, la, acc in splits(v)
+                    if ok or vpp_fixed not in (None, 1)]
     return out
+
 
 BEAM_THRESHOLD = 600  # (layout, ZeRO) pairs above which the outer knobs are beam-searched
 BEAM_WIDTH = 150  # pairs kept by the beam, ranked by a one-plan probe each

@@ -23,7 +23,7 @@ PlanRule = Callable[["ModelSpec", "TrainingSpec", "ParallelPlan"], list[str]]
 
 GradReduceDtype = Literal["fp32", "compute"]
 SelectiveSaves = Literal["modules", "half", "op_sac"]
-SelectiveRecomputes = Literal["attention_core", "half_gemms"]
+SelectiveRecomputes = Literal["attention_core", "modules", "half_gemms"]
 Zero3Gather = Literal["block", "tensor"]
 RankOrder = Literal["linear", "mesh"]
 TpOverlapEvidence = Literal["nvidia_recipes", "async_tp", "xla_tpu", "none"]
@@ -119,7 +119,9 @@ class Stack:
     moe_a2a_overlap_option: bool  # batch-level EP all-to-all overlap exists (TrainingSpec.moe_a2a_overlap)
     moe_capacity_einsum: bool  # capacity-padded tokens go to the experts' buffers by one-hot dispatch / combine
     #                            einsums over each sequence (MaxText dense_matmul), not by a permute
-    selective_recomputes: SelectiveRecomputes  # what selective recompute re-runs: the attention core, or half the GEMMs
+    # what selective recompute re-runs: the attention core, the modules Megatron's --recompute-modules names, or half
+    # the GEMMs
+    selective_recomputes: SelectiveRecomputes
 
     # ---- ZeRO-3 / data parallelism
     zero3_gather: Zero3Gather  # ZeRO-3 gathers one flat buffer per block, or every parameter tensor on its own

@@ -51,8 +51,8 @@ STACK = Stack(
     grads_in_param_dtype=False,  # fp32 master weights: gradients follow grad_reduce_dtype
     zero3_fp32_sharded_params=False,  # distributed optimizer: bf16 weights + sharded fp32 master (ZeRO sec. 3.1)
     fp8_saves_gemm_inputs=True,  # Transformer Engine FP8 linears save their GEMM inputs in FP8 for backward
-    # --recompute-modules: core_attn (Korthikanti et al. 2022, arXiv 2205.05198, sec. 5), + layernorm/moe_act/
-    # mla_up_proj (planner.costmodel.memory.selective_recompute_modules)
+    # --recompute-modules: core_attn for dense models (Korthikanti et al. 2022, arXiv 2205.05198, sec. 5); layernorm /
+    # moe_act / mla_up_proj for MoE and MLA models (planner.costmodel.memory.selective_recompute_modules)
     selective_saves="modules",
     # Megatron-core's fused bias_swiglu_impl keeps only its input (the fc1 output) for backward
     eager_swiglu_keeps_act=False,
@@ -113,7 +113,9 @@ STACK = Stack(
     # flex runs DeepEP unless a run names HybridEP (TrainingSpec.moe_flex_backend): what planner/emit/megatron.py writes
     # (--moe-flex-dispatcher-backend deepep)
     moe_flex_backend="deepep",
-    selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5 (+ MLA up-projections)
+    # --recompute-modules (memory.selective_recompute_modules): the attention core for dense models (Korthikanti et al.
+    # 2022 sec. 5), the MLA up-projections for MLA models; norms and expert activations are memory-bound, not charged
+    selective_recomputes="modules",
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
     zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward
     legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)

@@ -247,14 +247,28 @@ def test_fp8_moe_act_cache_halves_the_swiglu_inputs():
 
 
 def test_deepseek_v3_selective_recompute_is_deepseeks_own():
-    # selective for an MLA + MoE model = Megatron --recompute-modules core_attn layernorm moe_act mla_up_proj:
-    # it saves far less than keeping everything, and far more than full recompute
+    # selective for an MLA + MoE model = Megatron --recompute-modules layernorm moe_act mla_up_proj (the DeepSeek-V3
+    # report's sec. 3.3.3 and Megatron-Bridge's DeepSeek-V3 recipes recompute the MLA up-projections, not the
+    # attention core, whose flash kernel keeps no scores): it saves far less than keeping everything, and far more
+    # than full recompute; with unfused attention the core joins (its scores are the largest activation), and a
+    # dense model keeps Megatron's default, the core alone
     from planner.costmodel.memory import activation_elems_per_token, selective_recompute_modules
     m = get_model("deepseek-v3")
-    assert selective_recompute_modules(m) == ("core_attn", "layernorm", "moe_act", "mla_up_proj")
+    assert selective_recompute_modules(m) == ("layernorm", "moe_act", "mla_up_proj")
+    assert selective_recompute_modules(m, fused_attention=False)[0] == "core_attn"
+    assert selective_recompute_modules(get_model("llama-3.1-8b")) == ("core_attn",)
     args = dict(m=m, moe_layer=True, tp=1, sp=False, framework="megatron", fp8_gemm_inputs=True)
     none, sel, full = (activation_elems_per_token(recompute=r, **args) for r in ("none", "selective", "full"))
     assert full < sel < 0.75 * none
+    # and what it re-runs on Megatron: the MLA up-projections (compute.mla_up_proj_s), not the attention core
+    from planner.costmodel.compute import layer_compute, mla_up_proj_s, selective_recompute_s
+    from planner.costmodel.evaluate import screen_memory
+    ctx = Context(m, parse_cluster("h100x256"), TrainingSpec(seq_len=4096, global_batch=256))
+    shape = screen_memory(ctx, ParallelPlan(tp=8, pp=4, dp=8, ep=8, recompute="selective",
+                                            sequence_parallel=True, first_stage_layers=16, last_stage_layers=13)).shape
+    k = next(k for k in ctx.kinds if k.moe)
+    c = layer_compute(ctx, shape, k)
+    assert selective_recompute_s(ctx, shape, k, c) == mla_up_proj_s(ctx, shape, k) < 0.5 * c.attention
 
 
 @pytest.mark.parametrize("model,devices,pp,gbs", [("gpt3-175b", 64, 8, 64), ("megatron-gpt-1t", 512, 64, 512)])

@@ -239,6 +239,23 @@ def test_megatron_states_any_layer_split_as_a_layout():
     assert not {"--decoder-first-pipeline-num-layers", "--num-layers-per-virtual-pipeline-stage"} & set(args)
 
 
+def test_megatron_layout_leaves_the_mtp_module_room_as_megatron_bridge_does():
+    """DeepSeek-V3 on pp 4 x vpp 4 with the MTP split 16/16/16/13 (partition.mtp_split): the layout is Megatron-Bridge's
+    own for that shape (recipes/deepseek/deepseek_v3.py _get_deepseek_v3_pipeline_layout at 067f987: embedding + 4,
+    4 x 14, 1 + mtp + loss), the last rank's last virtual stage taking the MTP module's 3 layer-equivalents fewer."""
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import get_model
+    from planner.emit.megatron import pipeline_layout
+    from planner.launchers.job import make_job
+
+    m = get_model("deepseek-v3")
+    plan = ParallelPlan(tp=1, pp=4, vpp=4, dp=64, ep=64, schedule="interleaved", first_stage_layers=16,
+                        last_stage_layers=13)
+    layout = pipeline_layout(make_job(m, parse_cluster("gb200x256"), TrainingSpec(seq_len=4096, global_batch=2048),
+                                      plan))
+    assert layout == "|".join(["Et*4"] + ["t*4"] * 14 + ["tmL"])
+
+
 def test_megatron_launch_script_is_valid_bash_with_the_nodes():
     files = files_of(DENSE, ["megatron"])
     sh = files["launch_megatron.sh"]

@@ -5,7 +5,7 @@ import pytest
 import planner.search.engine as S
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import get_model
-from planner.costmodel import Context
+from planner.costmodel import Context, evaluate
 from planner.search.engine import SearchOptions, min_devices, search, slice_shape, torus_group_sizes
 from planner.search.space import plan_errors
 from planner.specs import TrainingSpec
@@ -96,7 +96,7 @@ def test_search_plans_state_their_layer_split(model, cluster, seq, gbs):
     pp and vpp, counting the embedding and loss as layers, with explicit first/last stage sizes, or, where none of
     those states a split over virtual stages, as --pipeline-model-parallel-layout: the default uneven split, its
     virtual stages even on the fullest ranks (DeepSeek-V3's 61 layers)."""
-    from planner.costmodel.partition import megatron_split, stage_layer_counts
+    from planner.costmodel.partition import megatron_split, mtp_split, stage_layer_counts
     from planner.emit.megatron import pipeline_layout
     from planner.launchers.job import make_job
 
@@ -109,9 +109,13 @@ def test_search_plans_state_their_layer_split(model, cluster, seq, gbs):
         if p.account_embedding_loss:  # Megatron --account-for-embedding/loss-in-pipeline-split
             assert (L + 2) % p.pp == 0 and ((L + 2) // p.pp) % p.vpp == 0, p
         elif layout is not None:
-            counts = stage_layer_counts(L, p.pp)
-            assert p.first_stage_layers is None and p.last_stage_layers is None, p
-            assert p.vpp > 1 and megatron_split(L, p.pp, p.vpp) is None and max(counts) % p.vpp == 0, p
+            counts = stage_layer_counts(L, p.pp, p.first_stage_layers, p.last_stage_layers)
+            if ctx.model.mtp_layers:  # the split that leaves the last stage room for the MTP modules
+                assert (p.first_stage_layers, p.last_stage_layers) == mtp_split(L, p.pp, 3), p
+            else:
+                assert p.first_stage_layers is None and p.last_stage_layers is None, p
+                assert megatron_split(L, p.pp, p.vpp) is None, p
+            assert p.vpp > 1 and max(counts) % p.vpp == 0, p
             assert layout.count("|") == p.pp * p.vpp - 1 and layout.startswith("E") and layout.endswith("L"), layout
             layouts += 1
         elif p.first_stage_layers is None and p.last_stage_layers is None:
@@ -125,7 +129,7 @@ def test_interleaving_is_searched_where_only_a_stated_layout_splits_the_layers()
     `--schedule interleaved` found no plan Megatron could run (issue 23); with --pipeline-model-parallel-layout the
     search proposes the default uneven split over the virtual stages that divide its fullest ranks, and Megatron's
     launch files state it (tests/consumers/test_megatron_consumer.py runs the layout through megatron-core)."""
-    from planner.costmodel.partition import megatron_split, stage_layer_counts
+    from planner.costmodel.partition import mtp_split, stage_layer_counts
     from planner.emit.megatron import pipeline_layout
     from planner.launchers import launcher_errors
     from planner.launchers.job import make_job
@@ -135,17 +139,27 @@ def test_interleaving_is_searched_where_only_a_stated_layout_splits_the_layers()
     assert plans
     for e in plans:
         p = e.plan
-        assert p.schedule == "interleaved" and p.vpp > 1 and megatron_split(61, p.pp, p.vpp) is None
-        assert max(stage_layer_counts(61, p.pp)) % p.vpp == 0
+        # DeepSeek-V3's MTP module: the split leaves the last stage its 3 layer-equivalents (partition.mtp_split)
+        assert (p.first_stage_layers, p.last_stage_layers) == mtp_split(61, p.pp, 3)
+        counts = stage_layer_counts(61, p.pp, p.first_stage_layers, p.last_stage_layers)
+        assert p.schedule == "interleaved" and p.vpp > 1 and counts[-1] % p.vpp != 0 and max(counts) % p.vpp == 0
         assert not launcher_errors(p, ctx.model, ctx.train, "megatron")
-        assert pipeline_layout(make_job(ctx.model, ctx.cluster, ctx.train, p)) is not None
+        layout = pipeline_layout(make_job(ctx.model, ctx.cluster, ctx.train, p))
+        assert layout is not None and layout.endswith("mL")
 
 
 def test_cp_sat_balances_deepseek_stages():
     ctx = ctx_for("deepseek-v3", "h800x256", seq_len=4096, global_batch=1024)
-    # pp pinned to 4: 61 layers do not split evenly (the unpinned best is pp=2, whose 31/30 split is
-    # Megatron's default and needs no stage flags)
-    best = search(ctx, SearchOptions(top_k=1, fixed={"pp": 4})).plans[0]
-    sa = best.pipeline.get("stage_assignment")
-    assert sa and sa["solver"].startswith("CP-SAT") and sum(sa["layers_per_stage"]) == 61
-    assert best.pipeline["layers_per_stage"] == sa["layers_per_stage"]
+    # pp 4 with 1F1B pinned: 61 layers do not split evenly. The search proposes Megatron-Bridge's 16/16/16/13, which
+    # leaves the MTP module room on the last stage (partition.mtp_split); CP-SAT rebalances the plain pipelines ranked
+    # first, with the MTP module and the LM head on the last stage (balance.stage_problem), and where its split differs
+    # it is faster on that plan than the proposed one
+    plans = search(ctx, SearchOptions(top_k=3, fixed={"pp": 4, "schedule": "1f1b"})).plans
+    balanced = [e for e in plans if e.pipeline.get("stage_assignment")]
+    assert balanced
+    for e in balanced:
+        sa = e.pipeline["stage_assignment"]
+        assert sa["solver"].startswith("CP-SAT") and sum(sa["layers_per_stage"]) == 61
+        assert e.pipeline["layers_per_stage"] == sa["layers_per_stage"] != [16, 16, 16, 13]
+        proposed = evaluate(ctx, e.plan.model_copy(update={"first_stage_layers": 16, "last_stage_layers": 13}))
+        assert e.step_time_s < proposed.step_time_s
