@@ -535,7 +535,7 @@ def check_runs(data: Any, path: str | Path) -> list[dict]:
     return data
 
 
-_INT_KNOBS = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "micro_batch")
+_INT_KNOBS = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "micro_batch", "first_stage_layers", "last_stage_layers")
 SCHEDULE_NAMES = {"1f1b": "1f1b", "interleaved": "interleaved", "gpipe": "gpipe", "zb": "zb", "dualpipe": "dualpipe",
                   "dualpipev": "dualpipev", "zero_bubble": "zb", "zbv": "zb",
                   "interleaved_1f1b": "interleaved"}  # run-file spellings

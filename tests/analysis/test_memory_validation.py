@@ -159,17 +159,22 @@ def test_memory_headroom_zero_opts_out_of_the_margin():
     assert f"{plain['plans'][0]['step_time_s']:.3f} s" in note[0]
 
 
-def test_published_tpu_and_deepseek_plans_fit_from_the_cli():
+def test_published_tpu_and_deepseek_plans_fit_from_the_cli(tmp_path):
     # AI-Hypercomputer's Llama 3.1 70B MaxText recipe on v6e-256 (remat_policy custom, the layer input and q/k/v
-    # offloaded to host; runs/known_runs_tpu_dev.yaml) and DeepSeek-V3's own plan on 2048 H800s (FP8, DualPipe,
-    # BF16 moments, FP8 MoE activation cache; the report, arXiv 2412.19437): both fit with the flags describing them
+    # offloaded to host; runs/known_runs_tpu_dev.yaml) fits with the flags describing it. DeepSeek-V3's own plan on 2048
+    # H800s (FP8, DualPipe, BF16 moments, FP8 MoE activation cache, its MTP module; the report, arXiv 2412.19437) is
+    # its run record through `plan validate`: its own framework keeps no FP8 weight copy across micro-batches
+    # (validate.infer_precision), which the plain flags, scored with Transformer Engine's cache, would add: 80.2 GiB
+    # on 78.7 usable once the MTP module is priced (81.4 on the middle ranks before it, 78.5 only with the optimizer
+    # offloaded)
     v6e = _plan(["--model", "llama-3.1-70b", "--cluster", "tpu-v6ex256", "--gbs", "1280", "--seq-len", "8192",
                  "--launcher", "maxtext", "--tp", "1", "--pp", "1", "--cp", "1", "--zero", "3", "--mbs", "5",
                  "--recompute", "selective", "--remat-offload", "decoder_layer_input,query_proj,key_proj,value_proj"])
-    dsv3 = _plan(["--model", "deepseek-v3", "--cluster", "h800x2048", "--seq-len", "4096", "--gbs", "15360",
-                  "--dtype", "fp8", "--tp", "1", "--pp", "16", "--ep", "64", "--dp", "128", "--zero", "1", "--mbs", "1",
-                  "--recompute", "selective", "--schedule", "dualpipe", "--optimizer-dtype", "bf16",
-                  "--fp8-act-cache"])
-    for doc in (v6e, dsv3):
-        assert doc["plans"][0]["fits"], doc["plans"][0]["memory"]
-    assert dsv3["training"]["fp8_moe_act_cache"]
+    assert v6e["plans"][0]["fits"], v6e["plans"][0]["memory"]
+    runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml") if r["id"] == "deepseek-v3-2048xh800"]
+    path = tmp_path / "dsv3.yaml"
+    path.write_text(json.dumps(runs))
+    out = subprocess.run([sys.executable, "-m", "planner.ui.cli", "validate", "--runs", str(path), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    (row,) = json.loads(out.stdout)["runs"]
+    assert row["fits"] and row["plan"]["schedule"] == "dualpipe" and row["peak_memory_gib"] < 78.7, row["memory"]

@@ -83,9 +83,11 @@ def test_full_iteration_cuda_graph_rows(runs):
     """The GB200 MXFP8 rows of the 26.06, 26.06.01 and 26.08 tables run Megatron-Bridge presets that capture the
     forward-backward as one CUDA graph with HybridEP's static per-rank budget and set the batch-level EP overlap
     (planner.analysis.validate.FULL_ITERATION_CG_RECIPES): no host launch behind a dispatcher sync is charged. Their
-    Qwen3 rows were +53% to +59% too slow with the host-launch terms; now within 9%, DeepSeek-V3 within 12% (+30%
-    before). The 26.04 rows of the same systems (per-layer graphs of the attention, router and preprocess only) keep
-    the host terms."""
+    Qwen3 rows were +53% to +59% too slow with the host-launch terms; now within 9%, DeepSeek-V3 within 15% (+30%
+    before; +10% to +11% until its MTP module was priced, planner.costmodel.mtp: one more MoE layer and LM head on the
+    last stage, and the 16/16/16/13 split Megatron-Bridge runs, which needs the MLA up-projections recomputed to fit).
+    The 26.04 rows of the same systems (per-layer graphs of the attention, router and preprocess only) keep the host
+    terms."""
     picked = [r for r in runs if r["id"].startswith(("mbridge2606-", "mbridge260601-", "mbridge2608-"))
               and "-gb200-" in r["id"] and ("-q30-" in r["id"] or "-q235-" in r["id"] or "-dsv3-" in r["id"])]
     assert len(picked) == 9
@@ -95,7 +97,7 @@ def test_full_iteration_cuda_graph_rows(runs):
     res = validate_runs(picked)
     errs = {r["id"]: r["step_time_error"] for r in res["runs"]}
     assert all(abs(e) <= 0.09 for k, e in errs.items() if "-dsv3-" not in k), errs
-    assert all(abs(e) <= 0.12 for k, e in errs.items() if "-dsv3-" in k), errs
+    assert all(abs(e) <= 0.15 for k, e in errs.items() if "-dsv3-" in k), errs
     before = [r for r in runs if r["id"] == "mbridge2604-dgx-gb200-q235-fp8-mx-256gpu"]
     assert run_stack(before[0]).cuda_graph_impl is None and not run_stack(before[0]).moe_a2a_overlap
 
