@@ -67,7 +67,7 @@ exec torchrun \
   --fp8-format hybrid \
   --fp8-recipe tensorwise \
   --recompute-granularity selective \
-  --recompute-modules core_attn layernorm moe_act mla_up_proj \
+  --recompute-modules layernorm moe_act mla_up_proj \
   --use-distributed-optimizer \
   --overlap-grad-reduce \
   --overlap-param-gather \
