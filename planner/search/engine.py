@@ -261,13 +261,23 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
             return True, None, None, False
         return (fl is not None, *(fl or (None, None)), False)
 
+    def heaviest(f: int | None, la: int | None, acc: bool) -> int:
+        """A split's fullest stage, the last counting the MTP units."""
+        q = (L + 2) // pp
+        c = [q - 1] + [q] * (pp - 2) + [q - 1] if acc else stage_layer_counts(L, pp, f, la)
+        return max(c[:-1] + [c[-1] + units])
+
     def splits(v: int) -> list[tuple[bool, int | None, int | None, bool]]:
-        """The MTP split where the model has MTP modules and the stack states it (v dividing its fullest stages; a
-        layout or first/last flags that divide into v), else the classic one. One split per (pp, vpp, schedule), as
-        without MTP: proposing both doubled the DeepSeek-V3 search time (gb200x256: 2.6 -> 5.1 s)."""
-        if mtp_fl is not None and mtp_fl[0] % v == 0 and (ctx.stack.pipeline_layout_option or mtp_fl[1] % v == 0):
+        """The MTP split where the model has MTP modules, the stack states it (v dividing its fullest stages; a
+        layout or first/last flags that divide into v) and its fullest stage is no fuller than the classic split's
+        (the equal middle stages of the first/last form can make it fuller: 61 layers on pp 14), else the classic
+        one. One split per (pp, vpp, schedule), as without MTP: proposing both doubled the DeepSeek-V3 search time
+        (gb200x256: 2.6 -> 5.1 s)."""
+        first = classic(v)
+        if (mtp_fl is not None and mtp_fl[0] % v == 0 and (ctx.stack.pipeline_layout_option or mtp_fl[1] % v == 0)
+                and (not first[0] or heaviest(*mtp_fl, False) <= heaviest(*first[1:]))):
             return [(True, *mtp_fl, False)]
-        return [classic(v)]
+        return [first]
 
     out = []
     # a pinned schedule, a tuple of allowed ones (a stack's limits), or the default 1F1B / interleaved

@@ -14,7 +14,7 @@ from planner.costmodel.flops import model_flops_per_token
 from planner.costmodel.layers import layer_times
 from planner.costmodel.memory import stage_memories, stage_params
 from planner.costmodel.mtp import eh_proj_fwd_s, mtp_kind, mtp_layer_units, mtp_params
-from planner.costmodel.partition import mtp_split
+from planner.costmodel.partition import mtp_split, stage_layer_counts
 from planner.specs import ParallelPlan, TrainingSpec
 
 PLAN = ParallelPlan(tp=8, pp=4, dp=8, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="full",
@@ -48,6 +48,10 @@ def test_mtp_split_is_megatron_bridges_deepseek_layouts():
     assert mtp_layer_units(with_mtp, 4096) == 3 and mtp_layer_units(without, 4096) == 0
     assert [mtp_split(61, pp, 3) for pp in (4, 8, 16)] == [(16, 13), (8, 5), (4, 1)]
     assert mtp_split(61, 4, 0) is None and mtp_split(4, 8, 3) is None
+    for pp in range(2, 17):  # every depth: a split Megatron's first/last flags state
+        counts = stage_layer_counts(61, pp, *mtp_split(61, pp, 3))
+        assert sum(counts) == 61 and min(counts) >= 1 and len(set(counts[1:-1])) <= 1
+    assert mtp_split(61, 9, 3) == (8, 4)  # 8 + 7 x 7 + 4: no stage above 8 with the module
 
 
 def test_mtp_module_is_priced_on_the_head_stage():
