@@ -188,3 +188,16 @@ def test_maxtext_deepseek3_v5p_runs_without_expert_parallelism(runs):
     assert -0.15 < res["step_time_error"] < -0.08, res["step_time_error"]
     searched = validate_runs([ds3 | {"plan": ds3["plan"] | {"ep": 256}}])["runs"][0]
     assert -0.22 < searched["step_time_error"] < -0.15, searched["step_time_error"]  # EP 256: -18.7%
+
+
+def test_dgx_cloud_deepseek_v3_rows_run_their_recipes_stage_sizes(runs):
+    """The DGX Cloud v25.05 DeepSeek-V3 rows state the first/last stage sizes of NeMo 7a8f1cc's
+    pretrain_deepseek_v3.py (64 / pp - 1 and 64 / pp - 2: the embedding, MTP and loss counted as the 3 missing
+    layers; the runs schema's plan.first_stage_layers / last_stage_layers), and the prediction runs them."""
+    picked = [r for r in runs if r["id"].startswith("dgxc2505-deepseek-v3")]
+    assert len(picked) == 3
+    for r, row in zip(picked, validate_runs(picked)["runs"], strict=True):
+        pp = r["plan"]["pp"]
+        assert (r["plan"]["first_stage_layers"], r["plan"]["last_stage_layers"]) == (64 // pp - 1, 64 // pp - 2)
+        assert (row["plan"]["first_stage_layers"], row["plan"]["last_stage_layers"]) == (64 // pp - 1, 64 // pp - 2)
+        assert abs(row["step_time_error"]) < 0.10, row["id"]
