@@ -214,7 +214,8 @@ class ModelSpec(_Frozen):
                                               "(Gemma 2 `final_logit_softcapping`)")
     mtp_layers: int = Field(0, ge=0, le=MAX_LAYERS, description="multi-token-prediction modules trained beside the "
                             "model (DeepSeek-V3 `num_nextn_predict_layers`, arXiv 2412.19437 sec. 2.2); not counted "
-                            "in the parameters, as DeepSeek's 671B")
+                            "in the parameters, as DeepSeek's 671B, but costed on the LM head's rank "
+                            "(planner.costmodel.mtp)")
     mla: MLASpec | None = None
     moe: MoESpec | None = None
     source: str = Field("", description="where the architecture numbers come from")
