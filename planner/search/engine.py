@@ -228,14 +228,37 @@ def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarra
     return out
 
 
+def _heaviest_stage(ctx: Context, pp: int, split: tuple[int | None, int | None, bool]) -> int:
+    """A split's (first_stage_layers, last_stage_layers, account_embedding_loss) fullest stage, the last counting the
+    MTP modules' layer-equivalents (costmodel.mtp.mtp_layer_units)."""
+    L, (f, la, acc) = ctx.model.num_layers, split
+    q = (L + 2) // pp
+    c = [q - 1] + [q] * (pp - 2) + [q - 1] if acc else stage_layer_counts(L, pp, f, la)
+    return max(c[:-1] + [c[-1] + mtp_layer_units(ctx.model, ctx.train.seq_len)])
+
+
+def _with_mtp_split(ctx: Context, pp: int, v: int, classic: tuple[bool, int | None, int | None, bool],
+                    mtp_fl: tuple[int, int] | None) -> tuple[bool, int | None, int | None, bool]:
+    """The MTP split (partition.mtp_split) in place of the classic one where the stack states it (v dividing its
+    fullest stages; a layout, or first/last flags that divide into v) and its fullest stage is no fuller than the
+    classic split's (the equal middle stages of the first/last form can make it fuller: 61 layers on pp 14). One
+    split per (pp, vpp, schedule), as without MTP: proposing both doubled the DeepSeek-V3 search time (gb200x256:
+    2.6 -> 5.1 s)."""
+    if mtp_fl is None or mtp_fl[0] % v or (mtp_fl[1] % v and not ctx.stack.pipeline_layout_option):
+        return classic
+    if classic[0] and _heaviest_stage(ctx, pp, (*mtp_fl, False)) > _heaviest_stage(ctx, pp, classic[1:]):
+        return classic
+    return (True, *mtp_fl, False)
+
+
 def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, str, int | None, int | None, bool]]:
     """(vpp, schedule, first_stage_layers, last_stage_layers, account_embedding_loss) for a pipeline
     depth. Layer splits are proposed in the forms Megatron's classic flags state: even over pp (and vpp), the
     embedding and loss counted as layers, or explicit first/last stage sizes with equal middle stages
     (planner.costmodel.partition.megatron_split); where none does, the default uneven split if the stack states
     any split (Stack.pipeline_layout_option: Megatron's --pipeline-model-parallel-layout) and v divides its fullest
-    ranks' layers; for a model with MTP modules also the split that leaves the last stage room for them
-    (partition.mtp_split); pinned sizes are kept."""
+    ranks' layers; for a model with MTP modules, in their place the split that leaves the last stage room for them
+    where it is no fuller (partition.mtp_split, _with_mtp_split); pinned sizes are kept."""
     L = ctx.model.num_layers
     if pp == 1:
         return [(1, "1f1b", None, None, False)]
@@ -244,8 +267,8 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     pinned = "first_stage_layers" in opts.fixed or "last_stage_layers" in opts.fixed
     fullest = max(stage_layer_counts(L, pp))  # the fullest rank of the default split, for the layout fallback
     # MTP modules on the last stage (planner.costmodel.mtp): a split that gives it their layer-equivalents fewer layers
-    units = mtp_layer_units(ctx.model, ctx.train.seq_len)
-    mtp_fl = mtp_split(L, pp, units) if units and not pinned else None
+    mtp_fl = mtp_split(L, pp, mtp_layer_units(ctx.model, ctx.train.seq_len)) if ctx.model.mtp_layers and not pinned \
+        else None
 
     def classic(v: int) -> tuple[bool, int | None, int | None, bool]:
         if pinned:
@@ -261,30 +284,14 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
             return True, None, None, False
         return (fl is not None, *(fl or (None, None)), False)
 
-    def heaviest(f: int | None, la: int | None, acc: bool) -> int:
-        """A split's fullest stage, the last counting the MTP units."""
-        q = (L + 2) // pp
-        c = [q - 1] + [q] * (pp - 2) + [q - 1] if acc else stage_layer_counts(L, pp, f, la)
-        return max(c[:-1] + [c[-1] + units])
-
-    def splits(v: int) -> list[tuple[bool, int | None, int | None, bool]]:
-        """The MTP split where the model has MTP modules, the stack states it (v dividing its fullest stages; a
-        layout or first/last flags that divide into v) and its fullest stage is no fuller than the classic split's
-        (the equal middle stages of the first/last form can make it fuller: 61 layers on pp 14), else the classic
-        one. One split per (pp, vpp, schedule), as without MTP: proposing both doubled the DeepSeek-V3 search time
-        (gb200x256: 2.6 -> 5.1 s)."""
-        first = classic(v)
-        if (mtp_fl is not None and mtp_fl[0] % v == 0 and (ctx.stack.pipeline_layout_option or mtp_fl[1] % v == 0)
-                and (not first[0] or heaviest(*mtp_fl, False) <= heaviest(*first[1:]))):
-            return [(True, *mtp_fl, False)]
-        return [first]
-
     out = []
     # a pinned schedule, a tuple of allowed ones (a stack's limits), or the default 1F1B / interleaved
     allowed = set(sched) if isinstance(sched, tuple) else ({"1f1b", "interleaved"} if sched is None else {sched})
     if vpp_fixed in (None, 1):
         for name in (s for s in ("1f1b", "gpipe", "zb", "dualpipe") if s in allowed):
-            out += [(1, name, f, la, acc) for ok, f, la, acc in splits(1) if ok]
+            ok, f, la, acc = _with_mtp_split(ctx, pp, 1, classic(1), mtp_fl)
+            if ok:
+                out.append((1, name, f, la, acc))
     v_acc = v_split_counts_embedding_loss(L, pp)
     if "dualpipev" in allowed and vpp_fixed in (None, 2) and not pinned and v_acc is not None:
         out.append((2, "dualpipev", None, None, v_acc))  # two stages per rank in a V (ParallelPlan.schedule)
@@ -292,8 +299,9 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
                                                                if (L // pp) % v == 0 or L % pp]
         for v in vs:
-            out += [(v, "interleaved", f, la, acc) for ok, f, la, acc in splits(v)
-                    if ok or vpp_fixed not in (None, 1)]
+            ok, f, la, acc = _with_mtp_split(ctx, pp, v, classic(v), mtp_fl)
+            if ok or vpp_fixed not in (None, 1):
+                out.append((v, "interleaved", f, la, acc))
     return out
 
 
