@@ -15,7 +15,7 @@ from planner.costmodel.memory import (
     mtp_activations,
     state_bytes_per_param,
 )
-from planner.costmodel.mtp import mtp_params
+from planner.costmodel.mtp import mtp_extra_params
 from planner.costmodel.pipeline import inflight_microbatches
 from planner.costmodel.stage_problem import StageProblem
 from planner.costmodel.tensor import tp_exposed_share
@@ -59,9 +59,8 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     # the MTP modules sit with the LM head and loss (planner.costmodel.mtp; megatron-core's layouts put them last)
     mt = mtp_times(ctx, shape)
     mtp_time = mt.fwd + mt.bwd + mt.rec + 2 * (tp_exposed_share(ctx, plan) * mt.tp + mt.cp + mt.ep)
-    mp = mtp_params(ctx, tp, plan.ep, plan.etp, pp - 1, plan.schedule)
-    per_exp = sum(st.per_param(shape.dims.expert_zero_shard))
-    mtp_bytes = mp.dense * per_dense + mp.experts * per_exp + mtp_activations(ctx, shape) * inflight[pp - 1]
+    extra, _ = mtp_extra_params(ctx, pp - 1, plan.schedule)  # its layers are the last layer's kind (mtp.mtp_kind)
+    mtp_bytes = (m.mtp_layers * state[-1] + extra / tp * per_dense + mtp_activations(ctx, shape) * inflight[pp - 1])
     return StageProblem(
         num_layers=m.num_layers, pp=pp, layer_time_s=t, layer_recompute_s=rc,
         layer_act_bytes=act, layer_act_bytes_recompute=act_rc, layer_state_bytes=state,

@@ -27,7 +27,7 @@ from planner.costmodel.calibration import Calibration
 from planner.costmodel.capacity import fit_reserve_gib, inner_margin_rel, memory_margin_rel, usable_capacity_gib
 from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
-from planner.costmodel.mtp import mtp_input_bytes_per_token, mtp_kind, mtp_params
+from planner.costmodel.mtp import mtp_extra_params, mtp_input_bytes_per_token, mtp_kind, mtp_layer_counts
 from planner.costmodel.params import layer_params
 from planner.costmodel.pipeline import head_stage, inflight_microbatches, schedule_of, v_shaped
 from planner.costmodel.trace import Term, formula
@@ -375,20 +375,21 @@ def layer_linear_params_per_device(ctx: Context, plan: ParallelPlan, kid: int) -
 def stage_params(ctx: Context, plan: ParallelPlan, split: list[StageSplit]) -> StageParams:
     tp, pp = plan.tp, plan.pp
     dense_stage, expert_stage, linear_stage = [], [], []
+    head = head_stage(plan)  # rank 0 in a V
     for s in range(pp):
         _, hc, tc = split[s]
-        allc = hc + tc
+        # the head rank also holds the MTP modules' layers (planner.costmodel.mtp)
+        allc = hc + tc + (mtp_layer_counts(ctx) if s == head else Counter())
         dense = sum(n * (ctx.kinds[j].params.total - ctx.kinds[j].params.routed_experts) for j, n in allc.items()) / tp
         experts = sum(n * ctx.kinds[j].params.routed_experts for j, n in allc.items()) / (plan.ep * plan.etp)
         linear_stage.append(sum(n * layer_linear_params_per_device(ctx, plan, j) for j, n in allc.items()))
         if s == 0:
             dense += ctx.params.embedding / tp
-        if s == head_stage(plan):  # rank 0 in a V
+        if s == head:
             dense += (ctx.params.lm_head or (ctx.params.embedding if pp > 1 else 0)) / tp + ctx.params.final_norm
-            if ctx.model.mtp_layers:  # and the MTP modules (planner.costmodel.mtp)
-                mp = mtp_params(ctx, tp, plan.ep, plan.etp, s, plan.schedule)
-                dense, experts = dense + mp.dense, experts + mp.experts
-                linear_stage[-1] += mp.linear
+            extra, extra_linear = mtp_extra_params(ctx, s, plan.schedule)  # eh_proj, norms, the embedding copy
+            dense += extra / tp
+            linear_stage[-1] += extra_linear / tp
         dense_stage.append(dense)
         expert_stage.append(experts)
     return StageParams(tuple(dense_stage), tuple(expert_stage), tuple(linear_stage))

@@ -16,7 +16,7 @@ time is summed with the stage's (planner.costmodel.layers.stage_times), their me
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import Counter
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, Shape
 from planner.costmodel.flops import attn_core_flops_per_token, is_local_layer, layer_flops, mtp_module_flops_per_token
@@ -64,31 +64,24 @@ def eh_proj_fwd_s(ctx: Context, shape: Shape) -> float:
     return tokens * 2.0 * eh_proj_params(ctx) / tp / (ctx.peak * ctx.gemm_eff(tokens, 2 * h, h / tp))
 
 
-class MtpParams(NamedTuple):
-    """Parameters one device of the head rank holds for the MTP modules, before ZeRO sharding."""
-
-    dense: float  # split by TP: attention, dense / shared MLP, router, norms, eh_proj, the embedding copy
-    experts: float  # routed experts, split by EP x ETP
-    linear: float  # of both, the linears an FP8 recipe runs in FP8 (the layer's linears and eh_proj)
-
-
-def mtp_params(ctx: Context, tp: int, ep: int, etp: int, head_rank: int, schedule: str) -> MtpParams:
-    """The MTP modules' parameters on one device of the head rank (`head_rank`: its pipeline index). The word
-    embedding is counted where the rank does not hold it already: not on rank 0, and not under DualPipe, whose
-    ranks hold the first and the last stage together and share the embedding with the MTP modules (DeepSeek-V3
-    report sec. 2.2 and 3.2.1)."""
+def mtp_layer_counts(ctx: Context) -> Counter:
+    """{layer kind: count} of the MTP modules' transformer layers, which the head rank holds beside its own (their
+    parameters are counted as the decoder's layers are: planner.costmodel.memory.stage_params)."""
     kid = mtp_kind(ctx)
-    if kid is None:
-        return MtpParams(0.0, 0.0, 0.0)
-    n, lp = ctx.model.mtp_layers, ctx.kinds[kid].params
-    own = eh_proj_params(ctx) + NORMS_PER_MODULE * norm_params(ctx.model)
-    dense = n * ((lp.total - lp.routed_experts) + own) / tp
-    if head_rank != 0 and schedule != "dualpipe":
-        dense += ctx.params.embedding / tp
-    experts = n * lp.routed_experts / (ep * etp)
-    linear = n * ((lp.attn + lp.mlp_dense + lp.shared_experts + eh_proj_params(ctx)) / tp + lp.routed_experts
-                  / (ep * etp))
-    return MtpParams(dense, experts, linear)
+    return Counter() if kid is None else Counter({kid: ctx.model.mtp_layers})
+
+
+def mtp_extra_params(ctx: Context, head_rank: int, schedule: str) -> tuple[float, float]:
+    """(parameters, of which FP8-able linears) of the MTP modules beyond their layers, unsplit by TP: eh_proj and 3
+    norms per module, and the word embedding where the head rank (`head_rank`, its pipeline index) does not hold it
+    already: not on rank 0, and not under DualPipe, whose ranks hold the first and the last stage together and share
+    the embedding with the MTP modules (DeepSeek-V3 report sec. 2.2 and 3.2.1)."""
+    n = ctx.model.mtp_layers
+    if not n:
+        return 0.0, 0.0
+    own = n * (eh_proj_params(ctx) + NORMS_PER_MODULE * norm_params(ctx.model))
+    embedding = ctx.params.embedding if head_rank != 0 and schedule != "dualpipe" else 0
+    return float(own + embedding), float(n * eh_proj_params(ctx))
 
 
 def mtp_input_bytes_per_token(ctx: Context, shape: Shape) -> float:

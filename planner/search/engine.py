@@ -228,17 +228,15 @@ def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarra
     return out
 
 
-def _heaviest_stage(ctx: Context, pp: int, split: tuple[int | None, int | None, bool]) -> int:
-    """A split's (first_stage_layers, last_stage_layers, account_embedding_loss) fullest stage, the last counting the
-    MTP modules' layer-equivalents (costmodel.mtp.mtp_layer_units)."""
-    L, (f, la, acc) = ctx.model.num_layers, split
-    q = (L + 2) // pp
-    c = [q - 1] + [q] * (pp - 2) + [q - 1] if acc else stage_layer_counts(L, pp, f, la)
-    return max(c[:-1] + [c[-1] + mtp_layer_units(ctx.model, ctx.train.seq_len)])
+def _heaviest_stage(ctx: Context, pp: int, first: int | None, last: int | None, units: int) -> int:
+    """The fullest stage of a split as the cost model counts it (partition.stage_layer_counts: the embedding-and-loss
+    form is the default uneven split), the last counting the MTP modules' `units` (costmodel.mtp.mtp_layer_units)."""
+    c = stage_layer_counts(ctx.model.num_layers, pp, first, last)
+    return max(c[:-1] + [c[-1] + units])
 
 
 def _with_mtp_split(ctx: Context, pp: int, v: int, classic: tuple[bool, int | None, int | None, bool],
-                    mtp_fl: tuple[int, int] | None) -> tuple[bool, int | None, int | None, bool]:
+                    mtp_fl: tuple[int, int] | None, units: int) -> tuple[bool, int | None, int | None, bool]:
     """The MTP split (partition.mtp_split) in place of the classic one where the stack states it (v dividing its
     fullest stages; a layout, or first/last flags that divide into v) and its fullest stage is no fuller than the
     classic split's (the equal middle stages of the first/last form can make it fuller: 61 layers on pp 14). One
@@ -246,7 +244,7 @@ def _with_mtp_split(ctx: Context, pp: int, v: int, classic: tuple[bool, int | No
     2.6 -> 5.1 s)."""
     if mtp_fl is None or mtp_fl[0] % v or (mtp_fl[1] % v and not ctx.stack.pipeline_layout_option):
         return classic
-    if classic[0] and _heaviest_stage(ctx, pp, (*mtp_fl, False)) > _heaviest_stage(ctx, pp, classic[1:]):
+    if classic[0] and _heaviest_stage(ctx, pp, *mtp_fl, units) > _heaviest_stage(ctx, pp, *classic[1:3], units):
         return classic
     return (True, *mtp_fl, False)
 
@@ -267,8 +265,8 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     pinned = "first_stage_layers" in opts.fixed or "last_stage_layers" in opts.fixed
     fullest = max(stage_layer_counts(L, pp))  # the fullest rank of the default split, for the layout fallback
     # MTP modules on the last stage (planner.costmodel.mtp): a split that gives it their layer-equivalents fewer layers
-    mtp_fl = mtp_split(L, pp, mtp_layer_units(ctx.model, ctx.train.seq_len)) if ctx.model.mtp_layers and not pinned \
-        else None
+    units = mtp_layer_units(ctx.model, ctx.train.seq_len)
+    mtp_fl = mtp_split(L, pp, units) if units and not pinned else None
 
     def classic(v: int) -> tuple[bool, int | None, int | None, bool]:
         if pinned:
@@ -289,7 +287,7 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
     allowed = set(sched) if isinstance(sched, tuple) else ({"1f1b", "interleaved"} if sched is None else {sched})
     if vpp_fixed in (None, 1):
         for name in (s for s in ("1f1b", "gpipe", "zb", "dualpipe") if s in allowed):
-            ok, f, la, acc = _with_mtp_split(ctx, pp, 1, classic(1), mtp_fl)
+            ok, f, la, acc = _with_mtp_split(ctx, pp, 1, classic(1), mtp_fl, units)
             if ok:
                 out.append((1, name, f, la, acc))
     v_acc = v_split_counts_embedding_loss(L, pp)
@@ -299,7 +297,7 @@ def _vpp_choices(ctx: Context, opts: SearchOptions, pp: int) -> list[tuple[int, 
         vs = [vpp_fixed] if vpp_fixed not in (None, 1) else [v for v in range(2, min(MAX_SEARCH_VPP, L // pp) + 1)
                                                                if (L // pp) % v == 0 or L % pp]
         for v in vs:
-            ok, f, la, acc = _with_mtp_split(ctx, pp, v, classic(v), mtp_fl)
+            ok, f, la, acc = _with_mtp_split(ctx, pp, v, classic(v), mtp_fl, units)
             if ok or vpp_fixed not in (None, 1):
                 out.append((v, "interleaved", f, la, acc))
     return out

@@ -13,7 +13,7 @@ from planner.costmodel.evaluate import screen_memory
 from planner.costmodel.flops import model_flops_per_token
 from planner.costmodel.layers import layer_times
 from planner.costmodel.memory import stage_memories, stage_params
-from planner.costmodel.mtp import eh_proj_fwd_s, mtp_kind, mtp_layer_units, mtp_params
+from planner.costmodel.mtp import eh_proj_fwd_s, mtp_extra_params, mtp_kind, mtp_layer_units
 from planner.costmodel.partition import mtp_split, stage_layer_counts
 from planner.specs import ParallelPlan, TrainingSpec
 
@@ -74,10 +74,9 @@ def test_mtp_module_is_priced_on_the_head_stage():
     # its weights: the layer, eh_proj and 3 norms, and the word embedding the last stage does not hold otherwise
     pa = stage_params(ca, PLAN, ca.stage_kind_counts(4, 16, 13, None))
     pb = stage_params(cb, PLAN, cb.stage_kind_counts(4, 16, 13, None))
-    mp = mtp_params(ca, PLAN.tp, PLAN.ep, PLAN.etp, 3, PLAN.schedule)
     lp = kind.params
-    assert mp.dense == pytest.approx((lp.total - lp.routed_experts + 2 * 7168 ** 2 + 3 * 7168 + 129280 * 7168) / 8)
-    assert pa.dense[-1] == pytest.approx(pb.dense[-1] + mp.dense) and pa.dense[:-1] == pb.dense[:-1]
+    mtp_dense = (lp.total - lp.routed_experts + 2 * 7168 ** 2 + 3 * 7168 + 129280 * 7168) / 8
+    assert pa.dense[-1] == pytest.approx(pb.dense[-1] + mtp_dense) and pa.dense[:-1] == pb.dense[:-1]
     assert pa.experts[-1] == pytest.approx(pb.experts[-1] + lp.routed_experts / 8)
     assert a.memory["peak_gib"] >= b.memory["peak_gib"]
 
@@ -93,4 +92,6 @@ def test_dualpipe_ranks_hold_their_mirror_stage():
     mems = stage_memories(ctx, ms.shape, ms.split, ms.params)
     assert mems[0].weights == pytest.approx(mems[-1].weights) and mems[0].grads == pytest.approx(mems[-1].grads)
     assert mems[0].activations == pytest.approx(mems[-1].activations)
-    assert mtp_params(ctx, 1, 64, 1, 15, "dualpipe").dense < mtp_params(ctx, 1, 64, 1, 15, "1f1b").dense
+    embedding = 129280 * 7168
+    assert mtp_extra_params(ctx, 15, "1f1b")[0] - mtp_extra_params(ctx, 15, "dualpipe")[0] == embedding
+    assert mtp_extra_params(ctx, 0, "1f1b") == mtp_extra_params(ctx, 15, "dualpipe")
