@@ -150,11 +150,15 @@ def noncausal_model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return _model_flops_per_token(m, seq_len, causal=False)
 
 
+def layer_fwd_flops_per_token(m: ModelSpec, i: int, seq_len: int, causal: bool = True) -> float:
+    """Forward FLOPs per token of layer i: its GEMMs and its attention core."""
+    return layer_flops(m, i, seq_len).gemm + attn_core_flops_per_token(m, seq_len, is_local_layer(m, i), causal=causal)
+
+
 def _model_flops_per_token(m: ModelSpec, seq_len: int, causal: bool) -> float:
     total = lm_head_flops_per_token(m)
     for i in range(m.num_layers):
-        lf = layer_flops(m, i, seq_len)
-        total += lf.gemm + attn_core_flops_per_token(m, seq_len, is_local_layer(m, i), causal=causal)
+        total += layer_fwd_flops_per_token(m, i, seq_len, causal)
     return 3.0 * (total + m.mtp_layers * mtp_module_flops_per_token(m, seq_len, causal))
 
 
@@ -163,7 +167,6 @@ def mtp_module_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) 
     last kind, eh_proj (2h -> h) and the LM head again; Megatron-LM counts the same (training.py
     num_floating_point_operations: the MTP layers with the last layer's kind, "MTH eh proj", "MTP + final logit";
     its 3h norm term is left out here, 1e-6 of the total)."""
-    i = m.num_layers - 1
     h = m.hidden_size
-    return (layer_flops(m, i, seq_len).gemm + attn_core_flops_per_token(m, seq_len, is_local_layer(m, i), causal=causal)
-            + 2.0 * 2 * h * h + lm_head_flops_per_token(m))
+    eh_proj = 2.0 * 2 * h * h
+    return layer_fwd_flops_per_token(m, m.num_layers - 1, seq_len, causal) + eh_proj + lm_head_flops_per_token(m)

@@ -11,7 +11,7 @@ a second loss. The rank also holds the word embedding the modules read (gpt_mode
 where pre_process or mtp_process). Under full recompute megatron-core checkpoints the MTP layer too
 (MultiTokenPredictionLayer.forward: recompute_granularity == 'full'). This module owns what the modules are; their
 time is summed with the stage's (planner.costmodel.layers.stage_times), their memory with the stage's
-(planner.costmodel.memory), and their FLOPs with the model's (flops.mtp_flops_per_token).
+(planner.costmodel.memory), and their FLOPs with the model's (flops.mtp_module_flops_per_token).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, Shape
-from planner.costmodel.flops import attn_core_flops_per_token, is_local_layer, layer_flops, mtp_module_flops_per_token
+from planner.costmodel.flops import layer_fwd_flops_per_token, mtp_module_flops_per_token
 from planner.costmodel.params import norm_params
 from planner.costmodel.trace import formula
 from planner.specs import ModelSpec
@@ -48,8 +48,7 @@ def mtp_layer_units(m: ModelSpec, seq_len: int) -> int:
     layer), the count Megatron-Bridge's DeepSeek-V3 layouts leave for the MTP and loss."""
     if not m.mtp_layers or not m.num_layers:
         return 0
-    i = m.num_layers - 1
-    layer = layer_flops(m, i, seq_len).gemm + attn_core_flops_per_token(m, seq_len, is_local_layer(m, i))
+    layer = layer_fwd_flops_per_token(m, m.num_layers - 1, seq_len)
     return round(m.mtp_layers * mtp_module_flops_per_token(m, seq_len) / layer)
 
 

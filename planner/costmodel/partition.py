@@ -67,15 +67,15 @@ def mtp_split(num_layers: int, pp: int, mtp_units: int) -> tuple[int, int] | Non
     """First/last stage sizes for a model whose last stage also runs MTP modules worth `mtp_units` layers
     (planner.costmodel.mtp.mtp_layer_units), in the form Megatron's first/last flags state (equal middle stages, each
     stage at least one layer): the split whose fullest stage, the last counting its units, is smallest, then the most
-    even, then the lightest last stage; middle stages near (L + units) / pp. For DeepSeek-V3 (61 layers, 3 units) this
+    even, then the lightest last stage (every middle size tried: 4 ms for all 60 depths of 61 layers). For DeepSeek-V3
+    (61 layers, 3 units) this
     is Megatron-Bridge's own layouts at PP 4, 8 and 16: 16/16/16/13, 8 x 7 + 5, 4 x 15 + 1
     (recipes/deepseek/deepseek_v3.py _get_deepseek_v3_pipeline_layout, at 067f987). None when pp < 2, there are no
     units, or no stage can hold a layer."""
     if pp < 2 or mtp_units <= 0 or num_layers < pp:
         return None
-    target = (num_layers + mtp_units) // pp
     best = None
-    for mid in range(max(1, target - 1), target + 3) if pp > 2 else (0,):
+    for mid in range(1, (num_layers - 2) // (pp - 2) + 1) if pp > 2 else (0,):
         rest = num_layers - (pp - 2) * mid
         for last in range(1, rest):
             stages = (rest - last, last + mtp_units) + ((mid,) if pp > 2 else ())

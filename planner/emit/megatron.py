@@ -66,13 +66,15 @@ def pipeline_layout(job: Job) -> str | None:
         return None  # --decoder-first/last-pipeline-num-layers [--num-virtual-stages-per-pipeline-rank]
     if not job.uneven and m.num_layers % p.pp == 0 and (m.num_layers // p.pp) % p.vpp == 0:
         return None  # even: [--num-layers-per-virtual-pipeline-stage]
-    chunks = [[c // p.vpp + (v < c % p.vpp) for v in range(p.vpp)] for c in counts]
+    def over_vpp(c: int) -> list[int]:  # c layers as even as they go over the virtual stages, earlier ones first
+        return [c // p.vpp + (v < c % p.vpp) for v in range(p.vpp)]
+
+    chunks = [over_vpp(c) for c in counts]
     units = mtp_layer_units(m, job.train.seq_len)
     if units:
         # the MTP modules close the last virtual stage: it takes their layer-equivalents fewer layers
         # (costmodel.mtp.mtp_layer_units), as Megatron-Bridge's DeepSeek-V3 layouts do (4 x 4 + 1 on pp 4 x vpp 4)
-        c = counts[-1] + units
-        last = [c // p.vpp + (v < c % p.vpp) for v in range(p.vpp)]
+        last = over_vpp(counts[-1] + units)
         last[-1] -= units
         if last[-1] >= 0:
             chunks[-1] = last
