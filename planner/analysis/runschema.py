@@ -16,6 +16,7 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "zero_stage": "zero_stage", "micro_batch": "micro_batch", "recompute": "recompute",
     "sequence_parallel": "sequence_parallel", "schedule": "schedule",
     "remat_offloaded": "remat_offloaded", "remat_device": "remat_device",  # MaxText remat_policy custom's names
+    "recompute_modules": "recompute_modules",  # Megatron's --recompute-modules (with recompute: selective)
     # the decoder layers of the first / last pipeline stage (Megatron's --decoder-first/last-pipeline-num-layers)
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
 }

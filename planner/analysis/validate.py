@@ -32,6 +32,7 @@ from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.specs.plan import NAME_LIST_KNOBS, recompute_label
 from planner.stacks import traits
+from planner.stacks.megatron import RECOMPUTE_MODULES
 
 
 def runs_on_tpu(run: dict) -> bool:
@@ -405,6 +406,13 @@ RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], s
      "config's torch_dtype, bfloat16 (components/models/*/model.py get_dtype(config.torch_dtype, torch.bfloat16), "
      "self.to(dtype)), so FSDP2 shards bf16 parameters, their gradients and torch.optim.Adam's exp_avg / exp_avg_sq "
      "(zeros_like the parameter) are bf16"),
+    (("megatron-bridge performance summary",), {}, {"grad_dtype": "bf16"},
+     "Megatron-Bridge's performance scripts, every release of the summaries, set ddp.grad_reduce_in_fp32 False (a bf16 "
+     "main-grad buffer, reduced in bf16) for the summaries' models: v0.1.0rc4 scripts/performance/configs/*/"
+     "*_llm_pretrain.yaml 'grad_reduce_in_fp32: false' (DeepSeek-V3, Llama 3 / 3.1, Qwen3); v0.2.0-v0.5.0 "
+     "scripts/performance/configs/{deepseek,gpt_oss,llama*,qwen*}/*_llm_pretrain.py 'cfg.ddp.grad_reduce_in_fp32 = "
+     "False'; v0.6.0 src/megatron/bridge/perf_recipes/_common.py _benchmark_common (Kimi K2 and GLM-5 set it back to "
+     "True there: no summary row of either is in runs/)"),
     (("deepseek-v3 technical report",), {}, {"optimizer_dtype": "bf16", "fp8_moe_act_cache": True,
                                               "fp8_moe_dispatch": True, "fp8_weight_cache": False},
      "DeepSeek-V3 report (arXiv 2412.19437) sec. 3.3.2: AdamW moments tracked in BF16; the MoE SwiGLU inputs cached "
@@ -607,7 +615,13 @@ def _plan_knob_problem(key: str, v: Any) -> str | None:
     if key == "schedule" and str(v).lower() not in SCHEDULE_NAMES:
         return f"plan.schedule must be one of {', '.join(SCHEDULE_NAMES)} or null, got {safe_line(repr(v))}"
     if key in NAME_LIST_KNOBS and (not isinstance(v, list) or not all(isinstance(n, str) for n in v)):
-        return f"plan.{key} must be a list of MaxText remat tensor names or null, got {safe_line(repr(v))}"
+        what = "Megatron recompute module" if key == "recompute_modules" else "MaxText remat tensor"
+        return f"plan.{key} must be a list of {what} names or null, got {safe_line(repr(v))}"
+    if key == "recompute_modules":
+        bad = [n for n in v if n not in RECOMPUTE_MODULES]
+        if bad:
+            return (f"plan.recompute_modules names {safe_line(', '.join(bad))}, not a megatron-core module: choose "
+                    f"from {', '.join(RECOMPUTE_MODULES)}")
     return None
 
 

@@ -266,6 +266,7 @@ def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
                  tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
                  links=context_links(ctx, plan),
                  dims=dims,
-                 # the custom remat policy in effect sets the recompute and host copies (compute.remat_offload_s)
+                 # the custom remat policy in effect sets the recompute and host copies (compute.remat_offload_s),
+                 # the named Megatron modules the selective recompute time (compute.selective_recompute_s)
                  time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm,
-                           plan.custom_remat))
+                           plan.custom_remat, plan.recompute_modules))

@@ -15,7 +15,7 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
-from planner.costmodel.memory import maxtext_offloaded_elems, selective_recompute_modules
+from planner.costmodel.memory import maxtext_offloaded_elems, selective_modules
 from planner.costmodel.moe import (
     EINSUM_DISPATCH_GEMMS,
     dispatcher,
@@ -287,10 +287,11 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
         return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
     if shape.plan.custom_remat is not None:
         return custom_remat_recompute_s(ctx, k, c, set(shape.plan.remat_device) | set(shape.plan.remat_offloaded))
-    if ctx.stack.selective_recomputes == "modules":  # Megatron's --recompute-modules (selective_recompute_modules)
-        mods = selective_recompute_modules(ctx.model, not ctx.unfused_attention)
+    mods = selective_modules(ctx, shape.plan)  # Megatron's --recompute-modules (memory.recompute_modules)
+    if mods is not None:
         return ((c.attention if "core_attn" in mods else 0.0)
-                + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0))
+                + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0)
+                + (c.mlp if "mlp" in mods and not k.moe else 0.0))  # mlp: dense layers' MLPs (an MoE layer's: moe)
     return c.attention + mla_up_proj_s(ctx, shape, k)
 
 
@@ -369,7 +370,8 @@ COMPUTE = formula(
 RECOMPUTE = formula(
     "compute.recompute",
     "m x recompute of the slowest stage: full = the recomputed layers' forward with its collectives, "
-    "selective = their attention core (+ MLA up-projections for MLA models); torchtitan: half the GEMMs + elementwise",
+    "selective = their attention core (+ MLA up-projections for MLA models; Megatron: of the modules it names, the "
+    "attention core and MLA up-projections); torchtitan: half the GEMMs + elementwise",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3; "
     "torchtitan SelectiveAC (op-level)",
 )
@@ -380,6 +382,10 @@ def compute_term(shape: Shape, stage_fwd_s: float, stage_bwd_s: float, stage: in
                         fwd_s=stage_fwd_s, bwd_s=stage_bwd_s, stage=stage)
 
 
-def recompute_term(shape: Shape, stage_rec_s: float) -> Term:
+def recompute_term(ctx: Context, shape: Shape, stage_rec_s: float) -> Term:
+    """The step's recompute, with the modules a Megatron selective plan re-runs (memory.recompute_modules)."""
+    p = shape.plan
+    mods = selective_modules(ctx, p) if p.recompute == "selective" else None
+    named = {"modules": " ".join(mods)} if mods is not None else {}
     return RECOMPUTE.term("recompute_s", shape.nmb * stage_rec_s, "s", microbatches=shape.nmb,
-                          recompute_per_microbatch_s=stage_rec_s, mode=shape.plan.recompute)
+                          recompute_per_microbatch_s=stage_rec_s, mode=p.recompute, **named)

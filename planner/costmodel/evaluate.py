@@ -208,7 +208,7 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
     slow = max(range(plan.pp), key=st.microbatch_s)
     p2p, dp = p2p_term(ctx, shape, st), dp_comm_term(ctx, shape, st, split, slow, params)
     opt = optimizer_term(ctx, shape, params, slow)
-    time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(shape, st.rec[slow]),
+    time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(ctx, shape, st.rec[slow]),
             bubble_term(shape, st, makespan, slow), tp_comm_term(ctx, shape, st.tp[slow]),
             cp_comm_term(shape, st.cp[slow]), ep_comm_term(ctx, shape, st.ep[slow]), p2p, dp, opt)
     step = makespan + p2p.value + dp.value + opt.value

@@ -98,38 +98,57 @@ def state_bytes_per_param(train: TrainingSpec, zero_stage: int, offload_optimize
     )
 
 
-def selective_recompute_modules(m: ModelSpec, fused_attention: bool = True) -> tuple[str, ...]:
-    """Megatron-core `--recompute-modules` that "selective" means for this model: the attention core
-    (the default, Korthikanti et al. 2022 sec. 5); MoE models recompute the norms and the expert activation
-    instead (Megatron-Bridge gpt-oss-120b recipes: recompute_modules=["layernorm", "moe_act"]; Megatron's model
-    zoo Qwen3 MoE commands: --recompute-modules moe_act layernorm); MLA models the norms and the MLA
+def selective_recompute_modules(m: ModelSpec, fused_attention: bool = True,
+                                fp8_delayed: bool = False) -> tuple[str, ...]:
+    """Megatron-core `--recompute-modules` that "selective" means for this model when the plan names none: the
+    attention core (the default, Korthikanti et al. 2022 sec. 5); MoE models recompute the norms and the expert
+    activation instead (Megatron-Bridge gpt-oss-120b recipes: recompute_modules=["layernorm", "moe_act"]; Megatron's
+    model zoo Qwen3 MoE commands: --recompute-modules moe_act layernorm); MLA models the norms and the MLA
     up-projections (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3: RMSNorm and MLA up-projections are
     recomputed, the SwiGLU output too; Megatron-Bridge's DeepSeek-V3 GB200 / H100 recipes: mla_up_proj). The
     attention core stays for MoE / MLA models only with unfused attention: a fused (flash) kernel keeps no score
-    matrix, so recomputing it frees no memory and costs its forward again."""
+    matrix, so recomputing it frees no memory and costs its forward again. Under FP8 delayed scaling megatron-core
+    refuses moe_act and layernorm (planner.stacks.rules.recompute_modules_runnable): they are left out, and a model
+    left with none recomputes megatron-core's default, the attention core."""
     if m.moe is None and m.mla is None:
         return ("core_attn",)
     mods = [] if fused_attention else ["core_attn"]
-    mods += ["layernorm", "moe_act"] if m.moe is not None else ["layernorm"]
+    if not fp8_delayed:
+        mods += ["layernorm", "moe_act"] if m.moe is not None else ["layernorm"]
     if m.mla is not None:
         mods.append("mla_up_proj")
-    return tuple(mods)
+    return tuple(mods) or ("core_attn",)
+
+
+def recompute_modules(m: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> tuple[str, ...]:
+    """The modules a Megatron selective-recompute plan recomputes: those it names (ParallelPlan.recompute_modules),
+    else selective_recompute_modules for the model, its attention kernel and its FP8 recipe (the one rule the cost
+    model and the launch files read)."""
+    if plan.recompute_modules:
+        return plan.recompute_modules
+    delayed = train.dtype == "fp8" and train.fp8_recipe == "delayed"
+    return selective_recompute_modules(m, train.attention_impl != "unfused", delayed)
 
 
 def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: float, etp: int,
-                       expert_load: float = 1.0) -> float:
-    """Elements per token the extra selective modules do not save (their outputs are recomputed)."""
-    mods = selective_recompute_modules(m)
+                       expert_load: float = 1.0, mods: tuple[str, ...] | None = None) -> float:
+    """Elements per token the selective modules `mods` (default: selective_recompute_modules) do not save beyond the
+    attention core (their outputs are recomputed)."""
+    mods = selective_recompute_modules(m) if mods is None else mods
     dropped = 0.0
     if "layernorm" in mods:
         dropped += 2 * g * hs  # the two norm outputs (inputs of the QKV and FC1 GEMMs)
     if "moe_act" in mods and moe_layer:
         moe = m.require_moe()
         dropped += moe.top_k * expert_load * g * moe.expert_ffn_hidden_size / etp / tp  # expert act. (FC2 input)
-    if "mla_up_proj" in mods:
+    if "mla_up_proj" in mods and m.mla is not None:
         a = m.mla
-        assert a is not None  # selective_recompute_modules lists mla_up_proj only for MLA models
         dropped += m.num_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim) / tp  # q, k, v
+    if "mlp" in mods and not moe_layer:
+        # a dense layer's MLP checkpointed whole (megatron-core TransformerLayer recompute_mlp, dense MLPs only): its
+        # input is kept, its intermediates (activation_elems_per_token's inter) are not
+        f = m.ffn_hidden_size
+        dropped += ((2 + g) * f if m.mlp_type == "gated" else (1 + g) * f) / tp
     return dropped
 
 
@@ -212,12 +231,14 @@ def activation_elems_per_token(
     m: ModelSpec, moe_layer: bool, tp: int, sp: bool, recompute: str, framework: str, etp: int = 1,
     fp8_gemm_inputs: bool = False, fp8_moe_act_cache: bool = False, expert_load: float = 1.0,
     compiled: bool = False, custom_remat: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+    selective_modules: tuple[str, ...] | None = None,
 ) -> float:
     """Elements (at 2 bytes each) one layer saves for backward, per token of the micro-batch on
     this device (tokens already divided by CP), sharded by TP as Megatron shards them. fp8_moe_act_cache:
     the experts' SwiGLU inputs are saved in FP8 (DeepSeek-V3 report sec. 3.3.2). expert_load: routed tokens
     per expert relative to the balanced load (the capacity factor when padded to capacity). compiled: the
-    layer runs under torch.compile (PyTorch-native stacks), whose partitioner fuses the SwiGLU."""
+    layer runs under torch.compile (PyTorch-native stacks), whose partitioner fuses the SwiGLU. selective_modules:
+    Megatron's recomputed modules (recompute_modules; None: selective_recompute_modules)."""
     hs = sp_width(m, tp, sp)  # tensors in the sequence-parallel region
     stack = traits(framework)
     if recompute == "full":
@@ -249,7 +270,7 @@ def activation_elems_per_token(
         # matmul output and the attention output, roughly half the per-layer tensors
         return hs + 0.5 * (total - hs)
     if recompute == "selective":
-        return total - _selective_dropped(m, moe_layer, tp, hs, g, etp, expert_load)
+        return total - _selective_dropped(m, moe_layer, tp, hs, g, etp, expert_load, selective_modules)
     return total
 
 
@@ -437,15 +458,22 @@ def largest_matrix_params_per_device(m: ModelSpec, plan: ParallelPlan, fused_gat
 def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     """activation_elems_per_token of layer kind `k` under recompute `mode`, cached in the context."""
     p, tr = shape.plan, ctx.train
-    key = (k.moe, k.local, p.tp, shape.sp, mode, p.etp, p.remat_device, p.remat_offloaded)
+    mods = selective_modules(ctx, p) if mode == "selective" else None
+    key = (k.moe, k.local, p.tp, shape.sp, mode, p.etp, p.remat_device, p.remat_offloaded, mods)
     v = ctx.act_cache.get(key)
     if v is None:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
             fp8_gemm_inputs=(tr.dtype == "fp8" and ctx.stack.fp8_saves_gemm_inputs),
             fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx), compiled=tr.torch_compile,
-            custom_remat=p.custom_remat)
+            custom_remat=p.custom_remat, selective_modules=mods)
     return v
+
+
+def selective_modules(ctx: Context, plan: ParallelPlan) -> tuple[str, ...] | None:
+    """The modules selective recompute re-runs in a stack that names them (Stack.selective_recomputes "modules":
+    recompute_modules), else None (the stack's own selective policy)."""
+    return recompute_modules(ctx.model, ctx.train, plan) if ctx.stack.selective_recomputes == "modules" else None
 
 
 class StageMemory(NamedTuple):
@@ -512,7 +540,9 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer, kept only by
         # layers saving everything: selective recompute drops exactly these (Table 2: 34 s b h / t with SP),
         # full recompute keeps them for the layers it does not recompute
-        kept = {"none": n_layers, "selective": 0}.get(
+        # (selective recompute in a stack that names its modules drops them only with core_attn among them)
+        mods = selective_modules(ctx, p) if p.recompute == "selective" else None
+        kept = {"none": n_layers, "selective": 0 if mods is None or "core_attn" in mods else n_layers}.get(
             p.recompute, 0 if p.recompute_layers is None else max(0, n_layers - p.recompute_layers))
         score_layer = UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
         # the layer being recomputed in the backward materialises its scores again (Korthikanti sec. 5: selective

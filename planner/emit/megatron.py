@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.costmodel.memory import selective_recompute_modules
+from planner.costmodel.memory import recompute_modules
 from planner.costmodel.mtp import mtp_layer_units
 from planner.costmodel.partition import stage_layer_counts
 from planner.emit.common import dumps, moe_layer_pattern, run_length_expr, torchrun_tail
@@ -372,8 +372,8 @@ def _recompute_args(job: Job, a: _Args) -> None:
     m, p = job.model, job.plan
     if p.recompute == "selective":
         a.flag("--recompute-granularity", "selective")
-        modules = selective_recompute_modules(job.model, job.train.attention_impl != "unfused")
-        if modules != ("core_attn",):  # the cost model's "selective" for MoE / MLA models
+        modules = recompute_modules(job.model, job.train, p)
+        if modules != ("core_attn",):  # megatron-core's default (TransformerConfig.recompute_modules)
             a.flag("--recompute-modules", modules)
     elif p.recompute == "full" and p.recompute_layers != 0:
         a.flag("--recompute-granularity", "full")

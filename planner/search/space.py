@@ -79,7 +79,8 @@ def pinned_errors(model: ModelSpec, train: TrainingSpec, devices: int, fixed: di
     # a tuple pins a range (Capabilities.search_defaults), except on the knobs that hold a list of names
     fx = {k: v for k, v in fixed.items() if v is not None and (not isinstance(v, tuple) or k in NAME_LIST_KNOBS)}
     errs: list[str] = []
-    named = fx.get("remat_offloaded") or fx.get("remat_device")  # a custom remat policy rides on selective recompute
+    # a custom remat policy and Megatron's named modules ride on selective recompute
+    named = fx.get("remat_offloaded") or fx.get("remat_device") or fx.get("recompute_modules")
     base = {"recompute": "full" if fx.get("recompute_layers") is not None else ("selective" if named else "none"),
             "schedule": "interleaved" if fx.get("vpp", 1) > 1 else "1f1b"} | fx
     best: list[str] | None = None

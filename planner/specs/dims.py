@@ -248,7 +248,21 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
         *([f"recompute_layers={p.recompute_layers} is more than the model's {model.num_layers} layers: give at most "
            "the layers of a pipeline stage"] if (p.recompute_layers or 0) > model.num_layers else []),
         *_custom_remat_errors(train, p),
+        *_recompute_modules_errors(train, p),
     ]
+
+
+def _recompute_modules_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
+    """Named recompute modules are Megatron's --recompute-modules, a form of its selective recompute (the stack's
+    rules say which modules it runs: planner.stacks.rules.recompute_modules_runnable)."""
+    if not p.recompute_modules:
+        return []
+    if stack_of(train).selective_recomputes != "modules":
+        return [f"recompute modules (--recompute-modules) are Megatron's; {train.framework}'s selective recompute "
+                "has its own set"]
+    if p.recompute != "selective":
+        return [f"recompute modules (--recompute-modules) go with selective recompute, not recompute {p.recompute}"]
+    return []
 
 
 def _custom_remat_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:

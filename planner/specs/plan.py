@@ -44,6 +44,10 @@ class ParallelPlan(BaseModel):
         (), description="with selective recompute on MaxText (remat_policy 'custom'): the named layer tensors kept in "
         "HBM for backward; the others are rematerialised (decoder_layer_input is kept unless offloaded: the scan's "
         "remat start points)")
+    recompute_modules: tuple[str, ...] = Field(
+        (), description="with selective recompute on Megatron: the modules recomputed (--recompute-modules; priced: "
+        "core_attn, layernorm, moe_act, mla_up_proj, mlp); unset = the planner's set for the model (dense: core_attn; "
+        "MoE and MLA: layernorm, moe_act for MoE, mla_up_proj for MLA, core_attn with unfused attention)")
     sequence_parallel: bool = Field(True, description="Megatron sequence parallelism (only meaningful with tp > 1)")
     schedule: Schedule = Field("1f1b", description="1f1b, interleaved (vpp > 1), gpipe, zb (ZB-H1), dualpipe "
                                "(DeepSeek-V3: bidirectional, overlaps EP all-to-all with compute), dualpipev "
@@ -66,6 +70,17 @@ class ParallelPlan(BaseModel):
         bad = sorted(set(names) - set(REMAT_TENSORS))
         if bad:
             raise ValueError(f"unknown remat tensor(s) {', '.join(bad)}: choose from {', '.join(REMAT_TENSORS)}")
+        return names
+
+    @field_validator("recompute_modules")
+    @classmethod
+    def _recompute_module_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        from planner.stacks.megatron import RECOMPUTE_MODULES
+
+        bad = sorted(set(names) - set(RECOMPUTE_MODULES))
+        if bad:
+            raise ValueError(f"unknown recompute module(s) {', '.join(bad)}: megatron-core's are "
+                             f"{', '.join(RECOMPUTE_MODULES)}")
         return names
 
     @property
@@ -100,8 +115,8 @@ class ParallelPlan(BaseModel):
 # Every knob of a plan, in declaration order: the one list (the CLI flags and run-file keys map onto it).
 KNOBS: tuple[str, ...] = tuple(ParallelPlan.model_fields)
 # The knobs whose value is a tuple of names (not a range of allowed values, as a tuple pin elsewhere means): MaxText's
-# custom remat policy
-NAME_LIST_KNOBS: tuple[str, ...] = ("remat_offloaded", "remat_device")
+# custom remat policy, Megatron's recomputed modules
+NAME_LIST_KNOBS: tuple[str, ...] = ("remat_offloaded", "remat_device", "recompute_modules")
 
 
 def plan_label(p: dict, mark_no_sp: bool = False) -> str:

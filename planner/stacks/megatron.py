@@ -9,7 +9,16 @@ from planner.stacks.rules import (
     embedding_loss_units_split,
     fp8_param_gather_needs_sharded_optimizer,
     interleaved_microbatches,
+    recompute_modules_runnable,
 )
+
+# megatron-core's --recompute-modules choices (core_v0.19.0 transformer/transformer_config.py __post_init__
+# allowed_modules; a plan naming another is refused by ParallelPlan)
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+                     "gdn_norm_out")
+# the ones the cost model prices (compute.selective_recompute_s, memory.selective_recompute_modules' users); the others
+# are refused as not priced (rules.recompute_modules_runnable)
+PRICED_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
 
 STACK = Stack(
     name="Megatron-LM",
@@ -150,5 +159,9 @@ STACK = Stack(
         # megatron-core 0.19.2 training/arguments.py validate_args: "--fp8-param-gather only supported with distributed
         # optimizer, torch fsdp2, megatron fsdp, or inference mode" [assert]
         fp8_param_gather_needs_sharded_optimizer("Megatron"),
+        # megatron-core core_v0.19.0 transformer/transformer_config.py:1784-1830: moe_act "only supported with
+        # moe_grouped_gemm" (an MoE model), mla_up_proj "only supported with multi_latent_attention", "Delayed scaling
+        # does not support moe_act and layernorm recompute for fp8" [raise]; the modules the planner does not price
+        recompute_modules_runnable("Megatron", PRICED_RECOMPUTE_MODULES),
     ),
 )

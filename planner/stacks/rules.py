@@ -94,3 +94,21 @@ def a2a_overlap_needs_vpp(who: str) -> PlanRule:
         return out
 
     return rule
+
+
+def recompute_modules_runnable(who: str, priced: tuple[str, ...]) -> PlanRule:
+    """Pinned --recompute-modules the stack runs for this model and precision, and the planner prices."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        mods = set(p.recompute_modules)
+        out = [f"recompute module(s) {', '.join(sorted(mods - set(priced)))} are not priced by the planner: "
+               f"choose from {', '.join(priced)}"] if mods - set(priced) else []
+        out += [f"recompute module {name} needs {need} ({who} rule)" for name, bad, need in (
+            ("moe_act", model.moe is None, "an MoE model"),
+            ("mla_up_proj", model.mla is None, "multi-latent attention (an MLA model)")) if name in mods and bad]
+        if train.dtype == "fp8" and train.fp8_recipe == "delayed" and mods & {"moe_act", "layernorm"}:
+            out.append(f"FP8 delayed scaling does not run moe_act or layernorm recompute ({who} rule): choose "
+                       "another --fp8-recipe or other modules")
+        return out
+
+    return rule

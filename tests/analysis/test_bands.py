@@ -95,7 +95,9 @@ def test_report_shows_the_band(tmp_path):
 
 def test_moe_bands_within_issue_23_target():
     """Issue 23: the MoE error bands no wider than +-25%, for every regime an MoE dev run is in (Megatron on Blackwell
-    and Hopper, torchtitan/FSDP on Hopper, MaxText on TPU). Blackwell Megatron MoE 18.2% (19.9% before DeepSeek-V3's MTP
+    and Hopper, torchtitan/FSDP on Hopper, MaxText on TPU). Blackwell Megatron MoE 17.1% (18.2% before Megatron-Bridge's
+    rows reduced gradients in bf16 as their scripts do and the DGX Cloud DeepSeek-V3 rows recomputed their launch
+    files' modules; 19.9% before DeepSeek-V3's MTP
     module was priced and MoE selective recompute stopped re-running the attention core; 21.5% before HybridEP's host
     launches were counted, 28% while the 25.11 B200 gpt-oss row was scored at its table's EP 8, +-212% when the issue
     was filed); TPU 18% (59% while v6e, which one
@@ -105,4 +107,4 @@ def test_moe_bands_within_issue_23_target():
     assert {("blackwell", "megatron"), ("hopper", "megatron"), ("tpu", "maxtext")} <= regimes
     widths = {reg: band_for(res, reg[0], True, reg[1]).rel for reg in regimes}
     assert max(widths.values()) <= 0.25, widths
-    assert widths[("blackwell", "megatron")] == pytest.approx(0.182, abs=0.01)
+    assert widths[("blackwell", "megatron")] == pytest.approx(0.171, abs=0.01)

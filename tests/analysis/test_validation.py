@@ -85,6 +85,20 @@ def test_recipe_precision_from_the_cited_config(result):
     assert abs(row["step_time_error"]) < 0.10
 
 
+def test_megatron_bridge_rows_reduce_gradients_in_bf16():
+    # every Megatron-Bridge performance script sets ddp.grad_reduce_in_fp32 False (validate.RECIPE_PRECISION): the
+    # 26.04 DGX-B200 gpt-oss-120b row (EP 8, MBS 4, its preset's recompute_modules layernorm + moe_act) then fits with
+    # the preset's selective recompute, where fp32 gradients left it 20 layers of full recompute the recipe never ran
+    from planner.analysis.validate import infer_precision
+
+    runs = {r["id"]: r for r in load_runs(data_dir("runs") / "moe_runs_added.yaml")}
+    run = runs["mbridge2604-dgx-b200-gptoss-bf16-64gpu"]
+    assert infer_precision(run) == {"grad_dtype": "bf16"}
+    assert all(infer_precision(r) == {"grad_dtype": "bf16"} for r in dev_runs() if r["id"].startswith("mbridge"))
+    row = predict_run(run)
+    assert row["fits"] and row["plan"]["recompute"] == "selective", row["plan"]
+
+
 def test_deepseek_v3_report_dispatches_in_fp8():
     """DeepSeek-V3's own framework quantizes the MoE inputs to FP8 before the dispatch (report sec. 3.3.2); Megatron-
     Bridge's DeepSeek-V3 rows dispatch the BF16 hidden states."""

@@ -167,6 +167,22 @@ CONSUMER_CASES = [
          expect_emit=("megatron",),
          expect_skip={"deepspeed": "multi-token prediction", "maxtext": "evenly", "jax": "stage",
                       "torchtitan": "load-balancing loss"}),
+    # FP8 delayed scaling: megatron-core refuses moe_act and layernorm recompute there, so the MoE selective set drops
+    # them (memory.selective_recompute_modules) and megatron-core's default, core_attn, is what runs and is costed
+    Case("mixtral-fp8-delayed-selective-ep8-64xh100", MIXTRAL_8X7B, cluster("h100-sxm-80gb", 64),
+         TrainingSpec(seq_len=4096, global_batch=256, dtype="fp8", fp8_recipe="delayed"),
+         ParallelPlan(pp=2, dp=32, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"),
+         expect_emit=("megatron",),
+         expect_skip={"deepspeed": "FP8", "maxtext": "fp8-recipe", "torchtitan": "recipe"}),
+    # modules pinned by the plan (--recompute-modules), among them the dense layers' MLPs
+    Case("deepseek-v3-pinned-recompute-modules-64xh800", DEEPSEEK_V3, cluster("h800-sxm-80gb", 64),
+         TrainingSpec(seq_len=4096, global_batch=256),
+         ParallelPlan(pp=4, dp=16, ep=16, etp=1, micro_batch=1, zero_stage=1, recompute="selective",
+                      recompute_modules=("core_attn", "mla_up_proj", "mlp"), first_stage_layers=13,
+                      last_stage_layers=16),
+         expect_emit=("megatron",),
+         expect_skip={"deepspeed": "multi-token prediction", "maxtext": "evenly", "jax": "stage",
+                      "torchtitan": "load-balancing loss"}),
     Case("llama70b-bf16-grads-and-moments-tp8pp2-64xh100", LLAMA31_70B, cluster("h100-sxm-80gb", 64),
          TrainingSpec(seq_len=4096, global_batch=128, grad_dtype="bf16", optimizer_dtype="bf16"),
          ParallelPlan(tp=8, pp=2, dp=4, micro_batch=1, zero_stage=1, recompute="selective", sequence_parallel=True),

@@ -24,6 +24,7 @@ from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import argv_of_script, megatron_spec, same_model
 from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
+from planner.costmodel.memory import recompute_modules
 from planner.costmodel.mtp import mtp_layer_units
 from planner.costmodel.partition import stage_layer_counts
 from planner.emit.megatron import pipeline_layout
@@ -195,6 +196,8 @@ def test_megatron_accepts_emitted_args(results, name):
         assert sum(mtp for rank in r["layout"] for _, mtp in rank) == case.model.mtp_layers
     gran = {"none": None, "selective": "selective", "full": "full"}[p.recompute]
     assert r["recompute"][0] == gran
+    if p.recompute == "selective":  # the modules the plan was costed with (memory.recompute_modules), none added
+        assert sorted(r["recompute_modules"]) == sorted(recompute_modules(case.model, case.train, p))
     if case.model.moe is not None and case.model.moe.first_k_dense:
         assert r["moe_layer_freq"] == [int(case.model.is_moe_layer(i)) for i in range(case.model.num_layers)]
     if case.train.dtype == "fp8":

@@ -1,0 +1,124 @@
+"""Megatron's --recompute-modules as a plan knob (ParallelPlan.recompute_modules): the one rule the cost model and
+the launch files read (planner.costmodel.memory.recompute_modules), what each priced module costs and frees, and the
+rules megatron-core enforces (core_v0.19.0 transformer/transformer_config.py __post_init__)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import run_cli
+
+from planner.catalog.hardware import parse_cluster
+from planner.catalog.models import get_model
+from planner.costmodel import Context
+from planner.costmodel.compute import layer_compute, mla_up_proj_s, selective_recompute_s
+from planner.costmodel.evaluate import screen_memory
+from planner.costmodel.memory import activation_elems_per_token, recompute_modules
+from planner.specs import ParallelPlan, TrainingSpec
+from planner.specs.dims import plan_errors
+
+DSV3_PLAN = dict(tp=8, pp=4, dp=8, ep=8, recompute="selective", sequence_parallel=True, first_stage_layers=16,
+                 last_stage_layers=13)
+
+
+def _layer(model: str, cluster: str, plan: ParallelPlan, moe: bool, **train):
+    ctx = Context(get_model(model), parse_cluster(cluster), TrainingSpec(seq_len=4096, global_batch=256, **train))
+    shape = screen_memory(ctx, plan).shape
+    k = next(k for k in ctx.kinds if k.moe == moe)
+    return ctx, shape, k, layer_compute(ctx, shape, k)
+
+
+def test_default_set_and_fp8_delayed_rule():
+    dsv3, mixtral, llama = get_model("deepseek-v3"), get_model("mixtral-8x7b"), get_model("llama-3.1-8b")
+    sel = ParallelPlan(recompute="selective")
+    bf16 = TrainingSpec(seq_len=4096, global_batch=256)
+    assert recompute_modules(dsv3, bf16, sel) == ("layernorm", "moe_act", "mla_up_proj")
+    assert recompute_modules(llama, bf16, sel) == ("core_attn",)
+    # megatron-core: "Delayed scaling does not support moe_act and layernorm recompute for fp8"
+    delayed = TrainingSpec(seq_len=4096, global_batch=256, dtype="fp8", fp8_recipe="delayed")
+    assert recompute_modules(dsv3, delayed, sel) == ("mla_up_proj",)
+    assert recompute_modules(mixtral, delayed, sel) == ("core_attn",)  # none left: megatron-core's default
+    tensorwise = TrainingSpec(seq_len=4096, global_batch=256, dtype="fp8")
+    assert recompute_modules(mixtral, tensorwise, sel) == ("layernorm", "moe_act")
+    # a pinned set is the plan's own
+    assert recompute_modules(dsv3, bf16, ParallelPlan(recompute="selective", recompute_modules=("core_attn",))) \
+        == ("core_attn",)
+
+
+def test_each_priced_module_costs_its_forward():
+    # core_attn re-runs the attention core, mla_up_proj the MLA up-projections, mlp a dense layer's MLP; norms and
+    # activations are memory-bound and not charged
+    for mods, moe, expect in ((("core_attn",), True, "attention"), (("mla_up_proj",), True, "mla"),
+                              (("mlp",), False, "mlp"), (("layernorm", "moe_act"), True, None)):
+        plan = ParallelPlan(**DSV3_PLAN, recompute_modules=mods)
+        ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, moe)
+        want = {"attention": c.attention, "mla": mla_up_proj_s(ctx, shape, k), "mlp": c.mlp, None: 0.0}[expect]
+        assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(want)
+        assert want == 0.0 or want > 1e-5
+    # "mlp" names dense MLPs: an MoE layer's experts and shared experts are megatron-core's "moe"
+    plan = ParallelPlan(**DSV3_PLAN, recompute_modules=("mlp",))
+    ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, True)
+    assert c.mlp > 0 and selective_recompute_s(ctx, shape, k, c) == 0.0
+
+
+def test_each_priced_module_frees_its_tensors():
+    # elements per token a layer saves: llama-3.1-8b, tp 1, no SP, bf16 (h 4096, ffn 14336)
+    m = get_model("llama-3.1-8b")
+    args = dict(m=m, moe_layer=False, tp=1, sp=False, recompute="selective", framework="megatron")
+    base = activation_elems_per_token(**args, selective_modules=("core_attn",))
+    assert base - activation_elems_per_token(**args, selective_modules=("core_attn", "mlp")) == 3 * 14336
+    assert base - activation_elems_per_token(**args, selective_modules=("core_attn", "layernorm")) == 2 * 4096
+    # unfused attention keeps the score matrices unless core_attn is recomputed
+    train = dict(attention_impl="unfused")
+    kept = ParallelPlan(tp=8, dp=8, recompute="selective", recompute_modules=("layernorm",), sequence_parallel=True)
+    freed = kept.model_copy(update={"recompute_modules": ("core_attn", "layernorm")})
+    ctx = Context(m, parse_cluster("h100x64"), TrainingSpec(seq_len=4096, global_batch=256, **train))
+    peak = lambda p: screen_memory(ctx, p).peak_gib  # noqa: E731
+    assert peak(kept) > peak(freed) + 1.0  # GiB: 32 layers of 5 a s^2 b / t score bytes
+
+
+@pytest.mark.parametrize("model,mods,train,needle", [
+    ("deepseek-v3", ("moe",), {}, "not priced by the planner"),
+    ("llama-3.1-8b", ("moe_act",), {}, "moe_act needs an MoE model"),
+    ("mixtral-8x7b", ("mla_up_proj",), {}, "needs multi-latent attention"),
+    ("mixtral-8x7b", ("moe_act",), {"dtype": "fp8", "fp8_recipe": "delayed"}, "delayed scaling does not run"),
+    ("llama-3.1-8b", ("core_attn",), {"framework": "fsdp"}, "are Megatron's"),
+])
+def test_rules(model, mods, train, needle):
+    m = get_model(model)
+    t = TrainingSpec(seq_len=4096, global_batch=256, **train)
+    p = ParallelPlan(tp=1, pp=1, dp=64, ep=8 if m.is_moe else 1, recompute="selective", recompute_modules=mods)
+    assert any(needle in e for e in plan_errors(m, t, 64, p)), plan_errors(m, t, 64, p)
+    assert not plan_errors(m, t.model_copy(update={"framework": "megatron", "dtype": "bf16", "fp8_recipe": None}),
+                           64, p.model_copy(update={"recompute_modules": ()}))
+    full = p.model_copy(update={"recompute": "full"})
+    assert any("go with selective recompute" in e for e in plan_errors(m, TrainingSpec(seq_len=4096, global_batch=256),
+                                                                         64, full))
+    with pytest.raises(ValueError, match="unknown recompute module"):
+        ParallelPlan(recompute="selective", recompute_modules=("attn",))
+
+
+def test_cli_pins_emits_and_reports(tmp_path):
+    r = run_cli("--model", "deepseek-v3", "--cluster", "h100x1024", "--recompute-modules", "core_attn,mla_up_proj",
+                "--launcher", "megatron", "--json", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    top = json.loads(r.stdout)["plans"][0]
+    assert top["plan"]["recompute"] == "selective" and top["plan"]["recompute_modules"] == ["core_attn", "mla_up_proj"]
+    args = json.loads((tmp_path / "megatron_args.json").read_text())
+    flat = args["args"] if isinstance(args, dict) else args
+    i = flat.index("--recompute-modules")
+    assert flat[i + 1:i + 3] == ["core_attn", "mla_up_proj"]
+    for value, needle in (("moe", "not priced by the planner"), ("bogus", "unknown recompute module(s) bogus"),
+                          ("", "give comma-separated module names")):
+        r = run_cli("--model", "deepseek-v3", "--cluster", "h100x1024", "--recompute-modules", value)
+        assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_fp8_delayed_launch_file_recomputes_what_megatron_runs(tmp_path):
+    # the MoE selective set megatron-core accepts under delayed scaling: its default, core_attn (not written)
+    r = run_cli("--model", "qwen3-30b-a3b", "--cluster", "h100x64", "--dtype", "fp8", "--fp8-recipe", "delayed",
+                "--recompute", "selective", "--launcher", "megatron", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    script = (tmp_path / "launch_megatron.sh").read_text()
+    assert "--recompute-granularity selective" in script and "--recompute-modules" not in script
