@@ -744,9 +744,17 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
 #   eight nodes, and the later tables show what each layout costs on B200: 26.02 (EP 64) 10.18 s per 1280 samples =
 #   7.95 ms per sample, 26.02.01 (EP 8) 5.97 s = 4.66 ms; the 25.11 row's 3.99 s per 512 samples = 7.79 ms per sample
 #   is the EP-64 layout's.
+# - 26.02.01 Qwen3-30B-A3B on DGX-H100 (FP8 current scaling): the table repeats the 26.02 row's layout columns (PP 2,
+#   VP 12, EP 8: Megatron-Bridge v0.3.0 QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1); the release's preset (v0.3.1,
+#   scripts/performance/configs/qwen/qwen3_workload_base_configs.py l.408-415, the same preset's hybridep backend the
+#   row's stack block already cites) runs EP 16 without pipeline parallelism (DP 16), no EP overlap, and the tables
+#   show what each layout runs at on 16 H100s: 26.02 (PP 2, VP 12, EP 8) 5113 tokens/s/GPU, 26.04-26.06 (EP 16, no PP)
+#   8826-8960; the 26.02.01 row's 9058 is the EP-16 layout's.
 PRESET_KNOBS: tuple[tuple[str, str, int, tuple[str, ...], dict[str, Any], str], ...] = (
     ("25.11", "gpt_oss", 2880, ("b200",), {"ep": 64, "recompute": "selective"},
      "Megatron-Bridge v0.2.x GPT_OSS_120B_B200_BF16_BASE_CONFIG: EP 64, recompute_modules layernorm + moe_act"),
+    ("26.02.01", "qwen3_moe", 2048, ("h100",), {"pp": 1, "vpp": 1, "dp": 16, "ep": 16, "schedule": "1f1b"},
+     "Megatron-Bridge v0.3.1 QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1: EP 16, no pipeline parallelism"),
 )
 
 
