@@ -85,10 +85,11 @@ def test_b200_gpt_oss_25_11_scores_the_release_preset_layout():
 
 
 def test_h100_qwen3_30b_26_02_01_scores_the_release_preset_layout():
-    """The 26.02.01 table repeats the 26.02 row's layout (PP 2, VP 12, EP 8) for Qwen3-30B-A3B on 16 H100s; the release's
-    preset (Megatron-Bridge v0.3.1) runs EP 16 without pipeline parallelism, the layout of the 26.04-26.06 rows, whose
-    tokens/s/GPU (8826-8960) the row's 9058 matches (26.02 at PP 2: 5113). Scored as the preset runs it the prediction is
-    within 10% (+50% at the table's columns); the file keeps the published columns, and the 26.02 row its own."""
+    """The 26.02.01 table repeats the 26.02 row's layout (PP 2, VP 12, EP 8) for Qwen3-30B-A3B on 16 H100s; the
+    release's preset (Megatron-Bridge v0.3.1) runs EP 16 without pipeline parallelism, the layout of the 26.04-26.06
+    rows, whose tokens/s/GPU (8826-8960) the row's 9058 matches (26.02 at PP 2: 5113). Scored as the preset runs it the
+    prediction is within 10% (+50% at the table's columns); the file keeps the published columns, and the 26.02 row
+    its own."""
     runs = {r["id"]: r for r in load_runs(data_dir("runs") / "moe_runs_added.yaml")}
     run = runs["mbridge260201-dgx-h100-q30-fp8-cs-16gpu"]
     assert (run["plan"]["pp"], run["plan"]["vpp"], run["plan"]["ep"]) == (2, 12, 8)
