@@ -288,7 +288,7 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
     if shape.plan.custom_remat is not None:
         return custom_remat_recompute_s(ctx, k, c, set(shape.plan.remat_device) | set(shape.plan.remat_offloaded))
     mods = selective_modules(ctx, shape.plan)  # Megatron's --recompute-modules (memory.recompute_modules)
-    if mods is not None:
+    if ctx.stack.selective_recomputes == "modules" and mods is not None:
         return ((c.attention if "core_attn" in mods else 0.0)
                 + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0)
                 + (c.mlp if "mlp" in mods and not k.moe else 0.0))  # mlp: dense layers' MLPs (an MoE layer's: moe)
@@ -386,6 +386,6 @@ def recompute_term(ctx: Context, shape: Shape, stage_rec_s: float) -> Term:
     """The step's recompute, with the modules a Megatron selective plan re-runs (memory.recompute_modules)."""
     p = shape.plan
     mods = selective_modules(ctx, p) if p.recompute == "selective" else None
-    named = {"modules": " ".join(mods)} if mods is not None else {}
+    named = {"modules": " ".join(mods)} if mods is not None and ctx.stack.selective_recomputes == "modules" else {}
     return RECOMPUTE.term("recompute_s", shape.nmb * stage_rec_s, "s", microbatches=shape.nmb,
                           recompute_per_microbatch_s=stage_rec_s, mode=p.recompute, **named)

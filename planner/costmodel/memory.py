@@ -471,9 +471,12 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
 
 
 def selective_modules(ctx: Context, plan: ParallelPlan) -> tuple[str, ...] | None:
-    """The modules selective recompute re-runs in a stack that names them (Stack.selective_recomputes "modules":
-    recompute_modules), else None (the stack's own selective policy)."""
-    return recompute_modules(ctx.model, ctx.train, plan) if ctx.stack.selective_recomputes == "modules" else None
+    """The modules selective recompute re-runs: in a stack that names them (Stack.selective_recomputes "modules"),
+    recompute_modules; where selective recompute is the attention core alone (Megatron-DeepSpeed's, Korthikanti et al.
+    2022 sec. 5), the core; else None (the stack's own policy: compute.selective_recompute_s, activation saves)."""
+    if ctx.stack.selective_recomputes == "modules":
+        return recompute_modules(ctx.model, ctx.train, plan)
+    return ("core_attn",) if ctx.stack.selective_recomputes == "attention_core" else None
 
 
 class StageMemory(NamedTuple):

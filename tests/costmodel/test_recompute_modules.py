@@ -122,3 +122,20 @@ def test_fp8_delayed_launch_file_recomputes_what_megatron_runs(tmp_path):
     assert r.exit_code == 0, r.stderr
     script = (tmp_path / "launch_megatron.sh").read_text()
     assert "--recompute-granularity selective" in script and "--recompute-modules" not in script
+
+
+def test_attention_core_stacks_keep_the_norm_and_expert_tensors():
+    # Megatron-DeepSpeed's and NeMo AutoModel's selective recompute is the attention core alone: an MoE layer there
+    # keeps its norm outputs and expert activations, which Megatron's MoE set (layernorm, moe_act) recomputes
+    from planner.costmodel.memory import act_elems
+    m = get_model("mixtral-8x7b")
+    plan = ParallelPlan(dp=64, recompute="selective")
+    kept = {}
+    for fw in ("megatron", "deepspeed", "automodel"):
+        ctx = Context(m, parse_cluster("h100x64"), TrainingSpec(seq_len=4096, global_batch=256, framework=fw))
+        shape = screen_memory(ctx, plan).shape
+        kept[fw] = act_elems(ctx, shape, next(k for k in ctx.kinds if k.moe), "selective")
+    e = m.require_moe()
+    # the two norm outputs (2 h) and top_k expert activations (top_k x expert ffn), in elements per token
+    assert kept["deepspeed"] - kept["megatron"] == pytest.approx(2 * m.hidden_size + e.top_k * e.expert_ffn_hidden_size)
+    assert kept["automodel"] > kept["megatron"]
