@@ -946,7 +946,8 @@ def predict_run(run: dict) -> dict:
         # memory-saving choices its authors must have made), flagged as not fitting
         ev = evaluate(ctx, res.smallest_peak_plan)
     else:
-        raise UnscorableRun(f"run {run['id']}: no valid plan with the published knobs {fixed}")
+        why = f": {safe_line('; '.join(res.refused_for), 400)}" if res.refused_for else ""
+        raise UnscorableRun(f"run {run['id']}: no valid plan with the published knobs {fixed}{why}")
     meas = run.get("measured") or {}
     out = {
         "id": run["id"],
