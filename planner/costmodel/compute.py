@@ -371,7 +371,7 @@ RECOMPUTE = formula(
     "compute.recompute",
     "m x recompute of the slowest stage: full = the recomputed layers' forward with its collectives, "
     "selective = their attention core (+ MLA up-projections for MLA models; Megatron: of the modules it names, the "
-    "attention core and MLA up-projections); torchtitan: half the GEMMs + elementwise",
+    "attention core, MLA up-projections and dense MLPs, their GEMMs alone); torchtitan: half the GEMMs + elementwise",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3; "
     "torchtitan SelectiveAC (op-level)",
 )
