@@ -32,7 +32,7 @@ from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.specs.plan import NAME_LIST_KNOBS, recompute_label
 from planner.stacks import traits
-from planner.stacks.megatron import RECOMPUTE_MODULES
+from planner.stacks.megatron import RECOMPUTE_MODULES, unknown_recompute_modules
 
 
 def runs_on_tpu(run: dict) -> bool:
@@ -618,7 +618,7 @@ def _plan_knob_problem(key: str, v: Any) -> str | None:
         what = "Megatron recompute module" if key == "recompute_modules" else "MaxText remat tensor"
         return f"plan.{key} must be a list of {what} names or null, got {safe_line(repr(v))}"
     if key == "recompute_modules":
-        bad = [n for n in v if n not in RECOMPUTE_MODULES]
+        bad = unknown_recompute_modules(v)
         if bad:
             return (f"plan.recompute_modules names {safe_line(', '.join(bad))}, not a megatron-core module: choose "
                     f"from {', '.join(RECOMPUTE_MODULES)}")

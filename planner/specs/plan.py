@@ -75,9 +75,9 @@ class ParallelPlan(BaseModel):
     @field_validator("recompute_modules")
     @classmethod
     def _recompute_module_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        from planner.stacks.megatron import RECOMPUTE_MODULES
+        from planner.stacks.megatron import RECOMPUTE_MODULES, unknown_recompute_modules
 
-        bad = sorted(set(names) - set(RECOMPUTE_MODULES))
+        bad = unknown_recompute_modules(names)
         if bad:
             raise ValueError(f"unknown recompute module(s) {', '.join(bad)}: megatron-core's are "
                              f"{', '.join(RECOMPUTE_MODULES)}")

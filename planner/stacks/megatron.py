@@ -16,6 +16,14 @@ from planner.stacks.rules import (
 # allowed_modules; a plan naming another is refused by ParallelPlan)
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
                      "gdn_norm_out")
+
+
+def unknown_recompute_modules(names: tuple[str, ...] | list[str]) -> list[str]:
+    """The names among `names` that are not megatron-core recompute modules (RECOMPUTE_MODULES): the one check a plan
+    (ParallelPlan.recompute_modules) and a runs file (plan.recompute_modules) make."""
+    return sorted(set(names) - set(RECOMPUTE_MODULES))
+
+
 # the ones the cost model prices (compute.selective_recompute_s, memory.selective_recompute_modules' users); the others
 # are refused as not priced (rules.recompute_modules_runnable)
 PRICED_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
