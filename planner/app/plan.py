@@ -339,5 +339,5 @@ def explain_search(req: PlanRequest, progress: Progress = quiet, rank: int = 1, 
 def scored_candidates(res) -> list[dict]:
     """Every plan the search scored and kept (SearchResult.ranked, best first), as the report's Pareto chart
     reads them: knobs, step time, peak memory, fits."""
-    return [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.memory["peak_gib"]},
+    return [{"plan": e.plan.knobs(), "step_time_s": e.step_time_s, "memory": {"peak_gib": e.peak_gib},
              "fits": e.fits} for e in res.ranked]

@@ -10,11 +10,19 @@ traffic (data) and the optimizer step (optimizer) close it. Memory per stage: pl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import NamedTuple
 
 from planner.costmodel.base import Context, Shape, plan_shape, shape_terms
-from planner.costmodel.capacity import host_fits, within_margin
+from planner.costmodel.capacity import (
+    host_fits,
+    inner_margin_rel,
+    memory_margin_rel,
+    usable_capacity_gib,
+    within_margin,
+)
 from planner.costmodel.compute import compute_term, recompute_term
 from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
@@ -48,50 +56,78 @@ HFU = formula("evaluate.hfu", "MFU x (1 + recompute forward share / 3)",
               "PaLM, Chowdhery et al. 2022, app. B (hardware FLOPs count the recompute)")
 
 
+class Figures(NamedTuple):
+    """The numbers of an evaluation the search screens, sorts and ranks by, known before its trace is built: the
+    trace's terms of the same names carry these values (evaluate hands them to it)."""
+
+    step_time_s: float
+    peak_gib: float
+    usable_gib: float  # capacity.usable_capacity_gib
+    memory_margin_rel: float  # capacity.memory_margin_rel
+    memory_inner_margin_rel: float  # capacity.inner_margin_rel
+    host_gib: float  # what the plan keeps in host memory per device (the most of any stage)
+    host_capacity_gib: float | None  # the host DRAM per device, where the hardware profile states it
+
+
 @dataclass(frozen=True)
 class Evaluation:
-    """One evaluated plan. Every number is read from `trace`; `warnings` and `pipeline` (schedule,
-    layers per stage, per-stage micro-batch times; the search adds a stage assignment) travel beside it."""
+    """One evaluated plan. Every number is read from `trace`, built from `build_trace` when first read (the search
+    scores thousands of plans and shows a few); the step time and memory figures the search ranks by are in
+    `figures`, the same values. `warnings` and `pipeline` (schedule, layers per stage, per-stage micro-batch times;
+    the search adds a stage assignment) travel beside it."""
 
     plan: ParallelPlan
-    trace: CostTrace
-    peak_stage: int
+    figures: Figures
+    build_trace: Callable[[], CostTrace] = field(repr=False, compare=False)
+    peak_stage: int = 0
     warnings: tuple[str, ...] = ()
     pipeline: dict = field(default_factory=dict)
 
+    @cached_property
+    def trace(self) -> CostTrace:
+        return self.build_trace()
+
     @property
     def step_time_s(self) -> float:
-        return self.trace.value("step_time_s")
+        return self.figures.step_time_s
 
-    @property
+    @cached_property
     def time_breakdown(self) -> dict[str, float]:
+        """The time terms by name (read-only: one dict per evaluation)."""
         return {t.name: t.value for t in self.trace.time}
 
-    @property
+    @cached_property
     def memory(self) -> dict[str, float]:
+        """The memory terms by name (read-only: one dict per evaluation)."""
         return {t.name: t.value for t in self.trace.memory}
 
     @property
     def peak_gib(self) -> float:
-        return self.trace.value("peak_gib")
+        return self.figures.peak_gib
+
+    @property
+    def memory_limits(self) -> tuple[float, float, float]:
+        """(usable capacity GiB, memory margin, inner margin): what the ranking's memory tiers read
+        (planner.search.ranking.memory_tier)."""
+        f = self.figures
+        return f.usable_gib, f.memory_margin_rel, f.memory_inner_margin_rel
 
     @property
     def fits(self) -> bool:
         """The peak fits the usable capacity (planner.costmodel.capacity: HBM - reserve - --memory-headroom) and the
         host share the host DRAM per device where it is known (capacity.host_fits)."""
-        return self.trace.value("peak_gib") <= self.trace.value("usable_gib") and self.fits_host
+        return self.figures.peak_gib <= self.figures.usable_gib and self.fits_host
 
     @property
     def fits_host(self) -> bool:
         """What the plan keeps in host memory fits the host DRAM per device (true where that is not known)."""
-        limit = self.trace.value("host_capacity_gib") if "host_capacity_gib" in self.trace else None
-        return host_fits(self.trace.value("host_gib"), limit)
+        return host_fits(self.figures.host_gib, self.figures.host_capacity_gib)
 
     @property
     def within_margin(self) -> bool:
         """The peak leaves the memory margin of the usable capacity free (planner.costmodel.capacity)."""
-        return within_margin(self.trace.value("peak_gib"), self.trace.value("usable_gib"),
-                             self.trace.value("memory_margin_rel"))
+        f = self.figures
+        return within_margin(f.peak_gib, f.usable_gib, f.memory_margin_rel)
 
     @property
     def tokens_per_s_per_device(self) -> float:
@@ -143,15 +179,14 @@ def _pipeline_doc(shape: Shape, st: StageTimes, counts: list[int]) -> dict:
             "comm_s_per_microbatch": list(st.comm)}  # exposed per-layer collectives, fwd + bwd
 
 
-def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int]) -> list[str]:
+def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int], host_stage: int) -> list[str]:
     out = tp_warnings(ctx, shape) + cp_warnings(ctx, shape) + ep_warnings(ctx, shape)
-    if ev.peak_gib > ev.trace.value("usable_gib"):
+    if ev.peak_gib > ev.figures.usable_gib:
         out.append(f"does not fit: needs {ev.peak_gib:.1f} GiB of {ctx.cluster.hardware.hbm_capacity_gib:.1f} GiB "
                    f"(stage {ev.peak_stage})")
     if not ev.fits_host:
-        host = ev.trace["host_gib"]
-        out.append(f"does not fit in host memory: keeps {host.value:.1f} GiB per device there (stage "
-                   f"{host.inputs['stage']}), the host has {ev.trace.value('host_capacity_gib'):.1f} GiB per device "
+        out.append(f"does not fit in host memory: keeps {ev.figures.host_gib:.1f} GiB per device there (stage "
+                   f"{host_stage}), the host has {ev.figures.host_capacity_gib:.1f} GiB per device "
                    "(the hardware profile's reference system; a cluster file's hardware: {base: ..., "
                    "host_memory_gib: N} states yours)")
     if shape.plan.pp > 1 and max(counts) != min(counts):
@@ -199,25 +234,35 @@ def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
 
 def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = None) -> Evaluation:
     """Predict one training step of `plan` (all knobs set). Pure; never raises on a valid plan. `screened`: this
-    plan's `screen_memory`, when the caller already has it."""
+    plan's `screen_memory`, when the caller already has it. The step time and the memory figures are computed here;
+    the trace (every term, the same values) when it is first read."""
     if screened is None or screened.plan is not plan:
         screened = screen_memory(ctx, plan)
-    shape, split, params, peak_stage = screened.shape, screened.split, screened.params, screened.peak_stage
+    shape, split, peak_stage = screened.shape, screened.split, screened.peak_stage
     st = stage_times(ctx, shape, split)
     makespan = makespan_s(ctx, shape, st)
     slow = max(range(plan.pp), key=st.microbatch_s)
-    p2p, dp = p2p_term(ctx, shape, st), dp_comm_term(ctx, shape, st, split, slow, params)
-    opt = optimizer_term(ctx, shape, params, slow)
-    time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(ctx, shape, st.rec[slow]),
-            bubble_term(shape, st, makespan, slow), tp_comm_term(ctx, shape, st.tp[slow]),
-            cp_comm_term(shape, st.cp[slow]), ep_comm_term(ctx, shape, st.ep[slow]), p2p, dp, opt)
+    p2p, dp = p2p_term(ctx, shape, st), dp_comm_term(ctx, shape, st, split, slow, screened.params)
+    opt = optimizer_term(ctx, shape, screened.params, slow)
     step = makespan + p2p.value + dp.value + opt.value
-    step_term = STEP.term("step_time_s", step, "s", makespan_s=makespan, pp_comm_s=p2p.value, dp_comm_s=dp.value,
-                          optimizer_s=opt.value)
-    trace = CostTrace(time=time, memory=memory_terms(ctx, shape, screened.peak, peak_stage, screened.host_gib,
-                                                     screened.host_stage),
-                      factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
-                               *mtp_terms(ctx, shape), *_rate_terms(ctx, shape, st, step)))
+    hw, cal, headroom = ctx.cluster.hardware, ctx.calibration, ctx.memory_headroom_gib
+    figures = Figures(step, screened.peak_gib,
+                      usable_capacity_gib(hw.hbm_capacity_gib, headroom, ctx.train.framework, cal),
+                      memory_margin_rel(headroom, cal), inner_margin_rel(headroom, cal), screened.host_gib,
+                      hw.host_memory_gib)
+
+    def build_trace() -> CostTrace:
+        time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(ctx, shape, st.rec[slow]),
+                bubble_term(shape, st, makespan, slow), tp_comm_term(ctx, shape, st.tp[slow]),
+                cp_comm_term(shape, st.cp[slow]), ep_comm_term(ctx, shape, st.ep[slow]), p2p, dp, opt)
+        step_term = STEP.term("step_time_s", step, "s", makespan_s=makespan, pp_comm_s=p2p.value,
+                              dp_comm_s=dp.value, optimizer_s=opt.value)
+        return CostTrace(time=time, memory=memory_terms(ctx, shape, screened.peak, peak_stage, screened.host_gib,
+                                                        screened.host_stage),
+                         factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
+                                  *mtp_terms(ctx, shape), *_rate_terms(ctx, shape, st, step)))
+
     counts = [c for c, _, _ in split]
-    ev = Evaluation(plan=plan, trace=trace, peak_stage=peak_stage, pipeline=_pipeline_doc(shape, st, counts))
-    return replace(ev, warnings=tuple(_warnings(ctx, shape, ev, counts)))
+    ev = Evaluation(plan=plan, figures=figures, build_trace=build_trace, peak_stage=peak_stage,
+                    pipeline=_pipeline_doc(shape, st, counts))
+    return replace(ev, warnings=tuple(_warnings(ctx, shape, ev, counts, screened.host_stage)))

@@ -781,7 +781,11 @@ def host_bytes(ctx: Context, shape: Shape, split: list[StageSplit], params: Stag
         st = state_bytes_per_param(ctx.train, p.zero_stage, False)
         out += params.dense[s] * st.per_param(lay.z_dense)[2] + params.experts[s] * st.per_param(lay.z_expert)[2]
     if p.custom_remat is not None and p.remat_offloaded:
-        per_token = maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, p.remat_offloaded) * ACT_ELEM_BYTES
+        key = ("remat_offloaded", p.tp, shape.sp, p.remat_offloaded)  # once per search and policy, not per stage
+        elems = ctx.act_cache.get(key)
+        if elems is None:
+            elems = ctx.act_cache[key] = maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, p.remat_offloaded)
+        per_token = elems * ACT_ELEM_BYTES
         out += split[s][0] * per_token * shape.tokens * inflight
     return out
 

@@ -98,7 +98,7 @@ TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equal
 
 def _sort_key(e: Evaluation) -> tuple:
     """Fastest first (the working order before the final ranking of planner.search.ranking)."""
-    return (round(e.step_time_s, 12), e.memory["peak_gib"], complexity(e.plan),
+    return (round(e.step_time_s, 12), e.peak_gib, complexity(e.plan),
             tuple(str(getattr(e.plan, k)) for k in KNOBS))
 
 
@@ -337,7 +337,7 @@ _PLAN_FREE_CLEAR: weakref.WeakKeyDictionary[Context, dict[str, bool]] = weakref.
 def _fits(ev: Evaluation, cap: float) -> bool:
     """An evaluated plan's HBM peak within `cap` (the search's usable capacity) and its host share within the host
     DRAM per device where that is known (Evaluation.fits_host)."""
-    return ev.memory["peak_gib"] <= cap and ev.fits_host
+    return ev.peak_gib <= cap and ev.fits_host
 
 
 def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> list[str]:
@@ -559,7 +559,7 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         results = leaders_first(results)
     results = _balance_stages(ctx, opts, results, cap)
     feasible = [e for e in results if _fits(e, cap)]
-    frontier = [(e.step_time_s, e.memory["peak_gib"]) for e in feasible]
+    frontier = [(e.step_time_s, e.peak_gib) for e in feasible]
     # every scored plan, best first (the report's)
     ordered = rank(feasible if opts.require_fit else results, memory_margin=opts.memory_margin)
     chosen = select(ordered, opts.top_k, not opts.distinct_layouts)

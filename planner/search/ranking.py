@@ -17,8 +17,8 @@ The rule (documented in docs/quickstart.md, "Reading the output"):
    different layouts; `--all-variants` lists the other variants (micro-batch, ZeRO, recompute,
    virtual stages, ...) too.
 
-The functions take anything with `.plan` (a ParallelPlan), `.step_time_s` and `.memory["peak_gib"]`
-(a cost-model Evaluation).
+The functions take anything with `.plan` (a ParallelPlan), `.step_time_s`, `.peak_gib` and `.memory_limits` (a
+cost-model Evaluation).
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ class Scored(Protocol):
     def step_time_s(self) -> float: ...
 
     @property
-    def memory(self) -> dict: ...
+    def peak_gib(self) -> float: ...
+
+    @property
+    def memory_limits(self) -> tuple[float, float, float] | None:
+        """(usable capacity GiB, memory margin, inner margin), None where no capacity applies."""
 
 
 T = TypeVar("T", bound=Scored)
@@ -61,7 +65,7 @@ def layout_key(plan) -> tuple[int, ...]:
 
 
 def _peak(e: Scored) -> float:
-    return float(e.memory["peak_gib"])
+    return float(e.peak_gib)
 
 
 def memory_tier(e: Scored) -> int:
@@ -69,11 +73,10 @@ def memory_tier(e: Scored) -> int:
     free, 1 only the inner margin (the median miss), 2 less: the model's own memory error could push it over."""
     from planner.costmodel.capacity import memory_tier as tier
 
-    mem = e.memory
-    usable = mem.get("usable_gib")
-    if usable is None:
+    limits = e.memory_limits
+    if limits is None:
         return 0
-    return tier(_peak(e), usable, mem.get("memory_margin_rel", 0.0), mem.get("memory_inner_margin_rel", 0.0))
+    return tier(_peak(e), *limits)
 
 
 def _ordered(evals: list[T], band_rel: float) -> list[T]:

@@ -19,6 +19,17 @@ class Ev:
     step_time_s: float
     memory: dict = field(default_factory=dict)
 
+    @property
+    def peak_gib(self) -> float:
+        return self.memory["peak_gib"]
+
+    @property
+    def memory_limits(self) -> tuple[float, float, float] | None:
+        m = self.memory
+        if "usable_gib" not in m:
+            return None
+        return m["usable_gib"], m.get("memory_margin_rel", 0.0), m.get("memory_inner_margin_rel", 0.0)
+
 
 def ev(t, mem, **knobs):
     return Ev(ParallelPlan(**knobs), t, {"peak_gib": mem})
