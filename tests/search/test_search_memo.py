@@ -139,3 +139,64 @@ def test_partial_recompute_from_the_first_probe_finds_what_bisection_finds(model
             checked += 1
             moved += guided.plan.recompute_layers not in (None, 1)
     assert checked >= 20 and moved >= 5  # capacities that keep some but not all layers
+
+
+@pytest.mark.parametrize("model,cluster,train", [
+    ("deepseek-v3", "h100x256", {}), ("llama-3.1-8b", "tpu-v5px64", {}),
+    ("llama-3.1-8b", "tpu-v5px64", {"framework": "maxtext"}),  # with a host-offloading plan added below
+    ("llama-3.1-70b", "a100-sxm-40gbx16", {}),  # nothing fits in HBM: the optimizer offload retry, host capacity
+])
+def test_figures_are_the_trace_values(model, cluster, train):
+    # the search ranks by Evaluation.figures, computed before the trace: every figure must be its trace term exactly,
+    # and fits / fits_host / within_margin what the trace's terms give
+    from planner.costmodel import evaluate
+    from planner.costmodel.capacity import host_fits, within_margin
+
+    ctx = ctx_for(model, cluster, **train)
+    res = search(ctx, SearchOptions(top_k=3, require_fit=False, stage_solves=0))
+    assert res.ranked
+    evs = list(res.ranked[:40])
+    if train.get("framework") == "maxtext":  # MaxText's custom remat offloading the layer inputs to host memory
+        evs.append(evaluate(ctx, ParallelPlan(tp=4, dp=16, zero_stage=3, recompute="selective",
+                                              remat_offloaded=("decoder_layer_input",))))
+    hosts = []
+    for ev in evs:
+        f, tr = ev.figures, ev.trace
+        assert f.step_time_s == tr.value("step_time_s") and f.peak_gib == tr.value("peak_gib")
+        assert (f.usable_gib, f.memory_margin_rel, f.memory_inner_margin_rel) == (
+            tr.value("usable_gib"), tr.value("memory_margin_rel"), tr.value("memory_inner_margin_rel"))
+        assert f.host_gib == tr.value("host_gib")
+        limit = tr.value("host_capacity_gib") if "host_capacity_gib" in tr else None
+        assert f.host_capacity_gib == limit
+        assert ev.fits == (tr.value("peak_gib") <= tr.value("usable_gib") and host_fits(tr.value("host_gib"), limit))
+        assert ev.within_margin == within_margin(tr.value("peak_gib"), tr.value("usable_gib"),
+                                                 tr.value("memory_margin_rel"))
+        assert ev.memory["peak_gib"] == ev.peak_gib and ev.time_breakdown["compute_s"] == tr.value("compute_s")
+        hosts.append(f.host_gib)
+    if train.get("framework") == "maxtext":
+        assert max(hosts) > 0  # the host figure is exercised, not only its zero
+
+
+def test_the_search_builds_the_traces_it_shows_only():
+    # evaluate builds a plan's trace when something reads it: a search that times ~1,500 plans and shows 3 builds a
+    # handful (the ranking reads the figures), not one per timed plan
+    import importlib
+
+    mod = importlib.import_module("planner.costmodel.evaluate")
+    built = []
+
+    class Counted(mod.CostTrace):
+        def __post_init__(self):
+            built.append(1)
+            super().__post_init__()
+
+    ctx = ctx_for("deepseek-v3", "h100x1024", global_batch=4096)
+    orig = mod.CostTrace
+    mod.CostTrace = Counted
+    try:
+        res = search(ctx, SearchOptions(top_k=3))
+        shown = [ev.step_time_s for ev in res.plans]
+    finally:
+        mod.CostTrace = orig
+    assert res.evaluated > 500 and len(shown) == 3
+    assert len(built) <= 10, len(built)
