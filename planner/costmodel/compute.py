@@ -280,10 +280,10 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
     """Forward seconds selective recompute re-runs in one layer. Megatron: its recompute modules (core_attn, the
     attention core, Korthikanti et al. 2022 sec. 5; mla_up_proj, MLA's up-projections; mlp, a dense MLP); stacks whose
     selective recompute is the attention core alone: the core; MaxText's "minimal" policy: the core and, for MLA, the
-    up-projections. The norms and expert activations they also recompute are memory-bound, not charged. torchtitan
-    (framework fsdp): op-level selective AC saves the attention (SDPA) outputs and every second matmul's output and
-    recomputes the rest (torchtitan distributed/activation_checkpoint.py SelectiveAC: "recomputes every second
-    matmul"): half the GEMMs and the elementwise work."""
+    up-projections. The norms and expert activations they also recompute are memory-bound, not charged. torchtitan (framework fsdp): op-level selective
+    AC saves the attention (SDPA) outputs and every second matmul's output and recomputes the rest
+    (torchtitan distributed/activation_checkpoint.py SelectiveAC: "recomputes every second matmul"): half the
+    GEMMs and the elementwise work."""
     if ctx.stack.selective_recomputes == "half_gemms":
         return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
     if shape.plan.custom_remat is not None:
