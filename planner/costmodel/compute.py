@@ -277,10 +277,9 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
 
 
 def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute) -> float:
-    """Forward seconds selective recompute re-runs in one layer. Megatron: its recompute modules (core_attn, the
-    attention core, Korthikanti et al. 2022 sec. 5; mla_up_proj, MLA's up-projections; mlp, a dense MLP); stacks whose
-    selective recompute is the attention core alone: the core; MaxText's "minimal" policy: the core and, for MLA, the
-    up-projections. The norms and expert activations they also recompute are memory-bound, not charged. torchtitan (framework fsdp): op-level selective
+    """Forward seconds selective recompute re-runs in one layer. Megatron (and MaxText's "minimal" policy): the
+    attention core (Korthikanti et al. 2022 sec. 5) and, for MLA, the up-projections; the norms and expert
+    activations it also recomputes are memory-bound, not charged. torchtitan (framework fsdp): op-level selective
     AC saves the attention (SDPA) outputs and every second matmul's output and recomputes the rest
     (torchtitan distributed/activation_checkpoint.py SelectiveAC: "recomputes every second matmul"): half the
     GEMMs and the elementwise work."""
@@ -288,10 +287,8 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
         return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
     if shape.plan.custom_remat is not None:
         return custom_remat_recompute_s(ctx, k, c, set(shape.plan.remat_device) | set(shape.plan.remat_offloaded))
-    # Megatron's --recompute-modules (memory.recompute_modules); the attention core alone where that is the stack's
-    # selective recompute (Megatron-DeepSpeed, NeMo AutoModel: memory.selective_modules), also for MLA
-    mods = selective_modules(ctx, shape.plan)
-    if mods is not None:
+    mods = selective_modules(ctx, shape.plan)  # Megatron's --recompute-modules (memory.recompute_modules)
+    if ctx.stack.selective_recomputes == "modules" and mods is not None:
         return ((c.attention if "core_attn" in mods else 0.0)
                 + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0)
                 + (c.mlp if "mlp" in mods and not k.moe else 0.0))  # mlp: dense layers' MLPs (an MoE layer's: moe)

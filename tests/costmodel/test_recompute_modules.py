@@ -139,14 +139,3 @@ def test_attention_core_stacks_keep_the_norm_and_expert_tensors():
     # the two norm outputs (2 h) and top_k expert activations (top_k x expert ffn), in elements per token
     assert kept["deepspeed"] - kept["megatron"] == pytest.approx(2 * m.hidden_size + e.top_k * e.expert_ffn_hidden_size)
     assert kept["automodel"] > kept["megatron"]
-
-
-def test_attention_core_stacks_recompute_the_core_alone_for_mla():
-    # the same stacks re-run no MLA up-projection either: their selective recompute time is the attention core's, where
-    # Megatron's default set for DeepSeek-V3 (layernorm, moe_act, mla_up_proj) charges the up-projections instead
-    plan = ParallelPlan(**DSV3_PLAN)
-    for fw in ("deepspeed", "automodel"):
-        ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, True, framework=fw)
-        assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(c.attention) and c.attention > 1e-5
-    ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, True)
-    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(mla_up_proj_s(ctx, shape, k))
