@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from planner.costmodel.calibration import DEFAULT_CALIBRATION, Calibration
+from planner.costmodel.capacity import inner_margin_rel, memory_margin_rel, usable_capacity_gib
 from planner.costmodel.collectives import Link, span_link
 from planner.costmodel.flops import (
     LayerFlops,
@@ -94,6 +95,11 @@ class Context:
         self.calibration = calibration.for_hardware(cluster.hardware)
         # --memory-headroom (GiB kept free); None: the default memory margin (planner.costmodel.capacity)
         self.memory_headroom_gib = memory_headroom_gib
+        # (usable capacity GiB, memory margin, inner margin) every plan of the search is held to (capacity.py)
+        self.memory_limits = (usable_capacity_gib(cluster.hardware.hbm_capacity_gib, memory_headroom_gib,
+                                                  train.framework, self.calibration),
+                              memory_margin_rel(memory_headroom_gib, self.calibration),
+                              inner_margin_rel(memory_headroom_gib, self.calibration))
         self.stack = stack_of(train)  # the stack's cost traits (planner/stacks/)
         kinds: dict[tuple[bool, str], int] = {}
         self.kinds: list[LayerKind] = []  # the distinct layer kinds (dense/MoE x global/sliding/chunked)

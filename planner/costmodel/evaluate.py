@@ -16,13 +16,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from planner.costmodel.base import Context, Shape, plan_shape, shape_terms
-from planner.costmodel.capacity import (
-    host_fits,
-    inner_margin_rel,
-    memory_margin_rel,
-    usable_capacity_gib,
-    within_margin,
-)
+from planner.costmodel.capacity import host_fits, within_margin
 from planner.costmodel.compute import compute_term, recompute_term
 from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
@@ -62,7 +56,7 @@ class Figures(NamedTuple):
 
     step_time_s: float
     peak_gib: float
-    usable_gib: float  # capacity.usable_capacity_gib
+    usable_gib: float  # Context.memory_limits: capacity.usable_capacity_gib
     memory_margin_rel: float  # capacity.memory_margin_rel
     memory_inner_margin_rel: float  # capacity.inner_margin_rel
     host_gib: float  # what the plan keeps in host memory per device (the most of any stage)
@@ -245,11 +239,8 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
     p2p, dp = p2p_term(ctx, shape, st), dp_comm_term(ctx, shape, st, split, slow, screened.params)
     opt = optimizer_term(ctx, shape, screened.params, slow)
     step = makespan + p2p.value + dp.value + opt.value
-    hw, cal, headroom = ctx.cluster.hardware, ctx.calibration, ctx.memory_headroom_gib
-    figures = Figures(step, screened.peak_gib,
-                      usable_capacity_gib(hw.hbm_capacity_gib, headroom, ctx.train.framework, cal),
-                      memory_margin_rel(headroom, cal), inner_margin_rel(headroom, cal), screened.host_gib,
-                      hw.host_memory_gib)
+    figures = Figures(step, screened.peak_gib, *ctx.memory_limits, screened.host_gib,
+                      ctx.cluster.hardware.host_memory_gib)
 
     def build_trace() -> CostTrace:
         time = (compute_term(shape, st.fwd[slow], st.bwd[slow], slow), recompute_term(ctx, shape, st.rec[slow]),

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
 from planner.costmodel.calibration import Calibration
-from planner.costmodel.capacity import fit_reserve_gib, inner_margin_rel, memory_margin_rel, usable_capacity_gib
+from planner.costmodel.capacity import fit_reserve_gib
 from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
 from planner.costmodel.mtp import mtp_extra_params, mtp_input_bytes_per_token, mtp_kind, mtp_layer_counts
@@ -845,14 +845,14 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int, host_g
     peak = peak_gib_of(sm)
     cap = ctx.cluster.hardware.hbm_capacity_gib
     headroom, cal = ctx.memory_headroom_gib, ctx.calibration
+    usable, margin, inner = ctx.memory_limits  # capacity.usable_capacity_gib, memory_margin_rel, inner_margin_rel
     return (*parts, PEAK.term("peak_gib", peak, "GiB", stage=stage),
             CAPACITY.term("capacity_gib", cap, "GiB", hardware=ctx.cluster.hardware.id),
-            USABLE.term("usable_gib", usable_capacity_gib(cap, headroom, ctx.train.framework, cal), "GiB",
-                        reserve_gib=fit_reserve_gib(ctx.train.framework, cal),
+            USABLE.term("usable_gib", usable, "GiB", reserve_gib=fit_reserve_gib(ctx.train.framework, cal),
                         headroom_gib=headroom or 0.0),
-            USABLE.term("memory_margin_rel", memory_margin_rel(headroom, cal), "", band_rel=cal.MEMORY_BAND_REL,
+            USABLE.term("memory_margin_rel", margin, "", band_rel=cal.MEMORY_BAND_REL,
                         headroom_given=str(headroom is not None)),
-            USABLE.term("memory_inner_margin_rel", inner_margin_rel(headroom, cal), "",
+            USABLE.term("memory_inner_margin_rel", inner, "",
                         median_band_rel=cal.MEMORY_BAND_MEDIAN_REL, headroom_given=str(headroom is not None)),
             HOST.term("host_gib", host_gib, "GiB", offload_optimizer=str(p.offload_optimizer),
                       remat_offloaded=",".join(p.remat_offloaded) if p.custom_remat else "", stage=host_stage),
