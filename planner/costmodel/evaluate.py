@@ -220,8 +220,8 @@ def screen_memory(ctx: Context, plan: ParallelPlan) -> MemoryScreen:
     if params is None:
         params = ctx.stage_params_cache[key] = stage_params(ctx, plan, split)
     mems = stage_memories(ctx, shape, split, params)
-    peak_stage = max(range(plan.pp), key=lambda s: mems[s].total_gib)
-    host_stage = max(range(plan.pp), key=lambda s: mems[s].host)
+    peak_stage = max(mems, key=lambda s: mems[s].total_gib)  # the first of equals, as over every stage
+    host_stage = max(mems, key=lambda s: mems[s].host)
     return MemoryScreen(plan, shape, split, params, peak_stage, mems[peak_stage], peak_gib_of(mems[peak_stage]),
                         host_stage, mems[host_stage].host / GIB)
 

@@ -790,20 +790,36 @@ def host_bytes(ctx: Context, shape: Shape, split: list[StageSplit], params: Stag
     return out
 
 
-def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> list[StageMemory]:
-    """Every stage's StageMemory; the layer activations are computed once per distinct mix of layer kinds (the
-    middle stages of a pipeline usually share one)."""
+def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams) -> dict[int, StageMemory]:
+    """The StageMemory of every stage that can hold the peak, by stage in stage order. A middle stage (neither the
+    first, nor the one with the LM head, in a pipeline that is not bidirectional or V-shaped) with the same layers and
+    parameters as an earlier middle stage and no more micro-batches in flight holds no more of any part (what grows
+    with the micro-batches in flight: saved activations, pipeline buffers, host copies; the rest is the same), so it
+    is skipped: the peak, the most kept in host memory and their stages (the first of equals) are those of all the
+    stages (tests/search/test_search_memo.py). The layer activations are computed once per distinct mix of layer
+    kinds."""
+    p = shape.plan
     lay = state_layout(ctx, shape)
-    out: list[StageMemory] = []
+    out: dict[int, StageMemory] = {}
     seen: list[tuple[tuple[Counter, Counter], tuple[float, float]]] = []  # (kind counts, _layer_activations)
-    for s in range(shape.plan.pp):
-        _, hc, tc = split[s]
-        # dict's own equality: Counter's (Python 3.10+) also walks missing keys as zero counts, slower
+    middles: list[tuple[tuple, Counter, Counter, float]] = []  # (sizes, kind counts, in flight) of the computed ones
+    skips = p.pp > 2 and p.schedule != "dualpipe" and not v_shaped(p)
+    for s in range(p.pp):
+        count, hc, tc = split[s]
+        middle = skips and s not in (0, head_stage(p))
+        if middle:
+            sizes = (count, params.dense[s], params.experts[s], params.linear[s] if params.linear else 0.0)
+            inflight = inflight_microbatches(lay.schedule, p.pp, s, shape.nmb, p.vpp)
+            # dict's own equality: Counter's (Python 3.10+) also walks missing keys as zero counts, slower
+            if any(z == sizes and f >= inflight and dict.__eq__(h, hc) and dict.__eq__(t, tc)
+                   for z, h, t, f in middles):
+                continue
+            middles.append((sizes, hc, tc, inflight))
         acts = next((a for (h, t), a in seen if dict.__eq__(h, hc) and dict.__eq__(t, tc)), None)
         if acts is None:
             acts = _layer_activations(ctx, shape, split[s])
             seen.append(((hc, tc), acts))
-        out.append(stage_memory(ctx, shape, split, params, s, lay, acts))
+        out[s] = stage_memory(ctx, shape, split, params, s, lay, acts)
     return out
 
 
