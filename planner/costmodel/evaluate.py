@@ -52,7 +52,8 @@ HFU = formula("evaluate.hfu", "MFU x (1 + recompute forward share / 3)",
 
 class Figures(NamedTuple):
     """The numbers of an evaluation the search screens, sorts and ranks by, known before its trace is built: the
-    trace's terms of the same names carry these values (evaluate hands them to it)."""
+    trace's terms of the same names carry the same values, made from the same memory screen and
+    Context.memory_limits (tests/search/test_search_memo.py holds them equal)."""
 
     step_time_s: float
     peak_gib: float

@@ -804,9 +804,10 @@ def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: 
     seen: list[tuple[tuple[Counter, Counter], tuple[float, float]]] = []  # (kind counts, _layer_activations)
     middles: list[tuple[tuple, Counter, Counter, float]] = []  # (sizes, kind counts, in flight) of the computed ones
     skips = p.pp > 2 and p.schedule != "dualpipe" and not v_shaped(p)
+    head = head_stage(p)
     for s in range(p.pp):
         count, hc, tc = split[s]
-        middle = skips and s not in (0, head_stage(p))
+        middle = skips and s not in (0, head)
         if middle:
             sizes = (count, params.dense[s], params.experts[s], params.linear[s] if params.linear else 0.0)
             inflight = inflight_microbatches(lay.schedule, p.pp, s, shape.nmb, p.vpp)
