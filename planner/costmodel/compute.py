@@ -158,6 +158,18 @@ def mla_up_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     return flops / (ctx.peak * ctx.gemm_eff(tokens, a.kv_lora_rank, m.num_heads * dqk / tp))
 
 
+def mla_down_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Forward time of the MLA down-projections whose outputs the up-projections read (the query latent, when q is
+    low-rank, and the KV latent with its shared rope key; DeepSeek-V2 paper eq. 9-14, arXiv 2405.04434), split by TP
+    as the layer's other projections (attn_proj_s); 0 without MLA."""
+    m = ctx.model
+    if m.mla is None:
+        return 0.0
+    a, tp, tokens, h = m.mla, shape.plan.tp, shape.tokens, m.hidden_size
+    width = (a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim
+    return 2 * tokens * h * width / tp / (ctx.peak * ctx.gemm_eff(tokens, h, width / tp))
+
+
 def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; eager PyTorch
     adds its unfused composites. An MoE layer's token permute / unpermute is its own term (moe.permute_s)."""
@@ -277,25 +289,33 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
 
 
 def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute) -> float:
-    """Forward seconds selective recompute re-runs in one layer. Megatron (and MaxText's "minimal" policy): the
-    attention core (Korthikanti et al. 2022 sec. 5) and, for MLA, the up-projections; the norms and expert
-    activations it also recomputes are memory-bound, not charged. torchtitan (framework fsdp): op-level selective
-    AC saves the attention (SDPA) outputs and every second matmul's output and recomputes the rest
-    (torchtitan distributed/activation_checkpoint.py SelectiveAC: "recomputes every second matmul"): half the
-    GEMMs and the elementwise work."""
+    """Forward seconds selective recompute re-runs in one layer (Stack.selective_recomputes); the norms and
+    activations re-run with them are memory-bound, not charged.
+    - "modules" (Megatron): the modules --recompute-modules names (memory.recompute_modules): the attention core
+      (Korthikanti et al. 2022 sec. 5), the MLA up-projections, a dense layer's MLP;
+    - "named_keeps" (MaxText's remat_policy "minimal"): what the backward needs and the stack's named tensors
+      (Stack.selective_keeps) do not hold, as a custom remat keeping them (custom_remat_recompute_s);
+    - "attention_core" (Megatron-DeepSpeed's selective checkpointing of its CoreAttention; AutoModel's searched
+      selective): the core alone, the module set memory.selective_modules gives its saved activations;
+    - "half_gemms" (torchtitan, framework fsdp): op-level selective AC saves the attention (SDPA) outputs and every
+      second matmul's output and recomputes the rest (torchtitan distributed/activation_checkpoint.py SelectiveAC:
+      "recomputes every second matmul"): half the GEMMs and the elementwise work."""
     if ctx.stack.selective_recomputes == "half_gemms":
         return 0.5 * (c.proj + c.mlp + c.experts + c.router) + c.elementwise + c.permute
     if shape.plan.custom_remat is not None:
-        return custom_remat_recompute_s(ctx, k, c, set(shape.plan.remat_device) | set(shape.plan.remat_offloaded))
+        return custom_remat_recompute_s(ctx, shape, k, c,
+                                        set(shape.plan.remat_device) | set(shape.plan.remat_offloaded))
+    if ctx.stack.selective_recomputes == "named_keeps":
+        return custom_remat_recompute_s(ctx, shape, k, c, set(ctx.stack.selective_keeps))
     mods = selective_modules(ctx, shape.plan)  # Megatron's --recompute-modules (memory.recompute_modules)
     if ctx.stack.selective_recomputes == "modules" and mods is not None:
         return ((c.attention if "core_attn" in mods else 0.0)
                 + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0)
                 + (c.mlp if "mlp" in mods and not k.moe else 0.0))  # mlp: dense layers' MLPs (an MoE layer's: moe)
-    return c.attention + mla_up_proj_s(ctx, shape, k)
+    return c.attention
 
 
-def custom_remat_recompute_s(ctx: Context, k: LayerKind, c: LayerCompute, saved: set[str]) -> float:
+def custom_remat_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute, saved: set[str]) -> float:
     """Forward seconds one layer re-runs under MaxText's remat_policy 'custom' (ParallelPlan.remat_device /
     remat_offloaded): jax.checkpoint keeps only the named tensors it is told to keep or offload and re-runs every op
     whose output the backward needs and that is not kept (MT:configs/base.yml "custom" remat names, each a
@@ -304,7 +324,10 @@ def custom_remat_recompute_s(ctx: Context, k: LayerKind, c: LayerCompute, saved:
     - the attention core always: its kernel's residuals (output, log-sum-exp) carry no name, so its forward re-runs
       for its backward (splash attention's custom VJP);
     - the q / k / v projections (MLA: the down- and up-projections leading to them) unless query_proj, key_proj and
-      value_proj (or qkv_proj) are kept: the attention backward needs them;
+      value_proj (or qkv_proj) are kept: the attention backward needs them. With them kept, MLA's down-projections
+      still re-run: the up-projections' backward needs their inputs, the normed latents, which carry no name a
+      policy here keeps (MT:layers/attention_mla.py mla_query_projection / mla_kv_projection at 3eb77db name only
+      the up-projections' outputs query_proj / key_proj / value_proj);
     - the output projection unless out_proj is kept: the MLP's input is the residual sum with it;
     - the MLP's input GEMMs (w0, w1 of a gated MLP; the shared experts' too) unless mlpwi (or mlpwi_0 and mlpwi_1)
       is kept: the activation's and wo's backward need their outputs; in an MoE layer the router and the token
@@ -316,6 +339,8 @@ def custom_remat_recompute_s(ctx: Context, k: LayerKind, c: LayerCompute, saved:
     o_share = attn_out_proj_share(m)
     if not ({"query_proj", "key_proj", "value_proj"} <= saved or "qkv_proj" in saved):
         out += (1.0 - o_share) * c.proj
+    else:
+        out += mla_down_proj_s(ctx, shape, k)
     if "out_proj" not in saved:
         out += o_share * c.proj
     if not ("mlpwi" in saved or {"mlpwi_0", "mlpwi_1"} <= saved):

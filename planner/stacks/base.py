@@ -23,7 +23,7 @@ PlanRule = Callable[["ModelSpec", "TrainingSpec", "ParallelPlan"], list[str]]
 
 GradReduceDtype = Literal["fp32", "compute"]
 SelectiveSaves = Literal["modules", "half", "op_sac"]
-SelectiveRecomputes = Literal["attention_core", "modules", "half_gemms"]
+SelectiveRecomputes = Literal["attention_core", "modules", "half_gemms", "named_keeps"]
 Zero3Gather = Literal["block", "tensor"]
 RankOrder = Literal["linear", "mesh"]
 TpOverlapEvidence = Literal["nvidia_recipes", "async_tp", "xla_tpu", "none"]
@@ -119,8 +119,8 @@ class Stack:
     moe_a2a_overlap_option: bool  # batch-level EP all-to-all overlap exists (TrainingSpec.moe_a2a_overlap)
     moe_capacity_einsum: bool  # capacity-padded tokens go to the experts' buffers by one-hot dispatch / combine
     #                            einsums over each sequence (MaxText dense_matmul), not by a permute
-    # what selective recompute re-runs: the attention core, the modules Megatron's --recompute-modules names, or half
-    # the GEMMs
+    # what selective recompute re-runs: the attention core, the modules Megatron's --recompute-modules names, half
+    # the GEMMs, or everything the backward needs but the named tensors selective_keeps holds ("named_keeps")
     selective_recomputes: SelectiveRecomputes
 
     # ---- ZeRO-3 / data parallelism
@@ -149,6 +149,10 @@ class Stack:
     fp8_weight_cache: bool = False  # FP8 linears keep a quantized copy of each weight (and its transpose or
     #                                 column-wise data where the GEMM needs it) from the step's first micro-batch on
     fp8_param_gather_option: bool = False  # weights may be kept / all-gathered in FP8 (TrainingSpec.fp8_param_gather)
+    # ---- recompute, defaulted: the tensors a "named_keeps" selective policy keeps (Stack.selective_recomputes; a
+    # jax.checkpoint save_only_these_names policy), its re-runs priced as a custom remat keeping them
+    # (compute.custom_remat_recompute_s)
+    selective_keeps: tuple[str, ...] = ()
     # ---- host launches, defaulted: the forward-backward may be captured as one CUDA graph replayed each step
     # (TrainingSpec.cuda_graph_full_iteration; planner.costmodel.moe.has_host_sync)
     full_iteration_cuda_graph_option: bool = False

@@ -9,6 +9,10 @@ from planner.stacks.rules import embedding_loss_units_split, interleaved_microba
 # planner sizes (memory.maxtext_custom_remat_elems)
 REMAT_TENSORS = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj", "context",
                  "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo")
+# the tensors remat_policy "minimal" keeps (MT:layers/decoders.py at 3eb77db, Decoder.minimal_policy:
+# jax.checkpoint_policies.save_only_these_names over these names)
+REMAT_MINIMAL_KEEPS = ("query_proj", "value_proj", "key_proj", "qkv_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi",
+                       "mlpwo")
 
 STACK = Stack(
     name="MaxText",
@@ -86,7 +90,10 @@ STACK = Stack(
     yarn_rope_unfused=False,  # its rotary embedding is priced by eager_composites or fused
     moe_a2a_overlap_option=False,  # none
     moe_capacity_einsum=True,  # dense_matmul (emit: sparse_matmul False), moe.py
-    selective_recomputes="attention_core",  # MaxText's "minimal" policy re-runs the attention core, as Megatron
+    # remat_policy "minimal" is save_only_these_names over REMAT_MINIMAL_KEEPS: the attention core re-runs (its
+    # residuals carry no name), and for MLA the down-projections (compute.custom_remat_recompute_s)
+    selective_recomputes="named_keeps",
+    selective_keeps=REMAT_MINIMAL_KEEPS,
     zero3_gather="block",  # XLA gathers each scanned layer's weights as one collective per layer
     zero3_regather_on_recompute=False,  # modelled as FSDP2: a layer gathered once for recompute and backward
     legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)

@@ -139,3 +139,57 @@ def test_attention_core_stacks_keep_the_norm_and_expert_tensors():
     # the two norm outputs (2 h) and top_k expert activations (top_k x expert ffn), in elements per token
     assert kept["deepspeed"] - kept["megatron"] == pytest.approx(2 * m.hidden_size + e.top_k * e.expert_ffn_hidden_size)
     assert kept["automodel"] > kept["megatron"]
+
+
+def _stack_layer(model: str, cluster: str, framework: str, plan: ParallelPlan):
+    ctx = Context(get_model(model), parse_cluster(cluster),
+                  TrainingSpec(seq_len=4096, global_batch=256, framework=framework))
+    shape = screen_memory(ctx, plan).shape
+    k = next(k for k in ctx.kinds if k.moe == ctx.model.is_moe)
+    return ctx, shape, k, layer_compute(ctx, shape, k)
+
+
+def test_mla_down_projection_flops_from_the_config():
+    # DeepSeek-V3's config: hidden 7168, q_lora_rank 1536, kv_lora_rank 512, qk_rope_head_dim 64; the down-projections
+    # (wq_a, wkv_a) run 2 x 7168 x (1536 + 512 + 64) = 30,277,632 FLOPs per token
+    from planner.costmodel.compute import mla_down_proj_s
+    ctx, shape, k, _ = _stack_layer("deepseek-v3", "tpu-v5px256", "maxtext",
+                                    ParallelPlan(dp=256, ep=1, recompute="selective"))
+    width = 1536 + 512 + 64
+    rate = ctx.peak * ctx.gemm_eff(shape.tokens, 7168, width)
+    assert mla_down_proj_s(ctx, shape, k) * rate / shape.tokens == pytest.approx(30_277_632)
+    assert mla_down_proj_s(ctx, shape, k) < mla_up_proj_s(ctx, shape, k)
+
+
+def test_maxtext_minimal_reruns_the_core_and_the_mla_down_projections():
+    # remat_policy "minimal" keeps query_proj / key_proj / value_proj (the up-projections' outputs) but not the normed
+    # latents the up-projections' backward reads: the attention core and the MLA down-projections re-run, not the
+    # up-projections (MT:layers/decoders.py minimal_policy, layers/attention_mla.py at 3eb77db)
+    from planner.costmodel.compute import mla_down_proj_s
+    ctx, shape, k, c = _stack_layer("deepseek-v3", "tpu-v5px256", "maxtext",
+                                    ParallelPlan(dp=256, ep=1, recompute="selective"))
+    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(c.attention + mla_down_proj_s(ctx, shape, k))
+    # without MLA the core alone, as before
+    ctx, shape, k, c = _stack_layer("llama-3.1-8b", "tpu-v5px256", "maxtext",
+                                    ParallelPlan(dp=256, recompute="selective"))
+    assert selective_recompute_s(ctx, shape, k, c) == c.attention > 0
+    # a custom policy that keeps q / k / v re-runs the down-projections too; one that does not re-runs every
+    # projection but the output projection, whatever the model
+    keep = ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
+    for kept, extra in ((keep, "down"), (("out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"), "qkv")):
+        ctx, shape, k, c = _stack_layer("deepseek-v3", "tpu-v5px256", "maxtext",
+                                        ParallelPlan(dp=256, ep=1, recompute="selective", remat_device=kept))
+        o_share = 2.0 * 128 * 128 * 7168 / k.flops.attn_proj  # wo: heads x v_head_dim x hidden
+        want = c.attention + (mla_down_proj_s(ctx, shape, k) if extra == "down" else (1 - o_share) * c.proj)
+        assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "automodel"])
+def test_attention_core_stacks_rerun_the_core_alone(framework):
+    # Megatron-DeepSpeed checkpoints its CoreAttention; AutoModel's searched selective is costed as the same: the
+    # time re-runs what memory.selective_modules says is not saved, the core, and no MLA projection
+    from planner.costmodel.memory import selective_modules
+    ctx, shape, k, c = _stack_layer("deepseek-v3", "h100x256", framework,
+                                    ParallelPlan(dp=256, ep=8, recompute="selective"))
+    assert selective_modules(ctx, shape.plan) == ("core_attn",)
+    assert selective_recompute_s(ctx, shape, k, c) == c.attention > 0
