@@ -722,6 +722,8 @@ def run_fixed_knobs(run: dict, model: ModelSpec, cluster: ClusterSpec, train: Tr
     if _deepseek_own_stack(run) and (fixed.get("pp") or 1) > 1:
         fixed.setdefault("schedule", "dualpipe")  # the report's own runs used DualPipe (sec. 3.2.1)
     fixed.update(preset_knobs(run))
+    if fixed.get("recompute") is None and not fixed.get("recompute_modules"):
+        fixed.update(preset_recompute(run))
     fixed = infer_maxtext_remat(run, train.framework) | fixed  # the plan's own names win over its notes
     if model.is_moe and fixed.get("ep") is None and traits(train.framework).ep_unset_is_one:
         fixed["ep"] = 1  # no expert parallelism unless the configuration names it (Stack.ep_unset_is_one)
@@ -756,6 +758,46 @@ PRESET_KNOBS: tuple[tuple[str, str, int, tuple[str, ...], dict[str, Any], str], 
     ("26.02.01", "qwen3_moe", 2048, ("h100",), {"pp": 1, "vpp": 1, "dp": 16, "ep": 16, "schedule": "1f1b"},
      "Megatron-Bridge v0.3.1 QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1: EP 16, no pipeline parallelism"),
 )
+
+
+# The modules Megatron-Bridge's DeepSeek-V3 performance presets recompute, by release of the performance summary and
+# system, for a row whose record states no recompute (the tables give none): every preset runs selective recompute
+# (recompute_granularity "selective": the 0.1.0rc3 deepseek_v3_llm_pretrain.yaml, later
+# scripts/performance/configs/deepseek/deepseek_llm_pretrain.py set_deepseek_v3_common_configs and v0.6.0
+# perf_recipes/deepseek/common.py) with the modules below (container -> release as HYBRIDEP_FROM's note maps them):
+# - 25.09 = 0.1.0rc3 scripts/performance/run_script.py l.88-91: H100 mla_up_proj + mlp, GB200 mla_up_proj + mlp +
+#   moe_act, B200 none named, so megatron-core's default core_attn (transformer_config.py __post_init__: "if
+#   self.recompute_modules is None: self.recompute_modules = ['core_attn']");
+# - 25.11 = v0.2.0 scripts/performance/configs/deepseek/workload_base_configs.py DEEPSEEK_V3_{B200,GB200}_BASE_CONFIG
+#   mla_up_proj, DEEPSEEK_V3_H100_BASE_CONFIG mla_up_proj + mlp;
+# - 26.02 / 26.02.01 = v0.3.0 / v0.3.1 deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_{B200,GB200}_V1
+#   and _V2 mla_up_proj, H100 mla_up_proj + mlp;
+# - 26.04 / 26.04.01 = v0.4.0 / v0.4.2: GB200 (V1, V2) mlp; B200 mla_up_proj, but v0.4.2's
+#   DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (the 26.04.01 row's PP 8 VP 2 EP 32 layout: A2A_OVERLAP_RECIPES)
+#   mla_up_proj + mlp;
+# - 26.06 / 26.06.01 = v0.5.0 / v0.5.1 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 / _V2 mla_up_proj;
+# - 26.08 = v0.6.0 src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb200_
+#   fp8mx_config mla_up_proj.
+# {release tag in the citation: {hardware prefix: modules}}; DeepSeek-V3 is model_type deepseek_v3, hidden size 7168.
+_UP, _UP_MLP = ("mla_up_proj",), ("mla_up_proj", "mlp")
+DSV3_RECOMPUTE_PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
+    "25.09": {"h100": _UP_MLP, "gb200": ("mla_up_proj", "mlp", "moe_act"), "b200": ("core_attn",)},
+    "25.11": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP},
+    "26.02": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP},
+    "26.02.01": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP},
+    "26.04": {"h100": _UP_MLP, "gb200": ("mlp",), "b200": _UP},
+    "26.04.01": {"h100": _UP_MLP, "gb200": ("mlp",), "b200": _UP_MLP},
+    "26.06": {"gb200": _UP}, "26.06.01": {"gb200": _UP}, "26.08": {"gb200": _UP},
+}
+
+
+def preset_recompute(run: dict) -> dict[str, Any]:
+    """Selective recompute with the cited DeepSeek-V3 preset's modules (DSV3_RECOMPUTE_PRESETS), else {}."""
+    for rel, by_hw in DSV3_RECOMPUTE_PRESETS.items():
+        for prefix, mods in by_hw.items():
+            if _cites_preset(run, rel, "deepseek_v3", 7168, (prefix,)):
+                return {"recompute": "selective", "recompute_modules": mods}
+    return {}
 
 
 def preset_knobs(run: dict) -> dict[str, Any]:

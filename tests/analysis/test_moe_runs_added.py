@@ -64,19 +64,22 @@ def test_every_row_is_predicted(runs):
 
 def test_moe_rows_are_predicted_within_todays_reach(runs):
     """The 89 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, short of
-    the MoE p90 target (25%). Median 8.3%, p90 27.2% today (9.7% / 27.2% before HybridEP's host launches were
+    the MoE p90 target (25%). Median 8.6%, p90 25.3% today (25.8% before the DeepSeek-V3 rows ran their presets'
+    recompute modules, validate.DSV3_RECOMPUTE_PRESETS; 8.3% / 27.2% before bf16 gradients for the Megatron-Bridge
+    rows and the MLA charges of round 15; 9.7% / 27.2% before HybridEP's host launches were
     counted, moe.HYBRIDEP_HOST_KERNELS; 9.9% / 27.2% on the 79 rows before the ten Llama 4 rows: DGX Cloud Maverick
     -13% to +4%, tpu-recipes Maverick -34% and Scout +11%; 11.1% / 27.4% before the 26.02 H100 Qwen3-30B-A3B row was
     read from the released table; 28.7% p90 before a null plan.etp read as the stack's default; 16.5% / 34.7% before
     the 26.06+ GB200 MXFP8 presets' full-iteration CUDA graph). The tail: the H100 Qwen3-30B FP8 row of 26.02.01
     (+50%, reliability C; +69% before the counted HybridEP launches), the 26.06.01 GB200 gpt-oss row its table flags
     as a regression (-44%, C), the DGX Cloud v25.05 Grok-1 GB200 rows (+25% to +36%), the NeMo AutoModel single-node
-    rows (+33%), tpu-recipes' Llama 4 Maverick (-34%) and the B200 DeepSeek-V3 token-drop row of 25.09 (-27%)."""
+    rows (+33%) and tpu-recipes' Llama 4 Maverick (-33%); the B200 DeepSeek-V3 token-drop row of 25.09 is -25% (-28%
+    before its preset's core_attn recompute was run)."""
     res = validate_runs(runs)
     errors = sorted(abs(r["step_time_error"]) for r in res["runs"])
     assert len(errors) == 89
     assert errors[len(errors) // 2] <= 0.115, errors
-    assert errors[int(0.9 * (len(errors) - 1))] <= 0.28, errors
+    assert errors[int(0.9 * (len(errors) - 1))] <= 0.255, errors
 
 
 def test_full_iteration_cuda_graph_rows(runs):
@@ -201,3 +204,25 @@ def test_dgx_cloud_deepseek_v3_rows_run_their_recipes_stage_sizes(runs):
         assert (r["plan"]["first_stage_layers"], r["plan"]["last_stage_layers"]) == (64 // pp - 1, 64 // pp - 2)
         assert (row["plan"]["first_stage_layers"], row["plan"]["last_stage_layers"]) == (64 // pp - 1, 64 // pp - 2)
         assert abs(row["step_time_error"]) < 0.10, row["id"]
+
+
+def test_deepseek_v3_rows_run_their_presets_recompute_modules(runs):
+    """Megatron-Bridge's DeepSeek-V3 presets recompute named modules (validate.DSV3_RECOMPUTE_PRESETS): the 25.09 B200
+    row names none, so megatron-core's default core_attn re-runs the attention core; 26.04.x GB200 recomputes the
+    dense layers' MLPs; a stated recompute wins, and other models get nothing from the rule."""
+    from planner.analysis.validate import preset_recompute
+
+    by_id = {r["id"]: r for r in runs}
+    b200 = by_id["mbridge2509-dgx-b200-dsv3-fp8-mx-256gpu-tokendrop"]
+    assert preset_recompute(b200) == {"recompute": "selective", "recompute_modules": ("core_attn",)}
+    assert preset_recompute(by_id["mbridge2604-dgx-gb200-dsv3-fp8-mx-256gpu"])["recompute_modules"] == ("mlp",)
+    assert preset_recompute(by_id["mbridge260401-dgx-b200-dsv3-fp8-mx-256gpu"])["recompute_modules"] == \
+        ("mla_up_proj", "mlp")
+    assert preset_recompute(by_id["mbridge2608-dgx-gb200-dsv3-fp8-mx-256gpu"])["recompute_modules"] == ("mla_up_proj",)
+    assert preset_recompute(by_id["mbridge2608-dgx-gb200-gptoss-fp8-mx-64gpu"]) == {}
+    row = validate_runs([b200])["runs"][0]
+    assert (row["plan"]["recompute"], row["plan"]["recompute_modules"]) == ("selective", ("core_attn",))
+    # the attention core's forward re-run: -28.1% without it (recompute none, which the search picked), -24.7% with
+    assert -0.26 < row["step_time_error"] < -0.23, row["step_time_error"]
+    stated = validate_runs([b200 | {"plan": b200["plan"] | {"recompute": "none"}}])["runs"][0]
+    assert stated["plan"]["recompute"] == "none" and stated["step_time_error"] < -0.27, stated["step_time_error"]
