@@ -146,6 +146,7 @@ STACK = Stack(
     # AutoModel checkpoints whole blocks (apply_ac); its only finer policy (ignore_router) still recomputes all but the
     # router GEMM. Its runs pin recompute full or none; a searched "selective" is costed as the attention core
     selective_recomputes="attention_core",
+    selective_keeps=(),  # no named-save policy: a searched selective is costed as the attention core
     zero3_gather="block",  # fully_shard per transformer block: one all-gather per block
     zero3_regather_on_recompute=False,  # FSDP2 unshards a block once before its recompute (checkpoint inside)
     legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's

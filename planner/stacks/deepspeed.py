@@ -66,6 +66,7 @@ STACK = Stack(
     moe_a2a_overlap_option=False,  # none
     moe_capacity_einsum=False,  # its einsums span the micro-batch: costed as permute passes
     selective_recomputes="attention_core",  # Korthikanti et al. 2022 sec. 5
+    selective_keeps=(),  # no named-save policy: its selective recompute is the attention core
     # DeepSpeed partitions and gathers every parameter tensor on its own (ZeRO-Infinity, Rajbhandari et al. SC21,
     # arXiv 2104.07857, sec. 6.1), module by module up to stage3_max_live_parameters, gradients through
     # reduce_bucket_size (DeepSpeed config docs; calibration.DEEPSPEED_MAX_LIVE_PARAMS, _REDUCE_BUCKET_PARAMS)

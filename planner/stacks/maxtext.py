@@ -93,7 +93,7 @@ STACK = Stack(
     # remat_policy "minimal" is save_only_these_names over REMAT_MINIMAL_KEEPS: the attention core re-runs (its
     # residuals carry no name), and for MLA the down-projections (compute.custom_remat_recompute_s)
     selective_recomputes="named_keeps",
-    selective_keeps=REMAT_MINIMAL_KEEPS,
+    selective_keeps=REMAT_MINIMAL_KEEPS,  # MT:layers/decoders.py minimal_policy (above)
     zero3_gather="block",  # XLA gathers each scanned layer's weights as one collective per layer
     zero3_regather_on_recompute=False,  # modelled as FSDP2: a layer gathered once for recompute and backward
     legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)

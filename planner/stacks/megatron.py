@@ -133,6 +133,7 @@ STACK = Stack(
     # --recompute-modules (memory.selective_recompute_modules): the attention core for dense models (Korthikanti et al.
     # 2022 sec. 5), the MLA up-projections for MLA models; norms and expert activations are memory-bound, not charged
     selective_recomputes="modules",
+    selective_keeps=(),  # no named-save policy: --recompute-modules names what re-runs
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block
     zero3_regather_on_recompute=False,  # the block stays gathered from the recomputed forward to its backward
     legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)

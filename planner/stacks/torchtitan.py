@@ -120,6 +120,7 @@ STACK = Stack(
     moe_capacity_einsum=False,  # no capacity padding
     # SelectiveAC "recomputes every second matmul": half the GEMMs and the elementwise work
     selective_recomputes="half_gemms",
+    selective_keeps=(),  # no named-save policy: op-level SAC by position, not by name
     zero3_gather="block",  # torchtitan applies fully_shard per transformer block: one all-gather per block
     zero3_regather_on_recompute=False,  # FSDP2 unshards a block once before its recompute (checkpoint inside)
     legacy_zero3_option=False,  # the blocking 2021 ZeRO-3 is DeepSpeed's (DeepSpeed PR #1188)
