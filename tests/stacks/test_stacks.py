@@ -101,6 +101,17 @@ def test_every_trait_is_set_with_its_source():
         assert not uncited, (path.name, uncited)
 
 
+def test_named_keeps_policies_name_what_they_keep():
+    """A "named_keeps" selective policy (Stack.selective_recomputes) is priced from the names it keeps, so exactly
+    those stacks name some (Stack.selective_keeps), and only names the planner sizes (MaxText's remat tensors)."""
+    from planner.stacks.maxtext import REMAT_TENSORS
+
+    for fw, stack in STACKS.items():
+        assert (stack.selective_recomputes == "named_keeps") == bool(stack.selective_keeps), fw
+        assert set(stack.selective_keeps) <= set(REMAT_TENSORS), fw
+    assert STACKS["maxtext"].selective_recomputes == "named_keeps"
+
+
 def test_every_trait_is_read():
     """Nothing declared that nothing reads: each cost or search trait is read outside planner/stacks (a trait whose
     last reader goes is removed with it; a per-stack table elsewhere moves into the Stack instead)."""
