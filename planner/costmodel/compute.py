@@ -395,10 +395,11 @@ COMPUTE = formula(
 RECOMPUTE = formula(
     "compute.recompute",
     "m x recompute of the slowest stage: full = the recomputed layers' forward with its collectives, "
-    "selective = their attention core (+ MLA up-projections for MLA models; Megatron: of the modules it names, the "
-    "attention core, MLA up-projections and dense MLPs, their GEMMs alone); torchtitan: half the GEMMs + elementwise",
+    "selective = the GEMMs the stack's policy re-runs: Megatron, of the modules it names, the attention core, MLA "
+    "up-projections and dense MLPs; MaxText, what its named saves do not hold (the attention core; MLA's "
+    "down-projections); Megatron-DeepSpeed / AutoModel, the attention core; torchtitan, half the GEMMs + elementwise",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3; "
-    "torchtitan SelectiveAC (op-level)",
+    "MaxText layers/decoders.py minimal_policy; torchtitan SelectiveAC (op-level)",
 )
 
 
