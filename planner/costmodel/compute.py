@@ -26,7 +26,7 @@ from planner.costmodel.moe import (
     permute_mode,
 )
 from planner.costmodel.trace import Term, formula
-from planner.specs import ModelSpec
+from planner.specs import ModelSpec, ParallelPlan
 
 # Backward / forward time ratios: GEMMs 2 (Narayanan et al. SC21 sec. 5.1), FlashAttention-2 ~2.5
 # (Dao 2023, arXiv 2307.08691, sec. 4.1), memory-bound elementwise work 2 (read the saved input and the
@@ -311,8 +311,24 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
     if ctx.stack.selective_recomputes == "modules" and mods is not None:
         return ((c.attention if "core_attn" in mods else 0.0)
                 + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0)
-                + (c.mlp if "mlp" in mods and not k.moe else 0.0))  # mlp: dense layers' MLPs (an MoE layer's: moe)
+                + (c.mlp if "mlp" in mods and not k.moe else 0.0)  # mlp: dense layers' MLPs (an MoE layer's: moe)
+                + (moe_layer_fwd_s(c) if k.moe and recomputes_moe_layer(ctx, shape.plan) else 0.0))
     return c.attention
+
+
+def recomputes_moe_layer(ctx: Context, plan: ParallelPlan) -> bool:
+    """Selective recompute re-runs whole MoE layers: megatron-core's "moe" module checkpoints the layer's route,
+    dispatch, experts, combine and shared experts (moe_layer.py MoELayer.forward custom_forward under
+    moe_layer_recompute), so its forward collectives re-run too (layers._layer_times)."""
+    if plan.recompute != "selective" or ctx.stack.selective_recomputes != "modules":
+        return False
+    return "moe" in (selective_modules(ctx, plan) or ())
+
+
+def moe_layer_fwd_s(c: LayerCompute) -> float:
+    """An MoE layer's own forward compute (no attention): router, permutes, routed and shared experts, their
+    epilogue, and the host launches the GPU waits for."""
+    return c.router + c.permute + c.experts + c.mlp + c.epilogue_fwd + c.host_fwd
 
 
 def custom_remat_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute, saved: set[str]) -> float:

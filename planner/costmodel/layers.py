@@ -12,6 +12,7 @@ from planner.costmodel.compute import (
     layer_compute,
     layer_compute_term,
     lm_head_fwd_s,
+    recomputes_moe_layer,
     selective_recompute_s,
 )
 from planner.costmodel.context import cp_comm_fwd_s
@@ -51,8 +52,11 @@ def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, 
     # Megatron --moe-shared-expert-overlap: the shared experts run on a side stream during the dispatch and combine,
     # so the dispatcher shows only beyond them (megatron/core/transformer/moe/shared_experts.py)
     shared_hidden = min(ep_raw, c.mlp) if k.moe and ctx.stack.moe_shared_expert_overlap else 0.0
-    t = LayerTimes(c.fwd, c.bwd, selective_recompute_s(ctx, shape, k, c), tp_comm_fwd_s(ctx, shape, k),
-                   cp_comm_fwd_s(ctx, shape, c.attention), ep_raw - shared_hidden)
+    ep = ep_raw - shared_hidden
+    # a recomputed MoE layer dispatches and combines again (compute.recomputes_moe_layer)
+    rec_ep = ep if k.moe and recomputes_moe_layer(ctx, shape.plan) else 0.0
+    t = LayerTimes(c.fwd, c.bwd, selective_recompute_s(ctx, shape, k, c) + rec_ep, tp_comm_fwd_s(ctx, shape, k),
+                   cp_comm_fwd_s(ctx, shape, c.attention), ep)
     comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,
                            ep_s=t.ep, ep_dispatch_s=ep_raw, ep_hidden_by_shared_s=shared_hidden,
                            dispatcher=dispatcher(ctx) if k.moe else "-", tp=shape.plan.tp, cp=shape.plan.cp,

@@ -131,14 +131,20 @@ def recompute_modules(m: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> 
 
 
 def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: float, etp: int,
-                       expert_load: float = 1.0, mods: tuple[str, ...] | None = None) -> float:
+                       expert_load: float = 1.0, mods: tuple[str, ...] | None = None,
+                       fp8_moe_act_cache: bool = False) -> float:
     """Elements per token the selective modules `mods` (default: selective_recompute_modules) do not save beyond the
     attention core (their outputs are recomputed)."""
     mods = selective_recompute_modules(m) if mods is None else mods
     dropped = 0.0
     if "layernorm" in mods:
         dropped += 2 * g * hs  # the two norm outputs (inputs of the QKV and FC1 GEMMs)
-    if "moe_act" in mods and moe_layer:
+    whole_moe = "moe" in mods and moe_layer
+    if whole_moe:
+        # megatron-core checkpoints the whole MoE layer (moe_layer.py MoELayer.forward, moe_layer_recompute): it keeps
+        # the layer's input, nothing inside (the expert activations among it)
+        dropped += _moe_inner_elems(m, tp, g, etp, fp8_moe_act_cache, expert_load)
+    if "moe_act" in mods and moe_layer and not whole_moe:
         moe = m.require_moe()
         dropped += moe.top_k * expert_load * g * moe.expert_ffn_hidden_size / etp / tp  # expert act. (FC2 input)
     if "mla_up_proj" in mods and m.mla is not None:
@@ -183,7 +189,13 @@ def _attention_widths(m: ModelSpec, tp: int) -> tuple[float, float]:
 
 def _moe_mlp_elems(m: ModelSpec, tp: int, hs: float, g: float, etp: int, fp8_moe_act_cache: bool,
                    expert_load: float) -> float:
-    """The MoE block: dispatched input (fc1 GEMM input) + fc1 outputs + activation output (fc2 GEMM input)."""
+    """The MoE block: the norm's input and output (the MoE layer's input), then what the layer saves inside."""
+    return hs + g * hs + _moe_inner_elems(m, tp, g, etp, fp8_moe_act_cache, expert_load)
+
+
+def _moe_inner_elems(m: ModelSpec, tp: int, g: float, etp: int, fp8_moe_act_cache: bool, expert_load: float) -> float:
+    """What an MoE layer saves inside, beyond its input: per routed copy the dispatched input (fc1 GEMM input), fc1
+    outputs and activation output (fc2 GEMM input); the shared experts'; the router's probabilities."""
     e = m.require_moe()
     h, fe = m.hidden_size, e.expert_ffn_hidden_size
     swiglu_in = 0.5 if fp8_moe_act_cache else 1.0  # gate and up outputs, 2 x fe per routed token
@@ -192,7 +204,7 @@ def _moe_mlp_elems(m: ModelSpec, tp: int, hs: float, g: float, etp: int, fp8_moe
     shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
     shared = shared_inter / tp if e.num_shared_experts else 0.0
     # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
-    return hs + g * hs + e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
+    return e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
 
 
 def maxtext_remat_sizes(m: ModelSpec, tp: int, hs: float) -> dict[str, float]:
@@ -270,7 +282,8 @@ def activation_elems_per_token(
         # matmul output and the attention output, roughly half the per-layer tensors
         return hs + 0.5 * (total - hs)
     if recompute == "selective":
-        return total - _selective_dropped(m, moe_layer, tp, hs, g, etp, expert_load, selective_modules)
+        return total - _selective_dropped(m, moe_layer, tp, hs, g, etp, expert_load, selective_modules,
+                                          fp8_moe_act_cache)
     return total
 
 

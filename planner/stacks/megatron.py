@@ -26,7 +26,7 @@ def unknown_recompute_modules(names: tuple[str, ...] | list[str]) -> list[str]:
 
 # the ones the cost model prices (compute.selective_recompute_s, memory.selective_recompute_modules' users); the others
 # are refused as not priced (rules.recompute_modules_runnable)
-PRICED_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
+PRICED_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe")
 
 STACK = Stack(
     name="Megatron-LM",

@@ -90,6 +90,7 @@ def a2a_overlap_needs_vpp(who: str) -> PlanRule:
             return []
         out = [f"batch-level EP overlap (--moe-a2a-overlap) needs {need} ({who} rule)" for bad, need in (
             (p.recompute == "full", "no full recompute"),
+            ("moe" in p.recompute_modules, "no 'moe' recompute module (megatron-core asserts it)"),
             (p.pp > 1 and p.vpp == 1, f"virtual stages with pp={p.pp} (--vpp > 1)")) if bad]
         return out
 
@@ -104,7 +105,7 @@ def recompute_modules_runnable(who: str, priced: tuple[str, ...]) -> PlanRule:
         out = [f"recompute module(s) {', '.join(sorted(mods - set(priced)))} are not priced by the planner: "
                f"choose from {', '.join(priced)}"] if mods - set(priced) else []
         out += [f"recompute module {name} needs {need} ({who} rule)" for name, bad, need in (
-            ("moe_act", model.moe is None, "an MoE model"),
+            ("moe_act", model.moe is None, "an MoE model"), ("moe", model.moe is None, "an MoE model"),
             ("mla_up_proj", model.mla is None, "multi-latent attention (an MLA model)")) if name in mods and bad]
         if train.dtype == "fp8" and train.fp8_recipe == "delayed" and mods & {"moe_act", "layernorm"}:
             out.append(f"FP8 delayed scaling does not run moe_act or layernorm recompute ({who} rule): choose "

@@ -79,8 +79,10 @@ def test_each_priced_module_frees_its_tensors():
 
 
 @pytest.mark.parametrize("model,mods,train,needle", [
-    ("deepseek-v3", ("moe",), {}, "not priced by the planner"),
+    ("deepseek-v3", ("shared_experts",), {}, "not priced by the planner"),
     ("llama-3.1-8b", ("moe_act",), {}, "moe_act needs an MoE model"),
+    ("llama-3.1-8b", ("moe",), {}, "moe needs an MoE model"),
+    ("mixtral-8x7b", ("moe",), {"moe_a2a_overlap": True}, "no 'moe' recompute module"),
     ("mixtral-8x7b", ("mla_up_proj",), {}, "needs multi-latent attention"),
     ("mixtral-8x7b", ("moe_act",), {"dtype": "fp8", "fp8_recipe": "delayed"}, "delayed scaling does not run"),
     ("llama-3.1-8b", ("core_attn",), {"framework": "fsdp"}, "are Megatron's"),
@@ -109,7 +111,7 @@ def test_cli_pins_emits_and_reports(tmp_path):
     flat = args["args"] if isinstance(args, dict) else args
     i = flat.index("--recompute-modules")
     assert flat[i + 1:i + 3] == ["core_attn", "mla_up_proj"]
-    for value, needle in (("moe", "not priced by the planner"), ("bogus", "unknown recompute module(s) bogus"),
+    for value, needle in (("gdn_norm_out", "not priced by the planner"), ("bogus", "unknown recompute module(s) bogus"),
                           ("", "give comma-separated module names")):
         r = run_cli("--model", "deepseek-v3", "--cluster", "h100x1024", "--recompute-modules", value)
         assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -193,3 +195,33 @@ def test_attention_core_stacks_rerun_the_core_alone(framework):
                                     ParallelPlan(dp=256, ep=8, recompute="selective"))
     assert selective_modules(ctx, shape.plan) == ("core_attn",)
     assert selective_recompute_s(ctx, shape, k, c) == c.attention > 0
+
+
+def test_the_moe_module_reruns_the_whole_moe_layer_with_its_collectives():
+    """megatron-core's "moe" module checkpoints the MoE layer whole (moe_layer.py MoELayer.forward under
+    moe_layer_recompute): its router, permutes, routed and shared experts and its dispatch and combine re-run; it
+    keeps only the layer's input."""
+    from planner.costmodel.compute import moe_layer_fwd_s
+    from planner.costmodel.layers import layer_times
+    from planner.costmodel.memory import _moe_inner_elems
+
+    plan = ParallelPlan(**DSV3_PLAN, recompute_modules=("moe",))
+    ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, True)
+    want = c.router + c.permute + c.experts + c.mlp + c.epilogue_fwd + c.host_fwd
+    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(want) == moe_layer_fwd_s(c)
+    assert c.experts > 0 and c.mlp > 0  # routed and shared experts both re-run
+    t = layer_times(ctx, shape, k)
+    assert t.ep > 0 and t.selective == pytest.approx(want + t.ep)  # the dispatch and combine again
+    # a dense layer of the same plan re-runs nothing for "moe"
+    ctx, shape, kd, cd = _layer("deepseek-v3", "h100x256", plan, False)
+    assert selective_recompute_s(ctx, shape, kd, cd) == 0.0
+    # memory: nothing inside the MoE layer is kept (moe_act's share among it, not counted twice)
+    m = get_model("deepseek-v3")
+    args = dict(m=m, moe_layer=True, tp=8, sp=True, recompute="selective", framework="megatron")
+    none = activation_elems_per_token(**args, selective_modules=())
+    inner = _moe_inner_elems(m, 8, 1.0, 1, False, 1.0)
+    assert none - activation_elems_per_token(**args, selective_modules=("moe",)) == pytest.approx(inner)
+    assert activation_elems_per_token(**args, selective_modules=("moe", "moe_act")) == \
+        activation_elems_per_token(**args, selective_modules=("moe",))
+    # DeepSeek-V3, tp 8: 8 routed copies of (h + 3 x 2048 / 1) / 8 + the shared expert's 3 x 2048 / 8 + 256 / 8
+    assert inner == pytest.approx(8 * (7168 + 3 * 2048) / 8 + 3 * 2048 / 8 + 256 / 8)
