@@ -67,12 +67,13 @@ class Calibration:
     # FlashAttention-3's BF16 forward reaches up to 740 TFLOP/s, 75% (Shah et al. 2024, arXiv 2407.08608, abstract)
     # and 590 TFLOP/s at 4k tokens, head dim 128 (pytorch/benchmark PR #2391's run of the paper's shapes), and on
     # B200 FlashAttention-4 reaches 1605 TFLOP/s, 71%, up to 1.3x cuDNN 9.13 (together.ai blog "FlashAttention-4").
-    # Only a run whose step is mostly attention shows it: the model zoo's 128k-token Qwen3-235B-A22B GB200 row
+    # Only runs whose step is mostly attention show it: the model zoo's 128k-token Qwen3-235B-A22B GB200 row
     # (runs/modelzoo_runs_added.yaml, 87% of its MoE layer's forward in the attention core) is +66% at 0.55 and +7%
-    # at 0.95, while the 4k-8k rows ask for 0.55 (at 0.95: known_runs_added dense median 1.7% -> 7.6%, dev dense p90
-    # 12.3% -> 14.0%). The kernel's own rise from 4k to 16k tokens is 5% (590 -> 621 TFLOP/s in that run), not the 1.7x
-    # between the two; what the short rows charge to attention is not identified (2026-11-27), so the constant stays
-    # fitted on the many rows.
+    # at 0.95, its H100 long-context rows (16k / 32k / 64k / 128k tokens, CP 1-8) +34% / +40% / +44% / +45% at 0.55
+    # and +18% / +13% / +6% / -2% at 0.95, while the 4k-8k rows ask for 0.55 (at 0.95: known_runs_added dense median
+    # 1.7% -> 7.6%, dev dense p90 12.3% -> 14.0%). The kernel's own rise from 4k to 16k tokens is 5% (590 -> 621
+    # TFLOP/s in that run), not the 1.7x between the two; what the short rows charge to attention is not identified
+    # (2026-11-27), so the constant stays fitted on the many rows.
     ATTN_REL_EFFICIENCY: float = fitted(0.550, lo=0.55, hi=0.95, no_effect=1.0,
                                        note=("FlashAttention-2 reaches 50-73% of A100 peak forward and ~63% backward "
                                              "(Dao 2023, arXiv 2307.08691, sec. 4.1), i.e. 0.55-0.95 of the ~0.85 "
