@@ -15,7 +15,7 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
-from planner.costmodel.memory import maxtext_offloaded_elems, selective_modules
+from planner.costmodel.memory import maxtext_offloaded_elems, recomputes_moe_layer, selective_modules
 from planner.costmodel.moe import (
     EINSUM_DISPATCH_GEMMS,
     dispatcher,
@@ -26,7 +26,7 @@ from planner.costmodel.moe import (
     permute_mode,
 )
 from planner.costmodel.trace import Term, formula
-from planner.specs import ModelSpec, ParallelPlan
+from planner.specs import ModelSpec
 
 # Backward / forward time ratios: GEMMs 2 (Narayanan et al. SC21 sec. 5.1), FlashAttention-2 ~2.5
 # (Dao 2023, arXiv 2307.08691, sec. 4.1), memory-bound elementwise work 2 (read the saved input and the
@@ -314,15 +314,6 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
                 + (c.mlp if "mlp" in mods and not k.moe else 0.0)  # mlp: dense layers' MLPs (an MoE layer's: moe)
                 + (moe_layer_fwd_s(c) if k.moe and recomputes_moe_layer(ctx, shape.plan) else 0.0))
     return c.attention
-
-
-def recomputes_moe_layer(ctx: Context, plan: ParallelPlan) -> bool:
-    """Selective recompute re-runs whole MoE layers: megatron-core's "moe" module checkpoints the layer's route,
-    dispatch, experts, combine and shared experts (moe_layer.py MoELayer.forward custom_forward under
-    moe_layer_recompute), so its forward collectives re-run too (layers._layer_times)."""
-    if plan.recompute != "selective" or ctx.stack.selective_recomputes != "modules":
-        return False
-    return "moe" in (selective_modules(ctx, plan) or ())
 
 
 def moe_layer_fwd_s(c: LayerCompute) -> float:

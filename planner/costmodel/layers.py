@@ -12,11 +12,11 @@ from planner.costmodel.compute import (
     layer_compute,
     layer_compute_term,
     lm_head_fwd_s,
-    recomputes_moe_layer,
     selective_recompute_s,
 )
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
+from planner.costmodel.memory import recomputes_moe_layer
 from planner.costmodel.moe import dispatcher, merged_fwd_bwd
 from planner.costmodel.mtp import MTP, eh_proj_fwd_s, mtp_kind
 from planner.costmodel.pipeline import head_stage

@@ -492,6 +492,16 @@ def selective_modules(ctx: Context, plan: ParallelPlan) -> tuple[str, ...] | Non
     return ("core_attn",) if ctx.stack.selective_recomputes == "attention_core" else None
 
 
+def recomputes_moe_layer(ctx: Context, plan: ParallelPlan) -> bool:
+    """Selective recompute re-runs whole MoE layers: megatron-core's "moe" module checkpoints the layer's route,
+    dispatch, experts, combine and shared experts (moe_layer.py MoELayer.forward custom_forward under
+    moe_layer_recompute), so its forward collectives re-run too (layers._layer_times) and its tensors exist again
+    while its backward runs (stage_activations)."""
+    if plan.recompute != "selective" or ctx.stack.selective_recomputes != "modules":
+        return False
+    return "moe" in (selective_modules(ctx, plan) or ())
+
+
 class StageMemory(NamedTuple):
     """Bytes per device of one stage at its peak."""
 
@@ -552,6 +562,11 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     # tests/costmodel/test_memory_real_code.py)
     custom = p.custom_remat is not None
     recomputing = worst_layer if (p.recompute == "full" or custom) else 0.0
+    if recomputes_moe_layer(ctx, p):
+        # a recomputed MoE layer's dropped tensors exist again while its backward runs, one layer at a time
+        moe_kinds = [ctx.kinds[kid] for kid in set(split[s][1]) | set(split[s][2]) if ctx.kinds[kid].moe]
+        recomputing = max((act_elems(ctx, shape, k, "none") - act_elems(ctx, shape, k, "selective")
+                           for k in moe_kinds), default=0.0) * tokens * ACT_ELEM_BYTES
     if ctx.unfused_attention:
         # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer, kept only by
         # layers saving everything: selective recompute drops exactly these (Table 2: 34 s b h / t with SP),

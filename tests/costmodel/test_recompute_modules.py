@@ -225,3 +225,24 @@ def test_the_moe_module_reruns_the_whole_moe_layer_with_its_collectives():
         activation_elems_per_token(**args, selective_modules=("moe",))
     # DeepSeek-V3, tp 8: 8 routed copies of (h + 3 x 2048 / 1) / 8 + the shared expert's 3 x 2048 / 8 + 256 / 8
     assert inner == pytest.approx(8 * (7168 + 3 * 2048) / 8 + 3 * 2048 / 8 + 256 / 8)
+
+
+def test_a_recomputed_moe_layer_exists_again_while_its_backward_runs():
+    """With the whole MoE layer recomputed, the stage's peak holds every micro-batch's saved tensors plus one MoE
+    layer's dropped ones, rematerialised for that layer's backward (memory.stage_activations)."""
+    from planner.costmodel.base import ACT_ELEM_BYTES
+    from planner.costmodel.memory import _layer_activations, act_elems, stage_activations
+
+    plan = ParallelPlan(**DSV3_PLAN, recompute_modules=("moe",))
+    ctx, shape, k, _ = _layer("deepseek-v3", "h100x256", plan, True)
+    split = ctx.stage_kind_counts(plan.pp, plan.first_stage_layers, plan.last_stage_layers, None)
+    per_mb, _ = _layer_activations(ctx, shape, split[1])
+    dropped = act_elems(ctx, shape, k, "none") - act_elems(ctx, shape, k, "selective")
+    one_layer = dropped * shape.tokens * ACT_ELEM_BYTES
+    assert one_layer > 0.5 * per_mb / split[1][0]  # the MoE layer's inside: about what a layer keeps
+    assert stage_activations(ctx, shape, split, 1, 3.0) == pytest.approx(3.0 * per_mb + one_layer)
+    # a plan keeping the MoE layer's tensors has no such transient
+    keep = ParallelPlan(**DSV3_PLAN, recompute_modules=("mla_up_proj",))
+    ctx, shape, _, _ = _layer("deepseek-v3", "h100x256", keep, True)
+    per_mb, _ = _layer_activations(ctx, shape, split[1])
+    assert stage_activations(ctx, shape, split, 1, 3.0) == pytest.approx(3.0 * per_mb)
