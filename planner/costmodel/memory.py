@@ -496,10 +496,15 @@ def recomputes_moe_layer(ctx: Context, plan: ParallelPlan) -> bool:
     """Selective recompute re-runs whole MoE layers: megatron-core's "moe" module checkpoints the layer's route,
     dispatch, experts, combine and shared experts (moe_layer.py MoELayer.forward custom_forward under
     moe_layer_recompute), so its forward collectives re-run too (layers._layer_times) and its tensors exist again
-    while its backward runs (stage_activations)."""
+    while its backward runs (stage_activations). Read per stage: the answer is kept per module set in ctx.act_cache
+    (the default set is the context's model's and recipe's)."""
     if plan.recompute != "selective" or ctx.stack.selective_recomputes != "modules":
         return False
-    return "moe" in (selective_modules(ctx, plan) or ())
+    key = ("recomputes_moe_layer", plan.recompute_modules)
+    v = ctx.act_cache.get(key)
+    if v is None:
+        v = ctx.act_cache[key] = float("moe" in (selective_modules(ctx, plan) or ()))
+    return bool(v)
 
 
 class StageMemory(NamedTuple):
