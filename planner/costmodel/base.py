@@ -159,6 +159,9 @@ class Context:
         self.step_overhead_s = cal.STEP_OVERHEAD_S
         self.tp_overlap_hidden = cal.TP_OVERLAP_HIDDEN_FRACTION
         self.unfused_attention = train.attention_impl == "unfused"
+        # which fitted constant prices the attention core (layers.ATTN_FITTED_SHARE_MAX: the range it was fitted on)
+        self.attention_path = ("unfused" if self.unfused_attention else
+                               "pytorch_native_fa2" if self.fsdp_on_hopper else "fused")
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
         self.host_link_bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9  # bytes/s, each direction
         self.rate_terms = self._rate_terms(hw, train)

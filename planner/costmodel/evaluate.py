@@ -21,7 +21,7 @@ from planner.costmodel.compute import compute_term, recompute_term
 from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
 from planner.costmodel.expert import ep_comm_term, ep_warnings
-from planner.costmodel.layers import StageTimes, layer_terms, mtp_terms, stage_times
+from planner.costmodel.layers import StageTimes, attention_range_warnings, layer_terms, mtp_terms, stage_times
 from planner.costmodel.memory import (
     GIB,
     StageMemory,
@@ -175,7 +175,8 @@ def _pipeline_doc(shape: Shape, st: StageTimes, counts: list[int]) -> dict:
 
 
 def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int], host_stage: int) -> list[str]:
-    out = tp_warnings(ctx, shape) + cp_warnings(ctx, shape) + ep_warnings(ctx, shape)
+    out = (tp_warnings(ctx, shape) + cp_warnings(ctx, shape) + ep_warnings(ctx, shape)
+           + attention_range_warnings(ctx, shape))
     if ev.peak_gib > ev.figures.usable_gib:
         out.append(f"does not fit: needs {ev.peak_gib:.1f} GiB of {ctx.cluster.hardware.hbm_capacity_gib:.1f} GiB "
                    f"(stage {ev.peak_stage})")

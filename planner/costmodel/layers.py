@@ -4,10 +4,12 @@ stage (Calculon's explicit per-layer sum, Isaev et al. SC23)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple
 
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
 from planner.costmodel.compute import (
+    BWD_ATTN_RATIO,
     kind_label,
     layer_compute,
     layer_compute_term,
@@ -44,6 +46,7 @@ class LayerTimes(NamedTuple):
     tp: float
     cp: float
     ep: float
+    attention: float  # of fwd: the attention core's forward (compute.attention_core_s; its backward is in bwd)
 
 
 def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, tuple[Term, ...]]:
@@ -56,7 +59,7 @@ def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, 
     # a recomputed MoE layer dispatches and combines again (compute.recomputes_moe_layer)
     rec_ep = ep if k.moe and recomputes_moe_layer(ctx, shape.plan) else 0.0
     t = LayerTimes(c.fwd, c.bwd, selective_recompute_s(ctx, shape, k, c) + rec_ep, tp_comm_fwd_s(ctx, shape, k),
-                   cp_comm_fwd_s(ctx, shape, c.attention), ep)
+                   cp_comm_fwd_s(ctx, shape, c.attention), ep, c.attention)
     comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,
                            ep_s=t.ep, ep_dispatch_s=ep_raw, ep_hidden_by_shared_s=shared_hidden,
                            dispatcher=dispatcher(ctx) if k.moe else "-", tp=shape.plan.tp, cp=shape.plan.cp,
@@ -83,6 +86,47 @@ def layer_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
     return tuple(out)
 
 
+# The largest share of a step's layer compute (forward + backward, all layers) that the attention core takes in any
+# development run (runs/known_runs_dev.yaml, runs/known_runs_tpu_dev.yaml, plans as plan validate scores them), per
+# attention path (Context.attention_path), rounded up to a percent: the range over which the constant that prices it
+# was fitted. "fused" (calibration.ATTN_REL_EFFICIENCY: cuDNN / FlashAttention in Megatron, NeMo, DeepSpeed; MaxText's
+# splash attention): 0.336, Megatron-Bridge 25.11's GB200 Llama-3-8B row at 8k tokens (the TPU rows reach 0.199);
+# "pytorch_native_fa2" (calibration.FA2_HOPPER_ABS_EFFICIENCY): 0.954, torchtitan's 262k-token Llama-3.1-8B CP 8 row;
+# "unfused": 0.461, the SC21 GPT-1.7B row (2026-11-27). tests/costmodel/test_attention_range.py recomputes them.
+ATTN_FITTED_SHARE_MAX = {"fused": 0.34, "pytorch_native_fa2": 0.96, "unfused": 0.47}
+# Beyond it on the fused path the published evidence is one-sided: Megatron runs at 16k-128k tokens that the fit never
+# saw (runs/modelzoo_runs_added.yaml: Qwen3-235B-A22B on H100 at 16k / 32k / 64k / 128k tokens, attention 38-82% of
+# the layer compute, and on GB200 at 128k, 89%) ran 25-40% faster than predicted (the same test holds this range).
+ATTN_BEYOND_FIT_FASTER = (0.25, 0.40)
+
+
+def attention_share(ctx: Context, shape: Shape) -> float:
+    """The attention core's share of one micro-batch's layer compute over all the model's layers, forward and backward
+    (compute.BWD_ATTN_RATIO)."""
+    attn = total = 0.0
+    for kid, n in Counter(ctx.kind_of_layer).items():
+        t = layer_times(ctx, shape, ctx.kinds[kid])
+        attn += n * (1.0 + BWD_ATTN_RATIO) * t.attention
+        total += n * (t.fwd + t.bwd)
+    return attn / total if total > 0 else 0.0
+
+
+def attention_range_warnings(ctx: Context, shape: Shape) -> list[str]:
+    """A plan whose layer compute is more attention than any development run on its attention path had
+    (ATTN_FITTED_SHARE_MAX): its step time extrapolates the fitted attention efficiency."""
+    limit = ATTN_FITTED_SHARE_MAX[ctx.attention_path]
+    share = attention_share(ctx, shape)
+    if share <= limit:
+        return []
+    out = (f"attention core is {share:.0%} of the layer compute, more than in any run its efficiency was fitted on "
+           f"({limit:.0%}): the step time is extrapolated")
+    if ctx.attention_path == "fused":
+        lo, hi = ATTN_BEYOND_FIT_FASTER
+        out += (f"; published Megatron runs at 16k-128k tokens not in the fit ran {lo:.0%}-{hi:.0%} faster than "
+                "predicted (runs/modelzoo_runs_added.yaml), so it is likely an over-estimate")
+    return [out]
+
+
 class MtpTimes(NamedTuple):
     """Seconds of the MTP modules (planner.costmodel.mtp) for one micro-batch on the head rank: forward and backward
     compute, what recompute re-runs (full: eh_proj and the layer with its collectives, as megatron-core checkpoints
@@ -102,7 +146,7 @@ def mtp_times(ctx: Context, shape: Shape) -> MtpTimes:
     if kid is None:
         return MtpTimes(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     n, overhead = ctx.model.mtp_layers, ctx.calibration.LAYER_OVERHEAD_S
-    lf, lb, lsel, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
+    lf, lb, lsel, lt, lc, le, _ = layer_times(ctx, shape, ctx.kinds[kid])
     proj, head = eh_proj_fwd_s(ctx, shape), lm_head_fwd_s(ctx, shape)
     rec = {"full": lf + proj + lt + lc + le, "selective": lsel}.get(shape.plan.recompute, 0.0)
     return MtpTimes(n * (lf + proj + head + overhead / 3),
@@ -143,7 +187,7 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
     _, head_counts, tail_counts = split
     for part, full_part in ((head_counts, True), (tail_counts, False)):
         for kid, cnt in part.items():
-            lf, lb, lsel, lt, lc, le = layer_times(ctx, shape, ctx.kinds[kid])
+            lf, lb, lsel, lt, lc, le, _ = layer_times(ctx, shape, ctx.kinds[kid])
             # + the fixed host/launch cost of running a layer (calibration.LAYER_OVERHEAD_S), 1/3 forward
             f += cnt * (lf + ctx.calibration.LAYER_OVERHEAD_S / 3)
             b += cnt * (lb + 2 * ctx.calibration.LAYER_OVERHEAD_S / 3)
