@@ -99,6 +99,9 @@ def band_for(residuals: tuple[Residual, ...], family: str, moe: bool, framework:
     for label, pred in _levels(family, moe, framework):
         sel = [r.miss for r in pool if pred(r)]
         if len(sel) >= MIN_RUNS or label == "all runs":
+            if label == "all runs" and not any(r.family == family for r in pool):
+                # no development run on this hardware at all: the band is other hardware's misses, and says so
+                label = f"all runs; none on {family}"
             return Band(_quantile(sel, BAND_QUANTILE), label, len(sel))
     raise AssertionError("unreachable")
 
