@@ -125,6 +125,7 @@ class Context:
         self.split_cache: dict[tuple, list] = {}
         self.links_cache: dict[tuple, Links] = {}  # PLACEMENT_KNOBS -> plan_links
         self.stage_params_cache: dict[tuple, Any] = {}  # -> planner.costmodel.memory.StageParams (evaluate)
+        self.time_key_ids: dict[tuple, int] = {}  # every input of a layer's time -> its number (plan_shape)
 
     def _rates(self, cluster: ClusterSpec, train: TrainingSpec) -> None:
         """Peak rates and kernel efficiency ceilings of this hardware for this training recipe."""
@@ -243,7 +244,7 @@ class Shape(NamedTuple):
     tokens: float  # tokens of one micro-batch on one device (along the sequence, split by CP)
     links: Links
     dims: ParallelDims  # group sizes and ZeRO shard groups (planner.specs.dims)
-    time_key: tuple  # every plan knob a layer's time depends on (the layer-time cache key, with the layer kind)
+    time_key: tuple  # the number of every input a layer's time depends on (the layer-time cache key, with the kind)
 
 
 # The plan knobs a plan's placement reads (placement.placement: linear_strides, mesh_degrees with ParallelDims.dp_shard;
@@ -271,11 +272,26 @@ def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
     sp = plan.sequence_parallel and plan.tp > 1
     dims = ParallelDims.of(plan)
-    return Shape(plan=plan, sp=sp, nmb=dims.num_microbatches(ctx.train.global_batch),
+    nmb = dims.num_microbatches(ctx.train.global_batch)
+    links = context_links(ctx, plan)
+    return Shape(plan=plan, sp=sp, nmb=nmb,
                  tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
-                 links=context_links(ctx, plan),
+                 links=links,
                  dims=dims,
                  # the custom remat policy in effect sets the recompute and host copies (compute.remat_offload_s),
-                 # the named Megatron modules the selective recompute time (compute.selective_recompute_s)
-                 time_key=(plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm,
-                           plan.custom_remat, plan.recompute_modules))
+                 # the named Megatron modules the selective recompute time (compute.selective_recompute_s); the
+                 # fabric of the layer's own collectives (on a TPU torus the axes a group runs along follow the whole
+                 # mesh, pp and dp too: placement.ici_group_busbw_GBps), and whether a step has more than one
+                 # micro-batch (moe.merged_fwd_bwd: the batch-level EP overlap's merged schedule)
+                 time_key=_time_key(ctx, (plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm,
+                                          plan.custom_remat, plan.recompute_modules, links.tp, links.tp_ar, links.cp,
+                                          links.ep, nmb > 1)))
+
+
+def _time_key(ctx: Context, inputs: tuple) -> tuple[int]:
+    """The number of these layer-time inputs in this context: hashed once per plan here, not at every layer-time
+    lookup (the Link values hash field by field)."""
+    v = ctx.time_key_ids.get(inputs)
+    if v is None:
+        v = ctx.time_key_ids[inputs] = len(ctx.time_key_ids)
+    return (v,)

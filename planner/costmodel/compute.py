@@ -15,7 +15,7 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
-from planner.costmodel.memory import maxtext_offloaded_elems, recomputes_moe_layer, selective_modules
+from planner.costmodel.memory import maxtext_offloaded_elems, names_moe_module, selective_modules
 from planner.costmodel.moe import (
     EINSUM_DISPATCH_GEMMS,
     dispatcher,
@@ -312,7 +312,7 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
         return ((c.attention if "core_attn" in mods else 0.0)
                 + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0)
                 + (c.mlp if "mlp" in mods and not k.moe else 0.0)  # mlp: dense layers' MLPs (an MoE layer's: moe)
-                + (moe_layer_fwd_s(c) if k.moe and recomputes_moe_layer(ctx, shape.plan) else 0.0))
+                + (moe_layer_fwd_s(c) if k.moe and names_moe_module(ctx, shape.plan) else 0.0))
     return c.attention
 
 

@@ -18,7 +18,7 @@ from planner.costmodel.compute import (
 )
 from planner.costmodel.context import cp_comm_fwd_s
 from planner.costmodel.expert import dualpipe_exposed_ep_s, ep_comm_fwd_s
-from planner.costmodel.memory import recomputes_moe_layer
+from planner.costmodel.memory import names_moe_module
 from planner.costmodel.moe import dispatcher, merged_fwd_bwd
 from planner.costmodel.mtp import MTP, eh_proj_fwd_s, mtp_kind
 from planner.costmodel.pipeline import head_stage
@@ -56,8 +56,8 @@ def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, 
     # so the dispatcher shows only beyond them (megatron/core/transformer/moe/shared_experts.py)
     shared_hidden = min(ep_raw, c.mlp) if k.moe and ctx.stack.moe_shared_expert_overlap else 0.0
     ep = ep_raw - shared_hidden
-    # a recomputed MoE layer dispatches and combines again (compute.recomputes_moe_layer)
-    rec_ep = ep if k.moe and recomputes_moe_layer(ctx, shape.plan) else 0.0
+    # a recomputed MoE layer dispatches and combines again (memory.names_moe_module: the selective re-run time)
+    rec_ep = ep if k.moe and names_moe_module(ctx, shape.plan) else 0.0
     t = LayerTimes(c.fwd, c.bwd, selective_recompute_s(ctx, shape, k, c) + rec_ep, tp_comm_fwd_s(ctx, shape, k),
                    cp_comm_fwd_s(ctx, shape, c.attention), ep, c.attention)
     comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,

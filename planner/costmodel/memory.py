@@ -498,7 +498,13 @@ def recomputes_moe_layer(ctx: Context, plan: ParallelPlan) -> bool:
     moe_layer_recompute), so its forward collectives re-run too (layers._layer_times) and its tensors exist again
     while its backward runs (stage_activations). Read per stage: the answer is kept per module set in ctx.act_cache
     (the default set is the context's model's and recipe's)."""
-    if plan.recompute != "selective" or ctx.stack.selective_recomputes != "modules":
+    return plan.recompute == "selective" and names_moe_module(ctx, plan)
+
+
+def names_moe_module(ctx: Context, plan: ParallelPlan) -> bool:
+    """The plan's selective module set holds megatron-core's "moe" module, whatever the plan's recompute mode: what a
+    layer's selective re-run time is built from (layers.LayerTimes.selective, shared by the plans of one time key)."""
+    if ctx.stack.selective_recomputes != "modules":
         return False
     key = ("recomputes_moe_layer", plan.recompute_modules)
     v = ctx.act_cache.get(key)

@@ -237,3 +237,25 @@ def test_memory_screen_skips_only_dominated_stages(model, cluster, train, pins):
                                                                           every[host].host / GIB), p
         skipped += len(stage_memories(ctx, mem.shape, mem.split, mem.params)) < p.pp
     assert skipped >= 3  # the screens of several plans skipped stages
+
+
+@pytest.mark.parametrize("model,cluster,train,fixed", [
+    ("deepseek-v2", "tpu-v5px256", {}, {}),  # EP groups along ICI torus axes: the axes follow the whole mesh (dp, pp)
+    ("qwen3-30b-a3b", "h100x64", {"moe_a2a_overlap": True}, {}),  # the merged schedule needs > 1 micro-batch
+    ("mixtral-8x7b", "gb200x144", {}, {}),
+    # the moe module's re-dispatch, in the selective re-run time of the layer kind that plans without recompute share
+    ("qwen3-30b-a3b", "h100x64", {}, {"recompute_modules": ("moe", "layernorm")}),
+])
+def test_every_scored_plan_is_what_a_fresh_context_gives(model, cluster, train, fixed):
+    # the search shares per-layer times between candidates (Context.layer_time_cache under Shape.time_key): a plan's
+    # figures must not depend on which candidates were scored before it, so each must equal its evaluation in a
+    # context that has scored nothing else
+    from planner.costmodel import evaluate
+
+    ctx = ctx_for(model, cluster, **({"seq_len": 4096, "global_batch": 256} | train))
+    res = search(ctx, SearchOptions(fixed=fixed, top_k=3, require_fit=False, stage_solves=0))
+    plans = res.ranked[::max(1, len(res.ranked) // 60)]
+    assert len(plans) >= 30
+    for ev in plans:
+        fresh = evaluate(ctx_for(model, cluster, **({"seq_len": 4096, "global_batch": 256} | train)), ev.plan)
+        assert fresh.step_time_s == ev.step_time_s and fresh.peak_gib == ev.peak_gib, ev.plan.knobs()
