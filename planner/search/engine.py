@@ -8,8 +8,9 @@ micro-batch less recompute is never slower, so only the least recompute that fit
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k, its first
 probes placed where the line from the no-recompute peak to full recompute's meets the capacity.
 Every candidate's memory is screened first (planner.costmodel.evaluate.screen_memory, the peak `evaluate` reports);
-only the candidates the search keeps are timed. The leading plans' CP-SAT stage problems are solved side by side
-on threads (each solve is deterministic, planner.search.stages).
+only the candidates the search keeps are timed. With enough layouts the layouts are scored in forked processes
+(planner.search.forks; the same answers, merged in layout order). The leading plans' CP-SAT stage problems are solved
+side by side on threads (each solve is deterministic, planner.search.stages).
 The final order and the top-k selection follow planner.search.ranking (fastest first, ties only within 0.2% of
 the fastest plan, one row per layout when distinct_layouts is set).
 """
@@ -73,6 +74,9 @@ class SearchOptions:
     # True: only pipeline depths that divide the layers evenly (unless --pp is pinned): the layouts an expert
     # sizes a purchase for (--min-devices), not PP27 over 80 layers with a short first stage
     even_stages: bool = False
+    # processes scoring the layouts (planner.search.forks; the answers do not depend on it); None: the
+    # PLANNER_SEARCH_WORKERS environment variable, else chosen from the cores and the layouts (scan_workers)
+    workers: int | None = None
 
 
 @dataclass
@@ -539,8 +543,13 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     pruned = len(pruned_pairs)
     scan = _Scan(_recompute_steps(ctx, opts), memory_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0,
                  inner_margin_rel(None, ctx.calibration) if opts.memory_margin else 0.0)
-    for (r, z), shard in ((rz, sh) for rz in keep for sh in _shard_choices(ctx, opts, *rz)):
-        _scan_layout(ctx, opts, cap, scan, r, z, shard)
+    layouts = [(r, z, shard) for r, z in keep for shard in _shard_choices(ctx, opts, r, z)]
+    workers = scan_workers(opts, len(layouts))
+    if workers > 1:
+        _scan_in_forks(ctx, opts, cap, scan, layouts, workers)
+    else:
+        for r, z, shard in layouts:
+            _scan_layout(ctx, opts, cap, scan, r, z, shard)
     if not scan.evaluated and pruned_pairs and opts.require_fit:
         # nothing the bound kept was scored (none kept, or the rules refused every one): score the best-sharded
         # pruned pairs, smallest bound first, until top_k of them (at most PRUNED_PROBES tried) give a scored plan, to
@@ -568,6 +577,65 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
         smallest_peak_gib=best_peak[0] if best_peak else None, smallest_peak_plan=best_peak[1] if best_peak else None,
         frontier=frontier, ranked=ordered, refused_for=tuple(scan.fewest_broken or ()) if not evaluated else (),
     )
+
+
+# Layouts per process below which the scan stays in this process: forking and merging cost ~0.05 s, the scoring of a
+# layout ~1-10 ms (DeepSeek-V3 on h100x1024: 179 layouts in ~1.2 s of one core).
+LAYOUTS_PER_WORKER = 16
+
+
+def scan_workers(opts: SearchOptions, n_layouts: int) -> int:
+    """Processes that score the layouts: SearchOptions.workers, else PLANNER_SEARCH_WORKERS, else, in a process
+    without other threads, as many as the cores this process may use (at most forks.MAX_WORKERS) with
+    LAYOUTS_PER_WORKER layouts each; 1 where the platform does not fork (planner.search.forks.can_fork)."""
+    from planner.search import forks
+
+    asked = opts.workers or forks.requested_workers()
+    if not forks.can_fork():
+        return 1
+    if asked is not None:
+        return max(1, min(asked, n_layouts))
+    if not forks.single_threaded():
+        return 1  # a process running other threads is not forked unasked (a lock one of them holds stays held)
+    return max(1, min(forks.available_cores(), forks.MAX_WORKERS, n_layouts // LAYOUTS_PER_WORKER))
+
+
+def _scan_one_layout(ctx: Context, opts: SearchOptions, cap: float, steps: list, margins: tuple[float, float],
+                     layout: tuple) -> tuple:
+    """One layout scanned on its own (in a forked process): what it adds to a _Scan, the evaluations without their
+    lazily built traces (a closure over the context does not pickle)."""
+    part = _Scan(steps, *margins)
+    _scan_layout(ctx, opts, cap, part, *layout)
+    evs = [(e.plan, e.figures, e.peak_stage, e.warnings, e.pipeline) for e in part.results]
+    return part.evaluated, evs, part.best_peak, part.fewest_broken
+
+
+def _trace_of(ctx: Context, plan: ParallelPlan):
+    """A plan's trace, rebuilt in this process: evaluate is pure and the caches never change a value, so it is the
+    trace the forked process would have built."""
+    return evaluate(ctx, plan).trace
+
+
+def _scan_in_forks(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, layouts: list, workers: int) -> None:
+    """The layouts scanned in `workers` forked processes (planner.search.forks), merged into `scan` in layout order
+    as _scan_layout would have filled it: the evaluated count, the results, the smallest peak (the first of equals)
+    and, while nothing has been evaluated, the refused candidate breaking the fewest rules."""
+    from functools import partial
+
+    from planner.search.forks import fork_map
+
+    margins = (scan.margin_rel, scan.inner_rel)
+    parts = fork_map(lambda i: _scan_one_layout(ctx, opts, cap, scan.steps, margins, layouts[i]), len(layouts),
+                     workers)
+    for evaluated, evs, best_peak, fewest in parts:
+        if scan.evaluated == 0 and fewest is not None and (scan.fewest_broken is None
+                                                           or len(fewest) < len(scan.fewest_broken)):
+            scan.fewest_broken = fewest
+        scan.evaluated += evaluated
+        if best_peak is not None and (scan.best_peak is None or best_peak[0] < scan.best_peak[0]):
+            scan.best_peak = best_peak
+        scan.results.extend(Evaluation(plan=p, figures=f, build_trace=partial(_trace_of, ctx, p), peak_stage=ps,
+                                       warnings=w, pipeline=pl) for p, f, ps, w, pl in evs)
 
 
 STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not seconds: load-independent)
