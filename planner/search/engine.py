@@ -585,18 +585,16 @@ LAYOUTS_PER_WORKER = 16
 
 
 def scan_workers(opts: SearchOptions, n_layouts: int) -> int:
-    """Processes that score the layouts: SearchOptions.workers, else PLANNER_SEARCH_WORKERS, else, in a process
-    without other threads, as many as the cores this process may use (at most forks.MAX_WORKERS) with
-    LAYOUTS_PER_WORKER layouts each; 1 where the platform does not fork (planner.search.forks.can_fork)."""
+    """Processes that score the layouts: SearchOptions.workers, else PLANNER_SEARCH_WORKERS, else as many as the
+    cores this process may use (at most forks.MAX_WORKERS) with LAYOUTS_PER_WORKER layouts each; always 1 where the
+    platform does not fork or the process runs threads a fork is not safe with (planner.search.forks)."""
     from planner.search import forks
 
     asked = opts.workers or forks.requested_workers()
-    if not forks.can_fork():
-        return 1
+    if not (forks.can_fork() and forks.fork_safe()):
+        return 1  # off Linux, or other threads that a fork could leave holding a lock in the child
     if asked is not None:
         return max(1, min(asked, n_layouts))
-    if not forks.single_threaded():
-        return 1  # a process running other threads is not forked unasked (a lock one of them holds stays held)
     return max(1, min(forks.available_cores(), forks.MAX_WORKERS, n_layouts // LAYOUTS_PER_WORKER))
 
 

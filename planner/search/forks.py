@@ -36,10 +36,18 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-def single_threaded() -> bool:
-    """No Python thread but this one: a fork copies only the calling thread, and a lock another thread held at the
-    fork would stay held in the child."""
-    return threading.active_count() == 1
+# Libraries whose native threads make a fork unsafe once they are loaded: JAX says so itself at every fork ("os.fork()
+# is incompatible with multithreaded code, and JAX is multithreaded, so this will likely lead to a deadlock", seen in
+# this project's test process once its JAX tests had run), and PyTorch's intra-op pools are the same kind. The CLI
+# never imports them; a process that has (a notebook, the test run) scores in one process. NumPy's OpenBLAS pool is
+# fork-safe (it shuts its threads down at a fork: pthread_atfork).
+FORK_UNSAFE_MODULES = ("jax", "torch")
+
+
+def fork_safe() -> bool:
+    """No thread but this one that a fork could leave holding a lock in the child: no other Python thread, and none
+    of FORK_UNSAFE_MODULES loaded."""
+    return threading.active_count() == 1 and not any(m in sys.modules for m in FORK_UNSAFE_MODULES)
 
 
 def requested_workers() -> int | None:

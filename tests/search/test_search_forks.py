@@ -23,6 +23,19 @@ def _ctx(model: str, cluster: str) -> Context:
     return Context(get_model(model), parse_cluster(cluster), TrainingSpec(seq_len=4096, global_batch=512))
 
 
+def _count_forks(monkeypatch) -> list[int]:
+    """The worker counts of the fork_map calls made from now on."""
+    calls: list[int] = []
+    real = forks.fork_map
+
+    def counted(task, n, workers):
+        calls.append(workers)
+        return real(task, n, workers)
+
+    monkeypatch.setattr(forks, "fork_map", counted)
+    return calls
+
+
 def _summary(res) -> tuple:
     return (res.evaluated, res.feasible, res.structures, res.pruned, res.smallest_peak_gib, res.smallest_peak_plan,
             res.frontier, res.refused_for,
@@ -33,9 +46,11 @@ def _summary(res) -> tuple:
     ("deepseek-v3", "h100x512", {}),
     ("mixtral-8x7b", "tpu-v5px128", {"require_fit": False}),
 ])
-def test_forked_scan_is_the_single_process_scan(model, cluster, opts):
+def test_forked_scan_is_the_single_process_scan(model, cluster, opts, monkeypatch):
+    calls = _count_forks(monkeypatch)
     one = search(_ctx(model, cluster), SearchOptions(workers=1, top_k=5, **opts))
     three = search(_ctx(model, cluster), SearchOptions(workers=3, top_k=5, **opts))
+    assert calls == [3]  # the second search forked, the first did not
     assert one.evaluated > 500 and len(one.ranked) > 100
     assert _summary(three) == _summary(one)
     # the shown plans' traces are rebuilt in this process from the plan alone: every term as the single process has it
@@ -44,28 +59,31 @@ def test_forked_scan_is_the_single_process_scan(model, cluster, opts):
                                                                           for t in a.trace.terms()]
 
 
-def test_a_search_whose_every_candidate_is_refused_says_the_same_rules():
+def test_a_search_whose_every_candidate_is_refused_says_the_same_rules(monkeypatch):
     # the refusal kept is the first candidate breaking the fewest rules in layout order, merged across the processes:
     # the moe module pinned on a dense model refuses every candidate of every layout
     fixed = {"recompute": "selective", "recompute_modules": ("moe",)}
+    calls = _count_forks(monkeypatch)
     one = search(_ctx("llama-3.1-8b", "h100x256"), SearchOptions(fixed=fixed, workers=1))
     three = search(_ctx("llama-3.1-8b", "h100x256"), SearchOptions(fixed=fixed, workers=3))
-    assert one.evaluated == 0 and one.structures > 3 and one.refused_for
+    # nothing scored: the search repeats with the optimizer offloaded (engine.search), forked again
+    assert one.evaluated == 0 and one.structures > 3 and one.refused_for and calls == [3, 3]
     assert _summary(three) == _summary(one)
 
 
 def test_workers_chosen_from_cores_layouts_and_the_environment(monkeypatch):
     monkeypatch.delenv(forks.WORKERS_ENV, raising=False)
     monkeypatch.setattr(forks, "available_cores", lambda: 4)
-    monkeypatch.setattr(forks, "single_threaded", lambda: True)
+    monkeypatch.setattr(forks, "fork_safe", lambda: True)
     assert scan_workers(SearchOptions(), LAYOUTS_PER_WORKER - 1) == 1  # too few layouts to pay for a process
     assert scan_workers(SearchOptions(), 2 * LAYOUTS_PER_WORKER) == 2
     assert scan_workers(SearchOptions(), 100 * LAYOUTS_PER_WORKER) == 4  # the cores
-    monkeypatch.setattr(forks, "single_threaded", lambda: False)
-    assert scan_workers(SearchOptions(), 100 * LAYOUTS_PER_WORKER) == 1  # other threads: not forked unasked
     monkeypatch.setenv(forks.WORKERS_ENV, "3")
     assert scan_workers(SearchOptions(), 100 * LAYOUTS_PER_WORKER) == 3
     assert scan_workers(SearchOptions(workers=1), 100 * LAYOUTS_PER_WORKER) == 1  # the option wins
+    monkeypatch.setattr(forks, "fork_safe", lambda: False)
+    assert scan_workers(SearchOptions(workers=4), 100 * LAYOUTS_PER_WORKER) == 1  # threads a fork is not safe with
+    monkeypatch.setattr(forks, "fork_safe", lambda: True)
     monkeypatch.setattr(sys, "platform", "darwin")
     assert scan_workers(SearchOptions(workers=4), 100 * LAYOUTS_PER_WORKER) == 1  # no fork off Linux
 
@@ -95,3 +113,15 @@ def test_a_child_that_dies_without_an_answer_is_an_error():
 
     with pytest.raises(RuntimeError, match="ended without an answer"):
         forks.fork_map(die, 4, 2)
+
+
+def test_a_process_with_jax_or_torch_loaded_is_never_forked(monkeypatch):
+    # JAX warns at every fork that its threads will likely deadlock the child: such a process scores in one process
+    monkeypatch.setattr(forks.threading, "active_count", lambda: 1)
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert forks.fork_safe()
+    monkeypatch.setitem(sys.modules, "jax", sys)
+    assert not forks.fork_safe()
+    monkeypatch.setattr(forks, "can_fork", lambda: True)
+    assert scan_workers(SearchOptions(workers=4), 100 * LAYOUTS_PER_WORKER) == 1
