@@ -18,7 +18,6 @@ the fastest plan, one row per layout when distinct_layouts is set).
 from __future__ import annotations
 
 import math
-import os
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +34,7 @@ from planner.costmodel.pipeline import rank_first_last_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
 from planner.launchers import capabilities, launcher_errors, model_errors
+from planner.search.forks import available_cores
 from planner.search.ranking import (
     RECOMPUTE_ORDER,
     TIE_BAND_REL,
@@ -716,8 +716,7 @@ def _solve_stage_problems(problems: list) -> dict:
     it searches); each is one deterministic worker with a deterministic-time budget (planner.search.stages), so the
     answers do not depend on the threads, the order or the machine's load."""
     distinct = list(dict.fromkeys(problems))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = min(len(distinct), cores)  # the cores this process may run on
+    workers = min(len(distinct), available_cores())  # the cores this process may run on
     if workers <= 1:
         return {q: _solve_one(q) for q in distinct}
     from concurrent.futures import ThreadPoolExecutor
