@@ -1,0 +1,106 @@
+"""The checks of tests/search/test_search_forks.py that fork, each run by that test in a fresh interpreter
+(`python tests/search/fork_checks.py NAME`): the test process itself may have loaded JAX or PyTorch, which the search
+then rightly refuses to fork (planner.search.forks.fork_safe), and forking it anyway could deadlock a child. Exit 0:
+the check held."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from planner.catalog.hardware import parse_cluster
+from planner.catalog.models import get_model
+from planner.costmodel import Context
+from planner.search import forks
+from planner.search.engine import SearchOptions, search
+from planner.specs import TrainingSpec
+
+
+def _ctx(model: str, cluster: str) -> Context:
+    return Context(get_model(model), parse_cluster(cluster), TrainingSpec(seq_len=4096, global_batch=512))
+
+
+def _count_forks() -> list[int]:
+    """The worker counts of the fork_map calls made from now on."""
+    calls: list[int] = []
+    real = forks.fork_map
+
+    def counted(task, n, workers, *rest):
+        calls.append(workers)
+        return real(task, n, workers, *rest)
+
+    forks.fork_map = counted
+    return calls
+
+
+def _summary(res) -> tuple:
+    return (res.evaluated, res.feasible, res.structures, res.pruned, res.smallest_peak_gib, res.smallest_peak_plan,
+            res.frontier, res.refused_for,
+            [(e.plan, e.figures, e.peak_stage, e.warnings, e.pipeline) for e in res.ranked])
+
+
+def _same_search(model: str, cluster: str, **opts) -> None:
+    calls = _count_forks()
+    one = search(_ctx(model, cluster), SearchOptions(workers=1, top_k=5, **opts))
+    three = search(_ctx(model, cluster), SearchOptions(workers=3, top_k=5, **opts))
+    assert calls == [3], calls  # the second search forked, the first did not
+    assert one.evaluated > 500 and len(one.ranked) > 100, (one.evaluated, len(one.ranked))
+    assert _summary(three) == _summary(one)
+    # the shown plans' traces are rebuilt in this process from the plan alone: every term as the single process has it
+    for a, b in zip(one.plans, three.plans, strict=True):
+        assert [(t.name, t.value, t.inputs) for t in b.trace.terms()] == [(t.name, t.value, t.inputs)
+                                                                          for t in a.trace.terms()]
+
+
+def gpu_moe() -> None:
+    _same_search("deepseek-v3", "h100x512")
+
+
+def tpu_moe_unfitting_too() -> None:
+    _same_search("mixtral-8x7b", "tpu-v5px128", require_fit=False)
+
+
+def every_candidate_refused() -> None:
+    # the refusal kept is the first candidate breaking the fewest rules in layout order, merged across the processes:
+    # the moe module pinned on a dense model refuses every candidate of every layout
+    fixed = {"recompute": "selective", "recompute_modules": ("moe",)}
+    calls = _count_forks()
+    one = search(_ctx("llama-3.1-8b", "h100x256"), SearchOptions(fixed=fixed, workers=1))
+    three = search(_ctx("llama-3.1-8b", "h100x256"), SearchOptions(fixed=fixed, workers=3))
+    # nothing scored: the search repeats with the optimizer offloaded (engine.search), forked again
+    assert one.evaluated == 0 and one.structures > 3 and one.refused_for and calls == [3, 3], calls
+    assert _summary(three) == _summary(one)
+
+
+def _square_or_fail(i: int) -> int:
+    if i == 5:
+        raise ValueError("piece 5 is bad")
+    return i * i
+
+
+def fork_map_order_and_errors() -> None:
+    assert forks.fork_map(lambda i: i * i, 7, 3) == [i * i for i in range(7)]
+    try:
+        forks.fork_map(_square_or_fail, 7, 3)
+    except ValueError as e:
+        assert "piece 5 is bad" in str(e)
+    else:
+        raise AssertionError("a child's ValueError was not raised")
+
+    def die(i: int) -> int:
+        os._exit(3)
+
+    try:
+        forks.fork_map(die, 4, 2)
+    except RuntimeError as e:
+        assert "ended without an answer" in str(e)
+    else:
+        raise AssertionError("a child that died without an answer was not an error")
+
+
+CHECKS = {f.__name__: f for f in (gpu_moe, tpu_moe_unfitting_too, every_candidate_refused, fork_map_order_and_errors)}
+
+if __name__ == "__main__":
+    assert forks.fork_safe(), "a fresh interpreter must be safe to fork"
+    CHECKS[sys.argv[1]]()
+    print("ok")
