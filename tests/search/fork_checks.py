@@ -78,24 +78,23 @@ def _square_or_fail(i: int) -> int:
     return i * i
 
 
+def _raises(run, kind: type[BaseException], text: str) -> None:
+    try:
+        run()
+    except kind as e:
+        assert text in str(e), str(e)
+    else:
+        raise AssertionError(f"no {kind.__name__} ({text!r})")
+
+
 def fork_map_order_and_errors() -> None:
     assert forks.fork_map(lambda i: i * i, 7, 3) == [i * i for i in range(7)]
-    try:
-        forks.fork_map(_square_or_fail, 7, 3)
-    except ValueError as e:
-        assert "piece 5 is bad" in str(e)
-    else:
-        raise AssertionError("a child's ValueError was not raised")
+    _raises(lambda: forks.fork_map(_square_or_fail, 7, 3), ValueError, "piece 5 is bad")  # a child's exception
 
     def die(i: int) -> int:
         os._exit(3)
 
-    try:
-        forks.fork_map(die, 4, 2)
-    except RuntimeError as e:
-        assert "ended without an answer" in str(e)
-    else:
-        raise AssertionError("a child that died without an answer was not an error")
+    _raises(lambda: forks.fork_map(die, 4, 2), RuntimeError, "ended without an answer")  # a child dead, no answer
 
 
 CHECKS = {f.__name__: f for f in (gpu_moe, tpu_moe_unfitting_too, every_candidate_refused, fork_map_order_and_errors)}
