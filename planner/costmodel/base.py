@@ -114,6 +114,7 @@ class Context:
                                             layer_flops(model, i, train.seq_len)))
             self.kind_of_layer.append(kinds[key])
         self.layer_kinds = [self.kinds[j] for j in self.kind_of_layer]
+        self.kind_counts: tuple[tuple[int, int], ...] = tuple(Counter(self.kind_of_layer).items())  # (kind, layers)
         self.params = count_params(model)
         self.model_flops_per_token = model_flops_per_token(model, train.seq_len)
         self.noncausal_model_flops_per_token = noncausal_model_flops_per_token(model, train.seq_len)

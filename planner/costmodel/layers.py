@@ -4,7 +4,6 @@ stage (Calculon's explicit per-layer sum, Isaev et al. SC23)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import NamedTuple
 
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
@@ -104,7 +103,7 @@ def attention_share(ctx: Context, shape: Shape) -> float:
     """The attention core's share of one micro-batch's layer compute over all the model's layers, forward and backward
     (compute.BWD_ATTN_RATIO)."""
     attn = total = 0.0
-    for kid, n in Counter(ctx.kind_of_layer).items():
+    for kid, n in ctx.kind_counts:
         t = layer_times(ctx, shape, ctx.kinds[kid])
         attn += n * (1.0 + BWD_ATTN_RATIO) * t.attention
         total += n * (t.fwd + t.bwd)
