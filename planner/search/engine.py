@@ -579,8 +579,9 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
     )
 
 
-# Layouts per process below which the scan stays in this process: forking and merging cost ~0.05 s, the scoring of a
-# layout ~1-10 ms (DeepSeek-V3 on h100x1024: 179 layouts in ~1.2 s of one core).
+# Layouts per process below which the scan stays in this process. Measured on the project's 2-core machine
+# (2026-11-27): forking and merging cost 0.1-0.3 s (DeepSeek-V2 on tpu-v5px256: fork_map 1.60 s around children of
+# 1.24 s and 1.37 s), a layout's scoring 1-10 ms (DeepSeek-V3 on h100x1024: 179 layouts in ~0.75 s in one process).
 LAYOUTS_PER_WORKER = 16
 
 

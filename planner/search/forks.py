@@ -22,7 +22,9 @@ from planner.errors import InputError
 from planner.names import safe_line
 
 WORKERS_ENV = "PLANNER_SEARCH_WORKERS"
-MAX_WORKERS = 8  # beyond this the merge and the process start cost more than the layouts left per process
+# A cap, not a measured optimum: each process recomputes the caches its layouts share and the parent unpickles every
+# answer (on 2 cores, 2 processes gave 1.3x, not 2x: docs/performance.md); more than 2 was never measured here.
+MAX_WORKERS = 8
 
 
 def available_cores() -> int:
