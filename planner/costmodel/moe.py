@@ -342,10 +342,16 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
     host_f = host_b = 0.0
     if has_sync and merged_fwd_bwd(ctx, shape):
         # Megatron's batch-level EP overlap merges one micro-batch's forward with another's backward layer by
-        # layer; each merged step's dispatcher syncs (both micro-batches' token counts) leave the GPU queue empty
-        # while the host launches the merged step's kernels, so none of the host time hides under GPU work
-        # (Megatron-Bridge's MoE optimisation guide: "Small expert GEMMs + host overhead"; its recipes pair the
-        # overlap with CUDA graphs of the router and preprocess on Blackwell only)
+        # layer. The layer's host launches are charged on top of its GPU time: an empirical rule, not a traced
+        # mechanism. Megatron's own order does not drain the queue at the sync (megatron-core
+        # model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run: the backward micro-batch's MLP is queued
+        # on the compute stream before the forward's dispatch waits for its router's counts, token_dispatcher.py
+        # _maybe_dtoh_and_synchronize / DeepEP's host wait), so the merged layer should run at the slower of its
+        # GPU time and the host launching both micro-batches' kernels; those outside the MoE block (attention,
+        # norms, autograd) are not counted here, and host + GPU stands in for that bound. Rows priced so:
+        # the 12 Megatron-Bridge rows miss by 1-23% (median 7%); with max(host, GPU) of these counts instead the H100
+        # Qwen3-235B-A22B FP8 rows fall to -35..-40%. Against it: the two Megatron-MoE-ModelZoo BF16 DeepEP rows
+        # (runs/modelzoo_runs_added.yaml) +25% / +44%, -10% / +3% under max(host, GPU) (2026-11-27).
         (base_f, exp_f), (base_b, exp_b) = host_launch_s(ctx, shape, False), host_launch_s(ctx, shape, True)
         return MoEForward(router, permute, experts, base_f + exp_f, base_b + exp_b)
     if has_sync:
