@@ -64,9 +64,10 @@ def test_rows_are_predicted_within_todays_reach(runs):
     """Every row is scored; a regression guard at what the model reaches today (median 20.7%, p90 44.8%; 12.2% / 46.6%
     on the 12 rows before the H100 long-context table came in). The long-context rows, all attention-heavy, are all
     too slow: H100 16k / 32k / 64k / 128k tokens +34% / +40% / +44% / +45% (see the GB200 128k row below). The tail:
-    Qwen3-235B on H100 with the batch-level EP overlap (+29%, the 320-TFLOPS script row +48%: the overlap's merged
-    forward-backward is charged its dispatcher's host launches in full, which the Megatron-Bridge FP8 rows of the same
-    layout ask for and these BF16 DeepEP rows do not) and Megatron-FSDP with EP 8 (+47%, B); Qwen3-235B BF16 on GB200
+    Qwen3-235B on H100 with the batch-level EP overlap (+25%, the 320-TFLOPS script row +44%; +29% / +48% when the file
+    came in, 43c268e: the overlap's merged forward-backward is charged its dispatcher's host launches in full, which the
+    Megatron-Bridge FP8 rows of the same layout ask for and these BF16 DeepEP rows do not,
+    tests/analysis/test_merged_host_rule.py) and Megatron-FSDP with EP 8 (+47%, B); Qwen3-235B BF16 on GB200
     with HybridEP +16% (+43% before HybridEP's host launches were counted). The GB200 MXFP8 128k-token row +66%: its
     attention core is 87% of a layer's time, priced at the planner's one attention efficiency (0.32 of the BF16 peak on
     GB200, fitted on 4k-8k rows), where the published 1150 TFLOPS per GPU, 82% of it attention FLOPs, needs the core at
