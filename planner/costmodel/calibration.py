@@ -118,9 +118,10 @@ class Calibration:
     # mechanism, not a measured rate); at 1.0 the dev MoE median goes 9.1% -> 18.7%. Not the network: the
     # Megatron-Bridge and DGX Cloud rows of runs/ whose EP group stays in one NVLink domain (50, GB200 NVL72 and 8-GPU
     # nodes) ask for a median 0.47, those whose EP group crosses domains (21) for 0.47 too (2026-11-27); only
-    # AutoModel's split (0.84-1.06 on one node, 0.42-0.63 across nodes) follows the network, on 6 rows. (The DGX
-    # Cloud DeepSeek-V3 GB200 rows that dragged it earlier are scored with an allocation without block scheduling,
-    # inferred from the rows: ClusterSpec.aligned_allocation, validate.DGXC_SEGMENTED_FROM.)
+    # AutoModel's split (0.84-1.06 on one node, 0.42-0.63 across nodes) follows the network, on 6 rows
+    # (tests/analysis/test_moe_grouped_stand_in.py). (The DGX Cloud DeepSeek-V3 GB200 rows that dragged it earlier are
+    # scored with an allocation without block scheduling, inferred from the rows: ClusterSpec.aligned_allocation,
+    # validate.DGXC_SEGMENTED_FROM.)
     MOE_GROUPED_GEMM_REL_EFFICIENCY: float = fitted(0.500, lo=0.5, hi=1.1, no_effect=1.0,
                                                    note=("DeepGEMM's grouped / dense ratio at the same shape, "
                                                          "0.99-1.07, widened for the cuBLAS / TE grouped kernels of "

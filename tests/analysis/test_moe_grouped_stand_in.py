@@ -1,0 +1,66 @@
+"""What calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY's note says the constant does not stand in for, recomputed from
+runs/: the value each MoE run asks for (its predicted step equals its measured one), solved from its predictions at
+0.5 and at 1.0 as the note does, is the same for the Megatron-Bridge / DGX Cloud rows whose EP group stays in one
+NVLink domain and for those whose EP group crosses domains; only NeMo AutoModel's rows split by network."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from planner.analysis.validate import UnscorableRun, load_runs, run_inputs
+from planner.catalog.data import data_dir
+from planner.costmodel.base import Context, plan_shape
+from planner.costmodel.calibration import DEFAULT_CALIBRATION
+from planner.search.engine import SearchOptions, search
+
+FILES = ("known_runs_dev.yaml", "known_runs_added.yaml", "moe_runs_added.yaml", "modelzoo_runs_added.yaml")
+MOVE_MIN = 0.03  # rows whose step moves less than this between 0.5 and 1.0 say nothing about the constant (the note)
+
+
+def _step(ctx: Context, fixed: dict):
+    res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
+    return res.plans[0] if res.plans else None
+
+
+def _asked() -> list[tuple[str, bool, float]]:
+    """(source kind, whether the EP group crosses a scale-up domain, the constant the run asks for) per MoE run of
+    runs/ whose step the constant moves; a run predicted no faster at 1.0 than measured asks for infinity."""
+    at_one = DEFAULT_CALIBRATION.with_values({"MOE_GROUPED_GEMM_REL_EFFICIENCY": 1.0})
+    out = []
+    for name in FILES:
+        for run in load_runs(data_dir("runs") / name):
+            meas = (run.get("measured") or {}).get("step_time_s")
+            try:
+                ctx, fixed = run_inputs(run)
+            except UnscorableRun:
+                continue
+            if not meas or not ctx.model.is_moe:
+                continue
+            ev = _step(ctx, fixed)
+            ev1 = _step(Context(ctx.model, ctx.cluster, ctx.train, calibration=at_one), fixed)
+            if ev is None or ev1 is None or abs(ev.step_time_s / ev1.step_time_s - 1) < MOVE_MIN:
+                continue
+            experts = ev.step_time_s - ev1.step_time_s  # the expert GEMMs at 1.0 (twice that at 0.5)
+            rest = ev1.step_time_s - experts
+            asks = experts / (meas - rest) if meas > rest else float("inf")
+            src = str(run.get("source", "")).lower()
+            kind = ("megatron" if "megatron-bridge performance summary" in src or "dgx-benchmarking" in src
+                    or "dgxc-benchmarking" in src else "automodel" if "automodel" in src else "other")
+            out.append((kind, plan_shape(ctx, ev.plan).links.ep.crosses_domain, asks))
+    return out
+
+
+@pytest.mark.slow
+def test_megatron_rows_ask_the_same_inside_and_across_nvlink_domains():
+    rows = _asked()
+    inside = [a for k, x, a in rows if k == "megatron" and not x]
+    across = [a for k, x, a in rows if k == "megatron" and x]
+    assert (len(inside), len(across)) == (50, 21)
+    assert statistics.median(inside) == pytest.approx(0.47, abs=0.01)
+    assert statistics.median(across) == pytest.approx(0.47, abs=0.01)
+    auto_in = sorted(a for k, x, a in rows if k == "automodel" and not x)
+    auto_across = sorted(a for k, x, a in rows if k == "automodel" and x)
+    assert len(auto_in) == 2 and 0.83 <= auto_in[0] and auto_in[-1] <= 1.07, auto_in
+    assert len(auto_across) == 4 and 0.41 <= auto_across[0] and auto_across[-1] <= 0.64, auto_across
