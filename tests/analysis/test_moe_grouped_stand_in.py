@@ -46,8 +46,8 @@ def _asked() -> list[tuple[str, bool, float]]:
             rest = ev1.step_time_s - experts
             asks = experts / (meas - rest) if meas > rest else float("inf")
             src = str(run.get("source", "")).lower()
-            kind = ("megatron" if "megatron-bridge performance summary" in src or "dgx-benchmarking" in src
-                    or "dgxc-benchmarking" in src else "automodel" if "automodel" in src else "other")
+            kind = ("megatron" if "megatron-bridge performance summary" in src or "dgxc-benchmarking" in src
+                    else "automodel" if "automodel" in src else "other")
             out.append((kind, plan_shape(ctx, ev.plan).links.ep.crosses_domain, asks))
     return out
 
