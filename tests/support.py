@@ -21,8 +21,13 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from planner.analysis.timeline import Event, busy_s, makespan_s, resolve_schedule
+from planner.analysis.validate import load_runs, run_inputs
+from planner.catalog.data import data_dir
 from planner.catalog.hardware import list_hardware
+from planner.costmodel.base import Context
+from planner.costmodel.evaluate import Evaluation, evaluate
 from planner.costmodel.stage_problem import StageProblem
+from planner.search.engine import SearchOptions, search
 from planner.specs import HardwareSpec
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -226,3 +231,26 @@ def same_job_pairs(runs: list[dict], predicted: dict[str, float], key: Callable[
 
 def ordering_rate(pairs: list[dict]) -> float:
     return sum(p["ordered"] for p in pairs) / len(pairs) if pairs else float("nan")
+
+
+def scored_plan(ctx: Context, fixed: dict) -> Evaluation | None:
+    """The plan `plan validate` scores for a run's inputs (planner.analysis.validate.predict_run): the best with the
+    published knobs pinned, else the one closest to fitting; None when no plan can run them."""
+    res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
+    if res.plans:
+        return res.plans[0]
+    return evaluate(ctx, res.smallest_peak_plan) if res.smallest_peak_plan is not None else None
+
+
+def scored_runs(file_name: str) -> list[tuple[dict, Context, dict, Evaluation]]:
+    """(run, context, pinned knobs, scored plan) of every run of runs/`file_name` with a measured step that plan
+    validate scores (it skips the others too)."""
+    out = []
+    for run in load_runs(data_dir("runs") / file_name):
+        if not (run.get("measured") or {}).get("step_time_s"):
+            continue
+        ctx, fixed = run_inputs(run)
+        ev = scored_plan(ctx, fixed)
+        if ev is not None:
+            out.append((run, ctx, fixed, ev))
+    return out

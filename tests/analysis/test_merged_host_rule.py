@@ -1,39 +1,33 @@
 """The evidence moe.moe_forward's comment cites for charging an MoE layer's host launches on top of its GPU time under
-Megatron's batch-level EP overlap behind a dispatcher that waits on the host: every such run of runs/, scored as plan
-validate scores it. A change of the cost model or of the runs that moves these figures fails here, so the comment is
-brought up to date with it."""
+Megatron's batch-level EP overlap behind a dispatcher that waits on the host: every run of runs/ the rule prices
+(moe.merged_fwd_bwd behind moe.has_host_sync, on the plan plan validate scores). A change of the cost model or of the
+runs that moves these figures fails here, so the comment is brought up to date with it."""
 
 from __future__ import annotations
 
 import statistics
 
 import pytest
+from support import scored_runs
 
-from planner.analysis.validate import load_runs, run_inputs, validate_runs
-from planner.catalog.data import data_dir
-from planner.costmodel.moe import has_host_sync
-from planner.specs.dims import ParallelDims
+from planner.costmodel.base import plan_shape
+from planner.costmodel.moe import has_host_sync, merged_fwd_bwd
 
 FILES = ("known_runs_dev.yaml", "known_runs_added.yaml", "moe_runs_added.yaml", "modelzoo_runs_added.yaml")
 
 
 def _merged_sync_errors() -> dict[str, list[tuple[str, float]]]:
-    """Step errors of the runs priced by the merged rule (moe.merged_fwd_bwd behind moe.has_host_sync), by source:
-    Megatron-Bridge performance summaries, the Megatron-MoE-ModelZoo, anything else."""
+    """Step errors of the runs the merged rule prices, by source: Megatron-Bridge performance summaries, the
+    Megatron-MoE-ModelZoo, anything else."""
     out: dict[str, list[tuple[str, float]]] = {"mbridge": [], "modelzoo": [], "other": []}
     for name in FILES:
-        runs = {r["id"]: r for r in load_runs(data_dir("runs") / name)}
-        for row in validate_runs(list(runs.values()))["runs"]:
-            run = runs[row["id"]]
-            ctx, _ = run_inputs(run)
-            p = row["plan"]
-            nmb = ParallelDims(dp=p["dp"]).local_batch(ctx.train.global_batch) // p["micro_batch"]
-            if not (ctx.model.is_moe and ctx.train.moe_a2a_overlap and has_host_sync(ctx) and p["ep"] > 1 and nmb > 1):
+        for run, ctx, _, ev in scored_runs(name):
+            if not (ctx.model.is_moe and has_host_sync(ctx) and merged_fwd_bwd(ctx, plan_shape(ctx, ev.plan))):
                 continue
             src = str(run.get("source", "")).lower()
             kind = ("mbridge" if "megatron-bridge performance summary" in src
                     else "modelzoo" if "megatron-moe-modelzoo" in src else "other")
-            out[kind].append((row["id"], row["step_time_error"]))
+            out[kind].append((run["id"], ev.step_time_s / run["measured"]["step_time_s"] - 1.0))
     return out
 
 

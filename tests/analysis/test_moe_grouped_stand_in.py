@@ -8,20 +8,13 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from support import scored_plan, scored_runs
 
-from planner.analysis.validate import UnscorableRun, load_runs, run_inputs
-from planner.catalog.data import data_dir
 from planner.costmodel.base import Context, plan_shape
 from planner.costmodel.calibration import DEFAULT_CALIBRATION
-from planner.search.engine import SearchOptions, search
 
 FILES = ("known_runs_dev.yaml", "known_runs_added.yaml", "moe_runs_added.yaml", "modelzoo_runs_added.yaml")
 MOVE_MIN = 0.03  # rows whose step moves less than this between 0.5 and 1.0 say nothing about the constant (the note)
-
-
-def _step(ctx: Context, fixed: dict):
-    res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
-    return res.plans[0] if res.plans else None
 
 
 def _asked() -> list[tuple[str, bool, float]]:
@@ -30,20 +23,15 @@ def _asked() -> list[tuple[str, bool, float]]:
     at_one = DEFAULT_CALIBRATION.with_values({"MOE_GROUPED_GEMM_REL_EFFICIENCY": 1.0})
     out = []
     for name in FILES:
-        for run in load_runs(data_dir("runs") / name):
-            meas = (run.get("measured") or {}).get("step_time_s")
-            try:
-                ctx, fixed = run_inputs(run)
-            except UnscorableRun:
+        for run, ctx, fixed, ev in scored_runs(name):
+            if not ctx.model.is_moe:
                 continue
-            if not meas or not ctx.model.is_moe:
-                continue
-            ev = _step(ctx, fixed)
-            ev1 = _step(Context(ctx.model, ctx.cluster, ctx.train, calibration=at_one), fixed)
-            if ev is None or ev1 is None or abs(ev.step_time_s / ev1.step_time_s - 1) < MOVE_MIN:
+            ev1 = scored_plan(Context(ctx.model, ctx.cluster, ctx.train, calibration=at_one), fixed)
+            if ev1 is None or abs(ev.step_time_s / ev1.step_time_s - 1) < MOVE_MIN:
                 continue
             experts = ev.step_time_s - ev1.step_time_s  # the expert GEMMs at 1.0 (twice that at 0.5)
             rest = ev1.step_time_s - experts
+            meas = run["measured"]["step_time_s"]
             asks = experts / (meas - rest) if meas > rest else float("inf")
             src = str(run.get("source", "")).lower()
             kind = ("megatron" if "megatron-bridge performance summary" in src or "dgxc-benchmarking" in src

@@ -7,14 +7,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from support import scored_runs
 
-from planner.analysis.validate import load_runs, run_inputs
-from planner.catalog.data import data_dir
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import get_model
 from planner.costmodel.base import Context, plan_shape
 from planner.costmodel.compute import BWD_ATTN_RATIO
-from planner.costmodel.evaluate import evaluate
 from planner.costmodel.layers import (
     ATTN_BEYOND_FIT_FASTER,
     ATTN_FITTED_SHARE_MAX,
@@ -68,27 +66,13 @@ def test_the_pytorch_native_path_was_fitted_to_long_sequences():
     assert not [w for w in ev.warnings if w.startswith("attention core")]
 
 
-def _scored(path: str) -> list[tuple[dict, Context, object]]:
-    out = []
-    for run in load_runs(data_dir("runs") / path):
-        if not (run.get("measured") or {}).get("step_time_s"):
-            continue
-        ctx, fixed = run_inputs(run)
-        res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
-        if not res.plans and res.smallest_peak_plan is None:
-            continue  # unscorable with its published knobs: plan validate skips it too (predict_run)
-        ev = res.plans[0] if res.plans else evaluate(ctx, res.smallest_peak_plan)
-        out.append((run, ctx, ev))
-    return out
-
-
 @pytest.mark.slow
 def test_the_fitted_ranges_are_the_development_runs_largest_shares():
     """ATTN_FITTED_SHARE_MAX is each path's largest share among the development runs, rounded up to a percent (a change
     of the cost model or of the runs that moves it fails here)."""
     largest: dict[str, float] = {}
     for path in ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml"):
-        for _, ctx, ev in _scored(path):
+        for _, ctx, _, ev in scored_runs(path):
             share = attention_share(ctx, plan_shape(ctx, ev.plan))
             largest[ctx.attention_path] = max(largest.get(ctx.attention_path, 0.0), share)
     assert set(largest) == set(ATTN_FITTED_SHARE_MAX)
@@ -104,7 +88,7 @@ def test_held_out_megatron_runs_beyond_the_fused_range_ran_faster_than_predicted
     lo, hi = ATTN_BEYOND_FIT_FASTER
     beyond = []
     for path in ("modelzoo_runs_added.yaml", "known_runs_added.yaml", "moe_runs_added.yaml"):
-        for run, ctx, ev in _scored(path):
+        for run, ctx, _, ev in scored_runs(path):
             if ctx.attention_path != "fused":
                 continue
             if attention_share(ctx, plan_shape(ctx, ev.plan)) > ATTN_FITTED_SHARE_MAX["fused"]:
