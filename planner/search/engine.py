@@ -34,7 +34,7 @@ from planner.costmodel.pipeline import rank_first_last_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
 from planner.launchers import capabilities, launcher_errors, model_errors
-from planner.search.forks import available_cores
+from planner.search import forks
 from planner.search.ranking import (
     RECOMPUTE_ORDER,
     TIE_BAND_REL,
@@ -589,8 +589,6 @@ def scan_workers(opts: SearchOptions, n_layouts: int) -> int:
     """Processes that score the layouts: SearchOptions.workers, else PLANNER_SEARCH_WORKERS, else as many as the
     cores this process may use (at most forks.MAX_WORKERS) with LAYOUTS_PER_WORKER layouts each; always 1 where the
     platform does not fork or the process runs threads a fork is not safe with (planner.search.forks)."""
-    from planner.search import forks
-
     asked = opts.workers or forks.requested_workers()
     if not (forks.can_fork() and forks.fork_safe()):
         return 1  # off Linux, or other threads that a fork could leave holding a lock in the child
@@ -621,11 +619,9 @@ def _scan_in_forks(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, l
     and, while nothing has been evaluated, the refused candidate breaking the fewest rules."""
     from functools import partial
 
-    from planner.search.forks import fork_map
-
     margins = (scan.margin_rel, scan.inner_rel)
-    parts = fork_map(lambda i: _scan_one_layout(ctx, opts, cap, scan.steps, margins, layouts[i]), len(layouts),
-                     workers)
+    parts = forks.fork_map(lambda i: _scan_one_layout(ctx, opts, cap, scan.steps, margins, layouts[i]),
+                           len(layouts), workers)
     for evaluated, evs, best_peak, fewest in parts:
         if scan.evaluated == 0 and fewest is not None and (scan.fewest_broken is None
                                                            or len(fewest) < len(scan.fewest_broken)):
@@ -717,7 +713,7 @@ def _solve_stage_problems(problems: list) -> dict:
     it searches); each is one deterministic worker with a deterministic-time budget (planner.search.stages), so the
     answers do not depend on the threads, the order or the machine's load."""
     distinct = list(dict.fromkeys(problems))
-    workers = min(len(distinct), available_cores())  # the cores this process may run on
+    workers = min(len(distinct), forks.available_cores())  # the cores this process may run on
     if workers <= 1:
         return {q: _solve_one(q) for q in distinct}
     from concurrent.futures import ThreadPoolExecutor
