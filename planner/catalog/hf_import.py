@@ -824,16 +824,48 @@ def _validation_message(e: ValidationError, prefix: str) -> str:
     return f"{prefix}: field '{loc}': {msg}{more}" if loc else f"{prefix}: {msg}{more}"
 
 
+def _architecture_family(cfg: dict) -> str | None:
+    """The family of the first supported class in the config's `architectures`, None when there is none."""
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list):
+        return None
+    return next((_ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in _ARCHITECTURES), None)
+
+
+def _family(cfg: dict) -> str:
+    """The config's family: its `model_type` when supported; else, for a model that ships its own config class under
+    a name of its own, the family of the class its `architectures` name (Kimi K2's config.json: model_type `kimi_k2`,
+    architectures DeepseekV3ForCausalLM, its auto_map modeling_deepseek.py: DeepSeek-V3's layers); else, without a
+    model_type, that class's family. Raises InputError when neither names a supported family."""
+    mt = cfg.get("model_type")
+    if mt is None:
+        archs = cfg.get("architectures")
+        if not (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)):
+            raise InputError("HF config: field 'model_type' is missing: add it "
+                             f"(one of {', '.join(SUPPORTED_MODEL_TYPES)})")
+        fam = _architecture_family(cfg)
+        if fam is None:
+            raise InputError(f"HF config: architectures {archs} not supported and no 'model_type': "
+                             f"add model_type (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
+        return fam
+    if not isinstance(mt, str):
+        raise InputError(f"HF config: field 'model_type' must be a string, got {type(mt).__name__} {_fmt(mt)}")
+    if mt in SUPPORTED_MODEL_TYPES:
+        return mt
+    fam = _architecture_family(cfg)
+    if fam is None:
+        raise InputError(f"HF config: model_type {mt!r} is not supported"
+                         f"{did_you_mean(mt, list(SUPPORTED_MODEL_TYPES))}; "
+                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    return fam
+
+
 def defaulted_fields(cfg: dict) -> dict[str, Any]:
     """The integer fields `from_hf_config` reads that `cfg` does not give, with the Hugging Face default it
     used for each (num_key_value_heads -> num_attention_heads, vocab_size -> the family's): {} when the
     config is not importable (its error comes from from_hf_config)."""
     try:
-        mt = cfg.get("model_type") or next((_ARCHITECTURES[a] for a in cfg.get("architectures") or ()
-                                           if isinstance(a, str) and a in _ARCHITECTURES), None)
-        if mt not in SUPPORTED_MODEL_TYPES:
-            return {}
-        cfg, mt = _text_model(cfg, mt)
+        cfg, mt = _text_model(cfg, _family(cfg))
         r = _Reader(cfg, mt)
         _FAMILIES[mt](r)
         return dict(r.defaulted)
@@ -847,24 +879,7 @@ def from_hf_config(cfg: dict, name: str | None = None) -> ModelSpec:
         raise InputError(f"HF config must be a mapping (the contents of config.json), got {type(cfg).__name__}")
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise InputError(f"model name must be a non-empty string, got {_fmt(name)}")
-    mt = cfg.get("model_type")
-    if mt is None:
-        archs = cfg.get("architectures")
-        if isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs):
-            mt = next((_ARCHITECTURES[a] for a in archs if a in _ARCHITECTURES), None)
-            if mt is None:
-                raise InputError(f"HF config: architectures {archs} not supported and no 'model_type': "
-                                 f"add model_type (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
-        else:
-            raise InputError("HF config: field 'model_type' is missing: add it "
-                             f"(one of {', '.join(SUPPORTED_MODEL_TYPES)})")
-    if not isinstance(mt, str):
-        raise InputError(f"HF config: field 'model_type' must be a string, got {type(mt).__name__} {_fmt(mt)}")
-    if mt not in SUPPORTED_MODEL_TYPES:
-        raise InputError(f"HF config: model_type {mt!r} is not supported"
-                         f"{did_you_mean(mt, list(SUPPORTED_MODEL_TYPES))}; "
-                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    cfg, mt = _text_model(cfg, mt)
+    cfg, mt = _text_model(cfg, _family(cfg))
     r = _Reader(cfg, mt)
     try:
         kw = _FAMILIES[mt](r)

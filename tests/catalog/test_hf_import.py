@@ -224,6 +224,24 @@ def test_architectures_without_model_type():
     assert from_hf_config({**cfg, "architectures": ["LlamaForCausalLM"]}).family == "llama"
 
 
+def test_own_model_type_read_by_its_architecture():
+    """A model shipping its own config class under a model_type of its own is read as the family of the class its
+    `architectures` name: Kimi K2's config.json (moonshotai/Kimi-K2-Instruct: model_type `kimi_k2`, architectures
+    DeepseekV3ForCausalLM, auto_map configuration_deepseek / modeling_deepseek) is DeepSeek-V3's layers, and imports
+    as the catalog's kimi-k2 (model_specs/kimi-k2.yaml: its fields under model_type deepseek_v3), 1.03T / 32.9B."""
+    entry = load_model_catalog().entries["kimi-k2"]
+    own = {**entry.hf_config, "model_type": "kimi_k2",
+           "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                        "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
+    m = from_hf_config(own, name="kimi-k2")
+    assert m.model_dump(exclude={"source"}) == entry.spec.model_dump(exclude={"source"})
+    counts = count_params(m)
+    assert (counts.total, counts.active) == (1026408209408, 32861477888)
+    # a model_type of its own with no supported architecture is refused, naming the model_type
+    with pytest.raises(InputError, match="model_type 'kimi_k3' is not supported"):
+        from_hf_config({**own, "model_type": "kimi_k3", "architectures": ["KimiK3ForCausalLM"]})
+
+
 def test_name_defaults():
     assert from_hf_config(llama()).name == "hf-llama"
     assert from_hf_config(llama(_name_or_path="meta-llama/Llama-2-7b-hf")).name == "meta-llama/Llama-2-7b-hf"
