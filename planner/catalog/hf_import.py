@@ -44,6 +44,9 @@ Family notes (what is modelled beyond the plain Llama layout):
   AND LayerNorm biases (MosaicML llm-foundry semantics; transformers' port hard-codes ratio 4 and
   no bias, which equals every published MPT); ALiBi (`attn_config.alibi`) else learned positions.
 * phi3: fused qkv and gate_up projections (same counts as Llama).
+* glm4_moe (GLM-4.5 / 4.6 / 4.5-Air): GQA with q/k/v biases (`attention_bias`) and optional q/k RMSNorm
+  (`use_qk_norm`), RoPE on `partial_rotary_factor` of each head; DeepSeek-V3's MoE (sigmoid router with the
+  e_score_correction_bias buffer, shared experts) after `first_k_dense_replace` dense layers; MTP modules.
 * llama4_text (and llama4, whose `text_config` is read: the vision encoder is not costed): dense layers of width
   `intermediate_size_mlp`, MoE layers (`interleave_moe_layer_step` / `moe_layers`) of experts and one shared
   expert of width `intermediate_size`, sigmoid top-k router applied to the expert input; chunked attention on the
@@ -85,6 +88,7 @@ _ARCHITECTURES = {
     "Gemma2ForCausalLM": "gemma2",
     "NemotronForCausalLM": "nemotron",
     "GptOssForCausalLM": "gpt_oss",
+    "Glm4MoeForCausalLM": "glm4_moe",
     "GPTNeoXForCausalLM": "gpt_neox",
     "MptForCausalLM": "mpt",
     "Phi3ForCausalLM": "phi3",
@@ -272,6 +276,8 @@ _LLAMA_DEFAULTS: dict[str, dict[str, Any]] = {
     "phi3": dict(vocab=32064, kv=None, head_dim=None, tie=False, max_pos=4096, act="silu", window=None),
     "deepseek_v2": dict(vocab=102400, kv=None, head_dim=None, tie=False, max_pos=2048, act="silu"),
     "deepseek_v3": dict(vocab=129280, kv=128, head_dim=None, tie=False, max_pos=4096, act="silu"),
+    # transformers 5.24.0 Glm4MoeConfig defaults (GLM-4.5-Air's shape; head_dim: hidden / heads when absent)
+    "glm4_moe": dict(vocab=151552, kv=8, head_dim=None, tie=False, max_pos=131072, act="silu"),
     # transformers 5.24.0 Llama4TextConfig defaults (the text model of Llama4Config, `text_config`)
     "llama4_text": dict(vocab=202048, kv=8, head_dim=128, tie=False, max_pos=131072, act="silu"),
 }
@@ -412,6 +418,8 @@ def _llama_biases(r: _Reader, mt: str) -> dict[str, Any]:
         kw["qkv_bias"] = r.bool("qkv_bias", True)
     if mt in ("qwen3", "qwen3_moe", "gemma3_text"):
         kw["qk_norm"] = True
+    if mt == "glm4_moe":  # HF Glm4MoeAttention: q/k/v biases with attention_bias (o_proj none), use_qk_norm
+        kw.update(qkv_bias=r.bool("attention_bias", False), qk_norm=r.bool("use_qk_norm", False))
     return kw
 
 
@@ -469,7 +477,42 @@ def _llama_moe(r: _Reader, mt: str, L: int, nh: int, ffn: int) -> dict[str, Any]
         )
     elif mt.startswith("deepseek"):
         kw.update(_deepseek(r, mt, L, nh))
+    elif mt == "glm4_moe":
+        kw.update(_glm4_moe(r, L))
     return kw
+
+
+def _glm4_moe(r: _Reader, L: int) -> dict:
+    """GLM-4.5's MoE layers (transformers 5.24.0 Glm4MoeConfig / modeling_glm4_moe): DeepSeek-V3's router and
+    experts (Glm4MoeTopkRouter: sigmoid scores, the e_score_correction_bias buffer for selection, group-limited top-k,
+    renormalised weights scaled by routed_scaling_factor; n_shared_experts shared experts of moe_intermediate_size
+    each) after first_k_dense_replace dense layers of intermediate_size, and num_nextn_predict_layers MTP modules
+    (not instantiated by transformers). The config states no balance loss; Megatron-Bridge trains GLM-4.5 with a
+    per-sequence one of weight 0.001 (src/megatron/bridge/models/glm/glm45_bridge.py at 067f987: seq_aux_loss,
+    moe_aux_loss_coeff 0.001, expert bias on)."""
+    E = r.int("n_routed_experts", 128, null=None)
+    out: dict[str, Any] = {"mtp_layers": r.int("num_nextn_predict_layers", 1, minimum=0)}
+    first = r.int("first_k_dense_replace", 1, minimum=0)
+    if E is None or first >= L:
+        return out
+    score = r.str("scoring_func", "sigmoid")
+    if score != "sigmoid":
+        raise r._err("scoring_func", f"= {score!r} is not supported: GLM-4.5's router scores are sigmoid")
+    out["moe"] = MoESpec(
+        num_experts=E,
+        top_k=r.int("num_experts_per_tok", 8),
+        expert_ffn_hidden_size=r.int("moe_intermediate_size", 1408),
+        num_shared_experts=r.int("n_shared_experts", 1, minimum=0),
+        first_k_dense=first,
+        score_function="sigmoid",
+        expert_bias_balancing=True,
+        routed_scaling_factor=_number(r, r.cfg, "routed_scaling_factor", "") or 1.0,
+        norm_topk_prob=r.bool("norm_topk_prob", True),
+        aux_loss_coeff=0.001,
+        aux_loss_per_sequence=True,
+        **_group_routing(r, E),
+    )
+    return out
 
 
 def _deepseek(r: _Reader, mt: str, L: int, nh: int) -> dict:
@@ -720,49 +763,93 @@ def _number(r: _Reader, cfg: dict, key: str, where: str) -> float | None:
     return float(v)
 
 
-def _yarn_fields(r: _Reader, sc: dict) -> dict[str, float | None]:
+def _yarn_fields(r: _Reader, sc: dict, where: str = "rope_scaling") -> dict[str, float | None]:
     """beta_fast, beta_slow, mscale (positive) and mscale_all_dim (0 allowed) of a yarn rope_scaling."""
-    out = {k: _number(r, sc, k, "rope_scaling.") for k in ("beta_fast", "beta_slow", "mscale")}
+    out = {k: _number(r, sc, k, f"{where}.") for k in ("beta_fast", "beta_slow", "mscale")}
     v = sc.get("mscale_all_dim")
     if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf")):
-        raise r._err("rope_scaling.mscale_all_dim", f"must be a number >= 0, got {_fmt(v)}: fix the config")
+        raise r._err(f"{where}.mscale_all_dim", f"must be a number >= 0, got {_fmt(v)}: fix the config")
     out["mscale_all_dim"] = None if v is None else float(v)
     return out
 
 
+# transformers 5 writes a model's RoPE as one `rope_parameters` mapping (rope_theta, rope_type and the scaling's
+# fields), per layer type where the layer types differ (Gemma 3: full_attention / sliding_attention), in place of the
+# top-level rope_theta / rope_scaling / rope_local_base_freq of earlier releases (transformers 5.24.0
+# modeling_rope_utils.py RotaryEmbeddingConfigMixin; a config saved by it carries only rope_parameters)
+_ROPE_LAYER_TYPES = ("full_attention", "sliding_attention")
+# the RoPE base of a config that states none, where its config class's default is not ModelSpec's 10000
+# (transformers 5.24.0 MixtralConfig 1e6, Llama4TextConfig 5e5; gpt_oss and gemma3_text below)
+_ROPE_THETA_DEFAULT = {"mixtral": 1_000_000.0, "llama4_text": 500_000.0}
+# the share of each head RoPE rotates where the family reads one (partial_rotary_factor; GPT-NeoX rotary_pct) and the
+# config states none: its config class's default (transformers 5.24.0 NemotronConfig 0.5, GPTNeoXConfig 0.25,
+# Phi3Config 1.0); the other families rotate whole heads
+_ROTARY_FRACTION_DEFAULT = {"nemotron": 0.5, "gpt_neox": 0.25, "phi3": 1.0, "glm4_moe": 0.5}
+
+
+def _rope_parameters(r: _Reader) -> tuple[dict, dict]:
+    """(the global layers' rope_parameters, the sliding-window layers') of a transformers 5 config; empty mappings for
+    an earlier config."""
+    rp = r.dict("rope_parameters")
+    if not any(k in rp for k in _ROPE_LAYER_TYPES):
+        return rp, {}
+    per = [rp.get(k) or {} for k in _ROPE_LAYER_TYPES]
+    for k, v in zip(_ROPE_LAYER_TYPES, per, strict=True):
+        if not isinstance(v, dict):
+            raise r._err(f"rope_parameters.{k}", f"must be a mapping, got {type(v).__name__} {_fmt(v)}: fix the config")
+    return per[0], per[1]
+
+
 def _rope(r: _Reader, kw: dict) -> dict:
-    """rope_theta (GPT-NeoX: rotary_emb_base) and rope_scaling of a rotary model (HF config fields)."""
+    """rope_theta (GPT-NeoX: rotary_emb_base) and rope_scaling of a rotary model (HF config fields: the top-level
+    ones, else transformers 5's rope_parameters)."""
     if kw.get("position_embedding", "rope") != "rope":
         return {}
     out: dict[str, Any] = {}
-    theta = _number(r, r.cfg, "rope_theta", "") or _number(r, r.cfg, "rotary_emb_base", "")
+    params, local = _rope_parameters(r)
+    theta = (_number(r, r.cfg, "rope_theta", "") or _number(r, r.cfg, "rotary_emb_base", "")
+             or _number(r, params, "rope_theta", "rope_parameters."))
+    if theta is None:
+        theta = _ROPE_THETA_DEFAULT.get(r.family)
     if theta is not None:
         out["rope_theta"] = theta
-    sc = r.dict("rope_scaling")
+    sc, where = r.dict("rope_scaling"), "rope_scaling"
+    if not sc and params.get("rope_type", "default") != "default":
+        sc, where = params, "rope_parameters"
     if sc:
         kind = sc.get("rope_type", sc.get("type"))
-        factor = _number(r, sc, "factor", "rope_scaling.")
+        factor = _number(r, sc, "factor", f"{where}.")
         if not isinstance(kind, str) or not kind or factor is None:
-            raise r._err("rope_scaling", "needs a string rope_type (or type) and a positive factor: fix the config")
+            raise r._err(where, "needs a string rope_type (or type) and a positive factor: fix the config")
         orig = sc.get("original_max_position_embeddings")
         if orig is not None and (isinstance(orig, bool) or not isinstance(orig, int) or orig < 1):
-            raise r._err("rope_scaling.original_max_position_embeddings",
+            raise r._err(f"{where}.original_max_position_embeddings",
                          f"must be a positive integer, got {_fmt(orig)}")
         out["rope_scaling"] = RopeScaling(rope_type=kind, factor=factor, original_max_position_embeddings=orig,
-                                          low_freq_factor=_number(r, sc, "low_freq_factor", "rope_scaling."),
-                                          high_freq_factor=_number(r, sc, "high_freq_factor", "rope_scaling."),
-                                          **_yarn_fields(r, sc))
-    elif r.family == "gpt_oss":
+                                          low_freq_factor=_number(r, sc, "low_freq_factor", f"{where}."),
+                                          high_freq_factor=_number(r, sc, "high_freq_factor", f"{where}."),
+                                          **_yarn_fields(r, sc, where))
+    elif r.family == "gpt_oss" and not params:
         # transformers 5.24.0 GptOssConfig default rope_parameters (openai/gpt-oss gpt_oss/torch/model.py
         # ModelConfig: rope_theta 150000, rope_scaling_factor 32, ntk alpha 1 / beta 32, initial context 4096)
         out["rope_scaling"] = RopeScaling(rope_type="yarn", factor=32.0, original_max_position_embeddings=4096,
                                           beta_fast=32.0, beta_slow=1.0)
     if theta is None and r.family == "gpt_oss":
         out["rope_theta"] = 150000.0
+    fraction = (_number(r, r.cfg, "partial_rotary_factor", "") or _number(r, r.cfg, "rotary_pct", "")
+                or _number(r, params, "partial_rotary_factor", "rope_parameters.")
+                or _ROTARY_FRACTION_DEFAULT.get(r.family))
+    if fraction is not None:
+        if fraction > 1:
+            raise r._err("partial_rotary_factor", f"= {fraction:g} is more than 1 (the share of each head RoPE "
+                         "rotates): fix the config")
+        out["rotary_fraction"] = fraction
     if r.family == "gemma3_text":
         # transformers Gemma3TextConfig: rope_theta 1e6 (global layers), rope_local_base_freq 10000 (sliding layers)
         out.setdefault("rope_theta", 1_000_000.0)
-        out["rope_local_theta"] = _number(r, r.cfg, "rope_local_base_freq", "") or 10_000.0
+        out["rope_local_theta"] = (_number(r, r.cfg, "rope_local_base_freq", "")
+                                   or _number(r, local, "rope_theta", "rope_parameters.sliding_attention.")
+                                   or 10_000.0)
     return out
 
 
@@ -772,7 +859,8 @@ _NORM_EPS_KEYS = ("rms_norm_eps", "norm_eps", "layer_norm_eps", "layer_norm_epsi
 _NORM_EPS_DEFAULT = {"llama": 1e-6, "mistral": 1e-6, "mixtral": 1e-5, "qwen2": 1e-6, "qwen2_moe": 1e-6, "qwen3": 1e-6,
                      "qwen3_moe": 1e-6, "gemma": 1e-6, "gemma2": 1e-6, "gemma3_text": 1e-6, "nemotron": 1e-5,
                      "gpt_oss": 1e-5, "phi3": 1e-5, "deepseek_v2": 1e-6, "deepseek_v3": 1e-6, "gpt2": 1e-5,
-                     "bloom": 1e-5, "falcon": 1e-5, "gpt_neox": 1e-5}
+                     "bloom": 1e-5, "falcon": 1e-5, "gpt_neox": 1e-5, "mpt": 1e-5, "llama4_text": 1e-5,
+                     "glm4_moe": 1e-5}
 
 
 def _norm_eps(r: _Reader, mt: str) -> dict:

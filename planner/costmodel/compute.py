@@ -195,7 +195,8 @@ def eager_elementwise_bytes(m: ModelSpec, tp: int, hs: float, inter: float, moe:
     if m.mlp_type == "gated" and ("expert_swiglu" if moe else "swiglu") in composites:
         out += inter / tp * EAGER_SWIGLU_EXTRA_BYTES
     if m.position_embedding == "rope" and "rope" in composites:
-        rope = m.mla.qk_rope_head_dim if m.mla is not None else m.head_dim  # MLA: decoupled rope, k shared
+        # MLA: decoupled rope, k shared; else the rotated share of each head (ModelSpec.rotary_fraction)
+        rope = m.mla.qk_rope_head_dim if m.mla is not None else m.head_dim * m.rotary_fraction
         q, kv = m.num_heads * rope, (rope if m.mla is not None else m.num_kv_heads * rope)
         out += (q + kv) / tp * EAGER_ROPE_EXTRA_BYTES
     return out
@@ -246,7 +247,7 @@ def unfused_rope_s(ctx: Context, shape: Shape) -> tuple[float, float]:
     if not (ctx.stack.yarn_rope_unfused and m.position_embedding == "rope" and m.mla is None and sc is not None
             and sc.rope_type == "yarn"):
         return 0.0, 0.0
-    elems = shape.tokens * (m.num_heads + m.num_kv_heads) * m.head_dim / shape.plan.tp
+    elems = shape.tokens * (m.num_heads + m.num_kv_heads) * m.head_dim * m.rotary_fraction / shape.plan.tp
     return (elems * UNFUSED_ROPE_EXTRA_BYTES["fwd"] / ctx.hbm_bw, elems * UNFUSED_ROPE_EXTRA_BYTES["bwd"] / ctx.hbm_bw)
 
 

@@ -191,6 +191,8 @@ def _position_args(job: Job, a: _Args) -> None:
     if theta != m.rope_theta:
         raise Unsupported(f"RoPE base {m.rope_theta} is not an integer: Megatron-LM's --rotary-base is an int")
     a.flag("--rotary-base", theta)
+    if m.rotary_fraction != 1.0:
+        a.flag("--rotary-percent", m.rotary_fraction)  # GPTModel's RotaryEmbedding(kv_channels, rotary_percent)
     if m.mla is not None:
         _mla_rope_args(job, a, sc)
     elif sc is None:

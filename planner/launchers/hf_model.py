@@ -41,6 +41,8 @@ def _rope(m: ModelSpec) -> dict[str, Any]:
     sc = m.rope_scaling
     if sc is not None:
         out["rope_scaling"] = {k: v for k, v in sc.model_dump().items() if v is not None}
+    if m.rotary_fraction != 1.0:
+        out["partial_rotary_factor"] = m.rotary_fraction  # read by the families that rotate part of a head
     return out
 
 

@@ -182,6 +182,9 @@ class ModelSpec(_Frozen):
     rope_scaling: RopeScaling | None = Field(None, description="RoPE frequency scaling (HF rope_scaling)")
     rope_local_theta: float | None = Field(None, gt=0, description="RoPE base of the sliding-window layers when it "
                                            "differs (Gemma 3 `rope_local_base_freq`); None = rope_theta")
+    rotary_fraction: float = Field(1.0, gt=0, le=1, description="share of each head's q/k dimensions RoPE rotates "
+                                   "(HF `partial_rotary_factor`, GPT-NeoX `rotary_pct`; Megatron --rotary-percent): "
+                                   "Nemotron-4 0.5, GPT-NeoX 0.25")
     embedding_norm: bool = Field(False, description="LayerNorm after the embedding (BLOOM)")
     parallel_attn_mlp: bool = Field(False, description="attention and MLP read the same input (GPT-J/Falcon/NeoX)")
     sliding_window: int | None = Field(None, ge=1, description="local attention window, tokens")

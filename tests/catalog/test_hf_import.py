@@ -242,6 +242,54 @@ def test_own_model_type_read_by_its_architecture():
         from_hf_config({**own, "model_type": "kimi_k3", "architectures": ["KimiK3ForCausalLM"]})
 
 
+def test_rope_parameters_of_transformers_5():
+    """transformers 5 saves RoPE as `rope_parameters` (its to_dict / save_pretrained, transformers 5.24.0): Llama 3.1's
+    base and scaling, Gemma 3's per layer type; the top-level fields of earlier files win where both are given."""
+    llama31 = llama(max_position_embeddings=131072, rope_parameters={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192, "rope_theta": 500000.0})
+    m = from_hf_config(llama31)
+    assert m.rope_theta == 500000.0
+    assert (m.rope_scaling.rope_type, m.rope_scaling.factor, m.rope_scaling.original_max_position_embeddings) == \
+        ("llama3", 8.0, 8192)
+    assert from_hf_config(llama(rope_parameters={"rope_type": "default", "rope_theta": 1e6})).rope_scaling is None
+    assert from_hf_config({**llama31, "rope_theta": 1e4}).rope_theta == 1e4
+    g3 = {"model_type": "gemma3_text", "hidden_size": 1152, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 6912,
+          "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+    m3 = from_hf_config(g3)
+    assert (m3.rope_theta, m3.rope_local_theta, m3.rope_scaling.rope_type, m3.rope_scaling.factor) == \
+        (1e6, 1e4, "linear", 8.0)
+    with pytest.raises(InputError, match="'rope_parameters.sliding_attention' must be a mapping"):
+        from_hf_config({**g3, "rope_parameters": {"full_attention": {}, "sliding_attention": 3}})
+    with pytest.raises(InputError, match="'rope_parameters.rope_theta' must be a positive number"):
+        from_hf_config(llama(rope_parameters={"rope_theta": -1}))
+    # a config that states no base takes its config class's (transformers 5.24.0 MixtralConfig: 1e6)
+    assert from_hf_config({**llama(), "model_type": "mixtral"}).rope_theta == 1e6
+
+
+def test_partial_rotary_fraction():
+    """The share of each head RoPE rotates: Nemotron-4 340B's config.json states partial_rotary_factor 0.5 (the
+    reference file), GPT-NeoX its rotary_pct (transformers 5.24.0 GPTNeoXConfig default 0.25), Phi-3's family
+    partial_rotary_factor (Phi-4-mini 0.75); transformers 5 writes it into rope_parameters; whole heads otherwise."""
+    ref = json.loads((HF_CONFIGS_DIR / "nemotron-4-340b.json").read_text())
+    assert from_hf_config(ref).rotary_fraction == 0.5
+    neox = {"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 2048}
+    assert from_hf_config(neox).rotary_fraction == 0.25
+    assert from_hf_config({**neox, "rotary_pct": 0.5}).rotary_fraction == 0.5
+    phi = {"model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 2, "num_attention_heads": 24,
+           "intermediate_size": 8192}
+    assert from_hf_config(phi).rotary_fraction == 1.0
+    assert from_hf_config({**phi, "partial_rotary_factor": 0.75}).rotary_fraction == 0.75
+    assert from_hf_config({**phi, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                      "partial_rotary_factor": 0.75}}).rotary_fraction == 0.75
+    assert from_hf_config(llama()).rotary_fraction == 1.0
+    with pytest.raises(InputError, match="'partial_rotary_factor' = 1.5 is more than 1"):
+        from_hf_config({**phi, "partial_rotary_factor": 1.5})
+
+
 def test_name_defaults():
     assert from_hf_config(llama()).name == "hf-llama"
     assert from_hf_config(llama(_name_or_path="meta-llama/Llama-2-7b-hf")).name == "meta-llama/Llama-2-7b-hf"

@@ -58,6 +58,7 @@ def model_fields(args, cfg) -> dict:
     out["activation"] = getattr(cfg.activation_func, "__name__", str(cfg.activation_func))
     out.update(vocab_size=args.vocab_size, max_position_embeddings=args.max_position_embeddings,
                position_embedding_type=args.position_embedding_type, rotary_base=args.rotary_base,
+               rotary_percent=args.rotary_percent,
                use_rope_scaling=bool(args.use_rope_scaling), rope_scaling_factor=args.rope_scaling_factor,
                untie_embeddings_and_output_weights=bool(args.untie_embeddings_and_output_weights))
     return out

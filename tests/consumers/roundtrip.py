@@ -62,6 +62,9 @@ def megatron_values(f: dict, planned: ModelSpec) -> dict[str, Any]:
     }
     if out["position_embedding"] == "rope":
         out["rope_theta"] = float(f["rotary_base"])
+        out["rotary_fraction"] = float(f["rotary_percent"])
+    else:
+        out["rotary_fraction"] = 1.0
     out.update(_megatron_moe(f, n))
     return out
 
@@ -208,6 +211,7 @@ def hf_values(cfg: Any, planned: ModelSpec, attn_implementation: str, seq_len: i
         "num_layers": n, "hidden_size": cfg.hidden_size, "num_heads": cfg.num_attention_heads,
         "vocab_size": cfg.vocab_size, "tied_embeddings": bool(cfg.tie_word_embeddings), "norm_eps": eps,
         "rope_theta": float(rp.get("rope_theta", getattr(cfg, "rope_theta", 0.0))),
+        "rotary_fraction": float(rp.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", 1.0))),
         "sliding_window": None if not window or not any(pattern) or window >= 10**9 else (window, pattern),
         "attention_impl": "flash" if attn_implementation in ("flash_attention_2", "flex_attention") else "unfused",
     }

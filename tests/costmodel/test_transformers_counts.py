@@ -177,6 +177,15 @@ TOY = {
                                             moe_layers=[0, 3], attention_bias=True, tie_word_embeddings=True,
                                             vocab_size=300),
     "phi3-min": toy("phi3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96),
+    "phi3-partial-rotary": toy("phi3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=96, partial_rotary_factor=0.75),
+    "glm4_moe-min": toy("glm4_moe", hidden_size=64, num_hidden_layers=3, num_attention_heads=8, head_dim=16,
+                        intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8, vocab_size=300),
+    "glm4_moe-bias-qknorm-shared": toy("glm4_moe", hidden_size=64, num_hidden_layers=4, num_attention_heads=8,
+                                       num_key_value_heads=2, head_dim=16, intermediate_size=96,
+                                       moe_intermediate_size=24, n_routed_experts=6, num_experts_per_tok=2,
+                                       n_shared_experts=2, first_k_dense_replace=2, attention_bias=True,
+                                       use_qk_norm=True, vocab_size=300, tie_word_embeddings=True),
     "phi3-gqa": toy("phi3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                     intermediate_size=96, vocab_size=300, pad_token_id=0, tie_word_embeddings=True),
 }
@@ -274,3 +283,50 @@ def test_group_routing_the_importer_refuses_fails_in_transformers(fields, error)
             model(tokens)
         with pytest.raises(InputError, match=f"'{next(iter(over))}'"):
             from_hf_config({**cfg, **over})
+
+
+@pytest.mark.parametrize("cfg", list(_cases()))
+def test_config_saved_by_transformers_imports_the_same_model(cfg):
+    """A config.json as transformers 5 writes it (its config class's to_dict: RoPE as one `rope_parameters` mapping,
+    per layer type for Gemma 3, in place of rope_theta / rope_scaling / rope_local_base_freq) imports as the model the
+    original file gives: the base, the scaling and every other field. Before the importer read rope_parameters, such
+    a file of Llama 3.1 came back with RoPE base 10000 and no scaling."""
+    _, transformers = require_transformers()
+    saved = transformers.AutoConfig.for_model(**cfg).to_dict()
+    saved.pop("_name_or_path", None)
+    got, want = from_hf_config(saved, name="m"), from_hf_config(cfg, name="m")
+    assert _comparable(got) == _comparable(want)
+
+
+# the MoE fields that state which layers are MoE layers (compared as the per-layer pattern they give: transformers
+# writes Llama 4's interleave step out as its `moe_layers` list) and those of group-limited routing, which the saved
+# file states where the original left them to a default: DeepSeek-V2's topk_method (transformers' default "greedy";
+# the importer reads an absent one with n_group > 1 as the group_limited_greedy of DeepSeek-V2's published config,
+# which the reference transcription leaves out) and DeepSeek-V3's n_group / topk_group (transformers' defaults 8 / 4;
+# the importer reads absent ones as a single group)
+_MOE_LAYOUT = ("first_k_dense", "layer_freq", "dense_layers")
+_ROUTE_GROUPS = ("route_groups", "route_topk_groups")
+
+
+def _comparable(m) -> dict:
+    d = m.model_dump()
+    if d["moe"] is not None:
+        d["moe"] = {k: v for k, v in d["moe"].items() if k not in _MOE_LAYOUT + _ROUTE_GROUPS}
+        d["moe_layers"] = tuple(m.is_moe_layer(i) for i in range(m.num_layers))
+    return d
+
+
+def test_glm45_counts_as_transformers_builds_it():
+    """GLM-4.5 (tests/data/hf_configs/glm-4.5.json, its `_source`): the importer's count is transformers' own,
+    352,797,814,784 parameters (the MTP layer, which transformers does not build, not counted), 33.6B active with the
+    embeddings and head; zai-org's README states "355 billion total parameters with 32 billion active"."""
+    from support import ROOT
+
+    cfg = json.loads((ROOT / "tests" / "data" / "hf_configs" / "glm-4.5.json").read_text())
+    spec = from_hf_config(cfg)
+    c = count_params(spec)
+    assert c.total == numel(build_hf(cfg)) == 352_797_814_784
+    assert abs(c.total / 355e9 - 1) < 0.01 and abs((c.active - c.embedding - c.lm_head) / 32e9 - 1) < 0.01
+    assert (spec.rotary_fraction, spec.qk_norm, spec.qkv_bias, spec.attn_out_bias, spec.mtp_layers) == \
+        (0.5, True, True, False, 1)
+    assert spec.moe.num_shared_experts == 1 and spec.moe.first_k_dense == 3 and spec.moe.routed_scaling_factor == 2.5

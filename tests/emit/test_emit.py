@@ -135,6 +135,17 @@ def test_megatron_dense_flags():
     assert flag(a, "--num-experts") is None and flag(a, "--fp8-format") is None
     env = json.loads(files_of(DENSE, ["megatron"])["megatron_args.json"])["env"]
     assert env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert flag(a, "--rotary-percent") is None  # whole heads rotate: megatron's default 1.0
+
+
+def test_megatron_partial_rotary():
+    """Nemotron-4 340B rotates half of each head (its config.json partial_rotary_factor 0.5): --rotary-percent 0.5,
+    which megatron-core's GPTModel hands to RotaryEmbedding (the round trip reads it back from parse_args)."""
+    from planner.catalog.models import load_model
+
+    a = mg_args(case_with(ParallelPlan(tp=8, pp=8, dp=1, recompute="full", zero_stage=1),
+                          model=load_model("nemotron-4-340b")))
+    assert flag(a, "--rotary-percent") == "0.5"
 
 
 def test_megatron_flags_that_depend_on_degrees():
