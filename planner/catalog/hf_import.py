@@ -885,7 +885,9 @@ _FAMILIES: dict[str, Callable[[_Reader], dict]] = {
 
 
 # multimodal wrappers whose language model is a supported family: model_type -> the text model's
-_COMPOSITES = {"llama4": "llama4_text"}  # transformers Llama4Config.text_config (Llama4TextConfig)
+# (Kimi K2.5: transformers 5.24.0 Kimi_K25Config.text_config, a DeepseekV3Config, its own `kimi_k2` mapped to it)
+_COMPOSITES = {"llama4": "llama4_text",  # transformers Llama4Config.text_config (Llama4TextConfig)
+               "kimi_k25": "deepseek_v3"}
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted((*_FAMILIES, *_COMPOSITES)))
 

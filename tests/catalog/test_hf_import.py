@@ -237,6 +237,13 @@ def test_own_model_type_read_by_its_architecture():
     assert m.model_dump(exclude={"source"}) == entry.spec.model_dump(exclude={"source"})
     counts = count_params(m)
     assert (counts.total, counts.active) == (1026408209408, 32861477888)
+    # Kimi K2.5 (model_type kimi_k25) wraps the language model in text_config, of model_type kimi_k2 or deepseek_v3
+    # (transformers 5.24.0 Kimi_K25Config maps the first to the second); its vision encoder is not costed
+    k25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "text_config": own,
+           "vision_config": {"model_type": "kimi_k25_vision", "hidden_size": 1152, "num_hidden_layers": 27}}
+    m25 = from_hf_config(k25, name="kimi-k2")
+    assert m25.family == "deepseek_v3"
+    assert m25.model_dump(exclude={"source"}) == entry.spec.model_dump(exclude={"source"})
     # a model_type of its own with no supported architecture is refused, naming the model_type
     with pytest.raises(InputError, match="model_type 'kimi_k3' is not supported"):
         from_hf_config({**own, "model_type": "kimi_k3", "architectures": ["KimiK3ForCausalLM"]})
