@@ -227,7 +227,8 @@ MAXTEXT = {
     "mlp_type": "mlp_activations", "activation": "mlp_activations (+ mlp_activations_limit)",
     "position_embedding": "trainable_position_size / rope", "rope_theta": "rope_max_timescale",
     "rope_local_theta": "local_rope_max_timescale",
-    # base.yml has no share of the head to rotate in 0.2.5 (partial_rotary_factor came later, for Qwen3-Next's block)
+    # base.yml's partial_rotary_factor reaches only the Qwen3 hybrid block's and the M-RoPE embedding in 0.2.5
+    # (layers/attentions.py init_rotary_embedding); the decoder blocks the planner writes rotate whole heads
     "rotary_fraction": None,
     "rope_scaling": "rope_type llama3.1 | yarn + rope_factor, original_max_position_embeddings",
     "sliding_window": "sliding_window_size (the block's own local/global pattern)",
