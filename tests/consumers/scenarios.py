@@ -17,6 +17,7 @@ from pathlib import Path
 
 # the reference config.json files vendored with the tests (tests/data/reference/README.md)
 REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "hf_configs"
+HF = Path(__file__).resolve().parents[1] / "data" / "hf_configs"  # configs sourced for the tests (their `_source`)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ SCENARIOS = [
     Scenario("mixtral8x7b-h100x32", "moe", "mixtral-8x7b", "h100x32", 4096, 256),  # issue 13
     Scenario("qwen3-30b-a3b-h100x32", "moe", "qwen3-30b-a3b", "h100x32", 4096, 256),
     Scenario("deepseek-v3-h800x256", "moe", "deepseek-v3", "h800x256", 4096, 1024),
+    # GLM-4.5: q/k/v biases only, QK-norm, partial rotary 0.5, DeepSeek-V3's router and shared expert, MTP
+    Scenario("glm-4.5-h100x256", "moe", str(HF / "glm-4.5.json"), "h100x256", 4096, 1024),
     Scenario("llama8b-h100x16-s64k", "long-context", "llama-3.1-8b", "h100x16", 65536, 16),
     Scenario("llama70b-h100x128-s32k", "long-context", "llama-3.1-70b", "h100x128", 32768, 64),
     Scenario("llama70b-h100x64-fp8", "fp8", "llama-3.1-70b", "h100x64", 4096, 256, "fp8"),
@@ -62,6 +65,9 @@ CANNOT = {
     ("qwen3-30b-a3b-h100x32", "torchtitan"): "load-balancing loss",
     ("deepseek-v3-h800x256", "torchtitan"): "load-balancing loss",
     ("deepseek-v3-h800x256", "deepspeed"): "multi-token prediction",
+    ("glm-4.5-h100x256", "torchtitan"): "partial rotary embeddings",
+    ("glm-4.5-h100x256", "deepspeed"): "partial rotary embeddings",
+    ("glm-4.5-h100x256", "maxtext"): "partial rotary embeddings",
     ("llama70b-h100x64-fp8", "torchtitan"): "float8",
     ("llama70b-h100x64-fp8", "deepspeed"): "fp8",
     ("llama405b-h100x512-fp8", "deepspeed"): "fp8",
