@@ -27,8 +27,6 @@ import itertools
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from planner.specs import ClusterSpec, ParallelPlan
 from planner.specs.dims import ParallelDims
 from planner.stacks import traits
@@ -97,20 +95,30 @@ def _span_at_offset(group: str, size: int, stride: int, world: int, domain: int,
     # domain boundary; a job starting inside a domain is taken whole
     n = world if world % domain or offset else min(world, math.lcm(domain, block))
     n = max(block, n - n % block)
-    ranks = np.arange(n, dtype=np.int64).reshape(n // block, size, stride).transpose(0, 2, 1).reshape(-1, size)
-    dom = (ranks + offset) // domain
-    gid = np.repeat(np.arange(ranks.shape[0]), size)
-    base = (n + offset) // domain + 2
-    pairs, counts = np.unique(gid * base + dom.ravel(), return_counts=True)
-    pair_gid = pairs // base
-    per_group_domains = np.bincount(pair_gid, minlength=ranks.shape[0])
-    crossing = per_group_domains > 1
-    if not crossing.any():
+    # group j of each block of size * stride ranks: the ranks j, j + stride, ... of the block (plain Python: numpy's
+    # import is a tenth of a search's time, and these loops run once per (group, layout) shape, lru-cached above)
+    most_domains = most_members = 0
+    fewest_crossing: int | None = None
+    crossing_per_domain: dict[int, int] = {}  # domain -> crossing groups touching it
+    for b0 in range(0, n, block):
+        for j in range(stride):
+            members: dict[int, int] = {}  # domain -> members of this group in it
+            r = b0 + j + offset
+            for _ in range(size):
+                d = r // domain
+                members[d] = members.get(d, 0) + 1
+                r += stride
+            most_domains = max(most_domains, len(members))
+            most_members = max(most_members, max(members.values()))
+            if len(members) > 1:
+                least = min(members.values())
+                fewest_crossing = least if fewest_crossing is None else min(fewest_crossing, least)
+                for d in members:
+                    crossing_per_domain[d] = crossing_per_domain.get(d, 0) + 1
+    if fewest_crossing is None:
         return GroupSpan(group, size, True, 1, size, size, 0, (up,))
-    cross_pairs = crossing[pair_gid]
-    per_dom = np.bincount((pairs % base)[cross_pairs])
-    return GroupSpan(group, size, False, int(per_group_domains.max()), int(counts[cross_pairs].min()),
-                     int(counts.max()), int(per_dom.max()), (up, out))
+    return GroupSpan(group, size, False, most_domains, fewest_crossing, most_members,
+                     max(crossing_per_domain.values()), (up, out))
 
 
 def linear_strides(plan: ParallelPlan) -> dict[str, tuple[int, int]]:

@@ -2,7 +2,7 @@
 
 Outer knobs (tp, cp, pp, dp, ep, etp, vpp) are enumerated over the divisibility rules of
 `planner.search.space`; structures whose model states alone cannot fit are pruned with a cheap lower bound
-computed for all of them at once (numpy). For each surviving structure the inner knobs exploit
+computed for all of them at once. For each surviving structure the inner knobs exploit
 monotonicity: a larger micro-batch or less recompute never lowers memory, and for a fixed
 micro-batch less recompute is never slower, so only the least recompute that fits is scored for each
 (micro-batch, ZeRO stage). Full recompute of only k layers per stage is refined by bisection on k, its first
@@ -21,8 +21,6 @@ import math
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
-
-import numpy as np
 
 from planner.costmodel import Context, Evaluation, evaluate
 from planner.costmodel.capacity import inner_margin_rel, memory_margin_rel, usable_capacity_gib, within_margin
@@ -211,24 +209,19 @@ def torus_group_sizes(cluster) -> set[int]:
     return sizes
 
 
-def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stage: np.ndarray) -> np.ndarray:
-    """Cheap lower bound of per-device model-state memory for many structures at once (numpy)."""
+def _state_lower_bound_gib(ctx: Context, rows: list[dict], zero_stages: list[int]) -> list[float]:
+    """Cheap lower bound of per-device model-state memory for many structures at once."""
     P = ctx.params
     expert_total = sum(k.params.routed_experts for k in ctx.layer_kinds)
     dense_total = P.total - expert_total
-    tp = np.array([r["tp"] for r in rows], float)
-    pp = np.array([r["pp"] for r in rows], float)
-    cp = np.array([r["cp"] for r in rows], float)
-    dp = np.array([r["dp"] for r in rows], float)
-    ep = np.array([r["ep"] for r in rows], float)
-    etp = np.array([r["etp"] for r in rows], float)
-    out = np.zeros(len(rows))
-    for z in sorted(set(zero_stage.tolist())):  # np.unique would import numpy.ma (~20 ms)
-        st = state_bytes_per_param(ctx.train, int(z), False)
-        zd, ze = dp * cp, np.maximum(1.0, dp * cp * tp / (ep * etp))
+    states = {z: state_bytes_per_param(ctx.train, z, False) for z in set(zero_stages)}
+    out = []
+    for r, z in zip(rows, zero_stages, strict=True):
+        st = states[z]
+        tp, pp, cp, dp, ep, etp = (float(r[k]) for k in ("tp", "pp", "cp", "dp", "ep", "etp"))
+        zd, ze = dp * cp, max(1.0, dp * cp * tp / (ep * etp))
         val = dense_total / (tp * pp) * sum(st.per_param(zd)) + expert_total / (ep * etp * pp) * sum(st.per_param(ze))
-        sel = zero_stage == z
-        out[sel] = val[sel] / GIB
+        out.append(val / GIB)
     return out
 
 
@@ -404,10 +397,10 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
         # Megatron-FSDP is known to run (planner/launchers/megatron.py: not with PP > 1, unverified)
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
                   and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, ctx.stack.emitter)]
-    lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], np.array([z for _, z in pairs]))
+    lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], [z for _, z in pairs])
     held = [b <= cap or not opts.require_fit or bool(fx.get("offload_optimizer")) for b in lb]
     keep = [pr for pr, h in zip(pairs, held, strict=False) if h]
-    pruned = [pairs[i] for i in np.argsort(lb, kind="stable") if not held[i]]
+    pruned = [pairs[i] for i in sorted(range(len(pairs)), key=lb.__getitem__) if not held[i]]  # stable
     if len(keep) > BEAM_THRESHOLD:
         keep = _beam(ctx, opts, keep, cap)
     return keep, pruned
