@@ -35,6 +35,7 @@ ROOT = TESTS_DIR.parent  # the checkout whose `planner` package the subprocesses
 DATA_DIR = TESTS_DIR / "data"
 REFERENCE_DIR = DATA_DIR / "reference"  # verbatim copies of shared/reference files, citations kept
 HF_CONFIGS_DIR = REFERENCE_DIR / "hf_configs"
+SOURCED_HF_CONFIGS_DIR = DATA_DIR / "hf_configs"  # configs written for the tests, each citing its `_source`
 NCCL_TESTS_DIR = REFERENCE_DIR / "nccl_tests"
 MODELS_YAML = REFERENCE_DIR / "models.yaml"
 

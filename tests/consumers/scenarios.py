@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from support import SOURCED_HF_CONFIGS_DIR
+
 # the reference config.json files vendored with the tests (tests/data/reference/README.md)
 REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "hf_configs"
-HF = Path(__file__).resolve().parents[1] / "data" / "hf_configs"  # configs sourced for the tests (their `_source`)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ SCENARIOS = [
     Scenario("qwen3-30b-a3b-h100x32", "moe", "qwen3-30b-a3b", "h100x32", 4096, 256),
     Scenario("deepseek-v3-h800x256", "moe", "deepseek-v3", "h800x256", 4096, 1024),
     # GLM-4.5: q/k/v biases only, QK-norm, partial rotary 0.5, DeepSeek-V3's router and shared expert, MTP
-    Scenario("glm-4.5-h100x256", "moe", str(HF / "glm-4.5.json"), "h100x256", 4096, 1024),
+    Scenario("glm-4.5-h100x256", "moe", str(SOURCED_HF_CONFIGS_DIR / "glm-4.5.json"), "h100x256", 4096, 1024),
     Scenario("llama8b-h100x16-s64k", "long-context", "llama-3.1-8b", "h100x16", 65536, 16),
     Scenario("llama70b-h100x128-s32k", "long-context", "llama-3.1-70b", "h100x128", 32768, 64),
     Scenario("llama70b-h100x64-fp8", "fp8", "llama-3.1-70b", "h100x64", 4096, 256, "fp8"),

@@ -323,9 +323,9 @@ def test_glm45_counts_as_transformers_builds_it():
     """GLM-4.5 (tests/data/hf_configs/glm-4.5.json, its `_source`): the importer's count is transformers' own,
     352,797,814,784 parameters (the MTP layer, which transformers does not build, not counted), 33.6B active with the
     embeddings and head; zai-org's README states "355 billion total parameters with 32 billion active"."""
-    from support import ROOT
+    from support import SOURCED_HF_CONFIGS_DIR
 
-    cfg = json.loads((ROOT / "tests" / "data" / "hf_configs" / "glm-4.5.json").read_text())
+    cfg = json.loads((SOURCED_HF_CONFIGS_DIR / "glm-4.5.json").read_text())
     spec = from_hf_config(cfg)
     c = count_params(spec)
     assert c.total == numel(build_hf(cfg)) == 352_797_814_784

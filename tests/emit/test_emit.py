@@ -23,6 +23,7 @@ from consumers.cases import (
     catalog_cases,
     cluster,
 )
+from support import SOURCED_HF_CONFIGS_DIR
 
 import planner.emit as emit_mod
 from planner.emit import LAUNCHERS, MANIFEST, emit_all, write_launch_configs
@@ -606,14 +607,13 @@ def test_deepseek_v3_megatron_trains_its_own_router():
 def test_gemma3_text_config_gets_the_gemma3_block_and_megatron_refuses_it():
     """issue 24: a gemma3_text Hugging Face config (tests/data/hf_configs) runs MaxText's gemma3 block with its
     window, local RoPE base and norms; Megatron-LM refuses it naming what it cannot express (no --quick-geglu)."""
-    from pathlib import Path
 
     from consumers.cases import Case
 
     from planner.catalog.hardware import parse_cluster
     from planner.catalog.models import load_model
 
-    m = load_model(str(Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "gemma-3-27b.json"))
+    m = load_model(str(SOURCED_HF_CONFIGS_DIR / "gemma-3-27b.json"))
     case = Case("gemma3", m, parse_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64, framework="maxtext"),
                 ParallelPlan(dp=64, zero_stage=3, recompute="full"))
     files, skipped = case.emit(["maxtext", "megatron"])
