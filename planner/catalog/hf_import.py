@@ -779,8 +779,10 @@ def _yarn_fields(r: _Reader, sc: dict, where: str = "rope_scaling") -> dict[str,
 # modeling_rope_utils.py RotaryEmbeddingConfigMixin; a config saved by it carries only rope_parameters)
 _ROPE_LAYER_TYPES = ("full_attention", "sliding_attention")
 # the RoPE base of a config that states none, where its config class's default is not ModelSpec's 10000
-# (transformers 5.24.0 MixtralConfig 1e6, Llama4TextConfig 5e5; gpt_oss and gemma3_text below)
-_ROPE_THETA_DEFAULT = {"mixtral": 1_000_000.0, "llama4_text": 500_000.0}
+# (transformers 5.24.0 MixtralConfig 1e6, Llama4TextConfig 5e5, GptOssConfig 150000, Gemma3TextConfig 1e6: the global
+# layers')
+_ROPE_THETA_DEFAULT = {"mixtral": 1_000_000.0, "llama4_text": 500_000.0, "gpt_oss": 150_000.0,
+                       "gemma3_text": 1_000_000.0}
 # the share of each head RoPE rotates where the family reads one (partial_rotary_factor; GPT-NeoX rotary_pct) and the
 # config states none: its config class's default (transformers 5.24.0 NemotronConfig 0.5, GPTNeoXConfig 0.25,
 # Phi3Config 1.0); the other families rotate whole heads
@@ -834,8 +836,6 @@ def _rope(r: _Reader, kw: dict) -> dict:
         # ModelConfig: rope_theta 150000, rope_scaling_factor 32, ntk alpha 1 / beta 32, initial context 4096)
         out["rope_scaling"] = RopeScaling(rope_type="yarn", factor=32.0, original_max_position_embeddings=4096,
                                           beta_fast=32.0, beta_slow=1.0)
-    if theta is None and r.family == "gpt_oss":
-        out["rope_theta"] = 150000.0
     fraction = (_number(r, r.cfg, "partial_rotary_factor", "") or _number(r, r.cfg, "rotary_pct", "")
                 or _number(r, params, "partial_rotary_factor", "rope_parameters.")
                 or _ROTARY_FRACTION_DEFAULT.get(r.family))
@@ -845,8 +845,7 @@ def _rope(r: _Reader, kw: dict) -> dict:
                          "rotates): fix the config")
         out["rotary_fraction"] = fraction
     if r.family == "gemma3_text":
-        # transformers Gemma3TextConfig: rope_theta 1e6 (global layers), rope_local_base_freq 10000 (sliding layers)
-        out.setdefault("rope_theta", 1_000_000.0)
+        # transformers Gemma3TextConfig: rope_local_base_freq 10000 (sliding layers)
         out["rope_local_theta"] = (_number(r, r.cfg, "rope_local_base_freq", "")
                                    or _number(r, local, "rope_theta", "rope_parameters.sliding_attention.")
                                    or 10_000.0)
