@@ -25,6 +25,9 @@ class StageProblem:
     capacity_bytes: float  # per-device memory limit for states + activations
     contiguous: bool = True  # False: ignore layer order, use mean per-layer costs
     uniform_recompute: bool = False  # one count R for every stage, r_s = min(R, n_s) (Megatron's flag)
+    # only splits a launch flag expresses: every stage but the first and the last holds the same number of layers
+    # (Megatron's --decoder-first/last-pipeline-num-layers), or the default split (partition.stage_layer_counts)
+    even_middle: bool = False
 
     def __post_init__(self) -> None:
         if self.num_layers < 1 or self.pp < 1:

@@ -637,7 +637,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
     """For the leading plans whose layers do not split evenly over the pipeline (and have no pinned
     stage sizes), let CP-SAT (planner.search.stages) choose the first/last stage sizes that minimise the
     slowest stage within memory, where Megatron's --decoder-first/last-pipeline-num-layers can express
-    them; the re-scored plan replaces the original when it is valid and no slower."""
+    them; the re-scored plan replaces the original when it is valid, no slower and keeps its memory tier."""
     fx = opts.fixed
     if "first_stage_layers" in fx or "last_stage_layers" in fx:
         return results
@@ -720,7 +720,7 @@ def _solve_stage_problems(problems: list) -> dict:
 
 def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float, a: Any) -> Evaluation | None:
     """The plan re-scored with CP-SAT's first/last stage sizes (assignment `a`), or None when there is none that is
-    valid, fits and is no slower."""
+    valid, fits, is no slower and is no nearer the memory edge (planner.search.ranking.memory_tier)."""
     from planner.search.stages import megatron_flags
 
     p = ev.plan
@@ -736,7 +736,10 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
     if _invalid(ctx, opts, alt):
         return None
     new = evaluate(ctx, alt)
-    if _fits(new, cap) and new.step_time_s <= ev.step_time_s * 1.0001:
+    # no slower, and no nearer the memory edge than the plan it replaces (the ranking's memory tiers): a balanced
+    # split that only fits without the margin would drop its layout below the plans that keep it
+    if (_fits(new, cap) and new.step_time_s <= ev.step_time_s * 1.0001
+            and (not opts.memory_margin or memory_tier(new) <= memory_tier(ev))):
         return replace(new, pipeline={**new.pipeline, "stage_assignment": {
             "layers_per_stage": list(a.layers_per_stage), "recompute_per_stage": list(a.recompute_per_stage),
             "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}})

@@ -6,9 +6,12 @@ import planner.search.engine as S
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import get_model
 from planner.costmodel import Context, evaluate
+from planner.costmodel.capacity import usable_capacity_gib
 from planner.search.engine import SearchOptions, min_devices, search, slice_shape, torus_group_sizes
+from planner.search.ranking import memory_tier
 from planner.search.space import plan_errors
-from planner.specs import TrainingSpec
+from planner.search.stages import StageAssignment
+from planner.specs import ParallelPlan, TrainingSpec
 
 
 def ctx_for(model, cluster, **train):
@@ -163,3 +166,22 @@ def test_cp_sat_balances_deepseek_stages():
         assert e.pipeline["layers_per_stage"] == sa["layers_per_stage"] != [16, 16, 16, 13]
         proposed = evaluate(ctx, e.plan.model_copy(update={"first_stage_layers": 16, "last_stage_layers": 13}))
         assert e.step_time_s < proposed.step_time_s
+
+
+def test_stage_balancing_keeps_the_memory_tier():
+    # BLOOM-176B on 256 H100s, TP 8 x PP 16, the scan's 7 / 4 x 14 / 7 split: moving a layer from the last stage to
+    # the first shortens the step but leaves only the inner memory margin (the first stage holds 16 micro-batches of
+    # activations). Ranked with the memory margin, the plan that keeps it must not be replaced by that split (its
+    # layout would fall below every plan that keeps the margin); without the margin, the faster split replaces it.
+    ctx = ctx_for("bloom-176b", "h100x256", seq_len=4096, global_batch=1024)
+    plan = ParallelPlan(tp=8, pp=16, dp=2, micro_batch=1, zero_stage=1, recompute="none", sequence_parallel=True,
+                        schedule="1f1b", first_stage_layers=7, last_stage_layers=7)
+    ev = evaluate(ctx, plan)
+    cap = usable_capacity_gib(ctx.cluster.hardware.hbm_capacity_gib, None, ctx.train.framework, ctx.calibration)
+    counts = (8,) + (4,) * 14 + (6,)
+    moved = evaluate(ctx, plan.model_copy(update={"first_stage_layers": 8, "last_stage_layers": 6}))
+    assert moved.step_time_s < ev.step_time_s and memory_tier(moved) > memory_tier(ev) == 0
+    a = StageAssignment(counts, (0,) * 16, 0.0, (0.0,) * 16, (0.0,) * 16, True)
+    assert S._balanced_plan(ctx, SearchOptions(memory_margin=True), ev, cap, a) is None
+    free = S._balanced_plan(ctx, SearchOptions(memory_margin=False), ev, cap, a)
+    assert free is not None and (free.plan.first_stage_layers, free.plan.last_stage_layers) == (8, 6)

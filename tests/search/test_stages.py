@@ -185,6 +185,77 @@ def test_non_uniform_layers_match_exhaustive_dp():
         assert a.slowest_stage_s == pytest.approx(want, rel=1e-5), case
 
 
+def _expressible_optimum(p: StageProblem) -> float | None:
+    """Exhaustive over the splits Megatron's first/last-stage flags express (equal middle stages, or the default
+    split), each with the fewest recomputed layers per stage that fit (one count for every stage under
+    uniform_recompute): the least slowest-stage time."""
+    L, pp = p.num_layers, p.pp
+    splits = {tuple(stage_layer_counts(L, pp))}
+    splits |= {(f,) + (mid,) * (pp - 2) + (L - f - (pp - 2) * mid,)
+               for f in range(1, L) for mid in range(1, L) if L - f - (pp - 2) * mid >= 1}
+    best = None
+    for counts in splits:
+        rec = [0] * pp
+        for s in range(pp):  # fewest recompute on each stage (more only costs time)
+            while stage_costs(p, counts, rec)[1][s] > p.capacity_bytes and rec[s] < counts[s]:
+                rec[s] += 1
+        if p.uniform_recompute:
+            rec = [min(max(rec), n) for n in counts]
+        times, mem = stage_costs(p, counts, rec)
+        if max(mem) <= p.capacity_bytes and (best is None or max(times) < best):
+            best = max(times)
+    return best
+
+
+def _alternating(L: int, pp: int, capacity_gb: float, **kw) -> StageProblem:
+    # gpt-oss-like: sliding-window and full-attention layers alternate (12 and 20 ms)
+    t = tuple((0.012, 0.020)[i % 2] for i in range(L))
+    return StageProblem(L, pp, t, tuple(x / 3 for x in t), (0.3 * GB,) * L, (0.015 * GB,) * L, (1.0 * GB,) * L,
+                        0.001, 0.030, 1.2 * GB, 2.5 * GB, tuple(float(pp - s) for s in range(pp)), capacity_gb * GB,
+                        **kw)
+
+
+def test_even_middle_is_the_best_split_megatron_flags_express():
+    # 18 alternating layers over 8 stages: the best contiguous split is one no flag expresses, 10 ms faster
+    free = _alternating(18, 8, 75)
+    assert _dp_optimum(free) == pytest.approx(0.052)
+    assert _expressible_optimum(free) == pytest.approx(0.062)
+    # with even_middle the solver returns the best expressible split, proved optimal: gpt-oss-120b's 36 layers, BLOOM's
+    # 70 and DeepSeek-V3's 61 over the search's stage counts, roomy and memory-tight (recompute per stage or one count)
+    cases = [(18, 8, 75), (36, 16, 75), (36, 32, 75), (70, 32, 75), (61, 16, 75), (36, 8, 14.3), (36, 8, 11.3)]
+    for L, pp, cap in cases:
+        for uniform in (False, True):
+            p = _alternating(L, pp, cap, even_middle=True, uniform_recompute=uniform)
+            a = assign_stages(p)
+            want = _expressible_optimum(p)
+            if want is None:
+                assert a is None, (L, pp, cap, uniform)
+                continue
+            assert a is not None and a.optimal, (L, pp, cap, uniform)
+            _check(p, a)
+            flags = megatron_flags(a)
+            assert flags is not None and stage_layer_counts(L, pp, *flags) == list(a.layers_per_stage)
+            assert a.slowest_stage_s == pytest.approx(want, rel=1e-5), (L, pp, cap, uniform)
+    # random non-uniform layers, checked the same way
+    rng = random.Random(3)
+    for case in range(6):
+        L, pp = rng.randint(8, 20), rng.randint(3, 6)
+        t = tuple(rng.uniform(0.01, 0.03) for _ in range(L))
+        p = StageProblem(
+            num_layers=L, pp=pp, layer_time_s=t, layer_recompute_s=tuple(x / 3 for x in t),
+            layer_act_bytes=tuple(rng.uniform(0.3, 0.6) * GB for _ in range(L)),
+            layer_act_bytes_recompute=(0.03 * GB,) * L,
+            layer_state_bytes=tuple(rng.uniform(0.5, 2.0) * GB for _ in range(L)),
+            first_extra_time_s=0.001, last_extra_time_s=rng.uniform(0.0, 0.04), first_extra_bytes=1.0 * GB,
+            last_extra_bytes=2.0 * GB, inflight=tuple(float(pp - s) for s in range(pp)),
+            capacity_bytes=rng.uniform(8, 20) * GB, even_middle=True)
+        want, a = _expressible_optimum(p), assign_stages(p)
+        assert (a is None) == (want is None), case
+        if a is not None:
+            assert a.optimal and megatron_flags(a) is not None, case
+            assert a.slowest_stage_s == pytest.approx(want, rel=1e-5), case
+
+
 def _deepseek(capacity_gb: float, contiguous: bool = True) -> StageProblem:
     # 3 dense layers (12 ms, 0.3 GB states, 0.5 GB activations) then 58 MoE layers (20 ms, 2 GB, 0.3 GB)
     t = (0.012,) * 3 + (0.020,) * 58
