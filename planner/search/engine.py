@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -741,9 +742,19 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
     if (_fits(new, cap) and new.step_time_s <= ev.step_time_s * 1.0001
             and (not opts.memory_margin or memory_tier(new) <= memory_tier(ev))):
         return replace(new, pipeline={**new.pipeline, "stage_assignment": {
-            "layers_per_stage": list(a.layers_per_stage), "recompute_per_stage": list(a.recompute_per_stage),
+            "layers_per_stage": list(a.layers_per_stage),
+            "recompute_per_stage": _recomputed_per_stage(alt, a.layers_per_stage),
             "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}})
     return None
+
+
+def _recomputed_per_stage(p: ParallelPlan, layers: Sequence[int]) -> list[int]:
+    """Layers each stage fully recomputes as the plan runs (Context.stage_kind_counts' n_full): all of them under full
+    recompute, at most recompute_layers with that count, none otherwise. Not the solver's own counts: it sizes the
+    recompute to the capacity, the plan keeps the count the scan chose (for the memory margin)."""
+    if p.recompute != "full":
+        return [0] * len(layers)
+    return [n if p.recompute_layers is None else min(p.recompute_layers, n) for n in layers]
 
 
 def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_mem: MemoryScreen,

@@ -185,3 +185,18 @@ def test_stage_balancing_keeps_the_memory_tier():
     assert S._balanced_plan(ctx, SearchOptions(memory_margin=True), ev, cap, a) is None
     free = S._balanced_plan(ctx, SearchOptions(memory_margin=False), ev, cap, a)
     assert free is not None and (free.plan.first_stage_layers, free.plan.last_stage_layers) == (8, 6)
+
+
+def test_stage_assignment_reports_the_recompute_the_plan_runs():
+    # DeepSeek-V3 on 256 H100s, PP 16 with full recompute of 3 layers per stage (the scan's count for the memory
+    # margin): the solver moves layers and sizes its own recompute to the capacity (1 layer per stage here), but the
+    # plan keeps recompute_layers 3, so each stage recomputes min(3, its layers): the JSON reports that
+    ctx = ctx_for("deepseek-v3", "h100x256", seq_len=4096, global_batch=1024)
+    fixed = {"tp": 4, "pp": 16, "ep": 16, "schedule": "1f1b", "recompute": "full", "recompute_layers": 3}
+    plans = search(ctx, SearchOptions(top_k=3, fixed=fixed, memory_margin=True)).plans
+    balanced = [e for e in plans if e.pipeline.get("stage_assignment")]
+    assert balanced
+    for e in balanced:
+        sa = e.pipeline["stage_assignment"]
+        assert sa["layers_per_stage"] == e.pipeline["layers_per_stage"]
+        assert sa["recompute_per_stage"] == [min(3, n) for n in sa["layers_per_stage"]]
