@@ -74,6 +74,15 @@ class Calibration:
     # 1.7% -> 7.6%, dev dense p90 12.3% -> 14.0%). The kernel's own rise from 4k to 16k tokens is 5% (590 -> 621
     # TFLOP/s in that run), not the 1.7x between the two; what the short rows charge to attention is not identified
     # (2026-11-27), so the constant stays fitted on the many rows.
+    # Tried next (2026-11-27), not shipped: Megatron's Hopper rows at cuDNN's measured rate. Transformer Engine runs
+    # cuDNN's FusedAttention rather than flash-attn on sm90 (from v1.5 at least, attention.py: "Select FusedAttention
+    # on sm90 and FlashAttention on others for performance"), and the FA3 paper's cuDNN bars (head dim 128, causal),
+    # weighted as above, give 0.51 of peak. The other rows, refitted jointly, then ask for 0.67 here (GEMM_SHAPE_DERATE
+    # 0.780, FP8_DERATE 0.855, TP_OVERLAP 0.79). The model zoo goes from 20.7% to 15.0% median (its H100 16k-128k rows
+    # from +34..45% to +10..22%) and the dev dense median from 4.4% to 3.9%, but the dev MoE p90 goes from 15.5% to
+    # 17.8%, every held-out Hopper dense DGX Cloud row moves by about -4.5 points (known_runs_added dense median 1.7% ->
+    # 5.3%) and one known_runs_added MoE row goes beyond 35%: the short Hopper rows lack about 5% that is not a
+    # per-token cost (the long rows would pay that too).
     ATTN_REL_EFFICIENCY: float = fitted(0.550, lo=0.55, hi=0.95, no_effect=1.0,
                                        note=("FlashAttention-2 reaches 50-73% of A100 peak forward and ~63% backward "
                                              "(Dao 2023, arXiv 2307.08691, sec. 4.1), i.e. 0.55-0.95 of the ~0.85 "
