@@ -162,19 +162,25 @@ def test_infeasible_returns_none():
     assert assign_stages(uniform_stage_problem(4, 8, capacity_bytes=80 * GB, **LLAMA70)) is None
 
 
+def _random_problem(rng: random.Random, layers: tuple[int, int], stages: tuple[int, int],
+                    capacity_gb: tuple[float, float], **kw) -> StageProblem:
+    """Layers of random time, activations and states (10-30 ms, 0.3-0.6 GB, 0.5-2 GB), a random LM head, 1F1B."""
+    L, pp = rng.randint(*layers), rng.randint(*stages)
+    t = tuple(rng.uniform(0.01, 0.03) for _ in range(L))
+    return StageProblem(
+        num_layers=L, pp=pp, layer_time_s=t, layer_recompute_s=tuple(x / 3 for x in t),
+        layer_act_bytes=tuple(rng.uniform(0.3, 0.6) * GB for _ in range(L)),
+        layer_act_bytes_recompute=(0.03 * GB,) * L,
+        layer_state_bytes=tuple(rng.uniform(0.5, 2.0) * GB for _ in range(L)),
+        first_extra_time_s=0.001, last_extra_time_s=rng.uniform(0.0, 0.04),
+        first_extra_bytes=1.0 * GB, last_extra_bytes=2.0 * GB,
+        inflight=tuple(float(pp - s) for s in range(pp)), capacity_bytes=rng.uniform(*capacity_gb) * GB, **kw)
+
+
 def test_non_uniform_layers_match_exhaustive_dp():
     rng = random.Random(7)
     for case in range(6):
-        L, pp = rng.randint(6, 12), rng.randint(2, 4)
-        t = tuple(rng.uniform(0.01, 0.03) for _ in range(L))
-        p = StageProblem(
-            num_layers=L, pp=pp, layer_time_s=t, layer_recompute_s=tuple(x / 3 for x in t),
-            layer_act_bytes=tuple(rng.uniform(0.3, 0.6) * GB for _ in range(L)),
-            layer_act_bytes_recompute=tuple(0.03 * GB for _ in range(L)),
-            layer_state_bytes=tuple(rng.uniform(0.5, 2.0) * GB for _ in range(L)),
-            first_extra_time_s=0.001, last_extra_time_s=rng.uniform(0.0, 0.04),
-            first_extra_bytes=1.0 * GB, last_extra_bytes=2.0 * GB,
-            inflight=tuple(float(pp - s) for s in range(pp)), capacity_bytes=rng.uniform(6, 14) * GB)
+        p = _random_problem(rng, (6, 12), (2, 4), (6, 14))
         want = _dp_optimum(p)
         a = assign_stages(p, deterministic_time=5.0)
         if want is None:
@@ -239,16 +245,7 @@ def test_even_middle_is_the_best_split_megatron_flags_express():
     # random non-uniform layers, checked the same way
     rng = random.Random(3)
     for case in range(6):
-        L, pp = rng.randint(8, 20), rng.randint(3, 6)
-        t = tuple(rng.uniform(0.01, 0.03) for _ in range(L))
-        p = StageProblem(
-            num_layers=L, pp=pp, layer_time_s=t, layer_recompute_s=tuple(x / 3 for x in t),
-            layer_act_bytes=tuple(rng.uniform(0.3, 0.6) * GB for _ in range(L)),
-            layer_act_bytes_recompute=(0.03 * GB,) * L,
-            layer_state_bytes=tuple(rng.uniform(0.5, 2.0) * GB for _ in range(L)),
-            first_extra_time_s=0.001, last_extra_time_s=rng.uniform(0.0, 0.04), first_extra_bytes=1.0 * GB,
-            last_extra_bytes=2.0 * GB, inflight=tuple(float(pp - s) for s in range(pp)),
-            capacity_bytes=rng.uniform(8, 20) * GB, even_middle=True)
+        p = _random_problem(rng, (8, 20), (3, 6), (8, 20), even_middle=True)
         want, a = _expressible_optimum(p), assign_stages(p)
         assert (a is None) == (want is None), case
         if a is not None:
