@@ -8,6 +8,7 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
 from planner.costmodel.moe import dispatcher, expert_load, groups_per_token
 from planner.costmodel.trace import Term, formula
+from planner.specs import MoESpec
 
 # An FP8 dispatch sends 1 byte per element (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.2: quantized before the
 # dispatch, the combine kept in BF16); only where TrainingSpec.fp8_moe_dispatch says the stack does it.
@@ -119,17 +120,18 @@ def deepep_dispatch_s(ctx: Context, shape: Shape, elem: float) -> float:
 
 def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float, intra_bw: float | None = None) -> float:
     """One dispatch (or combine) with group-limited routing over EP groups spanning domains (DeepSeek-V3
-    report, arXiv 2412.19437, sec. 3.2.2): each token reaches at most M = route_topk_groups domains, crossing
+    report, arXiv 2412.19437, sec. 3.2.2): each token reaches at most M = route_topk_groups routing groups, crossing
     the network once per target domain (to the GPU of the same in-node index) and fanning out to its experts
-    over NVLink; the two stages pipeline, so the slower one shows. Expected remote domains: M (D - 1) / D."""
+    over NVLink; the two stages pipeline, so the slower one shows. Expected remote domains: min(M x the domains one
+    group spans, the top_k experts' distinct domains) x (D - 1) / D."""
     p, m, link = shape.plan, ctx.model, shape.links.ep
     so = ctx.cluster.hardware.scale_out
     moe = m.require_moe()
     domains = max(1, p.ep // max(1, link.ranks_per_domain))
     # distinct target domains of a token's top_k experts (moe.groups_per_token over the experts of one domain; uniform
-    # routing: D (1 - (1 - 1/D)^top_k)), at most M with group-limited routing; the (D - 1) / D share of them is remote
+    # routing: D (1 - (1 - 1/D)^top_k)); the (D - 1) / D share of them is remote
     reach = groups_per_token(ctx, max(1, moe.num_experts // domains))
-    remote = min(moe.route_topk_groups or domains, reach) * (domains - 1) / domains
+    remote = min(group_limited_domains(moe, domains), reach) * (domains - 1) / domains
     tokens = shape.tokens / p.tp
     nic = so.unidir_GBps_per_device * so.achievable_fraction * 1e9
     inter = link.alpha * (domains - 1) + tokens * remote * m.hidden_size * elem / nic
@@ -139,6 +141,18 @@ def node_limited_dispatch_s(ctx: Context, shape: Shape, elem: float, intra_bw: f
     # the NVLink fan-out delivers one copy per target rank (ranks_per_token)
     intra = tokens * ranks_per_token(ctx, shape) * m.hidden_size * elem / intra_bw
     return max(inter, intra)
+
+
+def group_limited_domains(moe: MoESpec, domains: int) -> float:
+    """The most domains one token's experts can sit in under group-limited routing: M = route_topk_groups groups of
+    route_groups, both the groups and the EP domains being runs of consecutive experts. The DeepSeek-V3 report's
+    "at most 4 nodes" is one group per node (arXiv 2412.19437 sec. 2.1.2: 8 groups on 8 nodes); an EP group over D
+    domains > route_groups spreads each group over D / route_groups of them, so a token reaches up to M x D /
+    route_groups (DeepSeek-V3 at EP 256 over 32 nodes: 16, not 4). Fewer domains than groups: at most M. Unlimited
+    routing: D."""
+    if moe.route_topk_groups is None:
+        return float(domains)
+    return moe.route_topk_groups * max(1.0, domains / moe.route_groups)
 
 
 def dualpipe_exposed_ep_s(ep_fwd_s: float, stage_fwd_s: float, stage_bwd_s: float) -> float:

@@ -71,7 +71,8 @@ class MoESpec(_Frozen):
     expert_bias: bool = Field(False, description="expert matrices carry biases (gpt-oss)")
     shared_expert_gate: bool = Field(False, description="sigmoid gate h->1 on the shared expert (Qwen2-MoE)")
     route_groups: int = Field(1, ge=1, description="group-limited routing: the experts split into this many "
-                              "groups (HF DeepSeek `n_group`; experts of one group live on one node under EP)")
+                              "groups (HF DeepSeek `n_group`; DeepSeek-V3 places one group on each node, an EP "
+                              "group over more nodes spreads each group over several)")
     route_topk_groups: int | None = Field(
         None, ge=1, description="each token picks its experts from at most this many groups (HF DeepSeek "
         "`topk_group`; DeepSeek-V3: 4 of 8, 'each token will be sent to at most 4 nodes', arXiv 2412.19437 sec. "

@@ -423,6 +423,26 @@ def test_node_limited_routing_cuts_the_network_share_of_the_dispatch():
     assert times["alltoall", "limited"] == times["alltoall", "free"]
 
 
+def test_group_limited_routing_spreads_over_the_domains_a_group_spans():
+    # DeepSeek-V3's 8 routing groups of 32 experts: at EP 64 over 8 nodes a group is a node, and a token reaches at
+    # most 4 nodes (the report's "at most 4 nodes"). At EP 256 over 32 nodes each group spans 4 nodes, so the 4 groups a
+    # token picks cover 16 nodes, more than its 8 experts reach at random (32 (1 - (31/32)^8) = 7.2): the limit no
+    # longer cuts the network share, and DeepEP's dispatch costs what unlimited routing's does (before, it was held to
+    # 4 nodes, and the search ranked EP 256 plans first by that)
+    from planner.costmodel.expert import ep_comm_fwd_s, group_limited_domains
+
+    moe = get_model("deepseek-v3").moe
+    assert [group_limited_domains(moe, d) for d in (1, 4, 8, 16, 32)] == [4, 4, 4, 8, 16]
+    assert group_limited_domains(get_model("mixtral-8x7b").moe, 16) == 16  # unlimited routing
+    ctx = ctx_for("deepseek-v3", "h800x2048", seq_len=4096, global_batch=2048)
+    plan = ParallelPlan(tp=1, pp=8, dp=256, ep=256, micro_batch=1, recompute="selective")
+    free = get_model("deepseek-v3").model_copy(update={"moe": moe.model_copy(update={"route_topk_groups": None})})
+    train = ctx.train.model_copy(update={"moe_dispatcher": "flex"})
+    times = [ep_comm_fwd_s(c, plan_shape(c, plan), next(k for k in c.kinds if k.moe))
+             for c in (Context(ctx.model, ctx.cluster, train), Context(free, ctx.cluster, train))]
+    assert times[0] == pytest.approx(times[1])
+
+
 # ------------------------------------------------------------------ the default batch and the device count
 
 
