@@ -71,5 +71,4 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
         + shape.tokens * logits_bytes_per_token(m, tp, ctx.train) * (1 + m.mtp_layers) + mtp_bytes,
         inflight=inflight, capacity_bytes=cap,
         uniform_recompute=plan.recompute == "full",
-        even_middle=True,  # the search applies a split only through Megatron's first/last-stage flags
     )

@@ -687,13 +687,15 @@ def _needs_stage_solve(ctx: Context, p: ParallelPlan) -> bool:
 
 
 def _stage_problem_of(ctx: Context, p: ParallelPlan, cap: float) -> Any:
-    """The plan's stage-balancing problem (planner.costmodel.balance), None when it needs none or has none."""
+    """The plan's stage-balancing problem (planner.costmodel.balance), None when it needs none or has none; over the
+    splits Megatron's first/last-stage flags express (StageProblem.even_middle), the only ones _balanced_plan
+    applies."""
     from planner.costmodel.balance import stage_problem
 
     if not _needs_stage_solve(ctx, p):
         return None
     try:
-        return stage_problem(ctx, p, cap)
+        return replace(stage_problem(ctx, p, cap), even_middle=True)
     except ValueError:
         return None
 
