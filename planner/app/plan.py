@@ -48,7 +48,6 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     that can never give a plan and NoFeasiblePlan (exit 3) when nothing fits."""
     req = resolve_target(req)
     from planner.costmodel import Context
-    from planner.search.engine import search
 
     model, cluster, train = build_inputs(req)
     launcher = req.launcher
@@ -61,16 +60,8 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     t0 = time.perf_counter()
     gate = launcher or modelled_launcher(model, train, cluster)
 
-    def run(gate_launcher: str | None):
-        return search(ctx, search_options(req, fixed, gate_launcher))
-
     with progress(f"searching plans for {model.name} on {cluster.name}"):
-        res = run(gate)
-        unrunnable: str | None = None
-        if not launcher and gate and not res.plans and fixed:
-            # the pinned knobs describe a run the modelled stack's launcher cannot write (DeepSeek-V3's own DualPipe
-            # plan): cost it as pinned, and say that no launch files of that launcher are written for it
-            res, unrunnable = run(None), gate
+        ctx, res, unrunnable, dispatchers = _search_request(req, ctx, fixed, launcher, gate)
     seconds = time.perf_counter() - t0
     if not res.plans and not res.structures:
         raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
@@ -85,6 +76,11 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     margin = margin_note(res)
     if margin:
         doc["plans"][0]["warnings"] = [*doc["plans"][0]["warnings"], margin]
+    if dispatchers:
+        doc["search"]["moe_dispatchers"] = dispatchers
+        chosen = dispatcher_note(ctx, dispatchers)
+        if chosen:
+            doc["plans"][0]["warnings"] = [*doc["plans"][0]["warnings"], chosen]
     if unrunnable:
         note = (f"{unrunnable} cannot run the pinned knobs ({req.pins_text()}): the plans are costed as pinned, "
                 f"and --out writes no {unrunnable} files for them")
@@ -98,6 +94,64 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     attach_bands(ctx, doc)  # plans[i].step_time_band, band_note
     require_finite(doc)
     return ctx, res, doc
+
+
+def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, gate: str | None):
+    """The search of a checked request: (ctx, result, the launcher that cannot run the pinned knobs or None,
+    {dispatcher: its #1's step time} where the MoE dispatcher is searched, best_dispatcher)."""
+    from planner.costmodel import Context
+    from planner.search.engine import search
+    from planner.search.request import searched_dispatchers
+
+    def run(gate_launcher: str | None, on: Context = base):
+        return search(on, search_options(req, fixed, gate_launcher))
+
+    # the MoE dispatchers searched beside the stack's default: one search each, best_dispatcher keeps one
+    twins = [Context(base.model, base.cluster, base.train.model_copy(update={"moe_dispatcher": kind}),
+                     memory_headroom_gib=req.memory_headroom_gib)
+             for kind in searched_dispatchers(base.model, base.cluster, base.train)]
+    ctx, res, dispatchers = base, run(gate), dict[str, float | None]()
+    if twins:
+        ctx, res, dispatchers = best_dispatcher([base, *twins], [res, *(run(gate, t) for t in twins)])
+    if not launcher and gate and not res.plans and fixed:
+        # the pinned knobs describe a run the modelled stack's launcher cannot write (DeepSeek-V3's own DualPipe
+        # plan): cost it as pinned, and say that no launch files of that launcher are written for it
+        return base, run(None), gate, {}
+    return ctx, res, None, dispatchers
+
+
+def best_dispatcher(ctxs: list, results: list) -> tuple[Any, Any, dict[str, float | None]]:
+    """The MoE dispatcher as a searched knob (planner.search.request.searched_dispatchers): of the searches of the
+    stack's default dispatcher (ctxs[0]) and of each alternative (the same request otherwise), the one whose #1
+    ranks first (a lower memory tier, else faster by more than the ranking's tie band; a tie keeps the default).
+    Every plan of the result shares its dispatcher, the one its launch files write. Returns (ctx, result,
+    {dispatcher: its #1's step time, None where nothing fits})."""
+    from planner.search.ranking import TIE_BAND_REL, memory_tier
+
+    best = 0
+    for i, r in enumerate(results[1:], start=1):
+        if not r.plans:
+            continue
+        a, b = r.plans[0], results[best].plans[0] if results[best].plans else None
+        if b is None or memory_tier(a) < memory_tier(b) or (
+                memory_tier(a) == memory_tier(b) and a.step_time_s * (1.0 + TIE_BAND_REL) < b.step_time_s):
+            best = i
+    seen = {c.train.moe_dispatcher or c.stack.moe_dispatcher: r.plans[0].step_time_s if r.plans else None
+            for c, r in zip(ctxs, results, strict=True)}
+    return ctxs[best], results[best], seen
+
+
+def dispatcher_note(ctx, seen: dict[str, float | None]) -> str | None:
+    """What a searched MoE dispatcher other than the stack's default needs (best_dispatcher)."""
+    kind, default = ctx.train.moe_dispatcher, ctx.stack.moe_dispatcher
+    if kind is None or kind == default:
+        return None
+    other = seen.get(default)
+    against = f"{other:.3f} s with {default}, the stack's default" if other is not None else f"none fits with {default}"
+    kernels = f" ({ctx.train.flex_backend} kernels)" if kind == "flex" else ""
+    return (f"costed with the {kind} MoE dispatcher{kernels}, searched beside {default}: #1 at {seen[kind]:.3f} s "
+            f"against {against}; its launch files need {ctx.train.flex_backend if kind == 'flex' else kind} "
+            f"installed, --moe-dispatcher {default} plans without it")
 
 
 def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:

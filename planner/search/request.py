@@ -65,3 +65,22 @@ def request_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, 
                        f": no layout of {cluster.count} devices takes these settings; change --gbs / --seq-len or "
                        "the device count (--min-devices searches the counts up to it)")
     return count_free_errors(model, cluster, train, fixed) + pinned
+
+
+def searched_dispatchers(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec) -> tuple[str, ...]:
+    """The MoE dispatchers the search tries beside the stack's default (planner.app.plan.run_search keeps the one
+    whose best plan is fastest): the stack's moe_searched_dispatchers, only for an MoE model whose request pins no
+    dispatcher, flex backend or capacity factor (Megatron-Bridge's token drop asserts the alltoall dispatcher,
+    training/utils/moe_token_drop.py; DeepEP refuses padding to capacity, megatron-core core_v0.16.1
+    transformer_config.py:1074-1081), and flex only on NVIDIA NVSwitch parts with FP8 tensor cores (Hopper,
+    Blackwell): where DeepEP publishes its kernels' figures (deepseek-ai/DeepEP README: H800, SM100) and NVIDIA's
+    recipes run it (pinned with --moe-dispatcher flex it is costed anywhere)."""
+    from planner.stacks import stack_of
+
+    if not model.is_moe or train.moe_dispatcher is not None or train.moe_flex_backend is not None \
+            or train.moe_capacity_factor is not None:
+        return ()
+    stack, hw = stack_of(train), cluster.hardware
+    deepep_here = hw.scale_up.kind == "nvswitch" and hw.peak_tflops.fp8 is not None
+    return tuple(d for d in stack.moe_searched_dispatchers
+                 if d in stack.moe_dispatchers and d != stack.moe_dispatcher and (d != "flex" or deepep_here))

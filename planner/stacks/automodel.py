@@ -110,6 +110,7 @@ STACK = Stack(
     # (DTensor full_tensor) and reduce-scatters the output (Partial -> Shard): the all-gather dispatcher
     moe_dispatcher="flex",
     moe_dispatchers=("flex", "allgather"),  # the two above (enable_deepep true / false); no emitter selects either
+    moe_searched_dispatchers=(),  # no emitter writes AutoModel's dispatcher choice (moe_dispatchers)
     # DeepEP's normal dispatch hands the per-expert counts to the host (AM:components/moe/megatron/fused_a2a.py
     # torch.tensor(num_recv_tokens_per_expert_list)) and grouped_gemm takes them on the CPU (fanshiqing/grouped_gemm
     # v1.1.4 csrc/grouped_gemm.cu: TORCH_CHECK(batch_sizes.is_cpu()))

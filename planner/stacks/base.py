@@ -177,6 +177,10 @@ class Stack:
     # what Megatron's launch files write (planner/emit/megatron.py --moe-flex-dispatcher-backend deepep) and what
     # NeMo AutoModel's enable_deepep runs
     moe_flex_backend: MoEFlexBackend = "deepep"
+    # ---- MoE, defaulted: the dispatchers the search tries beside the default when the request pins none
+    # (planner.search.request.searched_dispatchers, which also says on which hardware): each a launch-file choice of
+    # moe_dispatchers. Empty: the default only.
+    moe_searched_dispatchers: tuple[MoEDispatcher, ...] = ()
     # ---- pipeline, defaulted: the launch files state any split of the layers over the pipeline ranks and their
     # virtual stages (Megatron's --pipeline-model-parallel-layout), so a split that no first/last stage sizes state
     # (DeepSeek-V3's 61 layers over 8 ranks of 2 virtual stages) is searched too: the default uneven split

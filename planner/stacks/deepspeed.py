@@ -52,6 +52,7 @@ STACK = Stack(
     fp8_lm_head=False,  # the LM head stays 16-bit under FP8 recipes, as in Megatron
     moe_dispatcher="alltoall",  # DeepSpeed-MoE: GShard-style all-to-all of capacity-padded tokens
     moe_dispatchers=("alltoall",),  # DeepSpeed-MoE has one
+    moe_searched_dispatchers=(),  # DeepSpeed-MoE has one dispatcher (moe_dispatchers)
     moe_dispatch_host_sync=False,  # capacity gating with static shapes (einsum dispatch): nothing read on the host
     moe_permute="unfused",  # einsum dispatch / combine masks, not a fused permute
     moe_alltoall_sorts_by_local_expert=False,  # not modelled: its einsum capacity buffers' copies are moe_permute's

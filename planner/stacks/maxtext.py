@@ -77,6 +77,7 @@ STACK = Stack(
     fp8_lm_head=True,  # MaxText's FP8 path is not documented here: the LM head keeps the recipe's dtype
     moe_dispatcher="alltoall",  # expert-parallel all-to-all under XLA (MaxText moe.py)
     moe_dispatchers=("alltoall",),  # the MaxText emitter selects no other
+    moe_searched_dispatchers=(),  # the MaxText emitter selects no other (moe_dispatchers)
     moe_dispatch_host_sync=False,  # static shapes under XLA: nothing read on the host
     moe_permute="fused",  # XLA fuses the sort / gather of the permutation
     moe_alltoall_sorts_by_local_expert=False,  # not modelled: the permutation is counted as one fused XLA sort above

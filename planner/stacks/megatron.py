@@ -130,6 +130,10 @@ STACK = Stack(
     # flex runs DeepEP unless a run names HybridEP (TrainingSpec.moe_flex_backend): what planner/emit/megatron.py writes
     # (--moe-flex-dispatcher-backend deepep)
     moe_flex_backend="deepep",
+    # the flex dispatcher is searched beside alltoall where no dispatcher is pinned: NVIDIA's Megatron-Bridge
+    # performance presets run DeepSeek-V3 with it on every system and Qwen3 / gpt-oss on several
+    # (planner.analysis.validate FLEX_RECIPE_MODELS), so a plan without it may be slower than the expert's
+    moe_searched_dispatchers=("flex",),
     # --recompute-modules (memory.selective_recompute_modules): the attention core for dense models (Korthikanti et al.
     # 2022 sec. 5), the MLA up-projections for MLA models; norms and expert activations are memory-bound, not charged
     selective_recomputes="modules",

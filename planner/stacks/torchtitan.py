@@ -98,6 +98,7 @@ STACK = Stack(
     fp8_lm_head=False,  # torchtitan's float8 converter skips "output" (filter_fqns)
     moe_dispatcher="alltoall",  # all_to_all_single (torchtitan 0.3.0 models/common/token_dispatcher.py)
     moe_dispatchers=("alltoall",),  # the torchtitan emitter writes no DeepEP / HybridEP comm_backend
+    moe_searched_dispatchers=(),  # the torchtitan emitter selects no other (moe_dispatchers)
     # AllToAllTokenDispatcher._sync_token_count_exchange copies the split sizes to the host: "this would incur a
     # device-to-host sync"
     moe_dispatch_host_sync=True,

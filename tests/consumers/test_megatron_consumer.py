@@ -52,6 +52,12 @@ MXFP8_PARAMS_CASE = Case("llama8b-mxfp8-param-gather-8xb200", LLAMA31_8B, cluste
 HYBRIDEP_CASE = Case("mixtral-ep8-flex-hybridep-64xgb200", MIXTRAL_8X7B, cluster("gb200-nvl72", 64),
                      TrainingSpec(seq_len=4096, global_batch=256, moe_dispatcher="flex", moe_flex_backend="hybridep"),
                      ParallelPlan(dp=64, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"))
+# the flex dispatcher with DeepEP's kernels, as the search keeps it where it beats alltoall on Hopper (Mixtral 8x7B on
+# 64 H100: planner.app.plan.best_dispatcher)
+DEEPEP_CASE = Case("mixtral-ep8-etp2-flex-deepep-64xh100", MIXTRAL_8X7B, cluster("h100-sxm-80gb", 64),
+                   TrainingSpec(seq_len=4096, global_batch=256, moe_dispatcher="flex"),
+                   ParallelPlan(tp=2, dp=32, ep=8, etp=2, micro_batch=4, zero_stage=1, recompute="selective",
+                                sequence_parallel=True))
 # layer splits only --pipeline-model-parallel-layout states: DeepSeek-V3's 61 layers (and its MTP module) over pp 4 x
 # vpp 8, as the search proposes them (planner.search.engine._vpp_choices), and pinned first/last stage sizes that do
 # not divide into the virtual stages
@@ -68,7 +74,7 @@ LAYOUT_MTP_CASE = Case("deepseek-v3-mtp2-pp8vpp2-layout-1024xh100", DEEPSEEK_V3.
                        cluster("h100-sxm-80gb", 1024), TrainingSpec(seq_len=4096, global_batch=1024),
                        ParallelPlan(tp=2, pp=8, vpp=2, dp=64, ep=64, etp=1, micro_batch=1, zero_stage=1,
                                     recompute="full", schedule="interleaved"))
-EXTRA_CASES = [B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE, MXFP8_PARAMS_CASE, HYBRIDEP_CASE, LAYOUT_CASE,
+EXTRA_CASES = [B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE, MXFP8_PARAMS_CASE, HYBRIDEP_CASE, DEEPEP_CASE, LAYOUT_CASE,
                LAYOUT_FIRST_LAST_CASE, LAYOUT_MTP_CASE]
 CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() + EXTRA_CASES
          if "megatron_args.json" in c.emit(["megatron"])[0]]

@@ -1,4 +1,4 @@
-"""`plan report` reuses the search of `plan`: one search, the same stage solves, every scored plan charted."""
+"""`plan report` reuses the search of `plan`: the same searches, the same stage solves, every scored plan charted."""
 
 from __future__ import annotations
 
@@ -46,7 +46,9 @@ def test_report_runs_one_search_with_the_plans_stage_solves(monkeypatch, tmp_pat
     out = tmp_path / "r.html"
     r = CliRunner().invoke(main, ["report", *ARGS, "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert calls == plan_calls == {"search": 1, "solve": 5}  # the 5 leading plans (61 layers over pp=8)
+    # one search per MoE dispatcher searched (alltoall, flex: planner.app.plan.best_dispatcher), each solving its 5
+    # leading plans' stages (61 layers over pp=8): the same in both commands
+    assert calls == plan_calls == {"search": 2, "solve": 10}
     n = int(re.search(r"\((\d+) feasible candidates", r.output).group(1))
     assert n > 5  # every scored plan of that one search, not only the top 5
     page = out.read_text()

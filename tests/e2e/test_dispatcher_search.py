@@ -1,0 +1,64 @@
+"""The MoE dispatcher as a searched knob: where no dispatcher is pinned, Megatron's flex dispatcher (DeepEP) is
+searched beside its default alltoall on Hopper / Blackwell NVSwitch parts, and the search whose #1 is faster is kept
+(planner.search.request.searched_dispatchers, planner.app.plan.best_dispatcher); its launch files write it."""
+
+import json
+
+from support import plan_json, run_cli
+
+from planner.app.inputs import build_inputs
+from planner.app.request import PlanRequest
+from planner.launchers import launcher_errors
+from planner.search.request import searched_dispatchers
+from planner.specs import ParallelPlan
+
+MIXTRAL = ("--model", "mixtral-8x7b", "--cluster", "h100x64")
+
+
+def _searched(**kw) -> tuple[str, ...]:
+    model, cluster, train = build_inputs(PlanRequest(**kw))
+    return searched_dispatchers(model, cluster, train)
+
+
+def test_flex_is_searched_only_where_deepep_runs_and_nothing_is_pinned():
+    assert _searched(model="mixtral-8x7b", cluster="h100x64") == ("flex",)
+    assert _searched(model="deepseek-v3", cluster="gb200x144") == ("flex",)
+    assert _searched(model="mixtral-8x7b", cluster="a100x64") == ()  # Ampere: no DeepEP figures, no FP8 cores
+    assert _searched(model="mixtral-8x7b", cluster="mi300xx64") == ()  # xGMI: DeepEP's kernels are NVLink's
+    assert _searched(model="mixtral-8x7b", cluster="tpu-v5px256") == ()  # MaxText has one dispatcher
+    assert _searched(model="llama-3.1-8b", cluster="h100x64") == ()  # dense
+    assert _searched(model="mixtral-8x7b", cluster="h100x64", moe_dispatcher="alltoall") == ()  # pinned
+    assert _searched(model="mixtral-8x7b", cluster="h100x64", moe_capacity_factor=1.0) == ()  # token drop: alltoall
+    assert _searched(model="mixtral-8x7b", cluster="h100x64", framework="fsdp") == ()  # torchtitan writes no flex
+
+
+def test_the_faster_dispatcher_is_kept_and_said():
+    doc, _ = plan_json(*MIXTRAL)
+    pinned, _ = plan_json(*MIXTRAL, "--moe-dispatcher", "alltoall")
+    flex, _ = plan_json(*MIXTRAL, "--moe-dispatcher", "flex")
+    seen = doc["search"]["moe_dispatchers"]
+    # each entry is the #1 of that dispatcher's own search, and the kept one is the faster
+    assert seen == {"alltoall": pinned["plans"][0]["step_time_s"], "flex": flex["plans"][0]["step_time_s"]}
+    assert seen["flex"] < seen["alltoall"] / 1.002
+    assert doc["training"]["moe_dispatcher"] == "flex"
+    kept = [(p["plan"], p["step_time_s"]) for p in doc["plans"]]
+    assert kept == [(p["plan"], p["step_time_s"]) for p in flex["plans"]]
+    assert any("flex MoE dispatcher" in w and "--moe-dispatcher alltoall" in w for w in doc["plans"][0]["warnings"])
+    # a pinned dispatcher is not searched
+    assert "moe_dispatchers" not in pinned["search"] and pinned["training"]["moe_dispatcher"] == "alltoall"
+
+
+def test_the_kept_dispatcher_is_written(tmp_path):
+    assert run_cli(*MIXTRAL, "--launcher", "megatron", "--out", str(tmp_path)).exit_code == 0
+    args = json.loads((tmp_path / "megatron_args.json").read_text())["args"]
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "flex"
+    assert args[args.index("--moe-flex-dispatcher-backend") + 1] == "deepep"
+
+
+def test_flex_needs_expert_tp_or_ep_in_megatron():
+    model, cluster, train = build_inputs(PlanRequest(model="mixtral-8x7b", cluster="h100x8", moe_dispatcher="flex"))
+    plan = ParallelPlan(tp=8, dp=1, ep=1, etp=1)
+    errs = launcher_errors(plan, model, train, "megatron", cluster)
+    assert any("expert TP x EP > 1" in e for e in errs), errs
+    assert not any("expert TP x EP" in e for e in launcher_errors(plan.model_copy(update={"etp": 2}), model, train,
+                                                                   "megatron", cluster))
