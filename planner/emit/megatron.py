@@ -437,6 +437,22 @@ def emit(job: Job) -> dict[str, str]:
     return {"megatron_args.json": dumps(doc), "launch_megatron.sh": launch_script(job, args, env)}
 
 
+# the kernels of the flex dispatcher's backends (megatron-core core_v0.16.1 transformer/moe/README.md "Token
+# Dispatching"; fused_a2a.py imports deep_ep's Buffer / HybridEPBuffer)
+FLEX_KERNELS = {"deepep": "DeepEP (github.com/deepseek-ai/DeepEP)",
+                "hybridep": "HybridEP (github.com/deepseek-ai/DeepEP, branch hybrid-ep)"}
+
+
+def _kernel_requirements(job: Job) -> list[str]:
+    """Comment lines naming what the written flags need beyond Megatron-LM itself: the flex dispatcher's kernels."""
+    kind = job.train.moe_dispatcher or stack_of(job.train).moe_dispatcher
+    if job.model.moe is None or kind != "flex":
+        return []
+    backend = job.train.flex_backend
+    return [f"# Needs {FLEX_KERNELS[backend]} installed: the flex MoE dispatcher runs its kernels "
+            f"(--moe-flex-dispatcher-backend {backend})."]
+
+
 def launch_script(job: Job, args: list[str], env: dict[str, str]) -> str:
     p = job.plan
     out = [
@@ -448,6 +464,7 @@ def launch_script(job: Job, args: list[str], env: dict[str, str]) -> str:
         "# Run on every node with NODE_RANK and MASTER_ADDR set. Arguments given to this script are",
         "# appended (data, tokenizer, checkpoints, --train-iters, learning rate...).",
         "# MEGATRON_LM is the Megatron-LM checkout holding pretrain_gpt.py.",
+        *_kernel_requirements(job),
         "set -euo pipefail",
     ]
     for k, v in env.items():

@@ -74,7 +74,9 @@ def searched_dispatchers(model: ModelSpec, cluster: ClusterSpec, train: Training
     training/utils/moe_token_drop.py; DeepEP refuses padding to capacity, megatron-core core_v0.16.1
     transformer_config.py:1074-1081), and flex only on NVIDIA NVSwitch parts with FP8 tensor cores (Hopper,
     Blackwell): where DeepEP publishes its kernels' figures (deepseek-ai/DeepEP README: H800, SM100) and NVIDIA's
-    recipes run it (pinned with --moe-dispatcher flex it is costed anywhere)."""
+    recipes run it (pinned with --moe-dispatcher flex it is costed anywhere). Megatron's own guide names flex with
+    DeepEP "best for cross-node EP, fine-grained MoE (DeepSeek-V3)" (megatron-core core_v0.16.1
+    transformer/moe/README.md, Token Dispatching); the search keeps it only where its #1 is faster."""
     from planner.stacks import stack_of
 
     if not model.is_moe or train.moe_dispatcher is not None or train.moe_flex_backend is not None \

@@ -53,6 +53,12 @@ def test_the_kept_dispatcher_is_written(tmp_path):
     args = json.loads((tmp_path / "megatron_args.json").read_text())["args"]
     assert args[args.index("--moe-token-dispatcher-type") + 1] == "flex"
     assert args[args.index("--moe-flex-dispatcher-backend") + 1] == "deepep"
+    script = (tmp_path / "launch_megatron.sh").read_text()
+    assert "# Needs DeepEP (github.com/deepseek-ai/DeepEP) installed" in script
+    # and an alltoall plan's script names no kernels beyond Megatron-LM's
+    pinned = tmp_path / "alltoall"
+    assert run_cli(*MIXTRAL, "--moe-dispatcher", "alltoall", "--out", str(pinned)).exit_code == 0
+    assert "# Needs" not in (pinned / "launch_megatron.sh").read_text()
 
 
 def test_flex_needs_expert_tp_or_ep_in_megatron():
