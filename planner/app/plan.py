@@ -107,9 +107,9 @@ def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, g
         return search(on, search_options(req, fixed, gate_launcher))
 
     # the MoE dispatchers searched beside the stack's default: one search each, best_dispatcher keeps one
-    twins = [Context(base.model, base.cluster, base.train.model_copy(update={"moe_dispatcher": kind}),
+    twins = [Context(base.model, base.cluster, base.train.model_copy(update=settings),
                      memory_headroom_gib=req.memory_headroom_gib)
-             for kind in searched_dispatchers(base.model, base.cluster, base.train)]
+             for settings in searched_dispatchers(base.model, base.cluster, base.train)]
     ctx, res, dispatchers = base, run(gate), dict[str, float | None]()
     if twins:
         ctx, res, dispatchers = best_dispatcher([base, *twins], [res, *(run(gate, t) for t in twins)])

@@ -17,12 +17,16 @@ MIXTRAL = ("--model", "mixtral-8x7b", "--cluster", "h100x64")
 
 def _searched(**kw) -> tuple[str, ...]:
     model, cluster, train = build_inputs(PlanRequest(**kw))
-    return searched_dispatchers(model, cluster, train)
+    settings = searched_dispatchers(model, cluster, train)
+    return tuple(f"{s['moe_dispatcher']}/{s.get('moe_flex_backend')}" for s in settings)
 
 
 def test_flex_is_searched_only_where_deepep_runs_and_nothing_is_pinned():
-    assert _searched(model="mixtral-8x7b", cluster="h100x64") == ("flex",)
-    assert _searched(model="deepseek-v3", cluster="gb200x144") == ("flex",)
+    assert _searched(model="mixtral-8x7b", cluster="h100x64") == ("flex/deepep",)
+    assert _searched(model="mixtral-8x7b", cluster="b200x64") == ("flex/deepep",)
+    # NVL72: HybridEP, Megatron's flex backend for multi-node NVLink (and every Megatron-Bridge GB200 preset's)
+    assert _searched(model="deepseek-v3", cluster="gb200x144") == ("flex/hybridep",)
+    assert _searched(model="deepseek-v3", cluster="gb200x4") == ("flex/deepep",)  # one tray: one node
     assert _searched(model="mixtral-8x7b", cluster="a100x64") == ()  # Ampere: no DeepEP figures, no FP8 cores
     assert _searched(model="mixtral-8x7b", cluster="mi300xx64") == ()  # xGMI: DeepEP's kernels are NVLink's
     assert _searched(model="mixtral-8x7b", cluster="tpu-v5px256") == ()  # MaxText has one dispatcher
@@ -46,6 +50,15 @@ def test_the_faster_dispatcher_is_kept_and_said():
     assert any("flex MoE dispatcher" in w and "--moe-dispatcher alltoall" in w for w in doc["plans"][0]["warnings"])
     # a pinned dispatcher is not searched
     assert "moe_dispatchers" not in pinned["search"] and pinned["training"]["moe_dispatcher"] == "alltoall"
+
+
+def test_hybridep_is_searched_on_nvl72():
+    doc, _ = plan_json("--model", "qwen3-30b-a3b", "--cluster", "gb200x144")
+    hybrid, _ = plan_json("--model", "qwen3-30b-a3b", "--cluster", "gb200x144", "--moe-dispatcher", "flex",
+                          "--moe-flex-backend", "hybridep")
+    assert doc["training"]["moe_dispatcher"] == "flex" and doc["training"]["moe_flex_backend"] == "hybridep"
+    assert doc["search"]["moe_dispatchers"]["flex"] == hybrid["plans"][0]["step_time_s"]
+    assert doc["search"]["moe_dispatchers"]["flex"] < doc["search"]["moe_dispatchers"]["alltoall"] / 1.002
 
 
 def test_the_kept_dispatcher_is_written(tmp_path):
