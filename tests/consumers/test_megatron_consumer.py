@@ -58,6 +58,12 @@ DEEPEP_CASE = Case("mixtral-ep8-etp2-flex-deepep-64xh100", MIXTRAL_8X7B, cluster
                    TrainingSpec(seq_len=4096, global_batch=256, moe_dispatcher="flex"),
                    ParallelPlan(tp=2, dp=32, ep=8, etp=2, micro_batch=4, zero_stage=1, recompute="selective",
                                 sequence_parallel=True))
+# and DeepSeek-V3's shared expert beside it (--moe-shared-expert-overlap, which megatron-core allows with flex from
+# 0.18), as the search keeps flex for DeepSeek-V3 on 1024 H100
+DEEPEP_SHARED_CASE = Case("deepseek-v3-ep256-flex-deepep-1024xh100", DEEPSEEK_V3, cluster("h100-sxm-80gb", 1024),
+                          TrainingSpec(seq_len=4096, global_batch=1024, moe_dispatcher="flex"),
+                          ParallelPlan(tp=4, pp=2, vpp=16, dp=128, ep=256, etp=1, micro_batch=1, zero_stage=1,
+                                       recompute="none", schedule="interleaved"))
 # layer splits only --pipeline-model-parallel-layout states: DeepSeek-V3's 61 layers (and its MTP module) over pp 4 x
 # vpp 8, as the search proposes them (planner.search.engine._vpp_choices), and pinned first/last stage sizes that do
 # not divide into the virtual stages
@@ -74,8 +80,8 @@ LAYOUT_MTP_CASE = Case("deepseek-v3-mtp2-pp8vpp2-layout-1024xh100", DEEPSEEK_V3.
                        cluster("h100-sxm-80gb", 1024), TrainingSpec(seq_len=4096, global_batch=1024),
                        ParallelPlan(tp=2, pp=8, vpp=2, dp=64, ep=64, etp=1, micro_batch=1, zero_stage=1,
                                     recompute="full", schedule="interleaved"))
-EXTRA_CASES = [B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE, MXFP8_PARAMS_CASE, HYBRIDEP_CASE, DEEPEP_CASE, LAYOUT_CASE,
-               LAYOUT_FIRST_LAST_CASE, LAYOUT_MTP_CASE]
+EXTRA_CASES = [B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE, MXFP8_PARAMS_CASE, HYBRIDEP_CASE, DEEPEP_CASE,
+               DEEPEP_SHARED_CASE, LAYOUT_CASE, LAYOUT_FIRST_LAST_CASE, LAYOUT_MTP_CASE]
 CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() + EXTRA_CASES
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
