@@ -136,7 +136,7 @@ def best_dispatcher(ctxs: list, results: list) -> tuple[Any, Any, dict[str, floa
         if b is None or memory_tier(a) < memory_tier(b) or (
                 memory_tier(a) == memory_tier(b) and a.step_time_s * (1.0 + TIE_BAND_REL) < b.step_time_s):
             best = i
-    seen = {c.train.moe_dispatcher or c.stack.moe_dispatcher: r.plans[0].step_time_s if r.plans else None
+    seen = {c.train.dispatcher: r.plans[0].step_time_s if r.plans else None
             for c, r in zip(ctxs, results, strict=True)}
     return ctxs[best], results[best], seen
 

@@ -117,8 +117,8 @@ FP8_QUANTIZE_KERNELS_PER_TENSOR = {"tensorwise": 3, "mxfp8": 1, "blockwise": 1, 
 
 
 def dispatcher(ctx: Context) -> str:
-    """The MoE token dispatcher: TrainingSpec.moe_dispatcher, else the stack's (planner/stacks)."""
-    return ctx.train.moe_dispatcher or ctx.stack.moe_dispatcher
+    """The MoE token dispatcher (TrainingSpec.dispatcher: the training's, else the stack's)."""
+    return ctx.train.dispatcher
 
 
 def has_host_sync(ctx: Context) -> bool:

@@ -310,7 +310,7 @@ def _moe_args(job: Job, a: _Args) -> None:
         a.flag("--moe-pad-expert-input-to-capacity")
     # the dispatcher the plan was costed with (planner.costmodel.moe.dispatcher: TrainingSpec.moe_dispatcher, else
     # the stack's); flex sends a token once per target node (DeepSeek-V3 report sec. 3.2.2)
-    kind = job.train.moe_dispatcher or stack_of(job.train).moe_dispatcher
+    kind = job.train.dispatcher
     a.flag("--moe-token-dispatcher-type", kind)
     st = stack_of(job.train)
     if kind == "flex":  # the flex kernels the plan was costed with
@@ -445,8 +445,7 @@ FLEX_KERNELS = {"deepep": "DeepEP (github.com/deepseek-ai/DeepEP)",
 
 def _kernel_requirements(job: Job) -> list[str]:
     """Comment lines naming what the written flags need beyond Megatron-LM itself: the flex dispatcher's kernels."""
-    kind = job.train.moe_dispatcher or stack_of(job.train).moe_dispatcher
-    if job.model.moe is None or kind != "flex":
+    if job.model.moe is None or job.train.dispatcher != "flex":
         return []
     backend = job.train.flex_backend
     return [f"# Needs {FLEX_KERNELS[backend]} installed: the flex MoE dispatcher runs its kernels "

@@ -14,14 +14,6 @@ def _interleaved_microbatches(job: Job) -> bool:
     return p.pp > 1 and p.vpp > 1 and microbatches(job) % p.pp != 0
 
 
-def _dispatcher(job: Job) -> str:
-    """The MoE dispatcher the job was costed with (planner.costmodel.moe.dispatcher: the training's, else the
-    stack's)."""
-    from planner.stacks import stack_of
-
-    return job.train.moe_dispatcher or stack_of(job.train).moe_dispatcher
-
-
 _SCHEDULE_NAMES = {"gpipe": "GPipe", "zb": "zero-bubble", "dualpipe": "DualPipe", "dualpipev": "DualPipeV",
                    "1f1b": "1F1B", "interleaved": "interleaved"}
 
@@ -71,7 +63,7 @@ RULES = (
          detail=lambda j: {"E": j.model.require_moe().num_experts, "ep": j.plan.ep}),
     Rule("flex-needs-ep", "the flex MoE dispatcher needs expert TP x EP > 1 in Megatron-LM (etp={etp}, ep={ep})",
          "MLM:megatron/core/transformer/moe/token_dispatcher.py:1346 [assert] (tp_size there is the expert TP group's)",
-         lambda j: (j.model.moe is not None and _dispatcher(j) == "flex" and max(1, j.plan.etp) * j.plan.ep <= 1),
+         lambda j: (j.model.moe is not None and j.train.dispatcher == "flex" and max(1, j.plan.etp) * j.plan.ep <= 1),
          detail=lambda j: {"etp": max(1, j.plan.etp), "ep": j.plan.ep}),
     Rule("moe-bias-needs-etp1", "MoE experts with biases need expert TP 1 in Megatron-LM",
          "MLM:megatron/core/transformer/transformer_config.py:1587-1591 [assert]",

@@ -199,6 +199,12 @@ class TrainingSpec(BaseModel):
         return self
 
     @property
+    def dispatcher(self) -> str:
+        """The MoE token dispatcher: moe_dispatcher, else the stack's (Stack.moe_dispatcher); the one rule the cost
+        model (planner.costmodel.moe.dispatcher), the launch rules and the Megatron launch files read."""
+        return self.moe_dispatcher or traits(self.framework).moe_dispatcher
+
+    @property
     def flex_backend(self) -> str:
         """The flex dispatcher's backend: moe_flex_backend, else the stack's (Stack.moe_flex_backend); the one rule
         the cost model (planner.costmodel.moe) and the Megatron launch files read."""
@@ -213,7 +219,7 @@ class TrainingSpec(BaseModel):
         if self.moe_a2a_overlap and self.moe_dispatcher == "allgather":
             # megatron-core: overlap_moe_expert_parallel_comm needs the alltoall or flex dispatcher
             raise ValueError("batch-level EP overlap (--moe-a2a-overlap) needs the alltoall or flex dispatcher")
-        if self.moe_flex_backend is not None and (self.moe_dispatcher or stack.moe_dispatcher) != "flex":
+        if self.moe_flex_backend is not None and self.dispatcher != "flex":
             # megatron-core TransformerConfig.moe_flex_dispatcher_backend is read by the flex dispatcher only
             raise ValueError(f"--moe-flex-backend {self.moe_flex_backend} selects the flex dispatcher's kernels: add "
                              "--moe-dispatcher flex")
