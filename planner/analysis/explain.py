@@ -35,7 +35,10 @@ def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str
                      + ("" if span["cp"].aligned else
                         f" (its K/V exchange crosses {cl.hardware.scale_out.kind.upper()})"))
     if p.ep > 1:
-        parts.append(f"EP={p.ep} spreads the experts")
+        # the flex dispatcher sends a token once per target rank, across domains once per target domain
+        # (planner.costmodel.expert.deepep_dispatch_s), alltoall / allgather every copy
+        via = f" (tokens by the flex dispatcher, {ctx.train.flex_backend})" if ctx.train.dispatcher == "flex" else ""
+        parts.append(f"EP={p.ep} spreads the experts{via}")
     batch_dp = math.gcd(ctx.train.global_batch, cl.count)  # the largest DP degree the batch and the devices allow
     if batch_dp < cl.count:  # the rest of the devices must go to TP x PP x CP
         parts.append(f"the global batch ({ctx.train.global_batch:,} sequences) allows DP {batch_dp} at most on "
