@@ -24,7 +24,7 @@ CASES = [
     ("llama-3.1-405b on h100x16384", ["--model", "llama-3.1-405b", "--cluster", "h100x16384", "--seq-len", "8192",
                                       "--gbs", "2048"], 2.0),
     # the slowest case (issue 23: ~3.6 s on a loaded 2-core machine before the search-speed work; target 1 s). Two
-    # searches since round 22, one per MoE dispatcher (alltoall, flex: planner.app.plan.best_dispatcher): 0.76 ->
+    # searches since round 22, one per MoE dispatcher (alltoall, flex: planner.search.dispatchers): 0.76 ->
     # 1.22 s on the quiet machine (docs/performance.md)
     ("deepseek-v3 on h100x1024", ["--model", "deepseek-v3", "--cluster", "h100x1024"], 1.0),
     ("deepseek-v3 on h800x2048", ["--model", "deepseek-v3", "--cluster", "h800-sxm-80gbx2048", "--seq-len", "4096",

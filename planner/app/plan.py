@@ -98,51 +98,20 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
 
 def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, gate: str | None):
     """The search of a checked request: (ctx, result, the launcher that cannot run the pinned knobs or None,
-    {dispatcher: its #1's step time} where the MoE dispatcher is searched, best_dispatcher)."""
-    from planner.costmodel import Context
+    {dispatcher: its #1's step time} where the MoE dispatcher is searched: planner.search.dispatchers)."""
+    from planner.search.dispatchers import search_dispatchers
     from planner.search.engine import search
-    from planner.search.request import searched_dispatchers
 
-    def run(gate_launcher: str | None, on: Context = base):
-        return search(on, search_options(req, fixed, gate_launcher))
-
-    # the MoE dispatchers searched beside the stack's default: one search each, best_dispatcher keeps one
-    twins = [Context(base.model, base.cluster, base.train.model_copy(update=settings),
-                     memory_headroom_gib=req.memory_headroom_gib)
-             for settings in searched_dispatchers(base.model, base.cluster, base.train)]
-    ctx, res, dispatchers = base, run(gate), dict[str, float | None]()
-    if twins:
-        ctx, res, dispatchers = best_dispatcher([base, *twins], [res, *(run(gate, t) for t in twins)])
-    if not launcher and gate and not res.plans and fixed:
+    found = search_dispatchers(base, search_options(req, fixed, gate))
+    if not launcher and gate and not found.result.plans and fixed:
         # the pinned knobs describe a run the modelled stack's launcher cannot write (DeepSeek-V3's own DualPipe
         # plan): cost it as pinned, and say that no launch files of that launcher are written for it
-        return base, run(None), gate, {}
-    return ctx, res, None, dispatchers
-
-
-def best_dispatcher(ctxs: list, results: list) -> tuple[Any, Any, dict[str, float | None]]:
-    """The MoE dispatcher as a searched knob (planner.search.request.searched_dispatchers): of the searches of the
-    stack's default dispatcher (ctxs[0]) and of each alternative (the same request otherwise), the one whose #1
-    ranks first (a lower memory tier, else faster by more than the ranking's tie band; a tie keeps the default).
-    Every plan of the result shares its dispatcher, the one its launch files write. Returns (ctx, result,
-    {dispatcher: its #1's step time, None where nothing fits})."""
-    from planner.search.ranking import TIE_BAND_REL, memory_tier
-
-    best = 0
-    for i, r in enumerate(results[1:], start=1):
-        if not r.plans:
-            continue
-        a, b = r.plans[0], results[best].plans[0] if results[best].plans else None
-        if b is None or memory_tier(a) < memory_tier(b) or (
-                memory_tier(a) == memory_tier(b) and a.step_time_s * (1.0 + TIE_BAND_REL) < b.step_time_s):
-            best = i
-    seen = {c.train.dispatcher: r.plans[0].step_time_s if r.plans else None
-            for c, r in zip(ctxs, results, strict=True)}
-    return ctxs[best], results[best], seen
+        return base, search(base, search_options(req, fixed, None)), gate, {}
+    return found.ctx, found.result, None, found.seen
 
 
 def dispatcher_note(ctx, seen: dict[str, float | None]) -> str | None:
-    """What a searched MoE dispatcher other than the stack's default needs (best_dispatcher)."""
+    """What a searched MoE dispatcher other than the stack's default needs (planner.search.dispatchers)."""
     kind, default = ctx.train.moe_dispatcher, ctx.stack.moe_dispatcher
     if kind is None or kind == default:
         return None

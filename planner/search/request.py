@@ -66,31 +66,3 @@ def request_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, 
                        "the device count (--min-devices searches the counts up to it)")
     return count_free_errors(model, cluster, train, fixed) + pinned
 
-
-def searched_dispatchers(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec) -> tuple[dict[str, str], ...]:
-    """The MoE dispatchers the search tries beside the stack's default, as the training settings of each
-    (planner.app.plan runs one search each and keeps the one whose best plan ranks first): the stack's
-    moe_searched_dispatchers, only for an MoE model whose request pins no dispatcher, flex backend or capacity factor
-    (Megatron-Bridge's token drop asserts the alltoall dispatcher, training/utils/moe_token_drop.py; DeepEP refuses
-    padding to capacity, megatron-core core_v0.16.1 transformer_config.py:1074-1081), and flex only on NVIDIA NVSwitch
-    parts with FP8 tensor cores (Hopper, Blackwell): where DeepEP publishes its kernels' figures (deepseek-ai/DeepEP
-    README: H800, SM100) and NVIDIA's recipes run it (pinned with --moe-dispatcher flex it is costed anywhere).
-    Megatron's own guide (megatron-core core_v0.16.1 transformer/moe/README.md, Token Dispatching) names flex with
-    DeepEP "best for cross-node EP, fine-grained MoE (DeepSeek-V3)" and with HybridEP for "GB200 NVL72, Multi-Node
-    NVLink": the flex search runs HybridEP where the scale-up domain spans nodes (NVL72), as every Megatron-Bridge
-    GB200 preset does (planner.analysis.validate QWEN3_FLEX_FROM's note), DeepEP elsewhere."""
-    from planner.stacks import stack_of
-
-    if not model.is_moe or train.moe_dispatcher is not None or train.moe_flex_backend is not None \
-            or train.moe_capacity_factor is not None:
-        return ()
-    stack, hw = stack_of(train), cluster.hardware
-    deepep_here = hw.scale_up.kind == "nvswitch" and hw.peak_tflops.fp8 is not None
-    multi_node_nvlink = cluster.scale_up_size > cluster.node_size
-    out: list[dict[str, str]] = []
-    for kind in stack.moe_searched_dispatchers:
-        if kind not in stack.moe_dispatchers or kind == stack.moe_dispatcher or (kind == "flex" and not deepep_here):
-            continue
-        out.append({"moe_dispatcher": kind, "moe_flex_backend": "hybridep" if multi_node_nvlink else "deepep"}
-                   if kind == "flex" else {"moe_dispatcher": kind})
-    return tuple(out)

@@ -178,7 +178,7 @@ class Stack:
     # NeMo AutoModel's enable_deepep runs
     moe_flex_backend: MoEFlexBackend = "deepep"
     # ---- MoE, defaulted: the dispatchers the search tries beside the default when the request pins none
-    # (planner.search.request.searched_dispatchers, which also says on which hardware): each a launch-file choice of
+    # (planner.search.dispatchers.searched_dispatchers, which also says on which hardware): each a launch-file choice of
     # moe_dispatchers. Empty: the default only.
     moe_searched_dispatchers: tuple[MoEDispatcher, ...] = ()
     # ---- pipeline, defaulted: the launch files state any split of the layers over the pipeline ranks and their

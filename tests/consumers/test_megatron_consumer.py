@@ -53,7 +53,7 @@ HYBRIDEP_CASE = Case("mixtral-ep8-flex-hybridep-64xgb200", MIXTRAL_8X7B, cluster
                      TrainingSpec(seq_len=4096, global_batch=256, moe_dispatcher="flex", moe_flex_backend="hybridep"),
                      ParallelPlan(dp=64, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective"))
 # the flex dispatcher with DeepEP's kernels, as the search keeps it where it beats alltoall on Hopper (Mixtral 8x7B on
-# 64 H100: planner.app.plan.best_dispatcher)
+# 64 H100: planner.search.dispatchers)
 DEEPEP_CASE = Case("mixtral-ep8-etp2-flex-deepep-64xh100", MIXTRAL_8X7B, cluster("h100-sxm-80gb", 64),
                    TrainingSpec(seq_len=4096, global_batch=256, moe_dispatcher="flex"),
                    ParallelPlan(tp=2, dp=32, ep=8, etp=2, micro_batch=4, zero_stage=1, recompute="selective",

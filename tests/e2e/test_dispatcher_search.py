@@ -1,6 +1,6 @@
 """The MoE dispatcher as a searched knob: where no dispatcher is pinned, Megatron's flex dispatcher (DeepEP) is
 searched beside its default alltoall on Hopper / Blackwell NVSwitch parts, and the search whose #1 is faster is kept
-(planner.search.request.searched_dispatchers, planner.app.plan.best_dispatcher); its launch files write it."""
+(planner.search.dispatchers); its launch files write it."""
 
 import json
 
@@ -10,7 +10,7 @@ from support import plan_json, run_cli
 from planner.app.inputs import build_inputs
 from planner.app.request import PlanRequest
 from planner.launchers import launcher_errors
-from planner.search.request import searched_dispatchers
+from planner.search.dispatchers import searched_dispatchers
 from planner.specs import ParallelPlan
 
 MIXTRAL = ("--model", "mixtral-8x7b", "--cluster", "h100x64")

@@ -46,7 +46,7 @@ def test_report_runs_one_search_with_the_plans_stage_solves(monkeypatch, tmp_pat
     out = tmp_path / "r.html"
     r = CliRunner().invoke(main, ["report", *ARGS, "--out", str(out)])
     assert r.exit_code == 0, r.output
-    # one search per MoE dispatcher searched (alltoall, flex: planner.app.plan.best_dispatcher), each solving its 5
+    # one search per MoE dispatcher searched (alltoall, flex: planner.search.dispatchers), each solving its 5
     # leading plans' stages (61 layers over pp=8): the same in both commands
     assert calls == plan_calls == {"search": 2, "solve": 10}
     n = int(re.search(r"\((\d+) feasible candidates", r.output).group(1))
