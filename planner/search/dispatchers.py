@@ -15,7 +15,7 @@ from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 def searched_dispatchers(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec) -> tuple[dict[str, str], ...]:
     """The MoE dispatchers the search tries beside the stack's default, as the training settings of each
-    (planner.app.plan runs one search each and keeps the one whose best plan ranks first): the stack's
+    (search_dispatchers runs one search each and keeps the one whose best plan ranks first): the stack's
     moe_searched_dispatchers, only for an MoE model whose request pins no dispatcher, flex backend or capacity factor
     (Megatron-Bridge's token drop asserts the alltoall dispatcher, training/utils/moe_token_drop.py; DeepEP refuses
     padding to capacity, megatron-core core_v0.16.1 transformer_config.py:1074-1081), and flex only on NVIDIA NVSwitch
