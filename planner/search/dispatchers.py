@@ -24,7 +24,8 @@ def searched_dispatchers(model: ModelSpec, cluster: ClusterSpec, train: Training
     Megatron's own guide (megatron-core core_v0.16.1 transformer/moe/README.md, Token Dispatching) names flex with
     DeepEP "best for cross-node EP, fine-grained MoE (DeepSeek-V3)" and with HybridEP for "GB200 NVL72, Multi-Node
     NVLink": the flex search runs HybridEP where the scale-up domain spans nodes (NVL72), as every Megatron-Bridge
-    GB200 preset does (planner.analysis.validate QWEN3_FLEX_FROM's note), DeepEP elsewhere."""
+    GB200 preset does (planner.analysis.validate QWEN3_FLEX_FROM's note), elsewhere the stack's own flex backend
+    (Stack.moe_flex_backend: Megatron's DeepEP)."""
     from planner.stacks import stack_of
 
     if not model.is_moe or train.moe_dispatcher is not None or train.moe_flex_backend is not None \
@@ -37,8 +38,8 @@ def searched_dispatchers(model: ModelSpec, cluster: ClusterSpec, train: Training
     for kind in stack.moe_searched_dispatchers:
         if kind not in stack.moe_dispatchers or kind == stack.moe_dispatcher or (kind == "flex" and not deepep_here):
             continue
-        out.append({"moe_dispatcher": kind, "moe_flex_backend": "hybridep" if multi_node_nvlink else "deepep"}
-                   if kind == "flex" else {"moe_dispatcher": kind})
+        backend = "hybridep" if multi_node_nvlink else stack.moe_flex_backend
+        out.append({"moe_dispatcher": kind, **({"moe_flex_backend": backend} if kind == "flex" else {})})
     return tuple(out)
 
 

@@ -65,4 +65,3 @@ def request_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, 
                        f": no layout of {cluster.count} devices takes these settings; change --gbs / --seq-len or "
                        "the device count (--min-devices searches the counts up to it)")
     return count_free_errors(model, cluster, train, fixed) + pinned
-
