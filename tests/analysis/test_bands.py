@@ -1,4 +1,4 @@
-"""Error bands from the development runs' residuals (runs/error_bands.yaml, planner.analysis.bands)."""
+"""Error bands from the published runs' out-of-sample residuals (runs/error_bands.yaml, planner.analysis.bands)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from planner.analysis.bands import (
+    DEV_FILES,
+    HELD_OUT_FILES,
+    MIN_RUNS,
     Band,
     Residual,
     band_for,
@@ -21,21 +24,55 @@ from planner.catalog.data import data_dir
 from planner.ui.cli import main
 
 
-def test_bands_cover_80_percent_of_dev_runs_cross_validated():
-    # each run is checked against the band computed WITHOUT it (leave-one-out over the shipped residuals)
+def _loo_covered(res, r) -> bool:
+    """Whether run r lies in the band computed WITHOUT it (leave-one-out over the shipped residuals)."""
+    return r.miss <= band_for(res, r.family, r.moe, r.framework, exclude_id=r.id).rel
+
+
+def test_bands_cover_80_percent_of_published_runs_cross_validated():
     res = load_residuals()
-    assert len(res) == 75 + 37
-    covered = [r.miss <= band_for(res, r.family, r.moe, r.framework, exclude_id=r.id).rel for r in res]
-    assert sum(covered) / len(covered) >= 0.80
+    counts = {name: len(load_runs(data_dir("runs") / name)) for name, _ in DEV_FILES}
+    counts |= {name: len(load_runs(data_dir("runs") / name)) for name in HELD_OUT_FILES}
+    # every dev run and every held-out run with a published step time (the memory-only rows have none)
+    assert counts["known_runs_dev.yaml"] + counts["known_runs_tpu_dev.yaml"] == 75 + 37
+    assert sum(not r.held_out for r in res) == 75 + 37 and sum(r.held_out for r in res) == 68 + 89 + 16
+    assert all(r.error == r.in_sample_error for r in res if r.held_out)  # no constant was fitted on them
+    for moe in (False, True):
+        covered = [_loo_covered(res, r) for r in res if r.moe == moe]
+        assert sum(covered) / len(covered) >= 0.80, (moe, sum(covered) / len(covered))
+
+
+def test_moe_bands_cover_the_published_moe_runs():
+    """The failure this file's held-out residuals fixed (2026-11-27): with the development runs alone, Hopper's three
+    Megatron MoE dev runs were fewer than MIN_RUNS and the band fell back to the Hopper Megatron runs, nearly all
+    dense: +-12%, inside which 32 of the 49 held-out Hopper Megatron MoE runs landed (65%, for a band that claims
+    90%); Blackwell's +-17% held 52 of 71 (73%). Each of the two regimes now covers at least 85% of its runs, each
+    left out of its own band, and an MoE plan never gets a band of dense runs."""
+    res = load_residuals()
+    for family in ("hopper", "blackwell"):
+        runs = [r for r in res if (r.family, r.moe, r.framework) == (family, True, "megatron")]
+        assert len(runs) >= 50
+        assert sum(_loo_covered(res, r) for r in runs) / len(runs) >= 0.85, family
+    # the development runs alone, even under today's regime order (MoE before the hardware family), give bands the
+    # held-out MoE runs break: Hopper +-18% (the 10 Megatron MoE dev runs) holds 38 of 49, Blackwell +-17% 52 of 71
+    dev_only = tuple(r for r in res if not r.held_out)
+    for family in ("hopper", "blackwell"):
+        held = [r for r in res if r.held_out and (r.family, r.moe, r.framework) == (family, True, "megatron")]
+        assert sum(r.miss <= band_for(dev_only, family, True, "megatron").rel for r in held) / len(held) < 0.80
+    for family, fw in {(r.family, r.framework) for r in res} | {("ampere", "megatron"), ("hopper", "deepspeed")}:
+        assert "MoE" in band_for(res, family, True, fw).regime or family not in {r.family for r in res}
+        assert "dense" in band_for(res, family, False, fw).regime
 
 
 @pytest.mark.slow
 def test_shipped_residuals_are_current():
     # the file must be regenerated after a cost-model change: python -m planner.analysis.bands --write
     shipped = {r.id: r.in_sample_error for r in load_residuals()}
-    for name in ("known_runs_dev.yaml", "known_runs_tpu_dev.yaml"):
+    for name in [n for n, _ in DEV_FILES] + list(HELD_OUT_FILES):
         runs = load_runs(data_dir("runs") / name)
-        for row in residuals_from_validation(runs, validate_runs(runs)["runs"]):
+        rows = residuals_from_validation(runs, validate_runs(runs)["runs"])
+        assert {row["id"] for row in rows} <= shipped.keys(), name
+        for row in rows:
             # 0.02: the CP-SAT stage balancer's wall-clock budget moves a few uneven-pipeline runs by ~0.5%
             # under machine load (issue 14a makes it deterministic); a stale file moves far more
             assert abs(row["in_sample_error"] - shipped[row["id"]]) < 0.02, (
@@ -48,13 +85,19 @@ def test_regime_fallback_and_band_shape():
 
     res = tuple(mk(i, "hopper", False, "megatron", e) for i, e in enumerate([0.1, -0.1, 0.05, 0.0, 0.2, -0.2]))
     res += (mk(9, "tpu", False, "maxtext", 1.0),)
+    res += tuple(mk(20 + i, "ampere", True, "megatron", e) for i, e in enumerate([0.3, -0.3, 0.4, 0.2, -0.1]))
     b = band_for(res, "hopper", False, "megatron")
     assert b.regime == "hopper/dense/megatron" and b.runs == 6
-    assert band_for(res, "hopper", True, "megatron").regime == "hopper/megatron"  # no MoE runs: coarser
-    assert band_for(res, "tpu", False, "maxtext").regime == "all runs"  # one TPU run < MIN_RUNS
+    # no Hopper MoE runs: the MoE runs of the same framework on other hardware, never Hopper's dense ones
+    assert band_for(res, "hopper", True, "megatron").regime == "MoE/megatron"
+    assert band_for(res, "hopper", True, "fsdp").regime == "MoE"  # nor of that framework: every MoE run
+    assert band_for(res, "tpu", False, "maxtext").regime == "dense"  # one TPU run < MIN_RUNS: the dense runs
+    assert band_for(res, "tpu", True, "maxtext").regime == "MoE"
     # no run on the family at all: the band is the other hardware's, and its label says so
     assert band_for(res, "cdna3", False, "fsdp").regime == "all runs; none on cdna3"
-    assert band_for(res, "cdna3", False, "fsdp").rel == band_for(res, "tpu", False, "maxtext").rel
+    every = sorted(r.miss for r in res)  # 12 misses: the 0.9 quantile lies 0.9 of the way from the 10th to the 11th
+    assert band_for(res, "cdna3", False, "fsdp").rel == pytest.approx(every[9] + 0.9 * (every[10] - every[9])) == \
+        band_for(res, "cdna3", True, "fsdp").rel
     # misses are symmetric in ratio: predicted 2x too slow and 2x too fast are both a miss of 1.0
     assert mk(0, "x", False, "y", 1.0).miss == pytest.approx(1.0) == mk(0, "x", False, "y", -0.5).miss
     band = Band(0.25, "r", 9).around(10.0)
@@ -96,25 +139,25 @@ def test_report_shows_the_band(tmp_path):
     assert f"±{100 * doc['plans'][0]['step_time_band']['rel']:.0f}%" in text and "error band" in text
 
 
-def test_moe_bands_within_issue_23_target():
-    """Issue 23: the MoE error bands no wider than +-25%, for every regime an MoE dev run is in (Megatron on Blackwell
-    and Hopper, torchtitan/FSDP on Hopper, MaxText on TPU). Blackwell Megatron MoE 17.1% (18.2% before Megatron-Bridge's
-    rows reduced gradients in bf16 as their scripts do and the DGX Cloud DeepSeek-V3 rows recomputed their launch
-    files' modules; 19.9% before DeepSeek-V3's MTP
-    module was priced and MoE selective recompute stopped re-running the attention core; 21.5% before HybridEP's host
-    launches were counted, 28% while the 25.11 B200 gpt-oss row was scored at its table's EP 8, +-212% when the issue
-    was filed); TPU 18% (59% while v6e, which one
-    publication covers, was cross-validated at the other generations' ceiling)."""
+def test_moe_bands_against_issue_23_target():
+    """Issue 23 asks for MoE error bands no wider than +-25%. Drawn from every published run (held-out ones included),
+    the two Megatron MoE regimes are wider: Hopper +-33%, Blackwell +-28% (from 52 and 78 runs). With the development
+    runs alone they read 17% and 12% and did not hold (test_moe_bands_cover_the_published_moe_runs). The target is
+    NOT met; this test holds the bands to what their runs give, so that a change of the model that narrows the misses
+    narrows them (regenerate runs/error_bands.yaml), and fails if a band is narrower than its own runs' quantile."""
+    from planner.analysis.bands import BAND_QUANTILE, _quantile
+
     res = load_residuals()
-    regimes = {(r.family, r.framework) for r in res if r.moe} | {("hopper", "fsdp")}
-    assert {("blackwell", "megatron"), ("hopper", "megatron"), ("tpu", "maxtext")} <= regimes
-    widths = {reg: band_for(res, reg[0], True, reg[1]).rel for reg in regimes}
-    assert max(widths.values()) <= 0.25, widths
-    assert widths[("blackwell", "megatron")] == pytest.approx(0.171, abs=0.01)
+    for family in ("hopper", "blackwell"):
+        runs = [r.miss for r in res if (r.family, r.moe, r.framework) == (family, True, "megatron")]
+        band = band_for(res, family, True, "megatron")
+        assert band.regime == f"{family}/MoE/megatron" and band.runs == len(runs) >= MIN_RUNS
+        assert band.rel == pytest.approx(_quantile(runs, BAND_QUANTILE))
+        assert 0.25 < band.rel < 0.40, (family, band.rel)  # the target missed, by this much (docs/validation.md)
 
 
 def test_hardware_without_development_runs_says_so_and_the_held_out_mi300x_steps_show_why():
-    """No development run is on MI300X (cdna3): its band is every run's and its label says so. The only MI300X step
+    """No run of the bands is on MI300X (cdna3): its band is every run's and its label says so. The only MI300X step
     times in the project's files (torchao's torchtitan Llama-3-8B rows, held out in runs/known_runs_memory.yaml) ran
     1.42x and 1.81x the predicted step (docs/cli.md): far outside the borrowed band."""
     res = load_residuals()
