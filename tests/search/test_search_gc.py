@@ -1,0 +1,44 @@
+"""The search raises the cyclic garbage collector's young threshold while it runs (planner.search.engine
+SEARCH_GC_YOUNG_THRESHOLD) and gives the caller's thresholds back."""
+
+from __future__ import annotations
+
+import gc
+
+from planner.search import engine
+
+
+def test_threshold_raised_during_the_search_and_restored_after(monkeypatch):
+    seen = []
+    real = engine._search_or_offload
+
+    def spy(ctx, opts):
+        seen.append(gc.get_threshold())
+        return real(ctx, opts)
+
+    monkeypatch.setattr(engine, "_search_or_offload", spy)
+    before = gc.get_threshold()
+    from planner.app.plan import run_search
+    from planner.app.request import PlanRequest
+
+    run_search(PlanRequest(model="llama-3.1-8b", cluster="h100x8"))
+    assert seen and all(t[0] == max(before[0], engine.SEARCH_GC_YOUNG_THRESHOLD) and t[1:] == before[1:] for t in seen)
+    assert gc.get_threshold() == before
+
+
+def test_a_higher_threshold_of_the_caller_is_kept_and_an_error_restores():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(10 * engine.SEARCH_GC_YOUNG_THRESHOLD, 20, 30)
+        with engine._fewer_gc_passes():
+            assert gc.get_threshold() == (10 * engine.SEARCH_GC_YOUNG_THRESHOLD, 20, 30)
+        gc.set_threshold(700, 10, 10)
+        try:
+            with engine._fewer_gc_passes():
+                assert gc.get_threshold()[0] == engine.SEARCH_GC_YOUNG_THRESHOLD
+                raise KeyError("x")
+        except KeyError:
+            pass
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
