@@ -141,19 +141,19 @@ def test_report_shows_the_band(tmp_path):
 
 def test_moe_bands_against_issue_23_target():
     """Issue 23 asks for MoE error bands no wider than +-25%. Drawn from every published run (held-out ones included),
-    the two Megatron MoE regimes are wider: Hopper +-33%, Blackwell +-28% (from 52 and 78 runs). With the development
-    runs alone they read 17% and 12% and did not hold (test_moe_bands_cover_the_published_moe_runs). The target is
-    NOT met; this test holds the bands to what their runs give, so that a change of the model that narrows the misses
-    narrows them (regenerate runs/error_bands.yaml), and fails if a band is narrower than its own runs' quantile."""
+    the two Megatron MoE regimes are wider: Hopper +-33%, Blackwell +-28% (from 52 and 78 runs); the target is NOT
+    met. With the development runs alone they read +-18% and +-17% and did not hold
+    (test_moe_bands_cover_the_published_moe_runs). Each band is its own runs' quantile, and neither may grow past
+    today's width by more than a point without this test being updated (a regression of the MoE model widens it)."""
     from planner.analysis.bands import BAND_QUANTILE, _quantile
 
     res = load_residuals()
-    for family in ("hopper", "blackwell"):
+    for family, today in (("hopper", 0.333), ("blackwell", 0.284)):
         runs = [r.miss for r in res if (r.family, r.moe, r.framework) == (family, True, "megatron")]
         band = band_for(res, family, True, "megatron")
         assert band.regime == f"{family}/MoE/megatron" and band.runs == len(runs) >= MIN_RUNS
         assert band.rel == pytest.approx(_quantile(runs, BAND_QUANTILE))
-        assert 0.25 < band.rel < 0.40, (family, band.rel)  # the target missed, by this much (docs/validation.md)
+        assert band.rel <= today + 0.01, (family, band.rel)
 
 
 def test_hardware_without_development_runs_says_so_and_the_held_out_mi300x_steps_show_why():
