@@ -34,7 +34,9 @@ DEV_FILES = (("known_runs_dev.yaml", False), ("known_runs_tpu_dev.yaml", True))
 # from the development runs alone covered 65% of the 49 Hopper and 73% of the 71 Blackwell Megatron MoE runs these
 # files hold where they claim 90%: the Hopper MoE regime had 3 development runs and borrowed the Hopper Megatron
 # band of the dense runs, +-12% (2026-11-27; tests/analysis/test_bands.py).
-HELD_OUT_FILES = ("known_runs_added.yaml", "moe_runs_added.yaml", "modelzoo_runs_added.yaml")
+# runs/known_runs_memory.yaml's rows carry the step times their sources publish beside the peaks (torchtitan on H100,
+# H200, B200 and MI300X): no constant is fitted on them either.
+HELD_OUT_FILES = ("known_runs_added.yaml", "moe_runs_added.yaml", "modelzoo_runs_added.yaml", "known_runs_memory.yaml")
 
 
 def hardware_family(hw_id: str, vendor: str = "") -> str:
@@ -110,12 +112,15 @@ def _levels(family: str, moe: bool, framework: str):
 def band_for(residuals: tuple[Residual, ...], family: str, moe: bool, framework: str,
              exclude_id: str | None = None) -> Band:
     pool = [r for r in residuals if r.id != exclude_id]
-    if not any(r.family == family for r in pool):
+    on_family = sum(r.family == family for r in pool)
+    if not on_family:
         # no published run on this hardware at all: the band is every run's misses, and says so
         return Band(_quantile([r.miss for r in pool], BAND_QUANTILE), f"all runs; none on {family}", len(pool))
     for label, pred in _levels(family, moe, framework):
         sel = [r.miss for r in pool if pred(r)]
         if len(sel) >= MIN_RUNS or label == "all runs":
+            if on_family < MIN_RUNS and not label.startswith(f"{family}/"):
+                label += f"; {on_family} on {family}"  # a band mostly of other hardware's runs says how few are its own
             return Band(_quantile(sel, BAND_QUANTILE), label, len(sel))
     raise AssertionError("unreachable")
 
@@ -222,8 +227,8 @@ def write_bands_file(path: Path, residual_rows: list[dict], kind: str) -> None:
             "# error = predicted/measured - 1 out of sample. Development runs (runs/known_runs_dev.yaml,\n"
             "# known_runs_tpu_dev.yaml): predicted with their source left out of the constants' fit\n"
             "# (planner.analysis.devfit.loso). Held-out runs (held_out: true; runs/known_runs_added.yaml,\n"
-            "# moe_runs_added.yaml, modelzoo_runs_added.yaml, no constant fitted on them): predicted with the\n"
-            "# shipped constants. in_sample_error: with the shipped constants (plan validate).\n"
+            "# moe_runs_added.yaml, modelzoo_runs_added.yaml, known_runs_memory.yaml; no constant fitted on them):\n"
+            "# predicted with the shipped constants. in_sample_error: with the shipped constants (plan validate).\n"
             "# Do not edit by hand; regenerate after any cost-model change.\n")
     body = yaml.safe_dump({"residuals": kind, "quantile": BAND_QUANTILE, "min_runs": MIN_RUNS, "runs": residual_rows},
                           sort_keys=False, width=120)
