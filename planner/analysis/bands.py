@@ -12,7 +12,8 @@ planner.analysis.devfit); a held-out run's (HELD_OUT_FILES: no constant was ever
 with the shipped constants. A prediction's band is [t/(1+rel), t*(1+rel)], rel the BAND_QUANTILE quantile of
 max(measured/predicted, predicted/measured) - 1 over the runs of its regime (at least MIN_RUNS of them; otherwise
 the next coarser regime, _levels: the same model kind and framework on other hardware, the same kind on this
-hardware family, the same kind anywhere, all runs; hardware no run is on gets every run's misses and says so). The
+hardware family, the same kind anywhere, all runs; such a band says how few of its runs are the hardware's own, and
+hardware no run is on gets every run's misses and says so). The
 coverage tests (tests/analysis/test_bands.py) leave each run out of the band it is checked against.
 """
 
@@ -62,7 +63,7 @@ class Residual:
     family: str
     moe: bool
     framework: str
-    error: float  # predicted / measured - 1, leave-one-source-out (the band's cross-validated residual)
+    error: float  # predicted / measured - 1 out of sample: leave-one-source-out (dev run), shipped constants (held out)
     in_sample_error: float = float("nan")  # the same with the shipped constants (plan validate)
     held_out: bool = False  # a run no constant was fitted on (HELD_OUT_FILES): error == in_sample_error
 
@@ -144,7 +145,7 @@ def load_residuals(path: str | None = None) -> tuple[Residual, ...]:
 
 
 def band_for_context(ctx) -> Band:
-    """A calibrated profile's own leave-one-out band (plan calibrate) if it has one, else the dev runs'."""
+    """A calibrated profile's own leave-one-out band (plan calibrate) if it has one, else the published runs'."""
     hw = ctx.cluster.hardware
     k = hw.calibration
     if k is not None and k.error_band_rel is not None:
