@@ -97,7 +97,7 @@ def _quantile(xs: list[float], q: float) -> float:
 
 def _levels(family: str, moe: bool, framework: str):
     """Regime keys from the most specific to all runs: (label, predicate on a Residual). The model kind comes before
-    the hardware family: MoE runs miss by about 3x what dense runs on the same hardware and stack do (the shipped
+    the hardware family: MoE runs miss by 3-5x what dense runs on the same hardware and stack do (the shipped
     residuals: Hopper Megatron 9% dense, 33% MoE), so an MoE plan never borrows a dense band, nor a dense plan an
     MoE one."""
     kind = "MoE" if moe else "dense"
