@@ -31,11 +31,14 @@ def _loo_covered(res, r) -> bool:
 
 def test_bands_cover_80_percent_of_published_runs_cross_validated():
     res = load_residuals()
-    counts = {name: len(load_runs(data_dir("runs") / name)) for name, _ in DEV_FILES}
-    counts |= {name: len(load_runs(data_dir("runs") / name)) for name in HELD_OUT_FILES}
-    # every dev run and every held-out run with a published step time (the memory-only rows have none)
-    assert counts["known_runs_dev.yaml"] + counts["known_runs_tpu_dev.yaml"] == 75 + 37
-    assert sum(not r.held_out for r in res) == 75 + 37 and sum(r.held_out for r in res) == 68 + 89 + 16 + 15
+    # every dev run, and every held-out run whose source publishes a step time
+    dev = sum(len(load_runs(data_dir("runs") / name)) for name, _ in DEV_FILES)
+    held = sum(1 for name in HELD_OUT_FILES for run in load_runs(data_dir("runs") / name)
+               if (run.get("measured") or {}).get("step_time_s"))
+    assert sum(not r.held_out for r in res) == dev == 75 + 37
+    # less the one moe_runs_added row plan validate cannot represent (mbridge2509 GB200 DeepSeek-V3 MXFP8 token drop:
+    # 61 layers over PP 8 x VP 2, its notes)
+    assert sum(r.held_out for r in res) == held - 1 == 68 + 89 + 16 + 15
     assert all(r.error == r.in_sample_error for r in res if r.held_out)  # no constant was fitted on them
     for moe in (False, True):
         covered = [_loo_covered(res, r) for r in res if r.moe == moe]
@@ -60,10 +63,10 @@ def test_moe_bands_cover_the_published_moe_runs():
         held = [r for r in res if r.held_out and (r.family, r.moe, r.framework) == (family, True, "megatron")]
         assert sum(r.miss <= band_for(dev_only, family, True, "megatron").rel for r in held) / len(held) < 0.80
     for family, fw in {(r.family, r.framework) for r in res} | {("ampere", "megatron"), ("hopper", "deepspeed")}:
-        # (hardware with fewer than MIN_RUNS runs gets every run's band, labelled so)
-        assert "MoE" in band_for(res, family, True, fw).regime or band_for(res, family, True, fw).regime.startswith(
-            "all runs; ")
-        assert "dense" in band_for(res, family, False, fw).regime or family == "cdna3"
+        for moe, kind in ((True, "MoE"), (False, "dense")):
+            regime = band_for(res, family, moe, fw).regime
+            # (hardware with fewer than MIN_RUNS runs gets every run's band, labelled so)
+            assert kind in regime.split("/") or regime.startswith("all runs; "), (family, fw, moe, regime)
 
 
 @pytest.mark.slow
