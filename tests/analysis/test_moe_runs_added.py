@@ -16,7 +16,7 @@ from planner.catalog.data import data_dir
 FILE = data_dir("runs") / "moe_runs_added.yaml"
 # rows per source (the header of runs/moe_runs_added.yaml lists the tables)
 PREFIXES = {"mbridge": 49, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2505-llama4": 8, "dgxc2504-grok1": 12,
-            "automodel": 6, "tpurecipes": 4}
+            "automodel": 6, "tpurecipes": 4, "mlm": 1}
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,9 @@ def test_every_row_is_predicted(runs):
 
 
 def test_moe_rows_are_predicted_within_todays_reach(runs):
-    """The 89 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, short of
-    the MoE p90 target (25%). Median 8.6%, p90 25.3% today (25.8% before the DeepSeek-V3 rows ran their presets'
+    """The 90 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, short of
+    the MoE p90 target (25%). Median 8.4%, p90 25.3% today (8.6% / 25.3% on the 89 rows before Megatron-LM's DeepSeek-V3
+    GB200 HybridEP row, +0.4%; 25.8% before the DeepSeek-V3 rows ran their presets'
     recompute modules, validate.DSV3_RECOMPUTE_PRESETS; 8.3% / 27.2% before bf16 gradients for the Megatron-Bridge
     rows and the MLA charges of round 15; 9.7% / 27.2% before HybridEP's host launches were
     counted, moe.HYBRIDEP_HOST_KERNELS; 9.9% / 27.2% on the 79 rows before the ten Llama 4 rows: DGX Cloud Maverick
@@ -77,7 +78,7 @@ def test_moe_rows_are_predicted_within_todays_reach(runs):
     before its preset's core_attn recompute was run)."""
     res = validate_runs(runs)
     errors = sorted(abs(r["step_time_error"]) for r in res["runs"])
-    assert len(errors) == 89
+    assert len(errors) == 90
     assert errors[len(errors) // 2] <= 0.115, errors
     assert errors[int(0.9 * (len(errors) - 1))] <= 0.255, errors
 
