@@ -56,7 +56,7 @@ CASES = [
     _c("llama-2-7b", "a100-sxm-40gbx8", {"tp": 2, "dp": 4, "recompute": "selective"}, attention_impl="unfused",
        seq_len=2048),
     _c("gpt3-175b", "a100x1024", {"tp": 8, "pp": 16, "dp": 8}, seq_len=2048, global_batch=1536,
-       attention_impl="unfused", dtype="fp16"),
+       attention_impl="unfused", dtype="fp16", attention_dropout=True),  # as SC21 ran it (Megatron's 2021 default)
     _c("qwen2.5-72b", "h200x32", {"tp": 4, "pp": 2, "dp": 4, "recompute": "selective"}, global_batch=64),
     _c("gemma-2-27b", "h100x16", {"tp": 4, "dp": 4, "zero_stage": 1}, seq_len=8192),
     _c("mistral-7b-v0.1", "h100x8", {"tp": 1, "dp": 8}, seq_len=32768, global_batch=16),

@@ -23,8 +23,12 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
 RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node",
             "aligned_allocation", "train", "plan", "measured", "notes", "stack")
 TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype", "moe_capacity_factor",
-              "moe_force_balanced", "pp_schedule_microbatches")
-MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "derived_from")
+              "moe_force_balanced", "pp_schedule_microbatches", "attention_dropout")
+MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "peak_memory_of", "derived_from")
+# what measured.peak_memory_gib is (planner.analysis.validate.compared_peak_gib): the device's peak, max over devices
+# (the default: the caching allocator's reserved peak, torchtitan's memory line), or PyTorch's peak allocated bytes
+# on the job's last rank (Megatron's mem-max-allocated-bytes: allocated_bytes.all.peak, logged by the last rank)
+PEAK_MEMORY_OF = ("device", "allocated_last_rank")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
               "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload", "expandable_segments",
               "fp8_param_gather", "cuda_graph_impl", "moe_flex_backend")
@@ -115,6 +119,9 @@ def train_problem(run: dict) -> str | None:
     n = t.get("pp_schedule_microbatches")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         return f"train.pp_schedule_microbatches must be a positive integer or null, got {safe_line(repr(n))}"
+    p = t.get("attention_dropout")
+    if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0):
+        return f"train.attention_dropout must be a probability in [0, 1) or null, got {safe_line(repr(p))}"
     return None
 
 

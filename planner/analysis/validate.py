@@ -15,6 +15,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from planner.analysis.runschema import (  # noqa: F401  (PLAN_FIELDS: the run-file plan keys, read by tests)
+    PEAK_MEMORY_OF,
     PLAN_FIELDS,
     RunStack,
     stack_problem,
@@ -79,13 +80,24 @@ def stack_date(run: dict) -> tuple[int, int] | None:
     return (max(years), 12) if years else None
 
 
-def infer_attention_impl(run: dict) -> str:
-    """FlashAttention appeared in May 2022 (arXiv 2205.14135); runs published before it materialised the
-    attention scores (MT-NLG, arXiv 2201.11990, was trained in 2021)."""
+def pre_flash_stack(run: dict) -> bool:
+    """Whether the run's stack predates FlashAttention (May 2022, arXiv 2205.14135): published before it, or MT-NLG
+    (arXiv 2201.11990, trained in 2021)."""
     date = stack_date(run)
-    if (date is not None and date < (2022, 5)) or "mtnlg" in f"{run.get('id', '')} {run.get('source', '')}".lower():
-        return "unfused"
-    return "flash"
+    return (date is not None and date < (2022, 5)) or "mtnlg" in f"{run.get('id', '')} {run.get('source', '')}".lower()
+
+
+def infer_attention_impl(run: dict) -> str:
+    """Runs of a stack before FlashAttention (pre_flash_stack) materialised the attention scores."""
+    return "unfused" if pre_flash_stack(run) else "flash"
+
+
+def infer_attention_dropout(run: dict) -> bool:
+    """train.attention_dropout > 0 where the record states it, else whether the stack predates FlashAttention
+    (pre_flash_stack): Megatron-LM ran --attention-dropout 0.1 by default (v2.5, 2021-08, arguments.py;
+    its examples/pretrain_gpt3_175B.sh sets none), as Megatron-DeepSpeed did; later recipes train without it."""
+    stated = (run.get("train") or {}).get("attention_dropout")
+    return float(stated) > 0.0 if stated is not None else pre_flash_stack(run)
 
 
 def infer_legacy_deepspeed_zero3(run: dict, framework: str) -> bool:
@@ -591,6 +603,9 @@ def _run_measured_problem(run: dict) -> str | None:
         if v is not None and not _positive_number(v):
             return (f"measured.{key} must be a positive finite number (null when not published), "
                     f"got {safe_line(repr(v))}")
+    of = (meas or {}).get("peak_memory_of")
+    if of is not None and of not in PEAK_MEMORY_OF:
+        return f"measured.peak_memory_of must be one of {', '.join(PEAK_MEMORY_OF)}, got {safe_line(repr(of))}"
     return None
 
 
@@ -662,6 +677,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
         settings: dict[str, Any] = dict(seq_len=t.get("seq_len", 4096), global_batch=t["global_batch"],
                                         dtype=t.get("dtype", "bf16"), framework=fw, attention_impl=st.attention,
                                         legacy_deepspeed_zero3=infer_legacy_deepspeed_zero3(run, fw),
+                                        attention_dropout=infer_attention_dropout(run),
                                         torch_compile=st.torch_compile, fused_cross_entropy=st.fused_loss,
                                         expandable_segments=st.expandable_segments,
                                         fp8_param_gather=st.fp8_param_gather,
@@ -1011,8 +1027,28 @@ def predict_run(run: dict) -> dict:
     if meas.get("step_time_s"):
         out["step_time_error"] = ev.step_time_s / meas["step_time_s"] - 1.0
     if meas.get("peak_memory_gib"):
-        out["peak_memory_error"] = ev.memory["peak_gib"] / meas["peak_memory_gib"] - 1.0
+        of = meas.get("peak_memory_of") or "device"
+        predicted = compared_peak_gib(ctx, ev, of)
+        if of != "device":  # the figure compared with the measured one, beside the device peak
+            out["peak_memory_compared"] = {"of": of, "predicted_gib": predicted}
+        out["peak_memory_error"] = predicted / meas["peak_memory_gib"] - 1.0
     return out
+
+
+def compared_peak_gib(ctx: Context, ev, of: str) -> float:
+    """The predicted figure a measured peak of kind `of` (runschema.PEAK_MEMORY_OF) is held against: the device peak
+    (the peak stage's, with the allocator's fragmentation and the framework's own memory), or what PyTorch allocated
+    on the job's last rank: the last pipeline stage's weights, gradients, optimizer states, activations and buffers
+    (Megatron's rank order puts pp outermost, so the last rank holds the last stage), without the reserve the
+    allocator keeps beyond its allocations or the CUDA context and communication buffers outside it."""
+    if of == "device":
+        return ev.memory["peak_gib"]
+    from planner.costmodel.evaluate import screen_memory
+    from planner.costmodel.memory import GIB, stage_memories
+
+    screened = screen_memory(ctx, ev.plan)
+    last = stage_memories(ctx, screened.shape, screened.split, screened.params)[ev.plan.pp - 1]
+    return (last.weights + last.grads + last.optimizer + last.activations + last.buffers) / GIB
 
 
 def _pctl(xs: list[float], q: float) -> float:
@@ -1078,7 +1114,8 @@ def markdown_table(result: dict) -> str:
             f"| {r['id']} | {r.get('reliability') or ''} | {r['framework']} | {knobs} | - | "
             f"{r['step_time_s']:.2f} | - | "
         )
-        lines[-1] += (f"{mm:.1f} | {r['peak_memory_gib']:.1f} | {100 * r['peak_memory_error']:+.1f}% |" if mm
+        shown = (r.get("peak_memory_compared") or {}).get("predicted_gib", r["peak_memory_gib"])
+        lines[-1] += (f"{mm:.1f} | {shown:.1f} | {100 * r['peak_memory_error']:+.1f}% |" if mm
                       else f"- | {r['peak_memory_gib']:.1f} | - |")
     st, mem = s["step_time"], s["peak_memory"]
     fmt = _percent_or_na

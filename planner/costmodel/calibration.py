@@ -159,9 +159,10 @@ class Calibration:
                                        "GEMMs of 128 tokens on SM100, ~34 us per launched GEMM (TransformerEngine PR "
                                        "#3134, benchmark_grouped_linear.py, 'dispatch' row)"))
     # Unfused attention (pre-FlashAttention stacks): bytes moved per element of the s x s score matrix in
-    # forward: QK^T write (2), fused scale-mask-softmax read+write (4), dropout read+write+mask (5), AV read
-    # (2) = 13; backward moves about twice that (Korthikanti et al. 2022 list these tensors, sec. 4.1).
-    UNFUSED_ATTN_BYTES_PER_SCORE_FWD: float = 13.0
+    # forward: QK^T write (2), fused scale-mask-softmax read+write (4), AV read (2) = 8, + the attention dropout's
+    # read+write+mask (5) where it runs (TrainingSpec.attention_dropout; compute.UNFUSED_DROPOUT_BYTES_PER_SCORE_FWD);
+    # backward moves about twice that (Korthikanti et al. 2022 list these tensors, sec. 4.1).
+    UNFUSED_ATTN_BYTES_PER_SCORE_FWD: float = 8.0
     # FP8 GEMMs: fraction of the FP8 MAMF ceiling reached by real shapes relative to BF16 (per-tensor
     # scaling, amax and cast kernels are memory-bound work around every FP8 GEMM). Fitted (0.80 under the earlier
     # plain least-squares fit, which the DGX Cloud DeepSeek-V3 rows dragged; docs/validation.md).

@@ -132,16 +132,25 @@ def mlp_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     return tokens * k.flops.mlp / tp / (ctx.peak * ctx.gemm_eff(tokens, m.hidden_size, width / tp))
 
 
+# The attention dropout's forward traffic per score element where it runs (TrainingSpec.attention_dropout): it reads
+# the softmax output (2 B) and writes its output (2 B) and its mask (1 B) (Korthikanti et al. 2022 sec. 4.1); at p = 0
+# PyTorch's dropout returns its input and moves nothing.
+UNFUSED_DROPOUT_BYTES_PER_SCORE_FWD = 5.0
+
+
 def attention_core_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Attention core (QK^T, softmax, AV) forward. Unfused: the s x s scores are materialised, the batched
-    GEMMs run over all of them and softmax/dropout are memory-bound (Korthikanti et al. 2022 sec. 4.1)."""
+    GEMMs run over all of them and softmax (and dropout, where it runs) are memory-bound (Korthikanti et al. 2022
+    sec. 4.1)."""
     m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
     if ctx.unfused_attention:
         seq = ctx.train.seq_len
         dqk, dv = qk_v_head_dims(m)
         scores = tokens * seq * m.num_heads / tp  # elements of s x s per device
         t = 2.0 * scores * (dqk + dv) / (ctx.peak * ctx.gemm_eff(seq, dqk))
-        return t + scores * ctx.calibration.UNFUSED_ATTN_BYTES_PER_SCORE_FWD / ctx.hbm_bw
+        moved = ctx.calibration.UNFUSED_ATTN_BYTES_PER_SCORE_FWD \
+            + (UNFUSED_DROPOUT_BYTES_PER_SCORE_FWD if ctx.train.attention_dropout else 0.0)
+        return t + scores * moved / ctx.hbm_bw
     return tokens * k.flops.attn_core / tp / (ctx.attn_peak * ctx.attn_eff)
 
 

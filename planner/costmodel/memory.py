@@ -317,9 +317,19 @@ def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
 
 # ---- per-device memory of each pipeline stage ---------------------------------------------------------
 
-# Unfused attention saves the softmax output, the dropout mask and its output: 5 a s^2 b bytes per layer
-# (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1), i.e. 5 bytes per score element.
-UNFUSED_SCORE_BYTES = 5.0
+# Unfused attention saves the softmax output (2 B per score element, for the softmax's backward and the AV GEMM's),
+# and where an attention dropout runs (TrainingSpec.attention_dropout) its mask (1 B) and its output (2 B, the AV GEMM's
+# input then): 5 a s^2 b bytes per layer with dropout (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1), 2 a s^2 b
+# without, PyTorch's dropout at p = 0 returning its input (tests/costmodel/test_unfused_attention_memory.py counts both
+# on PyTorch's autograd).
+UNFUSED_SOFTMAX_BYTES = 2.0
+UNFUSED_DROPOUT_BYTES = 3.0
+def unfused_score_bytes(train: TrainingSpec) -> float:
+    """Bytes unfused attention keeps per score element of a layer until its backward (UNFUSED_SOFTMAX_BYTES, +
+    UNFUSED_DROPOUT_BYTES with attention dropout)."""
+    return UNFUSED_SOFTMAX_BYTES + (UNFUSED_DROPOUT_BYTES if train.attention_dropout else 0.0)
+
+
 # Unsharded bf16 copies ZeRO-3/FSDP holds at once: the layer being computed and the prefetched next one.
 ZERO3_GATHERED_LAYERS = 2
 # The final norm keeps its bf16 input and its bf16 output (the LM head's saved input): 4 B per hidden element
@@ -340,7 +350,7 @@ ACTIVATIONS = formula(
     "memory.activations",
     "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
     "full activations under full recompute, on the last stage max(that, the loss) + the final norm 4 h B, "
-    "+ unfused scores 5 a s^2 b in layers not recomputed and in the one "
+    "+ unfused scores 2 a s^2 b (5 a s^2 b with attention dropout) in layers not recomputed and in the one "
     "being recomputed, + loss logits "
     "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy, 16 B torchtitan's loss-parallel one with tp > 1, "
     "4 B a fused loss kernel) x V / tp on the "
@@ -579,14 +589,14 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         recomputing = max((act_elems(ctx, shape, k, "none") - act_elems(ctx, shape, k, "selective")
                            for k in moe_kinds), default=0.0) * tokens * ACT_ELEM_BYTES
     if ctx.unfused_attention:
-        # Korthikanti eq. 1: softmax output, dropout mask and output, 5 a s^2 b bytes per layer, kept only by
+        # Korthikanti eq. 1: softmax output (with dropout: its mask and output), kept only by
         # layers saving everything: selective recompute drops exactly these (Table 2: 34 s b h / t with SP),
         # full recompute keeps them for the layers it does not recompute
         # (selective recompute in a stack that names its modules drops them only with core_attn among them)
         mods = selective_modules(ctx, p) if p.recompute == "selective" else None
         kept = {"none": n_layers, "selective": 0 if mods is None or "core_attn" in mods else n_layers}.get(
             p.recompute, 0 if p.recompute_layers is None else max(0, n_layers - p.recompute_layers))
-        score_layer = UNFUSED_SCORE_BYTES * m.num_heads / p.tp * ctx.train.seq_len * tokens
+        score_layer = unfused_score_bytes(ctx.train) * m.num_heads / p.tp * ctx.train.seq_len * tokens
         # the layer being recomputed in the backward materialises its scores again (Korthikanti sec. 5: selective
         # recompute re-runs the attention core one layer at a time), once, not per micro-batch in flight
         acts += inflight * kept * score_layer + (score_layer if p.recompute != "none" else 0.0)

@@ -39,6 +39,13 @@ class TrainingSpec(BaseModel):
         description="flash: fused attention, no s x s matrix (Dao et al. 2022, arXiv 2205.14135); unfused: "
         "scores materialised and softmax/dropout memory-bound, as in every stack before mid-2022",
     )
+    attention_dropout: bool = Field(
+        False,
+        description="dropout on the attention probabilities (Megatron's --attention-dropout > 0). The planner's "
+        "launch files write 0, as planned; it matters only with unfused attention, where the dropout keeps a mask "
+        "and its output per score beside the softmax output (PyTorch's dropout at p = 0 returns its input: ATen "
+        "Dropout.cpp _dropout_impl). Stacks before mid-2022 ran 0.1 by default (Megatron-LM v2.5 arguments.py)",
+    )
     grad_dtype: StateDtype | None = Field(
         None,
         description="dtype of the gradient buffer and of its data-parallel reduction; None = the framework's "

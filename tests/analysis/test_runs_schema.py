@@ -161,3 +161,24 @@ def test_a_maxtext_run_states_its_remat_policy_in_the_plan(tmp_path):
     assert planned["remat_offloaded"] == ("decoder_layer_input", "query_proj")
     with pytest.raises(InputError, match="plan.remat_offloaded must be a list of MaxText remat tensor names"):
         _load(tmp_path, tpu | {"plan": tpu["plan"] | {"remat_offloaded": "decoder_layer_input"}})
+
+
+@pytest.mark.parametrize("measured,train,message", [
+    ({"step_time_s": 2.84, "peak_memory_gib": 40.0, "peak_memory_of": "reserved"}, {},
+     "measured.peak_memory_of must be one of device, allocated_last_rank"),
+    ({"step_time_s": 2.84}, {"attention_dropout": 1.5}, "train.attention_dropout must be a probability in [0, 1)"),
+    ({"step_time_s": 2.84}, {"attention_dropout": True}, "train.attention_dropout must be a probability in [0, 1)"),
+])
+def test_a_bad_measured_kind_or_dropout_is_refused(tmp_path, measured, train, message):
+    run = RUN | {"measured": measured, "train": RUN["train"] | train}
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        _load(tmp_path, run)
+
+
+def test_attention_dropout_is_stated_or_inferred_from_the_stack_date(tmp_path):
+    """Stated in train.attention_dropout, else on for a stack before FlashAttention (Megatron-LM's 2021 default 0.1)."""
+    assert run_specs(RUN)[2].attention_dropout is False
+    stated = _load(tmp_path, RUN | {"train": RUN["train"] | {"attention_dropout": 0.1}})[0]
+    assert run_specs(stated)[2].attention_dropout is True
+    sc21 = next(r for r in dev_runs() if r["id"].startswith("sc21-"))
+    assert run_specs(sc21)[2].attention_dropout is True and infer_attention_impl(sc21) == "unfused"
