@@ -324,6 +324,8 @@ def logits_bytes_per_token(m: ModelSpec, tp: int, train: TrainingSpec) -> float:
 # on PyTorch's autograd).
 UNFUSED_SOFTMAX_BYTES = 2.0
 UNFUSED_DROPOUT_BYTES = 3.0
+
+
 def unfused_score_bytes(train: TrainingSpec) -> float:
     """Bytes unfused attention keeps per score element of a layer until its backward (UNFUSED_SOFTMAX_BYTES, +
     UNFUSED_DROPOUT_BYTES with attention dropout)."""

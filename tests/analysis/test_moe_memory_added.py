@@ -47,7 +47,7 @@ def test_moe_peaks_within_ten_percent(runs):
     assert statistics.median(abs(e) for e in errors.values()) <= 0.10, errors
 
 
-def test_scores_with_a_dropout_that_did_not_run_double_the_peak(runs):
+def test_scores_with_a_dropout_that_did_not_run_miss_by_more_than_60_percent(runs):
     """The jobs set --attention-dropout 0.0. Scored as if the dropout's mask and output were kept too (Korthikanti et
     al. 2022's 5 a s^2 b, the planner's only rule before train.attention_dropout), the same plans come out at 1.6-2.2x
     the measured peaks: the unfused scores are most of these jobs' activations."""
