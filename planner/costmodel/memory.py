@@ -352,7 +352,8 @@ ACTIVATIONS = formula(
     "memory.activations",
     "saved elements per token per layer x tokens x 2 B x layers x in-flight micro-batches (+ one layer's "
     "full activations under full recompute, on the last stage max(that, the loss) + the final norm 4 h B, "
-    "+ unfused scores 2 a s^2 b (5 a s^2 b with attention dropout) in layers not recomputed and in the one "
+    "+ unfused scores 2 a s^2 b (5 a s^2 b with attention dropout) in layers not recomputed (an MTP module's too) "
+    "and in the one "
     "being recomputed, + loss logits "
     "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy, 16 B torchtitan's loss-parallel one with tp > 1, "
     "4 B a fused loss kernel) x V / tp on the "
@@ -602,6 +603,12 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         # the layer being recomputed in the backward materialises its scores again (Korthikanti sec. 5: selective
         # recompute re-runs the attention core one layer at a time), once, not per micro-batch in flight
         acts += inflight * kept * score_layer + (score_layer if p.recompute != "none" else 0.0)
+        if s == head_stage(p) and m.mtp_layers:
+            # the MTP modules' transformer layers keep their scores as the stage's layers do (mtp_activations counts
+            # the rest of what they save), unless selective recompute drops the core or full recompute checkpoints
+            # the module (megatron-core does, whatever the recomputed layer count: mtp_activations)
+            mtp_keeps = p.recompute == "none" or (p.recompute == "selective" and kept > 0)
+            acts += inflight * m.mtp_layers * score_layer * mtp_keeps
     if s == head_stage(p):  # the loss: the last rank, rank 0 in a V
         # the MTP modules' losses are saved beside the main one until the backward (planner.costmodel.mtp)
         loss = tokens * logits_bytes_per_token(m, p.tp, ctx.train) * (1 + m.mtp_layers)

@@ -34,22 +34,25 @@ def test_every_row_is_read_and_cites_its_source(runs):
         assert r["train"]["attention_dropout"] == 0.0 and r["stack"]["attention"] == "unfused", r["id"]
 
 
-def test_moe_peaks_within_ten_percent(runs):
-    """Measured 55.98 / 53.62 / 45.83 / 38.37 GiB; predicted (last stage, allocated) -10.4% / -6.9% / -8.3% / +10.5%:
-    median 9.3%. The three jobs with an MTP module run below their peak by 7-10%, the one without it (hidden 512, CUDA
-    graphs of the attention, recorded, not priced) above it by 10%."""
+def test_moe_peaks_within_the_stated_error(runs):
+    """Measured 55.98 / 53.62 / 45.83 / 38.37 GiB; predicted (last stage, allocated) -4.1% / -0.3% / -0.7% / +10.5%:
+    median 2.4%. The three jobs with an MTP module were -10.4% / -6.9% / -8.3% while the module's layer kept no
+    unfused scores in the model (memory.stage_activations now keeps them as a layer of the stage does). The one
+    without it (hidden 512, FP8, CUDA graphs of the attention, recorded, not priced) is 10% above its peak,
+    unexplained."""
     res = validate_runs(runs)
     assert {r["id"] for r in res["runs"]} == {r["id"] for r in runs}
     errors = {r["id"]: r["peak_memory_error"] for r in res["runs"]}
     assert all(r["peak_memory_compared"]["of"] == "allocated_last_rank" for r in res["runs"])
     assert all(r["fits"] for r in res["runs"])
     assert max(abs(e) for e in errors.values()) <= 0.12, errors
-    assert statistics.median(abs(e) for e in errors.values()) <= 0.10, errors
+    assert statistics.median(abs(e) for e in errors.values()) <= 0.05, errors
+    assert max(abs(e) for i, e in errors.items() if "-mtp-" in i) <= 0.05, errors
 
 
 def test_scores_with_a_dropout_that_did_not_run_miss_by_more_than_60_percent(runs):
     """The jobs set --attention-dropout 0.0. Scored as if the dropout's mask and output were kept too (Korthikanti et
-    al. 2022's 5 a s^2 b, the planner's only rule before train.attention_dropout), the same plans come out at 1.6-2.2x
+    al. 2022's 5 a s^2 b, the planner's only rule before train.attention_dropout), the same plans come out at 1.8-2.2x
     the measured peaks: the unfused scores are most of these jobs' activations."""
     for run in runs:
         ctx, fixed = run_inputs(run)
