@@ -27,12 +27,16 @@ OVERHEAD_GRID_GIB = tuple(x / 4 for x in range(0, 41))
 
 
 def peak_rows() -> list[dict]:
-    """plan validate's rows of every published run with a measured peak (id, framework, predicted, measured)."""
+    """plan validate's rows of every published run with a measured device peak (id, framework, predicted, measured):
+    the band is about the device peak the search holds against the capacity, so a peak of another kind
+    (measured.peak_memory_of, e.g. Megatron's allocated bytes on the last rank) is not one of its rows."""
     from planner.analysis.validate import load_runs, validate_runs
 
     runs = []
     for name in RUN_FILES:
-        runs += [r for r in load_runs(data_dir("runs") / name) if (r.get("measured") or {}).get("peak_memory_gib")]
+        runs += [r for r in load_runs(data_dir("runs") / name)
+                 if (r.get("measured") or {}).get("peak_memory_gib")
+                 and (r.get("measured") or {}).get("peak_memory_of", "device") == "device"]
     return [r for r in validate_runs(runs)["runs"] if r.get("measured_peak_memory_gib")]
 
 
