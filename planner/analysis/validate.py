@@ -1119,6 +1119,11 @@ def markdown_table(result: dict) -> str:
                       else f"- | {r['peak_memory_gib']:.1f} | - |")
     st, mem = s["step_time"], s["peak_memory"]
     fmt = _percent_or_na
+    kinds = sorted({r["peak_memory_compared"]["of"] for r in result["runs"] if r.get("peak_memory_compared")})
+    if kinds:
+        lines += ["", f"predicted GiB of the runs measured as {', '.join(kinds)} (measured.peak_memory_of): the "
+                      "last pipeline stage's allocated memory (weights, gradients, optimizer states, activations, "
+                      "buffers), not the device peak; docs/runs-schema.md."]
     if result.get("skipped"):
         lines += ["", f"Not scored ({len(result['skipped'])}):"]
         lines += [f"- {sk['id']}: {sk['reason']}" for sk in result["skipped"]]

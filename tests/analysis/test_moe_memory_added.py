@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from planner.analysis.validate import compared_peak_gib, load_runs, run_inputs, validate_runs
+from planner.analysis.validate import compared_peak_gib, load_runs, markdown_table, run_inputs, validate_runs
 from planner.catalog.data import data_dir
 from planner.costmodel import Context, evaluate
 from planner.search.engine import SearchOptions, search
@@ -48,6 +48,12 @@ def test_moe_peaks_within_the_stated_error(runs):
     assert max(abs(e) for e in errors.values()) <= 0.12, errors
     assert statistics.median(abs(e) for e in errors.values()) <= 0.05, errors
     assert max(abs(e) for i, e in errors.items() if "-mtp-" in i) <= 0.05, errors
+    # the text table shows the compared figure and says which it is
+    table = markdown_table(res)
+    assert "measured as allocated_last_rank" in table
+    row = next(line for line in table.splitlines() if line.startswith("| mlmci-moe-mla-mtp-tp2pp2vpp4ep4-fp8"))
+    compared = next(r for r in res["runs"] if r["id"].startswith("mlmci-moe-mla-mtp-tp2pp2vpp4ep4-fp8"))
+    assert f"| {compared['peak_memory_compared']['predicted_gib']:.1f} |" in row
 
 
 def test_scores_with_a_dropout_that_did_not_run_miss_by_more_than_60_percent(runs):
