@@ -1044,11 +1044,10 @@ def compared_peak_gib(ctx: Context, ev, of: str) -> float:
     if of == "device":
         return ev.memory["peak_gib"]
     from planner.costmodel.evaluate import screen_memory
-    from planner.costmodel.memory import GIB, stage_memories
+    from planner.costmodel.memory import stage_memories
 
     screened = screen_memory(ctx, ev.plan)
-    last = stage_memories(ctx, screened.shape, screened.split, screened.params)[ev.plan.pp - 1]
-    return (last.weights + last.grads + last.optimizer + last.activations + last.buffers) / GIB
+    return stage_memories(ctx, screened.shape, screened.split, screened.params)[ev.plan.pp - 1].allocated_gib
 
 
 def _pctl(xs: list[float], q: float) -> float:

@@ -542,6 +542,12 @@ class StageMemory(NamedTuple):
     def total_gib(self) -> float:
         return sum(self.parts_gib())
 
+    @property
+    def allocated_gib(self) -> float:
+        """What the caching allocator hands out at the peak: every part but the framework's own memory and the
+        allocator's fragmentation (PyTorch's allocated bytes, as Megatron logs them)."""
+        return (self.weights + self.grads + self.optimizer + self.activations + self.buffers) / GIB
+
     def parts_gib(self) -> tuple[float, ...]:
         """MEMORY_PARTS order, in GiB."""
         return (self.weights / GIB, self.grads / GIB, self.optimizer / GIB, self.activations / GIB,
