@@ -5,9 +5,13 @@ one search shares it, and the launch files write it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from functools import partial
+from typing import Any
 
 from planner.costmodel import Context
+from planner.costmodel.evaluate import Evaluation, evaluate
+from planner.search import forks
 from planner.search.engine import SearchOptions, SearchResult, search
 from planner.search.ranking import TIE_BAND_REL, memory_tier
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
@@ -55,19 +59,79 @@ def search_dispatchers(ctx: Context, opts: SearchOptions) -> DispatcherSearch:
     """search() of ctx and, where searched_dispatchers offers any, of each alternative (the same request otherwise);
     the one whose #1 ranks first is kept: a lower memory tier, else faster by more than the ranking's tie band. A tie
     keeps the stack's default, which needs no kernels beyond the stack's own."""
-    res = search(ctx, opts)
     alternatives = [Context(ctx.model, ctx.cluster, ctx.train.model_copy(update=settings),
                             memory_headroom_gib=ctx.memory_headroom_gib)
                     for settings in searched_dispatchers(ctx.model, ctx.cluster, ctx.train)]
     if not alternatives:
-        return DispatcherSearch(ctx, res, {})
-    searches = [(ctx, res), *((alt, search(alt, opts)) for alt in alternatives)]
+        return DispatcherSearch(ctx, search(ctx, opts), {})
+    ctxs = [ctx, *alternatives]
+    searches = list(zip(ctxs, _searches(ctxs, opts), strict=True))
     seen = {c.train.dispatcher: r.plans[0].step_time_s if r.plans else None for c, r in searches}
     kept = searches[0]
     for c, r in searches[1:]:
         if r.plans and _ranks_first(r.plans[0], kept[1].plans[0] if kept[1].plans else None):
             kept = (c, r)
     return DispatcherSearch(kept[0], kept[1], seen)
+
+
+def side_by_side(opts: SearchOptions, n: int) -> int:
+    """Processes that run `n` dispatcher searches side by side (1: one after the other, each scanning its layouts in
+    its own processes as planner.search.engine.scan_workers decides): one per search where the platform forks safely
+    and the cores (or SearchOptions.workers / PLANNER_SEARCH_WORKERS) allow at least one each. Side by side, each
+    search fills its own caches once; split by layouts, both halves of a search recompute the layer times they share
+    (docs/performance.md, round 25)."""
+    asked = opts.workers or forks.requested_workers()
+    if n < 2 or not (forks.can_fork() and forks.fork_safe()):
+        return 1
+    cores = asked if asked is not None else min(forks.available_cores(), forks.MAX_WORKERS)
+    return n if cores >= n else 1
+
+
+def _searches(ctxs: list[Context], opts: SearchOptions) -> list[SearchResult]:
+    """search() of each context, in that order: in forked processes side by side (side_by_side), each with its share
+    of the processes for its own layouts, or one after the other. The answers are the same (every cached value is
+    independent of what was computed before: tests/search/test_search_memo.py); a forked search's evaluations come
+    back without their lazily built traces, which are rebuilt here from the same context (evaluate is pure)."""
+    n = len(ctxs)
+    procs = side_by_side(opts, n)
+    if procs == 1:
+        return [search(c, opts) for c in ctxs]
+    total = opts.workers or forks.requested_workers() or min(forks.available_cores(), forks.MAX_WORKERS)
+    each = replace(opts, workers=max(1, total // n))
+    parts = forks.fork_map(lambda i: _portable(search(ctxs[i], each)), n, procs)
+    return [_restored(c, part) for c, part in zip(ctxs, parts, strict=True)]
+
+
+def _portable(res: SearchResult) -> tuple[list[tuple], list[int], list[int], dict[str, Any]]:
+    """`res` as plain data that pickles: each distinct evaluation once (its lazily built trace left out: a closure over
+    the context does not pickle), `plans` and `ranked` as indexes into them (an evaluation in both stays one object),
+    the other fields as they are."""
+    index: dict[int, int] = {}
+    evs: list[tuple] = []
+
+    def at(e: Evaluation) -> int:
+        if id(e) not in index:
+            index[id(e)] = len(evs)
+            evs.append((e.plan, e.figures, e.peak_stage, e.warnings, e.pipeline))
+        return index[id(e)]
+
+    plans, ranked = [at(e) for e in res.plans], [at(e) for e in res.ranked]
+    rest = {f.name: getattr(res, f.name) for f in fields(res) if f.name not in ("plans", "ranked")}
+    return evs, plans, ranked, rest
+
+
+def _restored(ctx: Context, part: tuple[list[tuple], list[int], list[int], dict[str, Any]]) -> SearchResult:
+    """The SearchResult _portable took apart, each evaluation's trace built from `ctx` when first read."""
+    evs, plans, ranked, rest = part
+    objs = [Evaluation(plan=p, figures=f, build_trace=partial(_trace_of, ctx, p), peak_stage=ps, warnings=w,
+                       pipeline=pl) for p, f, ps, w, pl in evs]
+    return SearchResult(plans=[objs[i] for i in plans], ranked=[objs[i] for i in ranked], **rest)
+
+
+def _trace_of(ctx: Context, plan):
+    """A plan's trace, rebuilt in this process: evaluate is pure and the caches never change a value, so it is the
+    trace the forked search would have built."""
+    return evaluate(ctx, plan).trace
 
 
 def _ranks_first(a, b) -> bool:

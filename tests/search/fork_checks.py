@@ -72,6 +72,23 @@ def every_candidate_refused() -> None:
     assert _summary(three) == _summary(one)
 
 
+def dispatchers_side_by_side() -> None:
+    # DeepSeek-V3 on H100s searches alltoall and flex (planner.search.dispatchers): side by side in two forked
+    # processes, each scanning its own layouts in one, it keeps what the two searches one after the other keep
+    from planner.search.dispatchers import search_dispatchers
+
+    calls = _count_forks()
+    one = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=1, top_k=5))
+    two = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=2, top_k=5))
+    assert calls == [2], calls  # the two dispatchers' searches side by side (the first ran in this process)
+    assert set(one.seen) == {"alltoall", "flex"} and two.seen == one.seen, (one.seen, two.seen)
+    assert two.ctx.train == one.ctx.train and _summary(two.result) == _summary(one.result)
+    assert all(any(p is r for r in two.result.ranked) for p in two.result.plans)  # one object, as a search leaves it
+    for a, b in zip(one.result.plans, two.result.plans, strict=True):  # traces rebuilt here, from the kept context
+        assert [(t.name, t.value, t.inputs) for t in b.trace.terms()] == [(t.name, t.value, t.inputs)
+                                                                          for t in a.trace.terms()]
+
+
 def _square_or_fail(i: int) -> int:
     if i == 5:
         raise ValueError("piece 5 is bad")
@@ -97,7 +114,8 @@ def fork_map_order_and_errors() -> None:
     _raises(lambda: forks.fork_map(die, 4, 2), RuntimeError, "ended without an answer")  # a child dead, no answer
 
 
-CHECKS = {f.__name__: f for f in (gpu_moe, tpu_moe_unfitting_too, every_candidate_refused, fork_map_order_and_errors)}
+CHECKS = {f.__name__: f for f in (gpu_moe, tpu_moe_unfitting_too, every_candidate_refused, dispatchers_side_by_side,
+                                   fork_map_order_and_errors)}
 
 if __name__ == "__main__":
     assert forks.fork_safe(), "a fresh interpreter must be safe to fork"

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not forks.can_fork(), reason="the platform does 
 
 
 @pytest.mark.parametrize("check", ["gpu_moe", "tpu_moe_unfitting_too", "every_candidate_refused",
-                                   "fork_map_order_and_errors"])
+                                   "dispatchers_side_by_side", "fork_map_order_and_errors"])
 def test_forked_checks_in_a_fresh_interpreter(check):
     env = {k: v for k, v in os.environ.items() if k != forks.WORKERS_ENV} | {"PYTHONPATH": str(ROOT)}
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "search" / "fork_checks.py"), check], env=env, cwd=ROOT,
@@ -43,6 +43,22 @@ def test_workers_chosen_from_cores_layouts_and_the_environment(monkeypatch):
     monkeypatch.setattr(forks, "fork_safe", lambda: True)
     monkeypatch.setattr(sys, "platform", "darwin")
     assert scan_workers(SearchOptions(workers=4), 100 * LAYOUTS_PER_WORKER) == 1  # no fork off Linux
+
+
+def test_dispatcher_searches_side_by_side_only_with_a_core_each(monkeypatch):
+    from planner.search.dispatchers import side_by_side
+
+    monkeypatch.delenv(forks.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(forks, "available_cores", lambda: 2)
+    monkeypatch.setattr(forks, "fork_safe", lambda: True)
+    assert side_by_side(SearchOptions(), 2) == 2
+    assert side_by_side(SearchOptions(), 3) == 1  # fewer cores than searches: one after the other
+    assert side_by_side(SearchOptions(), 1) == 1
+    assert side_by_side(SearchOptions(workers=1), 2) == 1  # the option wins
+    monkeypatch.setenv(forks.WORKERS_ENV, "1")
+    assert side_by_side(SearchOptions(), 2) == 1
+    monkeypatch.setattr(forks, "fork_safe", lambda: False)
+    assert side_by_side(SearchOptions(workers=4), 2) == 1  # threads a fork is not safe with
 
 
 def test_a_process_with_jax_or_torch_loaded_is_never_forked(monkeypatch):
