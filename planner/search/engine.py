@@ -780,7 +780,7 @@ def _balanced_plan(ctx: Context, opts: SearchOptions, ev: Evaluation, cap: float
         return replace(new, pipeline={**new.pipeline, "stage_assignment": {
             "layers_per_stage": list(a.layers_per_stage),
             "recompute_per_stage": _recomputed_per_stage(alt, a.layers_per_stage),
-            "solver": "CP-SAT" + (" (optimal)" if a.optimal else "")}})
+            "solver": a.solver + (" (optimal)" if a.optimal else "")}})
     return None
 
 

@@ -29,6 +29,9 @@ that is not memory-bound never recomputes. Floats are scaled to integers: time t
 total work, bytes to about 1e-6 of the capacity, rounded up so an accepted assignment never exceeds
 the capacity by rounding. Reported times and bytes are recomputed in floats from the tuples.
 
+The splits the search poses (even_middle) are few: those are scored one by one on the same integer model
+(`flag_splits`, `_enumerated`; within ENUMERATION_BUDGET), which finds the model's optimum without importing ortools.
+
 Deterministic: CP-SAT runs one worker with a fixed seed under a deterministic-time budget
 (`max_deterministic_time`, CP-SAT's count of work units, not wall-clock seconds), so the same problem
 gives the same split on any machine load, hash seed or core count (same ortools version). Measured
@@ -48,7 +51,7 @@ import math
 import sys
 import types
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from planner.costmodel.partition import stage_layer_counts
 from planner.costmodel.stage_problem import StageProblem  # the problem the cost model poses (re-exported)
@@ -66,6 +69,15 @@ PROBING_LEVEL = 0
 PRESOLVE_ITERATIONS = 1
 
 
+# Stage costings (_IntegerModel.stage) above which a problem StageProblem.even_middle restricts is left to CP-SAT
+# rather than scored split by split: a split costs up to L + pp of them (each stage's recompute counts tried from 0),
+# about 0.3 us each on the project machine, so this bound is ~0.05 s; CP-SAT's import alone takes ~0.15-0.2 s (ortools
+# and numpy) and its solves of these problems 0.01-0.3 s (measured 2026-11-28: 94 layers over 8 stages, 675 splits,
+# 27 ms enumerated against 288 ms solved). 61 layers over 4 to 16 stages and 36 over 16 or 32 are enumerated; 61 or
+# more over 3 stages (and 80 or more over 4) go to CP-SAT.
+ENUMERATION_BUDGET = 150_000
+
+
 @dataclass(frozen=True)
 class StageAssignment:
     layers_per_stage: tuple[int, ...]
@@ -73,7 +85,8 @@ class StageAssignment:
     slowest_stage_s: float
     stage_time_s: tuple[float, ...]
     stage_bytes: tuple[float, ...]
-    optimal: bool  # CP-SAT proved optimality
+    optimal: bool  # proved optimal: every admitted split scored (enumeration), or CP-SAT's proof
+    solver: str = "CP-SAT"  # "enumeration": the splits the flags express scored one by one (flag_splits)
 
 
 # ---- exact float evaluation ------------------------------------------------------------------------
@@ -153,10 +166,11 @@ def uniform_assignment(p: StageProblem) -> StageAssignment | None:
     return _assignment(p, layers, rec, optimal=False)
 
 
-def _assignment(p: StageProblem, layers: Sequence[int], rec: Sequence[int], optimal: bool) -> StageAssignment:
+def _assignment(p: StageProblem, layers: Sequence[int], rec: Sequence[int], optimal: bool,
+                solver: str = "CP-SAT") -> StageAssignment:
     times, mem = stage_costs(p, layers, rec)
     return StageAssignment(tuple(int(x) for x in layers), tuple(int(x) for x in rec), max(times), tuple(times),
-                           tuple(mem), optimal)
+                           tuple(mem), optimal, solver)
 
 
 def megatron_flags(a: StageAssignment) -> tuple[int | None, int | None] | None:
@@ -409,23 +423,129 @@ def _add_hint(model: Any, p: StageProblem, b: list[Any], r: list[Any]) -> StageA
     return hint
 
 
-def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUDGET) -> StageAssignment | None:
+# ---- the splits the flags express, enumerated ---------------------------------------------------------
+
+def flag_splits(L: int, pp: int) -> list[tuple[int, ...]]:
+    """Every split StageProblem.even_middle admits, once each: the default split (partition.stage_layer_counts) and
+    every split whose middle stages hold one common count m (first + last = L - (pp - 2) m, each >= 1); with pp <= 2
+    every split (there is no middle). About L^2 / (2 (pp - 2)) of them: DeepSeek-V3's 61 layers over 16 stages 101,
+    over 4 stages 871; gpt-oss-120b's 36 over 32 stages 6."""
+    if pp == 1:
+        return [(L,)]
+    if pp == 2:
+        return [(f, L - f) for f in range(1, L)]
+    out = {tuple(stage_layer_counts(L, pp)): None}
+    for m in range(1, (L - 2) // (pp - 2) + 1):
+        ends = L - (pp - 2) * m
+        for first in range(1, ends):
+            out[(first,) + (m,) * (pp - 2) + (ends - first,)] = None
+    return list(out)
+
+
+def _table(values: Sequence[float], to_int: Callable[[float], int]) -> list[int]:
+    """The integer prefix sums the CP-SAT model reads (_prefix), as a table: entry k is the first k layers' sum."""
+    kind, payload = _prefix(values, to_int)
+    return [payload * k for k in range(len(values) + 1)] if kind == "lin" else payload
+
+
+class _IntegerModel:
+    """The CP-SAT model's integer stage times, memory and objective (_add_stage_costs, _add_objective), evaluated
+    for one given split instead of solved for: the same scaled and rounded coefficients, so a split is feasible and
+    ranks here exactly as it does in the CP-SAT model."""
+
+    def __init__(self, p: StageProblem, sc: _Scales) -> None:
+        self.p, self.sc = p, sc
+        self.PT, self.PR = _table(p.layer_time_s, sc.t_int), _table(p.layer_recompute_s, sc.t_int)
+        self.PS, self.PA = _table(p.layer_state_bytes, sc.up), _table(p.layer_act_bytes, sc.up)
+        self.PAR = _table(p.layer_act_bytes_recompute, sc.up)
+        self.peak_act = sc.up(max(p.layer_act_bytes))
+        last = p.pp - 1
+        self.extra_t = [sc.t_int((p.first_extra_time_s if s == 0 else 0.0) + (p.last_extra_time_s if s == last
+                                                                                  else 0.0)) for s in range(p.pp)]
+        self.extra_b = [sc.up((p.first_extra_bytes if s == 0 else 0.0) + (p.last_extra_bytes if s == last else 0.0))
+                        for s in range(p.pp)]
+
+    def stage(self, s: int, b: int, n: int, r: int) -> tuple[int, int]:
+        """(integer time, integer memory) of stage s holding layers b .. b + n - 1 and recomputing the first r."""
+        sc, e, bn = self.sc, b + r, b + n
+        t = self.PT[bn] - self.PT[b] + self.PR[e] - self.PR[b] + self.extra_t[s]
+        mem = sc.Q * (self.PS[bn] - self.PS[b]) + sc.q[s] * (self.PA[bn] - self.PA[e] + self.PAR[e] - self.PAR[b])
+        return t, mem + sc.Q * (self.peak_act * (r > 0) + self.extra_b[s])
+
+    def fewest_recompute(self, layers: Sequence[int]) -> tuple[list[int], list[int], list[int]] | None:
+        """(recomputed layers, integer times, integer memory) per stage with the fewest recomputed layers that fit (a
+        stage's time only grows with them): per stage, or one count R for all (uniform_recompute, r_s = min(R, n_s));
+        None if the split cannot fit."""
+        starts = [sum(layers[:s]) for s in range(len(layers))]
+        cap = self.sc.cap
+        if self.p.uniform_recompute:
+            for R in range(self.p.num_layers - self.p.pp + 2):
+                rec = [min(R, n) for n in layers]
+                cost = [self.stage(s, b, n, r) for s, (b, n, r) in enumerate(zip(starts, layers, rec, strict=True))]
+                if all(m <= cap for _, m in cost):
+                    return rec, [t for t, _ in cost], [m for _, m in cost]
+            return None
+        rec, times, mems = [], [], []
+        for s, (b, n) in enumerate(zip(starts, layers, strict=True)):
+            found = next(((r, t, m) for r in range(n + 1) for t, m in (self.stage(s, b, n, r),) if m <= cap), None)
+            if found is None:
+                return None
+            rec.append(found[0])
+            times.append(found[1])
+            mems.append(found[2])
+        return rec, times, mems
+
+    def objective(self, layers: Sequence[int], times: Sequence[int], mems: Sequence[int]) -> tuple[int, ...]:
+        """_add_objective's lexicographic order (the slowest stage, then the total; the middle stages off their most
+        common count; that count, the smallest of the most common), then the largest stage memory: without recompute
+        the total time is the same for every split, so where the middle stages set the pace many splits tie, and of
+        those the one with the most memory to spare is kept (CP-SAT returns any of them)."""
+        pp = self.p.pp
+        primary = (_TIME_UNITS + 2 * pp + 2) * max(times) + sum(times)
+        if pp <= 2:
+            return primary, 0, 0, max(mems)
+        middles = layers[1:-1]
+        dev, mid = min((sum(n != m for n in middles), m) for m in set(middles))
+        return primary, dev, mid, max(mems)
+
+
+def _enumerated(p: StageProblem, sc: _Scales) -> StageAssignment | None:
+    """The optimum of the CP-SAT model over flag_splits, found by scoring each (_IntegerModel; of equal objectives,
+    the first in flag_splits' order). None when no split fits."""
+    im, best = _IntegerModel(p, sc), None
+    for layers in flag_splits(p.num_layers, p.pp):
+        fitted = im.fewest_recompute(layers)
+        if fitted is None:
+            continue
+        key = im.objective(layers, fitted[1], fitted[2])
+        if best is None or key < best[0]:
+            best = (key, layers, fitted[0])
+    return None if best is None else _assignment(p, best[1], best[2], optimal=True, solver="enumeration")
+
+
+def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUDGET,
+                  method: Literal["auto", "enumerate", "cp-sat"] = "auto") -> StageAssignment | None:
     """Contiguous layers -> stages, and per-stage counts of fully recomputed layers, minimising the
     slowest stage's time subject to each stage's memory <= capacity. None if infeasible.
 
-    `optimal` is True when CP-SAT proved the optimum within `deterministic_time` (CP-SAT work units,
+    `method` "auto": where the admitted splits are few (StageProblem.even_middle, or pp <= 2, within
+    ENUMERATION_BUDGET) each is scored on the CP-SAT model's own integer costs (_enumerated: optimal, `solver`
+    "enumeration"), otherwise CP-SAT solves the model; "enumerate" / "cp-sat" force one (tests compare them).
+    Under CP-SAT `optimal` is True when it proved the optimum within `deterministic_time` (CP-SAT work units,
     not seconds); otherwise the best split it found (or, if it found none within the budget, the default
     split when that fits) is returned. The answer never depends on wall-clock time or machine load."""
     if p.pp > p.num_layers:
         return None
     if not p.contiguous:
         p = _mean_problem(p)
-    cp_model = _cp_model()
-
     L, pp = p.num_layers, p.pp
     sc = _scales(p)
     if sc is None:
         return None
+    if method == "enumerate" or (method == "auto" and (p.even_middle or pp <= 2)
+                                 and len(flag_splits(L, pp)) * (L + pp) <= ENUMERATION_BUDGET):
+        return _enumerated(p, sc)
+    cp_model = _cp_model()
     model = cp_model.CpModel()
     b, n = _add_boundaries(model, L, pp)
     if p.even_middle and pp > 2:

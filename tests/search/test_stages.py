@@ -22,9 +22,11 @@ from support import uniform_stage_problem
 
 from planner.costmodel.partition import stage_layer_counts
 from planner.search.stages import (
+    ENUMERATION_BUDGET,
     StageAssignment,
     StageProblem,
     assign_stages,
+    flag_splits,
     megatron_flags,
     stage_costs,
     uniform_assignment,
@@ -251,6 +253,48 @@ def test_even_middle_is_the_best_split_megatron_flags_express():
         if a is not None:
             assert a.optimal and megatron_flags(a) is not None, case
             assert a.slowest_stage_s == pytest.approx(want, rel=1e-5), case
+
+
+def test_flag_splits_are_every_split_the_flags_express_once():
+    for L, pp, count in ((61, 16, 101), (61, 4, 871), (36, 32, 6), (36, 16, 29), (12, 2, 11), (9, 1, 1)):
+        splits = flag_splits(L, pp)
+        assert len(splits) == len(set(splits)) == count, (L, pp)
+        assert all(len(c) == pp and sum(c) == L and min(c) >= 1 for c in splits)
+        # each is the default split or one the first/last flags give (megatron_flags finds flags for it)
+        assert all(megatron_flags(StageAssignment(c, (0,) * pp, 0.0, (0.0,) * pp, (0.0,) * pp, True)) is not None
+                   for c in splits)
+        assert tuple(stage_layer_counts(L, pp)) in splits
+
+
+def test_enumeration_finds_the_cp_sat_optimum_of_the_flag_splits():
+    # the same integer model, scored split by split or solved by CP-SAT: the same slowest stage and total time (a
+    # split of equal objective may differ: of those the enumeration keeps the one with the most memory to spare)
+    rng = random.Random(11)
+    for case in range(10):
+        p = _random_problem(rng, (8, 40), (2, 10), (6, 30), even_middle=True, uniform_recompute=case % 3 == 2)
+        e, c = assign_stages(p, method="enumerate"), assign_stages(p, deterministic_time=5.0, method="cp-sat")
+        assert (e is None) == (c is None), case
+        if e is None or c is None:
+            continue
+        assert e.solver == "enumeration" and e.optimal and c.solver == "CP-SAT" and c.optimal, case
+        _check(p, e)
+        assert e.slowest_stage_s == pytest.approx(c.slowest_stage_s, rel=1e-6), case
+        assert sum(e.stage_time_s) == pytest.approx(sum(c.stage_time_s), rel=1e-6), case
+        assert max(e.stage_bytes) <= max(c.stage_bytes) * (1 + 1e-6) or e.layers_per_stage == c.layers_per_stage
+
+
+def test_the_search_enumerates_small_flag_split_spaces_and_solves_large_ones():
+    small = _alternating(36, 16, 75, even_middle=True)  # 29 splits x 52 stage costings
+    assert len(flag_splits(36, 16)) * (36 + 16) <= ENUMERATION_BUDGET
+    a = assign_stages(small)
+    assert a is not None and a.solver == "enumeration" and a.optimal
+    big = uniform_stage_problem(126, 3, capacity_bytes=80 * GB, even_middle=True, **LLAMA70)  # 7,626 splits
+    assert len(flag_splits(126, 3)) * (126 + 3) > ENUMERATION_BUDGET
+    b = assign_stages(big)
+    assert b is not None and b.solver == "CP-SAT" and b.optimal
+    assert b.slowest_stage_s == pytest.approx(assign_stages(big, method="enumerate").slowest_stage_s, rel=1e-6)
+    free = uniform_stage_problem(61, 16, capacity_bytes=80 * GB, **LLAMA70)  # every contiguous split: CP-SAT
+    assert assign_stages(free).solver == "CP-SAT"
 
 
 def _deepseek(capacity_gb: float, contiguous: bool = True) -> StageProblem:

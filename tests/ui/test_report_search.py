@@ -12,6 +12,7 @@ import planner.search.engine
 import planner.search.stages
 from planner.app import PlanRequest, build_inputs
 from planner.costmodel import Context
+from planner.search import forks
 from planner.search.engine import SearchOptions, search
 from planner.ui.cli import main
 
@@ -19,6 +20,8 @@ ARGS = ["--model", "deepseek-v3", "--cluster", "h100x1024", "--pp", "8", "--sche
 
 
 def _counting(monkeypatch) -> dict[str, int]:
+    # counted in this process: the dispatchers' searches side by side in forked processes would count in theirs
+    monkeypatch.setenv(forks.WORKERS_ENV, "1")
     calls = {"search": 0, "solve": 0}
     real_search, real_solve = planner.search.engine._search, planner.search.stages.assign_stages
 
