@@ -73,8 +73,9 @@ PRESOLVE_ITERATIONS = 1
 # rather than scored split by split: a split costs up to L + pp of them (each stage's recompute counts tried from 0),
 # about 0.3 us each on the project machine, so this bound is ~0.05 s; CP-SAT's import alone takes ~0.15-0.2 s (ortools
 # and numpy) and its solves of these problems 0.01-0.3 s (measured 2026-11-28: 94 layers over 8 stages, 675 splits,
-# 27 ms enumerated against 288 ms solved). 61 layers over 4 to 16 stages and 36 over 16 or 32 are enumerated; 61 or
-# more over 3 stages (and 80 or more over 4) go to CP-SAT.
+# 27 ms enumerated against 288 ms solved). CP-SAT takes 67 or more layers over 3 stages, 85 or more over 4, 97 over 5,
+# 107 over 6 (BLOOM's 70 over 3, Qwen3-235B's 94 over 4, Llama-3.1-405B's 126 over 3 to 6); DeepSeek-V3's 61 over any
+# count and gpt-oss-120b's 36 are enumerated.
 ENUMERATION_BUDGET = 150_000
 
 
