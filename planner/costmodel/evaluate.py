@@ -174,10 +174,20 @@ def _pipeline_doc(shape: Shape, st: StageTimes, counts: list[int]) -> dict:
             "comm_s_per_microbatch": list(st.comm)}  # exposed per-layer collectives, fwd + bwd
 
 
+def _layer_warnings(ctx: Context, shape: Shape) -> tuple[str, ...]:
+    """The TP, CP, EP and attention-range warnings: they read the group sizes, the groups' fabric and the layer times,
+    all inputs of Shape.time_key, under which they are cached per search (as moe.dispatcher_buffer_bytes is)."""
+    key = ("layer_warnings",) + shape.time_key
+    v = ctx.layer_time_cache.get(key)
+    if v is None:
+        v = ctx.layer_time_cache[key] = tuple(tp_warnings(ctx, shape) + cp_warnings(ctx, shape)
+                                              + ep_warnings(ctx, shape) + attention_range_warnings(ctx, shape))
+    return v
+
+
 def _warnings(ctx: Context, shape: Shape, fig: Figures, peak_stage: int, counts: list[int],
               host_stage: int) -> list[str]:
-    out = (tp_warnings(ctx, shape) + cp_warnings(ctx, shape) + ep_warnings(ctx, shape)
-           + attention_range_warnings(ctx, shape))
+    out = list(_layer_warnings(ctx, shape))
     if fig.peak_gib > fig.usable_gib:
         out.append(f"does not fit: needs {fig.peak_gib:.1f} GiB of {ctx.cluster.hardware.hbm_capacity_gib:.1f} GiB "
                    f"(stage {peak_stage})")

@@ -93,13 +93,17 @@ def test_memory_screen_is_the_evaluated_peak(model, cluster):
                                                      ("gpt-oss-120b", "h100x64", "megatron"),
                                                      ("llama-3.1-8b", "h100x64", "fsdp")])
 def test_plan_caches_give_what_computing_afresh_gives(model, cluster, framework):
-    # the state layout, the stage times and the layer activations are cached per search under the inputs they read
-    # (memory.state_layout, layers.stage_times, memory.layer_activations): after a search has filled the caches, every
-    # plan (and variants the search may not have scored) must get what a fresh computation gives
+    # the state layout, the stage times, the layer activations and the layer warnings are cached per search under the
+    # inputs they read (memory.state_layout, layers.stage_times, memory.layer_activations, evaluate._layer_warnings):
+    # after a search has filled the caches, every plan (and variants the search may not have scored) must get what a
+    # fresh computation gives
     from planner.costmodel.base import plan_shape
-    from planner.costmodel.evaluate import screen_memory
-    from planner.costmodel.layers import _stage_times, stage_times
+    from planner.costmodel.context import cp_warnings
+    from planner.costmodel.evaluate import _layer_warnings, screen_memory
+    from planner.costmodel.expert import ep_warnings
+    from planner.costmodel.layers import _stage_times, attention_range_warnings, stage_times
     from planner.costmodel.memory import _layer_activations, _state_layout, layer_activations, state_layout
+    from planner.costmodel.tensor import tp_warnings
 
     ctx = ctx_for(model, cluster, framework=framework, global_batch=512)
     res = search(ctx, SearchOptions(top_k=3, require_fit=False, stage_solves=0))
@@ -115,6 +119,8 @@ def test_plan_caches_give_what_computing_afresh_gives(model, cluster, framework)
         assert stage_times(ctx, shape, mem.split) == _stage_times(ctx, shape, mem.split), p
         for part in mem.split:
             assert layer_activations(ctx, shape, part) == _layer_activations(ctx, shape, part), p
+        assert _layer_warnings(ctx, shape) == (*tp_warnings(ctx, shape), *cp_warnings(ctx, shape),
+                                               *ep_warnings(ctx, shape), *attention_range_warnings(ctx, shape)), p
     assert ctx.stage_times_cache and ctx.layer_acts_cache and ctx.state_layout_cache
 
 
