@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from planner.costmodel.calibration import DEFAULT_CALIBRATION, Calibration
@@ -127,6 +128,10 @@ class Context:
         self.links_cache: dict[tuple, Links] = {}  # PLACEMENT_KNOBS -> plan_links
         self.stage_params_cache: dict[tuple, Any] = {}  # -> planner.costmodel.memory.StageParams (evaluate)
         self.time_key_ids: dict[tuple, int] = {}  # every input of a layer's time -> its number (plan_shape)
+        self.shape_cache: dict[tuple, tuple] = {}  # SHAPE_KNOBS -> what plan_shape derives from them (_shape_parts)
+        self.state_layout_cache: dict[tuple, Any] = {}  # -> planner.costmodel.memory.StateLayout (state_layout)
+        self.stage_times_cache: dict[tuple, tuple] = {}  # -> (split, planner.costmodel.layers.StageTimes)
+        self.layer_acts_cache: dict[tuple, tuple] = {}  # -> (a stage's split, memory.layer_activations)
 
     def _rates(self, cluster: ClusterSpec, train: TrainingSpec) -> None:
         """Peak rates and kernel efficiency ceilings of this hardware for this training recipe."""
@@ -270,23 +275,39 @@ def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
             MICROBATCHES.term("num_microbatches", shape.nmb, "", gbs=tr.global_batch, dp=p.dp, mbs=p.micro_batch))
 
 
+# The plan knobs plan_shape derives a Shape from (ParallelDims.of, PLACEMENT_KNOBS, every knob of the time key): the key
+# of Context.shape_cache. A knob _shape_parts starts to read must be added here (tests/search/test_search_memo.py checks
+# that every other knob leaves the shape unchanged).
+SHAPE_KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero_shard_size", "micro_batch", "zero_stage", "sequence_parallel",
+               "cp_comm", "recompute", "remat_device", "remat_offloaded", "recompute_modules")
+_shape_knobs_of = attrgetter(*SHAPE_KNOBS)
+
+
 def plan_shape(ctx: Context, plan: ParallelPlan) -> Shape:
+    """The plan's Shape, its derived quantities (_shape_parts) cached per search under SHAPE_KNOBS (the candidates of
+    one layout and micro-batch share them whatever their schedule or pipeline split)."""
+    key = _shape_knobs_of(plan)
+    v = ctx.shape_cache.get(key)
+    if v is None:
+        v = ctx.shape_cache[key] = _shape_parts(ctx, plan)
+    return Shape(plan, *v)
+
+
+def _shape_parts(ctx: Context, plan: ParallelPlan) -> tuple:
+    """Shape's fields after `plan`: (sp, nmb, tokens, links, dims, time_key)."""
     sp = plan.sequence_parallel and plan.tp > 1
     dims = ParallelDims.of(plan)
     nmb = dims.num_microbatches(ctx.train.global_batch)
     links = context_links(ctx, plan)
-    return Shape(plan=plan, sp=sp, nmb=nmb,
-                 tokens=plan.micro_batch * ctx.train.seq_len / plan.cp,
-                 links=links,
-                 dims=dims,
-                 # the custom remat policy in effect sets the recompute and host copies (compute.remat_offload_s),
-                 # the named Megatron modules the selective recompute time (compute.selective_recompute_s); the
-                 # fabric of the layer's own collectives (on a TPU torus the axes a group runs along follow the whole
-                 # mesh, pp and dp too: placement.ici_group_busbw_GBps), and whether a step has more than one
-                 # micro-batch (moe.merged_fwd_bwd: the batch-level EP overlap's merged schedule)
-                 time_key=_time_key(ctx, (plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm,
-                                          plan.custom_remat, plan.recompute_modules, links.tp, links.tp_ar, links.cp,
-                                          links.ep, nmb > 1)))
+    return (sp, nmb, plan.micro_batch * ctx.train.seq_len / plan.cp, links, dims,
+            # the custom remat policy in effect sets the recompute and host copies (compute.remat_offload_s), the named
+            # Megatron modules the selective recompute time (compute.selective_recompute_s); the fabric of the layer's
+            # own collectives (on a TPU torus the axes a group runs along follow the whole mesh, pp and dp too:
+            # placement.ici_group_busbw_GBps), and whether a step has more than one micro-batch
+            # (moe.merged_fwd_bwd: the batch-level EP overlap's merged schedule)
+            _time_key(ctx, (plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm,
+                            plan.custom_remat, plan.recompute_modules, links.tp, links.tp_ar, links.cp, links.ep,
+                            nmb > 1)))
 
 
 def _time_key(ctx: Context, inputs: tuple) -> tuple[int]:

@@ -11,7 +11,7 @@ traffic (data) and the optimizer step (optimizer) close it. Memory per stage: pl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
@@ -174,15 +174,26 @@ def _pipeline_doc(shape: Shape, st: StageTimes, counts: list[int]) -> dict:
             "comm_s_per_microbatch": list(st.comm)}  # exposed per-layer collectives, fwd + bwd
 
 
-def _warnings(ctx: Context, shape: Shape, ev: Evaluation, counts: list[int], host_stage: int) -> list[str]:
-    out = (tp_warnings(ctx, shape) + cp_warnings(ctx, shape) + ep_warnings(ctx, shape)
-           + attention_range_warnings(ctx, shape))
-    if ev.peak_gib > ev.figures.usable_gib:
-        out.append(f"does not fit: needs {ev.peak_gib:.1f} GiB of {ctx.cluster.hardware.hbm_capacity_gib:.1f} GiB "
-                   f"(stage {ev.peak_stage})")
-    if not ev.fits_host:
-        out.append(f"does not fit in host memory: keeps {ev.figures.host_gib:.1f} GiB per device there (stage "
-                   f"{host_stage}), the host has {ev.figures.host_capacity_gib:.1f} GiB per device "
+def _layer_warnings(ctx: Context, shape: Shape) -> tuple[str, ...]:
+    """The TP, CP, EP and attention-range warnings: they read the group sizes, the groups' fabric and the layer times,
+    all inputs of Shape.time_key, under which they are cached per search (as moe.dispatcher_buffer_bytes is)."""
+    key = ("layer_warnings",) + shape.time_key
+    v = ctx.layer_time_cache.get(key)
+    if v is None:
+        v = ctx.layer_time_cache[key] = tuple(tp_warnings(ctx, shape) + cp_warnings(ctx, shape)
+                                              + ep_warnings(ctx, shape) + attention_range_warnings(ctx, shape))
+    return v
+
+
+def _warnings(ctx: Context, shape: Shape, fig: Figures, peak_stage: int, counts: list[int],
+              host_stage: int) -> list[str]:
+    out = list(_layer_warnings(ctx, shape))
+    if fig.peak_gib > fig.usable_gib:
+        out.append(f"does not fit: needs {fig.peak_gib:.1f} GiB of {ctx.cluster.hardware.hbm_capacity_gib:.1f} GiB "
+                   f"(stage {peak_stage})")
+    if not host_fits(fig.host_gib, fig.host_capacity_gib):  # Evaluation.fits_host
+        out.append(f"does not fit in host memory: keeps {fig.host_gib:.1f} GiB per device there (stage "
+                   f"{host_stage}), the host has {fig.host_capacity_gib:.1f} GiB per device "
                    "(the hardware profile's reference system; a cluster file's hardware: {base: ..., "
                    "host_memory_gib: N} states yours)")
     if shape.plan.pp > 1 and max(counts) != min(counts):
@@ -256,6 +267,6 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
                                   *mtp_terms(ctx, shape), *_rate_terms(ctx, shape, st, step)))
 
     counts = [c for c, _, _ in split]
-    ev = Evaluation(plan=plan, figures=figures, build_trace=build_trace, peak_stage=peak_stage,
-                    pipeline=_pipeline_doc(shape, st, counts))
-    return replace(ev, warnings=tuple(_warnings(ctx, shape, ev, counts, screened.host_stage)))
+    return Evaluation(plan=plan, figures=figures, build_trace=build_trace, peak_stage=peak_stage,
+                      warnings=tuple(_warnings(ctx, shape, figures, peak_stage, counts, screened.host_stage)),
+                      pipeline=_pipeline_doc(shape, st, counts))

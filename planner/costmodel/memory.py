@@ -554,6 +554,20 @@ class StageMemory(NamedTuple):
                 self.buffers / GIB, self.overhead / GIB)
 
 
+def layer_activations(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, float]:
+    """_layer_activations, cached per search under every input it reads: the layer-time key (Shape.time_key: TP,
+    sequence parallelism, ETP, the micro-batch's tokens, the custom remat policy, the recompute modules), the recompute
+    mode and remat tensor names (act_elems' key) and the stage's split itself (by id, held beside the answer so that
+    the id stays its own). The plans of one layout, micro-batch and recompute that differ only in their interleaving
+    share it."""
+    p = shape.plan
+    key = (shape.time_key, p.recompute, p.remat_device, p.remat_offloaded, id(split))
+    hit = ctx.layer_acts_cache.get(key)
+    if hit is None:
+        hit = ctx.layer_acts_cache[key] = (split, _layer_activations(ctx, shape, split))
+    return hit[1]
+
+
 def _layer_activations(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, float]:
     """(bytes saved per micro-batch by the stage's layers, one layer's full activations at most)."""
     _, hc, tc = split
@@ -790,6 +804,19 @@ class StateLayout(NamedTuple):
 
 
 def state_layout(ctx: Context, shape: Shape) -> StateLayout:
+    """_state_layout, cached per search under every input it reads: the ZeRO stage, the optimizer offload, the two
+    shard counts, the schedule in effect and, for the MoE dispatcher's buffers (EP > 1), the plan's time key (the
+    dispatcher_buffer_bytes key)."""
+    plan, dims = shape.plan, shape.dims
+    key = (plan.zero_stage, plan.offload_optimizer, dims.zero_shard, dims.expert_zero_shard, schedule_of(plan),
+           shape.time_key if plan.ep > 1 else None)
+    v = ctx.state_layout_cache.get(key)
+    if v is None:
+        v = ctx.state_layout_cache[key] = _state_layout(ctx, shape)
+    return v
+
+
+def _state_layout(ctx: Context, shape: Shape) -> StateLayout:
     plan, dims = shape.plan, shape.dims
     st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
     return StateLayout(st, dims.zero_shard, dims.expert_zero_shard, grad_bytes_per_param(ctx.train),
@@ -882,7 +909,7 @@ def stage_memories(ctx: Context, shape: Shape, split: list[StageSplit], params: 
             middles.append((sizes, hc, tc, inflight))
         acts = next((a for (h, t), a in seen if dict.__eq__(h, hc) and dict.__eq__(t, tc)), None)
         if acts is None:
-            acts = _layer_activations(ctx, shape, split[s])
+            acts = layer_activations(ctx, shape, split[s])
             seen.append(((hc, tc), acts))
         out[s] = stage_memory(ctx, shape, split, params, s, lay, acts)
     return out

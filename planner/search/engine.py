@@ -44,6 +44,7 @@ from planner.search.ranking import (
     memory_tier,
     rank,
     select,
+    sorted_tie_broken,
 )
 from planner.search.space import divisors, needs_pipeline, plan_errors
 from planner.specs import ParallelPlan
@@ -102,16 +103,22 @@ TIE_BAND = 1.0 + TIE_BAND_REL  # plans within 0.2% of the fastest count as equal
 
 
 def _sort_key(e: Evaluation) -> tuple:
-    """Fastest first (the working order before the final ranking of planner.search.ranking)."""
-    return (round(e.step_time_s, 12), e.peak_gib, complexity(e.plan),
-            tuple(str(getattr(e.plan, k)) for k in KNOBS))
+    """Fastest first (the working order before the final ranking of planner.search.ranking), before the knob
+    tie-break (_knob_strs)."""
+    return (round(e.step_time_s, 12), e.peak_gib, complexity(e.plan))
 
 
-def _working_key(opts: SearchOptions) -> Callable[[Evaluation], tuple]:
-    """_sort_key with the default memory margin: the plans by memory tier, those at the memory edge after the others
-    (planner.search.ranking.rank), so the stage solves go to the plans the ranking will show. Computed once per
-    evaluation: the search sorts every scored plan by it before and after the stage solves (_balance_stages), and on
-    DeepSeek-V2 on tpu-v5px256's 9,832 plans one pass of the key takes ~0.09 s."""
+def _knob_strs(e: Evaluation) -> tuple:
+    """The working order's last tie-break: every knob's text, in KNOBS order."""
+    return tuple(str(getattr(e.plan, k)) for k in KNOBS)
+
+
+def _working_order(opts: SearchOptions) -> Callable[[list[Evaluation]], list[Evaluation]]:
+    """Sorts evaluations by _sort_key then _knob_strs, with the default memory margin by memory tier first: the plans
+    at the memory edge after the others (planner.search.ranking.rank), so the stage solves go to the plans the ranking
+    will show. The key is computed once per evaluation: the search sorts every scored plan by it before and after the
+    stage solves (_balance_stages); the knob texts only for plans whose key another's equals
+    (ranking.sorted_tie_broken: on DeepSeek-V2 on tpu-v5px256's 9,832 plans they took most of a pass of the key)."""
     memo: dict[int, tuple[Evaluation, tuple]] = {}  # id -> (the evaluation, held so that its id stays its own; key)
 
     def key(e: Evaluation) -> tuple:
@@ -119,7 +126,10 @@ def _working_key(opts: SearchOptions) -> Callable[[Evaluation], tuple]:
         if hit is None:
             hit = memo[id(e)] = (e, (memory_tier(e), *_sort_key(e)) if opts.memory_margin else _sort_key(e))
         return hit[1]
-    return key
+
+    def order(evals: list[Evaluation]) -> list[Evaluation]:
+        return sorted_tie_broken(evals, key, _knob_strs)
+    return order
 
 
 def _fixed_or(opts: SearchOptions, knob: str, default: list) -> list:
@@ -589,11 +599,11 @@ def _search(ctx: Context, opts: SearchOptions) -> SearchResult:
             if scored_pairs >= max(1, opts.top_k):
                 break
     results, evaluated, best_peak = scan.results, scan.evaluated, scan.best_peak
-    working_key = _working_key(opts)
-    results.sort(key=working_key)
+    working_order = _working_order(opts)
+    results = working_order(results)
     if opts.distinct_layouts:  # balance the stages of the plans a distinct-layout table shows
         results = leaders_first(results)
-    results = _balance_stages(ctx, opts, results, cap, working_key)
+    results = _balance_stages(ctx, opts, results, cap, working_order)
     feasible = [e for e in results if _fits(e, cap)]
     frontier = [(e.step_time_s, e.peak_gib) for e in feasible]
     # every scored plan, best first (the report's)
@@ -668,7 +678,7 @@ MAX_STAGE_SOLVES = 10
 
 
 def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation], cap: float,
-                    working_key: Callable[[Evaluation], tuple]) -> list[Evaluation]:
+                    working_order: Callable[[list[Evaluation]], list[Evaluation]]) -> list[Evaluation]:
     """For the leading plans whose layers do not split evenly over the pipeline (and have no pinned
     stage sizes), let CP-SAT (planner.search.stages) choose the first/last stage sizes that minimise the
     slowest stage within memory, where Megatron's --decoder-first/last-pipeline-num-layers can express
@@ -693,8 +703,7 @@ def _balance_stages(ctx: Context, opts: SearchOptions, results: list[Evaluation]
         new = _balanced_plan(ctx, opts, results[i], cap, None if q is None else solved[q])
         if new is not None:
             out[i] = new
-    out.sort(key=working_key)
-    return out
+    return working_order(out)
 
 
 def _balance_bound(ev: Evaluation) -> float:

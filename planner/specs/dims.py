@@ -136,8 +136,9 @@ def cp_splits_sequence(seq_len: int, cp: int) -> bool:
     return cp == 1 or seq_len % (2 * cp) == 0
 
 
-def size_errors(devices: int, p: ParallelPlan) -> list[str]:
-    world = ParallelDims.of(p).world
+def size_errors(devices: int, p: ParallelPlan, dims: ParallelDims | None = None) -> list[str]:
+    """`dims`: the plan's ParallelDims, when the caller has them."""
+    world = (dims or ParallelDims.of(p)).world
     if world != devices:
         return [f"tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {world}, not the {devices} devices"]
     return []
@@ -208,8 +209,9 @@ def _embedding_loss_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
     return []
 
 
-def batch_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
-    dims = ParallelDims.of(p)
+def batch_errors(train: TrainingSpec, p: ParallelPlan, dims: ParallelDims | None = None) -> list[str]:
+    """`dims`: the plan's ParallelDims, when the caller has them."""
+    dims = dims or ParallelDims.of(p)
     if not dims.batch_divides(train.global_batch):
         return [f"global batch {train.global_batch} is not divisible by dp*micro_batch={dims.samples_per_microbatch}"]
     return []
@@ -230,15 +232,16 @@ def expert_errors(model: ModelSpec, p: ParallelPlan) -> list[str]:
 
 def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: ParallelPlan) -> list[str]:
     """Every rule the plan breaks, as one-line messages (empty = valid)."""
-    zero = ParallelDims.of(p).zero_shard_error()
+    dims = ParallelDims.of(p)
+    zero = dims.zero_shard_error()
     return [
-        *size_errors(devices, p),
+        *size_errors(devices, p, dims),
         *_tensor_context_errors(model, train, p),
         *_pipeline_errors(model, p),
         *_stage_split_errors(model, p),
         *_embedding_loss_errors(model, p),
         *stack_of(train).plan_errors(model, train, p),  # the stack's own rules (planner/stacks/)
-        *batch_errors(train, p),
+        *batch_errors(train, p, dims),
         *expert_errors(model, p),
         *([zero] if zero else []),
         *([f"zero_shard_size={p.zero_shard_size} needs ZeRO (zero_stage >= 1): with zero_stage 0 nothing is sharded"]

@@ -17,9 +17,12 @@ def interleaved_microbatches(who: str) -> PlanRule:
     """The interleaved schedule runs the micro-batches in groups of pp: their count must divide by pp."""
 
     def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
-        if p.schedule != "interleaved" or p.pp == 1 or not p.dims.batch_divides(train.global_batch):
+        if p.schedule != "interleaved" or p.pp == 1:
+            return []
+        dims = p.dims
+        if not dims.batch_divides(train.global_batch):
             return []  # a batch that does not divide is planner.specs.dims.batch_errors'
-        n = p.dims.num_microbatches(train.global_batch)
+        n = dims.num_microbatches(train.global_batch)
         return [f"the interleaved schedule needs the micro-batch count ({n}) divisible by pp={p.pp} ({who} rule)"
                 ] if n % p.pp else []
 

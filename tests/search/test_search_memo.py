@@ -47,6 +47,28 @@ def test_links_cache_key_holds_every_knob_placement_reads(cluster, framework, pl
         assert plan_links(cl, plan.model_copy(update={knob: value}), DEFAULT_CALIBRATION, framework) == links, knob
 
 
+@pytest.mark.parametrize("model,cluster,framework,plan", [
+    ("deepseek-v3", "h100x1024", "megatron", ParallelPlan(tp=4, pp=4, dp=64, ep=16, zero_stage=1, micro_batch=2)),
+    ("llama-70b", "h100x256", "fsdp", ParallelPlan(tp=2, pp=2, cp=2, dp=32, zero_stage=3, zero_shard_size=16)),
+    ("deepseek-v2", "tpu-v5px256", "maxtext", ParallelPlan(tp=4, dp=64, ep=8, zero_stage=3, recompute="selective",
+                                                           remat_offloaded=("query_proj",))),
+])
+def test_shape_cache_key_holds_every_knob_the_shape_reads(model, cluster, framework, plan):
+    # Context.shape_cache keys plan_shape's derived quantities on SHAPE_KNOBS: every other knob must leave them
+    # unchanged (a new knob must be listed on one side or the other)
+    from planner.costmodel.base import SHAPE_KNOBS, _shape_parts
+    from planner.specs.plan import KNOBS
+
+    ctx = ctx_for(model, cluster, framework=framework, global_batch=1024)
+    parts = _shape_parts(ctx, plan)
+    other = {"vpp": 3, "schedule": "dualpipe", "recompute_layers": 2, "first_stage_layers": 5,
+             "last_stage_layers": 3, "account_embedding_loss": True, "offload_optimizer": True,
+             "tp_comm_overlap": True}
+    assert set(other) | set(SHAPE_KNOBS) == set(KNOBS)
+    for knob, value in other.items():
+        assert _shape_parts(ctx, plan.model_copy(update={knob: value})) == parts, knob
+
+
 @pytest.mark.parametrize("model,cluster", [("deepseek-v3", "h100x256"), ("mixtral-8x7b", "h100x64"),
                                            ("llama-3.1-8b", "tpu-v5px64")])
 def test_memory_screen_is_the_evaluated_peak(model, cluster):
@@ -64,6 +86,42 @@ def test_memory_screen_is_the_evaluated_peak(model, cluster):
         ev, mem = evaluate(ctx, p), screen_memory(ctx, p)
         assert mem.peak_gib == ev.memory["peak_gib"] and mem.peak_stage == ev.peak_stage, p
         assert evaluate(ctx, p, mem) == ev
+
+
+@pytest.mark.parametrize("model,cluster,framework", [("deepseek-v2", "tpu-v5px64", "maxtext"),
+                                                     ("deepseek-v3", "h100x256", "megatron"),
+                                                     ("gpt-oss-120b", "h100x64", "megatron"),
+                                                     ("llama-3.1-8b", "h100x64", "fsdp")])
+def test_plan_caches_give_what_computing_afresh_gives(model, cluster, framework):
+    # the state layout, the stage times, the layer activations and the layer warnings are cached per search under the
+    # inputs they read (memory.state_layout, layers.stage_times, memory.layer_activations, evaluate._layer_warnings):
+    # after a search has filled the caches, every plan (and variants the search may not have scored) must get what a
+    # fresh computation gives
+    from planner.costmodel.base import plan_shape
+    from planner.costmodel.context import cp_warnings
+    from planner.costmodel.evaluate import _layer_warnings, screen_memory
+    from planner.costmodel.expert import ep_warnings
+    from planner.costmodel.layers import _stage_times, attention_range_warnings, stage_times
+    from planner.costmodel.memory import _layer_activations, _state_layout, layer_activations, state_layout
+    from planner.costmodel.tensor import tp_warnings
+
+    ctx = ctx_for(model, cluster, framework=framework, global_batch=512)
+    res = search(ctx, SearchOptions(top_k=3, require_fit=False, stage_solves=0))
+    plans = [e.plan for e in res.ranked[:80]]
+    variants = [{"micro_batch": 2}, {"recompute": "full", "recompute_layers": 1}, {"recompute": "selective"},
+                {"tp_comm_overlap": True}, {"offload_optimizer": True}, {"zero_stage": 3}]
+    plans += [p.model_copy(update=v) for p in plans[:10] for v in variants]
+    assert len(plans) >= 40
+    for p in plans:
+        mem = screen_memory(ctx, p)
+        shape = plan_shape(ctx, p)
+        assert state_layout(ctx, shape) == _state_layout(ctx, shape), p
+        assert stage_times(ctx, shape, mem.split) == _stage_times(ctx, shape, mem.split), p
+        for part in mem.split:
+            assert layer_activations(ctx, shape, part) == _layer_activations(ctx, shape, part), p
+        assert _layer_warnings(ctx, shape) == (*tp_warnings(ctx, shape), *cp_warnings(ctx, shape),
+                                               *ep_warnings(ctx, shape), *attention_range_warnings(ctx, shape)), p
+    assert ctx.stage_times_cache and ctx.layer_acts_cache and ctx.state_layout_cache
 
 
 def test_search_solves_side_by_side_as_one_by_one():
