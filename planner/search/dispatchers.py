@@ -5,6 +5,7 @@ one search shares it, and the launch files write it."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
@@ -88,18 +89,25 @@ def side_by_side(opts: SearchOptions, n: int) -> int:
 
 
 def _searches(ctxs: list[Context], opts: SearchOptions) -> list[SearchResult]:
-    """search() of each context, in that order: in forked processes side by side (side_by_side), each with its share
-    of the processes for its own layouts, or one after the other. The answers are the same (every cached value is
-    independent of what was computed before: tests/search/test_search_memo.py); a forked search's evaluations come
-    back without their lazily built traces, which are rebuilt here from the same context (evaluate is pure)."""
+    """search() of each context, in that order: side by side (side_by_side), the first in this process and each other
+    in a forked one, each with its share of the processes for its own layouts; or one after the other. The answers are
+    the same (every cached value is independent of what was computed before: tests/search/test_search_memo.py); a
+    forked search's evaluations come back without their lazily built traces, which are rebuilt here from the same
+    context (evaluate is pure)."""
     n = len(ctxs)
     procs = side_by_side(opts, n)
     if procs == 1:
         return [search(c, opts) for c in ctxs]
     total = opts.workers or forks.requested_workers() or min(forks.available_cores(), forks.MAX_WORKERS)
     each = replace(opts, workers=max(1, total // n))
-    parts = forks.fork_map(lambda i: _portable(search(ctxs[i], each)), n, procs)
-    return [_restored(c, part) for c, part in zip(ctxs, parts, strict=True)]
+    here = os.getpid()
+
+    def one(i: int) -> SearchResult | tuple:
+        res = search(ctxs[i], each)
+        return res if os.getpid() == here else _portable(res)
+
+    parts = forks.fork_map(one, n, procs, here=True)
+    return [p if isinstance(p, SearchResult) else _restored(c, p) for c, p in zip(ctxs, parts, strict=True)]
 
 
 def _portable(res: SearchResult) -> tuple[list[tuple], list[int], list[int], dict[str, Any]]:

@@ -63,14 +63,18 @@ def requested_workers() -> int | None:
     return int(raw)
 
 
-def fork_map(task: Callable[[int], Any], n: int, workers: int) -> list[Any]:
+def fork_map(task: Callable[[int], Any], n: int, workers: int, here: bool = False) -> list[Any]:
     """[task(0), ..., task(n - 1)], computed in `workers` forked processes (piece i in process i mod workers, so each
-    gets a spread of the pieces); every answer must pickle. Plain os.fork and one pipe per process, no pool: a child
-    runs only `task`, restores the default signal handlers (the CLI's SIGTERM handler raises SystemExit, which would
-    run the parent's clean-ups in the child) and leaves with os._exit, so nothing of the parent's runs twice. An
-    exception in a child is raised here; a child that dies without an answer is a RuntimeError."""
+    gets a spread of the pieces); every answer must pickle. With `here`, this process is the first of the `workers`:
+    it computes its pieces while the others run (one process fewer, and those answers are neither pickled nor copied).
+    Plain os.fork and one pipe per process, no pool: a child runs only `task`, restores the default signal handlers
+    (the CLI's SIGTERM handler raises SystemExit, which would run the parent's clean-ups in the child) and leaves with
+    os._exit, so nothing of the parent's runs twice. An exception in a child is raised here (a piece computed here
+    raises first); a child that dies without an answer is a RuntimeError."""
     chunks = [list(range(w, n, workers)) for w in range(workers)]
+    mine = chunks.pop(0) if here else []
     children: list[tuple[int, int]] = []  # (pid, read end of its pipe)
+    out: list[Any] = [None] * n
     try:
         for idx in chunks:
             r, w = os.pipe()
@@ -80,6 +84,8 @@ def fork_map(task: Callable[[int], Any], n: int, workers: int) -> list[Any]:
                 _child(task, idx, w)
             os.close(w)
             children.append((pid, r))
+        for i in mine:
+            out[i] = task(i)
         payloads = _read_all([r for _, r in children])
     except BaseException:
         for pid, _ in children:  # an interrupted merge leaves no process behind
@@ -92,7 +98,6 @@ def fork_map(task: Callable[[int], Any], n: int, workers: int) -> list[Any]:
         for pid, r in children:
             os.close(r)
             os.waitpid(pid, 0)
-    out: list[Any] = [None] * n
     for (pid, _), payload in zip(children, payloads, strict=True):
         if not payload:
             raise RuntimeError(f"search process {pid} ended without an answer")

@@ -25,9 +25,9 @@ def _count_forks() -> list[int]:
     calls: list[int] = []
     real = forks.fork_map
 
-    def counted(task, n, workers, *rest):
+    def counted(task, n, workers, *rest, **kw):
         calls.append(workers)
-        return real(task, n, workers, *rest)
+        return real(task, n, workers, *rest, **kw)
 
     forks.fork_map = counted
     return calls
@@ -80,7 +80,7 @@ def dispatchers_side_by_side() -> None:
     calls = _count_forks()
     one = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=1, top_k=5))
     two = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=2, top_k=5))
-    assert calls == [2], calls  # the two dispatchers' searches side by side (the first ran in this process)
+    assert calls == [2], calls  # the two dispatchers' searches side by side (the first in this process)
     assert set(one.seen) == {"alltoall", "flex"} and two.seen == one.seen, (one.seen, two.seen)
     assert two.ctx.train == one.ctx.train and _summary(two.result) == _summary(one.result)
     assert all(any(p is r for r in two.result.ranked) for p in two.result.plans)  # one object, as a search leaves it
@@ -106,6 +106,10 @@ def _raises(run, kind: type[BaseException], text: str) -> None:
 
 def fork_map_order_and_errors() -> None:
     assert forks.fork_map(lambda i: i * i, 7, 3) == [i * i for i in range(7)]
+    parent = os.getpid()  # with `here`, this process computes the first process's pieces (0, 3, 6) itself
+    assert forks.fork_map(lambda i: (i, os.getpid() == parent), 7, 3, here=True) == [
+        (i, i % 3 == 0) for i in range(7)]
+    _raises(lambda: forks.fork_map(_square_or_fail, 7, 3, here=True), ValueError, "piece 5 is bad")
     _raises(lambda: forks.fork_map(_square_or_fail, 7, 3), ValueError, "piece 5 is bad")  # a child's exception
 
     def die(i: int) -> int:
