@@ -651,14 +651,15 @@ def _trace_of(ctx: Context, plan: ParallelPlan):
 
 
 def _scan_in_forks(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, layouts: list, workers: int) -> None:
-    """The layouts scanned in `workers` forked processes (planner.search.forks), merged into `scan` in layout order
+    """The layouts scanned by this process and `workers` - 1 forked ones (planner.search.forks, here=True: this
+    process takes the first process's share instead of waiting), merged into `scan` in layout order
     as _scan_layout would have filled it: the evaluated count, the results, the smallest peak (the first of equals)
     and, while nothing has been evaluated, the refused candidate breaking the fewest rules."""
     from functools import partial
 
     margins = (scan.margin_rel, scan.inner_rel)
     parts = forks.fork_map(lambda i: _scan_one_layout(ctx, opts, cap, scan.steps, margins, layouts[i]),
-                           len(layouts), workers)
+                           len(layouts), workers, here=True)
     for evaluated, evs, best_peak, fewest in parts:
         if scan.evaluated == 0 and fewest is not None and (scan.fewest_broken is None
                                                            or len(fewest) < len(scan.fewest_broken)):
