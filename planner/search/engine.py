@@ -17,11 +17,9 @@ the fastest plan, one row per layout when distinct_layouts is set).
 
 from __future__ import annotations
 
-import gc
 import math
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,6 +32,7 @@ from planner.costmodel.partition import megatron_split, mtp_split, stage_layer_c
 from planner.costmodel.pipeline import rank_first_last_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
+from planner.gcpasses import SEARCH_GC_YOUNG_THRESHOLD, fewer_gc_passes  # noqa: F401  (the threshold: tests)
 from planner.launchers import capabilities, launcher_errors, model_errors
 from planner.search import forks
 from planner.search.ranking import (
@@ -321,32 +320,10 @@ BEAM_THRESHOLD = 600  # (layout, ZeRO) pairs above which the outer knobs are bea
 BEAM_WIDTH = 150  # pairs kept by the beam, ranked by a one-plan probe each
 
 
-# Allocations between two young-generation collections of Python's cyclic garbage collector during a search (CPython's
-# default 700). A search keeps most of what it allocates (every scored plan, its figures and its memory screen) until
-# it ranks them, so each young collection finds little garbage and promotes the survivors, and the full collections
-# that follow walk the whole growing heap: 15% of the single-process CPU time of DeepSeek-V2 on tpu-v5px256 and 8% of
-# DeepSeek-V3 on h100x1024 went to the collector (gc.callbacks, 2026-11-27). At 50,000 the whole `plan` process of
-# DeepSeek-V2 on tpu-v5px256 took 3.49 s of CPU against 3.99 s (least of 7 alternating runs, 2 cores), DeepSeek-V3 on
-# h100x1024 the same within the machine's noise; the answers never depend on it (byte-identical JSON) and the peak
-# memory did not move (ru_maxrss). The previous thresholds are restored when the search returns.
-SEARCH_GC_YOUNG_THRESHOLD = 50_000
-
-
-@contextmanager
-def _fewer_gc_passes() -> Iterator[None]:
-    """The cyclic collector's young threshold raised to SEARCH_GC_YOUNG_THRESHOLD for the block (never lowered)."""
-    before = gc.get_threshold()
-    gc.set_threshold(max(before[0], SEARCH_GC_YOUNG_THRESHOLD), *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-
-
 def search(ctx: Context, opts: SearchOptions | None = None) -> SearchResult:
     """The fastest fitting plans. When none fits and offload was not pinned, the search is repeated
     with optimizer states offloaded to the host (ZeRO-Offload) and the plans carry a warning."""
-    with _fewer_gc_passes():
+    with fewer_gc_passes():  # planner.gcpasses: a search keeps most of what it allocates
         return _search_or_offload(ctx, opts or SearchOptions())
 
 

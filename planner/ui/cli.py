@@ -13,6 +13,7 @@ import click
 from planner import __version__, app
 from planner.app import KNOB_FLAGS, PlanRequest, resolve_target  # noqa: F401  (KNOB_FLAGS: flag -> knob)
 from planner.errors import PlannerError
+from planner.gcpasses import fewer_gc_passes
 from planner.names import error_line, safe_line
 from planner.stacks import FRAMEWORKS
 from planner.ui.costopts import COST_KEYS, check_cost_options, cost_options, estimate_doc, estimate_text, finite
@@ -59,7 +60,8 @@ class OneLineGroup(NoRepeatMixin, click.Group):
         _ascii_fallback()
         _ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with fewer_gc_passes():  # planner.gcpasses: a plan run keeps nearly everything it allocates
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
             err_ctx = getattr(e, "ctx", None)
             where = f"; see `{err_ctx.command_path} --help`" if err_ctx else ""

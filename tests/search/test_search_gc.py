@@ -1,10 +1,13 @@
-"""The search raises the cyclic garbage collector's young threshold while it runs (planner.search.engine
-SEARCH_GC_YOUNG_THRESHOLD) and gives the caller's thresholds back."""
+"""The search, and the `plan` command around it, raise the cyclic garbage collector's young threshold while they run
+(planner.gcpasses SEARCH_GC_YOUNG_THRESHOLD) and give the caller's thresholds back."""
 
 from __future__ import annotations
 
 import gc
 
+from click.testing import CliRunner
+
+from planner import gcpasses
 from planner.search import engine
 
 
@@ -30,11 +33,11 @@ def test_a_higher_threshold_of_the_caller_is_kept_and_an_error_restores():
     before = gc.get_threshold()
     try:
         gc.set_threshold(10 * engine.SEARCH_GC_YOUNG_THRESHOLD, 20, 30)
-        with engine._fewer_gc_passes():
+        with gcpasses.fewer_gc_passes():
             assert gc.get_threshold() == (10 * engine.SEARCH_GC_YOUNG_THRESHOLD, 20, 30)
         gc.set_threshold(700, 10, 10)
         try:
-            with engine._fewer_gc_passes():
+            with gcpasses.fewer_gc_passes():
                 assert gc.get_threshold()[0] == engine.SEARCH_GC_YOUNG_THRESHOLD
                 raise KeyError("x")
         except KeyError:
@@ -42,3 +45,24 @@ def test_a_higher_threshold_of_the_caller_is_kept_and_an_error_restores():
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_the_plan_command_runs_with_the_raised_threshold_and_restores_it(monkeypatch):
+    # the heap a large search leaves is walked by every full collection the output phase sets off (the error-band
+    # file read after the search): the command holds the raised threshold from its start to its output
+    import planner.analysis.bands as bands
+    from planner.ui.cli import main
+
+    seen = []
+    real = bands.attach_bands
+
+    def spy(ctx, doc):
+        seen.append(gc.get_threshold())
+        return real(ctx, doc)
+
+    monkeypatch.setattr(bands, "attach_bands", spy)
+    before = gc.get_threshold()
+    r = CliRunner().invoke(main, ["--model", "llama-3.1-8b", "--cluster", "h100x8", "--json"])
+    assert r.exit_code == 0, r.output
+    assert seen == [(max(before[0], gcpasses.SEARCH_GC_YOUNG_THRESHOLD), *before[1:])]
+    assert gc.get_threshold() == before
