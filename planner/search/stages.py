@@ -531,7 +531,8 @@ def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUD
 
     `method` "auto": where the admitted splits are few (StageProblem.even_middle, or pp <= 2, within
     ENUMERATION_BUDGET) each is scored on the CP-SAT model's own integer costs (_enumerated: optimal, `solver`
-    "enumeration"), otherwise CP-SAT solves the model; "enumerate" / "cp-sat" force one (tests compare them).
+    "enumeration"), otherwise CP-SAT solves the model; "enumerate" / "cp-sat" force one (tests compare them;
+    "enumerate" scores flag_splits only, so beyond pp 2 it answers the even_middle problem whatever `p` says).
     Under CP-SAT `optimal` is True when it proved the optimum within `deterministic_time` (CP-SAT work units,
     not seconds); otherwise the best split it found (or, if it found none within the budget, the default
     split when that fits) is returned. The answer never depends on wall-clock time or machine load."""
