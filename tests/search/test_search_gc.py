@@ -11,21 +11,31 @@ from planner import gcpasses
 from planner.search import engine
 
 
-def test_threshold_raised_during_the_search_and_restored_after(monkeypatch):
-    seen = []
-    real = engine._search_or_offload
+def _thresholds_seen(monkeypatch, module, name: str) -> list[tuple[int, int, int]]:
+    """The collector's thresholds at every call of module.name from now on."""
+    seen: list[tuple[int, int, int]] = []
+    real = getattr(module, name)
 
-    def spy(ctx, opts):
+    def spy(*args, **kwargs):
         seen.append(gc.get_threshold())
-        return real(ctx, opts)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "_search_or_offload", spy)
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
+def _raised(before: tuple[int, int, int]) -> tuple[int, int, int]:
+    return (max(before[0], gcpasses.SEARCH_GC_YOUNG_THRESHOLD), *before[1:])
+
+
+def test_threshold_raised_during_the_search_and_restored_after(monkeypatch):
+    seen = _thresholds_seen(monkeypatch, engine, "_search_or_offload")
     before = gc.get_threshold()
     from planner.app.plan import run_search
     from planner.app.request import PlanRequest
 
     run_search(PlanRequest(model="llama-3.1-8b", cluster="h100x8"))
-    assert seen and all(t[0] == max(before[0], engine.SEARCH_GC_YOUNG_THRESHOLD) and t[1:] == before[1:] for t in seen)
+    assert seen and all(t == _raised(before) for t in seen)
     assert gc.get_threshold() == before
 
 
@@ -53,16 +63,9 @@ def test_the_plan_command_runs_with_the_raised_threshold_and_restores_it(monkeyp
     import planner.analysis.bands as bands
     from planner.ui.cli import main
 
-    seen = []
-    real = bands.attach_bands
-
-    def spy(ctx, doc):
-        seen.append(gc.get_threshold())
-        return real(ctx, doc)
-
-    monkeypatch.setattr(bands, "attach_bands", spy)
+    seen = _thresholds_seen(monkeypatch, bands, "attach_bands")
     before = gc.get_threshold()
     r = CliRunner().invoke(main, ["--model", "llama-3.1-8b", "--cluster", "h100x8", "--json"])
     assert r.exit_code == 0, r.output
-    assert seen == [(max(before[0], gcpasses.SEARCH_GC_YOUNG_THRESHOLD), *before[1:])]
+    assert seen == [_raised(before)]
     assert gc.get_threshold() == before
