@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields, replace
-from functools import partial
 from typing import Any
 
 from planner.costmodel import Context
-from planner.costmodel.evaluate import Evaluation, evaluate
+from planner.costmodel.evaluate import Evaluation
 from planner.search import forks
-from planner.search.engine import SearchOptions, SearchResult, search
+from planner.search.engine import (
+    SearchOptions,
+    SearchResult,
+    portable_evaluation,
+    restored_evaluation,
+    search,
+)
 from planner.search.ranking import TIE_BAND_REL, memory_tier
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
@@ -111,16 +116,15 @@ def _searches(ctxs: list[Context], opts: SearchOptions) -> list[SearchResult]:
 
 
 def _portable(res: SearchResult) -> tuple[list[tuple], list[int], list[int], dict[str, Any]]:
-    """`res` as plain data that pickles: each distinct evaluation once (its lazily built trace left out: a closure over
-    the context does not pickle), `plans` and `ranked` as indexes into them (an evaluation in both stays one object),
-    the other fields as they are."""
+    """`res` as plain data that pickles: each distinct evaluation once (engine.portable_evaluation), `plans` and
+    `ranked` as indexes into them (an evaluation in both stays one object), the other fields as they are."""
     index: dict[int, int] = {}
     evs: list[tuple] = []
 
     def at(e: Evaluation) -> int:
         if id(e) not in index:
             index[id(e)] = len(evs)
-            evs.append((e.plan, e.figures, e.peak_stage, e.warnings, e.pipeline))
+            evs.append(portable_evaluation(e))
         return index[id(e)]
 
     plans, ranked = [at(e) for e in res.plans], [at(e) for e in res.ranked]
@@ -131,15 +135,8 @@ def _portable(res: SearchResult) -> tuple[list[tuple], list[int], list[int], dic
 def _restored(ctx: Context, part: tuple[list[tuple], list[int], list[int], dict[str, Any]]) -> SearchResult:
     """The SearchResult _portable took apart, each evaluation's trace built from `ctx` when first read."""
     evs, plans, ranked, rest = part
-    objs = [Evaluation(plan=p, figures=f, build_trace=partial(_trace_of, ctx, p), peak_stage=ps, warnings=w,
-                       pipeline=pl) for p, f, ps, w, pl in evs]
+    objs = [restored_evaluation(ctx, data) for data in evs]
     return SearchResult(plans=[objs[i] for i in plans], ranked=[objs[i] for i in ranked], **rest)
-
-
-def _trace_of(ctx: Context, plan):
-    """A plan's trace, rebuilt in this process: evaluate is pure and the caches never change a value, so it is the
-    trace the forked search would have built."""
-    return evaluate(ctx, plan).trace
 
 
 def _ranks_first(a, b) -> bool:

@@ -617,13 +617,26 @@ def _scan_one_layout(ctx: Context, opts: SearchOptions, cap: float, steps: list,
     lazily built traces (a closure over the context does not pickle)."""
     part = _Scan(steps, *margins)
     _scan_layout(ctx, opts, cap, part, *layout)
-    evs = [(e.plan, e.figures, e.peak_stage, e.warnings, e.pipeline) for e in part.results]
-    return part.evaluated, evs, part.best_peak, part.fewest_broken
+    return part.evaluated, [portable_evaluation(e) for e in part.results], part.best_peak, part.fewest_broken
+
+
+def portable_evaluation(e: Evaluation) -> tuple:
+    """An evaluation as plain data that pickles (to leave a forked process): all but its lazily built trace, a closure
+    over the context that does not pickle (restored_evaluation rebuilds it)."""
+    return e.plan, e.figures, e.peak_stage, e.warnings, e.pipeline
+
+
+def restored_evaluation(ctx: Context, data: tuple) -> Evaluation:
+    """The evaluation portable_evaluation took apart, its trace built from `ctx` when first read: evaluate is pure and
+    the caches never change a value, so it is the trace the forked process would have built."""
+    from functools import partial
+
+    plan, figures, peak_stage, warnings, pipeline = data
+    return Evaluation(plan=plan, figures=figures, build_trace=partial(_trace_of, ctx, plan), peak_stage=peak_stage,
+                      warnings=warnings, pipeline=pipeline)
 
 
 def _trace_of(ctx: Context, plan: ParallelPlan):
-    """A plan's trace, rebuilt in this process: evaluate is pure and the caches never change a value, so it is the
-    trace the forked process would have built."""
     return evaluate(ctx, plan).trace
 
 
@@ -632,8 +645,6 @@ def _scan_in_forks(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, l
     process takes the first process's share instead of waiting), merged into `scan` in layout order
     as _scan_layout would have filled it: the evaluated count, the results, the smallest peak (the first of equals)
     and, while nothing has been evaluated, the refused candidate breaking the fewest rules."""
-    from functools import partial
-
     margins = (scan.margin_rel, scan.inner_rel)
     parts = forks.fork_map(lambda i: _scan_one_layout(ctx, opts, cap, scan.steps, margins, layouts[i]),
                            len(layouts), workers, here=True)
@@ -644,8 +655,7 @@ def _scan_in_forks(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, l
         scan.evaluated += evaluated
         if best_peak is not None and (scan.best_peak is None or best_peak[0] < scan.best_peak[0]):
             scan.best_peak = best_peak
-        scan.results.extend(Evaluation(plan=p, figures=f, build_trace=partial(_trace_of, ctx, p), peak_stage=ps,
-                                       warnings=w, pipeline=pl) for p, f, ps, w, pl in evs)
+        scan.results.extend(restored_evaluation(ctx, data) for data in evs)
 
 
 STAGE_SOLVE_BUDGET = 0.5  # CP-SAT deterministic time per plan (work units, not seconds: load-independent)
