@@ -1017,6 +1017,7 @@ def predict_run(run: dict) -> dict:
         "measured_peak_memory_gib": meas.get("peak_memory_gib"),
         "plan": ev.plan.knobs(),
         "fits": ev.fits,
+        "attention_extrapolated": ev.attention_extrapolated,
         "mfu": ev.mfu,
         "time_breakdown": ev.time_breakdown,
         "memory": ev.memory,

@@ -91,7 +91,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     if defaults:  # a config.json that leaves fields to Hugging Face's defaults: said, not silent
         doc["model"]["defaulted_fields"] = defaults
     from planner.analysis.bands import attach_bands
-    attach_bands(ctx, doc)  # plans[i].step_time_band, band_note
+    attach_bands(ctx, doc, res.plans)  # plans[i].step_time_band, band_note
     require_finite(doc)
     return ctx, res, doc
 
@@ -295,9 +295,12 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
         check_launcher_schedule(req.launcher, fixed)
     opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,
                          memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=req.launcher)
-    bound = sizing_bound(model, cluster, train, target_step_s, pinned_pp=fixed.get("pp"))
+    def margin_rel(ev) -> float:  # the upper edge of the plan's own band (bands.EXTRAPOLATED)
+        return sizing_bound(model, cluster, train, target_step_s, attention_extrapolated=ev.attention_extrapolated)[
+            "margin_rel"]
+
     with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}"):
-        n, res = min_devices(model, cluster, train, opts, target_step_s, bound["margin_rel"])
+        n, res = min_devices(model, cluster, train, opts, target_step_s, margin_rel)
     if n is None:
         goal = f" at <= {target_step_s:g} s per step at the band's upper edge" if target_step_s else ""
         pins = ", ".join(f"{k}={v}" for k, v in sorted(req.knobs.items()) if v is not None)
@@ -305,6 +308,8 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
         raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
                              "raise the --cluster count, relax --target-step-s"
                              + (", change the pinned knobs" if pins else "") + " or pick a bigger accelerator")
+    bound = sizing_bound(model, cluster, train, target_step_s, pinned_pp=fixed.get("pp"),
+                         attention_extrapolated=res.plans[0].attention_extrapolated)
     summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
                "target_step_s": target_step_s, "step_time_s": res.plans[0].step_time_s,
                "num_layers": model.num_layers} | bound
@@ -317,7 +322,8 @@ EVEN_STAGES_RULE = ("pipeline depths that divide the layers evenly (no short fir
                     "unless --pp is pinned")
 
 
-def sizing_bound(model, cluster, train, target_step_s: float | None, pinned_pp: int | None = None) -> dict:
+def sizing_bound(model, cluster, train, target_step_s: float | None, pinned_pp: int | None = None,
+                 attention_extrapolated: bool = False) -> dict:
     """What --min-devices sizes against. A device count is bought once and run for months, so the target
     step time must hold at the upper edge of the prediction's error band (planner.analysis.bands: 90% of
     published runs like it landed inside), not at the point prediction, which about half the outcomes
@@ -329,7 +335,7 @@ def sizing_bound(model, cluster, train, target_step_s: float | None, pinned_pp: 
     from planner.analysis.bands import band_for_context
     from planner.costmodel import Context
 
-    band = band_for_context(Context(model, cluster, train))
+    band = band_for_context(Context(model, cluster, train), attention_extrapolated)
     return {"bound": "step_time_band.high_s", "margin_rel": band.rel, "band_regime": band.regime,
             "layout_rule": rule}
 

@@ -21,7 +21,15 @@ from planner.costmodel.compute import compute_term, recompute_term
 from planner.costmodel.context import cp_comm_term, cp_warnings
 from planner.costmodel.data import dp_comm_term
 from planner.costmodel.expert import ep_comm_term, ep_warnings
-from planner.costmodel.layers import StageTimes, attention_range_warnings, layer_terms, mtp_terms, stage_times
+from planner.costmodel.layers import (
+    StageTimes,
+    attention_extrapolated,
+    attention_range_warnings,
+    attention_share_term,
+    layer_terms,
+    mtp_terms,
+    stage_times,
+)
 from planner.costmodel.memory import (
     GIB,
     StageMemory,
@@ -123,6 +131,13 @@ class Evaluation:
         """The peak leaves the memory margin of the usable capacity free (planner.costmodel.capacity)."""
         f = self.figures
         return within_margin(f.peak_gib, f.usable_gib, f.memory_margin_rel)
+
+    @property
+    def attention_extrapolated(self) -> bool:
+        """The attention core takes more of the layer compute than in any run its efficiency was fitted on
+        (layers.attention_extrapolated): the step time extrapolates that efficiency."""
+        t = self.trace["attention_share"]
+        return attention_extrapolated(t.value, str(t.inputs["attention_path"]))
 
     @property
     def tokens_per_s_per_device(self) -> float:
@@ -264,7 +279,8 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
         return CostTrace(time=time, memory=memory_terms(ctx, shape, screened.peak, peak_stage, screened.host_gib,
                                                         screened.host_stage),
                          factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
-                                  *mtp_terms(ctx, shape), *_rate_terms(ctx, shape, st, step)))
+                                  attention_share_term(ctx, shape), *mtp_terms(ctx, shape),
+                                  *_rate_terms(ctx, shape, st, step)))
 
     counts = [c for c, _, _ in split]
     return Evaluation(plan=plan, figures=figures, build_trace=build_trace, peak_stage=peak_stage,

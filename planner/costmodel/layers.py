@@ -110,12 +110,32 @@ def attention_share(ctx: Context, shape: Shape) -> float:
     return attn / total if total > 0 else 0.0
 
 
+ATTN_SHARE = formula(
+    "layers.attention_share",
+    "sum over layers of (1 + BWD_ATTN_RATIO) x attention-core forward / sum of layer forward + backward; beyond "
+    "fitted_max (ATTN_FITTED_SHARE_MAX of its attention path) the fitted attention efficiency is extrapolated",
+    "planner.costmodel.layers (ATTN_FITTED_SHARE_MAX: the largest share of any development run per attention path)",
+)
+
+
+def attention_extrapolated(share: float, attention_path: str) -> bool:
+    """Whether a plan whose attention core takes `share` of the layer compute lies beyond the range its attention
+    efficiency was fitted on (ATTN_FITTED_SHARE_MAX): the one rule the warning below and the error bands
+    (planner.analysis.bands: such plans get the band of the published runs that were so) read."""
+    return share > ATTN_FITTED_SHARE_MAX[attention_path]
+
+
+def attention_share_term(ctx: Context, shape: Shape) -> Term:
+    return ATTN_SHARE.term("attention_share", attention_share(ctx, shape), "",
+                           fitted_max=ATTN_FITTED_SHARE_MAX[ctx.attention_path], attention_path=ctx.attention_path)
+
+
 def attention_range_warnings(ctx: Context, shape: Shape) -> list[str]:
     """A plan whose layer compute is more attention than any development run on its attention path had
     (ATTN_FITTED_SHARE_MAX): its step time extrapolates the fitted attention efficiency."""
     limit = ATTN_FITTED_SHARE_MAX[ctx.attention_path]
     share = attention_share(ctx, shape)
-    if share <= limit:
+    if not attention_extrapolated(share, ctx.attention_path):
         return []
     out = (f"attention core is {share:.0%} of the layer compute, more than in any run its efficiency was fitted on "
            f"({limit:.0%}): the step time is extrapolated")

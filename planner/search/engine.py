@@ -842,11 +842,12 @@ def _no_structure_reason(ctx: Context, opts: SearchOptions) -> str:
 
 
 def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float | None = None,
-                margin_rel: float = 0.0):
+                margin_rel: float | Callable[[Evaluation], float] = 0.0):
     """The fewest devices of the cluster's hardware (whole nodes, up to the cluster's count) on which a
     plan fits (and, with `target_step_s`, steps at least that fast even when it runs `margin_rel` slower
-    than predicted: the upper edge of its error band): doubling to the first feasible count, then
-    bisection over node multiples below it. Returns (count, SearchResult) or (None, last)."""
+    than predicted: the upper edge of its error band, a function of the plan where the band depends on it):
+    doubling to the first feasible count, then bisection over node multiples below it. Returns (count,
+    SearchResult) or (None, last)."""
     from planner.specs import ClusterSpec
 
     limit = cluster.count
@@ -867,8 +868,10 @@ def min_devices(model, cluster, train, opts: SearchOptions, target_step_s: float
             res = search(Context(model, sized(n), train), opts)
         except InputError:
             return None
-        good = bool(res.plans) and (target_step_s is None
-                                    or res.plans[0].step_time_s * (1 + margin_rel) <= target_step_s)
+        if not res.plans:
+            return None
+        rel = margin_rel(res.plans[0]) if callable(margin_rel) else margin_rel
+        good = target_step_s is None or res.plans[0].step_time_s * (1 + rel) <= target_step_s
         return res if good else None
 
     n, found, last_bad = node, None, 0

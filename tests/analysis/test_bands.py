@@ -26,7 +26,8 @@ from planner.ui.cli import main
 
 def _loo_covered(res, r) -> bool:
     """Whether run r lies in the band computed WITHOUT it (leave-one-out over the shipped residuals)."""
-    return r.miss <= band_for(res, r.family, r.moe, r.framework, exclude_id=r.id).rel
+    return r.miss <= band_for(res, r.family, r.moe, r.framework, exclude_id=r.id,
+                              attention_extrapolated=r.attention_extrapolated).rel
 
 
 def test_bands_cover_80_percent_of_published_runs_cross_validated():
@@ -56,12 +57,14 @@ def test_moe_bands_cover_the_published_moe_runs():
         runs = [r for r in res if (r.family, r.moe, r.framework) == (family, True, "megatron")]
         assert len(runs) >= 50
         assert sum(_loo_covered(res, r) for r in runs) / len(runs) >= 0.85, family
-    # the development runs alone, even under today's regime order (MoE before the hardware family), give bands the
-    # held-out MoE runs break: Hopper +-18% (the 10 Megatron MoE dev runs) holds 38 of 49, Blackwell +-17% 52 of 71
+    # the development runs alone, even under today's regime order (MoE before the hardware family), give a band the
+    # held-out MoE runs break: Blackwell +-17% (its 7 Megatron MoE dev runs) holds 53 of 72. Hopper's 3 dev runs
+    # borrow the 10 Megatron MoE dev runs' +-18% (38 of 49 held) but keep their own +-26% since 2026-11-28 (43 of 49)
     dev_only = tuple(r for r in res if not r.held_out)
-    for family in ("hopper", "blackwell"):
-        held = [r for r in res if r.held_out and (r.family, r.moe, r.framework) == (family, True, "megatron")]
-        assert sum(r.miss <= band_for(dev_only, family, True, "megatron").rel for r in held) / len(held) < 0.80
+    held = [r for r in res if r.held_out and (r.family, r.moe, r.framework) == ("blackwell", True, "megatron")]
+    assert sum(r.miss <= band_for(dev_only, "blackwell", True, "megatron").rel for r in held) / len(held) < 0.80
+    assert band_for(dev_only, "hopper", True, "megatron").regime == \
+        "hopper/MoE/megatron (3 runs), wider than MoE/megatron"
     for family, fw in {(r.family, r.framework) for r in res} | {("ampere", "megatron"), ("hopper", "deepspeed")}:
         for moe, kind in ((True, "MoE"), (False, "dense")):
             regime = band_for(res, family, moe, fw).regime
@@ -73,10 +76,12 @@ def test_moe_bands_cover_the_published_moe_runs():
 def test_shipped_residuals_are_current():
     # the file must be regenerated after a cost-model change: python -m planner.analysis.bands --write
     shipped = {r.id: r.in_sample_error for r in load_residuals()}
+    beyond = {r.id for r in load_residuals() if r.attention_extrapolated}
     for name in [n for n, _ in DEV_FILES] + list(HELD_OUT_FILES):
         runs = load_runs(data_dir("runs") / name)
         rows = residuals_from_validation(runs, validate_runs(runs)["runs"])
         assert {row["id"] for row in rows} <= shipped.keys(), name
+        assert {row["id"] for row in rows if row.get("attention_extrapolated")} == beyond & {row["id"] for row in rows}
         for row in rows:
             # 0.02: the CP-SAT stage balancer's wall-clock budget moves a few uneven-pipeline runs by ~0.5%
             # under machine load (issue 14a makes it deterministic); a stale file moves far more
@@ -146,20 +151,48 @@ def test_report_shows_the_band(tmp_path):
 
 
 def test_moe_bands_against_issue_23_target():
-    """Issue 23 asks for MoE error bands no wider than +-25%. Drawn from every published run (held-out ones included),
-    the two Megatron MoE regimes are wider: Hopper +-33%, Blackwell +-28% (from 52 and 79 runs); the target is NOT
-    met. With the development runs alone they read +-18% and +-17% and did not hold
+    """Issue 23 asks for MoE error bands no wider than +-25%. Drawn from every published run (held-out ones included)
+    whose plan lies within the fitted attention share, the Hopper Megatron MoE band is +-22% (48 runs): met; the
+    Blackwell one +-27% (78 runs): NOT met. Until 2026-11-28 the four H100 long-context rows sat in the Hopper regime
+    (+-33%). With the development runs alone the two read +-18% and +-17% and did not hold
     (test_moe_bands_cover_the_published_moe_runs). Each band is its own runs' quantile, and neither may grow past
     today's width by more than a point without this test being updated (a regression of the MoE model widens it)."""
     from planner.analysis.bands import BAND_QUANTILE, _quantile
 
     res = load_residuals()
-    for family, today in (("hopper", 0.333), ("blackwell", 0.284)):
-        runs = [r.miss for r in res if (r.family, r.moe, r.framework) == (family, True, "megatron")]
+    for family, today in (("hopper", 0.223), ("blackwell", 0.273)):
+        runs = [r.miss for r in res
+                if (r.family, r.moe, r.framework) == (family, True, "megatron") and not r.attention_extrapolated]
         band = band_for(res, family, True, "megatron")
         assert band.regime == f"{family}/MoE/megatron" and band.runs == len(runs) >= MIN_RUNS
         assert band.rel == pytest.approx(_quantile(runs, BAND_QUANTILE))
         assert band.rel <= today + 0.01, (family, band.rel)
+
+
+def test_plans_beyond_the_fitted_attention_share_get_the_band_of_the_runs_that_were():
+    """A plan whose step extrapolates the fitted attention efficiency (planner.costmodel.layers.attention_extrapolated)
+    is banded by the published runs that did: the model zoo's 16k-128k-token Qwen3-235B-A22B rows and torchao's MI300X
+    float8 row missed by 1.34x-1.81x (+-74%), where the Hopper Megatron MoE band they used to sit in said +-33%; the
+    runs within the range no longer carry them. Each of the six lies in the band of the other five but the widest."""
+    from planner.analysis.bands import BAND_QUANTILE, EXTRAPOLATED, _quantile
+
+    res = load_residuals()
+    beyond = [r for r in res if r.attention_extrapolated]
+    assert sorted(r.id.split("-")[0] for r in beyond) == ["modelzoo"] * 5 + ["torchao"]
+    assert sorted(round(r.miss, 2) for r in beyond) == pytest.approx([0.34, 0.4, 0.44, 0.45, 0.66, 0.81], abs=0.01)
+    band = band_for(res, "hopper", True, "megatron", attention_extrapolated=True)
+    assert (band.regime, band.runs) == (EXTRAPOLATED, 6)
+    assert band.rel == pytest.approx(_quantile([r.miss for r in beyond], BAND_QUANTILE))
+    assert band.rel > 2 * band_for(res, "hopper", True, "megatron").rel
+    assert sum(_loo_covered(res, r) for r in beyond) == 5
+    # with fewer than MIN_RUNS such runs, such a plan falls back to its regime over every run
+    few = tuple(r for r in res if r not in beyond[:2])
+    assert band_for(few, "hopper", True, "megatron", attention_extrapolated=True).regime == "hopper/MoE/megatron"
+    # the plans: Qwen3-235B-A22B on 256 H100 at 4k tokens and at 64k
+    for seq, regime in ((4096, "hopper/MoE/megatron"), (65536, EXTRAPOLATED)):
+        doc = json.loads(CliRunner().invoke(main, ["--model", "qwen3-235b-a22b", "--cluster", "h100x256", "--seq-len",
+                                                   str(seq), "--top", "2", "--json"]).output)
+        assert {p["step_time_band"]["regime"] for p in doc["plans"]} == {regime}, seq
 
 
 def test_hardware_with_few_runs_gets_every_runs_band_and_says_so():
@@ -170,8 +203,10 @@ def test_hardware_with_few_runs_gets_every_runs_band_and_says_so():
     it. Hardware no run is on gets the same band, labelled so."""
     res = load_residuals()
     assert len([r for r in res if r.family == "cdna3"]) == 2 < MIN_RUNS
+    # the float8 row's plan is beyond the fitted attention share: a plan within it gets the other runs' band
+    in_range = [r for r in res if not r.attention_extrapolated]
     band = band_for(res, "cdna3", False, "megatron")
-    assert band.regime == "all runs; only 2 runs on cdna3" and band.runs == len(res)
+    assert band.regime == "all runs; only 1 run on cdna3" and band.runs == len(in_range)
     assert band.rel > 2 * band_for(res, "hopper", False, "megatron").rel
     rows = {r["id"]: r for r in validate_runs(load_runs(data_dir("runs") / "known_runs_memory.yaml"))["runs"]}
     slower = {rid: r["measured_step_time_s"] / r["step_time_s"] for rid, r in rows.items() if "8xmi300x" in rid}
@@ -179,3 +214,27 @@ def test_hardware_with_few_runs_gets_every_runs_band_and_says_so():
     assert min(slower.values()) > 1 + band.rel
     without = band_for(tuple(r for r in res if r.family != "cdna3"), "cdna3", False, "fsdp")
     assert without.regime == "all runs; none on cdna3"
+
+
+def test_a_borrowed_band_is_never_narrower_than_the_regimes_own_runs():
+    """torchtitan's three B200 rows (runs/known_runs_memory.yaml) ran 1.74x-1.93x the predicted step: fewer than
+    MIN_RUNS, so the regime borrows the FSDP runs of other hardware, which lend +-37% (+-58% while torchao's MI300X
+    float8 row, now in the attention-extrapolated regime, counted there). The band keeps its own runs' width."""
+    from planner.analysis.bands import BAND_QUANTILE, _quantile
+
+    res = load_residuals()
+    own = [r.miss for r in res if (r.family, r.moe, r.framework) == ("blackwell", False, "fsdp")]
+    assert len(own) == 3 < MIN_RUNS and min(own) > 0.7
+    lent = band_for(tuple(r for r in res if (r.family, r.framework) != ("blackwell", "fsdp")), "blackwell", False,
+                    "fsdp")
+    assert lent.regime == "dense/fsdp" and lent.rel < 0.4
+    band = band_for(res, "blackwell", False, "fsdp")
+    assert band.rel == pytest.approx(_quantile(own, BAND_QUANTILE)) and band.rel > 0.9
+    assert (band.regime, band.runs) == ("blackwell/dense/fsdp (3 runs), wider than dense/fsdp", 3)
+    # a regime whose own few runs missed less than the band it borrows keeps the borrowed one
+    few = tuple(Residual(f"b{i}", "s", "blackwell", False, "fsdp", e) for i, e in enumerate([0.05, -0.05, 0.1]))
+    pool = tuple(r for r in res if (r.family, r.framework) != ("blackwell", "fsdp")) + few
+    kept = band_for(pool, "blackwell", False, "fsdp")
+    assert kept.regime == "dense/fsdp" and kept.runs == len(pool_dense := [r for r in pool if (r.moe, r.framework) == (
+        False, "fsdp") and not r.attention_extrapolated])
+    assert kept.rel == pytest.approx(_quantile([r.miss for r in pool_dense], BAND_QUANTILE)) and kept.rel > 0.1

@@ -53,6 +53,11 @@ def test_share_rises_with_the_sequence_and_the_warning_follows_the_fitted_range(
     assert not [w for w in ev_s.warnings if w.startswith("attention core")]
     [w] = [w for w in ev_l.warnings if w.startswith("attention core")]
     assert f"{l_share:.0%} of the layer compute" in w and "34%" in w and "25%-40% faster" in w
+    # the trace carries the share and the range; the evaluation's flag (which the error bands read) follows them
+    for ev, share in ((ev_s, s_share), (ev_l, l_share)):
+        term = ev.trace["attention_share"]
+        assert term.value == pytest.approx(share) and term.inputs["fitted_max"] == ATTN_FITTED_SHARE_MAX["fused"]
+    assert (ev_s.attention_extrapolated, ev_l.attention_extrapolated) == (False, True)
 
 
 def test_the_pytorch_native_path_was_fitted_to_long_sequences():
@@ -64,6 +69,7 @@ def test_the_pytorch_native_path_was_fitted_to_long_sequences():
     share = attention_share(ctx, plan_shape(ctx, ev.plan))
     assert ATTN_FITTED_SHARE_MAX["fused"] < share <= ATTN_FITTED_SHARE_MAX["pytorch_native_fa2"]
     assert not [w for w in ev.warnings if w.startswith("attention core")]
+    assert not ev.attention_extrapolated
 
 
 @pytest.mark.slow
