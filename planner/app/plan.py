@@ -295,12 +295,12 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
         check_launcher_schedule(req.launcher, fixed)
     opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,
                          memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=req.launcher)
-    def margin_rel(ev) -> float:  # the upper edge of the plan's own band (bands.EXTRAPOLATED)
-        return sizing_bound(model, cluster, train, target_step_s, attention_extrapolated=ev.attention_extrapolated)[
-            "margin_rel"]
-
+    # the upper edge of the found plan's own band: beyond the fitted attention share, that regime's (bands.EXTRAPOLATED)
+    bounds = {x: sizing_bound(model, cluster, train, target_step_s, pinned_pp=fixed.get("pp"), attention_extrapolated=x)
+              for x in (False, True)}
     with progress(f"finding the fewest {cluster.hardware.id} devices for {model.name}"):
-        n, res = min_devices(model, cluster, train, opts, target_step_s, margin_rel)
+        n, res = min_devices(model, cluster, train, opts, target_step_s,
+                             lambda ev: bounds[ev.attention_extrapolated]["margin_rel"])
     if n is None:
         goal = f" at <= {target_step_s:g} s per step at the band's upper edge" if target_step_s else ""
         pins = ", ".join(f"{k}={v}" for k, v in sorted(req.knobs.items()) if v is not None)
@@ -308,11 +308,9 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
         raise NoFeasiblePlan(f"no count up to {cluster.count} {cluster.hardware.id} devices runs {model.name}{goal}; "
                              "raise the --cluster count, relax --target-step-s"
                              + (", change the pinned knobs" if pins else "") + " or pick a bigger accelerator")
-    bound = sizing_bound(model, cluster, train, target_step_s, pinned_pp=fixed.get("pp"),
-                         attention_extrapolated=res.plans[0].attention_extrapolated)
     summary = {"devices": n, "hardware": cluster.hardware.id, "max_devices": cluster.count,
                "target_step_s": target_step_s, "step_time_s": res.plans[0].step_time_s,
-               "num_layers": model.num_layers} | bound
+               "num_layers": model.num_layers} | bounds[res.plans[0].attention_extrapolated]
     return ClusterSpec(name=f"{cluster.hardware.id}x{n}", hardware=cluster.hardware, count=n,
                        devices_per_node=cluster.devices_per_node, domain_size=cluster.domain_size,
                        price_per_device_hour=cluster.price_per_device_hour), summary
