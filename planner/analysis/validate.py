@@ -209,13 +209,30 @@ def infer_fp8_recipe(run: dict) -> str | None:
     return None
 
 
+# Megatron-Bridge's Kimi K2 performance recipes train with Muon (kimi_llm_pretrain.py optimizer_type "muon", the
+# tables' note "Muon optimizer was used for pre-training Kimi-K2"), and with MXFP8 turn FP8 primary weights off:
+# scripts/performance/configs/kimi/kimi_llm_pretrain.py set_kimi_k2_common_configs l.38-45 (v0.3.1 through v0.5.1: "WAR:
+# MXFP8's fp8_param_gather ... incompatible with Muon's LayerWiseDistributedOptimizer", fp8_param_gather = False).
+# Kimi K2: model_type deepseek_v3, hidden 7168, 384 routed experts (moonshotai/Kimi-K2-Instruct config.json).
+KIMI_K2_ROUTED_EXPERTS = 384
+
+
+def _mbridge_kimi_k2_muon_mxfp8(run: dict) -> bool:
+    model = run.get("model") or {}
+    recipe = stated_stack(run).get("fp8_recipe") or infer_fp8_recipe(run)
+    return ("megatron-bridge performance summary" in str(run.get("source", "")).lower()
+            and model.get("hidden_size") == 7168 and model.get("n_routed_experts") == KIMI_K2_ROUTED_EXPERTS
+            and recipe == "mxfp8")
+
+
 def infer_fp8_param_gather(run: dict, framework: str) -> bool:
     """FP8 primary weights, for an fp8 record without stack.fp8_param_gather: NVIDIA's Megatron recipes keep them
     (Megatron-Bridge v0.2.0 training/mixed_precision.py: fp8_param_gather = True in the delayed, current-scaling and
     MXFP8 recipes, which scripts/performance/utils/helpers.py get_precision_config runs for fp8_cs / fp8_mx; NeMo 2
-    llm/recipes/precision/mixed_precision.py bf16_with_fp8_mixed: fp8_params = True). Else False (torchtitan's FSDP
-    float8 all-gather is stated in the record's stack block, not inferred)."""
-    if str((run.get("train") or {}).get("dtype", "")).lower() != "fp8":
+    llm/recipes/precision/mixed_precision.py bf16_with_fp8_mixed: fp8_params = True), but Megatron-Bridge's Kimi K2
+    MXFP8 recipes (Muon: KIMI_K2_ROUTED_EXPERTS' note). Else False (torchtitan's FSDP float8 all-gather is stated in the
+    record's stack block, not inferred)."""
+    if str((run.get("train") or {}).get("dtype", "")).lower() != "fp8" or _mbridge_kimi_k2_muon_mxfp8(run):
         return False
     src = str(run.get("source", "")).lower()
     nvidia = traits(framework).tp_overlap_evidence == "nvidia_recipes"  # the stack of NVIDIA's recipes
@@ -235,7 +252,11 @@ FLEX_RECIPE_MODELS = ("deepseek_v3", "qwen3_moe", "gpt_oss")
 # and v0.4.2 set none (alltoall). The 26.04.01 table is not mapped to one of v0.4.1 / v0.4.2 with certainty (its
 # DeepSeek-V3 B200 row has v0.4.2's layout), so it keeps the stack's default. From v0.5.0 the GB200 FP8-MX preset runs
 # HybridEP with its full-iteration CUDA graph (GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2), as the other models'.
-GPT_OSS_FLEX_RELEASES = ("26.04",)
+# B300 (GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2, which the FP8-MX V2 preset aliases from v0.5.0): hybridep in v0.4.0,
+# v0.4.2 and v0.5.0 (26.04, 26.04.01, 26.06; gpt_oss_workload_base_configs.py l.114, l.113, l.185), none in v0.3.x; the
+# GB300 BF16 V2 preset sets none through v0.4.2 (its FP8-MX V2 preset of v0.5.0 on is a full-iteration one).
+# (release tag in the citation, hardware prefixes)
+GPT_OSS_FLEX_PRESETS = (("26.04", ("gb200", "b200", "b300")), ("26.04.01", ("b300",)), ("26.06", ("b300",)))
 
 
 def infer_moe_dispatcher(run: dict) -> str | None:
@@ -246,7 +267,7 @@ def infer_moe_dispatcher(run: dict) -> str | None:
         return None
     if "megatron-bridge performance summary" in src and model_type in FLEX_RECIPE_MODELS:
         # DeepSeek-V3 on every system (H100 presets: enable_deepep / hybridep), Qwen3 where its preset sets a backend
-        gpt_oss_flex = any(_cites_preset(run, rel, "gpt_oss", 2880, ("gb200", "b200")) for rel in GPT_OSS_FLEX_RELEASES)
+        gpt_oss_flex = any(_cites_preset(run, rel, "gpt_oss", 2880, hws) for rel, hws in GPT_OSS_FLEX_PRESETS)
         # (the full-iteration CUDA-graph presets run HybridEP: FULL_ITERATION_CG_RECIPES)
         if model_type == "deepseek_v3" or (model_type == "qwen3_moe" and _qwen3_flex(run)) or gpt_oss_flex \
                 or _full_iteration_recipe(run):
@@ -263,7 +284,14 @@ def infer_moe_dispatcher(run: dict) -> str | None:
 # (docs/releases/known-issues.md at v0.3.0) say "DeepEP is not supported in the current NeMo framework 26.02
 # container"; the preset's dispatcher is kept, and the 26.02 H100 FP8-CS row's prediction hardly depends on it (+9%
 # with flex, +14% with alltoall).
-QWEN3_FLEX_FROM = {(2048, "h100"): (26, 2, 0), (2048, "b200"): (26, 2, 1)}
+# B300 (DGX-B300 rows from 26.02): Qwen3-30B-A3B from v0.3.0 (QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_CS_V1 "hybridep",
+# passed to the recipe's apply_flex_dispatcher_backend, which accepts HybridEP on compute capability 10);
+# Qwen3-235B-A22B from v0.4.2 (26.04.01: QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_CS_V1 "hybridep",
+# qwen3_llm_pretrain.py qwen3_235b_a22b_pretrain_config_b300 sets moe_token_dispatcher_type "flex"): v0.3.0 and v0.4.0
+# set no backend, and v0.3.1's "deepep" (BASE_QWEN3_235B_A22B_CONFIG) is overridden by that function's
+# moe_token_dispatcher_type "alltoall".
+QWEN3_FLEX_FROM = {(2048, "h100"): (26, 2, 0), (2048, "b200"): (26, 2, 1), (2048, "b300"): (26, 2, 0),
+                   (4096, "b300"): (26, 4, 1)}
 
 
 def _qwen3_flex(run: dict) -> bool:
@@ -295,7 +323,14 @@ def _cited_release(run: dict) -> tuple[int, int, int] | None:
 # the Qwen3-30B-A3B H100 / B200 presets from v0.3.1 (26.02's H100 one: "deepep"); gpt-oss-120b's v0.4.0 presets.
 # Everything else, DeepSeek's own training stack too: the stack's (DeepEP). runs/*.yaml state it per row with the
 # line that sets it; tests/analysis/test_flex_backend.py holds this rule to them.
-HYBRIDEP_FROM = {"deepseek_v3": (26, 2, 0), "qwen3_moe": (26, 2, 1)}  # first release off GB200 / GB300
+# B300 (DGX-B300 rows 26.02-26.06): every preset that runs the flex dispatcher sets "hybridep" (DeepSeek-V3
+# DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1, Qwen3 and gpt-oss as QWEN3_FLEX_FROM / GPT_OSS_FLEX_PRESETS say), so B300 joins
+# the NVL72 systems here (HYBRIDEP_SYSTEMS). DeepEP could not have run on it before v0.4.0 in any case:
+# src/megatron/bridge/training/flex_dispatcher_backend.py at v0.3.x accepts DeepEP only for device names equal to
+# "NVIDIA B200" / "NVIDIA B300" (startswith from v0.4.0), while the part reports "NVIDIA B300 SXM6 AC"
+# (hardware_profiles/b300-sxm-288gb.yaml).
+HYBRIDEP_SYSTEMS = ("gb200", "gb300", "b300")
+HYBRIDEP_FROM = {"deepseek_v3": (26, 2, 0), "qwen3_moe": (26, 2, 1)}  # first release off HYBRIDEP_SYSTEMS
 HYBRIDEP_RELEASES = {"gpt_oss": ((26, 4, 0),)}
 DEEPEP_PRESETS = (((26, 4, 1), "deepseek_v3", "b200"),)
 
@@ -310,7 +345,7 @@ def infer_moe_flex_backend(run: dict) -> str | None:
         return None
     if any(release == rel and model_type == mt and hw.startswith(prefix) for rel, mt, prefix in DEEPEP_PRESETS):
         return "deepep"
-    if hw.startswith(("gb200", "gb300")) or release in HYBRIDEP_RELEASES.get(model_type, ()):
+    if hw.startswith(HYBRIDEP_SYSTEMS) or release in HYBRIDEP_RELEASES.get(model_type, ()):
         return "hybridep"
     first = HYBRIDEP_FROM.get(model_type)
     if model_type == "qwen3_moe" and int((run.get("model") or {}).get("hidden_size") or 0) != 2048:
@@ -330,7 +365,7 @@ def infer_moe_flex_backend(run: dict) -> str | None:
 # moe_a2a_overlap=True; v0.4.0 / v0.4.1 had PP 16 EP 8 there). (release tag in the citation,
 # model_type, hidden_size, hardware prefixes): Qwen3-235B-A22B has hidden size 4096, Qwen3-30B-A3B 2048.
 # gpt-oss-120b (hidden 2880) on GB200: GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2 (the FP8-MX V2 aliases it) sets
-# moe_a2a_overlap=True from v0.4.0 through v0.4.2 (with the hybridep backend in v0.4.0 / v0.4.1: GPT_OSS_FLEX_RELEASES);
+# moe_a2a_overlap=True from v0.4.0 through v0.4.2 (with the hybridep backend in v0.4.0 / v0.4.1: GPT_OSS_FLEX_PRESETS);
 # v0.3.0 / v0.3.1 (26.02, 26.02.01) set neither.
 # The Qwen3-30B-A3B H100 FP8-CS rows run with the overlap (25.11, 26.02: PP 2, EP 8, 16 local experts) take 32.4 and
 # 16.7 ms per layer per micro-batch at 8192 and 4096 tokens (24.85 s over 32 x 24, 51.27 s over 128 x 24 as the
@@ -361,21 +396,37 @@ A2A_OVERLAP_RECIPES = (
 # (_enable_deepseek_full_iteration_mxfp8, _apply_gpt_oss_120b_full_iter_fp8mx_configs,
 # _enable_hybridep_full_iteration_mxfp8). The 26.04.x MoE presets (v0.4.x) capture no full iteration
 # (per-layer transformer_engine graphs of the attention, router and preprocess where any: not priced).
+# GB300: the same four models' GB300 MXFP8 presets from the same releases: v0.5.0 / v0.5.1
+# DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 (cuda_graph_impl "full_iteration", moe_a2a_overlap True, l.71-72; its V2
+# and GBS15360 variants inherit it), GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2,
+# QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 and QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1; v0.6.0
+# perf_recipes/{deepseek,gpt_oss,qwen}/gb300/*.py *_gb300_fp8mx_config (the same helpers as GB200). B300: only
+# Qwen3-30B-A3B among the rows' presets, v0.5.0 QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1 (26.06); the 26.06 B300
+# DeepSeek-V3 and gpt-oss presets capture per-layer transformer_engine graphs only.
 # (release tags in the citation, model_type, hidden_size, hardware prefix, fp8 recipe): DeepSeek-V3 hidden 7168,
 # gpt-oss-120b 2880, Qwen3-235B-A22B 4096, Qwen3-30B-A3B 2048.
 FULL_ITERATION_CG_RELEASES = ("26.06", "26.06.01", "26.08")
 FULL_ITERATION_CG_RECIPES = tuple(
-    (rel, mt, h, "gb200", "mxfp8") for rel in FULL_ITERATION_CG_RELEASES
-    for mt, h in (("deepseek_v3", 7168), ("gpt_oss", 2880), ("qwen3_moe", 4096), ("qwen3_moe", 2048)))
+    (rel, mt, h, hw, "mxfp8") for rel in FULL_ITERATION_CG_RELEASES for hw in ("gb200", "gb300")
+    for mt, h in (("deepseek_v3", 7168), ("gpt_oss", 2880), ("qwen3_moe", 4096), ("qwen3_moe", 2048))) + (
+    ("26.06", "qwen3_moe", 2048, "b300", "mxfp8"),)
+
+
+# Kimi K2 shares DeepSeek-V3's model_type and hidden size (7168) but has 384 routed experts to DeepSeek-V3's 256, and
+# Megatron-Bridge runs it with presets of its own (scripts/performance/configs/kimi/kimi_workload_base_configs.py): the
+# DeepSeek-V3 entries of the tables here are held to 256 routed experts.
+DSV3_ROUTED_EXPERTS = 256
 
 
 def _cites_preset(run: dict, release: str, model_type: str, hidden: int, hw_prefixes: str | tuple[str, ...]) -> bool:
     """The run cites this Megatron-Bridge performance-summary release ("<release> NeMo container") for this model
-    (model_type and hidden size) on hardware named with one of these prefixes."""
+    (model_type and hidden size; DeepSeek-V3: DSV3_ROUTED_EXPERTS) on hardware named with one of these prefixes."""
     src = str(run.get("source", "")).lower()
     model = run.get("model") or {}
+    experts = model.get("n_routed_experts", DSV3_ROUTED_EXPERTS)
     return ("megatron-bridge performance summary" in src and f"{release} nemo container" in src
             and str(model.get("model_type", "")).lower() == model_type and model.get("hidden_size") == hidden
+            and (model_type != "deepseek_v3" or experts == DSV3_ROUTED_EXPERTS)
             and str(run.get("hardware", "")).lower().startswith(hw_prefixes))
 
 
@@ -794,25 +845,37 @@ PRESET_KNOBS: tuple[tuple[str, str, int, tuple[str, ...], dict[str, Any], str], 
 # - 26.06 / 26.06.01 = v0.5.0 / v0.5.1 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 / _V2 mla_up_proj;
 # - 26.08 = v0.6.0 src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb200_
 #   fp8mx_config mla_up_proj.
-# {release tag in the citation: {hardware prefix: modules}}; DeepSeek-V3 is model_type deepseek_v3, hidden size 7168.
+# GB300 / B300 (the rows' presets, resolved through their replace() chains):
+# - 25.11 = v0.2.0 workload_base_configs.py DEEPSEEK_V3_GB300_BASE_CONFIG moe_act (its BF16 and FP8-MX aliases);
+# - 26.02-26.04.01 = v0.3.0-v0.4.2 DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 mla_up_proj (FP8-MX V2 inherits it), and
+#   DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 mla_up_proj (v0.4.2's B300_V2 restates it);
+# - 26.06 / 26.06.01 = v0.5.0 / v0.5.1 DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 recompute_modules=[] (selective with
+#   no module: nothing recomputed; scripts/performance/utils/overrides.py _set_recompute_overrides), B300_V2
+#   mla_up_proj;
+# - 26.08 = v0.6.0 perf_recipes/deepseek/gb300/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb300_fp8mx_config
+#   recompute_modules = [] (l.148).
+# {release tag in the citation: {hardware prefix: modules}}; DeepSeek-V3 is model_type deepseek_v3, hidden size 7168;
+# no module = no recompute.
 _UP, _UP_MLP = ("mla_up_proj",), ("mla_up_proj", "mlp")
 DSV3_RECOMPUTE_PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
     "25.09": {"h100": _UP_MLP, "gb200": ("mla_up_proj", "mlp", "moe_act"), "b200": ("core_attn",)},
-    "25.11": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP},
-    "26.02": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP},
-    "26.02.01": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP},
-    "26.04": {"h100": _UP_MLP, "gb200": ("mlp",), "b200": _UP},
-    "26.04.01": {"h100": _UP_MLP, "gb200": ("mlp",), "b200": _UP_MLP},
-    "26.06": {"gb200": _UP}, "26.06.01": {"gb200": _UP}, "26.08": {"gb200": _UP},
+    "25.11": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP, "gb300": ("moe_act",)},
+    "26.02": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP, "gb300": _UP, "b300": _UP},
+    "26.02.01": {"h100": _UP_MLP, "gb200": _UP, "b200": _UP, "gb300": _UP, "b300": _UP},
+    "26.04": {"h100": _UP_MLP, "gb200": ("mlp",), "b200": _UP, "gb300": _UP, "b300": _UP},
+    "26.04.01": {"h100": _UP_MLP, "gb200": ("mlp",), "b200": _UP_MLP, "gb300": _UP, "b300": _UP},
+    "26.06": {"gb200": _UP, "gb300": (), "b300": _UP}, "26.06.01": {"gb200": _UP, "gb300": ()},
+    "26.08": {"gb200": _UP, "gb300": ()},
 }
 
 
 def preset_recompute(run: dict) -> dict[str, Any]:
-    """Selective recompute with the cited DeepSeek-V3 preset's modules (DSV3_RECOMPUTE_PRESETS), else {}."""
+    """Selective recompute with the cited DeepSeek-V3 preset's modules (DSV3_RECOMPUTE_PRESETS), none where the preset
+    names no module, else {}."""
     for rel, by_hw in DSV3_RECOMPUTE_PRESETS.items():
         for prefix, mods in by_hw.items():
             if _cites_preset(run, rel, "deepseek_v3", 7168, (prefix,)):
-                return {"recompute": "selective", "recompute_modules": mods}
+                return {"recompute": "selective", "recompute_modules": mods} if mods else {"recompute": "none"}
     return {}
 
 
