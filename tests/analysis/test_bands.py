@@ -39,7 +39,7 @@ def test_bands_cover_80_percent_of_published_runs_cross_validated():
     assert sum(not r.held_out for r in res) == dev == 75 + 37
     # less the one moe_runs_added row plan validate cannot represent (mbridge2509 GB200 DeepSeek-V3 MXFP8 token drop:
     # 61 layers over PP 8 x VP 2, its notes)
-    assert sum(r.held_out for r in res) == held - 1 == 68 + 90 + 16 + 15
+    assert sum(r.held_out for r in res) == held - 1 == 68 + 90 + 16 + 15 + 57
     assert all(r.error == r.in_sample_error for r in res if r.held_out)  # no constant was fitted on them
     for moe in (False, True):
         covered = [_loo_covered(res, r) for r in res if r.moe == moe]
@@ -153,14 +153,15 @@ def test_report_shows_the_band(tmp_path):
 def test_moe_bands_against_issue_23_target():
     """Issue 23 asks for MoE error bands no wider than +-25%. Drawn from every published run (held-out ones included)
     whose plan lies within the fitted attention share, the Hopper Megatron MoE band is +-22% (48 runs): met; the
-    Blackwell one +-27% (78 runs): NOT met. Until 2026-11-28 the four H100 long-context rows sat in the Hopper regime
-    (+-33%). With the development runs alone the two read +-18% and +-17% and did not hold
+    Blackwell one +-31% (135 runs): NOT met (+-27% over the 78 B200 / GB200 runs; the 57 GB300 / B300 rows of
+    runs/blackwell_ultra_runs_added.yaml, added 2026-11-28, widen it). Until 2026-11-28 the four H100 long-context rows
+    sat in the Hopper regime (+-33%). With the development runs alone the two read +-18% and +-17% and did not hold
     (test_moe_bands_cover_the_published_moe_runs). Each band is its own runs' quantile, and neither may grow past
     today's width by more than a point without this test being updated (a regression of the MoE model widens it)."""
     from planner.analysis.bands import BAND_QUANTILE, _quantile
 
     res = load_residuals()
-    for family, today in (("hopper", 0.223), ("blackwell", 0.273)):
+    for family, today in (("hopper", 0.223), ("blackwell", 0.312)):
         runs = [r.miss for r in res
                 if (r.family, r.moe, r.framework) == (family, True, "megatron") and not r.attention_extrapolated]
         band = band_for(res, family, True, "megatron")
