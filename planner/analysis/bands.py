@@ -76,6 +76,7 @@ class Residual:
     in_sample_error: float = float("nan")  # the same with the shipped constants (plan validate)
     held_out: bool = False  # a run no constant was fitted on (HELD_OUT_FILES): error == in_sample_error
     attention_extrapolated: bool = False  # its plan lies beyond the fitted attention share (EXTRAPOLATED)
+    hardware: str = ""  # the hardware profile's id (hardware_bias); "" in files written before 2026-11-28
 
     @property
     def miss(self) -> float:
@@ -152,6 +153,51 @@ def band_for(residuals: tuple[Residual, ...], family: str, moe: bool, framework:
     raise AssertionError("unreachable")
 
 
+# A hardware's published runs landing on one side of the prediction (hardware_bias): reported, never applied. At least
+# BIAS_MIN_RUNS runs, their median signed error beyond BIAS_MIN_REL and at least BIAS_MIN_SHARE of them on its side.
+# Thresholds of what is worth saying, not fitted: twice the dense median miss (4-5%, docs/validation.md) and a side
+# an unbiased model would take for half the runs. On the shipped residuals (2026-11-28) only gb300-nvl72 is one-sided:
+# 38 runs, median +17%, 33 predicted too slow; next b300 (-7%, 68% too fast) and b200 (-5%, 76%) are not.
+BIAS_MIN_RUNS = 10
+BIAS_MIN_REL = 0.10
+BIAS_MIN_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class HardwareBias:
+    """The published runs on one hardware that the model predicts on one side: the median of their signed errors
+    (predicted / measured - 1, out of sample) and how many of them lie on that side."""
+    hardware: str
+    median_error: float
+    runs: int
+    same_side: int
+
+    def doc(self) -> dict:
+        return {"hardware": self.hardware, "median_error": self.median_error, "runs": self.runs,
+                "same_side": self.same_side, "note": self.note()}
+
+    def note(self) -> str:
+        m = self.median_error
+        side = "faster" if m > 0 else "slower"
+        # predicted / measured = 1 + m: the measured step is 1 / (1 + m) of the prediction
+        return (f"published runs on {self.hardware} ran {side} than the model predicts: {self.same_side} of "
+                f"{self.runs} (median measured step {1 / (1 + m):.2f}x the prediction); expect this plan's step "
+                f"nearer the {'lower' if m > 0 else 'upper'} edge of its band (docs/cli.md, Error bands)")
+
+
+def hardware_bias(residuals: tuple[Residual, ...], hw_id: str) -> HardwareBias | None:
+    """The one-sided miss of the published runs on hardware `hw_id` (BIAS_MIN_RUNS, BIAS_MIN_REL, BIAS_MIN_SHARE),
+    None when they are not one-sided or too few."""
+    errs = sorted(r.error for r in residuals if r.hardware == hw_id)
+    if len(errs) < BIAS_MIN_RUNS:
+        return None
+    median = _quantile(errs, 0.5)
+    side = sum(1 for e in errs if (e > 0) == (median > 0) and e != 0)
+    if abs(median) < BIAS_MIN_REL or side < BIAS_MIN_SHARE * len(errs):
+        return None
+    return HardwareBias(hw_id, round(median, 4), len(errs), side)
+
+
 BANDS_MAX_BYTES = 1 << 20  # the shipped file is ~60 KiB (a few lines per published run)
 
 
@@ -181,17 +227,29 @@ def band_for_context(ctx, attention_extrapolated: bool = False) -> Band:
                     attention_extrapolated=attention_extrapolated)
 
 
+def hardware_bias_for_context(ctx) -> HardwareBias | None:
+    """hardware_bias of the plan's hardware; none for a profile `plan calibrate` fitted (its constants are not the
+    ones the published runs were scored with)."""
+    hw = ctx.cluster.hardware
+    if hw.calibration is not None:
+        return None
+    return hardware_bias(load_residuals(), hw.id)
+
+
 def band_from_errors(errors: list[float]) -> float:
     """rel of a band from prediction errors (predicted/measured - 1), as for the dev-run regimes."""
     return _quantile([max(1 + e, 1 / (1 + e)) - 1 for e in errors], BAND_QUANTILE)
 
 
 def attach_bands(ctx, doc: dict, evaluations) -> None:
-    """Add `step_time_band` to every plan of a `plan` document (made from `evaluations`, in its order) and `band_note`
-    when the leading plans lie within each other's band (their order is then not significant)."""
+    """Add `step_time_band` to every plan of a `plan` document (made from `evaluations`, in its order), `band_note`
+    when the leading plans lie within each other's band (their order is then not significant) and `hardware_bias`
+    when the published runs on the plans' hardware landed on one side of the prediction (hardware_bias)."""
     for p, ev in zip(doc["plans"], evaluations, strict=True):
         p["step_time_band"] = band_for_context(ctx, ev.attention_extrapolated).around(p["step_time_s"])
     doc["band_note"] = overlap_note(doc["plans"])
+    bias = hardware_bias_for_context(ctx)
+    doc["hardware_bias"] = bias.doc() if bias else None
 
 
 def overlap_note(plans: list[dict]) -> str | None:
@@ -247,6 +305,7 @@ def residuals_from_validation(runs: list[dict], rows: list[dict], loso: dict[str
                     "error": round(float((loso or {}).get(row["id"], row["step_time_error"])), 6),
                     "in_sample_error": round(float(row["step_time_error"]), 6),
                     **({"held_out": True} if held_out else {}),
+                    "hardware": hw.id,
                     **({"attention_extrapolated": True} if row["attention_extrapolated"] else {})})
     return out
 

@@ -975,13 +975,20 @@ def _cards(best: dict | None) -> str:
                                            for v, k in items) + "</div>"
 
 
-def _sections(plans: list[dict], candidates: list[dict] | None, estimate: object) -> list[str]:
+def _bias_note(result: dict) -> str:
+    """The note of a hardware whose published runs landed on one side of the prediction ('' otherwise)."""
+    bias = result.get("hardware_bias")
+    note = bias.get("note") if isinstance(bias, dict) else None
+    return f'<p class="note"><b>Note:</b> {_e(note)}</p>' if isinstance(note, str) and note else ""
+
+
+def _sections(plans: list[dict], candidates: list[dict] | None, estimate: object, bias_note: str = "") -> list[str]:
     """The page's sections: table, Pareto chart, timeline, breakdowns, training estimate."""
     best = plans[0] if plans else None
     pareto_src = candidates if candidates is not None else plans
     return [
         f'<section><h2>Ranked plans</h2>{_plans_table(plans)}'
-        + _band_note(plans)
+        + _band_note(plans) + bias_note
         + '<p class="note">Click a column to sort; hover a row to find it on the Pareto chart. The error band is the '
         'cross-validated error of published runs of the same regime (docs/cli.md).</p></section>',
         f'<section><h2>Step time vs peak memory</h2><div id="pareto">{_svg_pareto(pareto_src, plans)}</div>'
@@ -1037,4 +1044,4 @@ def render_report(result: dict, candidates: list[dict] | None = None, *, estimat
     page_title = title or f"Parallel plan: {model_name} on {cluster_name}"
     sub = _setup_subtitle(result) + _search_subtitle(result, plans, candidates)
     best = plans[0] if plans else None
-    return _page(page_title, sub, _cards(best), _sections(plans, candidates, estimate))
+    return _page(page_title, sub, _cards(best), _sections(plans, candidates, estimate, _bias_note(result)))

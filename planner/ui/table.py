@@ -226,6 +226,9 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
         c.print(escape(wrapped(line, width)), style="dim", soft_wrap=True)
     if doc.get("band_note"):  # the leading plans lie within each other's error band
         c.print(escape(wrapped(f"note: {doc['band_note']}", width, "  ")), style="yellow", soft_wrap=True)
+    bias = doc.get("hardware_bias")
+    if isinstance(bias, dict) and bias.get("note"):  # the hardware's published runs landed on one side
+        c.print(escape(wrapped(f"note: {bias['note']}", width, "  ")), style="yellow", soft_wrap=True)
     if not doc["plans"]:
         return
     rank = min(max(1, rank), len(doc["plans"]))

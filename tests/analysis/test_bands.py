@@ -8,12 +8,14 @@ import pytest
 from click.testing import CliRunner
 
 from planner.analysis.bands import (
+    BIAS_MIN_RUNS,
     DEV_FILES,
     HELD_OUT_FILES,
     MIN_RUNS,
     Band,
     Residual,
     band_for,
+    hardware_bias,
     hardware_family,
     load_residuals,
     overlap_note,
@@ -77,11 +79,13 @@ def test_shipped_residuals_are_current():
     # the file must be regenerated after a cost-model change: python -m planner.analysis.bands --write
     shipped = {r.id: r.in_sample_error for r in load_residuals()}
     beyond = {r.id for r in load_residuals() if r.attention_extrapolated}
+    hw = {r.id: r.hardware for r in load_residuals()}
     for name in [n for n, _ in DEV_FILES] + list(HELD_OUT_FILES):
         runs = load_runs(data_dir("runs") / name)
         rows = residuals_from_validation(runs, validate_runs(runs)["runs"])
         assert {row["id"] for row in rows} <= shipped.keys(), name
         assert {row["id"] for row in rows if row.get("attention_extrapolated")} == beyond & {row["id"] for row in rows}
+        assert all(row["hardware"] == hw[row["id"]] for row in rows), name  # hardware_bias reads it
         for row in rows:
             # 0.02: the CP-SAT stage balancer's wall-clock budget moves a few uneven-pipeline runs by ~0.5%
             # under machine load (issue 14a makes it deterministic); a stale file moves far more
@@ -239,3 +243,58 @@ def test_a_borrowed_band_is_never_narrower_than_the_regimes_own_runs():
     assert kept.regime == "dense/fsdp" and kept.runs == len(pool_dense := [r for r in pool if (r.moe, r.framework) == (
         False, "fsdp") and not r.attention_extrapolated])
     assert kept.rel == pytest.approx(_quantile([r.miss for r in pool_dense], BAND_QUANTILE)) and kept.rel > 0.1
+
+
+def _res(hw: str, errors: list[float]) -> tuple[Residual, ...]:
+    return tuple(Residual(f"{hw}-{i}", "src", "blackwell", True, "megatron", e, e, True, False, hw)
+                 for i, e in enumerate(errors))
+
+
+def test_hardware_bias_is_said_only_for_many_one_sided_runs():
+    """hardware_bias: at least BIAS_MIN_RUNS runs, median signed error beyond 10%, 80% of them on its side."""
+    one_sided = [0.15, 0.2, 0.12, 0.3, 0.18, 0.11, 0.25, 0.16, -0.05, 0.14]  # 9 of 10 too slow, median +0.155
+    b = hardware_bias(_res("gb300-nvl72", one_sided), "gb300-nvl72")
+    assert b is not None and (b.runs, b.same_side) == (10, 9) and b.median_error == pytest.approx(0.155)
+    assert "ran faster than the model predicts: 9 of 10" in b.note() and "0.87x the prediction" in b.note()
+    assert "lower edge" in b.note()
+    slow = hardware_bias(_res("x", [-e for e in one_sided]), "x")
+    assert slow is not None and "ran slower" in slow.note() and "upper edge" in slow.note()
+    assert "1.18x the prediction" in slow.note()  # measured / predicted = 1 / (1 - 0.155)
+    assert hardware_bias(_res("x", one_sided[:BIAS_MIN_RUNS - 1]), "x") is None  # too few
+    assert hardware_bias(_res("x", one_sided), "y") is None  # another hardware's runs
+    assert hardware_bias(_res("x", [e / 2 for e in one_sided]), "x") is None  # median +7.75%: within 10%
+    mixed = [0.15, 0.2, 0.12, 0.3, 0.18, 0.11, -0.25, -0.16, -0.05, 0.14]  # median +0.13, only 7 of 10 too slow
+    assert hardware_bias(_res("x", mixed), "x") is None
+
+
+def test_gb300_is_the_one_hardware_whose_published_runs_are_one_sided():
+    """On the shipped residuals (2026-11-28) the 38 GB300 rows (runs/blackwell_ultra_runs_added.yaml), priced with
+    GB200's GEMM efficiency as a stated stand-in (hardware_profiles/gb300-nvl72.yaml), ran faster than predicted: 33 of
+    38, median +17% (predicted / measured - 1). No other hardware is one-sided: H100 (137 runs) -1%, B200 -5%, B300 -7%,
+    GB200 0%."""
+    res = load_residuals()
+    assert all(r.hardware for r in res)
+    biased = {hw: hardware_bias(res, hw) for hw in {r.hardware for r in res}}
+    biased = {hw: b for hw, b in biased.items() if b is not None}
+    assert set(biased) == {"gb300-nvl72"}
+    b = biased["gb300-nvl72"]
+    assert (b.runs, b.same_side) == (38, 33) and b.median_error == pytest.approx(0.17, abs=0.01)
+
+
+def test_plans_on_one_sided_hardware_say_so():
+    args = ["--model", "qwen3-30b-a3b", "--cluster", "gb300x8", "--top", "2"]
+    doc = json.loads(CliRunner().invoke(main, args + ["--json"]).output)
+    bias = doc["hardware_bias"]
+    assert bias["hardware"] == "gb300-nvl72" and bias["runs"] == 38 and bias["median_error"] > 0.1
+    text = " ".join(CliRunner().invoke(main, args).output.split())
+    assert "published runs on gb300-nvl72 ran faster than the model predicts: 33 of 38" in text
+    other = json.loads(CliRunner().invoke(main, ["--model", "qwen3-30b-a3b", "--cluster", "gb200x8", "--top", "2",
+                                                 "--json"]).output)
+    assert other["hardware_bias"] is None
+
+
+def test_report_shows_the_hardware_bias(tmp_path):
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["report", "--model", "qwen3-30b-a3b", "--cluster", "gb300x8", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "published runs on gb300-nvl72 ran faster than the model predicts: 33 of 38" in out.read_text()
