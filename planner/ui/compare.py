@@ -36,7 +36,8 @@ def compare_doc(model_arg: str, clusters: tuple[str, ...], seq_lens: tuple[int, 
             rows.append(_row(doc, cost))
     if all(r["error"] for r in rows):
         raise NoFeasiblePlan(f"no setting has a fitting plan: {rows[0]['error']['message']}")
-    return {"model": model_object(spec, count_params(spec)), "rows": rows, "band_notes": band_notes(rows)}
+    return {"model": model_object(spec, count_params(spec)), "rows": rows,
+            "band_notes": band_notes(rows) + bias_notes(rows)}
 
 
 def _within(a: float, band_a: list[float], b: float, band_b: list[float]) -> bool:
@@ -77,6 +78,18 @@ def band_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+def bias_notes(rows: list[dict]) -> list[str]:
+    """The note of each compared hardware whose published runs landed on one side of the prediction
+    (planner.analysis.bands.hardware_bias), once per hardware: it can decide a comparison the bands leave open."""
+    notes: dict[str, str] = {}
+    for r in rows:
+        bias = r.get("hardware_bias")
+        if isinstance(bias, dict):
+            note = str(bias["note"]).replace("; expect this plan's step", "; expect its step")
+            notes.setdefault(str(bias["hardware"]), note)
+    return list(notes.values())
+
+
 def _row(doc: dict, cost: dict) -> dict:
     best = doc["plans"][0]
     row = {"cluster": doc["cluster"], "training": doc["training"], "seq_len": doc["training"]["seq_len"],
@@ -86,6 +99,8 @@ def _row(doc: dict, cost: dict) -> dict:
            "memory": best["memory"], "fits": best["fits"], "error": None}
     if best.get("step_time_band"):
         row["step_time_band"] = best["step_time_band"]
+    if doc.get("hardware_bias"):
+        row["hardware_bias"] = doc["hardware_bias"]
     if cost.get("tokens"):
         row["training_estimate"] = estimate_doc(best, doc["model"]["params_total"], cost, doc["cluster"])
     return row

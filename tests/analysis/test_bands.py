@@ -298,3 +298,14 @@ def test_report_shows_the_hardware_bias(tmp_path):
     r = CliRunner().invoke(main, ["report", "--model", "qwen3-30b-a3b", "--cluster", "gb300x8", "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "published runs on gb300-nvl72 ran faster than the model predicts: 33 of 38" in out.read_text()
+
+
+def test_compare_says_which_hardware_runs_land_on_one_side():
+    """`plan compare` of GB300 against GB200: the step times lie within each other's bands, and the GB300 note says
+    on which side of its band its published runs landed: once, with the row that has it."""
+    args = ["compare", "--model", "qwen3-30b-a3b", "--cluster", "gb300x8", "--cluster", "gb200x8"]
+    doc = json.loads(CliRunner().invoke(main, args + ["--json"]).output)
+    assert [r.get("hardware_bias", {}).get("hardware") for r in doc["rows"]] == ["gb300-nvl72", None]
+    notes = [n for n in doc["band_notes"] if "published runs on" in n]
+    assert len(notes) == 1 and "gb300-nvl72 ran faster than the model predicts: 33 of 38" in notes[0]
+    assert "expect its step nearer the lower edge" in notes[0]

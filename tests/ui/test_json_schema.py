@@ -72,6 +72,15 @@ def test_compare_document_shares_names(validator):
     assert row["training_estimate"]["cost"] is None  # no price
 
 
+def test_hardware_bias_validates_in_plan_and_compare_documents(validator):
+    """GB300, the one hardware whose published runs land on one side (planner.analysis.bands.hardware_bias)."""
+    doc, _ = valid_doc(validator, ["--model", "qwen3-30b-a3b", "--cluster", "gb300x8", "--json", "--top", "1"])
+    assert doc["hardware_bias"]["hardware"] == "gb300-nvl72"
+    cmp_doc, _ = valid_doc(validator, ["compare", "--model", "qwen3-30b-a3b", "--cluster", "gb300x8", "--cluster",
+                                       "h100x8", "--json"])
+    assert cmp_doc["rows"][0]["hardware_bias"] == doc["hardware_bias"] and "hardware_bias" not in cmp_doc["rows"][1]
+
+
 def test_validate_document(validator):
     doc, _ = valid_doc(validator, ["validate", "--json"])
     assert doc["summary"]["runs"] == len(doc["runs"]) > 10
