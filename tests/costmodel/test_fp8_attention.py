@@ -197,3 +197,21 @@ def test_moved_rows_as_measured():
     for rid, (before, after) in MOVED_ERRORS.items():
         assert without[rid] == pytest.approx(before, abs=0.0015), rid
         assert with_knob[rid] == pytest.approx(after, abs=0.0015), rid
+
+
+def test_plan_document_states_it_only_when_on():
+    """The --json document's training block says fp8_attention: true when pinned (schema-valid); a default plan's
+    document has no such key (its bytes are unchanged)."""
+    import jsonschema
+
+    from planner.ui.jsondoc import load_schema
+    from tests.support import plan_json
+
+    args = ("--model", "llama-3.1-8b", "--cluster", "h100x8", "--dtype", "fp8", "--tp", "1", "--pp", "1", "--zero", "1",
+            "--mbs", "1", "--recompute", "full", "--top", "1")
+    on, _ = plan_json(*args, "--fp8-attention")
+    off, _ = plan_json(*args)
+    jsonschema.Draft202012Validator(load_schema()).validate(on)
+    assert on["training"]["fp8_attention"] is True and "fp8_attention" not in off["training"]
+    assert on["plans"][0]["plan"] == off["plans"][0]["plan"]
+    assert on["plans"][0]["step_time_s"] < off["plans"][0]["step_time_s"]
