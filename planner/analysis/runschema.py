@@ -31,7 +31,7 @@ MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "peak_memory_of", "derived_fr
 PEAK_MEMORY_OF = ("device", "allocated_last_rank")
 STACK_KEYS = ("framework", "torch_compile", "tp_comm_overlap", "fp8_recipe", "attention", "fused_loss",
               "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "activation_offload", "expandable_segments",
-              "fp8_param_gather", "cuda_graph_impl", "moe_flex_backend")
+              "fp8_param_gather", "cuda_graph_impl", "moe_flex_backend", "fp8_dot_product_attention")
 # `model:` is a Hugging Face config: its keys are checked by planner.catalog.hf_import, not here
 SECTIONS = {"train": TRAIN_KEYS, "plan": tuple(PLAN_FIELDS), "measured": MEASURED_KEYS, "stack": STACK_KEYS}
 
@@ -59,7 +59,7 @@ STACK_CHOICES: dict[str, tuple[Any, ...]] = {
     "cuda_graph_impl": ("none", "local", "transformer_engine", "full_iteration"),
 }
 STACK_FLAGS = ("torch_compile", "tp_comm_overlap", "fused_loss", "moe_a2a_overlap", "cuda_graphs",
-               "activation_offload", "expandable_segments", "fp8_param_gather")
+               "activation_offload", "expandable_segments", "fp8_param_gather", "fp8_dot_product_attention")
 # what the cost model prices of the stack block; the other keys are checked and recorded, and a run that
 # states a value the model does not price lists it under `stack_not_modelled` in `plan validate --json`
 MODELLED_DEFAULTS: dict[str, Any] = {"cuda_graphs": False, "activation_offload": False}
@@ -145,6 +145,7 @@ class RunStack:
     fp8_param_gather: bool = False  # FP8 primary weights / FP8 all-gather of the weights (TrainingSpec)
     cuda_graph_impl: str | None = None  # Megatron's; full_iteration = TrainingSpec.cuda_graph_full_iteration
     moe_flex_backend: str | None = None  # the flex dispatcher's backend as stated (TrainingSpec.moe_flex_backend)
+    fp8_dot_product_attention: bool = False  # the attention core in FP8 (TrainingSpec.fp8_attention)
     stated: tuple[str, ...] = ()
 
     def not_modelled(self) -> list[str]:

@@ -443,6 +443,41 @@ def infer_cuda_graph_impl(run: dict) -> str | None:
     return "full_iteration" if _full_iteration_recipe(run) else None
 
 
+# Megatron-Bridge performance presets that run the attention core in FP8 (fp8_dot_product_attention True:
+# MixedPrecisionConfig -> TransformerConfig -> Transformer Engine's fp8_dpa; with the MXFP8 recipe TE 2.16.0 / 2.17.1,
+# the versions v0.5.0 / v0.6.0 pin in pyproject.toml, quantize it MXFP8). Read at each release tag the rows cite (none
+# before v0.5.0: v0.2.0-v0.4.2 leave MixedPrecisionConfig.fp8_dot_product_attention at its default False and no
+# workload config sets it):
+# 26.06 (v0.5.0) scripts/performance/configs/: deepseek/deepseek_workload_base_configs.py:74
+#   DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 (its V2 l.193 and GBS15360 l.323 variants replace() from it; the GB200
+#   ones do not set it), gpt_oss/gpt_oss_workload_base_configs.py:209 GPT_OSS_120B_..._GB300_FP8_MX_V2 and :219
+#   ..._GB200_FP8_MX_V2, qwen/qwen3_workload_base_configs.py:209 QWEN3_235B_A22B_..._GB300_FP8_MX_V2, :236
+#   ..._GB200_..., :364 QWEN3_30B_A3B_..._GB300_FP8_MX_V1, :397 ..._GB200_..., :438 ..._B300_FP8_MX_V1 (applied by
+#   scripts/performance/utils/overrides.py:244-245);
+# 26.06.01 (v0.5.1): the same lines (deepseek :74, gpt_oss :209 / :219, qwen :209 / :236 / :381 / :414), plus B300 and
+#   B200 presets that no row cites;
+# 26.08 (v0.6.0) src/megatron/bridge/perf_recipes/: deepseek/gb300/deepseek_v3.py:157
+#   (_enable_deepseek_full_iteration_mxfp8(cfg, fp8_dot_product_attention=True, ...), deepseek/common.py:75; the GB200
+#   preset, gb200/deepseek_v3.py:160, leaves it False), gpt_oss/common.py:44 (gb200/gpt_oss.py:239,
+#   gb300/gpt_oss.py:231), qwen/common.py:55 (gb200/qwen3_moe.py:328 / :488, gb300/qwen3_moe.py:327 / :487).
+# (release, model_type, hidden_size, hardware prefix, fp8 recipe); DeepSeek-V3 held to DSV3_ROUTED_EXPERTS (Kimi K2's
+# presets do not set it).
+FP8_DPA_RELEASES = ("26.06", "26.06.01", "26.08")
+FP8_DPA_RECIPES = tuple(
+    (rel, mt, h, hw, "mxfp8") for rel in FP8_DPA_RELEASES
+    for mt, h, hw in (("deepseek_v3", 7168, "gb300"), ("gpt_oss", 2880, "gb200"), ("gpt_oss", 2880, "gb300"),
+                      ("qwen3_moe", 4096, "gb200"), ("qwen3_moe", 4096, "gb300"), ("qwen3_moe", 2048, "gb200"),
+                      ("qwen3_moe", 2048, "gb300"))) + (
+    ("26.06", "qwen3_moe", 2048, "b300", "mxfp8"),)
+
+
+def infer_fp8_dot_product_attention(run: dict) -> bool:
+    """Whether the cited Megatron-Bridge preset runs the attention core in FP8 (FP8_DPA_RECIPES)."""
+    recipe = stated_stack(run).get("fp8_recipe") or infer_fp8_recipe(run)
+    return any(_cites_preset(run, rel, mt, h, prefix) and recipe == fp8
+               for rel, mt, h, prefix, fp8 in FP8_DPA_RECIPES)
+
+
 def infer_moe_a2a_overlap(run: dict) -> bool:
     """Whether the cited recipe runs Megatron's batch-level EP all-to-all overlap (A2A_OVERLAP_RECIPES, and the
     full-iteration CUDA-graph presets, which set it too)."""
@@ -557,6 +592,8 @@ def run_stack(run: dict) -> RunStack:
                     expandable_segments=bool(given.get("expandable_segments", False)),
                     fp8_param_gather=pick("fp8_param_gather", lambda: infer_fp8_param_gather(run, fw)),
                     cuda_graph_impl=pick("cuda_graph_impl", lambda: infer_cuda_graph_impl(run)),
+                    fp8_dot_product_attention=pick("fp8_dot_product_attention",
+                                                   lambda: infer_fp8_dot_product_attention(run)),
                     # the backend is inferred for a flex run only (a stated one is checked by TrainingSpec)
                     moe_flex_backend=pick("moe_flex_backend", lambda: infer_moe_flex_backend(run)
                                           if dispatcher == "flex" else None),
@@ -741,6 +778,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         # (scripts/performance/utils/overrides.py: use_transformer_engine_op_fuser),
                                         # v0.6.0 perf_recipes/*/common.py use_transformer_engine_op_fuser = True
                                         moe_fused_grouped_mlp=st.cuda_graph_impl == "full_iteration",
+                                        fp8_attention=st.fp8_dot_product_attention,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
                                         pp_schedule_microbatches=t.get("pp_schedule_microbatches"),
                                         moe_capacity_factor=infer_moe_capacity_factor(run), **precision)

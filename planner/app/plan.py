@@ -148,7 +148,9 @@ def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
                          "moe_a2a_overlap": train.moe_a2a_overlap,
                          "fp8_recipe": train.fp8_recipe, "loss_chunks": train.loss_chunks,
                          "fp8_moe_act_cache": train.fp8_moe_act_cache,
-                         "fp8_param_gather": train.fp8_param_gather},
+                         "fp8_param_gather": train.fp8_param_gather}
+            # stated only when on (TrainingSpec.fp8_attention is not searched; a default plan's document is unchanged)
+            | ({"fp8_attention": True} if train.fp8_attention else {}),
             "plans": plans,
             "ranking": ranking_doc(req),
             "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,

@@ -48,6 +48,7 @@ class PlanRequest:
     loss_chunks: int | None = None  # default: the --launcher's stack's (torchtitan 8), else 1
     fp8_moe_act_cache: bool | None = None
     fp8_param_gather: bool | None = None
+    fp8_attention: bool | None = None  # default off
     param_dtype: StateDtype | None = None  # default fp32
     nic_bw: str | None = None  # "400Gb" / "50GB": replaces the hardware profile's NIC bandwidth
     scale_up_bw: str | None = None

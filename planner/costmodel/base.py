@@ -49,9 +49,11 @@ ATTN_EFFICIENCY = formula(
     "rates.attention_efficiency",
     "MAMF ceiling x GEMM_SHAPE_DERATE x ATTN_REL_EFFICIENCY (x the head-dimension factor of cuDNN's fused attention "
     "below head dim 128, base.attention_head_dim_rel); FSDP stacks on Hopper+: min(that, FA2_HOPPER_ABS_EFFICIENCY) x "
-    "PYTORCH_NATIVE_HOPPER_EFFICIENCY",
+    "PYTORCH_NATIVE_HOPPER_EFFICIENCY. FP8 attention (TrainingSpec.fp8_attention): on the FP8 peak, x "
+    "FP8_ATTN_REL_EFFICIENCY (MXFP8_ATTN_REL_EFFICIENCY under the mxfp8 recipe)",
     "FlashAttention-2, Dao 2023, arXiv 2307.08691, sec. 4.1; FlashAttention-3, Shah et al. 2024, arXiv 2407.08608, "
-    "sec. 1 and Fig. 5-6 (cuDNN per head dim); calibration.py",
+    "sec. 1 and Fig. 5-6 (cuDNN per head dim); FP8 vs BF16: cudnn-frontend sdpa_benchmark_training dsv3 GB300 "
+    "results; calibration.py",
 )
 # cuDNN's fused attention reaches less of the peak per FLOP at head dimension 64 than at 128 (the softmax's exponentials
 # and the tile loads are per score, the matmul FLOPs per score scale with the head dimension): FlashAttention-3 paper
@@ -61,6 +63,13 @@ ATTN_EFFICIENCY = formula(
 # 0.793 at 4k, 0.797 at 8k. Linear between 64 and 128, held below 64 (not measured) and 1 from 128 (head dim 256, lower
 # again for cuDNN's forward in the same figure, is not modelled).
 CUDNN_ATTN_HEAD_DIM_REL = {64: 0.795, 128: 1.0}
+
+
+def fp8_attention_rel(train: TrainingSpec, cal: Calibration) -> float:
+    """Efficiency of the FP8 attention core on the FP8 peak relative to BF16 attention's on the BF16 peak
+    (TrainingSpec.fp8_attention): MXFP8_ATTN_REL_EFFICIENCY under the mxfp8 recipe (Transformer Engine quantizes the
+    attention MXFP8 then), FP8_ATTN_REL_EFFICIENCY under the per-tensor ones."""
+    return cal.MXFP8_ATTN_REL_EFFICIENCY if train.fp8_recipe == "mxfp8" else cal.FP8_ATTN_REL_EFFICIENCY
 
 
 def attention_head_dim_rel(model: ModelSpec) -> float:
@@ -151,10 +160,15 @@ class Context:
                                and hw.peak_tflops.fp8 is not None)
         stack = cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY if self.fsdp_on_hopper else 1.0
         self.gemm_eff_max = eff * self.shape_derate * stack
-        self.attn_peak = self.peak_bf16  # attention core runs in bf16 even in FP8 recipes
+        # the attention core runs in bf16 even in FP8 recipes, unless TrainingSpec.fp8_attention puts it on the FP8
+        # peak at fp8_attention_rel of BF16 attention's efficiency (calibration.FP8_ATTN_REL_EFFICIENCY)
+        self.fp8_attention = train.fp8_attention and train.dtype == "fp8" and hw.peak_tflops.fp8 is not None
+        self.fp8_attn_rel = fp8_attention_rel(train, cal) if self.fp8_attention else 1.0
+        self.attn_peak = self.peak if self.fp8_attention else self.peak_bf16
         # cuDNN fused attention (Stack.cudnn_attention) below head dim 128 (attention_head_dim_rel)
         self.attn_head_dim_rel = attention_head_dim_rel(self.model) if self.stack.cudnn_attention else 1.0
-        self.attn_eff = hw.gemm_efficiency_max * self.shape_derate * self.attn_rel * self.attn_head_dim_rel
+        self.attn_eff = (hw.gemm_efficiency_max * self.shape_derate * self.attn_rel * self.attn_head_dim_rel
+                         * self.fp8_attn_rel)
         if self.fsdp_on_hopper:
             self.attn_eff = min(self.attn_eff, cal.FA2_HOPPER_ABS_EFFICIENCY) * stack
         # The LM head (output projection) stays in 16-bit in FP8 recipes: Megatron's output_layer is a plain
@@ -184,8 +198,15 @@ class Context:
                                  shape_derate=self.shape_derate, rel=self.attn_rel, head_dim_rel=self.attn_head_dim_rel,
                                  fa2_abs=cal.FA2_HOPPER_ABS_EFFICIENCY, fsdp_on_hopper=fsdp_hopper,
                                  pytorch_native=cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY,
-                                 attention_impl=train.attention_impl),
+                                 attention_impl=train.attention_impl, **self._fp8_attention_inputs()),
         )
+
+    def _fp8_attention_inputs(self) -> dict[str, Any]:
+        """The FP8 attention factor and peak of the attention_efficiency term, only when the knob is on (the default
+        plan's trace stays as it was)."""
+        if not self.fp8_attention:
+            return {}
+        return {"fp8_attention_rel": self.fp8_attn_rel, "attention_peak_flops": self.attn_peak}
 
     def stage_kind_counts(self, pp: int, first: int | None, last: int | None, n_full: int | None) -> list[StageSplit]:
         """Per stage: (layer counts, {kind: count} of the first n_full layers, {kind: count} of the rest)."""

@@ -174,6 +174,20 @@ class Calibration:
     # (29521), Llama 3.1 405B B200 661 (624): steps 5.8%, 3.7%, 5.6% longer with MXFP8, mean 5.2%;
     # tests/costmodel/test_stack_knobs.py).
     MXFP8_REL_EFFICIENCY: float = 0.926
+    # FP8 attention core (TrainingSpec.fp8_attention): its efficiency on the FP8 peak relative to BF16 attention's on
+    # the BF16 peak = (measured BF16 fwd+bwd time / FP8 fwd+bwd time) x (BF16 peak / FP8 peak), not fitted. Source:
+    # NVIDIA cudnn-frontend benchmark/sdpa_benchmark_training/results/dsv3/gb300/dsv3_20260724_041345.csv (commit
+    # e99b0d0b): cuDNN 9.26 SDPA on one GB300, DeepSeek-V3 shapes (128 heads, head dim 192 / 128, batch 2), causal,
+    # 4096 tokens, default (non-deterministic) backward: BF16 0.812 + 3.090 ms, per-tensor FP8 0.477 + 1.770 ms,
+    # MXFP8 0.540 + 2.294 ms; GB300 dense peaks 2500 / 5000 TFLOP/s (hardware_profiles/gb300-nvl72.yaml). Per-tensor
+    # FP8: 3.902 / 2.247 = 1.737x faster -> 0.868; measured on GB300, a stand-in on every other FP8 part (Hopper's
+    # FP8 attention is its own kernel). Bounds over the file's 2k-32k tokens: 1.67x-1.85x (0.84-0.93).
+    FP8_ATTN_REL_EFFICIENCY: float = 0.868
+    # MXFP8 attention (Transformer Engine 2.16.0 / 2.17.1, Megatron-Bridge v0.5.0 / v0.6.0's pins: an MXFP8 recipe
+    # quantizes the attention MXFP8 unless NVTE_DPA_FP8_RECIPE says otherwise, dot_product_attention.py recipe table),
+    # same file and row as above: 3.902 / 2.834 = 1.377x faster -> 0.688; bounds over 2k-32k tokens: 1.31x-1.52x
+    # (0.65-0.76). A stand-in on Blackwell parts other than GB300.
+    MXFP8_ATTN_REL_EFFICIENCY: float = 0.688
     # Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
     # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
     # Not fitted (the dev runs cannot separate it from GEMM efficiency).

@@ -154,6 +154,7 @@ FIELDS: tuple[ContractField, ...] = (
     ContractField("fp8_param_gather", lambda m, t: t.fp8_param_gather, False, "FP8 parameter gather"),
     ContractField("cuda_graph_full_iteration", lambda m, t: t.cuda_graph_full_iteration, False,
                   "a full-iteration CUDA graph"),
+    ContractField("fp8_attention", lambda m, t: t.fp8_attention, False, "FP8 dot-product attention"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
 
@@ -193,6 +194,10 @@ MEGATRON = {
     # token budget, the paged stash and TE's op fuser (transformer_config.py __post_init__), which the emitter does
     # not write: refused rather than launched as a different run than the one costed
     "cuda_graph_full_iteration": None,
+    # TransformerConfig.fp8_dot_product_attention exists (fp8_utils.py passes it to TE's recipe as fp8_dpa), but
+    # 0.19.2's pretrain_gpt.py has no flag for it: arguments.py _add_network_size_args excludes it ("no CLI argument
+    # exists for these"); Megatron-Bridge sets it in its config (mixed_precision.fp8_dot_product_attention)
+    "fp8_attention": None,
 }
 # Megatron-DeepSpeed master 4efb479 megatron/arguments.py (the GPT model of megatron/model/transformer.py)
 MEGATRON_DEEPSPEED = {
@@ -215,7 +220,7 @@ MEGATRON_DEEPSPEED = {
     "shared_expert_ffn": None, "shared_expert_gate": None, "router_bias": None, "expert_bias": None,
     "score_function": None, "expert_bias_balancing": None, "route_groups": None, "routed_scaling_factor": None,
     "norm_topk_prob": None, "aux_loss": None, "z_loss_coeff": None, "capacity_factor": None, "mtp_layers": None,
-    "fp8_param_gather": None, "cuda_graph_full_iteration": None,
+    "fp8_param_gather": None, "cuda_graph_full_iteration": None, "fp8_attention": None,
 }
 MAXTEXT = {
     "release": "maxtext 0.2.5 (configs/base.yml, configs/types.py, layers/decoders.py)",
@@ -247,7 +252,7 @@ MAXTEXT = {
     "route_groups": "n_routing_groups / topk_routing_group", "routed_scaling_factor": "routed_scaling_factor",
     "norm_topk_prob": "norm_topk_prob", "aux_loss": "load_balance_loss_weight",
     "z_loss_coeff": "z_loss_multiplier", "capacity_factor": "capacity_factor", "mtp_layers": "mtp_num_layers",
-    "fp8_param_gather": None, "cuda_graph_full_iteration": None,
+    "fp8_param_gather": None, "cuda_graph_full_iteration": None, "fp8_attention": None,
 }
 TORCHTITAN = {
     "release": "torchtitan 0.3.0 (models/common/config_utils.py, the config_registry functions)",
@@ -269,7 +274,7 @@ TORCHTITAN = {
     "routed_scaling_factor": "deepseek_v3 registry only", "norm_topk_prob": "router score normalisation",
     "aux_loss": None, "z_loss_coeff": None, "capacity_factor": None, "mtp_layers": None,
     # float8 all-gather is a field of the float8 converter's config, which the emitted job does not write
-    "fp8_param_gather": None, "cuda_graph_full_iteration": None,
+    "fp8_param_gather": None, "cuda_graph_full_iteration": None, "fp8_attention": None,
 }
 CONTRACTS: dict[str, dict[str, str | None]] = {"megatron": MEGATRON, "deepspeed": MEGATRON_DEEPSPEED,
                                                 "maxtext": MAXTEXT, "torchtitan": TORCHTITAN}

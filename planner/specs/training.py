@@ -191,6 +191,15 @@ class TrainingSpec(BaseModel):
         "(planner.costmodel.compute.expert_epilogue_s). Megatron only; read from the cited release's preset in plan "
         "validate (the full-iteration CUDA-graph presets set it)",
     )
+    fp8_attention: bool = Field(
+        False,
+        description="the attention core (dot-product attention) runs in FP8 too, forward and backward: Megatron "
+        "--fp8-dot-product-attention (Transformer Engine's fp8_dpa; under the mxfp8 recipe TE 2.16-2.17 quantizes it "
+        "MXFP8, else per-tensor FP8). Priced at the FP8 peak x calibration.FP8_ATTN_REL_EFFICIENCY / "
+        "MXFP8_ATTN_REL_EFFICIENCY (cuDNN's published FP8 vs BF16 attention benchmark). Needs dtype fp8; Megatron "
+        "only; not searched. Read from the cited release's preset in plan validate "
+        "(planner.analysis.validate.FP8_DPA_RECIPES)",
+    )
     fp8_weight_cache: bool | None = Field(
         None,
         description="whether the FP8 linears keep a quantized copy of each weight across the step (Transformer "
@@ -238,6 +247,7 @@ _NEEDS_FP8: tuple[tuple[Callable[[TrainingSpec], bool], str], ...] = (
     (lambda t: t.fp8_param_gather, "fp8_param_gather keeps weights in FP8: it needs dtype fp8"),
     (lambda t: t.fp8_moe_act_cache, "fp8_moe_act_cache stores activations in FP8: it needs dtype fp8"),
     (lambda t: t.fp8_moe_dispatch, "fp8_moe_dispatch sends tokens in FP8: it needs dtype fp8"),
+    (lambda t: t.fp8_attention, "fp8_attention runs the attention core in FP8: it needs dtype fp8 (--dtype fp8)"),
     (lambda t: t.fp8_recipe is not None,
      "an FP8 recipe (--fp8-recipe {t.fp8_recipe}) needs --dtype fp8: add it or drop the recipe"),
 )
@@ -251,6 +261,9 @@ _STACK_OPTIONS: tuple[tuple[Callable[[TrainingSpec], bool], Callable[[Stack], bo
     (lambda t: t.cuda_graph_full_iteration, lambda s: s.full_iteration_cuda_graph_option,
      "a full-iteration CUDA graph is Megatron-core's --cuda-graph-impl full_iteration; {t.framework} has none: drop "
      "it"),
+    (lambda t: t.fp8_attention, lambda s: s.fp8_attention_option,
+     "FP8 dot-product attention is Megatron's --fp8-dot-product-attention (Transformer Engine); the planner models "
+     "none for {t.framework}: drop it"),
     (lambda t: t.moe_fused_grouped_mlp, lambda s: s.moe_expert_epilogue_eager,
      "a fused grouped MLP is Megatron-core's --use-transformer-engine-op-fuser; {t.framework} has none: drop it"),
     (lambda t: t.moe_a2a_overlap, lambda s: s.moe_a2a_overlap_option,

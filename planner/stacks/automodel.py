@@ -55,6 +55,7 @@ STACK = Stack(
     # no whole-step CUDA graph: its benchmark configs dispatch with DeepEP, whose normal dispatch returns the token
     # counts to the host (NVIDIA-NeMo/Automodel@8d9bfb9 examples/benchmark/configs/*_te_deepep.yaml)
     full_iteration_cuda_graph_option=False,
+    fp8_attention_option=False,  # its benchmark configs train in BF16 (no FP8 attention run to model)
     # FSDP2 + EP without tensor parallelism of the experts (the AutoModel MoE recipes set no TP)
     etp_default="one",
     ep_unset_is_one=False,  # an AutoModel record's null EP is not published: the search picks it

@@ -156,6 +156,9 @@ class Stack:
     # ---- host launches, defaulted: the forward-backward may be captured as one CUDA graph replayed each step
     # (TrainingSpec.cuda_graph_full_iteration; planner.costmodel.moe.has_host_sync)
     full_iteration_cuda_graph_option: bool = False
+    # ---- attention, defaulted: the attention core may run in FP8 under an FP8 recipe (TrainingSpec.fp8_attention;
+    # planner.costmodel.base Context._rates)
+    fp8_attention_option: bool = False
     # ---- expert layout, defaulted: the expert tensor-parallel degree the stack runs when a configuration sets none
     # ("tp": the dense TP degree, Megatron's rule; "one": experts whole on each EP rank). A run record with a null
     # plan.etp is read with it (planner.analysis.validate.run_fixed_knobs); the planner's own launch files write it.

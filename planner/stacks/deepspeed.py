@@ -18,6 +18,7 @@ STACK = Stack(
     fp8_weight_cache=False,  # no FP8 training switch in ds_config (launchers/deepspeed.py no-fp8): no FP8 weights
     fp8_param_gather_option=False,  # ZeRO-3 gathers the 16-bit parameters (no FP8 all-gather in ds_config)
     full_iteration_cuda_graph_option=False,  # ds_config has no whole-step CUDA graph of the training step
+    fp8_attention_option=False,  # no FP8 training switch in ds_config (launchers/deepspeed.py no-fp8)
     # experts whole on each expert-parallel rank: Megatron-DeepSpeed splits them over TP only with
     # --enable-expert-tensor-parallelism (default off; deepspeed/moe/layer.py enable_expert_tensor_parallelism=False)
     etp_default="one",

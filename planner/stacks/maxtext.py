@@ -31,6 +31,9 @@ STACK = Stack(
     fp8_weight_cache=False,
     fp8_param_gather_option=False,  # the fsdp axis gathers the weight_dtype parameters (no FP8 all-gather switch)
     full_iteration_cuda_graph_option=False,  # XLA compiles the step: no per-kernel host launches to remove
+    # its quantization configs (AQT / Qwix) quantize the dense layers' dot_generals; an FP8 attention core is not
+    # modelled for it
+    fp8_attention_option=False,
     # the planner's MaxText layouts keep each expert whole on its expert shard; a null etp is read as 1
     etp_default="one",
     # the mesh's expert axis is ici_expert_parallelism x dcn_expert_parallelism, both 1 unless the config sets them

@@ -42,6 +42,9 @@ STACK = Stack(
     # refused with PP and with EP but for sync-free dispatchers (Trainer.Config._validate_cuda_graphs); the emitted
     # MoE jobs disable it (planner.emit.torchtitan), so its MoE host launches stay charged: not the Megatron knob
     full_iteration_cuda_graph_option=False,
+    # the float8 converter swaps nn.Linear modules only (torchao convert_to_float8_training): SDPA keeps the compute
+    # dtype, no FP8 attention switch
+    fp8_attention_option=False,
     # experts whole unless told: parallelism.expert_tensor_parallel_degree defaults to 1, "1 means disabled"
     # (torchtitan aeb3a4baf, Aug 2025, config/job_config.py; ETP itself deprecated in c4b409af2)
     etp_default="one",

@@ -234,6 +234,10 @@ def _setting_options() -> list:
                      help="with --dtype fp8: keep the FP8 linears' weights in FP8 (Megatron --fp8-param-gather, the "
                      "FP8 recipes of NeMo and Megatron-Bridge; torchtitan's FSDP float8 all-gather) instead of a bf16 "
                      "copy plus Transformer Engine's cached FP8 weights; default off (Megatron's default)"),
+        click.option("--fp8-attention/--no-fp8-attention", "fp8_attention", default=None,
+                     help="with --dtype fp8, Megatron only: run the attention core in FP8 too (Megatron "
+                     "--fp8-dot-product-attention; MXFP8 under --fp8-recipe mxfp8), priced from cuDNN's published FP8 "
+                     "vs BF16 attention benchmark; default off (not searched)"),
         click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
                      help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
                      "(scores materialised, as in stacks before mid-2022)"),

@@ -74,7 +74,10 @@ def test_errors_as_first_measured(scored):
     17.3% / 38.7%, B300 (19) 7.6% / 21.2%. The tail is GB300: the full-iteration-graph DeepSeek-V3 rows of 26.06-26.08
     (+39% to +42%), the 25.11 BF16 rows (DeepSeek-V3 +30%, Qwen3-235B-A22B +39%), the 26.06.01 gpt-oss row the table
     flags as a regression (-38%, reliability C) and the Qwen3-235B-A22B rows (+17% to +27%); on B300 the 26.02.01
-    Qwen3-235B-A22B row whose columns repeat the 26.02 layout (-30%, reliability C)."""
+    Qwen3-235B-A22B row whose columns repeat the 26.02 layout (-30%, reliability C).
+    With FP8 dot-product attention read from the 26.06-26.08 presets (validate.FP8_DPA_RECIPES; 14 rows move,
+    tests/costmodel/test_fp8_attention.py): all 57 unchanged at 12.0% / 30.3%, GB300 17.3% / 38.7% -> 17.3% / 32.2%
+    (DeepSeek-V3 +39..42% -> +32..34%), B300 unchanged."""
     def check(rows: list[dict], n: int, median: float, p90: float) -> None:
         e = _abs_errors(rows)
         assert len(e) == n
@@ -83,7 +86,7 @@ def test_errors_as_first_measured(scored):
 
     rows = scored["runs"]
     check(rows, 57, 0.120, 0.303)
-    check([r for r in rows if "-gb300-" in r["id"]], 38, 0.173, 0.387)
+    check([r for r in rows if "-gb300-" in r["id"]], 38, 0.173, 0.322)
     check([r for r in rows if "-b300-" in r["id"]], 19, 0.076, 0.212)
 
 
