@@ -181,8 +181,8 @@ class HardwareBias:
         side = "faster" if m > 0 else "slower"
         # predicted / measured = 1 + m: the measured step is 1 / (1 + m) of the prediction
         return (f"published runs on {self.hardware} ran {side} than the model predicts: {self.same_side} of "
-                f"{self.runs} (median measured step {1 / (1 + m):.2f}x the prediction); expect this plan's step "
-                f"nearer the {'lower' if m > 0 else 'upper'} edge of its band (docs/cli.md, Error bands)")
+                f"{self.runs} (median measured step {1 / (1 + m):.2f}x the prediction); expect its steps nearer the "
+                f"{'lower' if m > 0 else 'upper'} edge of their bands (docs/cli.md, Error bands)")
 
 
 def hardware_bias(residuals: tuple[Residual, ...], hw_id: str) -> HardwareBias | None:

@@ -85,8 +85,7 @@ def bias_notes(rows: list[dict]) -> list[str]:
     for r in rows:
         bias = r.get("hardware_bias")
         if isinstance(bias, dict):
-            note = str(bias["note"]).replace("; expect this plan's step", "; expect its step")
-            notes.setdefault(str(bias["hardware"]), note)
+            notes.setdefault(str(bias["hardware"]), str(bias["note"]))
     return list(notes.values())
 
 

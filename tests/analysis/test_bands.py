@@ -256,7 +256,7 @@ def test_hardware_bias_is_said_only_for_many_one_sided_runs():
     b = hardware_bias(_res("gb300-nvl72", one_sided), "gb300-nvl72")
     assert b is not None and (b.runs, b.same_side) == (10, 9) and b.median_error == pytest.approx(0.155)
     assert "ran faster than the model predicts: 9 of 10" in b.note() and "0.87x the prediction" in b.note()
-    assert "lower edge" in b.note()
+    assert "lower edge of their bands" in b.note()
     slow = hardware_bias(_res("x", [-e for e in one_sided]), "x")
     assert slow is not None and "ran slower" in slow.note() and "upper edge" in slow.note()
     assert "1.18x the prediction" in slow.note()  # measured / predicted = 1 / (1 - 0.155)
@@ -308,4 +308,4 @@ def test_compare_says_which_hardware_runs_land_on_one_side():
     assert [r.get("hardware_bias", {}).get("hardware") for r in doc["rows"]] == ["gb300-nvl72", None]
     notes = [n for n in doc["band_notes"] if "published runs on" in n]
     assert len(notes) == 1 and "gb300-nvl72 ran faster than the model predicts: 33 of 38" in notes[0]
-    assert "expect its step nearer the lower edge" in notes[0]
+    assert "expect its steps nearer the lower edge of their bands" in notes[0]
