@@ -414,9 +414,12 @@ def _candidate_pairs(ctx: Context, opts: SearchOptions, rows: list[dict], cap: f
     if ctx.stack.zero3_in_domain_searched and "zero_stage" not in fx:
         # Megatron-FSDP (ZeRO-3) where the whole model-replica group sits in one NVLink domain: the
         # evidence against ZeRO-3 (SC21 Table 2) is about gathers across the network. Only layouts that
-        # Megatron-FSDP is known to run (planner/launchers/megatron.py: not with PP > 1, unverified)
+        # Megatron-FSDP is known to run (planner/launchers/megatron.py: not with PP > 1, unverified); by the launcher's
+        # plan rules only: a training setting its files cannot write (--fp8-attention, costed as pinned) says nothing
+        # about the layout
         pairs += [(r, 3) for r in rows if r["tp"] * r["cp"] * r["dp"] <= cl.scale_up_size and r["dp"] * r["cp"] > 1
-                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, ctx.stack.emitter)]
+                  and not launcher_errors(ParallelPlan(**r, zero_stage=3), ctx.model, tr, ctx.stack.emitter,
+                                          plan_rules_only=True)]
     lb = _state_lower_bound_gib(ctx, [r for r, _ in pairs], [z for _, z in pairs])
     held = [b <= cap or not opts.require_fit or bool(fx.get("offload_optimizer")) for b in lb]
     keep = [pr for pr, h in zip(pairs, held, strict=False) if h]

@@ -193,8 +193,9 @@ class TrainingSpec(BaseModel):
     )
     fp8_attention: bool = Field(
         False,
-        description="the attention core (dot-product attention) runs in FP8 too, forward and backward: Megatron "
-        "--fp8-dot-product-attention (Transformer Engine's fp8_dpa; under the mxfp8 recipe TE 2.16-2.17 quantizes it "
+        description="the attention core (dot-product attention) runs in FP8 too, forward and backward: megatron-core "
+        "TransformerConfig.fp8_dot_product_attention, set by Megatron-Bridge's mixed_precision config; no "
+        "pretrain_gpt.py flag (Transformer Engine's fp8_dpa; under the mxfp8 recipe TE 2.16-2.17 quantizes it "
         "MXFP8, else per-tensor FP8). Priced at the FP8 peak x calibration.FP8_ATTN_REL_EFFICIENCY / "
         "MXFP8_ATTN_REL_EFFICIENCY (cuDNN's published FP8 vs BF16 attention benchmark). Needs dtype fp8; Megatron "
         "only; not searched. Read from the cited release's preset in plan validate "
@@ -262,7 +263,7 @@ _STACK_OPTIONS: tuple[tuple[Callable[[TrainingSpec], bool], Callable[[Stack], bo
      "a full-iteration CUDA graph is Megatron-core's --cuda-graph-impl full_iteration; {t.framework} has none: drop "
      "it"),
     (lambda t: t.fp8_attention, lambda s: s.fp8_attention_option,
-     "FP8 dot-product attention is Megatron's --fp8-dot-product-attention (Transformer Engine); the planner models "
+     "FP8 dot-product attention is megatron-core's fp8_dot_product_attention (Transformer Engine); the planner models "
      "none for {t.framework}: drop it"),
     (lambda t: t.moe_fused_grouped_mlp, lambda s: s.moe_expert_epilogue_eager,
      "a fused grouped MLP is Megatron-core's --use-transformer-engine-op-fuser; {t.framework} has none: drop it"),

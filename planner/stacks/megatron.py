@@ -53,9 +53,10 @@ STACK = Stack(
     # CUDA graph of the whole forward-backward path, the optimizer step excluded; a dropless MoE layer in it needs
     # static shapes (moe_expert_rank_capacity_factor with HybridEP, moe_paged_stash: transformer_config.py)
     full_iteration_cuda_graph_option=True,
-    # --fp8-dot-product-attention (megatron-core TransformerConfig.fp8_dot_product_attention -> Transformer Engine's
-    # recipe fp8_dpa): TE's DotProductAttention runs the attention core in FP8 (TE 2.17.1 dot_product_attention.py,
-    # MXFP8 linears -> MXFP8 attention), backward too unless NVTE_FP8_DPA_BWD=0 (backends.py, default "1")
+    # megatron-core TransformerConfig.fp8_dot_product_attention -> Transformer Engine's recipe fp8_dpa (set by
+    # Megatron-Bridge's config; Megatron-LM's pretrain_gpt.py has no flag for it: launchers/contract.py): TE's
+    # DotProductAttention runs the attention core in FP8 (TE 2.17.1 dot_product_attention.py, MXFP8 linears -> MXFP8
+    # attention), backward too unless NVTE_FP8_DPA_BWD=0 (backends.py, default "1")
     fp8_attention_option=True,
     # an unset --expert-tensor-parallel-size is the TP degree (megatron-core >= 0.10 arguments.py validate_args: "if
     # args.expert_tensor_parallel_size is None: args.expert_tensor_parallel_size = args.tensor_model_parallel_size";

@@ -235,9 +235,10 @@ def _setting_options() -> list:
                      "FP8 recipes of NeMo and Megatron-Bridge; torchtitan's FSDP float8 all-gather) instead of a bf16 "
                      "copy plus Transformer Engine's cached FP8 weights; default off (Megatron's default)"),
         click.option("--fp8-attention/--no-fp8-attention", "fp8_attention", default=None,
-                     help="with --dtype fp8, Megatron only: run the attention core in FP8 too (Megatron "
-                     "--fp8-dot-product-attention; MXFP8 under --fp8-recipe mxfp8), priced from cuDNN's published FP8 "
-                     "vs BF16 attention benchmark; default off (not searched)"),
+                     help="with --dtype fp8, Megatron only: run the attention core in FP8 too (megatron-core's "
+                     "TransformerConfig.fp8_dot_product_attention, which Megatron-Bridge sets and Megatron-LM's "
+                     "pretrain_gpt.py has no flag for; MXFP8 under --fp8-recipe mxfp8), priced from cuDNN's published "
+                     "FP8 vs BF16 attention benchmark; default off (not searched)"),
         click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True,
                      help="attention kernel: flash (fused, no s x s scores kept; Dao et al. 2022) or unfused "
                      "(scores materialised, as in stacks before mid-2022)"),

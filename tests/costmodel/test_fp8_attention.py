@@ -92,7 +92,7 @@ def test_refused_without_fp8_or_on_other_stacks():
     with pytest.raises(ValueError, match="needs dtype fp8"):
         TrainingSpec(global_batch=8, fp8_attention=True)
     for fw in ("fsdp", "deepspeed", "maxtext", "automodel"):
-        with pytest.raises(ValueError, match="Megatron's --fp8-dot-product-attention"):
+        with pytest.raises(ValueError, match="megatron-core's fp8_dot_product_attention"):
             TrainingSpec(global_batch=8, dtype="fp8", framework=fw, fp8_attention=True)
     assert TrainingSpec(global_batch=8, dtype="fp8", fp8_attention=True).fp8_attention
 
@@ -213,5 +213,20 @@ def test_plan_document_states_it_only_when_on():
     off, _ = plan_json(*args)
     jsonschema.Draft202012Validator(load_schema()).validate(on)
     assert on["training"]["fp8_attention"] is True and "fp8_attention" not in off["training"]
+    assert on["plans"][0]["plan"] == off["plans"][0]["plan"]
+    assert on["plans"][0]["step_time_s"] < off["plans"][0]["step_time_s"]
+
+
+def test_the_knob_keeps_megatron_fsdp_layouts_in_the_search():
+    """No launch file can write FP8 attention, so no launcher gates the search (planner.app.plan.modelled_launcher);
+    the Megatron-FSDP (ZeRO-3) layouts the search adds inside an NVLink domain are still screened by the launcher's plan
+    rules alone. Before 2026-11-28 they were screened by all its rules, the refused knob included: the #1 plan without
+    the knob (TP1 DP8 ZeRO-3, 33.4 s) vanished with it and a PP2 ZeRO-1 plan (33.7 s) ranked first."""
+    from tests.support import plan_json
+
+    args = ("--model", "llama-3.1-8b", "--cluster", "h100x8", "--dtype", "fp8", "--top", "1")
+    on, _ = plan_json(*args, "--fp8-attention")
+    off, _ = plan_json(*args)
+    assert off["plans"][0]["plan"]["zero_stage"] == 3
     assert on["plans"][0]["plan"] == off["plans"][0]["plan"]
     assert on["plans"][0]["step_time_s"] < off["plans"][0]["step_time_s"]

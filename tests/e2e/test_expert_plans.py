@@ -488,8 +488,10 @@ def test_nvl72_default_batch_does_not_force_a_nine_stage_pipeline():
 
 def test_a_tpu_plan_without_a_named_stack_is_costed_with_maxtext():
     # the stack a plan is costed with is the one its launcher runs and the TPU runs validate (MaxText): Megatron's
-    # costing on a TPU put Kimi K2 on 256 v5p chips at TP32 ZeRO-1, 153.7 s a step (now TP16 ZeRO-1 at 72.8 s), where
-    # MaxText's FSDP runs it in 25.4 s (TP1 DP256 EP4, each layer's input in host memory)
+    # costing on a TPU put Kimi K2 on 256 v5p chips at TP32 ZeRO-1, 153.7 s a step (TP16 ZeRO-1 at 72.8 s until
+    # 2026-11-28; since, Megatron-FSDP's in-domain layouts are screened by the launcher's plan rules alone, not by
+    # Megatron-LM's refusal of the hardware and of Kimi's yarn RoPE: TP2 EP64 ZeRO-3, 40.5 s), where MaxText's FSDP
+    # runs it in 25.4 s (TP1 DP256 EP4, each layer's input in host memory)
     from click.testing import CliRunner
 
     from planner.ui.cli import main
@@ -505,6 +507,6 @@ def test_a_tpu_plan_without_a_named_stack_is_costed_with_maxtext():
     assert tpu["plans"][0]["plan"] == named["plans"][0]["plan"]
     assert tpu["plans"][0]["step_time_s"] == named["plans"][0]["step_time_s"]
     megatron = doc("--model", "kimi-k2", "--cluster", "tpu-v5px256", "--framework", "megatron")
-    assert tpu["plans"][0]["plan"]["zero_stage"] == 3 and megatron["plans"][0]["plan"]["zero_stage"] == 1
-    assert tpu["plans"][0]["step_time_s"] < megatron["plans"][0]["step_time_s"] / 2
+    assert tpu["plans"][0]["plan"]["zero_stage"] == 3 and tpu["plans"][0]["plan"]["tp"] == 1
+    assert tpu["plans"][0]["step_time_s"] < 0.7 * megatron["plans"][0]["step_time_s"]
     assert doc("--model", "llama-3.1-8b", "--cluster", "h100x8")["training"]["framework"] == "megatron"
