@@ -233,6 +233,13 @@ class TrainingSpec(BaseModel):
         for is_set, offered, message in _STACK_OPTIONS:
             if is_set(self) and not offered(stack):
                 raise ValueError(message.format(t=self))
+        if self.fp8_attention and self.fp8_recipe == "blockwise":
+            # megatron-core fp8_utils.get_fp8_recipe hands fp8_dpa to DelayedScaling (extensions/transformer_engine.py
+            # TEDelayedScaling), Float8CurrentScaling and MXFP8BlockScaling, not to Float8BlockScaling: the attention
+            # core stays BF16 under blockwise
+            raise ValueError("FP8 dot-product attention runs under the tensorwise, delayed or mxfp8 recipe "
+                             "(megatron-core gives blockwise scaling no fp8_dpa): drop --fp8-attention or choose "
+                             "another --fp8-recipe")
         if self.moe_a2a_overlap and self.moe_dispatcher == "allgather":
             # megatron-core: overlap_moe_expert_parallel_comm needs the alltoall or flex dispatcher
             raise ValueError("batch-level EP overlap (--moe-a2a-overlap) needs the alltoall or flex dispatcher")

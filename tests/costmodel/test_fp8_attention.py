@@ -102,6 +102,8 @@ def test_refused_without_fp8_or_on_other_stacks():
     (("--dtype", "fp8", "--fp8-attention", "--launcher", "torchtitan"), "the planner models none for fsdp"),
     (("--dtype", "fp8", "--fp8-attention", "--framework", "deepspeed"), "the planner models none for deepspeed"),
     (("--dtype", "fp8", "--fp8-attention", "--launcher", "megatron"), "FP8 dot-product attention"),
+    (("--dtype", "fp8", "--fp8-recipe", "blockwise", "--fp8-attention"), "megatron-core gives blockwise scaling no "
+                                                                          "fp8_dpa"),
 ])
 def test_cli_refuses_in_one_line(args, says):
     from tests.support import one_line_error
