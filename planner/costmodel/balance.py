@@ -31,7 +31,7 @@ def _layer_rows(ctx: Context, plan: ParallelPlan) -> tuple[tuple[float, ...], ..
     base_mode = plan.recompute if plan.recompute != "full" else "none"
     rows = []
     for k in ctx.layer_kinds:
-        lf, lb, lsel, lt, lc, le, _ = layer_times(ctx, shape, k)
+        lf, lb, lsel, lt, lc, le, _, _ = layer_times(ctx, shape, k)
         comm = 2 * (tp_exposed_share(ctx, plan) * lt + lc + le)
         dense = (k.params.total - k.params.routed_experts) / plan.tp
         selective = lsel if plan.recompute == "selective" else 0.0

@@ -4,6 +4,7 @@ the fabric each parallel group runs on)."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from operator import attrgetter
@@ -78,6 +79,54 @@ def attention_head_dim_rel(model: ModelSpec) -> float:
     lo, hi = CUDNN_ATTN_HEAD_DIM_REL[64], CUDNN_ATTN_HEAD_DIM_REL[128]
     d = model.head_dim if model.mla is None else model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
     return lo + (hi - lo) * (min(max(d, 64), 128) - 64) / 64
+
+
+# A fused attention kernel (FlashAttention-2, arXiv 2307.08691, Algorithm 1 and sec. 3.3) walks each tile of queries
+# over the tiles of keys it may see: a causal layer's query tile i visits i + 1 key tiles, a sliding window of w tokens
+# about w / tile + 1 (the band straddles two tiles at each edge), an attention chunk the causal tiles of its chunk; each
+# query tile also pays a fixed cost (loading it, the softmax's final rescale, writing its output and log-sum-exp)
+# worth calibration.ATTN_Q_TILE_OVERHEAD_TILES key tiles. The cost model's FLOPs count only the keys attended
+# (flops.attended_keys), so a narrow window, which visits twice the tiles it uses and pays the query tile's fixed cost
+# over one key tile instead of a sequence of them, runs far below the causal layer's efficiency.
+FUSED_ATTN_TILE_TOKENS = 128
+ATTN_TILE_REL = formula(
+    "rates.local_attention_tile_rel",
+    "efficiency of a local layer's attention core relative to a causal layer's at the same sequence length: (useful / "
+    "(visited + ATTN_Q_TILE_OVERHEAD_TILES)) over the query tiles of each, in FUSED_ATTN_TILE_TOKENS-token tiles; "
+    "under FP8 attention a sliding-window layer's backward costs the causal layer's backward",
+    "FlashAttention-2 (arXiv 2307.08691) Algorithm 1; NVIDIA cudnn-frontend sdpa_benchmark_training results (GB200, "
+    "cuDNN 9.26: DeepSeek-V3 causal and gpt-oss window-128 rows); calibration.ATTN_Q_TILE_OVERHEAD_TILES",
+)
+
+
+def attention_tile_efficiency(seq_len: int, window: int | None, chunk: int | None, q_tile_overhead: float) -> float:
+    """Key tiles used / (key tiles visited + the fixed cost per query tile) over one sequence's query tiles
+    (FUSED_ATTN_TILE_TOKENS): causal, through a sliding window of `window` tokens, or inside attention chunks."""
+    tile = float(FUSED_ATTN_TILE_TOKENS)
+    n_tiles = max(1, -(-int(seq_len) // FUSED_ATTN_TILE_TOKENS))
+    band = None if window is None or window >= seq_len else window / tile
+    per_chunk = None if chunk is None or chunk >= seq_len else max(1, -(-int(chunk) // FUSED_ATTN_TILE_TOKENS))
+    used = visited = 0.0
+    for i in range(n_tiles):
+        j = i % per_chunk if per_chunk else i  # the query tile's index inside its chunk
+        if band is None:
+            used += j + 0.5
+            visited += j + 1.0
+        else:
+            used += min(j + 0.5, band)
+            visited += min(j + 1.0, math.ceil(band) + 1.0)
+    return used / (visited + q_tile_overhead * n_tiles)
+
+
+def local_attention_tile_rel(model: ModelSpec, seq_len: int, local: str, q_tile_overhead: float) -> float:
+    """The fused kernel's efficiency on a local layer (`local`: "sliding" or "chunked") relative to a causal layer's at
+    the same sequence length (ATTN_TILE_REL); 1 for a global layer."""
+    if not local:
+        return 1.0
+    window = model.sliding_window if local == "sliding" else None
+    chunk = model.attention_chunk_size if local == "chunked" else None
+    return (attention_tile_efficiency(seq_len, window, chunk, q_tile_overhead)
+            / attention_tile_efficiency(seq_len, None, None, q_tile_overhead))
 TOKENS = formula("shape.tokens", "mbs x seq / cp", "definition (CP splits the sequence)")
 MICROBATCHES = formula("shape.microbatches", "gbs / (dp x mbs)", "definition (gradient accumulation steps)")
 
@@ -183,6 +232,15 @@ class Context:
         # which fitted constant prices the attention core (layers.ATTN_FITTED_SHARE_MAX: the range it was fitted on)
         self.attention_path = ("unfused" if self.unfused_attention else
                                "pytorch_native_fa2" if self.fsdp_on_hopper else "fused")
+        # the fused kernel on local layers (ATTN_TILE_REL), where the attention core is cuDNN's (Stack.cudnn_attention,
+        # the stack its constant was measured on): its efficiency relative to a causal layer's, and whether its
+        # backward visits the causal layer's tiles (FP8 attention through a sliding window)
+        tiles = self.stack.cudnn_attention and not self.unfused_attention
+        self.attn_tile_rel = {k.local: local_attention_tile_rel(self.model, train.seq_len, k.local,
+                                                                cal.ATTN_Q_TILE_OVERHEAD_TILES) if tiles else 1.0
+                              for k in self.kinds}
+        self.attn_bwd_causal_tiles = {k.local: tiles and self.fp8_attention and k.local == "sliding"
+                                      for k in self.kinds}
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
         self.host_link_bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9  # bytes/s, each direction
         self.rate_terms = self._rate_terms(hw, train)
@@ -199,7 +257,13 @@ class Context:
                                  fa2_abs=cal.FA2_HOPPER_ABS_EFFICIENCY, fsdp_on_hopper=fsdp_hopper,
                                  pytorch_native=cal.PYTORCH_NATIVE_HOPPER_EFFICIENCY,
                                  attention_impl=train.attention_impl, **self._fp8_attention_inputs()),
-        )
+        ) + tuple(
+            ATTN_TILE_REL.term(f"local_attention_tile_rel[{local}]", rel, "", seq_len=train.seq_len,
+                               window=(self.model.sliding_window or 0) if local == "sliding" else 0,
+                               chunk=(self.model.attention_chunk_size or 0) if local == "chunked" else 0,
+                               tile_tokens=FUSED_ATTN_TILE_TOKENS, q_tile_overhead=cal.ATTN_Q_TILE_OVERHEAD_TILES,
+                               fp8_backward_causal_tiles=str(self.attn_bwd_causal_tiles[local]))
+            for local, rel in sorted(self.attn_tile_rel.items()) if local and rel != 1.0)
 
     def _fp8_attention_inputs(self) -> dict[str, Any]:
         """The FP8 attention factor and peak of the attention_efficiency term, only when the knob is on (the default

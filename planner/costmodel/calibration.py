@@ -188,6 +188,19 @@ class Calibration:
     # same file and row as above: 3.902 / 2.834 = 1.377x faster -> 0.688; bounds over 2k-32k tokens: 1.31x-1.52x
     # (0.65-0.76). A stand-in on Blackwell parts other than GB300.
     MXFP8_ATTN_REL_EFFICIENCY: float = 0.688
+    # Fused attention's fixed cost per query tile, in key tiles of base.FUSED_ATTN_TILE_TOKENS (base.ATTN_TILE_REL):
+    # loading the query tile, the softmax's final rescale, writing its output and log-sum-exp. Fitted, not on training
+    # runs, on NVIDIA cudnn-frontend's published SDPA benchmark (benchmark/sdpa_benchmark_training/results at commit
+    # e99b0d0b, one GB200, cuDNN 9.26, batch 2, 128 heads, BF16, forward + default backward, ms): DeepSeek-V3 causal
+    # (head dim 192 / 128; dsv3/gb200/dsv3_20260724_041401.csv) 2k 0.311 + 1.029, 4k 0.944 + 3.262, 8k 3.341 +
+    # 11.369, 16k 12.147 + 49.095, 32k 51.593 + 205.631, and gpt-oss through its 128-token window (head dim 64;
+    # gpt_oss/gb200/gpt_oss_20260724_040709.csv) 0.108 + 0.234, 0.209 + 0.461, 0.412 + 0.903, 0.818 + 1.820, 1.630 +
+    # 3.663; one cost per key tile (head dim 64 at (64 + 64) / (192 + 128) of it over base.CUDNN_ATTN_HEAD_DIM_REL's
+    # 0.795) and this constant fitted jointly (least squares in log time): 4.1, all ten within -11% / +8%. Bounds: 2.8
+    # (the causal rows alone; the window rows then -11% to -24%) to 4.8 (the window rows alone). Checked on a series it
+    # did not see: cuDNN 9.19's gpt-oss rows through a 1024-token window, 64 / 8 heads
+    # (gb200_919_only_cudnn/gpt_oss_20260226_175022.csv, commit afa9f7c0): 0.87x-1.09x. 4.1 tiles = 525 keys' work.
+    ATTN_Q_TILE_OVERHEAD_TILES: float = 4.1
     # Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
     # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
     # Not fitted (the dev runs cannot separate it from GEMM efficiency).

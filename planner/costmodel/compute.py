@@ -14,7 +14,12 @@ from typing import NamedTuple
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
-from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
+from planner.costmodel.flops import (
+    attn_core_flops_per_token,
+    attn_proj_flops_per_token,
+    lm_head_flops_per_token,
+    qk_v_head_dims,
+)
 from planner.costmodel.memory import maxtext_offloaded_elems, names_moe_module, selective_modules
 from planner.costmodel.moe import (
     EINSUM_DISPATCH_GEMMS,
@@ -77,8 +82,9 @@ UNFUSED_ROPE_EXTRA_BYTES = {"fwd": 20.0, "bwd": 16.0}
 LAYER_COMPUTE = formula(
     "compute.layer",
     "fwd = proj + mlp + experts + router + attention + elementwise + permute + ring merge + host launch (MoE) + "
-    "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE + remat offload; bwd = 2 x GEMMs + 2.5 x "
-    "attention + 2 x elementwise + permute (backward: 2 x its passes; MaxText's dispatch / combine einsums 3 GEMMs for "
+    "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE + remat offload; bwd = 2 x GEMMs + "
+    "attention backward (2.5 x its forward; compute.attention_core_bwd_s) + 2 x elementwise + permute (backward: 2 x "
+    "its passes; MaxText's dispatch / combine einsums 3 GEMMs for "
     "2) + ring merge (backward) + host launch (backward) + expert epilogue (backward) + unfused RoPE (backward) + "
     "remat offload (backward)",
     "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
@@ -99,6 +105,7 @@ class LayerCompute(NamedTuple):
     host_fwd: float
     host_bwd: float
     attention: float
+    attention_bwd: float
     elementwise: float
     ring_merge_fwd: float
     ring_merge_bwd: float
@@ -151,7 +158,18 @@ def attention_core_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
         moved = ctx.calibration.UNFUSED_ATTN_BYTES_PER_SCORE_FWD \
             + (UNFUSED_DROPOUT_BYTES_PER_SCORE_FWD if ctx.train.attention_dropout else 0.0)
         return t + scores * moved / ctx.hbm_bw
-    return tokens * k.flops.attn_core / tp / (ctx.attn_peak * ctx.attn_eff)
+    # a local layer at its kernel's efficiency relative to a causal layer's (base.ATTN_TILE_REL)
+    return tokens * k.flops.attn_core / tp / (ctx.attn_peak * ctx.attn_eff * ctx.attn_tile_rel[k.local])
+
+
+def attention_core_bwd_s(ctx: Context, shape: Shape, k: LayerKind, fwd_s: float) -> float:
+    """Attention core backward: BWD_ATTN_RATIO x its forward; under FP8 attention a sliding-window layer's backward
+    costs a causal layer's at the same sequence length (base.ATTN_TILE_REL: cuDNN's FP8 backward through a band grows
+    with the square of the sequence in the published benchmark, its BF16 backward and FP8 forward linearly)."""
+    if not ctx.attn_bwd_causal_tiles[k.local]:
+        return BWD_ATTN_RATIO * fwd_s
+    causal_flops = attn_core_flops_per_token(ctx.model, ctx.train.seq_len, local=False)
+    return BWD_ATTN_RATIO * shape.tokens * causal_flops / shape.plan.tp / (ctx.attn_peak * ctx.attn_eff)
 
 
 def mla_up_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
@@ -290,10 +308,12 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     # memory-bound permute passes: backward as the elementwise work
     perm_bwd = einsum_bwd or BWD_ELEMENTWISE_RATIO * mo.permute
     fwd = proj + mlp + mo.experts + mo.router + attn + elem + mo.permute + merge_fwd + mo.host_fwd + epi_fwd + rope_fwd
-    bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + BWD_ATTN_RATIO * attn
+    attn_bwd = attention_core_bwd_s(ctx, shape, k, attn)
+    bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + attn_bwd
            + BWD_ELEMENTWISE_RATIO * elem + perm_bwd + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
     off_fwd, off_bwd = remat_offload_s(ctx, shape, fwd, bwd)
-    return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, perm_bwd, mo.host_fwd, mo.host_bwd, attn, elem,
+    return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, perm_bwd, mo.host_fwd, mo.host_bwd, attn,
+                        attn_bwd, elem,
                         merge_fwd, merge_bwd, epi_fwd, epi_bwd, rope_fwd, rope_bwd, off_fwd, off_bwd,
                         fwd + off_fwd, bwd + off_bwd)
 
@@ -390,7 +410,7 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
         f"layer_compute_s[{kind_label(k)}]", c.fwd + c.bwd, "s", fwd_s=c.fwd, bwd_s=c.bwd, proj_s=c.proj,
         mlp_s=c.mlp, experts_s=c.experts, router_s=c.router, permute_s=c.permute, permute_bwd_s=c.permute_bwd,
         host_launch_fwd_s=c.host_fwd, host_launch_bwd_s=c.host_bwd, attention_s=c.attention,
-        elementwise_s=c.elementwise,
+        attention_bwd_s=c.attention_bwd, elementwise_s=c.elementwise,
         ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd, expert_epilogue_fwd_s=c.epilogue_fwd,
         expert_epilogue_bwd_s=c.epilogue_bwd, unfused_rope_fwd_s=c.rope_fwd, unfused_rope_bwd_s=c.rope_bwd,
         remat_offload_fwd_s=c.offload_fwd, remat_offload_bwd_s=c.offload_bwd,

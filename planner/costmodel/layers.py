@@ -8,7 +8,6 @@ from typing import NamedTuple
 
 from planner.costmodel.base import Context, LayerKind, Shape, StageSplit
 from planner.costmodel.compute import (
-    BWD_ATTN_RATIO,
     kind_label,
     layer_compute,
     layer_compute_term,
@@ -45,7 +44,8 @@ class LayerTimes(NamedTuple):
     tp: float
     cp: float
     ep: float
-    attention: float  # of fwd: the attention core's forward (compute.attention_core_s; its backward is in bwd)
+    attention: float  # of fwd: the attention core's forward (compute.attention_core_s)
+    attention_bwd: float  # of bwd: the attention core's backward (compute.attention_core_bwd_s)
 
 
 def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, tuple[Term, ...]]:
@@ -58,7 +58,7 @@ def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, 
     # a recomputed MoE layer dispatches and combines again (memory.names_moe_module: the selective re-run time)
     rec_ep = ep if k.moe and names_moe_module(ctx, shape.plan) else 0.0
     t = LayerTimes(c.fwd, c.bwd, selective_recompute_s(ctx, shape, k, c) + rec_ep, tp_comm_fwd_s(ctx, shape, k),
-                   cp_comm_fwd_s(ctx, shape, c.attention), ep, c.attention)
+                   cp_comm_fwd_s(ctx, shape, c.attention), ep, c.attention, c.attention_bwd)
     comm = LAYER_COMM.term(f"layer_comm_fwd_s[{kind_label(k)}]", t.tp + t.cp + t.ep, "s", tp_s=t.tp, cp_s=t.cp,
                            ep_s=t.ep, ep_dispatch_s=ep_raw, ep_hidden_by_shared_s=shared_hidden,
                            dispatcher=dispatcher(ctx) if k.moe else "-", tp=shape.plan.tp, cp=shape.plan.cp,
@@ -101,18 +101,18 @@ ATTN_BEYOND_FIT_FASTER = (0.25, 0.40)
 
 def attention_share(ctx: Context, shape: Shape) -> float:
     """The attention core's share of one micro-batch's layer compute over all the model's layers, forward and backward
-    (compute.BWD_ATTN_RATIO)."""
+    (compute.attention_core_bwd_s)."""
     attn = total = 0.0
     for kid, n in ctx.kind_counts:
         t = layer_times(ctx, shape, ctx.kinds[kid])
-        attn += n * (1.0 + BWD_ATTN_RATIO) * t.attention
+        attn += n * (t.attention + t.attention_bwd)
         total += n * (t.fwd + t.bwd)
     return attn / total if total > 0 else 0.0
 
 
 ATTN_SHARE = formula(
     "layers.attention_share",
-    "sum over layers of (1 + BWD_ATTN_RATIO) x attention-core forward / sum of layer forward + backward; beyond "
+    "sum over layers of attention-core forward + backward / sum of layer forward + backward; beyond "
     "fitted_max (ATTN_FITTED_SHARE_MAX of its attention path) the fitted attention efficiency is extrapolated",
     "planner.costmodel.layers (ATTN_FITTED_SHARE_MAX: the largest share of any development run per attention path)",
 )
@@ -165,7 +165,7 @@ def mtp_times(ctx: Context, shape: Shape) -> MtpTimes:
     if kid is None:
         return MtpTimes(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     n, overhead = ctx.model.mtp_layers, ctx.calibration.LAYER_OVERHEAD_S
-    lf, lb, lsel, lt, lc, le, _ = layer_times(ctx, shape, ctx.kinds[kid])
+    lf, lb, lsel, lt, lc, le, _, _ = layer_times(ctx, shape, ctx.kinds[kid])
     proj, head = eh_proj_fwd_s(ctx, shape), lm_head_fwd_s(ctx, shape)
     rec = {"full": lf + proj + lt + lc + le, "selective": lsel}.get(shape.plan.recompute, 0.0)
     return MtpTimes(n * (lf + proj + head + overhead / 3),
@@ -206,7 +206,7 @@ def _stage_sums(ctx: Context, shape: Shape, split: StageSplit) -> tuple[float, .
     _, head_counts, tail_counts = split
     for part, full_part in ((head_counts, True), (tail_counts, False)):
         for kid, cnt in part.items():
-            lf, lb, lsel, lt, lc, le, _ = layer_times(ctx, shape, ctx.kinds[kid])
+            lf, lb, lsel, lt, lc, le, _, _ = layer_times(ctx, shape, ctx.kinds[kid])
             # + the fixed host/launch cost of running a layer (calibration.LAYER_OVERHEAD_S), 1/3 forward
             f += cnt * (lf + ctx.calibration.LAYER_OVERHEAD_S / 3)
             b += cnt * (lb + 2 * ctx.calibration.LAYER_OVERHEAD_S / 3)

@@ -81,10 +81,11 @@ def test_layer_time_moves_only_through_the_attention_core():
         c_off, c_on = layer_compute(off, plan_shape(off, plan), k), layer_compute(on, plan_shape(on, plan), k)
         speedup = on.attn_peak * on.attn_eff / (off.attn_peak * off.attn_eff)
         assert c_on.attention == pytest.approx(c_off.attention / speedup, rel=1e-12)
-        for f in set(c_off._fields) - {"attention", "fwd", "bwd"}:
+        for f in set(c_off._fields) - {"attention", "attention_bwd", "fwd", "bwd"}:
             assert getattr(c_on, f) == getattr(c_off, f), f
         saved = c_off.attention - c_on.attention
         assert c_off.fwd - c_on.fwd == pytest.approx(saved, rel=1e-9)
+        assert c_off.attention_bwd - c_on.attention_bwd == pytest.approx(BWD_ATTN_RATIO * saved, rel=1e-9)
         assert c_off.bwd - c_on.bwd == pytest.approx(BWD_ATTN_RATIO * saved, rel=1e-9)
 
 
@@ -155,28 +156,30 @@ def test_validate_infers_exactly_the_cited_rows(name, expect):
         assert "fp8_dot_product_attention" not in (r.get("stack") or {}), r["id"]
 
 
-# step-time error of each moved row without / with FP8 attention, as measured when the knob was added (2026-11-28)
+# step-time error of each moved row without / with FP8 attention (2026-11-28; the gpt-oss rows with the fused kernel's
+# tile model of sliding-window layers, base.ATTN_TILE_REL: before it (0.009, -0.023), (-0.380, -0.400), (0.013, -0.019)
+# on GB300 and (-0.123, -0.151), (-0.440, -0.458), (-0.114, -0.142) on GB200)
 MOVED_ERRORS = {
     "mbridge2608-dgx-gb300-dsv3-fp8-mx-256gpu": (0.394, 0.318),
     "mbridge260601-dgx-gb300-dsv3-fp8-mx-256gpu": (0.398, 0.322),
     "mbridge2606-dgx-gb300-dsv3-fp8-mx-256gpu": (0.405, 0.329),
     "mbridge2606-dgx-gb300-dsv3-fp8-mx-256gpu-gbs15360": (0.418, 0.340),
-    "mbridge2608-dgx-gb300-gptoss-fp8-mx-64gpu": (0.009, -0.023),
-    "mbridge260601-dgx-gb300-gptoss-fp8-mx-64gpu": (-0.380, -0.400),
-    "mbridge2606-dgx-gb300-gptoss-fp8-mx-64gpu": (0.013, -0.019),
+    "mbridge2608-dgx-gb300-gptoss-fp8-mx-64gpu": (0.035, 0.036),
+    "mbridge260601-dgx-gb300-gptoss-fp8-mx-64gpu": (-0.364, -0.364),
+    "mbridge2606-dgx-gb300-gptoss-fp8-mx-64gpu": (0.039, 0.040),
     "mbridge2608-dgx-gb300-q30-fp8-mx-8gpu": (0.061, -0.025),
     "mbridge260601-dgx-gb300-q30-fp8-mx-8gpu": (0.061, -0.025),
-    "mbridge2606-dgx-gb300-q30-fp8-mx-8gpu": (0.078, -0.009),
-    "mbridge2606-dgx-b300-q30-fp8-mx-8gpu": (0.026, -0.055),
+    "mbridge2606-dgx-gb300-q30-fp8-mx-8gpu": (0.079, -0.009),
+    "mbridge2606-dgx-b300-q30-fp8-mx-8gpu": (0.027, -0.055),
     "mbridge2608-dgx-gb300-q235-fp8-mx-256gpu": (0.242, 0.177),
     "mbridge260601-dgx-gb300-q235-fp8-mx-256gpu": (0.269, 0.202),
     "mbridge2606-dgx-gb300-q235-fp8-mx-256gpu": (0.270, 0.203),
-    "mbridge2608-dgx-gb200-gptoss-fp8-mx-64gpu": (-0.123, -0.151),
-    "mbridge260601-dgx-gb200-gptoss-fp8-mx-64gpu": (-0.440, -0.458),
-    "mbridge2606-dgx-gb200-gptoss-fp8-mx-64gpu": (-0.114, -0.142),
+    "mbridge2608-dgx-gb200-gptoss-fp8-mx-64gpu": (-0.100, -0.099),
+    "mbridge260601-dgx-gb200-gptoss-fp8-mx-64gpu": (-0.425, -0.425),
+    "mbridge2606-dgx-gb200-gptoss-fp8-mx-64gpu": (-0.091, -0.090),
     "mbridge2608-dgx-gb200-q30-fp8-mx-8gpu": (-0.048, -0.125),
-    "mbridge260601-dgx-gb200-q30-fp8-mx-8gpu": (-0.024, -0.103),
-    "mbridge2606-dgx-gb200-q30-fp8-mx-8gpu": (-0.030, -0.108),
+    "mbridge260601-dgx-gb200-q30-fp8-mx-8gpu": (-0.023, -0.103),
+    "mbridge2606-dgx-gb200-q30-fp8-mx-8gpu": (-0.029, -0.108),
     "mbridge2608-dgx-gb200-q235-fp8-mx-256gpu": (0.068, 0.015),
     "mbridge260601-dgx-gb200-q235-fp8-mx-256gpu": (0.079, 0.027),
     "mbridge2606-dgx-gb200-q235-fp8-mx-256gpu": (0.082, 0.029),
@@ -185,7 +188,10 @@ MOVED_ERRORS = {
 
 def test_moved_rows_as_measured():
     """Each moved row's error without the knob (the row stated with fp8_dot_product_attention: false) and with it
-    (inferred from its citation). Every row runs faster; the GB300 DeepSeek-V3 rows stay the slowest predicted."""
+    (inferred from its citation). Every row runs faster but gpt-oss's, which the knob leaves within 0.1 point: its
+    full-attention layers gain what the others do, its sliding-window layers' FP8 backward visits the causal layer's
+    tiles (base.ATTN_TILE_REL; cuDNN's published FP8 window-128 backward is 3-4x its BF16 one). The GB300 DeepSeek-V3
+    rows stay the slowest predicted."""
     runs = [r for name in ("blackwell_ultra_runs_added.yaml", "moe_runs_added.yaml")
             for r in load_runs(data_dir("runs") / name) if r["id"] in MOVED_ERRORS]
     assert len(runs) == len(MOVED_ERRORS)
