@@ -255,3 +255,23 @@ def scored_runs(file_name: str) -> list[tuple[dict, Context, dict, Evaluation]]:
         if ev is not None:
             out.append((run, ctx, fixed, ev))
     return out
+
+
+# one-sided residuals (11 of 12 predicted too slow): how GB300's 38 published rows landed while its profile priced GEMMs
+# at GB200's efficiency (tests/analysis/test_bands.py); no shipped hardware's runs are one-sided any more
+ONE_SIDED_ERRORS = (0.15, 0.2, 0.12, 0.3, 0.18, 0.11, 0.25, 0.16, -0.05, 0.14, 0.22, 0.13)
+
+
+def one_sided_residuals(hw: str, errors: Sequence[float] = ONE_SIDED_ERRORS) -> tuple:
+    from planner.analysis.bands import Residual
+
+    return tuple(Residual(f"{hw}-{i}", "src", "blackwell", True, "megatron", e, e, True, False, hw)
+                 for i, e in enumerate(errors))
+
+
+def patch_one_sided(monkeypatch, hw: str = "gb300-nvl72") -> None:
+    """The shipped residuals with `hw`'s replaced by one_sided_residuals (what planner.analysis.bands reads)."""
+    import planner.analysis.bands as bands
+
+    shipped = tuple(r for r in bands.load_residuals() if r.hardware != hw)
+    monkeypatch.setattr(bands, "load_residuals", lambda path=None: shipped + one_sided_residuals(hw))

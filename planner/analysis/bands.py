@@ -158,9 +158,10 @@ def band_for(residuals: tuple[Residual, ...], family: str, moe: bool, framework:
 # BIAS_MIN_RUNS runs, their median signed error beyond BIAS_MIN_REL, and more of them on its side than chance puts
 # there: the two-sided sign test (each run above or below the prediction with probability 1/2 under an unbiased model)
 # below BIAS_MAX_P. Thresholds of what is worth saying, not fitted: twice the dense median miss (4-5%,
-# docs/validation.md) and a 1% test. On the shipped residuals (2026-11-28) only gb300-nvl72 qualifies: 38 runs, median
-# +17%, 30 predicted too slow (p = 0.0005); b200 is one-sided too (22 of 28 too fast, p = 0.004) but by a median of 6%;
-# b300 (14 of 19 too fast, median -7%, p = 0.06) is neither.
+# docs/validation.md) and a 1% test. On the shipped residuals (2026-11-28) no hardware qualifies: gb300-nvl72 did
+# (38 runs, median +17%, 30 predicted too slow, p = 0.0005) while its profile priced GEMMs at GB200's efficiency, and
+# sits at +2% (21 of 38) with the GB300 / GB200 ratio of Azure's cuBLASLt GEMMs; b200 is one-sided (22 of 28 too fast,
+# p = 0.004) but by a median of 6%; b300 (14 of 19 too fast, median -7%, p = 0.06) is neither.
 BIAS_MIN_RUNS = 10
 BIAS_MIN_REL = 0.10
 BIAS_MAX_P = 0.01
