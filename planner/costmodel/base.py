@@ -19,6 +19,7 @@ from planner.costmodel.flops import (
     layer_flops,
     model_flops_per_token,
     noncausal_model_flops_per_token,
+    qk_v_head_dims,
 )
 from planner.costmodel.params import LayerParams, count_params, layer_params
 from planner.costmodel.partition import stage_layer_counts
@@ -51,10 +52,11 @@ ATTN_EFFICIENCY = formula(
     "MAMF ceiling x GEMM_SHAPE_DERATE x ATTN_REL_EFFICIENCY (x the head-dimension factor of cuDNN's fused attention "
     "below head dim 128, base.attention_head_dim_rel); FSDP stacks on Hopper+: min(that, FA2_HOPPER_ABS_EFFICIENCY) x "
     "PYTORCH_NATIVE_HOPPER_EFFICIENCY. FP8 attention (TrainingSpec.fp8_attention): on the FP8 peak, x "
-    "FP8_ATTN_REL_EFFICIENCY (MXFP8_ATTN_REL_EFFICIENCY under the mxfp8 recipe)",
+    "FP8_ATTN_REL_EFFICIENCY (MXFP8_ATTN_REL_EFFICIENCY under the mxfp8 recipe) at head width 320, its _HD128 "
+    "value at 256, linear between",
     "FlashAttention-2, Dao 2023, arXiv 2307.08691, sec. 4.1; FlashAttention-3, Shah et al. 2024, arXiv 2407.08608, "
     "sec. 1 and Fig. 5-6 (cuDNN per head dim); FP8 vs BF16: cudnn-frontend sdpa_benchmark_training dsv3 GB300 "
-    "results; calibration.py",
+    "and llama3.1 GB300 results; calibration.py",
 )
 # cuDNN's fused attention reaches less of the peak per FLOP at head dimension 64 than at 128 (the softmax's exponentials
 # and the tile loads are per score, the matmul FLOPs per score scale with the head dimension): FlashAttention-3 paper
@@ -66,11 +68,23 @@ ATTN_EFFICIENCY = formula(
 CUDNN_ATTN_HEAD_DIM_REL = {64: 0.795, 128: 1.0}
 
 
-def fp8_attention_rel(train: TrainingSpec, cal: Calibration) -> float:
+# The head widths (q/k + v head dimensions) at which cuDNN's FP8 attention was measured against its BF16 one
+# (calibration.FP8_ATTN_REL_EFFICIENCY*): Llama 3.1's 128 + 128 and DeepSeek-V3's 192 + 128. FP8 gains more where each
+# score carries more matmul work; linear between the two, held outside them (no narrower or wider head measured).
+FP8_ATTN_HEAD_WIDTHS = (256, 320)
+
+
+def fp8_attention_rel(model: ModelSpec, train: TrainingSpec, cal: Calibration) -> float:
     """Efficiency of the FP8 attention core on the FP8 peak relative to BF16 attention's on the BF16 peak
-    (TrainingSpec.fp8_attention): MXFP8_ATTN_REL_EFFICIENCY under the mxfp8 recipe (Transformer Engine quantizes the
-    attention MXFP8 then), FP8_ATTN_REL_EFFICIENCY under the per-tensor ones."""
-    return cal.MXFP8_ATTN_REL_EFFICIENCY if train.fp8_recipe == "mxfp8" else cal.FP8_ATTN_REL_EFFICIENCY
+    (TrainingSpec.fp8_attention) at the model's head width (FP8_ATTN_HEAD_WIDTHS): the MXFP8_ATTN_REL_EFFICIENCY pair
+    under the mxfp8 recipe (Transformer Engine quantizes the attention MXFP8 then), the FP8_ATTN_REL_EFFICIENCY pair
+    under the per-tensor ones."""
+    mx = train.fp8_recipe == "mxfp8"
+    narrow = cal.MXFP8_ATTN_REL_EFFICIENCY_HD128 if mx else cal.FP8_ATTN_REL_EFFICIENCY_HD128
+    wide = cal.MXFP8_ATTN_REL_EFFICIENCY if mx else cal.FP8_ATTN_REL_EFFICIENCY
+    lo, hi = FP8_ATTN_HEAD_WIDTHS
+    width = sum(qk_v_head_dims(model))
+    return narrow + (wide - narrow) * (min(max(width, lo), hi) - lo) / (hi - lo)
 
 
 def attention_head_dim_rel(model: ModelSpec) -> float:
@@ -212,7 +226,7 @@ class Context:
         # the attention core runs in bf16 even in FP8 recipes, unless TrainingSpec.fp8_attention puts it on the FP8
         # peak at fp8_attention_rel of BF16 attention's efficiency (calibration.FP8_ATTN_REL_EFFICIENCY)
         self.fp8_attention = train.fp8_attention and train.dtype == "fp8" and hw.peak_tflops.fp8 is not None
-        self.fp8_attn_rel = fp8_attention_rel(train, cal) if self.fp8_attention else 1.0
+        self.fp8_attn_rel = fp8_attention_rel(self.model, train, cal) if self.fp8_attention else 1.0
         self.attn_peak = self.peak if self.fp8_attention else self.peak_bf16
         # cuDNN fused attention (Stack.cudnn_attention) below head dim 128 (attention_head_dim_rel)
         self.attn_head_dim_rel = attention_head_dim_rel(self.model) if self.stack.cudnn_attention else 1.0
@@ -270,7 +284,8 @@ class Context:
         plan's trace stays as it was)."""
         if not self.fp8_attention:
             return {}
-        return {"fp8_attention_rel": self.fp8_attn_rel, "attention_peak_flops": self.attn_peak}
+        return {"fp8_attention_rel": self.fp8_attn_rel, "attention_peak_flops": self.attn_peak,
+                "head_width": sum(qk_v_head_dims(self.model))}
 
     def stage_kind_counts(self, pp: int, first: int | None, last: int | None, n_full: int | None) -> list[StageSplit]:
         """Per stage: (layer counts, {kind: count} of the first n_full layers, {kind: count} of the rest)."""

@@ -126,11 +126,11 @@ class Calibration:
     # get_num_compute_streams: 4). So 0.5 stands in for costs the other rows have and the model lacks (a missing
     # mechanism, not a measured rate); at 1.0 the dev MoE median goes 9.1% -> 18.7%. Not the network: the
     # Megatron-Bridge and DGX Cloud rows of runs/ whose EP group stays in one NVLink domain (50, GB200 NVL72 and 8-GPU
-    # nodes) ask for a median 0.47, those whose EP group crosses domains (21) for 0.47 too (2026-11-27); only
-    # AutoModel's split (0.84-1.06 on one node, 0.42-0.63 across nodes) follows the network, on 6 rows
-    # (tests/analysis/test_moe_grouped_stand_in.py). (The DGX Cloud DeepSeek-V3 GB200 rows that dragged it earlier are
-    # scored with an allocation without block scheduling, inferred from the rows: ClusterSpec.aligned_allocation,
-    # validate.DGXC_SEGMENTED_FROM.)
+    # nodes) ask for a median 0.47 (0.48 since 2026-11-28's attention changes), those whose EP group crosses domains
+    # (21) for 0.47 too (2026-11-27); only AutoModel's split (0.84-1.06 on one node, 0.42-0.63 across nodes) follows the
+    # network, on 6 rows (tests/analysis/test_moe_grouped_stand_in.py). (The DGX Cloud DeepSeek-V3 GB200 rows that
+    # dragged it earlier are scored with an allocation without block scheduling, inferred from the rows:
+    # ClusterSpec.aligned_allocation, validate.DGXC_SEGMENTED_FROM.)
     MOE_GROUPED_GEMM_REL_EFFICIENCY: float = fitted(0.500, lo=0.5, hi=1.1, no_effect=1.0,
                                                    note=("DeepGEMM's grouped / dense ratio at the same shape, "
                                                          "0.99-1.07, widened for the cuBLAS / TE grouped kernels of "
@@ -188,6 +188,14 @@ class Calibration:
     # same file and row as above: 3.902 / 2.834 = 1.377x faster -> 0.688; bounds over 2k-32k tokens: 1.31x-1.52x
     # (0.65-0.76). A stand-in on Blackwell parts other than GB300.
     MXFP8_ATTN_REL_EFFICIENCY: float = 0.688
+    # The same two at Llama 3.1's head width (128 + 128, 64 query / 8 key-value heads), which the DeepSeek-V3 shapes
+    # above (192 + 128) overstate: same benchmark release (commit e99b0d0b, cuDNN 9.26, one GB300),
+    # llama3.1/gb300/llama3.1_20260724_040919.csv, batch 2, causal, 4096 tokens, default backward: BF16 0.303 + 1.096
+    # ms, per-tensor FP8 0.218 + 0.986 (1.162x faster -> 0.581), MXFP8 0.238 + 1.203 (0.971x: slower than BF16 ->
+    # 0.485). Bounds over 2k-32k tokens: per-tensor 1.03x-1.50x (0.52-0.75), MXFP8 0.89x-1.18x (0.45-0.59). Interpolated
+    # on the head width between the two shapes (base.fp8_attention_rel); a stand-in on Blackwell parts other than GB300.
+    FP8_ATTN_REL_EFFICIENCY_HD128: float = 0.581
+    MXFP8_ATTN_REL_EFFICIENCY_HD128: float = 0.485
     # Fused attention's fixed cost per query tile, in key tiles of base.FUSED_ATTN_TILE_TOKENS (base.ATTN_TILE_REL):
     # loading the query tile, the softmax's final rescale, writing its output and log-sum-exp. Fitted, not on training
     # runs, on NVIDIA cudnn-frontend's published SDPA benchmark (benchmark/sdpa_benchmark_training/results at commit

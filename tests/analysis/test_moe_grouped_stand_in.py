@@ -46,7 +46,9 @@ def test_megatron_rows_ask_the_same_inside_and_across_nvlink_domains():
     inside = [a for k, x, a in rows if k == "megatron" and not x]
     across = [a for k, x, a in rows if k == "megatron" and x]
     assert (len(inside), len(across)) == (50, 21)
-    assert statistics.median(inside) == pytest.approx(0.47, abs=0.01)
+    # 0.47 until 2026-11-28, when gpt-oss's window layers (base.ATTN_TILE_REL) and FP8 attention's head-width gain
+    # (base.fp8_attention_rel) moved some of these rows; across domains 0.47 both before and after
+    assert statistics.median(inside) == pytest.approx(0.48, abs=0.01)
     assert statistics.median(across) == pytest.approx(0.47, abs=0.01)
     auto_in = sorted(a for k, x, a in rows if k == "automodel" and not x)
     auto_across = sorted(a for k, x, a in rows if k == "automodel" and x)
