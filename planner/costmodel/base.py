@@ -97,7 +97,7 @@ def attention_head_dim_rel(model: ModelSpec) -> float:
 
 # A fused attention kernel (FlashAttention-2, arXiv 2307.08691, Algorithm 1 and sec. 3.3) walks each tile of queries
 # over the tiles of keys it may see: a causal layer's query tile i visits i + 1 key tiles, a sliding window of w tokens
-# about w / tile + 1 (the band straddles two tiles at each edge), an attention chunk the causal tiles of its chunk; each
+# about w / tile + 1 (a query tile's band spans w + tile keys), an attention chunk the causal tiles of its chunk; each
 # query tile also pays a fixed cost (loading it, the softmax's final rescale, writing its output and log-sum-exp)
 # worth calibration.ATTN_Q_TILE_OVERHEAD_TILES key tiles. The cost model's FLOPs count only the keys attended
 # (flops.attended_keys), so a narrow window, which visits twice the tiles it uses and pays the query tile's fixed cost
