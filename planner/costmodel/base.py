@@ -15,6 +15,7 @@ from planner.costmodel.capacity import inner_margin_rel, memory_margin_rel, usab
 from planner.costmodel.collectives import Link, span_link
 from planner.costmodel.flops import (
     LayerFlops,
+    attn_core_flops_per_token,
     is_local_layer,
     layer_flops,
     model_flops_per_token,
@@ -255,6 +256,8 @@ class Context:
                               for k in self.kinds}
         self.attn_bwd_causal_tiles = {k.local: tiles and self.fp8_attention and k.local == "sliding"
                                       for k in self.kinds}
+        # the attention-core FLOPs per token of a causal layer at this sequence length (what such a backward visits)
+        self.causal_attn_core_flops = attn_core_flops_per_token(self.model, train.seq_len, local=False)
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
         self.host_link_bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9  # bytes/s, each direction
         self.rate_terms = self._rate_terms(hw, train)

@@ -14,12 +14,7 @@ from typing import NamedTuple
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
-from planner.costmodel.flops import (
-    attn_core_flops_per_token,
-    attn_proj_flops_per_token,
-    lm_head_flops_per_token,
-    qk_v_head_dims,
-)
+from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
 from planner.costmodel.memory import maxtext_offloaded_elems, names_moe_module, selective_modules
 from planner.costmodel.moe import (
     EINSUM_DISPATCH_GEMMS,
@@ -168,8 +163,7 @@ def attention_core_bwd_s(ctx: Context, shape: Shape, k: LayerKind, fwd_s: float)
     with the square of the sequence in the published benchmark, its BF16 backward and FP8 forward linearly)."""
     if not ctx.attn_bwd_causal_tiles[k.local]:
         return BWD_ATTN_RATIO * fwd_s
-    causal_flops = attn_core_flops_per_token(ctx.model, ctx.train.seq_len, local=False)
-    return BWD_ATTN_RATIO * shape.tokens * causal_flops / shape.plan.tp / (ctx.attn_peak * ctx.attn_eff)
+    return BWD_ATTN_RATIO * shape.tokens * ctx.causal_attn_core_flops / shape.plan.tp / (ctx.attn_peak * ctx.attn_eff)
 
 
 def mla_up_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
