@@ -34,7 +34,8 @@ CASES = [
     # the slowest GPU request of the 112-request sweep (16 catalog models x 7 clusters) on 2026-11-27: 2.4-2.6 s, most
     # of it three CP-SAT stage solves of 0.7-1.0 s over splits no launch flag expresses; 1.04 s once the solver looks
     # only at Megatron-expressible splits (planner.search.stages._add_even_middle); 0.98-1.05 s since round 25 (the
-    # dispatchers side by side, those splits enumerated without ortools: planner.search.stages.flag_splits)
+    # dispatchers side by side, those splits enumerated without ortools: planner.search.stages.flag_splits); 0.84 s
+    # since round 29 imports ortools only where a stage problem needs CP-SAT (docs/performance.md)
     ("gpt-oss-120b on h100x256", ["--model", "gpt-oss-120b", "--cluster", "h100x256"], 1.0),
     # the largest feasible space of a 112-request sweep (16 catalog models x 7 clusters, 2026-11-27): 18,016 plans
     # screened, 9,832 timed (it fits at micro-batches 1-16 on 326 layouts); 5.6 s then, the 1 s target NOT met

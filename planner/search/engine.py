@@ -739,12 +739,16 @@ def _solve_one(q: Any) -> Any:
 
 
 def _solve_stage_problems(problems: list) -> dict:
-    """Each distinct problem's assignment. The solves run side by side on threads (CP-SAT releases the GIL while
-    it searches); each is one deterministic worker with a deterministic-time budget (planner.search.stages), so the
-    answers do not depend on the threads, the order or the machine's load."""
+    """Each distinct problem's assignment. Where some need CP-SAT the solves run side by side on threads (CP-SAT
+    releases the GIL while it searches); each is one deterministic worker with a deterministic-time budget
+    (planner.search.stages), so the answers do not depend on the threads, the order or the machine's load."""
+    from planner.search.stages import enumerates
+
     distinct = list(dict.fromkeys(problems))
     workers = min(len(distinct), forks.available_cores())  # the cores this process may run on
-    if workers <= 1:
+    if workers <= 1 or all(enumerates(q) for q in distinct):
+        # enumerated splits are pure Python (threads would share the GIL) and need no ortools, whose import (~0.1 s)
+        # was a tenth of gpt-oss-120b's search on h100x256 when its three problems were all enumerated
         return {q: _solve_one(q) for q in distinct}
     from concurrent.futures import ThreadPoolExecutor
 

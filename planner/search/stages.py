@@ -524,6 +524,14 @@ def _enumerated(p: StageProblem, sc: _Scales) -> StageAssignment | None:
     return None if best is None else _assignment(p, best[1], best[2], optimal=True, solver="enumeration")
 
 
+def enumerates(p: StageProblem) -> bool:
+    """Whether assign_stages (method "auto") scores the problem's admitted splits one by one (_enumerated) rather than
+    solving it with CP-SAT: the splits are few (StageProblem.even_middle, or pp <= 2, within ENUMERATION_BUDGET). A
+    problem with more stages than layers has no answer either way (no solver runs)."""
+    L, pp = p.num_layers, p.pp
+    return pp > L or ((p.even_middle or pp <= 2) and len(flag_splits(L, pp)) * (L + pp) <= ENUMERATION_BUDGET)
+
+
 def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUDGET,
                   method: Literal["auto", "enumerate", "cp-sat"] = "auto") -> StageAssignment | None:
     """Contiguous layers -> stages, and per-stage counts of fully recomputed layers, minimising the
@@ -544,8 +552,7 @@ def assign_stages(p: StageProblem, deterministic_time: float = DETERMINISTIC_BUD
     sc = _scales(p)
     if sc is None:
         return None
-    if method == "enumerate" or (method == "auto" and (p.even_middle or pp <= 2)
-                                 and len(flag_splits(L, pp)) * (L + pp) <= ENUMERATION_BUDGET):
+    if method == "enumerate" or (method == "auto" and enumerates(p)):
         return _enumerated(p, sc)
     cp_model = _cp_model()
     model = cp_model.CpModel()

@@ -26,6 +26,7 @@ from planner.search.stages import (
     StageAssignment,
     StageProblem,
     assign_stages,
+    enumerates,
     flag_splits,
     megatron_flags,
     stage_costs,
@@ -287,14 +288,35 @@ def test_the_search_enumerates_small_flag_split_spaces_and_solves_large_ones():
     small = _alternating(36, 16, 75, even_middle=True)  # 29 splits x 52 stage costings
     assert len(flag_splits(36, 16)) * (36 + 16) <= ENUMERATION_BUDGET
     a = assign_stages(small)
-    assert a is not None and a.solver == "enumeration" and a.optimal
+    assert a is not None and a.solver == "enumeration" and a.optimal and enumerates(small)
     big = uniform_stage_problem(126, 3, capacity_bytes=80 * GB, even_middle=True, **LLAMA70)  # 7,626 splits
     assert len(flag_splits(126, 3)) * (126 + 3) > ENUMERATION_BUDGET
     b = assign_stages(big)
-    assert b is not None and b.solver == "CP-SAT" and b.optimal
+    assert b is not None and b.solver == "CP-SAT" and b.optimal and not enumerates(big)
     assert b.slowest_stage_s == pytest.approx(assign_stages(big, method="enumerate").slowest_stage_s, rel=1e-6)
     free = uniform_stage_problem(61, 16, capacity_bytes=80 * GB, **LLAMA70)  # every contiguous split: CP-SAT
-    assert assign_stages(free).solver == "CP-SAT"
+    assert assign_stages(free).solver == "CP-SAT" and not enumerates(free)
+
+
+def test_enumerated_solves_leave_ortools_unloaded():
+    # the search's stage solves (engine._solve_stage_problems, two cores or more: threads) import ortools only when a
+    # problem needs CP-SAT; its import was a tenth of gpt-oss-120b's search on h100x256, whose problems all enumerate
+    code = ("import sys\n"
+            "from planner.search import engine, forks\n"
+            "from planner.search.stages import StageProblem\n"
+            "forks.available_cores = lambda: 2\n"
+            "def q(L, pp, even_middle=True):\n"
+            "    return StageProblem(L, pp, (0.031,) * L, (0.01,) * L, (0.57e9,) * L, (0.034e9,) * L, (0.97e9,) * L,\n"
+            "                        0.0, 0.0, 0.0, 0.0, tuple(float(pp - s) for s in range(pp)), 80e9,\n"
+            "                        even_middle=even_middle)\n"
+            "small = [q(36, 16), q(36, 32)]\n"
+            "out = engine._solve_stage_problems(small)\n"
+            "assert all(out[x] is not None and out[x].solver == 'enumeration' for x in small), out\n"
+            "assert 'ortools' not in sys.modules, 'ortools imported for enumerated problems'\n"
+            "big = q(126, 3)\n"
+            "out = engine._solve_stage_problems(small + [big])\n"
+            "assert out[big].solver == 'CP-SAT' and 'ortools' in sys.modules, out[big]\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def _deepseek(capacity_gb: float, contiguous: bool = True) -> StageProblem:
