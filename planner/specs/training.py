@@ -106,8 +106,8 @@ class TrainingSpec(BaseModel):
         None,
         description="MoE token dispatcher (Megatron --moe-token-dispatcher-type): alltoall (NCCL all-to-all of the "
         "permuted tokens), allgather (every rank gathers all tokens, reduce-scatter back), flex (DeepEP / HybridEP "
-        "kernels: permute fused into the dispatch, NVLink then RDMA at their published bandwidths). None = the "
-        "stack's default (planner/stacks: Stack.moe_dispatcher)",
+        "kernels: permute fused into the dispatch, NVLink then RDMA at their published bandwidths); one the stack "
+        "runs (Stack.moe_dispatchers). None = the stack's default (planner/stacks: Stack.moe_dispatcher)",
     )
     moe_flex_backend: MoEFlexBackend | None = Field(
         None,
@@ -243,6 +243,12 @@ class TrainingSpec(BaseModel):
         if self.moe_a2a_overlap and self.moe_dispatcher == "allgather":
             # megatron-core: overlap_moe_expert_parallel_comm needs the alltoall or flex dispatcher
             raise ValueError("batch-level EP overlap (--moe-a2a-overlap) needs the alltoall or flex dispatcher")
+        if self.moe_dispatcher is not None and self.moe_dispatcher not in stack.moe_dispatchers:
+            # a dispatcher the stack has no code for (DeepEP / HybridEP are Megatron's and NeMo AutoModel's): costing it
+            # would price a run no launch file of the stack can start (Stack.moe_dispatchers)
+            offered = ", ".join(stack.moe_dispatchers)
+            raise ValueError(f"the {self.moe_dispatcher} MoE dispatcher (--moe-dispatcher) is not one "
+                             f"{self.framework} runs (its dispatchers: {offered}): choose one of them or drop it")
         if self.moe_flex_backend is not None and self.dispatcher != "flex":
             # megatron-core TransformerConfig.moe_flex_dispatcher_backend is read by the flex dispatcher only
             raise ValueError(f"--moe-flex-backend {self.moe_flex_backend} selects the flex dispatcher's kernels: add "

@@ -203,8 +203,8 @@ def _setting_options() -> list:
                      help="MoE expert capacity (x the balanced load): tokens beyond it are dropped, inputs padded to "
                      "it; time and memory are charged at it (default: dropless, charged at balanced routing)"),
         click.option("--moe-dispatcher", type=click.Choice(["alltoall", "allgather", "flex"]),
-                     help="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex = DeepEP). Default: the "
-                     "stack's (Megatron alltoall)"),
+                     help="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex = DeepEP), one the stack "
+                     "runs (MaxText, DeepSpeed, torchtitan: alltoall only). Default: the stack's (Megatron alltoall)"),
         click.option("--moe-flex-backend", type=click.Choice(["deepep", "hybridep"]),
                      help="with --moe-dispatcher flex: its kernels (Megatron --moe-flex-dispatcher-backend): deepep, "
                      "or hybridep (Megatron-Bridge's GB200 recipes: the permute inside the dispatch, fewer host "

@@ -5,7 +5,7 @@ searched beside its default alltoall on Hopper / Blackwell NVSwitch parts, and t
 import json
 
 import pytest
-from support import plan_json, run_cli
+from support import one_line_error, plan_json, run_cli
 
 from planner.app.inputs import build_inputs
 from planner.app.request import PlanRequest
@@ -97,3 +97,17 @@ def test_deepseek_v3_is_planned_no_slower_than_nvidias_recipe_layout():
     assert doc["training"]["moe_dispatcher"] == "flex"
     assert doc["plans"][0]["step_time_s"] <= recipe["plans"][0]["step_time_s"] * (1 + TIE_BAND_REL)
     assert doc["search"]["moe_dispatchers"]["alltoall"] > 1.2 * recipe["plans"][0]["step_time_s"]
+
+
+@pytest.mark.parametrize("args, stack", [
+    (("--model", "qwen3-30b-a3b", "--cluster", "tpu-v5px64", "--moe-dispatcher", "flex"), "maxtext"),
+    (("--model", "mixtral-8x7b", "--cluster", "h100x16", "--moe-dispatcher", "allgather", "--launcher", "torchtitan"),
+     "fsdp"),
+    (("--model", "mixtral-8x7b", "--cluster", "h100x16", "--moe-dispatcher", "flex", "--launcher", "deepspeed"),
+     "deepspeed"),
+])
+def test_a_pinned_dispatcher_the_stack_cannot_run_exits_2(args, stack):
+    """Before, the TPU request was searched and shown as a MaxText plan "tokens by the flex dispatcher, deepep":
+    a number for a run no launch file of the stack can start (Stack.moe_dispatchers)."""
+    line = one_line_error(run_cli(*args))
+    assert f"MoE dispatcher (--moe-dispatcher) is not one {stack} runs" in line and "alltoall" in line

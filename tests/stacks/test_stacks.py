@@ -163,8 +163,26 @@ def test_a_costed_moe_dispatcher_the_launcher_cannot_select_is_refused():
     from planner.specs import TrainingSpec
 
     m = get_model("mixtral-8x7b")
+    # costed in Megatron's stack, which runs DeepEP, then handed to each launcher's files
+    flex = TrainingSpec(seq_len=4096, global_batch=256, framework="megatron", moe_dispatcher="flex")
     for launcher, framework in (("megatron", "megatron"), ("deepspeed", "deepspeed"), ("maxtext", "maxtext")):
-        flex = TrainingSpec(seq_len=4096, global_batch=256, framework=framework, moe_dispatcher="flex")
         assert ("the flex MoE dispatcher" in missing_features(m, flex, launcher)) == (launcher != "megatron")
         plain = TrainingSpec(seq_len=4096, global_batch=256, framework=framework, moe_dispatcher="alltoall")
         assert "the alltoall MoE dispatcher" not in missing_features(m, plain, launcher)
+
+
+def test_a_dispatcher_the_stack_has_no_code_for_is_refused_before_it_is_costed():
+    """--moe-dispatcher flex on a TPU (MaxText) was priced as DeepEP and shown as a plan: a dispatcher outside
+    Stack.moe_dispatchers is an input error of the training settings (exit 2), whatever the launcher."""
+    from planner.specs import TrainingSpec
+    from planner.stacks import traits
+
+    for framework in ("megatron", "deepspeed", "maxtext", "fsdp"):
+        offered = traits(framework).moe_dispatchers
+        for kind in ("alltoall", "allgather", "flex"):
+            if kind in offered:
+                assert TrainingSpec(global_batch=8, framework=framework, moe_dispatcher=kind).dispatcher == kind
+            else:
+                with pytest.raises(ValueError, match=f"the {kind} MoE dispatcher .* not one {framework} runs"):
+                    TrainingSpec(global_batch=8, framework=framework, moe_dispatcher=kind)
+    assert traits("maxtext").moe_dispatchers == ("alltoall",) and "flex" in traits("megatron").moe_dispatchers
