@@ -249,6 +249,14 @@ class TrainingSpec(BaseModel):
             offered = ", ".join(stack.moe_dispatchers)
             raise ValueError(f"the {self.moe_dispatcher} MoE dispatcher (--moe-dispatcher) is not one "
                              f"{self.framework} runs (its dispatchers: {offered}): choose one of them or drop it")
+        if self.moe_capacity_factor is not None and self.dispatcher == "flex" and self.flex_backend == "deepep":
+            # megatron-core TransformerConfig.__post_init__ (core_v0.16.1 transformer_config.py:1074-1081, the same at
+            # d98e8a6): "Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity",
+            # which every capacity factor here is run with (planner/emit/megatron.py); HybridEP pads
+            raise ValueError(f"--moe-capacity-factor {self.moe_capacity_factor:g} pads every expert's input to its "
+                             "capacity, which the flex dispatcher's DeepEP kernels refuse (megatron-core: 'Flex token "
+                             "dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity'): use "
+                             "--moe-dispatcher alltoall or --moe-flex-backend hybridep, or drop the capacity factor")
         if self.moe_flex_backend is not None and self.dispatcher != "flex":
             # megatron-core TransformerConfig.moe_flex_dispatcher_backend is read by the flex dispatcher only
             raise ValueError(f"--moe-flex-backend {self.moe_flex_backend} selects the flex dispatcher's kernels: add "

@@ -111,3 +111,11 @@ def test_a_pinned_dispatcher_the_stack_cannot_run_exits_2(args, stack):
     a number for a run no launch file of the stack can start (Stack.moe_dispatchers)."""
     line = one_line_error(run_cli(*args))
     assert f"MoE dispatcher (--moe-dispatcher) is not one {stack} runs" in line and "alltoall" in line
+
+
+def test_flex_deepep_with_a_capacity_factor_exits_2():
+    """Its Megatron files (--moe-flex-dispatcher-backend deepep with --moe-pad-expert-input-to-capacity) stopped in
+    megatron-core's TransformerConfig check; the plan was priced and written before."""
+    line = one_line_error(run_cli("--model", "qwen3-30b-a3b", "--cluster", "h100x16", "--moe-dispatcher", "flex",
+                                  "--moe-capacity-factor", "1.25", "--launcher", "megatron"))
+    assert "DeepEP kernels refuse" in line and "--moe-flex-backend hybridep" in line

@@ -186,3 +186,19 @@ def test_a_dispatcher_the_stack_has_no_code_for_is_refused_before_it_is_costed()
                 with pytest.raises(ValueError, match=f"the {kind} MoE dispatcher .* not one {framework} runs"):
                     TrainingSpec(global_batch=8, framework=framework, moe_dispatcher=kind)
     assert traits("maxtext").moe_dispatchers == ("alltoall",) and "flex" in traits("megatron").moe_dispatchers
+
+
+def test_deepep_cannot_pad_to_capacity():
+    """A capacity factor is run with --moe-pad-expert-input-to-capacity (planner/emit/megatron.py), which megatron-core
+    refuses under the flex dispatcher's DeepEP backend (TransformerConfig: "Flex token dispatcher with deepep backend
+    does not support moe_pad_expert_input_to_capacity"); the launch files of such a plan would not start. HybridEP
+    pads, and alltoall is the token-drop recipes' dispatcher."""
+    from planner.specs import TrainingSpec
+
+    with pytest.raises(ValueError, match="DeepEP kernels refuse"):
+        TrainingSpec(global_batch=8, moe_dispatcher="flex", moe_capacity_factor=1.0)
+    with pytest.raises(ValueError, match="DeepEP kernels refuse"):
+        TrainingSpec(global_batch=8, moe_dispatcher="flex", moe_flex_backend="deepep", moe_capacity_factor=1.25)
+    assert TrainingSpec(global_batch=8, moe_dispatcher="flex", moe_flex_backend="hybridep",
+                        moe_capacity_factor=1.0).flex_backend == "hybridep"
+    assert TrainingSpec(global_batch=8, moe_dispatcher="alltoall", moe_capacity_factor=1.0).dispatcher == "alltoall"
