@@ -246,9 +246,9 @@ class TrainingSpec(BaseModel):
         if self.moe_dispatcher is not None and self.moe_dispatcher not in stack.moe_dispatchers:
             # a dispatcher the stack has no code for (DeepEP / HybridEP are Megatron's and NeMo AutoModel's): costing it
             # would price a run no launch file of the stack can start (Stack.moe_dispatchers)
-            offered = ", ".join(stack.moe_dispatchers)
+            runs = ", ".join(stack.moe_dispatchers)
             raise ValueError(f"the {self.moe_dispatcher} MoE dispatcher (--moe-dispatcher) is not one "
-                             f"{self.framework} runs (its dispatchers: {offered}): choose one of them or drop it")
+                             f"{self.framework} runs (its dispatchers: {runs}): choose one of them or drop it")
         if self.moe_capacity_factor is not None and self.dispatcher == "flex" and self.flex_backend == "deepep":
             # megatron-core TransformerConfig.__post_init__ (core_v0.16.1 transformer_config.py:1074-1081, the same at
             # d98e8a6): "Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity",
