@@ -177,6 +177,13 @@ def plan_options(f):
     return f
 
 
+def _dispatchers_by_stack() -> str:
+    """Each plannable stack's MoE dispatchers (Stack.moe_dispatchers), for --moe-dispatcher's help."""
+    from planner.stacks import traits
+
+    return "; ".join(f"{fw}: {', '.join(traits(fw).moe_dispatchers)}" for fw in FRAMEWORKS)
+
+
 def _setting_options() -> list:
     """Model, cluster and training settings."""
     return [
@@ -204,7 +211,7 @@ def _setting_options() -> list:
                      "it; time and memory are charged at it (default: dropless, charged at balanced routing)"),
         click.option("--moe-dispatcher", type=click.Choice(["alltoall", "allgather", "flex"]),
                      help="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex = DeepEP), one the stack "
-                     "runs (MaxText, DeepSpeed, torchtitan: alltoall only). Default: the stack's (Megatron alltoall)"),
+                     f"runs ({_dispatchers_by_stack()}). Default: the stack's (Megatron alltoall)"),
         click.option("--moe-flex-backend", type=click.Choice(["deepep", "hybridep"]),
                      help="with --moe-dispatcher flex: its kernels (Megatron --moe-flex-dispatcher-backend): deepep, "
                      "or hybridep (Megatron-Bridge's GB200 recipes: the permute inside the dispatch, fewer host "
