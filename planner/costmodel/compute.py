@@ -15,7 +15,12 @@ from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.context import ring_merge_s
 from planner.costmodel.expert import ep_comm_fwd_s
 from planner.costmodel.flops import attn_proj_flops_per_token, lm_head_flops_per_token, qk_v_head_dims
-from planner.costmodel.memory import maxtext_offloaded_elems, names_moe_module, selective_modules
+from planner.costmodel.memory import (
+    layernorm_module_norms,
+    maxtext_offloaded_elems,
+    names_moe_module,
+    selective_modules,
+)
 from planner.costmodel.moe import (
     EINSUM_DISPATCH_GEMMS,
     dispatcher,
@@ -39,6 +44,8 @@ BWD_ELEMENTWISE_RATIO = 2.0
 # lists the tensors.
 ELEMENTWISE_HIDDEN_ELEMS = 10
 ELEMENTWISE_INTER_ELEMS = 3
+# ... of which one norm reads its input and writes its output: 2 of the hidden width (what a recomputed norm re-runs)
+NORM_HIDDEN_ELEMS = 2
 # Eager PyTorch (no torch.compile) runs every op of a composite as its own kernel through HBM; the bytes per
 # element beyond the one fused kernel (read 2 B, write 2 B) the constants above charge, forward, bf16 in:
 # RMSNorm (torch.nn.RMSNorm / ATen rms_norm composite: upcast R2 W4, pow R4 W4, mean R4, x*rsqrt R4 W4,
@@ -194,15 +201,30 @@ def mla_down_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
 def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; eager PyTorch
     adds its unfused composites. An MoE layer's token permute / unpermute is its own term (moe.permute_s)."""
-    m, tp, tokens, h = ctx.model, shape.plan.tp, shape.tokens, ctx.model.hidden_size
-    top_k = m.require_moe().top_k * expert_load(ctx, shape) if k.moe else 0
-    inter = m.require_moe().expert_ffn_hidden_size * top_k if k.moe else m.ffn_hidden_size
-    hs = h / (tp if shape.sp else 1)
-    elem = (tokens * (ELEMENTWISE_HIDDEN_ELEMS * hs + ELEMENTWISE_INTER_ELEMS * inter / tp)
-            * ACT_ELEM_BYTES * ctx.calibration.ELEMENTWISE_BYTES_FACTOR)
+    m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
+    hs, inter = _elementwise_widths(ctx, shape, k)
+    elem = _fused_pass_bytes(ctx, shape, k, ELEMENTWISE_HIDDEN_ELEMS, ELEMENTWISE_INTER_ELEMS)
     if ctx.stack.eager_unless_compiled and not ctx.train.torch_compile:
         elem += tokens * eager_elementwise_bytes(m, tp, hs, inter, k.moe, ctx.stack.eager_composites)
     return elem / ctx.hbm_bw
+
+
+def _elementwise_widths(ctx: Context, shape: Shape, k: LayerKind) -> tuple[float, float]:
+    """(hidden elements per token on this rank, intermediate elements per token before TP) of one layer's
+    elementwise work: the hidden width split by SP, the MLP's intermediate width (an MoE layer's: every routed
+    copy's)."""
+    m, tp = ctx.model, shape.plan.tp
+    top_k = m.require_moe().top_k * expert_load(ctx, shape) if k.moe else 0
+    inter = m.require_moe().expert_ffn_hidden_size * top_k if k.moe else m.ffn_hidden_size
+    return m.hidden_size / (tp if shape.sp else 1), inter
+
+
+def _fused_pass_bytes(ctx: Context, shape: Shape, k: LayerKind, hidden_elems: float, inter_elems: float) -> float:
+    """Bytes fused memory-bound passes move in one layer's forward: `hidden_elems` elements of the hidden width and
+    `inter_elems` of the MLP's intermediate width (TP-split) per token (the ELEMENTWISE_* accounting)."""
+    hs, inter = _elementwise_widths(ctx, shape, k)
+    return (shape.tokens * (hidden_elems * hs + inter_elems * inter / shape.plan.tp)
+            * ACT_ELEM_BYTES * ctx.calibration.ELEMENTWISE_BYTES_FACTOR)
 
 
 def eager_elementwise_bytes(m: ModelSpec, tp: int, hs: float, inter: float, moe: bool,
@@ -245,9 +267,7 @@ def expert_epilogue_s(ctx: Context, shape: Shape, k: LayerKind) -> tuple[float, 
         return 0.0, 0.0
     m, p = ctx.model, shape.plan
     e = m.require_moe()
-    # each etp rank of an expert shard runs every copy routed to it (moe.tokens_per_local_expert): inter / etp wide, the
-    # fc2 output full width (partial sums, reduced after the bias)
-    copies = shape.tokens / p.tp * e.top_k * max(1, p.etp) * expert_load(ctx, shape)
+    copies = _epilogue_copies(ctx, shape)
     fwd = bwd = 0.0
     if m.activation == "gpt_oss_glu":  # quick-GeGLU with gate and linear halves clamped at 7 (catalog.hf_import)
         inter = e.expert_ffn_hidden_size / max(1, p.etp)
@@ -258,6 +278,25 @@ def expert_epilogue_s(ctx: Context, shape: Shape, k: LayerKind) -> tuple[float, 
         fwd += m.hidden_size * f
         bwd += m.hidden_size * b
     return copies * fwd / ctx.hbm_bw, copies * bwd / ctx.hbm_bw
+
+
+def _epilogue_copies(ctx: Context, shape: Shape) -> float:
+    """Routed token copies one device's expert epilogue runs over: each etp rank of an expert shard runs every copy
+    routed to it (moe.tokens_per_local_expert), inter / etp wide, the fc2 output full width (partial sums, reduced
+    after the bias)."""
+    p = shape.plan
+    return shape.tokens / p.tp * ctx.model.require_moe().top_k * max(1, p.etp) * expert_load(ctx, shape)
+
+
+def glu_clamp_fwd_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
+    """Forward seconds of the eager GLU clamp alone (expert_epilogue_s's first part): megatron-core's moe_act
+    recompute re-runs it with the activation (experts.py TEGroupedMLP bias_act_func under CheckpointWithoutOutput);
+    the fc2 bias is added after fc2, outside the checkpoint."""
+    if (not k.moe or not ctx.stack.moe_expert_epilogue_eager or ctx.train.moe_fused_grouped_mlp
+            or ctx.model.activation != "gpt_oss_glu"):
+        return 0.0
+    inter = ctx.model.require_moe().expert_ffn_hidden_size / max(1, shape.plan.etp)
+    return _epilogue_copies(ctx, shape) * inter * GLU_CLAMP_BYTES_PER_INTER["fwd"] / ctx.hbm_bw
 
 
 def unfused_rope_s(ctx: Context, shape: Shape) -> tuple[float, float]:
@@ -313,10 +352,10 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
 
 
 def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerCompute) -> float:
-    """Forward seconds selective recompute re-runs in one layer (Stack.selective_recomputes); the norms and
-    activations re-run with them are memory-bound, not charged.
+    """Forward seconds selective recompute re-runs in one layer (Stack.selective_recomputes).
     - "modules" (Megatron): the modules --recompute-modules names (memory.recompute_modules): the attention core
-      (Korthikanti et al. 2022 sec. 5), the MLA up-projections, a dense layer's MLP;
+      (Korthikanti et al. 2022 sec. 5), the MLA up-projections, a dense layer's MLP, the whole MoE layer, and the
+      memory-bound norms and activations those and layernorm / moe_act re-run (recomputed_passes_s);
     - "named_keeps" (MaxText's remat_policy "minimal"): what the backward needs and the stack's named tensors
       (Stack.selective_keeps) do not hold, as a custom remat keeping them (custom_remat_recompute_s);
     - "attention_core" (Megatron-DeepSpeed's selective checkpointing of its CoreAttention; AutoModel's searched
@@ -333,11 +372,34 @@ def selective_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerComp
         return custom_remat_recompute_s(ctx, shape, k, c, set(ctx.stack.selective_keeps))
     mods = selective_modules(ctx, shape.plan)  # Megatron's --recompute-modules (memory.recompute_modules)
     if ctx.stack.selective_recomputes == "modules" and mods is not None:
+        whole_moe = k.moe and names_moe_module(ctx, shape.plan)
         return ((c.attention if "core_attn" in mods else 0.0)
                 + (mla_up_proj_s(ctx, shape, k) if "mla_up_proj" in mods else 0.0)
                 + (c.mlp if "mlp" in mods and not k.moe else 0.0)  # mlp: dense layers' MLPs (an MoE layer's: moe)
-                + (moe_layer_fwd_s(c) if k.moe and names_moe_module(ctx, shape.plan) else 0.0))
+                + (moe_layer_fwd_s(c) if whole_moe else 0.0)
+                + recomputed_passes_s(ctx, shape, k, mods, whole_moe))
     return c.attention
+
+
+def recomputed_passes_s(ctx: Context, shape: Shape, k: LayerKind, mods: tuple[str, ...], whole_moe: bool) -> float:
+    """Forward seconds of the memory-bound passes Megatron's recomputed modules re-run (the same bytes the forward's
+    elementwise_s charges for them):
+    - layernorm: the norms megatron-core runs as their own modules (memory.layernorm_module_norms), NORM_HIDDEN_ELEMS
+      each;
+    - moe_act (or moe, the whole MoE layer), mlp (a dense layer's MLP): the MLP activation, ELEMENTWISE_INTER_ELEMS
+      of the intermediate width; moe_act also the eager GLU clamp inside the checkpointed function (glu_clamp_fwd_s;
+      moe_layer_fwd_s already holds it with the rest of the epilogue)."""
+    norms = layernorm_module_norms(ctx.model, k.moe) if "layernorm" in mods else 0
+    act = ("moe_act" in mods or whole_moe) if k.moe else "mlp" in mods
+    if "mlp" in mods and not k.moe:
+        norms += 1  # a dense MLP's norm is fused into its fc1 (TE LayerNormLinear): recomputing the MLP re-runs it
+    if not norms and not act:
+        return 0.0
+    out = _fused_pass_bytes(ctx, shape, k, NORM_HIDDEN_ELEMS * norms, ELEMENTWISE_INTER_ELEMS if act else 0)
+    out /= ctx.hbm_bw
+    if k.moe and "moe_act" in mods and not whole_moe:
+        out += glu_clamp_fwd_s(ctx, shape, k)
+    return out
 
 
 def moe_layer_fwd_s(c: LayerCompute) -> float:
@@ -351,7 +413,8 @@ def custom_remat_recompute_s(ctx: Context, shape: Shape, k: LayerKind, c: LayerC
     remat_offloaded): jax.checkpoint keeps only the named tensors it is told to keep or offload and re-runs every op
     whose output the backward needs and that is not kept (MT:configs/base.yml "custom" remat names, each a
     checkpoint_name in MT:layers/attentions.py, attention_mla.py, linears.py, moe.py). GEMMs only: the memory-bound
-    norms and activations re-run too, not charged (as selective_recompute_s).
+    norms and activations re-run too, not charged (XLA fuses them into the fusions around the GEMMs; Megatron's own
+    kernels are: recomputed_passes_s).
     - the attention core always: its kernel's residuals (output, log-sum-exp) carry no name, so its forward re-runs
       for its backward (splash attention's custom VJP);
     - the q / k / v projections (MLA: the down- and up-projections leading to them) unless query_proj, key_proj and
@@ -427,9 +490,11 @@ RECOMPUTE = formula(
     "compute.recompute",
     "m x recompute of the slowest stage: full = the recomputed layers' forward with its collectives, "
     "selective = the GEMMs the stack's policy re-runs: Megatron, of the modules it names, the attention core, MLA "
-    "up-projections and dense MLPs; MaxText, what its named saves do not hold (the attention core; MLA's "
+    "up-projections, dense MLPs and whole MoE layers, with the norm and activation passes its layernorm / moe_act / "
+    "mlp / moe modules re-run at HBM bandwidth; MaxText, what its named saves do not hold (the attention core; MLA's "
     "down-projections); Megatron-DeepSpeed / AutoModel, the attention core; torchtitan, half the GEMMs + elementwise",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 5; DeepSeek-V3 report, arXiv 2412.19437, sec. 3.3.3; "
+    "megatron-core core_v0.16.1 transformer_layer.py, moe/experts.py (recomputed norms, moe_act); "
     "MaxText layers/decoders.py minimal_policy; torchtitan SelectiveAC (op-level)",
 )
 

@@ -120,6 +120,15 @@ def selective_recompute_modules(m: ModelSpec, fused_attention: bool = True,
     return tuple(mods) or ("core_attn",)
 
 
+def layernorm_module_norms(m: ModelSpec, moe_layer: bool) -> int:
+    """Norms megatron-core's "layernorm" recompute module re-runs in one layer: those its Transformer Engine layer
+    spec builds as their own modules (core_v0.16.1 models/gpt/gpt_layer_specs.py, transformer_layer.py
+    recompute_input_layernorm / recompute_pre_mlp_layernorm skip an IdentityOp): the input norm with MLA (its
+    down-projections are plain linears; otherwise the norm is fused into linear_qkv, a TE LayerNormLinear), the
+    pre-MLP norm of an MoE layer (the router reads it; a dense MLP's is fused into linear_fc1)."""
+    return int(m.mla is not None) + int(moe_layer)
+
+
 def recompute_modules(m: ModelSpec, train: TrainingSpec, plan: ParallelPlan) -> tuple[str, ...]:
     """The modules a Megatron selective-recompute plan recomputes: those it names (ParallelPlan.recompute_modules),
     else selective_recompute_modules for the model, its attention kernel and its FP8 recipe (the one rule the cost
@@ -138,7 +147,8 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
     mods = selective_recompute_modules(m) if mods is None else mods
     dropped = 0.0
     if "layernorm" in mods:
-        dropped += 2 * g * hs  # the two norm outputs (inputs of the QKV and FC1 GEMMs)
+        # the outputs of the norms megatron-core recomputes (a fused norm's output stays saved by its LayerNormLinear)
+        dropped += layernorm_module_norms(m, moe_layer) * g * hs
     whole_moe = "moe" in mods and moe_layer
     if whole_moe:
         # megatron-core checkpoints the whole MoE layer (moe_layer.py MoELayer.forward, moe_layer_recompute): it keeps

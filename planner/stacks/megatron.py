@@ -140,7 +140,8 @@ STACK = Stack(
     # (planner.analysis.validate FLEX_RECIPE_MODELS), so a plan without it may be slower than the expert's
     moe_searched_dispatchers=("flex",),
     # --recompute-modules (memory.selective_recompute_modules): the attention core for dense models (Korthikanti et al.
-    # 2022 sec. 5), the MLA up-projections for MLA models; norms and expert activations are memory-bound, not charged
+    # 2022 sec. 5), the MLA up-projections for MLA models; the norms and expert activations they re-run as memory-bound
+    # passes (compute.recomputed_passes_s)
     selective_recomputes="modules",
     selective_keeps=(),  # no named-save policy: --recompute-modules names what re-runs
     zero3_gather="block",  # Megatron-FSDP gathers one flat buffer per transformer block

@@ -185,7 +185,7 @@ def test_plans_beyond_the_fitted_attention_share_get_the_band_of_the_runs_that_w
     res = load_residuals()
     beyond = [r for r in res if r.attention_extrapolated]
     assert sorted(r.id.split("-")[0] for r in beyond) == ["modelzoo"] * 5 + ["torchao"]
-    assert sorted(round(r.miss, 2) for r in beyond) == pytest.approx([0.34, 0.4, 0.44, 0.45, 0.66, 0.81], abs=0.01)
+    assert sorted(round(r.miss, 2) for r in beyond) == pytest.approx([0.34, 0.4, 0.44, 0.45, 0.67, 0.81], abs=0.01)
     band = band_for(res, "hopper", True, "megatron", attention_extrapolated=True)
     assert (band.regime, band.runs) == (EXTRAPOLATED, 6)
     assert band.rel == pytest.approx(_quantile([r.miss for r in beyond], BAND_QUANTILE))

@@ -15,6 +15,7 @@ from planner.costmodel import Context
 from planner.costmodel.compute import layer_compute, mla_up_proj_s, selective_recompute_s
 from planner.costmodel.evaluate import screen_memory
 from planner.costmodel.memory import activation_elems_per_token, recompute_modules
+from planner.costmodel.moe import expert_load
 from planner.specs import ParallelPlan, TrainingSpec
 from planner.specs.dims import plan_errors
 
@@ -47,19 +48,55 @@ def test_default_set_and_fp8_delayed_rule():
 
 
 def test_each_priced_module_costs_its_forward():
-    # core_attn re-runs the attention core, mla_up_proj the MLA up-projections, mlp a dense layer's MLP; norms and
-    # activations are memory-bound and not charged
+    # core_attn re-runs the attention core, mla_up_proj the MLA up-projections, mlp a dense layer's MLP (GEMMs) and
+    # its fused norm and activation (memory-bound passes, recomputed_passes_s)
     for mods, moe, expect in ((("core_attn",), True, "attention"), (("mla_up_proj",), True, "mla"),
-                              (("mlp",), False, "mlp"), (("layernorm", "moe_act"), True, None)):
+                              (("mlp",), False, "mlp")):
         plan = ParallelPlan(**DSV3_PLAN, recompute_modules=mods)
         ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, moe)
-        want = {"attention": c.attention, "mla": mla_up_proj_s(ctx, shape, k), "mlp": c.mlp, None: 0.0}[expect]
-        assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(want)
-        assert want == 0.0 or want > 1e-5
+        want = {"attention": c.attention, "mla": mla_up_proj_s(ctx, shape, k), "mlp": c.mlp}[expect]
+        assert want > 1e-5
+        passes = selective_recompute_s(ctx, shape, k, c) - want
+        if expect == "mlp":  # one norm (2 x h / tp under SP) + the SwiGLU (3 x ffn / tp), 2 B each, at HBM bandwidth
+            m = ctx.model
+            assert passes == pytest.approx(4096 * (2 * m.hidden_size / 8 + 3 * m.ffn_hidden_size / 8) * 2 / 3.35e12)
+        else:
+            assert passes == 0.0
     # "mlp" names dense MLPs: an MoE layer's experts and shared experts are megatron-core's "moe"
     plan = ParallelPlan(**DSV3_PLAN, recompute_modules=("mlp",))
     ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, True)
     assert c.mlp > 0 and selective_recompute_s(ctx, shape, k, c) == 0.0
+
+
+def test_norms_and_activations_rerun_at_hbm_bandwidth():
+    # megatron-core's layernorm module re-runs the norms its TE layer spec builds as modules (MLA's input norm, an MoE
+    # layer's pre-MLP norm), moe_act the experts' activation over every routed copy: read + write of each norm's
+    # h / tp (SP) and the SwiGLU's 3 x top_k x moe_ffn / tp, 2 B per element, at H100's 3.35 TB/s; the routed copies
+    # at the busiest expert's load (moe.expert_load: dropless routing's imbalance). DeepSeek-V3: h 7168, top-8 of
+    # moe_ffn 2048, tp 8, 4096 tokens per micro-batch.
+    bw, tokens, h, tp = 3.35e12, 4096, 7168, 8
+    plan = ParallelPlan(**DSV3_PLAN, recompute_modules=("layernorm", "moe_act"))
+    ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, True)
+    load = expert_load(ctx, shape)
+    assert 1.0 < load < 1.1
+    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(
+        tokens * (2 * 2 * h / tp + 3 * 8 * 2048 * load / tp) * 2 / bw)
+    ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, False)  # a dense layer: its input norm alone
+    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(tokens * 2 * h / tp * 2 / bw)
+    # without MLA the input norm is fused into linear_qkv: Mixtral's MoE layer re-runs its pre-MLP norm (h 4096) and
+    # the experts' SwiGLU (top-2 of 14336)
+    mix = ParallelPlan(tp=8, dp=8, ep=8, recompute="selective", sequence_parallel=True,
+                       recompute_modules=("layernorm", "moe_act"))
+    ctx, shape, k, c = _layer("mixtral-8x7b", "h100x64", mix, True)
+    load = expert_load(ctx, shape)
+    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(
+        tokens * (2 * 4096 / tp + 3 * 2 * 14336 * load / tp) * 2 / bw)
+    # the whole MoE layer ("moe") re-runs the activation with its GEMMs, the norm outside it only with layernorm
+    whole = mix.model_copy(update={"recompute_modules": ("moe",)})
+    ctx, shape, k, c = _layer("mixtral-8x7b", "h100x64", whole, True)
+    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(
+        c.router + c.permute + c.experts + c.mlp + c.epilogue_fwd + c.host_fwd
+        + tokens * 3 * 2 * 14336 * load / tp * 2 / bw)
 
 
 def test_each_priced_module_frees_its_tensors():
@@ -68,7 +105,16 @@ def test_each_priced_module_frees_its_tensors():
     args = dict(m=m, moe_layer=False, tp=1, sp=False, recompute="selective", framework="megatron")
     base = activation_elems_per_token(**args, selective_modules=("core_attn",))
     assert base - activation_elems_per_token(**args, selective_modules=("core_attn", "mlp")) == 3 * 14336
-    assert base - activation_elems_per_token(**args, selective_modules=("core_attn", "layernorm")) == 2 * 4096
+    # both of a dense layer's norms are fused into TE LayerNormLinears (linear_qkv, linear_fc1), which keep their
+    # outputs: "layernorm" frees nothing there
+    assert base == activation_elems_per_token(**args, selective_modules=("core_attn", "layernorm"))
+    # it frees the output of each norm megatron-core builds as a module: an MoE layer's pre-MLP norm (Mixtral, h 4096),
+    # and with MLA the input norm too (DeepSeek-V3, h 7168)
+    for model, h, moe_layer, norms in (("mixtral-8x7b", 4096, True, 1), ("deepseek-v3", 7168, True, 2),
+                                       ("deepseek-v3", 7168, False, 1)):
+        a = dict(m=get_model(model), moe_layer=moe_layer, tp=1, sp=False, recompute="selective", framework="megatron")
+        assert (activation_elems_per_token(**a, selective_modules=("core_attn",))
+                - activation_elems_per_token(**a, selective_modules=("core_attn", "layernorm"))) == norms * h
     # unfused attention keeps the score matrices unless core_attn is recomputed
     train = dict(attention_impl="unfused")
     kept = ParallelPlan(tp=8, dp=8, recompute="selective", recompute_modules=("layernorm",), sequence_parallel=True)
@@ -138,8 +184,9 @@ def test_attention_core_stacks_keep_the_norm_and_expert_tensors():
         shape = screen_memory(ctx, plan).shape
         kept[fw] = act_elems(ctx, shape, next(k for k in ctx.kinds if k.moe), "selective")
     e = m.require_moe()
-    # the two norm outputs (2 h) and top_k expert activations (top_k x expert ffn), in elements per token
-    assert kept["deepspeed"] - kept["megatron"] == pytest.approx(2 * m.hidden_size + e.top_k * e.expert_ffn_hidden_size)
+    # the pre-MLP norm's output (h: the input norm is fused into linear_qkv, whose LayerNormLinear keeps its output in
+    # both) and top_k expert activations (top_k x expert ffn), in elements per token
+    assert kept["deepspeed"] - kept["megatron"] == pytest.approx(m.hidden_size + e.top_k * e.expert_ffn_hidden_size)
     assert kept["automodel"] > kept["megatron"]
 
 
@@ -207,8 +254,12 @@ def test_the_moe_module_reruns_the_whole_moe_layer_with_its_collectives():
 
     plan = ParallelPlan(**DSV3_PLAN, recompute_modules=("moe",))
     ctx, shape, k, c = _layer("deepseek-v3", "h100x256", plan, True)
-    want = c.router + c.permute + c.experts + c.mlp + c.epilogue_fwd + c.host_fwd
-    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(want) == moe_layer_fwd_s(c)
+    # its GEMMs, permutes, epilogue and host launches, and the routed experts' SwiGLU pass (3 x top-8 x 2048 / tp 8
+    # elements per token at the busiest expert's load, 2 B each, at 3.35 TB/s)
+    act = 4096 * 3 * 8 * 2048 * expert_load(ctx, shape) / 8 * 2 / 3.35e12
+    assert moe_layer_fwd_s(c) == c.router + c.permute + c.experts + c.mlp + c.epilogue_fwd + c.host_fwd
+    want = moe_layer_fwd_s(c) + act
+    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(want)
     assert c.experts > 0 and c.mlp > 0  # routed and shared experts both re-run
     t = layer_times(ctx, shape, k)
     assert t.ep > 0 and t.selective == pytest.approx(want + t.ep)  # the dispatch and combine again

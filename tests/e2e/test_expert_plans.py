@@ -260,15 +260,19 @@ def test_deepseek_v3_selective_recompute_is_deepseeks_own():
     args = dict(m=m, moe_layer=True, tp=1, sp=False, framework="megatron", fp8_gemm_inputs=True)
     none, sel, full = (activation_elems_per_token(recompute=r, **args) for r in ("none", "selective", "full"))
     assert full < sel < 0.75 * none
-    # and what it re-runs on Megatron: the MLA up-projections (compute.mla_up_proj_s), not the attention core
-    from planner.costmodel.compute import layer_compute, mla_up_proj_s, selective_recompute_s
+    # and what it re-runs on Megatron: the MLA up-projections (compute.mla_up_proj_s) and the norm and activation
+    # passes (compute.recomputed_passes_s), not the attention core
+    from planner.costmodel.compute import layer_compute, mla_up_proj_s, recomputed_passes_s, selective_recompute_s
     from planner.costmodel.evaluate import screen_memory
     ctx = Context(m, parse_cluster("h100x256"), TrainingSpec(seq_len=4096, global_batch=256))
     shape = screen_memory(ctx, ParallelPlan(tp=8, pp=4, dp=8, ep=8, recompute="selective",
                                             sequence_parallel=True, first_stage_layers=16, last_stage_layers=13)).shape
     k = next(k for k in ctx.kinds if k.moe)
     c = layer_compute(ctx, shape, k)
-    assert selective_recompute_s(ctx, shape, k, c) == mla_up_proj_s(ctx, shape, k) < 0.5 * c.attention
+    passes = recomputed_passes_s(ctx, shape, k, selective_recompute_modules(m), False)
+    assert 0 < passes < 0.5 * mla_up_proj_s(ctx, shape, k)
+    assert selective_recompute_s(ctx, shape, k, c) == pytest.approx(mla_up_proj_s(ctx, shape, k) + passes)
+    assert selective_recompute_s(ctx, shape, k, c) < 0.6 * c.attention  # less than the core it keeps
 
 
 @pytest.mark.parametrize("model,devices,pp,gbs", [("gpt3-175b", 64, 8, 64), ("megatron-gpt-1t", 512, 64, 512)])
