@@ -158,15 +158,15 @@ def test_report_shows_the_band(tmp_path):
 def test_moe_bands_against_issue_23_target():
     """Issue 23 asks for MoE error bands no wider than +-25%. Drawn from every published run (held-out ones included)
     whose plan lies within the fitted attention share, the Hopper Megatron MoE band is +-22% (48 runs): met; the
-    Blackwell one +-31% (135 runs): NOT met (+-27% over the 78 B200 / GB200 runs; the 57 GB300 / B300 rows of
-    runs/blackwell_ultra_runs_added.yaml, added 2026-11-28, widen it). Until 2026-11-28 the four H100 long-context rows
+    Blackwell one +-25.6% (135 runs): NOT met (+-31% while GB300 was priced at GB200's GEMM efficiency; +-25.7% before
+    Megatron's recomputed norms and activations were charged). Until 2026-11-28 the four H100 long-context rows
     sat in the Hopper regime (+-33%). With the development runs alone the two read +-18% and +-17% and did not hold
     (test_moe_bands_cover_the_published_moe_runs). Each band is its own runs' quantile, and neither may grow past
     today's width by more than a point without this test being updated (a regression of the MoE model widens it)."""
     from planner.analysis.bands import BAND_QUANTILE, _quantile
 
     res = load_residuals()
-    for family, today in (("hopper", 0.223), ("blackwell", 0.312)):
+    for family, today in (("hopper", 0.224), ("blackwell", 0.256)):
         runs = [r.miss for r in res
                 if (r.family, r.moe, r.framework) == (family, True, "megatron") and not r.attention_extrapolated]
         band = band_for(res, family, True, "megatron")
