@@ -162,9 +162,10 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
         dropped += m.num_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim) / tp  # q, k, v
     if "mlp" in mods and not moe_layer:
         # a dense layer's MLP checkpointed whole (megatron-core TransformerLayer recompute_mlp, dense MLPs only): its
-        # input is kept, its intermediates (activation_elems_per_token's inter) are not
+        # input is kept, its intermediates (activation_elems_per_token's inter) are not, nor the output of the norm
+        # fused into its linear_fc1 (a TE LayerNormLinear inside the checkpoint: compute.recomputed_passes_s re-runs it)
         f = m.ffn_hidden_size
-        dropped += ((2 + g) * f if m.mlp_type == "gated" else (1 + g) * f) / tp
+        dropped += ((2 + g) * f if m.mlp_type == "gated" else (1 + g) * f) / tp + g * hs
     return dropped
 
 
