@@ -201,11 +201,11 @@ def mla_down_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
 def elementwise_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Memory-bound elementwise work (norms, residuals, activation, rope; read + write), forward; eager PyTorch
     adds its unfused composites. An MoE layer's token permute / unpermute is its own term (moe.permute_s)."""
-    m, tp, tokens = ctx.model, shape.plan.tp, shape.tokens
-    hs, inter = _elementwise_widths(ctx, shape, k)
     elem = _fused_pass_bytes(ctx, shape, k, ELEMENTWISE_HIDDEN_ELEMS, ELEMENTWISE_INTER_ELEMS)
     if ctx.stack.eager_unless_compiled and not ctx.train.torch_compile:
-        elem += tokens * eager_elementwise_bytes(m, tp, hs, inter, k.moe, ctx.stack.eager_composites)
+        hs, inter = _elementwise_widths(ctx, shape, k)
+        elem += shape.tokens * eager_elementwise_bytes(ctx.model, shape.plan.tp, hs, inter, k.moe,
+                                                       ctx.stack.eager_composites)
     return elem / ctx.hbm_bw
 
 
