@@ -13,6 +13,7 @@ import math
 from typing import NamedTuple
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
+from planner.costmodel.trace import Term, formula
 
 # Router score function on the fp32 logits (tokens x experts): Megatron's unfused router writes the logits, reads and
 # writes them in softmax / sigmoid, reads them in top-k and writes the gathered probabilities (5 passes of 4 B per
@@ -281,7 +282,8 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     expert, h, expert width / etp: planner.costmodel.base.Context.gemm_eff, whose d / (d + GEMM_DIM_HALF) is the
     tile-quantisation loss of a short expert), times the grouped kernel's efficiency relative to a dense GEMM of
     that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1) when a
-    device holds more than one expert."""
+    device holds more than one expert, and the tiles a kernel that shares row tiles between experts computes twice
+    (grouped_tile_visits_rel)."""
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e = m.require_moe()
     rows = tokens_per_local_expert(ctx, shape)
@@ -291,7 +293,47 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     batched = ctx.train.moe_capacity_factor is not None and not ctx.stack.moe_gemm_per_expert
     grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 and not batched else 1.0
     eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
-    return expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
+    return (expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
+            * grouped_tile_visits_rel(ctx, shape))
+
+
+# A grouped-GEMM kernel that walks the rows sorted by expert in m-tiles (megablox's gmm, and its backward's gmm and
+# tgmm, which MaxText's dropless experts run) computes a tile once for every group with rows in it: a group starting
+# mid-tile revisits that tile, "tiles_m <= group_tiles.sum() <= tiles_m + num_groups - 1" (make_group_metadata, MaxText
+# src/MaxText/kernels/megablox/backend.py at 3eb77db and MaxText/kernels/megablox/gmm.py at 9ca35d7, from JAX's
+# pallas megablox). A router's group sizes are not multiples of the tile, so every group but the first starts
+# mid-tile: the upper bound.
+GROUPED_TILE_VISITS = formula(
+    "moe.grouped_tile_visits",
+    "(ceil(rows / tile) + local experts - 1) / ceil(rows / tile): rows = the device's routed token copies (tokens per "
+    "local expert x local experts), tile = min(Stack.moe_grouped_row_tile, rows); multiplies the routed experts' "
+    "forward and backward GEMM time; 1 without such a kernel, with one local expert, or capacity-padded",
+    "JAX pallas megablox make_group_metadata (MaxText src/MaxText/kernels/megablox/backend.py at 3eb77db: forward "
+    "gmm, backward gmm + tgmm); MaxText base.yml tile_batch_seq 512",
+)
+
+
+def grouped_tile_visits_rel(ctx: Context, shape: Shape) -> float:
+    """The tiles a dropless grouped kernel with shared row tiles computes over the tiles its rows fill
+    (GROUPED_TILE_VISITS)."""
+    tile, groups = ctx.stack.moe_grouped_row_tile, local_experts(ctx, shape)
+    if tile is None or groups <= 1 or ctx.train.moe_capacity_factor is not None:
+        return 1.0
+    rows = tokens_per_local_expert(ctx, shape) * groups
+    tiles = math.ceil(rows / min(tile, rows))
+    return (tiles + groups - 1) / tiles
+
+
+def grouped_tile_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
+    """The GROUPED_TILE_VISITS term where it is not 1 (the trace of every other plan stays as it was)."""
+    if not ctx.model.is_moe:
+        return ()
+    rel, tile = grouped_tile_visits_rel(ctx, shape), ctx.stack.moe_grouped_row_tile
+    if rel == 1.0 or tile is None:
+        return ()
+    return (GROUPED_TILE_VISITS.term("grouped_tile_visits_rel", rel, "", tile_rows=tile,
+                                     local_experts=local_experts(ctx, shape),
+                                     rows=tokens_per_local_expert(ctx, shape) * local_experts(ctx, shape)),)
 
 
 def local_experts(ctx: Context, shape: Shape) -> int:

@@ -131,6 +131,7 @@ STACK = Stack(
     # over NUM_STREAM 4 cuBLAS streams: the kernel scheme of Transformer Engine's GroupedLinear, so the same grouped
     # efficiency, calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY)
     moe_gemm_per_expert=True,
+    moe_grouped_row_tile=None,  # one cuBLAS GEMM per local expert (above)
     # gpt-oss's expert biases run eagerly around the grouped GEMMs (AM:components/moe/layers.py
     # GroupedExpertsDeepEP._apply_bias: per local expert t + b after fc1 and t + b x p after fc2 with DeepEP's fp32
     # probabilities, torch.cat, cast back; the clamped GLU itself is @torch.compile'd, quick_geglu_deepep). Not priced

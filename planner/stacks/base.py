@@ -111,6 +111,9 @@ class Stack:
     moe_shared_expert_overlap: bool
     moe_router_fused: bool
     moe_gemm_per_expert: bool
+    # rows per m-tile of the stack's dropless grouped-GEMM kernel where that kernel computes a tile once for every
+    # group with rows in it (megablox: moe.grouped_tile_visits_rel); None where no such kernel runs
+    moe_grouped_row_tile: int | None
     # the routed experts' GLU clamp and fc2 bias (gpt-oss) run as separate PyTorch ops around the grouped GEMMs unless
     # the run fuses its grouped MLP (TrainingSpec.moe_fused_grouped_mlp; compute.expert_epilogue_s); False: not priced
     moe_expert_epilogue_eager: bool

@@ -63,6 +63,7 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # no shared-expert stream
     moe_router_fused=False,  # top-k gating in PyTorch ops (deepspeed/moe/sharded_moe.py)
     moe_gemm_per_expert=False,  # experts batched by einsum over the local experts
+    moe_grouped_row_tile=None,  # equal capacity buffers, one batched GEMM
     moe_expert_epilogue_eager=False,  # no gpt-oss expert path priced
     yarn_rope_unfused=False,  # its rotary embedding is priced by eager_composites or fused
     moe_a2a_overlap_option=False,  # none

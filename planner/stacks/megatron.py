@@ -117,6 +117,7 @@ STACK = Stack(
     moe_shared_expert_overlap=True,  # --moe-shared-expert-overlap (transformer/moe/shared_experts.py)
     moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
+    moe_grouped_row_tile=None,  # each expert its own GEMM: no tile shared between experts
     # TEGroupedMLP without the TE op fuser (megatron-core core_r0.15-0.19 transformer/moe/experts.py): the clamp of the
     # GLU halves before the fused quick-GeGLU (fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl) and the fc2
     # bias scaled by the router probabilities (TEGroupedMLP._apply_bias: fc2 built with skip_bias_add=True) are eager

@@ -118,6 +118,7 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # the shared expert runs after the routed ones on the same stream
     moe_router_fused=False,  # torch.topk over the scores
     moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts
+    moe_grouped_row_tile=None,  # torch._grouped_mm tiles each expert's GEMM as its own problem
     moe_expert_epilogue_eager=False,  # no gpt-oss expert path priced
     yarn_rope_unfused=False,  # its rotary embedding is priced by eager_composites or fused
     moe_a2a_overlap_option=False,  # none
