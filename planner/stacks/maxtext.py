@@ -90,9 +90,10 @@ STACK = Stack(
     moe_shared_expert_overlap=False,  # no separate shared-expert stream modelled
     moe_router_fused=True,  # XLA fuses the router's top-k with its score function
     moe_gemm_per_expert=False,  # ragged / grouped matmul (megablox) in one kernel
-    # dropless experts run megablox's gmm / tgmm (base.yml megablox and sparse_matmul True) on m-tiles of
-    # tile_batch_seq rows: 512 in base.yml at maxtext 9ca35d7 and 3eb77db (src/MaxText/configs/base.yml l.176), the
-    # emitter leaves it at that (planner.emit.maxtext)
+    # dropless experts run megablox's gmm / tgmm (base.yml megablox and sparse_matmul True) on m-tiles of 512 rows:
+    # tile_batch_seq in base.yml at maxtext 9ca35d7 and 3eb77db (the tpu-recipes runs), wi_tile_fwd_batch_seq /
+    # wo_tile_fwd_batch_seq in maxtext 0.2.5's (which the emitted config runs; megablox takes the forward tiling for its
+    # backward too); the emitter leaves them at that (planner.emit.maxtext)
     moe_grouped_row_tile=512,
     moe_expert_epilogue_eager=False,  # XLA fuses elementwise ops into their neighbours
     yarn_rope_unfused=False,  # its rotary embedding is priced by eager_composites or fused

@@ -184,15 +184,18 @@ def test_maxtext_deepseek3_v5p_runs_without_expert_parallelism(runs):
     the 256 experts are gathered over the fsdp axis and every chip runs all of them on its own 6 x 8192 tokens. The
     row's null plan.ep is read as EP 1 (Stack.ep_unset_is_one), not searched: the search picked EP 256, whose
     all-to-all layout spreads the experts and predicted the step 39.5% fast (54.9 s of 90.668 s); at EP 1 it is
-    69.0 s (-23.9%), and -11.9% once MaxText's custom remat policy re-runs what it does not keep (the MLA projections,
-    router, dispatch and all three expert GEMMs: compute.custom_remat_recompute_s). EP 256 is -18.7% since its
-    all-to-all is held to the links across the torus's middle (placement.ici_alltoall_busbw_GBps; -33% at the
-    chips' ring rate): still faster than the EP 1 the recipe ran, by a layout nobody has measured."""
+    69.0 s (-23.9%), -11.9% once MaxText's custom remat policy re-runs what it does not keep (the MLA projections,
+    router, dispatch and all three expert GEMMs: compute.custom_remat_recompute_s), and +4.2% since megablox's
+    grouped matmul revisits a row tile for each of the 256 groups that starts mid-tile (moe.grouped_tile_visits_rel:
+    393216 rows, 768 tiles + 255). EP 256 (one expert per chip, no shared tile) is -18.7% since its all-to-all is
+    held to the links across the torus's middle (placement.ici_alltoall_busbw_GBps; -33% at the chips' ring rate):
+    faster than the EP 1 the recipe ran, by a layout nobody has measured here (a later MaxText config for it,
+    benchmarks/maxtext_v5p_model_configs.py c4_deepseek_v3_fsdp_v5p_512, sets ici_expert_parallelism -1)."""
     ds3 = next(r for r in runs if r["id"] == "tpurecipes-v5p-deepseek3-671b-v5p-1024")
     assert ds3["plan"]["ep"] is None
     res = validate_runs([ds3])["runs"][0]
     assert res["plan"]["ep"] == 1
-    assert -0.15 < res["step_time_error"] < -0.08, res["step_time_error"]
+    assert 0.0 < res["step_time_error"] < 0.08, res["step_time_error"]
     searched = validate_runs([ds3 | {"plan": ds3["plan"] | {"ep": 256}}])["runs"][0]
     assert -0.22 < searched["step_time_error"] < -0.15, searched["step_time_error"]  # EP 256: -18.7%
 

@@ -25,6 +25,7 @@ from planner.costmodel.moe import (
     MoEForward,
     dispatcher_buffer_bytes,
     expert_load,
+    grouped_tile_visits_rel,
     local_experts,
     permute_s,
 )
@@ -209,14 +210,19 @@ def test_fp8_experts_launch_their_quantize_kernels_per_expert(recipe, per_tensor
 def test_capacity_padded_experts_in_one_kernel_are_a_batched_gemm():
     """MaxText's dense_matmul einsum over capacity buffers (equal groups) runs the local experts as one batched GEMM:
     no grouped-kernel loss, so a capacity factor of 1.0 beats the dropless grouped kernel by 1 / MOE_GROUPED in the
-    expert term; Megatron's per-expert GEMM loop keeps the loss either way."""
-    def experts(framework: str, **train) -> float:
+    expert term, and by the row tiles MaxText's dropless megablox kernel revisits (moe.grouped_tile_visits_rel);
+    Megatron's per-expert GEMM loop keeps the loss either way."""
+    def experts(framework: str, **train) -> tuple[float, float]:
         ctx, ev = _eval("mixtral-8x7b" if "mixtral-8x7b" in MOE_MODELS else MOE_MODELS[0], framework, ep=1, **train)
-        return layer_compute(ctx, plan_shape(ctx, ev.plan), next(k for k in ctx.kinds if k.moe)).experts
+        shape = plan_shape(ctx, ev.plan)
+        return layer_compute(ctx, shape, next(k for k in ctx.kinds if k.moe)).experts, grouped_tile_visits_rel(ctx,
+                                                                                                               shape)
 
-    assert experts("maxtext", moe_capacity_factor=1.0) == pytest.approx(
-        experts("maxtext") * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY)
-    assert experts("megatron", moe_capacity_factor=1.0) == pytest.approx(experts("megatron"))
+    (padded, padded_tiles), (dropless, tiles) = experts("maxtext", moe_capacity_factor=1.0), experts("maxtext")
+    assert padded_tiles == 1.0 and tiles > 1.0
+    assert padded == pytest.approx(dropless * cal.MOE_GROUPED_GEMM_REL_EFFICIENCY / tiles)
+    (padded, padded_tiles), (dropless, tiles) = experts("megatron", moe_capacity_factor=1.0), experts("megatron")
+    assert padded == pytest.approx(dropless) and padded_tiles == tiles == 1.0
 
 
 def test_maxtext_capacity_dispatch_is_two_einsums_over_capacity_buffers():
