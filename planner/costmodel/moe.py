@@ -313,27 +313,34 @@ GROUPED_TILE_VISITS = formula(
 )
 
 
+def _grouped_tiles(ctx: Context, shape: Shape) -> tuple[int, float, int] | None:
+    """(row tile, rows, local experts) of a dropless grouped kernel with shared row tiles running several local
+    experts, else None."""
+    tile, groups = ctx.stack.moe_grouped_row_tile, local_experts(ctx, shape)
+    if tile is None or groups <= 1 or ctx.train.moe_capacity_factor is not None:
+        return None
+    return tile, tokens_per_local_expert(ctx, shape) * groups, groups
+
+
 def grouped_tile_visits_rel(ctx: Context, shape: Shape) -> float:
     """The tiles a dropless grouped kernel with shared row tiles computes over the tiles its rows fill
     (GROUPED_TILE_VISITS)."""
-    tile, groups = ctx.stack.moe_grouped_row_tile, local_experts(ctx, shape)
-    if tile is None or groups <= 1 or ctx.train.moe_capacity_factor is not None:
+    kernel = _grouped_tiles(ctx, shape)
+    if kernel is None:
         return 1.0
-    rows = tokens_per_local_expert(ctx, shape) * groups
+    tile, rows, groups = kernel
     tiles = math.ceil(rows / min(tile, rows))
     return (tiles + groups - 1) / tiles
 
 
 def grouped_tile_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
-    """The GROUPED_TILE_VISITS term where it is not 1 (the trace of every other plan stays as it was)."""
-    if not ctx.model.is_moe:
+    """The GROUPED_TILE_VISITS term where such a kernel runs (the trace of every other plan stays as it was)."""
+    kernel = _grouped_tiles(ctx, shape) if ctx.model.is_moe else None
+    if kernel is None:
         return ()
-    rel, tile = grouped_tile_visits_rel(ctx, shape), ctx.stack.moe_grouped_row_tile
-    if rel == 1.0 or tile is None:
-        return ()
-    return (GROUPED_TILE_VISITS.term("grouped_tile_visits_rel", rel, "", tile_rows=tile,
-                                     local_experts=local_experts(ctx, shape),
-                                     rows=tokens_per_local_expert(ctx, shape) * local_experts(ctx, shape)),)
+    tile, rows, groups = kernel
+    return (GROUPED_TILE_VISITS.term("grouped_tile_visits_rel", grouped_tile_visits_rel(ctx, shape), "",
+                                     tile_rows=tile, local_experts=groups, rows=rows),)
 
 
 def local_experts(ctx: Context, shape: Shape) -> int:
