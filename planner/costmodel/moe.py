@@ -326,9 +326,10 @@ def grouped_tile_visits_rel(ctx: Context, shape: Shape) -> float:
     """The tiles a dropless grouped kernel with shared row tiles computes over the tiles its rows fill
     (GROUPED_TILE_VISITS)."""
     kernel = _grouped_tiles(ctx, shape)
-    if kernel is None:
-        return 1.0
-    tile, rows, groups = kernel
+    return 1.0 if kernel is None else _tile_visits(*kernel)
+
+
+def _tile_visits(tile: int, rows: float, groups: int) -> float:
     tiles = math.ceil(rows / min(tile, rows))
     return (tiles + groups - 1) / tiles
 
@@ -339,7 +340,7 @@ def grouped_tile_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
     if kernel is None:
         return ()
     tile, rows, groups = kernel
-    return (GROUPED_TILE_VISITS.term("grouped_tile_visits_rel", grouped_tile_visits_rel(ctx, shape), "",
+    return (GROUPED_TILE_VISITS.term("grouped_tile_visits_rel", _tile_visits(tile, rows, groups), "",
                                      tile_rows=tile, local_experts=groups, rows=rows),)
 
 
