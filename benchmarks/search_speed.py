@@ -25,7 +25,8 @@ CASES = [
                                       "--gbs", "2048"], 2.0),
     # the slowest case (issue 23: ~3.6 s on a loaded 2-core machine before the search-speed work; target 1 s). Two
     # searches since round 22, one per MoE dispatcher (alltoall, flex: planner.search.dispatchers): 0.76 ->
-    # 1.22 s on the quiet machine; 0.92-0.93 s since round 25 runs them side by side (docs/performance.md)
+    # 1.22 s on the quiet machine; 0.92-0.93 s since round 25 runs them side by side; 1.13-1.15 s since round 32
+    # searches each with and without Megatron's batch-level EP overlap (four searches, docs/performance.md)
     ("deepseek-v3 on h100x1024", ["--model", "deepseek-v3", "--cluster", "h100x1024"], 1.0),
     ("deepseek-v3 on h800x2048", ["--model", "deepseek-v3", "--cluster", "h800-sxm-80gbx2048", "--seq-len", "4096",
                                   "--gbs", "15360"], 5.0),
@@ -35,7 +36,8 @@ CASES = [
     # of it three CP-SAT stage solves of 0.7-1.0 s over splits no launch flag expresses; 1.04 s once the solver looks
     # only at Megatron-expressible splits (planner.search.stages._add_even_middle); 0.98-1.05 s since round 25 (the
     # dispatchers side by side, those splits enumerated without ortools: planner.search.stages.flag_splits); 0.84 s
-    # since round 29 imports ortools only where a stage problem needs CP-SAT (docs/performance.md)
+    # since round 29 imports ortools only where a stage problem needs CP-SAT; 1.04-1.07 s since round 32 searches the
+    # batch-level EP overlap too (docs/performance.md)
     ("gpt-oss-120b on h100x256", ["--model", "gpt-oss-120b", "--cluster", "h100x256"], 1.0),
     # the largest feasible space of a 112-request sweep (16 catalog models x 7 clusters, 2026-11-27): 18,016 plans
     # screened, 9,832 timed (it fits at micro-batches 1-16 on 326 layouts); 5.6 s then, the 1 s target NOT met

@@ -61,7 +61,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     gate = launcher or modelled_launcher(model, train, cluster)
 
     with progress(f"searching plans for {model.name} on {cluster.name}"):
-        ctx, res, unrunnable, dispatchers = _search_request(req, ctx, fixed, launcher, gate)
+        ctx, res, unrunnable, dispatchers, overlap = _search_request(req, ctx, fixed, launcher, gate)
     seconds = time.perf_counter() - t0
     if not res.plans and not res.structures:
         raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
@@ -81,6 +81,11 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
         chosen = dispatcher_note(ctx, dispatchers)
         if chosen:
             doc["plans"][0]["warnings"] = [*doc["plans"][0]["warnings"], chosen]
+    if overlap:
+        doc["search"]["moe_a2a_overlap"] = {"with": overlap[True], "without": overlap[False]}
+        chosen = overlap_note(ctx, overlap)
+        if chosen:
+            doc["plans"][0]["warnings"] = [*doc["plans"][0]["warnings"], chosen]
     if unrunnable:
         note = (f"{unrunnable} cannot run the pinned knobs ({req.pins_text()}): the plans are costed as pinned, "
                 f"and --out writes no {unrunnable} files for them")
@@ -98,16 +103,17 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
 
 def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, gate: str | None):
     """The search of a checked request: (ctx, result, the launcher that cannot run the pinned knobs or None,
-    {dispatcher: its #1's step time} where the MoE dispatcher is searched: planner.search.dispatchers)."""
+    {dispatcher: its #1's step time} where the MoE dispatcher is searched, {with the batch-level EP overlap: its #1's
+    step time} where the overlap is searched: planner.search.dispatchers)."""
     from planner.search.dispatchers import search_dispatchers
     from planner.search.engine import search
 
-    found = search_dispatchers(base, search_options(req, fixed, gate))
+    found = search_dispatchers(base, search_options(req, fixed, gate), overlap_pinned=req.moe_a2a_overlap is not None)
     if not launcher and gate and not found.result.plans and fixed:
         # the pinned knobs describe a run the modelled stack's launcher cannot write (DeepSeek-V3's own DualPipe
         # plan): cost it as pinned, and say that no launch files of that launcher are written for it
-        return base, search(base, search_options(req, fixed, None)), gate, {}
-    return found.ctx, found.result, None, found.seen
+        return base, search(base, search_options(req, fixed, None)), gate, {}, {}
+    return found.ctx, found.result, None, found.seen, found.overlap_seen
 
 
 def dispatcher_note(ctx, seen: dict[str, float | None]) -> str | None:
@@ -121,6 +127,17 @@ def dispatcher_note(ctx, seen: dict[str, float | None]) -> str | None:
     return (f"costed with the {kind} MoE dispatcher{kernels}, searched beside {default}: #1 at {seen[kind]:.3f} s "
             f"against {against}; its launch files need {ctx.train.flex_backend if kind == 'flex' else kind} "
             f"installed, --moe-dispatcher {default} plans without it")
+
+
+def overlap_note(ctx, seen: dict[bool, float | None]) -> str | None:
+    """What a searched batch-level EP overlap the kept plans run changes in the launch (planner.search.dispatchers)."""
+    if not ctx.train.moe_a2a_overlap:
+        return None
+    other = seen.get(False)
+    against = f"{other:.3f} s without it" if other is not None else "none fits without it"
+    return (f"costed with Megatron's batch-level EP all-to-all overlap (--overlap-moe-expert-parallel-comm "
+            f"--delay-wgrad-compute: one micro-batch's forward merged with another's backward), searched beside none: "
+            f"#1 at {seen[True]:.3f} s against {against}; --no-moe-a2a-overlap plans without it")
 
 
 def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:

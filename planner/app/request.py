@@ -42,7 +42,7 @@ class PlanRequest:
     moe_capacity_factor: float | None = None
     moe_dispatcher: str | None = None  # default: the stack's
     moe_flex_backend: str | None = None  # default: the stack's (DeepEP)
-    moe_a2a_overlap: bool | None = None  # default off
+    moe_a2a_overlap: bool | None = None  # None: searched where the stack runs it (planner.search.dispatchers)
     torch_compile: bool | None = None
     fp8_recipe: Fp8Recipe | None = None
     loss_chunks: int | None = None  # default: the --launcher's stack's (torchtitan 8), else 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
-from planner.costmodel.moe import dispatcher, expert_load, groups_per_token
+from planner.costmodel.moe import batched_experts, dispatcher, expert_load, groups_per_token, local_experts
 from planner.costmodel.trace import Term, formula
 from planner.specs import MoESpec
 
@@ -160,6 +160,18 @@ def dualpipe_exposed_ep_s(ep_fwd_s: float, stage_fwd_s: float, stage_bwd_s: floa
     return max(0.0, ep_fwd_s - DUALPIPE_HIDDEN_COMPUTE_SHARE * (stage_fwd_s + stage_bwd_s))
 
 
+# A plan that holds one routed expert per device runs it as one plain GEMM (moe.experts_s), while plans with several
+# carry calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY, a stand-in for costs not identified. The published runs with one
+# routed expert per device (26 in runs/, all Megatron: 20 Grok-1 DGX Cloud rows, 6 of them on GB200, 2 Llama 4 Maverick
+# DGX Cloud rows, 4 Mixtral 8x22B model-zoo rows) ran a median 8.7% slower than predicted (the 20 on Hopper 9.7%), while
+# the 173 MoE runs with several experts per device land at a median 0.9% (tests/analysis/test_one_expert_rule.py
+# recomputes both): the search favours such plans by about that much more than the runs do, which matters where the
+# batch-level EP overlap hides a wide EP group's all-to-alls (planner.search.dispatchers) and EP reaches the expert
+# count.
+ONE_EXPERT_RUNS = 26
+ONE_EXPERT_SLOWER_MEDIAN = 0.087
+
+
 def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
     p, out = shape.plan, []
     if ctx.model.is_moe and p.ep > 1 and shape.links.ep.crosses_domain:
@@ -168,6 +180,11 @@ def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
     if ctx.model.is_moe and ctx.train.moe_capacity_factor is None:
         out.append("dropless MoE: expert time and memory are charged at balanced routing; a real router loads "
                    "the busiest expert more (--moe-capacity-factor bounds it)")
+    if ctx.model.is_moe and p.ep > 1 and local_experts(ctx, shape) == 1 and not batched_experts(ctx):
+        out.append(f"one routed expert per device (EP {p.ep}): its GEMMs are costed as one plain GEMM, without the "
+                   f"grouped-expert stand-in plans with several per device carry; the {ONE_EXPERT_RUNS} published runs "
+                   f"with one per device ran a median {ONE_EXPERT_SLOWER_MEDIAN:.0%} slower than predicted, so plans "
+                   "with fewer EP ranks may be closer than ranked")
     return out
 
 

@@ -287,14 +287,20 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e = m.require_moe()
     rows = tokens_per_local_expert(ctx, shape)
-    # one local expert is one plain GEMM (a group of one), and capacity-padded experts in a stack that runs them as
-    # one kernel are equal-sized groups, one batched GEMM (MaxText's dense_matmul einsum "EBNCM,EMH -> EBNCH" over
-    # the capacity buffers, MaxText layers/moe.py; DeepSpeed-MoE's einsum over local experts): no grouped-kernel loss
-    batched = ctx.train.moe_capacity_factor is not None and not ctx.stack.moe_gemm_per_expert
+    # one local expert is one plain GEMM (a group of one): no grouped-kernel loss (expert.ep_warnings says what the
+    # published runs with one per device show)
+    batched = batched_experts(ctx)
     grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 and not batched else 1.0
     eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
     return (expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
             * grouped_tile_visits_rel(ctx, shape))
+
+
+def batched_experts(ctx: Context) -> bool:
+    """Capacity-padded experts in a stack that runs them as one kernel: equal-sized groups, one batched GEMM (MaxText's
+    dense_matmul einsum "EBNCM,EMH -> EBNCH" over the capacity buffers, MaxText layers/moe.py; DeepSpeed-MoE's einsum
+    over local experts), which carries no grouped-kernel loss (experts_s)."""
+    return ctx.train.moe_capacity_factor is not None and not ctx.stack.moe_gemm_per_expert
 
 
 # A grouped-GEMM kernel that walks the rows sorted by expert in m-tiles (megablox's gmm, and its backward's gmm and

@@ -425,7 +425,13 @@ def _optimizer_args(job: Job, a: _Args) -> dict[str, str]:
         a.flag("--optimizer-cpu-offload")
         a.flag("--optimizer-offload-fraction", "1.0")
     env: dict[str, str] = {}
-    if (p.tp > 1 or p.cp > 1) and not job.blackwell_or_later and p.zero_stage != 3:
+    if job.train.moe_a2a_overlap and p.ep > 1:
+        # the batch-level EP overlap runs its all-to-alls on their own stream beside the other micro-batch's compute:
+        # 32 (Megatron-LM d98e8a64 skills/mcore-run-on-slurm/SKILL.md, CUDA_DEVICE_MAX_CONNECTIONS:
+        # "overlap_moe_expert_parallel_comm enabled: set to 32"; the MoE README's requirement "> 1"); validate_args then
+        # warns instead of asserting 1 for TP / CP > 1 before Blackwell (megatron/training/arguments.py)
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
+    elif (p.tp > 1 or p.cp > 1) and not job.blackwell_or_later and p.zero_stage != 3:
         # validate_args asserts it before Blackwell; Megatron-FSDP asserts the opposite (it warns instead)
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     return env
@@ -443,13 +449,22 @@ FLEX_KERNELS = {"deepep": "DeepEP (github.com/deepseek-ai/DeepEP)",
                 "hybridep": "HybridEP (github.com/deepseek-ai/DeepEP, branch hybrid-ep)"}
 
 
-def _kernel_requirements(job: Job) -> list[str]:
-    """Comment lines naming what the written flags need beyond Megatron-LM itself: the flex dispatcher's kernels."""
-    if job.model.moe is None or job.train.dispatcher != "flex":
+def _kernel_requirements(job: Job, args: list[str]) -> list[str]:
+    """Comment lines naming what the written flags need beyond Megatron-LM itself: the flex dispatcher's kernels; the
+    Transformer Engine the batch-level EP overlap's --delay-wgrad-compute needs beside --overlap-grad-reduce
+    (megatron-core 0.19.2 megatron/training/arguments.py validate_args: "overlap_grad_reduce is only supported with
+    TE >= 2.8.0 when enabling delay_wgrad_compute")."""
+    if job.model.moe is None:
         return []
-    backend = job.train.flex_backend
-    return [f"# Needs {FLEX_KERNELS[backend]} installed: the flex MoE dispatcher runs its kernels "
-            f"(--moe-flex-dispatcher-backend {backend})."]
+    out = []
+    if job.train.dispatcher == "flex":
+        backend = job.train.flex_backend
+        out.append(f"# Needs {FLEX_KERNELS[backend]} installed: the flex MoE dispatcher runs its kernels "
+                   f"(--moe-flex-dispatcher-backend {backend}).")
+    if "--delay-wgrad-compute" in args and "--overlap-grad-reduce" in args:
+        out.append("# Needs Transformer Engine >= 2.8: --delay-wgrad-compute (the batch-level EP overlap) beside "
+                   "--overlap-grad-reduce.")
+    return out
 
 
 def launch_script(job: Job, args: list[str], env: dict[str, str]) -> str:
@@ -463,7 +478,7 @@ def launch_script(job: Job, args: list[str], env: dict[str, str]) -> str:
         "# Run on every node with NODE_RANK and MASTER_ADDR set. Arguments given to this script are",
         "# appended (data, tokenizer, checkpoints, --train-iters, learning rate...).",
         "# MEGATRON_LM is the Megatron-LM checkout holding pretrain_gpt.py.",
-        *_kernel_requirements(job),
+        *_kernel_requirements(job, args),
         "set -euo pipefail",
     ]
     for k, v in env.items():

@@ -1,12 +1,13 @@
-"""The MoE dispatcher as a searched knob: where a request pins none, the dispatchers its stack offers beside the
-default (searched_dispatchers) are each searched in full, and the search whose #1 ranks first is kept
-(search_dispatchers). The dispatcher is a training setting (TrainingSpec.moe_dispatcher), not a plan knob: every plan of
-one search shares it, and the launch files write it."""
+"""The MoE dispatcher and Megatron's batch-level EP overlap as searched knobs: where a request pins none, the
+dispatchers its stack offers beside the default (searched_dispatchers), each with and without the overlap where the
+stack runs it and the request does not pin it (searched_overlap), are each searched in full, and the search whose #1
+ranks first is kept (search_dispatchers). Both are training settings (TrainingSpec.moe_dispatcher, moe_a2a_overlap),
+not plan knobs: every plan of one search shares them, and the launch files write them."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from planner.costmodel import Context
@@ -53,52 +54,106 @@ def searched_dispatchers(model: ModelSpec, cluster: ClusterSpec, train: Training
     return tuple(out)
 
 
+def searched_overlap(model: ModelSpec, train: TrainingSpec) -> bool:
+    """Whether Megatron's batch-level EP all-to-all overlap (TrainingSpec.moe_a2a_overlap) is searched beside its
+    absence, for a request that does not pin it (search_dispatchers' overlap_pinned): an MoE model on a stack that runs
+    it (Stack.moe_a2a_overlap_option) with a dispatcher it takes (megatron-core transformer_config.py: "supported with
+    alltoall/flex token dispatcher"). Megatron's MoE guide names it the fix where the EP all-to-all is exposed ("EP
+    All-to-All can consume 30-40% of training time without optimization", megatron/core/transformer/moe/README.md,
+    Megatron-LM d98e8a64), and NVIDIA's own recipes run it (Megatron-Bridge's DeepSeek-V3 and Qwen3-235B-A22B H100 /
+    B200 presets: the runs of runs/ priced with moe.merged_fwd_bwd); the plans it cannot take (full recompute, the
+    'moe' recompute module, pp > 1 without virtual stages, no expert parallelism: stacks.rules.a2a_overlap_needs_vpp)
+    are left to the search without it."""
+    from planner.stacks import stack_of
+
+    return (model.is_moe and not train.moe_a2a_overlap and stack_of(train).moe_a2a_overlap_option
+            and train.dispatcher in ("alltoall", "flex"))
+
+
+def overlap_pinned_out(fixed: dict[str, Any]) -> bool:
+    """Whether the pinned knobs leave the batch-level EP overlap nothing to run: EP pinned to 1 (nothing to overlap),
+    or knobs it cannot take (stacks.rules.a2a_overlap_needs, with every unpinned knob at a value it takes: virtual
+    stages unless the schedule or vpp is pinned otherwise)."""
+    from planner.stacks.rules import a2a_overlap_needs
+
+    schedule = fixed.get("schedule")
+    vpp = fixed.get("vpp") or (1 if schedule is not None and schedule != "interleaved" else 2)
+    return fixed.get("ep") == 1 or bool(a2a_overlap_needs(fixed.get("recompute") or "selective",
+                                                          tuple(fixed.get("recompute_modules") or ()),
+                                                          fixed.get("pp") or 1, vpp))
+
+
 @dataclass(frozen=True)
 class DispatcherSearch:
-    ctx: Context  # the context of the search kept: its training names the dispatcher
+    ctx: Context  # the context of the search kept: its training names the dispatcher and the overlap
     result: SearchResult
-    # every dispatcher searched -> its own #1's step time (None where nothing fits); empty where none was searched
+    # every dispatcher searched -> the #1 step time of its searches (None where nothing fits): what pinning it keeps;
+    # empty where no dispatcher was searched
     seen: dict[str, float | None]
+    # where the overlap was searched (searched_overlap): with it (True) and without (False) -> the #1 step time of
+    # those searches (None where nothing fits): what pinning it keeps; empty otherwise
+    overlap_seen: dict[bool, float | None] = field(default_factory=dict)
 
 
-def search_dispatchers(ctx: Context, opts: SearchOptions) -> DispatcherSearch:
-    """search() of ctx and, where searched_dispatchers offers any, of each alternative (the same request otherwise);
-    the one whose #1 ranks first is kept: a lower memory tier, else faster by more than the ranking's tie band. A tie
-    keeps the stack's default, which needs no kernels beyond the stack's own."""
-    alternatives = [Context(ctx.model, ctx.cluster, ctx.train.model_copy(update=settings),
-                            memory_headroom_gib=ctx.memory_headroom_gib)
-                    for settings in searched_dispatchers(ctx.model, ctx.cluster, ctx.train)]
-    if not alternatives:
+def search_dispatchers(ctx: Context, opts: SearchOptions, overlap_pinned: bool = True) -> DispatcherSearch:
+    """search() of ctx and, where searched_dispatchers offers any, of each alternative dispatcher, each also with the
+    batch-level EP overlap where it is searched (searched_overlap, unless `overlap_pinned`: the request states it); the
+    same request otherwise. The one whose #1 ranks first is kept: a lower memory tier, else faster by more than the
+    ranking's tie band. A tie keeps the earlier: the stack's default dispatcher, then no overlap, which need no kernels
+    or schedule beyond the stack's defaults."""
+    dispatchers: list[dict[str, Any]] = [{}, *searched_dispatchers(ctx.model, ctx.cluster, ctx.train)]
+    variants = list(dispatchers)
+    if not overlap_pinned and not overlap_pinned_out(opts.fixed):
+        variants += [d | {"moe_a2a_overlap": True} for d in dispatchers
+                     if searched_overlap(ctx.model, ctx.train.model_copy(update=d))]
+    if len(variants) == 1:
         return DispatcherSearch(ctx, search(ctx, opts), {})
-    ctxs = [ctx, *alternatives]
+    ctxs = [ctx] + [Context(ctx.model, ctx.cluster, ctx.train.model_copy(update=settings),
+                            memory_headroom_gib=ctx.memory_headroom_gib) for settings in variants[1:]]
     searches = list(zip(ctxs, _searches(ctxs, opts), strict=True))
-    seen = {c.train.dispatcher: r.plans[0].step_time_s if r.plans else None for c, r in searches}
+    kept = _kept(searches)
+
+    def first(group: list[tuple[Context, SearchResult]]) -> float | None:
+        """The #1 step time of what pinning the group's shared setting would keep (None: nothing fits)."""
+        r = _kept(group)[1]
+        return r.plans[0].step_time_s if r.plans else None
+
+    seen = {d: first([(c, r) for c, r in searches if c.train.dispatcher == d])
+            for d in dict.fromkeys(c.train.dispatcher for c, _ in searches)} if len(dispatchers) > 1 else {}
+    overlap_seen = {o: first([(c, r) for c, r in searches if c.train.moe_a2a_overlap == o])
+                    for o in (False, True)} if len(variants) > len(dispatchers) else {}
+    return DispatcherSearch(kept[0], kept[1], seen, overlap_seen)
+
+
+def _kept(searches: list[tuple[Context, SearchResult]]) -> tuple[Context, SearchResult]:
+    """The search whose #1 ranks first (_ranks_first), the earliest of tied ones."""
     kept = searches[0]
     for c, r in searches[1:]:
         if r.plans and _ranks_first(r.plans[0], kept[1].plans[0] if kept[1].plans else None):
             kept = (c, r)
-    return DispatcherSearch(kept[0], kept[1], seen)
+    return kept
 
 
 def side_by_side(opts: SearchOptions, n: int) -> int:
     """Processes that run `n` dispatcher searches side by side (1: one after the other, each scanning its layouts in
-    its own processes as planner.search.engine.scan_workers decides): one per search where the platform forks safely
-    and the cores (or SearchOptions.workers / PLANNER_SEARCH_WORKERS) allow at least one each. Side by side, each
-    search fills its own caches once; split by layouts, both halves of a search recompute the layer times they share
-    (docs/performance.md, round 25)."""
+    its own processes as planner.search.engine.scan_workers decides): one per search, or one per core with the
+    searches dealt round robin (forks.fork_map) where there are fewer cores (or SearchOptions.workers /
+    PLANNER_SEARCH_WORKERS) than searches, where the platform forks safely. Side by side, each search fills its own
+    caches once; split by layouts, both halves of a search recompute the layer times they share (docs/performance.md,
+    round 25)."""
     asked = opts.workers or forks.requested_workers()
     if n < 2 or not (forks.can_fork() and forks.fork_safe()):
         return 1
     cores = asked if asked is not None else min(forks.available_cores(), forks.MAX_WORKERS)
-    return n if cores >= n else 1
+    return min(n, cores) if cores >= 2 else 1
 
 
 def _searches(ctxs: list[Context], opts: SearchOptions) -> list[SearchResult]:
-    """search() of each context, in that order: side by side (side_by_side), the first in this process and each other
-    in a forked one, each with its share of the processes for its own layouts; or one after the other. The answers are
-    the same (every cached value is independent of what was computed before: tests/search/test_search_memo.py); a
-    forked search's evaluations come back without their lazily built traces, which are rebuilt here from the same
-    context (evaluate is pure)."""
+    """search() of each context, in that order: side by side (side_by_side), dealt round robin to this process (the
+    first) and forked ones, each with its share of the processes for its own layouts; or one after the other. The
+    answers are the same (every cached value is independent of what was computed before:
+    tests/search/test_search_memo.py); a forked search's evaluations come back without their lazily built traces,
+    which are rebuilt here from the same context (evaluate is pure)."""
     n = len(ctxs)
     procs = side_by_side(opts, n)
     if procs == 1:

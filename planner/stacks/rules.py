@@ -83,19 +83,25 @@ def fp8_param_gather_needs_sharded_optimizer(who: str) -> PlanRule:
     return rule
 
 
+def a2a_overlap_needs(recompute: str, recompute_modules: tuple[str, ...] | list[str], pp: int, vpp: int) -> list[str]:
+    """What batch-level EP overlap needs that these knobs lack (megatron-core transformer_config.py asserts): no full
+    recompute, no 'moe' recompute module and, under pipeline parallelism, virtual stages."""
+    return [need for bad, need in (
+        (recompute == "full", "no full recompute"),
+        ("moe" in recompute_modules, "no 'moe' recompute module (megatron-core asserts it)"),
+        (pp > 1 and vpp == 1, f"virtual stages with pp={pp} (--vpp > 1)")) if bad]
+
+
 def a2a_overlap_needs_vpp(who: str) -> PlanRule:
     """Batch-level EP overlap needs no full recompute and, under pipeline parallelism, the interleaved schedule
-    (virtual stages set). Without expert parallelism it has nothing to overlap and is left out (the cost model and
-    the emitter ignore it), so that rule is no plan error."""
+    (virtual stages set): a2a_overlap_needs. Without expert parallelism it has nothing to overlap and is left out (the
+    cost model and the emitter ignore it), so that rule is no plan error."""
 
     def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
         if not train.moe_a2a_overlap:
             return []
-        out = [f"batch-level EP overlap (--moe-a2a-overlap) needs {need} ({who} rule)" for bad, need in (
-            (p.recompute == "full", "no full recompute"),
-            ("moe" in p.recompute_modules, "no 'moe' recompute module (megatron-core asserts it)"),
-            (p.pp > 1 and p.vpp == 1, f"virtual stages with pp={p.pp} (--vpp > 1)")) if bad]
-        return out
+        return [f"batch-level EP overlap (--moe-a2a-overlap) needs {need} ({who} rule)"
+                for need in a2a_overlap_needs(p.recompute, p.recompute_modules, p.pp, p.vpp)]
 
     return rule
 

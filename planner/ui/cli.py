@@ -216,11 +216,12 @@ def _setting_options() -> list:
                      help="with --moe-dispatcher flex: its kernels (Megatron --moe-flex-dispatcher-backend): deepep, "
                      "or hybridep (Megatron-Bridge's GB200 recipes: the permute inside the dispatch, fewer host "
                      "launches after its sync). Default: deepep"),
-        click.option("--moe-a2a-overlap", is_flag=True, default=None,
+        click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
                      help="Megatron batch-level EP all-to-all overlap (--overlap-moe-expert-parallel-comm "
                      "--delay-wgrad-compute): one micro-batch's forward merged with another's backward, the "
                      "all-to-alls hidden under that compute; a dropless dispatcher's host syncs then expose the "
-                     "host's kernel launches. Default: off"),
+                     "host's kernel launches. Default: searched with and without where the stack runs it "
+                     "(Megatron, MoE), the faster kept"),
         click.option("--fp8-recipe", type=click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"]),
                      help="with --dtype fp8: the scaling recipe (Megatron --fp8-recipe; mxfp8 on Blackwell only). "
                      "Default: the launcher's (tensorwise)"),

@@ -65,15 +65,20 @@ def model_fields(args, cfg) -> dict:
 
 
 def stand_in_transformer_engine() -> None:
-    """Transformer Engine is on the target GPU nodes, not here: report TE 2.14 to the config checks (version gates
-    only) and stand-ins for TE's fused RoPE and MoE permutation kernels (--moe-permute-fusion), which
+    """Transformer Engine is on the target GPU nodes, not here: report TE 2.14 to the config and argument checks
+    (version gates only) and stand-ins for TE's fused RoPE and MoE permutation kernels (--moe-permute-fusion), which
     TransformerConfig only tests for None."""
     import megatron.core.models.common.embeddings.rope_utils as rope_utils
     import megatron.core.transformer.moe.moe_utils as moe_utils
     import megatron.core.transformer.transformer_config as tc
+    import megatron.training.arguments as arguments
     from packaging.version import Version
+
     tc.is_te_min_version = lambda v, check_equality=True: Version("2.14.0") >= Version(str(v))
     tc.get_te_version = lambda: Version("2.14.0")
+    # validate_args' own gates too (megatron/training/arguments.py imports it from megatron.core.utils): e.g. the
+    # batch-level EP overlap's --delay-wgrad-compute beside --overlap-grad-reduce needs TE >= 2.8
+    arguments.is_te_min_version = tc.is_te_min_version
     if rope_utils.fused_apply_rotary_pos_emb is None:
         rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
     for name in ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",

@@ -45,14 +45,20 @@ def test_workers_chosen_from_cores_layouts_and_the_environment(monkeypatch):
     assert scan_workers(SearchOptions(workers=4), 100 * LAYOUTS_PER_WORKER) == 1  # no fork off Linux
 
 
-def test_dispatcher_searches_side_by_side_only_with_a_core_each(monkeypatch):
+def test_dispatcher_searches_side_by_side_one_process_per_core(monkeypatch):
     from planner.search.dispatchers import side_by_side
 
     monkeypatch.delenv(forks.WORKERS_ENV, raising=False)
     monkeypatch.setattr(forks, "available_cores", lambda: 2)
     monkeypatch.setattr(forks, "fork_safe", lambda: True)
     assert side_by_side(SearchOptions(), 2) == 2
-    assert side_by_side(SearchOptions(), 3) == 1  # fewer cores than searches: one after the other
+    # fewer cores than searches (dispatchers x the batch-level EP overlap: 4): one process per core, the searches
+    # dealt round robin
+    assert side_by_side(SearchOptions(), 4) == 2
+    assert side_by_side(SearchOptions(workers=3), 4) == 3
+    monkeypatch.setattr(forks, "available_cores", lambda: 1)
+    assert side_by_side(SearchOptions(), 4) == 1  # one core: one after the other
+    monkeypatch.setattr(forks, "available_cores", lambda: 2)
     assert side_by_side(SearchOptions(), 1) == 1
     assert side_by_side(SearchOptions(workers=1), 2) == 1  # the option wins
     monkeypatch.setenv(forks.WORKERS_ENV, "1")
