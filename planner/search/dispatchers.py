@@ -62,8 +62,8 @@ def searched_overlap(model: ModelSpec, train: TrainingSpec) -> bool:
     All-to-All can consume 30-40% of training time without optimization", megatron/core/transformer/moe/README.md,
     Megatron-LM d98e8a64), and NVIDIA's own recipes run it (Megatron-Bridge's DeepSeek-V3 and Qwen3-235B-A22B H100 /
     B200 presets: the runs of runs/ priced with moe.merged_fwd_bwd); the plans it cannot take (full recompute, the
-    'moe' recompute module, pp > 1 without virtual stages, no expert parallelism: stacks.rules.a2a_overlap_needs_vpp)
-    are left to the search without it."""
+    'moe' recompute module, pp > 1 without virtual stages: stacks.rules.a2a_overlap_needs) are left to the search
+    without it, and without expert parallelism it is inert (moe.merged_fwd_bwd)."""
     from planner.stacks import stack_of
 
     return (model.is_moe and not train.moe_a2a_overlap and stack_of(train).moe_a2a_overlap_option

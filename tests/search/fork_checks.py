@@ -89,6 +89,22 @@ def dispatchers_side_by_side() -> None:
                                                                           for t in a.trace.terms()]
 
 
+def overlap_searches_dealt() -> None:
+    # with the batch-level EP overlap searched too, DeepSeek-V3 on H100s runs four searches (alltoall and flex, each
+    # with and without it): dealt round robin to two processes, two each (this one and one forked), it keeps what the
+    # four one after the other keep
+    from planner.search.dispatchers import search_dispatchers
+
+    calls = _count_forks()
+    one = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=1, top_k=5), overlap_pinned=False)
+    two = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=2, top_k=5), overlap_pinned=False)
+    assert calls == [2], calls  # four searches, two processes
+    assert set(one.overlap_seen) == {False, True} and two.overlap_seen == one.overlap_seen, one.overlap_seen
+    assert two.seen == one.seen and two.ctx.train == one.ctx.train and _summary(two.result) == _summary(one.result)
+    for a, b in zip(one.result.plans, two.result.plans, strict=True):
+        assert [(t.name, t.value) for t in b.trace.terms()] == [(t.name, t.value) for t in a.trace.terms()]
+
+
 def _square_or_fail(i: int) -> int:
     if i == 5:
         raise ValueError("piece 5 is bad")
@@ -119,7 +135,7 @@ def fork_map_order_and_errors() -> None:
 
 
 CHECKS = {f.__name__: f for f in (gpu_moe, tpu_moe_unfitting_too, every_candidate_refused, dispatchers_side_by_side,
-                                   fork_map_order_and_errors)}
+                                   overlap_searches_dealt, fork_map_order_and_errors)}
 
 if __name__ == "__main__":
     assert forks.fork_safe(), "a fresh interpreter must be safe to fork"
