@@ -185,6 +185,11 @@ def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
                    f"grouped-expert stand-in plans with several per device carry; the {ONE_EXPERT_RUNS} published runs "
                    f"with one per device ran a median {ONE_EXPERT_SLOWER_MEDIAN:.0%} slower than predicted, so plans "
                    "with fewer EP ranks may be closer than ranked")
+    if ctx.model.is_moe and ctx.train.moe_a2a_overlap and p.ep == 1:
+        # megatron-core asserts expert parallelism for it (transformer_config.py: "overlap_moe_expert_parallel_comm is
+        # only supported with expert model parallelism"): moe.merged_fwd_bwd and the emitter leave it out here
+        out.append("batch-level EP overlap (--moe-a2a-overlap) with EP 1: no expert all-to-all to overlap, so this "
+                   "plan is costed and written without it")
     return out
 
 

@@ -63,11 +63,13 @@ def searched_overlap(model: ModelSpec, train: TrainingSpec) -> bool:
     Megatron-LM d98e8a64), and NVIDIA's own recipes run it (Megatron-Bridge's DeepSeek-V3 and Qwen3-235B-A22B H100 /
     B200 presets: the runs of runs/ priced with moe.merged_fwd_bwd); the plans it cannot take (full recompute, the
     'moe' recompute module, pp > 1 without virtual stages: stacks.rules.a2a_overlap_needs) are left to the search
-    without it, and without expert parallelism it is inert (moe.merged_fwd_bwd)."""
+    without it, and without expert parallelism it is inert (moe.merged_fwd_bwd). A model it cannot take (more than one
+    MTP layer: stacks.rules.a2a_overlap_model_needs) is not searched with it."""
     from planner.stacks import stack_of
+    from planner.stacks.rules import a2a_overlap_model_needs
 
     return (model.is_moe and not train.moe_a2a_overlap and stack_of(train).moe_a2a_overlap_option
-            and train.dispatcher in ("alltoall", "flex"))
+            and train.dispatcher in ("alltoall", "flex") and not a2a_overlap_model_needs(model))
 
 
 def overlap_pinned_out(fixed: dict[str, Any]) -> bool:

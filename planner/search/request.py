@@ -47,6 +47,11 @@ def model_training_errors(model: ModelSpec, train: TrainingSpec) -> list[str]:
                         ("--moe-a2a-overlap", train.moe_a2a_overlap)):
         if given and not model.is_moe:
             return [f"{flag} applies to MoE models; {model.name} is dense: drop the flag"]
+    if train.moe_a2a_overlap:
+        from planner.stacks.rules import a2a_overlap_model_needs
+
+        return [f"--moe-a2a-overlap (batch-level EP overlap) needs {need}: drop the flag"
+                for need in a2a_overlap_model_needs(model)]
     return []
 
 
@@ -57,11 +62,16 @@ def count_free_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpe
 
 def request_errors(model: ModelSpec, cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list[str]:
     """Every reason the request can never give a plan a launcher runs (empty = go ahead and search). The advice
-    names pinned knobs only when the user pinned some; else it names the batch and the device count."""
+    names pinned knobs only when the user pinned some; else it names the batch and the device count. Reasons that hold
+    whatever the layout (count_free_errors) come alone: no layout helps them, so the layout advice would mislead (a
+    model the batch-level EP overlap cannot take also fails that rule on every plan)."""
+    free = count_free_errors(model, cluster, train, fixed)
+    if free:
+        return free
     pinned = pinned_errors(model, train, cluster.count, fixed)
     if pinned:
         given = [k for k, v in fixed.items() if v is not None]
         pinned[-1] += (": change or drop the pinned knobs" if given else
                        f": no layout of {cluster.count} devices takes these settings; change --gbs / --seq-len or "
                        "the device count (--min-devices searches the counts up to it)")
-    return count_free_errors(model, cluster, train, fixed) + pinned
+    return pinned

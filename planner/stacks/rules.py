@@ -92,16 +92,35 @@ def a2a_overlap_needs(recompute: str, recompute_modules: tuple[str, ...] | list[
         (pp > 1 and vpp == 1, f"virtual stages with pp={pp} (--vpp > 1)")) if bad]
 
 
+# megatron-core's bound on the multi-token-prediction layers beside the batch-level EP overlap (Megatron-LM d98e8a64
+# and megatron-core 0.19.2 transformer_config.py: "MTP supports at most one layer when enabling
+# overlap_moe_expert_parallel_comm")
+A2A_OVERLAP_MAX_MTP_LAYERS = 1
+
+
+def a2a_overlap_model_needs(model: ModelSpec) -> list[str]:
+    """What batch-level EP overlap needs of the model (megatron-core transformer_config.py asserts): at most
+    A2A_OVERLAP_MAX_MTP_LAYERS multi-token-prediction layers. Whatever the plan, so the request is refused up front
+    where the overlap is pinned (planner.search.request) and the search leaves it out where it is searched
+    (planner.search.dispatchers.searched_overlap)."""
+    if model.mtp_layers > A2A_OVERLAP_MAX_MTP_LAYERS:
+        return [f"at most {A2A_OVERLAP_MAX_MTP_LAYERS} multi-token-prediction layer ({model.name} has "
+                f"{model.mtp_layers}; megatron-core asserts it)"]
+    return []
+
+
 def a2a_overlap_needs_vpp(who: str) -> PlanRule:
-    """Batch-level EP overlap needs no full recompute and, under pipeline parallelism, the interleaved schedule
-    (virtual stages set): a2a_overlap_needs. Without expert parallelism it has nothing to overlap and is left out (the
-    cost model and the emitter ignore it), so that rule is no plan error."""
+    """Batch-level EP overlap needs at most one MTP layer (a2a_overlap_model_needs), no full recompute and, under
+    pipeline parallelism, the interleaved schedule (virtual stages set): a2a_overlap_needs. Without expert parallelism
+    it has nothing to overlap and is left out (the cost model and the emitter ignore it), so that rule is no plan
+    error."""
 
     def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
         if not train.moe_a2a_overlap:
             return []
         return [f"batch-level EP overlap (--moe-a2a-overlap) needs {need} ({who} rule)"
-                for need in a2a_overlap_needs(p.recompute, p.recompute_modules, p.pp, p.vpp)]
+                for need in a2a_overlap_model_needs(model)
+                + a2a_overlap_needs(p.recompute, p.recompute_modules, p.pp, p.vpp)]
 
     return rule
 

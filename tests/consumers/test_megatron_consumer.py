@@ -80,8 +80,12 @@ LAYOUT_MTP_CASE = Case("deepseek-v3-mtp2-pp8vpp2-layout-1024xh100", DEEPSEEK_V3.
                        cluster("h100-sxm-80gb", 1024), TrainingSpec(seq_len=4096, global_batch=1024),
                        ParallelPlan(tp=2, pp=8, vpp=2, dp=64, ep=64, etp=1, micro_batch=1, zero_stage=1,
                                     recompute="full", schedule="interleaved"))
+# Megatron's batch-level EP overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute) on DeepSeek-V3 and its
+# one MTP layer, as the search keeps it on 1024 H100 (planner.search.dispatchers)
+OVERLAP_CASE = Case("deepseek-v3-a2a-overlap-pp4vpp8-1024xh100", DEEPSEEK_V3, cluster("h100-sxm-80gb", 1024),
+                    TrainingSpec(seq_len=4096, global_batch=1024, moe_a2a_overlap=True), LAYOUT_CASE.plan)
 EXTRA_CASES = [B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE, MXFP8_PARAMS_CASE, HYBRIDEP_CASE, DEEPEP_CASE,
-               DEEPEP_SHARED_CASE, LAYOUT_CASE, LAYOUT_FIRST_LAST_CASE, LAYOUT_MTP_CASE]
+               DEEPEP_SHARED_CASE, LAYOUT_CASE, LAYOUT_FIRST_LAST_CASE, LAYOUT_MTP_CASE, OVERLAP_CASE]
 CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() + EXTRA_CASES
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
@@ -120,7 +124,12 @@ def _bad_requests() -> list[dict]:
     moe = BY_NAME["mixtral-ep8-pp2-64xh100"]
     fsdp = BY_NAME["llama8b-fsdp-zero3-dp8-8xh100"]
     a = _doc(dense)["args"]
+    # the overlap beside two MTP layers, which the planner never plans (stacks.rules.a2a_overlap_model_needs)
+    mtp2 = _set(_doc(OVERLAP_CASE)["args"], "--mtp-num-layers", 2)
+    mtp2 = _set(mtp2, "--pipeline-model-parallel-layout",
+                _doc(OVERLAP_CASE)["args"][mtp2.index("--pipeline-model-parallel-layout") + 1].replace("tmL", "tm*2L"))
     return [
+        _req(OVERLAP_CASE, "bad-a2a-overlap-with-two-mtp-layers", args=mtp2),
         _req(dense, "bad-world-size", world=100),
         _req(dense, "bad-missing-cuda-max-connections", env={}),
         _req(dense, "bad-unknown-flag", args=a + ["--virtual-pipeline-model-parallel-size", "5"]),
@@ -274,6 +283,14 @@ def test_megatron_rejects_broken_args(results):
     rejected(results, "bad-heads-vs-tp")
     rejected(results, "bad-experts-vs-ep", "experts")
     rejected(results, "bad-fsdp-with-max-connections-1", "CUDA_DEVICE_MAX_CONNECTIONS")
+    rejected(results, "bad-a2a-overlap-with-two-mtp-layers", "MTP supports at most one layer")
+
+
+def test_megatron_runs_the_overlap_with_one_mtp_layer(results):
+    """The positive side of the rule above: the overlap's flags and one MTP layer pass megatron-core's checks."""
+    args = _doc(OVERLAP_CASE)["args"]
+    assert "--overlap-moe-expert-parallel-comm" in args and args[args.index("--mtp-num-layers") + 1] == "1"
+    accepted(results, OVERLAP_CASE.name)
 
 
 def test_search_choices_are_expressible_in_megatron():

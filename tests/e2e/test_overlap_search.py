@@ -4,7 +4,7 @@ search whose #1 ranks first is kept (planner.search.dispatchers); its launch fil
 
 import json
 
-from support import plan_json, run_cli
+from support import HF_CONFIGS_DIR, one_line_error, plan_json, run_cli
 
 from planner.app.inputs import build_inputs
 from planner.app.request import PlanRequest
@@ -104,3 +104,43 @@ def test_pinned_knobs_the_overlap_cannot_take_leave_it_unsearched():
     assert overlap_pinned_out({"ep": 1})  # nothing to overlap
     doc, _ = plan_json(*NOT_KEPT, "--recompute", "full")
     assert "moe_a2a_overlap" not in doc["search"] and doc["training"]["moe_a2a_overlap"] is False
+
+
+def test_a_model_with_two_mtp_layers_is_planned_without_the_overlap(tmp_path):
+    """megatron-core asserts "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm"
+    (transformer_config.py; tests/consumers/test_megatron_consumer.py holds the emitted args against it): DeepSeek-V3
+    with two MTP layers is searched without the overlap, and pinning it is refused up front, in one line, with the
+    reason and not the layout advice of a pinned knob. Before, the search kept the overlap for it on 1024 H100 (3.07 s
+    against 4.61 s without) and wrote launch files megatron-core refuses."""
+    from planner.stacks import stack_of
+    from planner.stacks.rules import a2a_overlap_model_needs
+
+    cfg = json.loads((HF_CONFIGS_DIR / "deepseek-v3.json").read_text()) | {"num_nextn_predict_layers": 2}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert _searched(model="deepseek-v3", cluster="h100x1024")  # one MTP layer: searched
+    assert not _searched(model=str(path), cluster="h100x1024")
+    msg = one_line_error(run_cli("--model", path, "--cluster", "h100x1024", "--moe-a2a-overlap"))
+    assert "at most 1 multi-token-prediction layer" in msg and "has 2" in msg and "layout" not in msg
+    # the plan rule says the same of any plan (plan validate's runs are priced through it)
+    model, _, train = build_inputs(PlanRequest(model=str(path), cluster="h100x1024", moe_a2a_overlap=True))
+    assert a2a_overlap_model_needs(model)
+    from planner.specs import ParallelPlan
+    plan = ParallelPlan(tp=2, pp=4, vpp=8, dp=128, ep=256, micro_batch=1, zero_stage=1, schedule="interleaved")
+    assert any("multi-token-prediction" in e for e in stack_of(train).plan_errors(model, train, plan))
+    one, _, _ = build_inputs(PlanRequest(model="deepseek-v3", cluster="h100x1024", moe_a2a_overlap=True))
+    assert not stack_of(train).plan_errors(one, train, plan)
+
+
+def test_the_overlap_pinned_beside_ep_1_is_said_and_not_written(tmp_path):
+    """megatron-core asserts expert parallelism for the overlap; pinned beside EP 1 it has nothing to overlap: the plan
+    says so, and its launch files leave the flags out (Megatron would refuse them)."""
+    r = run_cli("--model", "mixtral-8x7b", "--cluster", "h100x64", "--moe-a2a-overlap", "--ep", "1", "--json",
+                "--launcher", "megatron", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert all(any("with EP 1: no expert all-to-all to overlap" in w for w in p["warnings"]) for p in doc["plans"])
+    args = json.loads((tmp_path / "megatron_args.json").read_text())["args"]
+    assert "--overlap-moe-expert-parallel-comm" not in args and "--delay-wgrad-compute" not in args
+    plain, _ = plan_json(*KEPT)
+    assert not any("with EP 1" in w for p in plain["plans"] for w in p["warnings"])
