@@ -207,6 +207,13 @@ def _mesh_keys(job: Job, deg: dict[str, int], ici: dict[str, int], dcn: dict[str
         cfg[f"ici_{_MT_KEY[a]}_parallelism"] = ici[a]
     if p.cp > 1:
         cfg["context_parallel_strategy"] = {"ring": "ring", "a2a": "ulysses"}[p.cp_comm]
+        if job.is_tpu:
+            # TPU ring and Ulysses attention run on the Tokamax splash kernels only (maxtext 0.2.5
+            # configs/types.py:5218, 5271 [assert]); Ulysses attends in natural order after its all-to-all, so the
+            # causal load-balancing reorder (on by default) is off (types.py:5278-5283 [assert])
+            cfg["use_tokamax_splash"] = True
+            if p.cp_comm == "a2a":
+                cfg["context_parallel_load_balance"] = False
     if p.zero_stage in (1, 2) and deg["data"] > 1:
         cfg["shard_optimizer_over_data"] = True
     if p.offload_optimizer:

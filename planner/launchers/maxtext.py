@@ -56,6 +56,28 @@ def _ring_seq(job: Job) -> bool:
     return p.cp > 1 and p.cp_comm == "ring" and job.train.seq_len % (p.cp * p.cp) != 0
 
 
+def _tpu_cp(job: Job) -> bool:
+    """Context parallelism on a TPU: MaxText runs it with the Tokamax kernels (ring: tokamax ring attention; a2a:
+    Ulysses), whose asserts the rules below hold (maxtext 0.2.5 configs/types.py:5211-5290 and
+    layers/attention_op.py:713-770)."""
+    return job.is_tpu and job.plan.cp > 1
+
+
+def _local_attention(job: Job) -> bool:
+    """Some layer attends through a sliding window or inside a chunk (the cost model's is_local_layer)."""
+    from planner.costmodel.flops import is_local_layer
+
+    return any(is_local_layer(job.model, i) for i in range(job.model.num_layers))
+
+
+def _cp_over_dcn(job: Job) -> bool:
+    try:
+        _, _, dcn = split_ici_dcn(job, mesh_degrees(job))
+    except Unsupported:
+        return False  # rule "mesh" says why
+    return dcn.get("context", 1) > 1
+
+
 # the pipeline schedules it runs (Capabilities.schedules and the "schedules" rule read this one tuple): GPipe, and its
 # circular (repeat) schedule for interleaved plans
 SCHEDULES = ("gpipe", "interleaved")
@@ -87,6 +109,32 @@ RULES = (
          lambda j: j.plan.cp > 1 and j.plan.cp_comm == "a2a" and not is_tpu(j), needs_cluster=True),
     Rule("ring-seq", "MaxText ring context parallelism needs seq_len divisible by cp^2",
          "MT:configs/types.py:4011-4060 [assert]", _ring_seq),
+    # TPU context parallelism runs on the Tokamax splash kernels (the emitter writes use_tokamax_splash: true), which
+    # take global causal attention (ring: and MLA) only, with the flash kernel, and neither attention sinks nor
+    # dropout (maxtext 0.2.5 configs/types.py:5211-5290 and layers/attention_op.py:713-770 [assert])
+    Rule("tpu-cp-flash", "MaxText's TPU context parallelism runs the flash kernel only; this plan is costed with "
+         "unfused attention", "maxtext 0.2.5 configs/types.py:5216, 5269 [assert]",
+         lambda j: _tpu_cp(j) and j.train.attention_impl == "unfused", needs_cluster=True),
+    Rule("tpu-cp-local-attention", "MaxText's TPU context parallelism (Tokamax ring / Ulysses attention) runs global "
+         "attention only; {model} has sliding-window or chunked layers",
+         "maxtext 0.2.5 layers/attention_op.py:720-721, 767-768 [assert]",
+         lambda j: _tpu_cp(j) and _local_attention(j), needs_cluster=True, detail=lambda j: {"model": j.model.name}),
+    Rule("tpu-cp-sinks", "MaxText's TPU context parallelism (Tokamax ring / Ulysses attention) does not support "
+         "attention sinks", "maxtext 0.2.5 configs/types.py:5236, 5287 [assert]",
+         lambda j: _tpu_cp(j) and j.model.attention_sinks, needs_cluster=True),
+    Rule("tpu-ring-mla-packing", "MaxText's TPU ring attention with MLA does not support packed sequences (packing, "
+         "on by default)", "maxtext 0.2.5 configs/types.py:5225; layers/attention_op.py:724 [assert]",
+         lambda j: _tpu_cp(j) and j.plan.cp_comm == "ring" and j.model.mla is not None, needs_cluster=True),
+    Rule("tpu-ring-balance", "MaxText's load-balanced TPU ring attention (context_parallel_load_balance, on by "
+         "default, as costed) needs an even cp and no MTP layers", "maxtext 0.2.5 configs/types.py:5230, 5232 [assert]",
+         lambda j: _tpu_cp(j) and j.plan.cp_comm == "ring" and (j.plan.cp % 2 != 0 or j.model.mtp_layers > 0),
+         needs_cluster=True),
+    Rule("tpu-ulysses-global", "MaxText's TPU Ulysses attention runs global causal attention only, not MLA",
+         "maxtext 0.2.5 configs/types.py:5277 [assert]",
+         lambda j: _tpu_cp(j) and j.plan.cp_comm == "a2a" and j.model.mla is not None, needs_cluster=True),
+    Rule("tpu-ulysses-dcn", "MaxText's TPU Ulysses attention keeps context parallelism inside a slice (no DCN)",
+         "maxtext 0.2.5 configs/types.py:5267 [assert]",
+         lambda j: _tpu_cp(j) and j.plan.cp_comm == "a2a" and _cp_over_dcn(j), needs_cluster=True),
     Rule("fp8-no-grad-accum", "MaxText fp8 quantization cannot be combined with gradient accumulation",
          "MT:configs/types.py:3878-3882 [assert]",
          lambda j: j.train.dtype == "fp8" and j.plan.pp == 1 and microbatches(j) > 1),

@@ -8,17 +8,25 @@ import json
 
 import pytest
 
-from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, catalog_cases
+from consumers.cases import CONSUMER_CASES, GOLDEN_CASES, LLAMA31_8B, Case, catalog_cases, cluster
 from consumers.conftest import accepted, rejected, require, run_checker
 from consumers.rebuild import maxtext_spec, same_model
 from consumers.scenarios import run_id, scenario_run, written, written_keys
 from planner.catalog.models import load_model
+from planner.specs import ParallelPlan, TrainingSpec
 
 pytestmark = pytest.mark.consumers
 
 MAX_DEVICES = 128  # fake CPU devices for the mesh/step checks (bigger golden worlds: MaxText config only)
 JAX_CASES = [c for c in CONSUMER_CASES if "jax_mesh.json" in c.emit(["jax"])[0]]
-MT_CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() if "maxtext.yml" in c.emit(["maxtext"])[0]]
+# TPU context parallelism, ring and Ulysses, on the Tokamax splash kernels maxtext 0.2.5 runs them with
+# (planner.emit.maxtext; planner.launchers.maxtext's tpu-* rules)
+TPU_CP_CASES = [Case(f"llama8b-tp4-cp4-{kind}-64xtpu-v5p", LLAMA31_8B, cluster("tpu-v5p", 64, domain_size=64),
+                     TrainingSpec(seq_len=32768, global_batch=64),
+                     ParallelPlan(tp=4, cp=4, dp=4, micro_batch=1, zero_stage=1, cp_comm=kind))
+                for kind in ("ring", "a2a")]
+MT_CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() + TPU_CP_CASES
+            if "maxtext.yml" in c.emit(["maxtext"])[0]]
 BY_NAME = {c.name: c for c in JAX_CASES}
 
 
@@ -37,7 +45,10 @@ def _bad_requests() -> list[dict]:
     wrong_axis = copy.deepcopy(m)
     wrong_axis["param_specs"]["layers.wq"]["spec"] = ["stage", "fsdp", "model"]
     y = _yml(tpu)
+    ring = TPU_CP_CASES[0]
     return [
+        {"id": "mt-bad-tpu-ring-without-tokamax", "kind": "maxtext", "world": ring.cluster.count,
+         "yml": _yml(ring).replace("use_tokamax_splash: true\n", "")},
         {"id": "jax-bad-mesh-product", "kind": "jax", "mesh": m,
          "mesh_shape_override": [1, 1, 4, 1, 1, 1]},                   # 4 != 8 devices
         {"id": "jax-bad-indivisible", "kind": "jax", "mesh": m, "tiny": {"hidden": 12}},  # 12 over fsdp=8
@@ -134,6 +145,14 @@ def test_scenario_maxtext_files_run_and_reproduce_the_model(results, key):
     assert f["enable_dropout"] is False and f["dropout_rate"] == 0.0
     kind = planned.rope_scaling.rope_type if planned.rope_scaling is not None else None
     assert f["rope_type"] == {"llama3": "llama3.1", "yarn": "yarn", None: "default"}[kind]
+
+
+def test_tpu_context_parallelism_needs_the_tokamax_kernels(results):
+    """Both TPU CP cases are written (and accepted, test_maxtext_accepts_emitted_config); without the kernels' key
+    maxtext refuses the ring one."""
+    assert all(c in MT_CASES for c in TPU_CP_CASES)
+    assert "use_tokamax_splash: true" in _yml(TPU_CP_CASES[0])
+    rejected(results, "mt-bad-tpu-ring-without-tokamax", "use_tokamax_splash")
 
 
 def test_tpu_multislice_puts_only_data_or_stage_on_dcn(results):

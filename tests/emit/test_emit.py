@@ -380,6 +380,43 @@ def test_maxtext_mapping_details():
     assert "sparse_matmul" not in ds and "capacity_factor" not in ds  # dropless: MaxText's megablox default
 
 
+def test_maxtext_tpu_context_parallelism_runs_on_tokamax():
+    """maxtext 0.2.5 runs TPU ring and Ulysses attention on the Tokamax splash kernels only, and asserts what those
+    take (configs/types.py:5211-5290, layers/attention_op.py:713-770): the config turns the kernels on, and the plans
+    they cannot run are not written (planner.launchers.maxtext's tpu-* rules). Before, every TPU plan with cp > 1
+    wrote a maxtext.yml that MaxText refuses (tests/consumers/test_jax_maxtext_consumer.py holds both against
+    pyconfig)."""
+    from planner.catalog.models import load_model
+
+    train = TrainingSpec(seq_len=32768, global_batch=64)
+
+    def tpu(plan, model=LLAMA31_8B):
+        return case_with(plan, model=model, hw="tpu-v5p", domain_size=64, train=train)
+
+    ring = mt_cfg(tpu(ParallelPlan(tp=4, cp=4, dp=4)))
+    assert ring["context_parallel_strategy"] == "ring" and ring["use_tokamax_splash"] is True
+    assert "context_parallel_load_balance" not in ring  # base.yml's true: the balanced ring, as costed
+    uly = mt_cfg(tpu(ParallelPlan(tp=4, cp=4, dp=4, cp_comm="a2a")))
+    assert uly["context_parallel_strategy"] == "ulysses" and uly["use_tokamax_splash"] is True
+    assert uly["context_parallel_load_balance"] is False
+    gpu = mt_cfg(case_with(ParallelPlan(tp=8, cp=4, dp=4), model=LLAMA31_8B, train=train))
+    assert gpu["context_parallel_strategy"] == "ring" and "use_tokamax_splash" not in gpu  # GPU ring: its own kernel
+    assert "use_tokamax_splash" not in mt_cfg(tpu(ParallelPlan(tp=4, dp=16)))
+    oss = load_model("gpt-oss-20b")  # sliding-window layers and attention sinks
+    for kind in ("ring", "a2a"):
+        _, skipped = tpu(ParallelPlan(tp=4, cp=4, dp=4, cp_comm=kind), model=oss).emit({"maxtext"})
+        assert "global attention only" in skipped["maxtext"] and "attention sinks" in skipped["maxtext"]
+    mla = DEEPSEEK_V3  # MLA and one MTP layer
+    _, skipped = tpu(ParallelPlan(cp=4, dp=16, ep=16), model=mla).emit({"maxtext"})
+    assert "packed sequences" in skipped["maxtext"] and "no MTP layers" in skipped["maxtext"]
+    _, skipped = tpu(ParallelPlan(cp=4, dp=16, ep=16, cp_comm="a2a"), model=mla).emit({"maxtext"})
+    assert "not MLA" in skipped["maxtext"]
+    unfused = TrainingSpec(seq_len=32768, global_batch=64, attention_impl="unfused")
+    _, skipped = case_with(ParallelPlan(tp=4, cp=4, dp=4), model=LLAMA31_8B, hw="tpu-v5p", domain_size=64,
+                           train=unfused).emit({"maxtext"})
+    assert "flash kernel only" in skipped["maxtext"]
+
+
 def test_maxtext_capacity_factor_runs_the_costed_dense_einsum_path():
     """A capacity-padded MoE plan is costed as MaxText's dense_matmul (Stack.moe_capacity_einsum): its config turns
     sparse_matmul and megablox off, as tpu-recipes' mixtral_8x7b_dropped does."""
