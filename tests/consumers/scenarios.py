@@ -55,6 +55,8 @@ SCENARIOS = [
     Scenario("llama405b-h100x512-fp8", "fp8", "llama-3.1-405b", "h100x512", 8192, 256, "fp8"),
     Scenario("llama8b-tpu-v5p-64", "tpu", "llama-3.1-8b", "tpu-v5px64", 4096, 256),
     Scenario("llama70b-tpu-v5p-256", "tpu", "llama-3.1-70b", "tpu-v5px256", 4096, 512),
+    # long context on a TPU: the search's ring CP (cp 4), which maxtext 0.2.5 runs on the Tokamax kernels only
+    Scenario("llama8b-tpu-v5p-64-s64k", "tpu", "llama-3.1-8b", "tpu-v5px64", 65536, 16),
 ]
 
 # launchers that cannot run the model at all (plan-free capability rules): the CLI must say so, exit 2
