@@ -112,6 +112,14 @@ def is_local_layer(m: ModelSpec, i: int) -> bool:
     return bool(pat[i]) if pat else m.attention_chunk_size is not None
 
 
+def has_local_layers(m: ModelSpec) -> bool:
+    """Some layer attends locally (is_local_layer of any layer), read off the patterns without walking the layers:
+    the launchers' rules ask it of every candidate plan."""
+    sliding = any(m.sliding_layer_pattern) if m.sliding_layer_pattern else m.num_sliding_layers > 0
+    chunked = any(m.chunked_layer_pattern) if m.chunked_layer_pattern else m.attention_chunk_size is not None
+    return sliding or chunked
+
+
 def layer_flops(m: ModelSpec, i: int, seq_len: int) -> LayerFlops:
     """Forward FLOPs per token of layer i."""
     proj = attn_proj_flops_per_token(m)

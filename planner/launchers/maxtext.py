@@ -65,9 +65,9 @@ def _tpu_cp(job: Job) -> bool:
 
 def _local_attention(job: Job) -> bool:
     """Some layer attends through a sliding window or inside a chunk (the cost model's is_local_layer)."""
-    from planner.costmodel.flops import is_local_layer
+    from planner.costmodel.flops import has_local_layers
 
-    return any(is_local_layer(job.model, i) for i in range(job.model.num_layers))
+    return has_local_layers(job.model)
 
 
 def _cp_over_dcn(job: Job) -> bool:

@@ -90,3 +90,24 @@ def test_llama4_runs_on_deepspeeds_transformers_path():
         assert deepspeed_path(m, t) == "hf" and missing_features(m, t, "deepspeed") == []
     dropped = TrainingSpec(seq_len=8192, global_batch=8, framework="deepspeed", moe_capacity_factor=1.0)
     assert deepspeed_path(m, dropped) is None  # transformers' MoE blocks are dropless
+
+
+def test_has_local_layers_is_any_local_layer():
+    """has_local_layers (the launchers' rules ask it of every candidate) reads the patterns the way is_local_layer
+    reads them layer by layer: every catalog model, the sourced HF configs (Gemma 3's five-to-one pattern, Mistral's
+    all-sliding window), and a chunk size without a pattern."""
+    from support import SOURCED_HF_CONFIGS_DIR
+
+    from planner.catalog.models import list_models, load_model
+    from planner.costmodel.flops import has_local_layers, is_local_layer
+
+    models = [get_model(x.name) for x in list_models()]
+    models += [load_model(str(p)) for p in sorted(SOURCED_HF_CONFIGS_DIR.glob("*.json"))]
+    mav = get_model("llama4-maverick")
+    models.append(mav.model_copy(update={"chunked_layer_pattern": ()}))
+    kinds = set()
+    for m in models:
+        want = any(is_local_layer(m, i) for i in range(m.num_layers))
+        assert has_local_layers(m) == want, m.name
+        kinds.add(want)
+    assert kinds == {True, False}
