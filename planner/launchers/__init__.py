@@ -26,7 +26,7 @@ from planner.specs.training import Framework
 # rule ids (shared by the launcher tables) that depend on the model, dtype or hardware only
 PLAN_FREE_RULES = frozenset({"contract", "gpu-only", "registry", "decoder-block", "alibi", "parallel-block", "mla",
                              "moe", "sliding-window", "partial-bias", "no-fp16", "no-fp8", "state-dtypes",
-                             "fp8-hardware", "fp8-recipe", "mxfp8-blackwell", "no-capacity"})
+                             "fp8-hardware", "fp8-recipe", "mxfp8-blackwell", "no-capacity", "gpu-flash-sinks"})
 
 
 @dataclass(frozen=True)

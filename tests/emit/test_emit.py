@@ -411,6 +411,9 @@ def test_maxtext_tpu_context_parallelism_runs_on_tokamax():
     assert "packed sequences" in skipped["maxtext"] and "no MTP layers" in skipped["maxtext"]
     _, skipped = tpu(ParallelPlan(cp=4, dp=16, ep=16, cp_comm="a2a"), model=mla).emit({"maxtext"})
     assert "not MLA" in skipped["maxtext"]
+    # and on a GPU MaxText's flash kernel takes no sinks at all (attention_op.py validate_gpu_flash_attention)
+    _, skipped = case_with(ParallelPlan(tp=4, dp=4), model=oss, train=train).emit({"maxtext"})
+    assert "cudnn_flash_te" in skipped["maxtext"]
     unfused = TrainingSpec(seq_len=32768, global_batch=64, attention_impl="unfused")
     _, skipped = case_with(ParallelPlan(tp=4, cp=4, dp=4), model=LLAMA31_8B, hw="tpu-v5p", domain_size=64,
                            train=unfused).emit({"maxtext"})
