@@ -281,8 +281,13 @@ def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -
     remedies += ["--offload"] if fixed.get("offload_optimizer") is False else []  # else searched (or impossible)
     # FP8 primary weights drop the bf16 copy beside Transformer Engine's cached FP8 weights: a numerics choice the
     # search leaves to the user (TrainingSpec.fp8_param_gather), so named, not tried
-    remedies += ["--fp8-param-gather"] if (ctx.train.dtype == "fp8" and ctx.stack.fp8_param_gather_option
-                                           and not ctx.train.fp8_param_gather) else []
+    if ctx.train.dtype == "fp8" and ctx.stack.fp8_param_gather_option and not ctx.train.fp8_param_gather:
+        # beside the optimizer offload the search needed, with a recipe the stack runs them with
+        # (Stack.fp8_param_gather_offload_recipes)
+        recipes = ctx.stack.fp8_param_gather_offload_recipes
+        with_offload = res.offload_scored or fixed.get("offload_optimizer") is True
+        remedies += ["--fp8-param-gather" + (f" --fp8-recipe {recipes[0]}" if with_offload and recipes is not None
+                                             and ctx.train.fp8_recipe_run not in recipes else "")]
     remedies += ["a shorter --seq-len", "an accelerator with more memory"]
     host = ctx.cluster.hardware.host_memory_gib
     if host is not None and res.smallest_peak_gib is not None and res.smallest_peak_gib <= cap:

@@ -331,7 +331,7 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     proj, mlp, attn, elem = attn_proj_s(ctx, shape, k), mlp_s(ctx, shape, k), attention_core_s(ctx, shape, k), \
         elementwise_s(ctx, shape, k)
     dispatch = ep_comm_fwd_s(ctx, shape, k)
-    if k.moe and ctx.stack.moe_shared_expert_overlap:  # the dispatch group's GPU time is the slower of the
+    if k.moe and ctx.train.shared_expert_overlap:  # the dispatch group's GPU time is the slower of the
         dispatch = max(dispatch, mlp)  # dispatch and of the shared experts beside it (layers._layer_times)
     mo = moe_forward(ctx, shape, k, dispatch, has_host_sync(ctx), permute_mode(ctx))
     merge_fwd, merge_bwd = ring_merge_s(ctx, shape)

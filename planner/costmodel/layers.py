@@ -53,7 +53,7 @@ def _layer_times(ctx: Context, shape: Shape, k: LayerKind) -> tuple[LayerTimes, 
     ep_raw = ep_comm_fwd_s(ctx, shape, k)
     # Megatron --moe-shared-expert-overlap: the shared experts run on a side stream during the dispatch and combine,
     # so the dispatcher shows only beyond them (megatron/core/transformer/moe/shared_experts.py)
-    shared_hidden = min(ep_raw, c.mlp) if k.moe and ctx.stack.moe_shared_expert_overlap else 0.0
+    shared_hidden = min(ep_raw, c.mlp) if k.moe and ctx.train.shared_expert_overlap else 0.0
     ep = ep_raw - shared_hidden
     # a recomputed MoE layer dispatches and combines again (memory.names_moe_module: the selective re-run time)
     rec_ep = ep if k.moe and names_moe_module(ctx, shape.plan) else 0.0

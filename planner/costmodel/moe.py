@@ -360,7 +360,7 @@ def fp8_quantize_kernels_per_expert(ctx: Context, backward: bool) -> int:
     without a stated recipe runs Megatron's tensorwise (TrainingSpec.fp8_recipe)."""
     if ctx.train.dtype != "fp8":
         return 0
-    per_tensor = FP8_QUANTIZE_KERNELS_PER_TENSOR[ctx.train.fp8_recipe or "tensorwise"]
+    per_tensor = FP8_QUANTIZE_KERNELS_PER_TENSOR[ctx.train.fp8_recipe_run]
     return per_tensor * FP8_QUANTIZED_TENSORS_PER_EXPERT["bwd" if backward else "fwd"]
 
 

@@ -321,7 +321,7 @@ def _moe_args(job: Job, a: _Args) -> None:
         a.flag("--moe-permute-fusion")
     if st.moe_router_fused:
         a.flag("--moe-router-fusion")
-    if e.num_shared_experts and st.moe_shared_expert_overlap and not job.train.moe_a2a_overlap:
+    if e.num_shared_experts and job.train.shared_expert_overlap and not job.train.moe_a2a_overlap:
         a.flag("--moe-shared-expert-overlap")  # megatron-core refuses it beside the batch-level EP overlap
     if job.train.moe_a2a_overlap and p.ep > 1:
         # batch-level EP overlap as costed (planner.costmodel.moe.merged_fwd_bwd; Megatron-core MoE README, v0.14)
@@ -357,7 +357,7 @@ def _precision_args(job: Job, a: _Args) -> None:
     t = job.train
     a.flag("--fp16" if t.dtype == "fp16" else "--bf16")
     if t.dtype == "fp8":
-        recipe = t.fp8_recipe or "tensorwise"  # the planned recipe (TrainingSpec.fp8_recipe); costed as such
+        recipe = t.fp8_recipe_run  # the planned recipe (TrainingSpec.fp8_recipe); costed as such
         # E4M3 forward, E5M2 gradients; TE's block-scaled recipes keep E4M3 throughout
         a.flag("--fp8-format", "e4m3" if recipe in ("blockwise", "mxfp8") else "hybrid")
         a.flag("--fp8-recipe", recipe)

@@ -222,6 +222,19 @@ class TrainingSpec(BaseModel):
         return self.moe_dispatcher or traits(self.framework).moe_dispatcher
 
     @property
+    def fp8_recipe_run(self) -> str:
+        """The FP8 recipe the run uses: fp8_recipe, else tensorwise (Megatron's default, which its launch files write);
+        the one rule the cost model, the stacks' rules and the Megatron launch files read."""
+        return self.fp8_recipe or "tensorwise"
+
+    @property
+    def shared_expert_overlap(self) -> bool:
+        """The shared experts run beside the MoE dispatch and combine: the stack runs them so with this dispatcher
+        (Stack.moe_shared_expert_overlap); the one rule the cost model (compute.layer_compute, layers._layer_times)
+        and the Megatron launch files (--moe-shared-expert-overlap) read."""
+        return self.dispatcher in traits(self.framework).moe_shared_expert_overlap
+
+    @property
     def flex_backend(self) -> str:
         """The flex dispatcher's backend: moe_flex_backend, else the stack's (Stack.moe_flex_backend); the one rule
         the cost model (planner.costmodel.moe) and the Megatron launch files read."""

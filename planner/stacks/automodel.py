@@ -52,6 +52,7 @@ STACK = Stack(
     # all-gather are modelled for it (Stack.fp8_weight_cache / fp8_param_gather_option)
     fp8_weight_cache=False,
     fp8_param_gather_option=False,  # FSDP2 gathers its bf16 parameters (no float8 converter in the benchmarks)
+    fp8_param_gather_offload_recipes=None,  # no FP8 primary weights (fp8_param_gather_option)
     # no whole-step CUDA graph: its benchmark configs dispatch with DeepEP, whose normal dispatch returns the token
     # counts to the host (NVIDIA-NeMo/Automodel@8d9bfb9 examples/benchmark/configs/*_te_deepep.yaml)
     full_iteration_cuda_graph_option=False,
@@ -124,7 +125,7 @@ STACK = Stack(
     moe_flex_permute="fused",
     # the shared experts run on their own CUDA stream beside the routed experts' dispatch (layers.py MoE.forward:
     # _shared_experts_stream)
-    moe_shared_expert_overlap=True,
+    moe_shared_expert_overlap=("flex", "allgather"),  # with either of its dispatchers
     moe_router_fused=False,  # Gate.forward: F.linear, softmax / sigmoid, torch.topk as separate ops
     # grouped_gemm's ops.gmm runs one cuBLAS GEMM per local expert on SM90 (fanshiqing/grouped_gemm v1.1.4
     # csrc/grouped_gemm.cu GroupedGemm: "Use cuBLAS for SM90", CublasGroupedGemm loops over the experts, round robin

@@ -108,7 +108,9 @@ class Stack:
     moe_flex_permute: MoEFlexPermute  # how the flex dispatcher's tokens are permuted (moe.permute_mode)
     moe_forced_routing: ForcedRouting  # how its force-balanced benchmark gate routes (moe.expert_load, moe.router_s,
     #                                    expert.dispatch_ranks_per_token)
-    moe_shared_expert_overlap: bool
+    # the dispatchers with which its shared experts run beside the dispatch and combine (empty: never), the trait
+    # TrainingSpec.shared_expert_overlap reads
+    moe_shared_expert_overlap: tuple[MoEDispatcher, ...]
     moe_router_fused: bool
     moe_gemm_per_expert: bool
     # rows per m-tile of the stack's dropless grouped-GEMM kernel where that kernel computes a tile once for every
@@ -152,6 +154,9 @@ class Stack:
     fp8_weight_cache: bool = False  # FP8 linears keep a quantized copy of each weight (and its transpose or
     #                                 column-wise data where the GEMM needs it) from the step's first micro-batch on
     fp8_param_gather_option: bool = False  # weights may be kept / all-gathered in FP8 (TrainingSpec.fp8_param_gather)
+    # the FP8 recipes with which FP8 primary weights run beside the optimizer offloaded to the host (None: any); read by
+    # the stack's rule (stacks.rules.fp8_param_gather_offload_recipes) and the nothing-fits remedy (planner.app.plan)
+    fp8_param_gather_offload_recipes: tuple[str, ...] | None = None
     # ---- recompute, defaulted: the tensors a "named_keeps" selective policy keeps (Stack.selective_recomputes; a
     # jax.checkpoint save_only_these_names policy), its re-runs priced as a custom remat keeping them
     # (compute.custom_remat_recompute_s)

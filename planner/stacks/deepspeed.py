@@ -17,6 +17,7 @@ STACK = Stack(
     loss_parallel_logit_bytes=None,  # logit_bytes is already the vocab-parallel loss's, whatever the TP degree
     fp8_weight_cache=False,  # no FP8 training switch in ds_config (launchers/deepspeed.py no-fp8): no FP8 weights
     fp8_param_gather_option=False,  # ZeRO-3 gathers the 16-bit parameters (no FP8 all-gather in ds_config)
+    fp8_param_gather_offload_recipes=None,  # no FP8 primary weights (fp8_param_gather_option)
     full_iteration_cuda_graph_option=False,  # ds_config has no whole-step CUDA graph of the training step
     fp8_attention_option=False,  # no FP8 training switch in ds_config (launchers/deepspeed.py no-fp8)
     # experts whole on each expert-parallel rank: Megatron-DeepSpeed splits them over TP only with
@@ -60,7 +61,7 @@ STACK = Stack(
     moe_flex_backend="deepep",  # no flex dispatcher (moe_dispatchers above): the default, never priced
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers)
     moe_forced_routing="random_scores",  # no forced gate of its own: top-k gating over scores (sharded_moe.py)
-    moe_shared_expert_overlap=False,  # no shared-expert stream
+    moe_shared_expert_overlap=(),  # no shared-expert stream
     moe_router_fused=False,  # top-k gating in PyTorch ops (deepspeed/moe/sharded_moe.py)
     moe_gemm_per_expert=False,  # experts batched by einsum over the local experts
     moe_grouped_row_tile=None,  # equal capacity buffers, one batched GEMM

@@ -30,6 +30,7 @@ STACK = Stack(
     # AQT/Qwix FP8 quantize inside the jitted step: XLA schedules the casts' outputs as temporaries (not measured)
     fp8_weight_cache=False,
     fp8_param_gather_option=False,  # the fsdp axis gathers the weight_dtype parameters (no FP8 all-gather switch)
+    fp8_param_gather_offload_recipes=None,  # no FP8 primary weights (fp8_param_gather_option)
     full_iteration_cuda_graph_option=False,  # XLA compiles the step: no per-kernel host launches to remove
     # its quantization configs (AQT / Qwix) quantize the dense layers' dot_generals; an FP8 attention core is not
     # modelled for it
@@ -87,7 +88,7 @@ STACK = Stack(
     moe_flex_backend="deepep",  # no flex dispatcher (moe_dispatchers above): the default, never priced
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers)
     moe_forced_routing="random_scores",  # no forced gate of its own: top-k over the router's scores (moe.py)
-    moe_shared_expert_overlap=False,  # no separate shared-expert stream modelled
+    moe_shared_expert_overlap=(),  # no separate shared-expert stream modelled
     moe_router_fused=True,  # XLA fuses the router's top-k with its score function
     moe_gemm_per_expert=False,  # ragged / grouped matmul (megablox) in one kernel
     # dropless experts run megablox's gmm / tgmm (base.yml megablox and sparse_matmul True) on m-tiles of 512 rows:

@@ -8,6 +8,7 @@ from planner.stacks.rules import (
     a2a_overlap_needs_vpp,
     embedding_loss_units_split,
     fp8_param_gather_needs_sharded_optimizer,
+    fp8_param_gather_offload_recipes,
     interleaved_microbatches,
     recompute_modules_runnable,
 )
@@ -26,6 +27,10 @@ def unknown_recompute_modules(names: tuple[str, ...] | list[str]) -> list[str]:
 
 # the ones the cost model prices (compute.selective_recompute_s, memory.selective_recompute_modules' users); the others
 # are refused as not priced (rules.recompute_modules_runnable)
+# the FP8 recipes with which FP8 primary weights (--fp8-param-gather) run beside the optimizer offloaded to the host:
+# megatron-core 0.19.2 training/arguments.py validate_args, "When `--fp8-param-gather` is enabled, the optimizer cpu
+# offload must be used in conjunction with `--fp8-recipe delayed`." [assert]
+FP8_PARAM_GATHER_OFFLOAD_RECIPES = ("delayed",)
 PRICED_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe")
 
 STACK = Stack(
@@ -49,6 +54,7 @@ STACK = Stack(
     # --fp8-param-gather: FP8 primary weights (TE quantized_model_init), all-gathered in FP8 by the distributed
     # optimizer (megatron-core distributed_data_parallel_config.py fp8_param_gather)
     fp8_param_gather_option=True,
+    fp8_param_gather_offload_recipes=FP8_PARAM_GATHER_OFFLOAD_RECIPES,  # delayed only (validate_args, above)
     # megatron-core 0.19.2 TransformerConfig.cuda_graph_impl "full_iteration" (--cuda-graph-impl full_iteration): one
     # CUDA graph of the whole forward-backward path, the optimizer step excluded; a dropless MoE layer in it needs
     # static shapes (moe_expert_rank_capacity_factor with HybridEP, moe_paged_stash: transformer_config.py)
@@ -114,7 +120,10 @@ STACK = Stack(
     # --moe-router-force-load-balancing replaces the router's logits by random ones before its top-k (megatron-core
     # 0.19.2 transformer/moe/router.py: apply_random_logits; moe_utils.py logits.clone().normal_())
     moe_forced_routing="random_scores",
-    moe_shared_expert_overlap=True,  # --moe-shared-expert-overlap (transformer/moe/shared_experts.py)
+    # --moe-shared-expert-overlap (transformer/moe/shared_experts.py), which megatron-core takes with these
+    # dispatchers only (0.19.2 transformer_config.py: "moe_shared_expert_overlap only works with alltoall or flex token
+    # dispatcher")
+    moe_shared_expert_overlap=("alltoall", "flex"),
     moe_router_fused=True,  # --moe-router-fusion (TE fused_topk_with_score_function)
     moe_gemm_per_expert=True,  # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert
     moe_grouped_row_tile=None,  # each expert its own GEMM: no tile shared between experts
@@ -179,6 +188,8 @@ STACK = Stack(
         # megatron-core 0.19.2 training/arguments.py validate_args: "--fp8-param-gather only supported with distributed
         # optimizer, torch fsdp2, megatron fsdp, or inference mode" [assert]
         fp8_param_gather_needs_sharded_optimizer("Megatron"),
+        # megatron-core 0.19.2 training/arguments.py validate_args (optimizer CPU offload) [assert]: above
+        fp8_param_gather_offload_recipes("Megatron", FP8_PARAM_GATHER_OFFLOAD_RECIPES),
         # megatron-core core_v0.19.0 transformer/transformer_config.py:1784-1830: moe_act "only supported with
         # moe_grouped_gemm" (an MoE model), mla_up_proj "only supported with multi_latent_attention", "Delayed scaling
         # does not support moe_act and layernorm recompute for fp8" [raise]; the modules the planner does not price

@@ -83,6 +83,20 @@ def fp8_param_gather_needs_sharded_optimizer(who: str) -> PlanRule:
     return rule
 
 
+def fp8_param_gather_offload_recipes(who: str, recipes: tuple[str, ...]) -> PlanRule:
+    """FP8 primary weights beside the optimizer offloaded to the host need one of these FP8 recipes
+    (Stack.fp8_param_gather_offload_recipes; TrainingSpec.fp8_recipe_run: tensorwise when none is stated)."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        recipe = train.fp8_recipe_run
+        if train.fp8_param_gather and p.offload_optimizer and recipe not in recipes:
+            return [f"FP8 parameter gather (--fp8-param-gather) beside optimizer offload needs --fp8-recipe "
+                    f"{' or '.join(recipes)}, not {recipe} ({who} rule)"]
+        return []
+
+    return rule
+
+
 def a2a_overlap_needs(recompute: str, recompute_modules: tuple[str, ...] | list[str], pp: int, vpp: int) -> list[str]:
     """What batch-level EP overlap needs that these knobs lack (megatron-core transformer_config.py asserts): no full
     recompute, no 'moe' recompute module and, under pipeline parallelism, virtual stages."""

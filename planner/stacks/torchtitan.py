@@ -38,6 +38,7 @@ STACK = Stack(
     # wrapped in a Float8Tensor, measured on CPU in tests/costmodel/test_memory_fp8_real_code.py; torchtitan
     # float8.py enable_fsdp_float8_all_gather when dp_shard > 1)
     fp8_param_gather_option=True,
+    fp8_param_gather_offload_recipes=None,  # no optimizer-only offload to pair its float8 all-gather with
     # torchtitan 0.3.0 graphs forward+backward unless --training.disable_cuda_graphs (trainer.py wrap_with_cuda_graph),
     # refused with PP and with EP but for sync-free dispatchers (Trainer.Config._validate_cuda_graphs); the emitted
     # MoE jobs disable it (planner.emit.torchtitan), so its MoE host launches stay charged: not the Megatron knob
@@ -115,7 +116,7 @@ STACK = Stack(
     # --debug.moe_force_load_balance: the router still scores, then its top-k ids are replaced by a round robin,
     # arange(tokens x top_k) % E (torchtitan 0.3.0 models/common/moe.py _debug_force_load_balance_routing)
     moe_forced_routing="round_robin_scored",
-    moe_shared_expert_overlap=False,  # the shared expert runs after the routed ones on the same stream
+    moe_shared_expert_overlap=(),  # the shared expert runs after the routed ones on the same stream
     moe_router_fused=False,  # torch.topk over the scores
     moe_gemm_per_expert=False,  # torch._grouped_mm: one kernel for all local experts
     moe_grouped_row_tile=None,  # torch._grouped_mm tiles each expert's GEMM as its own problem

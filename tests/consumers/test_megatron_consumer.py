@@ -84,8 +84,23 @@ LAYOUT_MTP_CASE = Case("deepseek-v3-mtp2-pp8vpp2-layout-1024xh100", DEEPSEEK_V3.
 # one MTP layer, as the search keeps it on 1024 H100 (planner.search.dispatchers)
 OVERLAP_CASE = Case("deepseek-v3-a2a-overlap-pp4vpp8-1024xh100", DEEPSEEK_V3, cluster("h100-sxm-80gb", 1024),
                     TrainingSpec(seq_len=4096, global_batch=1024, moe_a2a_overlap=True), LAYOUT_CASE.plan)
-EXTRA_CASES = [B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE, MXFP8_PARAMS_CASE, HYBRIDEP_CASE, DEEPEP_CASE,
-               DEEPEP_SHARED_CASE, LAYOUT_CASE, LAYOUT_FIRST_LAST_CASE, LAYOUT_MTP_CASE, OVERLAP_CASE]
+# FP8 primary weights beside the optimizer offloaded to the host: megatron takes the pair with delayed scaling only
+# (planner.stacks.rules.fp8_param_gather_offload_needs_delayed)
+FP8_PARAMS_OFFLOAD_CASE = Case("llama8b-fp8-delayed-param-gather-offload-8xh100", LLAMA31_8B,
+                               cluster("h100-sxm-80gb", 8),
+                               TrainingSpec(seq_len=8192, global_batch=16, dtype="fp8", fp8_recipe="delayed",
+                                            fp8_param_gather=True),
+                               ParallelPlan(dp=8, micro_batch=1, zero_stage=1, recompute="selective",
+                                            offload_optimizer=True))
+# the allgather dispatcher on a model with a shared expert: no --moe-shared-expert-overlap, which megatron takes with
+# alltoall and flex only (TrainingSpec.shared_expert_overlap)
+ALLGATHER_SHARED_CASE = Case("deepseek-v3-allgather-ep64-pp16-1024xh100", DEEPSEEK_V3, cluster("h100-sxm-80gb", 1024),
+                             TrainingSpec(seq_len=4096, global_batch=1024, moe_dispatcher="allgather"),
+                             ParallelPlan(pp=16, dp=64, ep=64, etp=1, micro_batch=1, zero_stage=1,
+                                          recompute="selective", first_stage_layers=3, last_stage_layers=2))
+EXTRA_CASES = [FP8_PARAMS_OFFLOAD_CASE, ALLGATHER_SHARED_CASE, B200_CASE, ACCOUNT_CASE, FP8_PARAMS_CASE,
+               MXFP8_PARAMS_CASE, HYBRIDEP_CASE, DEEPEP_CASE, DEEPEP_SHARED_CASE, LAYOUT_CASE, LAYOUT_FIRST_LAST_CASE,
+               LAYOUT_MTP_CASE, OVERLAP_CASE]
 CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() + EXTRA_CASES
          if "megatron_args.json" in c.emit(["megatron"])[0]]
 BY_NAME = {c.name: c for c in CASES}
@@ -128,8 +143,13 @@ def _bad_requests() -> list[dict]:
     mtp2 = _set(_doc(OVERLAP_CASE)["args"], "--mtp-num-layers", 2)
     mtp2 = _set(mtp2, "--pipeline-model-parallel-layout",
                 _doc(OVERLAP_CASE)["args"][mtp2.index("--pipeline-model-parallel-layout") + 1].replace("tmL", "tm*2L"))
+    shared = _doc(ALLGATHER_SHARED_CASE)["args"]
     return [
         _req(OVERLAP_CASE, "bad-a2a-overlap-with-two-mtp-layers", args=mtp2),
+        _req(FP8_PARAMS_OFFLOAD_CASE, "bad-fp8-param-gather-offload-tensorwise",
+             args=_set(_doc(FP8_PARAMS_OFFLOAD_CASE)["args"], "--fp8-recipe", "tensorwise")),
+        _req(ALLGATHER_SHARED_CASE, "bad-shared-expert-overlap-with-allgather",
+             args=shared + ["--moe-shared-expert-overlap"]),
         _req(dense, "bad-world-size", world=100),
         _req(dense, "bad-missing-cuda-max-connections", env={}),
         _req(dense, "bad-unknown-flag", args=a + ["--virtual-pipeline-model-parallel-size", "5"]),
@@ -284,6 +304,19 @@ def test_megatron_rejects_broken_args(results):
     rejected(results, "bad-experts-vs-ep", "experts")
     rejected(results, "bad-fsdp-with-max-connections-1", "CUDA_DEVICE_MAX_CONNECTIONS")
     rejected(results, "bad-a2a-overlap-with-two-mtp-layers", "MTP supports at most one layer")
+    rejected(results, "bad-fp8-param-gather-offload-tensorwise", "--fp8-recipe delayed")
+    rejected(results, "bad-shared-expert-overlap-with-allgather", "alltoall or flex")
+
+
+def test_megatron_runs_what_the_two_rules_leave(results):
+    """The positive sides of the two rejections above: FP8 parameter gather with the optimizer offloaded under delayed
+    scaling, and the allgather dispatcher on DeepSeek-V3 without the shared-expert overlap flag."""
+    args = _doc(FP8_PARAMS_OFFLOAD_CASE)["args"]
+    assert "--fp8-param-gather" in args and "--optimizer-cpu-offload" in args
+    accepted(results, FP8_PARAMS_OFFLOAD_CASE.name)
+    args = _doc(ALLGATHER_SHARED_CASE)["args"]
+    assert "--moe-shared-expert-overlap" not in args and "--moe-shared-expert-intermediate-size" in args
+    accepted(results, ALLGATHER_SHARED_CASE.name)
 
 
 def test_megatron_runs_the_overlap_with_one_mtp_layer(results):

@@ -141,6 +141,28 @@ def test_megatron_fp8_param_gather_needs_the_distributed_optimizer():
     assert not traits("megatron").plan_errors(m, train, ParallelPlan(dp=8, zero_stage=1, micro_batch=1))
 
 
+def test_megatron_fp8_param_gather_beside_optimizer_offload_needs_delayed_scaling():
+    """megatron-core 0.19.2 validate_args: "When `--fp8-param-gather` is enabled, the optimizer cpu offload must be
+    used in conjunction with `--fp8-recipe delayed`" (tests/consumers/test_megatron_consumer.py holds it against
+    megatron). Before, the search offloaded the optimizer of such plans (DeepSeek-V3 on 64 B200, MXFP8) and wrote files
+    megatron refused; pinned, `--offload` wrote them too."""
+    from support import one_line_error, run_cli
+
+    from planner.stacks import traits
+
+    m = get_model("llama-3.1-8b")
+    plan = ParallelPlan(dp=8, zero_stage=1, micro_batch=1, offload_optimizer=True)
+    for recipe in (None, "tensorwise", "blockwise", "mxfp8"):
+        train = TrainingSpec(global_batch=8, dtype="fp8", fp8_recipe=recipe, fp8_param_gather=True)
+        assert any("--fp8-recipe delayed" in e for e in traits("megatron").plan_errors(m, train, plan)), recipe
+        assert not traits("megatron").plan_errors(m, train, plan.model_copy(update={"offload_optimizer": False}))
+    delayed = TrainingSpec(global_batch=8, dtype="fp8", fp8_recipe="delayed", fp8_param_gather=True)
+    assert not traits("megatron").plan_errors(m, delayed, plan)
+    msg = one_line_error(run_cli("--model", "llama-3.1-8b", "--cluster", "h100x8", "--dtype", "fp8",
+                                 "--fp8-param-gather", "--offload", "--launcher", "megatron"))
+    assert "--fp8-recipe delayed" in msg
+
+
 def test_cli_flag_reaches_the_costed_plan_and_the_launch_contract():
     # --fp8-param-gather on Hopper, tensorwise: the FP8 primary weight (data + transpose, 2 B) replaces the bf16 copy
     # (2 B), so what goes is TE's cache, 2 B per local linear weight (TP 2: half of the 8B's linears); the JSON says

@@ -359,3 +359,27 @@ def test_maxtext_gathers_every_local_expert_of_a_stacked_expert_array(ep):
     array = 256 // ep * 7168 * 2048
     assert ev.memory["buffers_gib"] == pytest.approx(array * (2 * 2 + 4) / 2**30, rel=1e-9)
     assert ev.memory["buffers_gib"] == pytest.approx(28.0 / ep, rel=1e-9)
+
+
+def test_shared_experts_run_beside_the_dispatch_only_where_the_stack_takes_it():
+    """Megatron takes --moe-shared-expert-overlap with the alltoall and flex dispatchers only (megatron-core 0.19.2
+    transformer_config.py: "moe_shared_expert_overlap only works with alltoall or flex token dispatcher"): with
+    allgather DeepSeek-V3's shared expert hides none of the dispatch, and its launch files leave the flag out (before,
+    they wrote it and megatron refused them; tests/consumers/test_megatron_consumer.py). AutoModel runs its shared
+    experts on their own stream with either of its dispatchers."""
+    import json
+
+    from consumers.cases import Case
+
+    for fw, kind, runs in (("megatron", "alltoall", True), ("megatron", "flex", True), ("megatron", "allgather", False),
+                           ("automodel", "allgather", True), ("automodel", "flex", True), ("fsdp", "alltoall", False)):
+        assert TrainingSpec(global_batch=8, framework=fw, moe_dispatcher=kind).shared_expert_overlap is runs, (fw, kind)
+    hidden = {}
+    for kind in ("alltoall", "allgather"):
+        ctx, ev = _eval("deepseek-v3", moe_dispatcher=kind)
+        comm = next(t for t in ev.trace.factors if t.name.startswith("layer_comm_fwd_s[MoE"))
+        hidden[kind] = comm.inputs["ep_hidden_by_shared_s"]
+        case = Case("x", ctx.model, ctx.cluster, ctx.train, ev.plan)
+        args = json.loads(case.emit(["megatron"])[0]["megatron_args.json"])["args"]
+        assert ("--moe-shared-expert-overlap" in args) is (kind == "alltoall"), kind
+    assert hidden["alltoall"] > 0 and hidden["allgather"] == 0.0

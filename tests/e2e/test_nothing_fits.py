@@ -1,6 +1,8 @@
 """Exit 3 (a valid request with no plan that fits) says the smallest peak the search reached, what it searched, and
 only the remedies it has not tried (planner.app.plan.nothing_fits_message)."""
 
+import json
+
 from support import one_line_error, run_cli, smallest_peak_gib
 
 DSV3_FP8 = ("--model", "deepseek-v3", "--cluster", "h100x64", "--dtype", "fp8")
@@ -12,14 +14,19 @@ def test_fp8_deepseek_v3_names_the_untried_remedy_and_it_fits():
     err = one_line_error(run_cli(*DSV3_FP8), code=3)
     assert "(searched: full recompute, ZeRO 1, optimizer offload to the host)" in err, err
     assert "--offload" not in err and "--recompute full" not in err, err  # both already searched
-    assert "--fp8-param-gather" in err, err
+    # with the optimizer offloaded, which these plans need, megatron-core takes FP8 primary weights under delayed
+    # scaling only (Stack.fp8_param_gather_offload_recipes): the remedy names both
+    assert "--fp8-param-gather --fp8-recipe delayed" in err, err
     # the reported peak is the offloaded search's, below the smallest peak without the offload
     no_offload = one_line_error(run_cli(*DSV3_FP8, "--no-offload"), code=3)
     assert smallest_peak_gib(err) < smallest_peak_gib(no_offload) - 50, (err, no_offload)
     assert "--offload" in no_offload and "optimizer offload" not in no_offload, no_offload
     # the named remedy: FP8 primary weights drop the bf16 copy, and a plan fits
-    r = run_cli(*DSV3_FP8, "--fp8-param-gather", "--json")
+    r = run_cli(*DSV3_FP8, "--fp8-param-gather", "--fp8-recipe", "delayed", "--json")
     assert r.exit_code == 0, r.stderr[-500:]
+    assert all(p["plan"]["offload_optimizer"] for p in json.loads(r.stdout)["plans"])
+    # under the default recipe (tensorwise) the offload is refused beside them, and nothing fits
+    one_line_error(run_cli(*DSV3_FP8, "--fp8-param-gather"), code=3)
 
 
 def test_a_stack_without_offload_is_not_said_to_have_searched_it():
