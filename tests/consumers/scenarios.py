@@ -47,12 +47,15 @@ SCENARIOS = [
     Scenario("mixtral8x7b-h100x32", "moe", "mixtral-8x7b", "h100x32", 4096, 256),  # issue 13
     Scenario("qwen3-30b-a3b-h100x32", "moe", "qwen3-30b-a3b", "h100x32", 4096, 256),
     Scenario("deepseek-v3-h800x256", "moe", "deepseek-v3", "h800x256", 4096, 1024),
+    # the search's batch-level EP overlap and flex / DeepEP choices on 1024 H100 (planner.search.dispatchers)
+    Scenario("deepseek-v3-h100x1024", "moe", "deepseek-v3", "h100x1024", 4096, 1024),
     # GLM-4.5: q/k/v biases only, QK-norm, partial rotary 0.5, DeepSeek-V3's router and shared expert, MTP
     Scenario("glm-4.5-h100x256", "moe", str(SOURCED_HF_CONFIGS_DIR / "glm-4.5.json"), "h100x256", 4096, 1024),
     Scenario("llama8b-h100x16-s64k", "long-context", "llama-3.1-8b", "h100x16", 65536, 16),
     Scenario("llama70b-h100x128-s32k", "long-context", "llama-3.1-70b", "h100x128", 32768, 64),
     Scenario("llama70b-h100x64-fp8", "fp8", "llama-3.1-70b", "h100x64", 4096, 256, "fp8"),
     Scenario("llama405b-h100x512-fp8", "fp8", "llama-3.1-405b", "h100x512", 8192, 256, "fp8"),
+    Scenario("qwen3-235b-b200x64-fp8", "fp8", "qwen3-235b-a22b", "b200x64", 4096, 512, "fp8"),  # FP8 MoE, Blackwell
     Scenario("llama8b-tpu-v5p-64", "tpu", "llama-3.1-8b", "tpu-v5px64", 4096, 256),
     Scenario("llama70b-tpu-v5p-256", "tpu", "llama-3.1-70b", "tpu-v5px256", 4096, 512),
     # long context on a TPU: the search's ring CP (cp 4), which maxtext 0.2.5 runs on the Tokamax kernels only
@@ -68,6 +71,10 @@ CANNOT = {
     ("qwen3-30b-a3b-h100x32", "torchtitan"): "load-balancing loss",
     ("deepseek-v3-h800x256", "torchtitan"): "load-balancing loss",
     ("deepseek-v3-h800x256", "deepspeed"): "multi-token prediction",
+    ("deepseek-v3-h100x1024", "torchtitan"): "load-balancing loss",
+    ("deepseek-v3-h100x1024", "deepspeed"): "multi-token prediction",
+    ("qwen3-235b-b200x64-fp8", "torchtitan"): "load-balancing loss",
+    ("qwen3-235b-b200x64-fp8", "deepspeed"): "fp8",
     ("glm-4.5-h100x256", "torchtitan"): "partial rotary embeddings",
     ("glm-4.5-h100x256", "deepspeed"): "partial rotary embeddings",
     ("glm-4.5-h100x256", "maxtext"): "partial rotary embeddings",
