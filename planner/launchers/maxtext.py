@@ -109,14 +109,14 @@ RULES = (
          lambda j: j.plan.cp > 1 and j.plan.cp_comm == "a2a" and not is_tpu(j), needs_cluster=True),
     Rule("ring-seq", "MaxText ring context parallelism needs seq_len divisible by cp^2",
          "MT:configs/types.py:4011-4060 [assert]", _ring_seq),
-    # TPU context parallelism runs on the Tokamax splash kernels (the emitter writes use_tokamax_splash: true), which
-    # take global causal attention (ring: and MLA) only, with the flash kernel, and neither attention sinks nor
-    # dropout (maxtext 0.2.5 configs/types.py:5211-5290 and layers/attention_op.py:713-770 [assert])
     Rule("gpu-flash-sinks", "MaxText runs attention sinks on GPU with Transformer Engine's cuDNN attention only "
          "(attention=cudnn_flash_te), not the flash kernel this plan is costed with",
          "maxtext 0.2.5 layers/attention_op.py:147-157, 1733 [assert]",
          lambda j: not j.is_tpu and j.model.attention_sinks and j.train.attention_impl != "unfused",
          needs_cluster=True),
+    # TPU context parallelism runs on the Tokamax splash kernels (the emitter writes use_tokamax_splash: true), which
+    # take global causal attention (ring: and MLA) only, with the flash kernel, and neither attention sinks nor
+    # dropout (maxtext 0.2.5 configs/types.py:5211-5290 and layers/attention_op.py:713-770 [assert])
     Rule("tpu-cp-flash", "MaxText's TPU context parallelism runs the flash kernel only; this plan is costed with "
          "unfused attention", "maxtext 0.2.5 configs/types.py:5216, 5269 [assert]",
          lambda j: _tpu_cp(j) and j.train.attention_impl == "unfused", needs_cluster=True),
