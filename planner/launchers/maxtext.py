@@ -70,6 +70,14 @@ def _local_attention(job: Job) -> bool:
     return has_local_layers(job.model)
 
 
+def _kv_head_shards(job: Job) -> int:
+    """The shards MaxText splits a non-MLA model's KV heads into (tp, x cp under Ulysses) when they do not divide the
+    heads; 0 when they do (or the model attends with MLA, whose projections are not split by KV head)."""
+    p, m = job.plan, job.model
+    shards = p.tp * (p.cp if p.cp_comm == "a2a" else 1)
+    return shards if m.mla is None and m.num_kv_heads % shards else 0
+
+
 def _cp_over_dcn(job: Job) -> bool:
     try:
         _, _, dcn = split_ici_dcn(job, mesh_degrees(job))
@@ -130,16 +138,26 @@ RULES = (
     Rule("tpu-ring-mla-packing", "MaxText's TPU ring attention with MLA does not support packed sequences (packing, "
          "on by default)", "maxtext 0.2.5 configs/types.py:5225; layers/attention_op.py:724 [assert]",
          lambda j: _tpu_cp(j) and j.plan.cp_comm == "ring" and j.model.mla is not None, needs_cluster=True),
-    Rule("tpu-ring-balance", "MaxText's load-balanced TPU ring attention (context_parallel_load_balance, on by "
-         "default, as costed) needs an even cp and no MTP layers", "maxtext 0.2.5 configs/types.py:5230, 5232 [assert]",
-         lambda j: _tpu_cp(j) and j.plan.cp_comm == "ring" and (j.plan.cp % 2 != 0 or j.model.mtp_layers > 0),
-         needs_cluster=True),
+    Rule("tpu-ring-even-cp", "MaxText's load-balanced TPU ring attention (context_parallel_load_balance, on by "
+         "default, as costed) needs an even cp", "maxtext 0.2.5 configs/types.py:5230 [assert]",
+         lambda j: _tpu_cp(j) and j.plan.cp_comm == "ring" and j.plan.cp % 2 != 0, needs_cluster=True),
     Rule("tpu-ulysses-global", "MaxText's TPU Ulysses attention runs global causal attention only, not MLA",
          "maxtext 0.2.5 configs/types.py:5277 [assert]",
          lambda j: _tpu_cp(j) and j.plan.cp_comm == "a2a" and j.model.mla is not None, needs_cluster=True),
     Rule("tpu-ulysses-dcn", "MaxText's TPU Ulysses attention keeps context parallelism inside a slice (no DCN)",
          "maxtext 0.2.5 configs/types.py:5267 [assert]",
          lambda j: _tpu_cp(j) and j.plan.cp_comm == "a2a" and _cp_over_dcn(j), needs_cluster=True),
+    # on any hardware: the load-balanced token order breaks MTP's shift by one token
+    Rule("cp-mtp", "MaxText's load-balanced context parallelism (context_parallel_load_balance, on by default, as "
+         "costed) does not support MTP layers", "maxtext 0.2.5 layers/multi_token_prediction.py:502-506; "
+         "configs/types.py:5232 [raise]",
+         lambda j: j.plan.cp > 1 and j.plan.cp_comm == "ring" and j.model.mtp_layers > 0),
+    # attention heads are atomic: MaxText shards the KV heads over the tensor axis (base.yml logical_axis_rules
+    # kv_heads), and Ulysses over the context axis too
+    Rule("kv-heads", "MaxText shards KV heads over the tensor axis (Ulysses over the context axis too): {kv} KV heads "
+         "do not split over {shards}", "maxtext 0.2.5 layers/attentions.py:629-640; kernels/attention/"
+         "tokamax_ring_attention.py:181-184, ulysses_attention.py:198-201 [raise]", lambda j: _kv_head_shards(j) > 0,
+         detail=lambda j: {"kv": j.model.num_kv_heads, "shards": _kv_head_shards(j)}),
     Rule("fp8-no-grad-accum", "MaxText fp8 quantization cannot be combined with gradient accumulation",
          "MT:configs/types.py:3878-3882 [assert]",
          lambda j: j.train.dtype == "fp8" and j.plan.pp == 1 and microbatches(j) > 1),

@@ -104,6 +104,10 @@ def maxtext_model_gaps(m, t) -> list[str]:
     if _ACT.get(m.activation) is None or (m.activation == "gpt_oss_glu") != (block == "gpt_oss"):
         gaps.append(f"a {m.activation} MLP")
     gaps += _llama4_gap(m, t) if block == "llama4" else _not_llama4_gap(m, t)
+    if block == "gpt_oss" and m.moe is not None and t.moe_capacity_factor is not None:
+        # maxtext 0.2.5 configs/types.py:5009-5010: "GPT-OSS MoE only supports dropless (capacity_factor=-1) with
+        # dense matmul" [raise]
+        gaps.append("an expert capacity factor (the gpt_oss block runs dropless only)")
     return gaps + _rope_gap(m, t) + ([] if block == "llama4" else _moe_gap(m))
 
 

@@ -21,10 +21,10 @@ MAX_DEVICES = 128  # fake CPU devices for the mesh/step checks (bigger golden wo
 JAX_CASES = [c for c in CONSUMER_CASES if "jax_mesh.json" in c.emit(["jax"])[0]]
 # TPU context parallelism, ring and Ulysses, on the Tokamax splash kernels maxtext 0.2.5 runs them with
 # (planner.emit.maxtext; planner.launchers.maxtext's tpu-* rules)
-TPU_CP_CASES = [Case(f"llama8b-tp4-cp4-{kind}-64xtpu-v5p", LLAMA31_8B, cluster("tpu-v5p", 64, domain_size=64),
+TPU_CP_CASES = [Case(f"llama8b-tp{tp}-cp4-{kind}-64xtpu-v5p", LLAMA31_8B, cluster("tpu-v5p", 64, domain_size=64),
                      TrainingSpec(seq_len=32768, global_batch=64),
-                     ParallelPlan(tp=4, cp=4, dp=4, micro_batch=1, zero_stage=1, cp_comm=kind))
-                for kind in ("ring", "a2a")]
+                     ParallelPlan(tp=tp, cp=4, dp=64 // (tp * 4), micro_batch=1, zero_stage=1, cp_comm=kind))
+                for tp, kind in ((4, "ring"), (2, "a2a"))]  # Ulysses splits the 8 KV heads over tp x cp
 MT_CASES = [c for c in CONSUMER_CASES + GOLDEN_CASES + catalog_cases() + TPU_CP_CASES
             if "maxtext.yml" in c.emit(["maxtext"])[0]]
 BY_NAME = {c.name: c for c in JAX_CASES}

@@ -368,7 +368,7 @@ def test_maxtext_mapping_details():
     cfg = mt_cfg(tpu)
     assert cfg["hardware"] == "tpu" and cfg["num_slices"] == 2
     assert (cfg["dcn_data_parallelism"], cfg["ici_fsdp_parallelism"], cfg["ici_tensor_parallelism"]) == (2, 8, 4)
-    uly = mt_cfg(case_with(ParallelPlan(tp=4, cp=4, dp=8, cp_comm="a2a"), hw="tpu-v5p", domain_size=32))
+    uly = mt_cfg(case_with(ParallelPlan(tp=2, cp=4, dp=16, cp_comm="a2a"), hw="tpu-v5p", domain_size=32))
     assert uly["context_parallel_strategy"] == "ulysses"
     _, gpu = case_with(ParallelPlan(tp=8, cp=4, dp=4, cp_comm="a2a")).emit({"maxtext"})
     assert "tpu only" in gpu["maxtext"].lower()  # MT:configs/types.py:4071-4130
@@ -396,7 +396,7 @@ def test_maxtext_tpu_context_parallelism_runs_on_tokamax():
     ring = mt_cfg(tpu(ParallelPlan(tp=4, cp=4, dp=4)))
     assert ring["context_parallel_strategy"] == "ring" and ring["use_tokamax_splash"] is True
     assert "context_parallel_load_balance" not in ring  # base.yml's true: the balanced ring, as costed
-    uly = mt_cfg(tpu(ParallelPlan(tp=4, cp=4, dp=4, cp_comm="a2a")))
+    uly = mt_cfg(tpu(ParallelPlan(tp=2, cp=4, dp=8, cp_comm="a2a")))  # 8 KV heads over tp x cp = 8
     assert uly["context_parallel_strategy"] == "ulysses" and uly["use_tokamax_splash"] is True
     assert uly["context_parallel_load_balance"] is False
     gpu = mt_cfg(case_with(ParallelPlan(tp=8, cp=4, dp=4), model=LLAMA31_8B, train=train))
@@ -408,16 +408,48 @@ def test_maxtext_tpu_context_parallelism_runs_on_tokamax():
         assert "global attention only" in skipped["maxtext"] and "attention sinks" in skipped["maxtext"]
     mla = DEEPSEEK_V3  # MLA and one MTP layer
     _, skipped = tpu(ParallelPlan(cp=4, dp=16, ep=16), model=mla).emit({"maxtext"})
-    assert "packed sequences" in skipped["maxtext"] and "no MTP layers" in skipped["maxtext"]
+    assert "packed sequences" in skipped["maxtext"] and "does not support MTP layers" in skipped["maxtext"]
     _, skipped = tpu(ParallelPlan(cp=4, dp=16, ep=16, cp_comm="a2a"), model=mla).emit({"maxtext"})
     assert "not MLA" in skipped["maxtext"]
     # and on a GPU MaxText's flash kernel takes no sinks at all (attention_op.py validate_gpu_flash_attention)
     _, skipped = case_with(ParallelPlan(tp=4, dp=4), model=oss, train=train).emit({"maxtext"})
     assert "cudnn_flash_te" in skipped["maxtext"]
+    # MTP beside the load-balanced token order, on any hardware (multi_token_prediction.py:502-506)
+    _, skipped = case_with(ParallelPlan(cp=4, dp=16, ep=16), model=mla, train=train).emit({"maxtext"})
+    assert "does not support MTP layers" in skipped["maxtext"]
     unfused = TrainingSpec(seq_len=32768, global_batch=64, attention_impl="unfused")
     _, skipped = case_with(ParallelPlan(tp=4, cp=4, dp=4), model=LLAMA31_8B, hw="tpu-v5p", domain_size=64,
                            train=unfused).emit({"maxtext"})
     assert "flash kernel only" in skipped["maxtext"]
+
+
+def test_maxtext_splits_kv_heads_whole_and_gpt_oss_dropless():
+    """maxtext 0.2.5 shards the KV heads of a non-MLA model over the tensor axis, and under Ulysses over the context
+    axis too, and refuses a split that cuts a head (layers/attentions.py:629-640; the Tokamax ring and Ulysses
+    kernels assert the same); its gpt_oss block runs dropless only (configs/types.py:5009-5010). Before, such plans were
+    written (Qwen3-30B-A3B, 4 KV heads, at tp 8; gpt-oss with a capacity factor) and failed at model build or at
+    config load."""
+    from planner.catalog.models import load_model
+
+    train = TrainingSpec(seq_len=32768, global_batch=64)
+
+    def tpu(plan, model=LLAMA31_8B, tr=train):
+        return case_with(plan, model=model, hw="tpu-v5p", domain_size=64, train=tr)
+
+    assert "maxtext.yml" in files_of(tpu(ParallelPlan(tp=8, dp=8)), ["maxtext"])  # 8 KV heads over tp 8
+    _, skipped = tpu(ParallelPlan(tp=16, dp=4)).emit({"maxtext"})
+    assert "8 KV heads do not split over 16" in skipped["maxtext"]
+    _, skipped = tpu(ParallelPlan(tp=4, cp=4, dp=4, cp_comm="a2a")).emit({"maxtext"})  # Ulysses: x cp
+    assert "8 KV heads do not split over 16" in skipped["maxtext"]
+    assert "maxtext.yml" in files_of(tpu(ParallelPlan(tp=4, cp=4, dp=4)), ["maxtext"])  # ring: tp only
+    mla = tpu(ParallelPlan(tp=16, dp=4, etp=16), model=DEEPSEEK_V3, tr=TrainingSpec(global_batch=64))
+    assert "maxtext.yml" in files_of(mla, ["maxtext"])  # MLA: its projections are not split by KV head
+    oss = load_model("gpt-oss-20b")
+    cf = TrainingSpec(seq_len=4096, global_batch=64, moe_capacity_factor=1.25)
+    _, skipped = tpu(ParallelPlan(dp=64, ep=8), model=oss, tr=cf).emit({"maxtext"})
+    assert "the gpt_oss block runs dropless only" in skipped["maxtext"]
+    assert "maxtext.yml" in files_of(tpu(ParallelPlan(dp=64, ep=8), model=oss, tr=TrainingSpec(global_batch=64)),
+                                     ["maxtext"])
 
 
 def test_maxtext_capacity_factor_runs_the_costed_dense_einsum_path():
