@@ -109,9 +109,12 @@ def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, g
     from planner.search.engine import search
 
     found = search_dispatchers(base, search_options(req, fixed, gate), overlap_pinned=req.moe_a2a_overlap is not None)
-    if not launcher and gate and not found.result.plans and fixed:
+    if not launcher and gate and not found.result.plans and fixed and found.result.smallest_peak_gib is None:
         # the pinned knobs describe a run the modelled stack's launcher cannot write (DeepSeek-V3's own DualPipe
-        # plan): cost it as pinned, and say that no launch files of that launcher are written for it
+        # plan): cost it as pinned, and say that no launch files of that launcher are written for it. Not where the
+        # launcher runs some of them and none fits: that is the answer (exit 3), with the smallest peak of the plans
+        # it runs (before, Llama 3.1 70B on v5e-32 with --remat-offload none reported 16.8 GiB from TP 32 over
+        # 8 KV heads, which MaxText refuses, where its plans reach 17.6 GiB)
         return base, search(base, search_options(req, fixed, None)), gate, {}, {}
     return found.ctx, found.result, None, found.seen, found.overlap_seen
 

@@ -62,3 +62,14 @@ def test_layouts_the_memory_bound_pruned_are_a_memory_answer():
     err = one_line_error(run_cli(*DSV3_FP8, "--tp", "4", "--pp", "8", "--ep", "8", "--mbs", "1", "--recompute", "full",
                                  "--no-offload"), code=3)
     assert smallest_peak_gib(err) > 200 and "(searched: full recompute, ZeRO 1)" in err, err
+
+
+def test_a_pinned_request_whose_plans_do_not_fit_reports_the_peak_of_plans_its_launcher_runs():
+    # Llama 3.1 70B on 32 v5e chips with MaxText's remat offload pinned off: MaxText runs some of the layouts and none
+    # fits. Exit 3 reports their smallest peak; before, the request was searched again as if no launcher ruled it
+    # (the path that costs DeepSeek-V3's own DualPipe plan as pinned), and reported 16.8 GiB from TP 32 over 8 KV
+    # heads, which maxtext refuses (launchers.maxtext rule kv-heads)
+    args = ("--model", "llama-3.1-70b", "--cluster", "tpu-v5ex32", "--remat-offload", "none")
+    pinned = one_line_error(run_cli(*args), code=3)
+    gated = one_line_error(run_cli(*args, "--launcher", "maxtext"), code=3)
+    assert smallest_peak_gib(pinned) == smallest_peak_gib(gated) > 17.0, (pinned, gated)
