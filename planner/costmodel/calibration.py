@@ -131,7 +131,9 @@ class Calibration:
     # network, on 6 rows (tests/analysis/test_moe_grouped_stand_in.py). MaxText's dropless TPU rows, whose megablox
     # kernel is neither cuBLAS nor TE's, ask for 0.26 / 0.54 / 0.71 (Llama 4 Maverick, DeepSeek-V3, Llama 4 Scout on
     # v5p) once the row tiles that kernel revisits are charged (moe.grouped_tile_visits_rel; 0.17 / 0.40 / 0.63
-    # without): the constant stands for a cost the three stacks share. (The DGX Cloud DeepSeek-V3 GB200 rows that
+    # without), and MaxText's tiering table's Mixtral 8x7B on v5p (8 experts of 14336, 37k rows per expert) for 0.86
+    # (runs/moe_runs_added.yaml, +59% at 0.5): the stand-in is no rate of that kernel, and nothing found separates
+    # the four (docs/validation.md). (The DGX Cloud DeepSeek-V3 GB200 rows that
     # dragged it earlier are scored with an allocation without block scheduling, inferred from the rows:
     # ClusterSpec.aligned_allocation, validate.DGXC_SEGMENTED_FROM.)
     MOE_GROUPED_GEMM_REL_EFFICIENCY: float = fitted(0.500, lo=0.5, hi=1.1, no_effect=1.0,

@@ -16,7 +16,7 @@ from planner.catalog.data import data_dir
 FILE = data_dir("runs") / "moe_runs_added.yaml"
 # rows per source (the header of runs/moe_runs_added.yaml lists the tables)
 PREFIXES = {"mbridge": 49, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc2505-llama4": 8, "dgxc2504-grok1": 12,
-            "automodel": 6, "tpurecipes": 4, "mlm": 1}
+            "automodel": 6, "tpurecipes": 4, "maxtext-tiering": 1, "mlm": 1}
 
 
 @pytest.fixture(scope="module")
@@ -63,23 +63,25 @@ def test_every_row_is_predicted(runs):
 
 
 def test_moe_rows_are_predicted_within_todays_reach(runs):
-    """The 90 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, short of
-    the MoE p90 target (25%). Median 8.9%, p90 25.3% today (8.4% / 25.3% before the nine GB200 gpt-oss / Qwen3 rows of
-    26.06-26.08 ran their presets' FP8 dot-product attention, validate.FP8_DPA_RECIPES; 8.6% / 25.3% on the 89 rows
-    before Megatron-LM's DeepSeek-V3 GB200 HybridEP row, +0.4%; 25.8% before the DeepSeek-V3 rows ran their presets'
-    recompute modules, validate.DSV3_RECOMPUTE_PRESETS; 8.3% / 27.2% before bf16 gradients for the Megatron-Bridge
-    rows and the MLA charges of round 15; 9.7% / 27.2% before HybridEP's host launches were
-    counted, moe.HYBRIDEP_HOST_KERNELS; 9.9% / 27.2% on the 79 rows before the ten Llama 4 rows: DGX Cloud Maverick
-    -13% to +4%, tpu-recipes Maverick -34% and Scout +11%; 11.1% / 27.4% before the 26.02 H100 Qwen3-30B-A3B row was
-    read from the released table; 28.7% p90 before a null plan.etp read as the stack's default; 16.5% / 34.7% before
-    the 26.06+ GB200 MXFP8 presets' full-iteration CUDA graph). The tail: the H100 Qwen3-30B FP8 row of 26.02.01
-    (+50%, reliability C; +69% before the counted HybridEP launches), the 26.06.01 GB200 gpt-oss row its table flags
-    as a regression (-44%, C), the DGX Cloud v25.05 Grok-1 GB200 rows (+25% to +36%), the NeMo AutoModel single-node
-    rows (+33%) and tpu-recipes' Llama 4 Maverick (-33%); the B200 DeepSeek-V3 token-drop row of 25.09 is -25% (-28%
-    before its preset's core_attn recompute was run)."""
+    """The 91 predicted rows no constant was fitted on, at what the model reaches today: a regression guard, at the
+    MoE p90 target (25%). Median 8.3%, p90 25.3% today; 8.0% / 24.7% on the 90 rows before MaxText's tiering table's
+    Mixtral 8x7B v5p row (+59%, reliability C) was added on 2026-11-28. Earlier: 8.4% / 25.3% before the nine GB200
+    gpt-oss / Qwen3 rows of 26.06-26.08 ran their presets' FP8 dot-product attention, validate.FP8_DPA_RECIPES; 8.6% /
+    25.3% on the 89 rows before Megatron-LM's DeepSeek-V3 GB200 HybridEP row, +0.4%; 25.8% before the DeepSeek-V3 rows
+    ran their presets' recompute modules, validate.DSV3_RECOMPUTE_PRESETS; 8.3% / 27.2% before bf16 gradients for the
+    Megatron-Bridge rows and the MLA charges of round 15; 9.7% / 27.2% before HybridEP's host launches were counted,
+    moe.HYBRIDEP_HOST_KERNELS; 9.9% / 27.2% on the 79 rows before the ten Llama 4 rows: DGX Cloud Maverick -13% to +4%,
+    tpu-recipes Maverick -34% and Scout +11%; 11.1% / 27.4% before the 26.02 H100 Qwen3-30B-A3B row was read from the
+    released table; 28.7% p90 before a null plan.etp read as the stack's default; 16.5% / 34.7% before the 26.06+
+    GB200 MXFP8 presets' full-iteration CUDA graph. The tail: the v5p Mixtral 8x7B row (+59%: its megablox experts ran
+    at 0.86 of a dense GEMM's rate where the model charges 0.5, calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY), the H100
+    Qwen3-30B FP8 row of 26.02.01 (+50%, reliability C; +69% before the counted HybridEP launches), the 26.06.01 GB200
+    gpt-oss row its table flags as a regression (-44%, C), the DGX Cloud v25.05 Grok-1 GB200 rows (+25% to +36%), the
+    NeMo AutoModel single-node rows (+33%) and tpu-recipes' Llama 4 Maverick (-33%); the B200 DeepSeek-V3 token-drop
+    row of 25.09 is -25% (-28% before its preset's core_attn recompute was run)."""
     res = validate_runs(runs)
     errors = sorted(abs(r["step_time_error"]) for r in res["runs"])
-    assert len(errors) == 90
+    assert len(errors) == 91
     assert errors[len(errors) // 2] <= 0.115, errors
     assert errors[int(0.9 * (len(errors) - 1))] <= 0.255, errors
 
