@@ -132,8 +132,10 @@ class Calibration:
     # kernel is neither cuBLAS nor TE's, ask for 0.26 / 0.54 / 0.71 (Llama 4 Maverick, DeepSeek-V3, Llama 4 Scout on
     # v5p) once the row tiles that kernel revisits are charged (moe.grouped_tile_visits_rel; 0.17 / 0.40 / 0.63
     # without), and MaxText's tiering table's Mixtral 8x7B on v5p (8 experts of 14336, 37k rows per expert) for 0.86
-    # (runs/moe_runs_added.yaml, +59% at 0.5): the stand-in is no rate of that kernel, and nothing found separates
-    # the four (docs/validation.md). (The DGX Cloud DeepSeek-V3 GB200 rows that
+    # (runs/moe_runs_added.yaml, +59% at 0.5): the stand-in is no rate of that kernel. Since 2026-11-28 it applies on
+    # GPUs only (moe.grouped_gemm_rel): on a TPU the experts run at the dense rate and the permutation's row gathers
+    # at TPU_ROW_GATHER_REL, which maxtext issue #1256 isolates (the four rows then land at -0.4% / -2.7% / -5.0% /
+    # -28.2%: Mixtral, DeepSeek-V3, Scout, Maverick). (The DGX Cloud DeepSeek-V3 GB200 rows that
     # dragged it earlier are scored with an allocation without block scheduling, inferred from the rows:
     # ClusterSpec.aligned_allocation, validate.DGXC_SEGMENTED_FROM.)
     MOE_GROUPED_GEMM_REL_EFFICIENCY: float = fitted(0.500, lo=0.5, hi=1.1, no_effect=1.0,
@@ -214,6 +216,18 @@ class Calibration:
     # did not see: cuDNN 9.19's gpt-oss rows through a 1024-token window, 64 / 8 heads
     # (gb200_919_only_cudnn/gpt_oss_20260226_175022.csv, commit afa9f7c0): 0.87x-1.09x. 4.1 tiles = 525 keys' work.
     ATTN_Q_TILE_OVERHEAD_TILES: float = 4.1
+    # Row gathers by index on TPU (XLA's gather, which MaxText's dropless MoE permutation is: moe.row_gather_bw), as a
+    # fraction of the chip's HBM bandwidth. MaxText's own source says such ops run element-serially on the TPU's
+    # vector units (maxtext 0.2.5 layers/moe.py take_along_last_axis_dense_vjp: "XLA sorts the flattened indices and
+    # then runs an element-serial scatter"); no rate is published. Fitted, not on training runs, on the one published
+    # pair that isolates it (AI-Hypercomputer/maxtext issue #1256, 2025-02-09): Mixtral-8x7B without attention on a
+    # v5p-64 (32 chips) at 50.4% MFU with 8 experts of 14336 top-2, 28% with 56 experts of 2048 top-14 (the same FLOPs;
+    # "different tile_sizes, TPU sizes and batch sizes, all leading to 25-28%"), i.e. 1.8x the step: the fine-grained
+    # variant moves 7x the token copies (each a hidden vector) for the same expert FLOPs. The step ratio the model
+    # gives at 1.8 asks 0.0725 / 0.0759 / 0.0778 at 4 / 8 / 16 sequences of 4096 per chip (FSDP over the 32 chips,
+    # full remat, MaxText's defaults; tests/costmodel/test_tpu_row_gather.py), where its MFU is 46% / 49% / 50% and
+    # 26% / 27% / 28%: the issue's two levels, not only their ratio. About 210 GB/s on a v5p. Bounds: the three fits.
+    TPU_ROW_GATHER_REL: float = 0.076
     # Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
     # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
     # Not fitted (the dev runs cannot separate it from GEMM efficiency).

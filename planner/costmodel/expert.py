@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from planner.costmodel.base import ACT_ELEM_BYTES, Context, LayerKind, Shape
 from planner.costmodel.collectives import collective_time
-from planner.costmodel.moe import batched_experts, dispatcher, expert_load, groups_per_token, local_experts
+from planner.costmodel.moe import (
+    batched_experts,
+    dispatcher,
+    expert_load,
+    grouped_gemm_rel,
+    groups_per_token,
+    local_experts,
+)
 from planner.costmodel.trace import Term, formula
 from planner.specs import MoESpec
 
@@ -180,7 +187,8 @@ def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
     if ctx.model.is_moe and ctx.train.moe_capacity_factor is None:
         out.append("dropless MoE: expert time and memory are charged at balanced routing; a real router loads "
                    "the busiest expert more (--moe-capacity-factor bounds it)")
-    if ctx.model.is_moe and p.ep > 1 and local_experts(ctx, shape) == 1 and not batched_experts(ctx):
+    if ctx.model.is_moe and p.ep > 1 and local_experts(ctx, shape) == 1 and not batched_experts(ctx) \
+            and grouped_gemm_rel(ctx) < 1.0:
         out.append(f"one routed expert per device (EP {p.ep}): its GEMMs are costed as one plain GEMM, without the "
                    f"grouped-expert stand-in plans with several per device carry; the {ONE_EXPERT_RUNS} published runs "
                    f"with one per device ran a median {ONE_EXPERT_SLOWER_MEDIAN:.0%} slower than predicted, so plans "

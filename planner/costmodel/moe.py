@@ -29,7 +29,10 @@ GROUP_LIMITED_EXTRA_PASSES = {True: 0, False: 3}
 # (index_select gather, then scatter-add with the probabilities) 6 passes (the unpermute reads the probabilities'
 # product and adds into a zeroed output). A dispatcher that permutes inside its communication kernel (DeepEP /
 # HybridEP write tokens straight into the expert-major receive buffer) leaves 2 (the combine's weighted sum).
-PERMUTE_PASSES = {"fused": 4, "unfused": 6, "in_dispatch": 2}
+# A permute of row gathers by index that XLA compiles (Stack.moe_permute "gather": MaxText's dropless sparse_matmul,
+# layers/moe.py permute / unpermute: the copies gathered into expert order, then gathered back and summed with their
+# weights) is counted as the fused one's 4 passes, each at the hardware's row-gather rate (row_gather_bw).
+PERMUTE_PASSES = {"fused": 4, "unfused": 6, "in_dispatch": 2, "gather": 4}
 # The alltoall dispatcher's second permutation (Stack.moe_alltoall_sorts_by_local_expert): the received tokens sorted by
 # local expert after the dispatch and back before the combine, one read + one write each (megatron-core core_v0.14.0
 # token_dispatcher.py dispatch_postprocess sort_chunks_by_idxs / combine_preprocess): 4 passes of the received copies.
@@ -239,11 +242,20 @@ def permute_s(ctx: Context, shape: Shape, mode: str) -> float:
     over capacity buffers (einsum_dispatch_s)."""
     if mode == "einsum":
         return einsum_dispatch_s(ctx, shape)
-    m, tp = ctx.model, shape.plan.tp
+    m = ctx.model
+    # each TP rank's share of the tokens, or all of them where the TP ranks hold the same tokens
+    tp = 1 if ctx.stack.moe_permute_tp_replicated else shape.plan.tp
     copies = shape.tokens / tp * m.require_moe().top_k * expert_load(ctx, shape)
     # the sort runs on the tokens after the expert-TP all-gather: etp times the copies sent (expert.etp_gather_s)
     passes = PERMUTE_PASSES[mode] + local_expert_sort_passes(ctx, shape) * max(1, shape.plan.etp)
-    return copies * m.hidden_size * ACT_ELEM_BYTES * passes / ctx.hbm_bw
+    return copies * m.hidden_size * ACT_ELEM_BYTES * passes / (row_gather_bw(ctx) if mode == "gather" else ctx.hbm_bw)
+
+
+def row_gather_bw(ctx: Context) -> float:
+    """Bytes per second a row gather by index moves (the "gather" permute): on a TPU calibration.TPU_ROW_GATHER_REL of
+    its HBM bandwidth (XLA runs it on the vector units, element by element); elsewhere the HBM bandwidth (XLA's GPU
+    gather is a memory-bound kernel; not measured here)."""
+    return ctx.hbm_bw * (ctx.calibration.TPU_ROW_GATHER_REL if ctx.cluster.hardware.is_tpu else 1.0)
 
 
 def local_expert_sort_passes(ctx: Context, shape: Shape) -> int:
@@ -281,8 +293,8 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     """Routed experts as grouped GEMMs: FLOPs at the efficiency of one expert's GEMM (rows = tokens per local
     expert, h, expert width / etp: planner.costmodel.base.Context.gemm_eff, whose d / (d + GEMM_DIM_HALF) is the
     tile-quantisation loss of a short expert), times the grouped kernel's efficiency relative to a dense GEMM of
-    that shape (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY; DeepGEMM's published H800 tables put it at ~1) when a
-    device holds more than one expert, and the tiles a kernel that shares row tiles between experts computes twice
+    that shape (grouped_gemm_rel; DeepGEMM's published H800 tables put it at ~1) when a device holds more than one
+    expert, and the tiles a kernel that shares row tiles between experts computes twice
     (grouped_tile_visits_rel)."""
     m, p, tokens = ctx.model, shape.plan, shape.tokens
     e = m.require_moe()
@@ -290,10 +302,19 @@ def experts_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
     # one local expert is one plain GEMM (a group of one): no grouped-kernel loss (expert.ep_warnings says what the
     # published runs with one per device show)
     batched = batched_experts(ctx)
-    grouped = ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY if local_experts(ctx, shape) > 1 and not batched else 1.0
+    grouped = grouped_gemm_rel(ctx) if local_experts(ctx, shape) > 1 and not batched else 1.0
     eff = ctx.gemm_eff(rows, m.hidden_size, e.expert_ffn_hidden_size / max(1, p.etp)) * grouped
     return (expert_load(ctx, shape) * tokens * k.flops.experts / p.tp / (ctx.peak * eff)
             * grouped_tile_visits_rel(ctx, shape))
+
+
+def grouped_gemm_rel(ctx: Context) -> float:
+    """The grouped-expert stand-in (calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY) where the kernels it stands for run:
+    GPUs, whose published MoE runs it was fitted on (per-expert cuBLAS / Transformer Engine GEMMs). 1 on a TPU, where
+    MaxText's megablox kernel runs near a dense GEMM's rate once its revisited row tiles (grouped_tile_visits_rel) and
+    the permutation's row gathers (row_gather_bw) are priced: at the stand-in's 0.5 the coarse Mixtral of maxtext issue
+    #1256 could not reach its published 50.4% MFU (0.5 x the v5p ceiling 0.848 is 42% before any recompute)."""
+    return 1.0 if ctx.cluster.hardware.is_tpu else ctx.calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY
 
 
 def batched_experts(ctx: Context) -> bool:

@@ -118,6 +118,7 @@ STACK = Stack(
     # v1.1.4 csrc/grouped_gemm.cu: TORCH_CHECK(batch_sizes.is_cpu()))
     moe_dispatch_host_sync=True,
     moe_permute="fused",  # MegatronMoEConfig(moe_permute_fusion=True) (layers.py init_token_dispatcher)
+    moe_permute_tp_replicated=False,  # Megatron-core's dispatcher: each TP rank permutes its 1 / tp of the tokens
     moe_alltoall_sorts_by_local_expert=False,  # no alltoall dispatcher: flex or all-gather only (above)
     moe_flex_backend="deepep",  # BackendConfig enable_deepep: DeepEP's Buffer (AM:components/moe/megatron/fused_a2a.py)
     # DeepEP delivers tokens rank-major; _DeepepManager.get_permuted_hidden_states_by_experts then runs the fused

@@ -28,7 +28,7 @@ Zero3Gather = Literal["block", "tensor"]
 RankOrder = Literal["linear", "mesh"]
 TpOverlapEvidence = Literal["nvidia_recipes", "async_tp", "xla_tpu", "none"]
 MoEDispatcher = Literal["alltoall", "allgather", "flex"]
-MoEPermute = Literal["fused", "unfused"]
+MoEPermute = Literal["fused", "unfused", "gather"]
 # how the flex dispatcher's received tokens reach their experts' order: inside the communication kernel (HybridEP
 # writes them expert-major) or by a fused permute after it (DeepEP's dispatch delivers them rank-major)
 MoEFlexPermute = Literal["in_dispatch", "fused"]
@@ -99,12 +99,16 @@ class Stack:
     # MoE layer as the stack runs it (planner.costmodel.moe): its default token dispatcher (alltoall, allgather, flex;
     # TrainingSpec.moe_dispatcher overrides it), whether a dropless dispatcher copies token counts to the host (a
     # device-to-host sync that empties the GPU queue), how tokens are permuted when the dispatcher does not do it
-    # ("fused" / "unfused"), whether the shared experts run beside the dispatch, whether the router's top-k is one
-    # fused kernel, and whether each local expert's GEMM is its own launch (else one grouped kernel)
+    # ("fused" / "unfused" / "gather": row gathers by index that XLA compiles, moe.permute_s), whether the shared
+    # experts run beside the dispatch, whether the router's top-k is one fused kernel, and whether each local expert's
+    # GEMM is its own launch (else one grouped kernel)
     moe_dispatcher: MoEDispatcher
     moe_dispatchers: tuple[MoEDispatcher, ...]  # the dispatchers its launch files can select (--moe-dispatcher)
     moe_dispatch_host_sync: bool
     moe_permute: MoEPermute
+    # every TP rank permutes all of its tokens' copies, the MoE block's tokens replicated over the TP ranks (MaxText's
+    # sparse_matmul shard_map: no tensor axis in its input partition spec), not 1 / tp of them (moe.permute_s)
+    moe_permute_tp_replicated: bool
     moe_flex_permute: MoEFlexPermute  # how the flex dispatcher's tokens are permuted (moe.permute_mode)
     moe_forced_routing: ForcedRouting  # how its force-balanced benchmark gate routes (moe.expert_load, moe.router_s,
     #                                    expert.dispatch_ranks_per_token)

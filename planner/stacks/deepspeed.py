@@ -57,6 +57,7 @@ STACK = Stack(
     moe_searched_dispatchers=(),  # DeepSpeed-MoE has one dispatcher (moe_dispatchers)
     moe_dispatch_host_sync=False,  # capacity gating with static shapes (einsum dispatch): nothing read on the host
     moe_permute="unfused",  # einsum dispatch / combine masks, not a fused permute
+    moe_permute_tp_replicated=False,  # not modelled: its einsum dispatch is priced per TP rank's share of the tokens
     moe_alltoall_sorts_by_local_expert=False,  # not modelled: its einsum capacity buffers' copies are moe_permute's
     moe_flex_backend="deepep",  # no flex dispatcher (moe_dispatchers above): the default, never priced
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers)

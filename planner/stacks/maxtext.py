@@ -83,7 +83,15 @@ STACK = Stack(
     moe_dispatchers=("alltoall",),  # the MaxText emitter selects no other
     moe_searched_dispatchers=(),  # the MaxText emitter selects no other (moe_dispatchers)
     moe_dispatch_host_sync=False,  # static shapes under XLA: nothing read on the host
-    moe_permute="fused",  # XLA fuses the sort / gather of the permutation
+    # dropless (sparse_matmul): the token copies sorted into expert order by a row gather and gathered back after the
+    # experts (layers/moe.py permute: jnp.repeat + _sort_activations, unpermute), their backward two more gathers
+    # (use_custom_sort_vjp, base.yml true); on TPU such gathers run far below HBM bandwidth (moe.row_gather_bw)
+    moe_permute="gather",
+    # sparse_matmul's shard_map takes its inputs as (batch over data / fsdp / expert, length over tensor_sequence /
+    # context, embed whole): the tensor axis replicates them, and each TP rank sorts and gathers all of its batch's
+    # copies (maxtext 0.2.5 layers/moe.py get_routed_moe_shardings input_partition_pspec; configs/base.yml
+    # logical_axis_rules activation_batch, activation_norm_length)
+    moe_permute_tp_replicated=True,
     moe_alltoall_sorts_by_local_expert=False,  # not modelled: the permutation is counted as one fused XLA sort above
     moe_flex_backend="deepep",  # no flex dispatcher (moe_dispatchers above): the default, never priced
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers)

@@ -113,6 +113,7 @@ STACK = Stack(
     # all-gather dispatcher's tokens_per_expert .cpu())
     moe_dispatch_host_sync=True,
     moe_permute="fused",  # --moe-permute-fusion (TE moe_permute / moe_unpermute) in the recipes
+    moe_permute_tp_replicated=False,  # the dispatcher permutes each TP rank's 1 / tp of the tokens (SP or the TP split)
     # HybridEP permutes inside its dispatch (megatron-core 0.19.2 token_dispatcher.py _HybridEPManager:
     # fused=moe_permute_fusion_into_hybridep); its DeepEP backend (_DeepepManager) permutes after the dispatch, which
     # this trait does not tell apart (the flex recipes are costed as HybridEP's)

@@ -107,6 +107,7 @@ STACK = Stack(
     # device-to-host sync"
     moe_dispatch_host_sync=True,
     moe_permute="unfused",  # permute by index gather (generate_permute_indices + indexing), not fused
+    moe_permute_tp_replicated=False,  # not modelled: its TP shards the tokens before the MoE (sequence parallel)
     # not modelled yet: under EP its AllToAllTokenDispatcher also reorders the received tokens rank-major ->
     # expert-major and back (torchtitan 0.3.0 models/common/token_dispatcher.py _permute / _unpermute); its rows are
     # not re-scored with it

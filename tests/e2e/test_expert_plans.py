@@ -495,7 +495,9 @@ def test_a_tpu_plan_without_a_named_stack_is_costed_with_maxtext():
     # costing on a TPU put Kimi K2 on 256 v5p chips at TP32 ZeRO-1, 153.7 s a step (TP16 ZeRO-1 at 72.8 s until
     # 2026-11-28; since, Megatron-FSDP's in-domain layouts are screened by the launcher's plan rules alone, not by
     # Megatron-LM's refusal of the hardware and of Kimi's yarn RoPE: TP2 EP64 ZeRO-3, 40.5 s), where MaxText's FSDP
-    # runs it in 25.4 s (TP1 DP256 EP4, each layer's input in host memory)
+    # runs it in 25.4 s (TP1 DP256 EP4, each layer's input in host memory). Since TPU row gathers are priced
+    # (moe.row_gather_bw: MaxText's permutation of Kimi's 8 copies per token) and the GPU grouped-GEMM stand-in is left
+    # to GPUs (moe.grouped_gemm_rel), 27.3 s (EP 128) against Megatron's costing at 30.9 s (TP8 EP32)
     from click.testing import CliRunner
 
     from planner.ui.cli import main
@@ -512,5 +514,5 @@ def test_a_tpu_plan_without_a_named_stack_is_costed_with_maxtext():
     assert tpu["plans"][0]["step_time_s"] == named["plans"][0]["step_time_s"]
     megatron = doc("--model", "kimi-k2", "--cluster", "tpu-v5px256", "--framework", "megatron")
     assert tpu["plans"][0]["plan"]["zero_stage"] == 3 and tpu["plans"][0]["plan"]["tp"] == 1
-    assert tpu["plans"][0]["step_time_s"] < 0.7 * megatron["plans"][0]["step_time_s"]
+    assert tpu["plans"][0]["step_time_s"] < 0.9 * megatron["plans"][0]["step_time_s"]
     assert doc("--model", "llama-3.1-8b", "--cluster", "h100x8")["training"]["framework"] == "megatron"
