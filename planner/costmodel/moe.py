@@ -237,9 +237,10 @@ def router_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
 
 def permute_s(ctx: Context, shape: Shape, mode: str) -> float:
     """Token permute before the dispatcher and unpermute after the combine: top_k (x load) copies of each of the
-    device's tokens read and written at HBM bandwidth, PERMUTE_PASSES[mode] times, plus the alltoall dispatcher's sort
-    of the received copies by local expert and back (local_expert_sort_passes); or the dispatch and combine einsums
-    over capacity buffers (einsum_dispatch_s)."""
+    device's tokens (all of the TP group's where Stack.moe_permute_tp_replicated) read and written at HBM bandwidth,
+    or at the row-gather rate for row gathers by index (row_gather_bw), PERMUTE_PASSES[mode] times, plus the alltoall
+    dispatcher's sort of the received copies by local expert and back (local_expert_sort_passes); or the dispatch and
+    combine einsums over capacity buffers (einsum_dispatch_s)."""
     if mode == "einsum":
         return einsum_dispatch_s(ctx, shape)
     m = ctx.model

@@ -92,7 +92,7 @@ STACK = Stack(
     # copies (maxtext 0.2.5 layers/moe.py get_routed_moe_shardings input_partition_pspec; configs/base.yml
     # logical_axis_rules activation_batch, activation_norm_length)
     moe_permute_tp_replicated=True,
-    moe_alltoall_sorts_by_local_expert=False,  # not modelled: the permutation is counted as one fused XLA sort above
+    moe_alltoall_sorts_by_local_expert=False,  # not modelled: the permutation is counted as the row gathers above
     moe_flex_backend="deepep",  # no flex dispatcher (moe_dispatchers above): the default, never priced
     moe_flex_permute="fused",  # no flex dispatcher (moe_dispatchers)
     moe_forced_routing="random_scores",  # no forced gate of its own: top-k over the router's scores (moe.py)
