@@ -13,6 +13,7 @@ from planner.costmodel.moe import (
     grouped_gemm_rel,
     groups_per_token,
     local_experts,
+    row_gather_extrapolated,
 )
 from planner.costmodel.trace import Term, formula
 from planner.specs import MoESpec
@@ -193,6 +194,10 @@ def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
                    f"grouped-expert stand-in plans with several per device carry; the {ONE_EXPERT_RUNS} published runs "
                    f"with one per device ran a median {ONE_EXPERT_SLOWER_MEDIAN:.0%} slower than predicted, so plans "
                    "with fewer EP ranks may be closer than ranked")
+    if ctx.model.is_moe and row_gather_extrapolated(ctx):
+        out.append(f"dropless MoE on {ctx.cluster.hardware.id}: MaxText's token permutation (row gathers) is priced at "
+                   "the share of HBM bandwidth measured on v5p (maxtext issue #1256), which no published run on this "
+                   "generation checks; --moe-capacity-factor runs MaxText's einsum dispatch instead")
     if ctx.model.is_moe and ctx.train.moe_a2a_overlap and p.ep == 1:
         # megatron-core asserts expert parallelism for it (transformer_config.py: "overlap_moe_expert_parallel_comm is
         # only supported with expert model parallelism"): moe.merged_fwd_bwd and the emitter leave it out here

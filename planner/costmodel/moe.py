@@ -252,6 +252,17 @@ def permute_s(ctx: Context, shape: Shape, mode: str) -> float:
     return copies * m.hidden_size * ACT_ELEM_BYTES * passes / (row_gather_bw(ctx) if mode == "gather" else ctx.hbm_bw)
 
 
+# The TPU generation calibration.TPU_ROW_GATHER_REL was fitted on (maxtext issue #1256 ran on a v5p-64); on another,
+# the rate is that fraction of its own HBM bandwidth, which no published run measures (expert.ep_warnings says so).
+ROW_GATHER_FITTED_HARDWARE = "tpu-v5p"
+
+
+def row_gather_extrapolated(ctx: Context) -> bool:
+    """Whether the permutation's row gathers are priced on a TPU generation the rate was not fitted on."""
+    hw = ctx.cluster.hardware
+    return permute_mode(ctx) == "gather" and hw.is_tpu and hw.id != ROW_GATHER_FITTED_HARDWARE
+
+
 def row_gather_bw(ctx: Context) -> float:
     """Bytes per second a row gather by index moves (the "gather" permute): on a TPU calibration.TPU_ROW_GATHER_REL of
     its HBM bandwidth (XLA runs it on the vector units, element by element); elsewhere the HBM bandwidth (XLA's GPU

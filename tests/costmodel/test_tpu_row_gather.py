@@ -82,3 +82,22 @@ def test_maxtexts_dropless_tpu_runs_held_out():
         run = rows[rid]
         ev = _scored(run)
         assert ev.step_time_s / run["measured"]["step_time_s"] - 1 == pytest.approx(err, abs=0.01), rid
+
+
+def test_plans_on_a_tpu_generation_the_rate_was_not_fitted_on_say_so():
+    import json
+
+    from click.testing import CliRunner
+
+    from planner.ui.cli import main
+
+    def warnings(*args: str) -> list[str]:
+        r = CliRunner().invoke(main, ["--model", "qwen3-30b-a3b", *args, "--top", "1", "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["plans"][0]["warnings"]
+
+    said = "priced at the share of HBM bandwidth measured on v5p"
+    assert any(said in w and "tpu-v6e" in w for w in warnings("--cluster", "tpu-v6ex256"))
+    assert not any(said in w for w in warnings("--cluster", "tpu-v5px256"))  # the generation it was fitted on
+    # capacity-padded: MaxText's einsum dispatch, no row gather
+    assert not any(said in w for w in warnings("--cluster", "tpu-v6ex256", "--moe-capacity-factor", "1.25"))
