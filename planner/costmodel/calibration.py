@@ -227,6 +227,9 @@ class Calibration:
     # gives at 1.8 asks 0.0725 / 0.0759 / 0.0778 at 4 / 8 / 16 sequences of 4096 per chip (FSDP over the 32 chips,
     # full remat, MaxText's defaults; tests/costmodel/test_tpu_row_gather.py), where its MFU is 46% / 49% / 50% and
     # 26% / 27% / 28%: the two levels, not only their ratio. About 210 GB/s on a v5p. Bounds: the three fits.
+    # The MaxText (f697340, linears.py permute) ran the backward of its jnp.take gathers as scatter-adds, as the
+    # Mixtral and Maverick rows' releases did; the DeepSeek-V3 and Scout rows' (3eb77db) gather there instead
+    # (use_custom_sort_vjp). One rate stands for both: no published measurement separates them.
     TPU_ROW_GATHER_REL: float = 0.076
     # Scale on the memory-bound elementwise traffic per token per layer that planner.costmodel.compute counts from the
     # op list (2 norms read+write 4h, 2 residual adds 6h, the MLP activation 3f): 1.0 = no fusion assumed.
