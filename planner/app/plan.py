@@ -29,18 +29,22 @@ def quiet(message: str) -> AbstractContextManager:
     return nullcontext()
 
 
-def modelled_launcher(model, train, cluster: ClusterSpec) -> str | None:
+def modelled_launcher(model, train, cluster: ClusterSpec) -> tuple[str | None, bool]:
     """Without --launcher, the launcher whose capability rules filter the search (issue 24 item 3): the modelled
     stack's own (planner.stacks: Megatron-LM by default) where it runs on the hardware, else the first launcher
-    that does (MaxText on TPUs). So #1 is always a plan the modelled stack runs and --out writes its files. None
-    (no filter) when that launcher cannot run the model at all: --out then says why for every launcher."""
+    that does (MaxText on TPUs). So #1 is always a plan the modelled stack runs and --out writes its files. Returns
+    (that launcher or None, whether only its plan rules gate the search): True when it cannot run the model at all
+    (a rule of the model, dtype or hardware that no plan mends: --out then says why for every launcher), so #1 is
+    still a layout the modelled stack lays out. Before 2026-11-28 nothing gated such a search: DeepSeek-V2 on
+    tpu-v5px256 ranked first a TP 4 plan with unsplit experts, which MaxText's expert sharding (experts split over
+    the tensor axis) cannot lay out, costed with MaxText's stack."""
     from planner.launchers import launcher_here, model_errors
     from planner.stacks import stack_of
 
     gate = launcher_here(stack_of(train).emitter, cluster)
-    if gate is None or model_errors(model, train, gate, cluster):
-        return None
-    return gate
+    if gate is None:
+        return None, False
+    return gate, bool(model_errors(model, train, gate, cluster))
 
 
 def run_search(req: PlanRequest, progress: Progress = quiet):
@@ -58,10 +62,10 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     check_request(model, cluster, train, fixed, headroom)
     ctx = Context(model, cluster, train, memory_headroom_gib=req.memory_headroom_gib)
     t0 = time.perf_counter()
-    gate = launcher or modelled_launcher(model, train, cluster)
+    gate, plan_rules_only = (launcher, False) if launcher else modelled_launcher(model, train, cluster)
 
     with progress(f"searching plans for {model.name} on {cluster.name}"):
-        ctx, res, unrunnable, dispatchers, overlap = _search_request(req, ctx, fixed, launcher, gate)
+        ctx, res, unrunnable, dispatchers, overlap = _search_request(req, ctx, fixed, launcher, gate, plan_rules_only)
     seconds = time.perf_counter() - t0
     if not res.plans and not res.structures:
         raise InputError(f"no layout of {model.name} on {cluster.count} {cluster.hardware.id} satisfies the pinned "
@@ -101,21 +105,26 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     return ctx, res, doc
 
 
-def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, gate: str | None):
+def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, gate: str | None,
+                    plan_rules_only: bool = False):
     """The search of a checked request: (ctx, result, the launcher that cannot run the pinned knobs or None,
     {dispatcher: its #1's step time} where the MoE dispatcher is searched, {with the batch-level EP overlap: its #1's
-    step time} where the overlap is searched: planner.search.dispatchers)."""
+    step time} where the overlap is searched: planner.search.dispatchers). plan_rules_only: only the plan rules of
+    `gate` gate the search (modelled_launcher)."""
     from planner.search.dispatchers import search_dispatchers
     from planner.search.engine import search
 
-    found = search_dispatchers(base, search_options(req, fixed, gate), overlap_pinned=req.moe_a2a_overlap is not None)
-    if not launcher and gate and not found.result.plans and fixed and found.result.smallest_peak_gib is None:
+    found = search_dispatchers(base, search_options(req, fixed, gate, plan_rules_only),
+                               overlap_pinned=req.moe_a2a_overlap is not None)
+    if (not launcher and gate and not found.result.plans and (fixed or plan_rules_only)
+            and found.result.smallest_peak_gib is None):
         # the pinned knobs describe a run the modelled stack's launcher cannot write (DeepSeek-V3's own DualPipe
         # plan): cost it as pinned, and say that no launch files of that launcher are written for it. Not where the
         # launcher runs some of them and none fits: that is the answer (exit 3), with the smallest peak of the plans
         # it runs (before, Llama 3.1 70B on v5e-32 with --remat-offload none reported 16.8 GiB from TP 32 over
-        # 8 KV heads, which MaxText refuses, where its plans reach 17.6 GiB)
-        return base, search(base, search_options(req, fixed, None)), gate, {}, {}
+        # 8 KV heads, which MaxText refuses, where its plans reach 17.6 GiB). So too where a launcher that cannot
+        # run the model (plan_rules_only) refuses every layout: --out already says it writes nothing for it
+        return base, search(base, search_options(req, fixed, None)), gate if fixed else None, {}, {}
     return found.ctx, found.result, None, found.seen, found.overlap_seen
 
 
@@ -225,14 +234,15 @@ def margin_note(res) -> str | None:
             f"leaving less than {kept}; --memory-headroom 0 ranks it first")
 
 
-def search_options(req: PlanRequest, fixed: dict, gate: str | None):
-    """The search options of a request (its pinned knobs `fixed`, the launcher whose rules gate the search)."""
+def search_options(req: PlanRequest, fixed: dict, gate: str | None, plan_rules_only: bool = False):
+    """The search options of a request (its pinned knobs `fixed`, the launcher whose rules gate the search, and
+    whether only its plan rules do: modelled_launcher)."""
     from planner.search.engine import SearchOptions
 
     return SearchOptions(fixed=fixed, top_k=req.top_k, max_tp=req.max_tp,
                          memory_headroom_gib=req.memory_headroom_gib or 0.0,
                          memory_margin=req.memory_headroom_gib is None, distinct_layouts=not req.all_variants,
-                         launcher=gate, even_stages=req.even_stages)
+                         launcher=gate, launcher_plan_rules_only=plan_rules_only, even_stages=req.even_stages)
 
 
 def peak_memory_band(ev, rel: float) -> dict:

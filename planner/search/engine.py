@@ -72,6 +72,9 @@ class SearchOptions:
     # SearchResult.ranked) does not multiply the solves.
     stage_solves: int | None = None
     launcher: str | None = None  # target stack: only plans it can run (planner.launchers)
+    # True: only the launcher's rules that read the plan gate the search (the modelled stack's launcher, which cannot
+    # run the model at all: planner.app.plan.modelled_launcher), so the plans are layouts that stack lays out
+    launcher_plan_rules_only: bool = False
     # True: only pipeline depths that divide the layers evenly (unless --pp is pinned): the layouts an expert
     # sizes a purchase for (--min-devices), not PP27 over 80 layers with a short first stage
     even_stages: bool = False
@@ -361,14 +364,15 @@ def _invalid(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> list[str]
     """The one gate of every candidate: the divisibility rules, then the target launcher's capabilities. Returns the
     rules the plan breaks (empty: a valid candidate). The launcher's rules that hold whatever the plan (model, dtype,
     hardware: planner.launchers.model_errors) are read once per search; when none breaks, each candidate reads only
-    the rules of its plan (the same answer), else all of them."""
+    the rules of its plan (the same answer), else all of them; only the plan's with opts.launcher_plan_rules_only."""
     errs = plan_errors(ctx.model, ctx.train, ctx.cluster.count, plan)
     if errs or not opts.launcher:
         return errs
     clear = _PLAN_FREE_CLEAR.setdefault(ctx, {})
     if opts.launcher not in clear:
         clear[opts.launcher] = not model_errors(ctx.model, ctx.train, opts.launcher, ctx.cluster)
-    return launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster, plan_rules_only=clear[opts.launcher])
+    return launcher_errors(plan, ctx.model, ctx.train, opts.launcher, ctx.cluster,
+                           plan_rules_only=opts.launcher_plan_rules_only or clear[opts.launcher])
 
 
 def _cp_kinds(opts: SearchOptions) -> list[str]:

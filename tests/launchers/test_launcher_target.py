@@ -162,3 +162,36 @@ def test_default_ranking_writes_the_modelled_stacks_files(tmp_path):
     model, train = load_model("gpt-oss-120b"), TrainingSpec(seq_len=4096, global_batch=512)
     assert launcher_errors(ParallelPlan(**{k: v for k, v in plan.items() if v is not None}), model, train, "megatron",
                            parse_cluster("h100x64")) == []
+
+
+def test_a_model_the_modelled_launcher_cannot_run_keeps_to_its_layouts(tmp_path):
+    """MaxText cannot run DeepSeek-V2 at all (its per-sequence balance loss), yet the plans are costed with MaxText's
+    stack: its plan rules alone still gate the search (planner.app.plan.modelled_launcher), so no listed plan is a
+    layout MaxText cannot lay out, and --out names the model's reason alone. Before 2026-11-28 nothing gated such a
+    search: the same request's 10 layouts held three TP-2 plans with unsplit experts (MaxText splits experts over the
+    tensor axis, expert TP = TP), checked here against the ungated search."""
+    from planner.app.inputs import build_inputs
+    from planner.app.request import PlanRequest, resolve_target
+    from planner.costmodel import Context
+    from planner.launchers import model_errors
+    from planner.search.engine import SearchOptions, search
+
+    args = ["--model", "deepseek-v2", "--cluster", "tpu-v5px64"]
+    model, cluster, train = build_inputs(resolve_target(PlanRequest(model="deepseek-v2", cluster="tpu-v5px64")))
+    assert model_errors(model, train, "maxtext", cluster)  # the model itself is out of MaxText's reach
+
+    def broken(plan):
+        return launcher_errors(plan, model, train, "maxtext", cluster, plan_rules_only=True)
+
+    ungated = search(Context(model, cluster, train), SearchOptions(top_k=10, distinct_layouts=True, memory_margin=True))
+    assert sum(bool(broken(e.plan)) for e in ungated.plans) >= 2
+    res = _cli(*args, "--top", "10", "--json")
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.stdout)["plans"]
+    assert len(plans) == 10
+    assert all(broken(ParallelPlan(**{k: v for k, v in p["plan"].items() if v is not None})) == [] for p in plans)
+    out = tmp_path / "o"
+    res = _cli(*args, "--top", "1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    said = next(line for line in res.output.splitlines() if line.startswith("not written for maxtext"))
+    assert "per-sequence balance loss" in said and "expert TP" not in said and "mesh cannot" not in said
