@@ -117,9 +117,11 @@ def check_launcher_model(launcher: str, model: ModelSpec, train: TrainingSpec, c
         raise InputError(f"--launcher {launcher} cannot run {model.name} on {cluster.hardware.id}: {cannot[0]}")
 
 
-def pinned_knobs(req: PlanRequest) -> dict[str, Any]:
-    """The knobs the user pinned, checked as a ParallelPlan, with the implied schedule and the launcher's
-    own search defaults where nothing was pinned."""
+def pinned_knobs(req: PlanRequest, gate: str | None = None) -> dict[str, Any]:
+    """The knobs the user pinned, checked as a ParallelPlan, with the implied schedule and the search defaults of the
+    launcher the plans are for (--launcher, else `gate`, the modelled stack's: planner.app.plan.modelled_launcher)
+    where nothing was pinned: a TPU plan without --launcher pipelines with MaxText's GPipe as with it (before
+    2026-11-28 it was costed as 1F1B, and the maxtext.yml written for it ran MaxText's pipeline)."""
     from pydantic import ValidationError
 
     from planner.catalog.hf_import import _validation_message
@@ -132,9 +134,11 @@ def pinned_knobs(req: PlanRequest) -> dict[str, Any]:
         raise InputError(_validation_message(e, "pinned knobs")) from None
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
-    if req.launcher:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
+    target = req.launcher or gate
+    if target:  # the target's own defaults (MaxText: GPipe) where the user pinned nothing
         from planner.launchers import capabilities
-        fixed = capabilities(req.launcher).search_defaults | fixed
+        fixed = capabilities(target).search_defaults | fixed
+    if req.launcher:
         check_launcher_schedule(req.launcher, fixed)
     return fixed
 

@@ -57,12 +57,12 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     launcher = req.launcher
     if launcher:
         check_launcher_model(launcher, model, train, cluster)
-    fixed = pinned_knobs(req)
+    gate, plan_rules_only = (launcher, False) if launcher else modelled_launcher(model, train, cluster)
+    fixed = pinned_knobs(req, gate)
     headroom = req.memory_headroom_gib or 0.0
     check_request(model, cluster, train, fixed, headroom)
     ctx = Context(model, cluster, train, memory_headroom_gib=req.memory_headroom_gib)
     t0 = time.perf_counter()
-    gate, plan_rules_only = (launcher, False) if launcher else modelled_launcher(model, train, cluster)
 
     with progress(f"searching plans for {model.name} on {cluster.name}"):
         ctx, res, unrunnable, dispatchers, overlap = _search_request(req, ctx, fixed, launcher, gate, plan_rules_only)
@@ -91,10 +91,8 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
         if chosen:
             doc["plans"][0]["warnings"] = [*doc["plans"][0]["warnings"], chosen]
     if unrunnable:
-        note = (f"{unrunnable} cannot run the pinned knobs ({req.pins_text()}): the plans are costed as pinned, "
-                f"and --out writes no {unrunnable} files for them")
         for p in doc["plans"]:
-            p["warnings"] = [*p["warnings"], note]
+            p["warnings"] = [*p["warnings"], unrunnable]
     from planner.catalog.models import model_file_defaults
     defaults = model_file_defaults(req.model)
     if defaults:  # a config.json that leaves fields to Hugging Face's defaults: said, not silent
@@ -107,7 +105,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
 
 def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, gate: str | None,
                     plan_rules_only: bool = False):
-    """The search of a checked request: (ctx, result, the launcher that cannot run the pinned knobs or None,
+    """The search of a checked request: (ctx, result, what says that the gate's launcher cannot run the plans or None,
     {dispatcher: its #1's step time} where the MoE dispatcher is searched, {with the batch-level EP overlap: its #1's
     step time} where the overlap is searched: planner.search.dispatchers). plan_rules_only: only the plan rules of
     `gate` gate the search (modelled_launcher)."""
@@ -116,15 +114,20 @@ def _search_request(req: PlanRequest, base, fixed: dict, launcher: str | None, g
 
     found = search_dispatchers(base, search_options(req, fixed, gate, plan_rules_only),
                                overlap_pinned=req.moe_a2a_overlap is not None)
-    if (not launcher and gate and not found.result.plans and (fixed or plan_rules_only)
+    pinned = bool(req.knobs)  # the user's pins (`fixed` also holds the launcher's search defaults)
+    if (not launcher and gate and not found.result.plans and (pinned or plan_rules_only)
             and found.result.smallest_peak_gib is None):
         # the pinned knobs describe a run the modelled stack's launcher cannot write (DeepSeek-V3's own DualPipe
         # plan): cost it as pinned, and say that no launch files of that launcher are written for it. Not where the
         # launcher runs some of them and none fits: that is the answer (exit 3), with the smallest peak of the plans
         # it runs (before, Llama 3.1 70B on v5e-32 with --remat-offload none reported 16.8 GiB from TP 32 over
         # 8 KV heads, which MaxText refuses, where its plans reach 17.6 GiB). So too where a launcher that cannot
-        # run the model (plan_rules_only) refuses every layout: --out already says it writes nothing for it
-        return base, search(base, search_options(req, fixed, None)), gate if fixed else None, {}, {}
+        # run the model (plan_rules_only) lays out none of its layouts: costed with its stack all the same, said
+        note = (f"{gate} cannot run the pinned knobs ({req.pins_text()}): the plans are costed as pinned, and --out "
+                f"writes no {gate} files for them" if pinned else
+                f"{gate} lays out none of these layouts (nor runs the model): the plans are costed with its stack all "
+                f"the same, and --out writes no {gate} files for them")
+        return base, search(base, search_options(req, fixed, None)), note, {}, {}
     return found.ctx, found.result, None, found.seen, found.overlap_seen
 
 
@@ -326,12 +329,17 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
     fixed = dict(req.knobs)
     check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
     if req.launcher:
-        from planner.launchers import capabilities
         check_launcher_hardware(req.launcher, cluster)
-        fixed = capabilities(req.launcher).search_defaults | fixed
+    # the launcher the plans are for, as in run_search: the count found is one its plans fit on
+    gate, plan_rules_only = (req.launcher, False) if req.launcher else modelled_launcher(model, train, cluster)
+    if gate:
+        from planner.launchers import capabilities
+        fixed = capabilities(gate).search_defaults | fixed
+    if req.launcher:
         check_launcher_schedule(req.launcher, fixed)
     opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,
-                         memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=req.launcher)
+                         memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=gate,
+                         launcher_plan_rules_only=plan_rules_only)
     # the upper edge of the found plan's own band: beyond the fitted attention share, that regime's (bands.EXTRAPOLATED)
     bounds = {x: sizing_bound(model, cluster, train, target_step_s, pinned_pp=fixed.get("pp"), attention_extrapolated=x)
               for x in (False, True)}

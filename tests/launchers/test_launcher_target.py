@@ -141,6 +141,21 @@ def test_maxtext_target_pipelines_with_gpipe_unless_interleaving_is_pinned():
     assert res.exit_code == 0 and json.loads(res.output)["plans"][0]["plan"]["schedule"] == "interleaved"
 
 
+def test_a_tpu_plan_without_a_launcher_pipelines_as_maxtext_does():
+    """Without --launcher a TPU plan is costed with MaxText's stack and --out writes maxtext.yml for it, so its
+    pipeline is MaxText's GPipe as with --launcher maxtext (planner.app.inputs.pinned_knobs takes the modelled
+    launcher's search defaults). Before 2026-11-28 it was costed as 1F1B, and the maxtext.yml written for it ran
+    MaxText's pipeline, whose in-flight activations are not 1F1B's."""
+    base = ["--model", "llama-3.1-8b", "--cluster", "tpu-v5px16", "--pp", "2", "--vpp", "1", "--top", "1", "--json"]
+    plain, target = _cli(*base), _cli(*base, "--launcher", "maxtext")
+    assert plain.exit_code == 0 and target.exit_code == 0, plain.output + target.output
+    p, t = json.loads(plain.output)["plans"][0], json.loads(target.output)["plans"][0]
+    assert p["plan"]["schedule"] == "gpipe" and p["plan"] == t["plan"] and p["step_time_s"] == t["step_time_s"]
+    sized = _cli(*base, "--min-devices")  # the fewest devices are counted for the same plans
+    assert sized.exit_code == 0, sized.output
+    assert json.loads(sized.output)["plans"][0]["plan"]["schedule"] == "gpipe"
+
+
 def test_min_devices_respects_the_target():
     res = _cli("--model", "llama-3.1-8b", "--cluster", "h100x16", "--seq-len", "8192", "--gbs", "64", "--launcher",
                "deepspeed",
