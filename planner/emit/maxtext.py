@@ -192,7 +192,7 @@ def maxtext_config(job: Job) -> tuple[dict, list[str]]:
     }
     cfg.update(_mesh_keys(job, deg, ici, dcn))
     cfg.update(_batch_keys(job, notes))
-    cfg.update(_precision_keys(job, notes))
+    cfg.update(_precision_keys(job))
     cfg.update(_model_keys(job, block, notes))
     return cfg, notes
 
@@ -248,9 +248,9 @@ def _batch_keys(job: Job, notes: list[str]) -> dict:
     return cfg
 
 
-def _precision_keys(job: Job, notes: list[str]) -> dict:
+def _precision_keys(job: Job) -> dict:
     """Sequence length, remat policy and dtypes (FP8 only where the hardware has FP8 matmul units)."""
-    m, p, t = job.model, job.plan, job.train
+    p, t = job.plan, job.train
     cfg: dict = {}
     cfg["max_target_length"] = t.seq_len
     cfg["remat_policy"] = _REMAT[p.recompute]
@@ -259,9 +259,7 @@ def _precision_keys(job: Job, notes: list[str]) -> dict:
         # others rematerialised (MT:configs/base.yml remat_policy custom, one key per tensor)
         cfg["remat_policy"] = "custom"
         cfg |= {name: "offload" for name in p.remat_offloaded} | {name: "device" for name in p.remat_device}
-    if p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < m.num_layers // p.pp:
-        notes.append(f"partial recompute ({p.recompute_layers} layers per stage) has no MaxText equivalent: "
-                     "remat_policy full recomputes every layer")
+    # partial full recompute (recompute_layers) is refused before this (launchers.maxtext rule whole-layer-remat)
     cfg["dtype"] = "float16" if t.dtype == "fp16" else "bfloat16"
     # bf16 master parameters; the Adam moments inherit them (MT:configs/base.yml mu_dtype), as costed
     cfg["weight_dtype"] = "bfloat16" if t.param_dtype == "bf16" else "float32"

@@ -114,9 +114,11 @@ CONSUMER_CASES = [
          TrainingSpec(seq_len=4096, global_batch=64, dtype="fp16"),
          ParallelPlan(tp=2, dp=8, zero_stage=1, micro_batch=2, offload_optimizer=True, recompute="full",
                       recompute_layers=8),
-         expect_emit=("megatron", "maxtext", "jax"),
-         # Llama 3.1's RoPE scaling has no Megatron-DeepSpeed flag: the transformers path, data parallel only
-         expect_skip={"torchtitan": "offload", "deepspeed": "tensor parallelism"}),
+         expect_emit=("megatron", "jax"),
+         # Llama 3.1's RoPE scaling has no Megatron-DeepSpeed flag: the transformers path, data parallel only; MaxText
+         # recomputes every layer or none (launchers.maxtext rule whole-layer-remat)
+         expect_skip={"torchtitan": "offload", "deepspeed": "tensor parallelism",
+                      "maxtext": "remat policy applies to every layer"}),
     Case("llama2-70b-zero1-offload-tp8-16xa100", LLAMA2_70B, cluster("a100-sxm-80gb", 16),
          TrainingSpec(seq_len=4096, global_batch=64, dtype="fp16"),
          ParallelPlan(tp=8, dp=2, zero_stage=1, micro_batch=2, offload_optimizer=True, recompute="full"),

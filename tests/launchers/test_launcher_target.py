@@ -210,3 +210,22 @@ def test_a_model_the_modelled_launcher_cannot_run_keeps_to_its_layouts(tmp_path)
     assert res.exit_code == 0, res.output
     said = next(line for line in res.output.splitlines() if line.startswith("not written for maxtext"))
     assert "per-sequence balance loss" in said and "expert TP" not in said and "mesh cannot" not in said
+
+
+def test_maxtext_is_written_no_plan_that_recomputes_some_layers_only(tmp_path):
+    """MaxText's remat policy applies to every layer (no --recompute-num-layers), so a plan costed with 4 of 32 layers
+    recomputed gets no maxtext.yml, and the search for MaxText proposes no such plan (launchers.maxtext rule
+    whole-layer-remat). Before 2026-11-28 the file was written with remat_policy full and a note: a run recomputing all
+    32 layers, slower than the plan costed."""
+    out = tmp_path / "o"
+    res = _cli("--model", "llama-3.1-8b", "--cluster", "tpu-v5px16", "--pp", "1", "--recompute", "full",
+               "--recompute-layers", "4", "--top", "1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert not (out / "maxtext.yml").exists() and (out / "plan.json").is_file()
+    assert "not written for maxtext: MaxText's remat policy applies to every layer: full recompute of 4 of the 32 " \
+           "layers per stage has no MaxText equivalent" in res.output
+    model, cluster = load_model("llama-3.1-8b"), parse_cluster("tpu-v5px16")
+    train = TrainingSpec(seq_len=4096, global_batch=1024, framework="maxtext")
+    whole = ParallelPlan(dp=16, micro_batch=1, zero_stage=3, recompute="full", recompute_layers=32)
+    assert launcher_errors(whole, model, train, "maxtext", cluster) == []
+    assert launcher_errors(whole.model_copy(update={"recompute_layers": 31}), model, train, "maxtext", cluster)
