@@ -16,7 +16,7 @@ from planner.costmodel.memory import (
     state_bytes_per_param,
 )
 from planner.costmodel.mtp import mtp_extra_params
-from planner.costmodel.pipeline import inflight_microbatches
+from planner.costmodel.pipeline import inflight_microbatches, memory_schedule
 from planner.costmodel.stage_problem import StageProblem
 from planner.costmodel.tensor import tp_exposed_share
 from planner.specs import ParallelPlan
@@ -52,7 +52,7 @@ def stage_problem(ctx: Context, plan: ParallelPlan, capacity_gib: float):
     t, rc, act, act_rc, state = _layer_rows(ctx, plan)
     st = state_bytes_per_param(ctx.train, plan.zero_stage, plan.offload_optimizer)
     per_dense = sum(st.per_param(shape.dims.zero_shard))
-    inflight = tuple(inflight_microbatches(plan.schedule, pp, s, shape.nmb, plan.vpp) for s in range(pp))
+    inflight = tuple(inflight_microbatches(memory_schedule(ctx, plan), pp, s, shape.nmb, plan.vpp) for s in range(pp))
     overhead = framework_overhead_bytes(ctx.train.framework, ctx.cluster.hardware.is_tpu)
     cap = max(1.0, (capacity_gib * GIB - overhead) / allocator_fragmentation(ctx.train.framework, ctx.calibration,
                                                                                   ctx.train.expandable_segments))

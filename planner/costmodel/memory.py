@@ -29,7 +29,7 @@ from planner.costmodel.expert import expert_load
 from planner.costmodel.moe import dispatcher_buffer_bytes
 from planner.costmodel.mtp import mtp_extra_params, mtp_input_bytes_per_token, mtp_kind, mtp_layer_counts
 from planner.costmodel.params import layer_params
-from planner.costmodel.pipeline import head_stage, inflight_microbatches, schedule_of, v_shaped
+from planner.costmodel.pipeline import head_stage, inflight_microbatches, memory_schedule, v_shaped
 from planner.costmodel.trace import Term, formula
 from planner.specs import ModelSpec, ParallelPlan, TrainingSpec
 from planner.stacks import stack_of, traits
@@ -808,7 +808,7 @@ class StateLayout(NamedTuple):
     overhead_bytes: float
     per_dense: tuple[float, float, float]  # (weights, grads, optimizer) bytes per dense parameter, sharded
     per_expert: tuple[float, float, float]  # the same per routed-expert parameter
-    schedule: str  # the pipeline schedule in effect
+    schedule: str  # the pipeline schedule whose in-flight micro-batches the stages hold (pipeline.memory_schedule)
     fp8_copy_bytes: float  # fp8_weight_copy_bytes per FP8-linear parameter
     dispatcher_bytes: float  # dispatcher_buffer_bytes (the same on every stage)
     fragmentation: float  # allocator_fragmentation: reserved / allocated at the peak
@@ -816,10 +816,10 @@ class StateLayout(NamedTuple):
 
 def state_layout(ctx: Context, shape: Shape) -> StateLayout:
     """_state_layout, cached per search under every input it reads: the ZeRO stage, the optimizer offload, the two
-    shard counts, the schedule in effect and, for the MoE dispatcher's buffers (EP > 1), the plan's time key (the
-    dispatcher_buffer_bytes key)."""
+    shard counts, the schedule whose in-flight micro-batches the stages hold and, for the MoE dispatcher's buffers
+    (EP > 1), the plan's time key (the dispatcher_buffer_bytes key)."""
     plan, dims = shape.plan, shape.dims
-    key = (plan.zero_stage, plan.offload_optimizer, dims.zero_shard, dims.expert_zero_shard, schedule_of(plan),
+    key = (plan.zero_stage, plan.offload_optimizer, dims.zero_shard, dims.expert_zero_shard, memory_schedule(ctx, plan),
            shape.time_key if plan.ep > 1 else None)
     v = ctx.state_layout_cache.get(key)
     if v is None:
@@ -833,7 +833,7 @@ def _state_layout(ctx: Context, shape: Shape) -> StateLayout:
     return StateLayout(st, dims.zero_shard, dims.expert_zero_shard, grad_bytes_per_param(ctx.train),
                        framework_overhead_bytes(ctx.train.framework, ctx.cluster.hardware.is_tpu),
                        st.per_param(dims.zero_shard),
-                       st.per_param(dims.expert_zero_shard), schedule_of(plan),
+                       st.per_param(dims.expert_zero_shard), memory_schedule(ctx, plan),
                        fp8_weight_copy_bytes(ctx, plan.zero_stage, dims.zero_shard),
                        dispatcher_buffer_bytes(ctx, shape),
                        allocator_fragmentation(ctx.train.framework, ctx.calibration, ctx.train.expandable_segments))

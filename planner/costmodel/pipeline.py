@@ -164,6 +164,14 @@ def schedule_of(plan: ParallelPlan) -> str:
     return plan.schedule if plan.pp > 1 else "1f1b"
 
 
+def memory_schedule(ctx: Context, plan: ParallelPlan) -> str:
+    """The schedule whose in-flight micro-batches (inflight_microbatches) a stage's activations follow: the stack's own
+    under a pipeline (Stack.pipeline_memory_schedule: MaxText's scan keeps every micro-batch, GPipe's memory, whatever
+    order the plan names), else the plan's (schedule_of)."""
+    own = ctx.stack.pipeline_memory_schedule
+    return own if own is not None and plan.pp > 1 else schedule_of(plan)
+
+
 def schedules_per_step(ctx: Context, shape: Shape) -> int:
     """Pipeline schedules one step runs: one over all its micro-batches, or, where the run groups them
     (TrainingSpec.pp_schedule_microbatches: NeMo AutoModel runs its pipeline schedule once per local batch and repeats

@@ -239,9 +239,8 @@ def _batch_keys(job: Job, notes: list[str]) -> dict:
         cfg["num_pipeline_repeats"] = p.vpp
         cfg["num_layers_per_pipeline_stage"] = m.num_layers // (p.pp * p.vpp)
         cfg["scan_layers"] = False
-        if p.schedule == "1f1b" or p.schedule == "interleaved":
-            notes.append("MaxText's pipeline is a circular (looped) schedule; its activation memory is "
-                         "not 1F1B's")
+        # its activation memory is GPipe's whatever the schedule's name (stacks.maxtext pipeline_memory_schedule), as
+        # costed
     else:
         cfg["per_device_batch_size"] = p.micro_batch * p.dp / job.world
         cfg["gradient_accumulation_steps"] = nmb

@@ -88,6 +88,7 @@ STACK = Stack(
     # with PP, gradient sync and resharding are deferred to the last backward (AM:components/moe/fsdp_mixin.py
     # patched_backward_maybe_with_nosync), the torchtitan runtime's behaviour
     zero3_unsharded_under_pp=True,
+    pipeline_memory_schedule=None,  # the plan's: torch.distributed.pipelining runs the schedule it names
     # AutoPipeline builds torch.distributed.pipelining stages (AM:components/distributed/pipelining): torch's
     # per-micro-batch receive buffers, as the torchtitan stack counts them
     pp_buffers_per_microbatch=True,

@@ -68,6 +68,9 @@ class Stack:
     selective_saves: SelectiveSaves  # selective recompute keeps: "modules" (all but the recomputed modules), "half"
     zero3_unsharded_under_pp: bool  # ZeRO-3 with pp > 1 keeps the stage unsharded between micro-batches and
     #                                 reduces its gradients once per step, not once per micro-batch
+    # the schedule whose in-flight micro-batches a pipeline stage holds, whatever order the plan names (None: the
+    # plan's own; pipeline.memory_schedule)
+    pipeline_memory_schedule: str | None
     pp_buffers_per_microbatch: bool  # the pipeline runtime allocates a receive buffer per micro-batch for the stage's
     #                                  input and for its output's gradient, kept for the step, and holds each stage
     #                                  output until its backward (memory.pipeline_buffer_units)

@@ -43,6 +43,7 @@ STACK = Stack(
     custom_remat_option=False,  # no named-tensor remat policy
     searched_remat_offloads=(),  # no named-tensor remat policy to search
     zero3_unsharded_under_pp=False,  # its pipeline engine runs ZeRO 0-1 only (DS:runtime/pipe/engine.py:76-77)
+    pipeline_memory_schedule=None,  # the plan's: its engine runs 1F1B (TrainSchedule)
     # its pipeline engine reserves pipe buffers for the in-flight micro-batches only (runtime/pipe/engine.py
     # _reserve_pipe_buffers(pipe_schedule.num_pipe_buffers()), TrainSchedule: min(stages - stage_id, micro_batches))
     pp_buffers_per_microbatch=False,

@@ -72,6 +72,10 @@ STACK = Stack(
                              ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj")),
     # modelled as torchtitan's FSDP under PP (parameters gathered once per step, not measured for MaxText)
     zero3_unsharded_under_pp=True,
+    # its pipeline is one lax.scan over m x repeats + pp - 1 iterations, each stage's chunk on one micro-batch,
+    # whose backward keeps every iteration's saved activations (jax.checkpoint per iteration, maxtext 0.2.5
+    # layers/pipeline.py): every micro-batch in flight, for its GPipe and circular (repeat) schedules alike
+    pipeline_memory_schedule="gpipe",
     pp_buffers_per_microbatch=False,  # one jitted step: XLA assigns the pipeline's loop state statically
     pytorch_native_kernels=False,  # XLA fuses the kernels; the TPU ceilings are the profile's own
     cudnn_attention=False,  # XLA / Pallas attention on TPUs

@@ -93,6 +93,7 @@ STACK = Stack(
     custom_remat_option=False,  # no named-tensor remat policy
     searched_remat_offloads=(),  # no named-tensor remat policy to search
     zero3_unsharded_under_pp=False,  # Megatron-FSDP is not run with PP (launchers/megatron.py fsdp-with-pp)
+    pipeline_memory_schedule=None,  # the plan's: megatron-core runs the schedule it names
     # Megatron-core's schedules receive into a tensor per p2p op and pseudo-free each sent output's data
     # (schedules.py deallocate_output_tensor, --deallocate-pipeline-outputs): no per-micro-batch buffers counted
     pp_buffers_per_microbatch=False,

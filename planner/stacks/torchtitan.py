@@ -83,6 +83,7 @@ STACK = Stack(
     # reshard_after_forward=False with PP) and reduces the unsharded gradients after the last micro-batch
     # (torch.distributed.pipelining backward_maybe_with_nosync)
     zero3_unsharded_under_pp=True,
+    pipeline_memory_schedule=None,  # the plan's: torch.distributed.pipelining runs the schedule it names
     # torch.distributed.pipelining's PipelineStage creates one receive buffer per micro-batch for the input
     # (_prepare_forward_infra: args_recv_info[chunk] for every chunk, _make_tensor_from_meta) and one for the output's
     # gradient (_setup_backward_recv_info: grad_recv_info[mb_index] for every micro-batch), and keeps each output in

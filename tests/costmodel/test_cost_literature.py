@@ -103,6 +103,29 @@ def test_inflight_microbatches():
     assert inflight_microbatches("interleaved", 4, 0, 64, 2) == pytest.approx(((4 - 1) * 2 + (2 - 1) * 4 + 1) / 2)
 
 
+def test_maxtext_pipeline_holds_every_micro_batch():
+    """MaxText's pipeline is one lax.scan over m x repeats + p - 1 iterations whose backward keeps every iteration's
+    saved activations (maxtext 0.2.5 layers/pipeline.py): its stages hold all m micro-batches, GPipe's memory, whatever
+    schedule the plan names (Stack.pipeline_memory_schedule); Megatron's 1F1B first stage holds p of them."""
+    from planner.catalog.hardware import parse_cluster
+    from planner.catalog.models import load_model
+    from planner.costmodel import Context, evaluate
+    from planner.costmodel.balance import stage_problem
+    from planner.specs import ParallelPlan
+
+    model = load_model("llama-3.1-8b")
+    plan = ParallelPlan(pp=2, dp=8, micro_batch=1, zero_stage=1, schedule="1f1b")
+    m = 64 // 8  # micro-batches per rank: global batch 64 over dp 8 at micro-batch 1
+    for fw, hw, held in (("maxtext", "tpu-v5px16", (m, m)), ("megatron", "h100x16", (2, 1))):
+        ctx = Context(model, parse_cluster(hw), TrainingSpec(global_batch=64, framework=fw))
+        assert stage_problem(ctx, plan, 1e6).inflight == held
+    ctx = Context(model, parse_cluster("tpu-v5px16"), TrainingSpec(global_batch=64, framework="maxtext"))
+    gpipe = evaluate(ctx, plan.model_copy(update={"schedule": "gpipe"})).memory
+    assert evaluate(ctx, plan).memory == gpipe
+    circular = ParallelPlan(pp=2, vpp=2, dp=8, micro_batch=1, zero_stage=1, schedule="interleaved")
+    assert stage_problem(ctx, circular, 1e6).inflight == (m, m)
+
+
 def test_ring_allreduce_volume():
     # a ring all-reduce sends 2(n-1)/n of the buffer per rank (Patarasuk & Yuan 2009); all-gather (n-1)/n
     link = Link(busbw=100e9, alpha=0.0, crosses_domain=False, ranks_per_domain=8)
