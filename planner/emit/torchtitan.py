@@ -100,9 +100,7 @@ def torchtitan_args(job: Job) -> list[str]:
         # Trainer.Config rejects CUDA graphs with PP, and with EP unless a sync-free dispatcher is configured
         a.append("--training.disable_cuda_graphs")
     # activation checkpointing is a tyro subcommand: it must come last
-    if p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < m.num_layers // p.pp:
-        job.note(f"partial recompute ({p.recompute_layers} layers per stage) has no torchtitan 0.3.0 equivalent: "
-                 "full AC recomputes every block")
+    # partial full recompute (recompute_layers) is refused before this (launchers.torchtitan rule whole-block-ac)
     a.append({"none": "activation-checkpoint:none", "selective": "activation-checkpoint:selective",
               "full": "activation-checkpoint:full"}[p.recompute])
     return a

@@ -84,6 +84,12 @@ RULES = (
          "TT:config/configs.py:78-95", lambda j: j.train.dtype == "fp16"),
     Rule("registry", "{why}", "TT:models/*/config_registry.py (the model comes from a registry function)",
          _no_registry_config, detail=_registry_reason),
+    Rule("whole-block-ac", "torchtitan 0.3.0's full activation checkpointing wraps every transformer block: full "
+         "recompute of {k} of the {n} layers per stage has no equivalent",
+         "TT:distributed/activation_checkpoint.py:152-183 (ActivationCheckpointing.apply, FullAC)",
+         lambda j: j.plan.recompute == "full" and j.plan.recompute_layers is not None
+         and j.plan.recompute_layers < j.model.num_layers // j.plan.pp,
+         detail=lambda j: {"k": j.plan.recompute_layers, "n": j.model.num_layers // j.plan.pp}),
     Rule("no-expert-tp", "torchtitan 0.3.0 has no expert tensor parallelism (experts are split by ep and sharded "
          "by FSDP only)", "TT:models/common/moe_sharding.py:29-47 [absent]",
          lambda j: j.model.moe is not None and j.plan.etp > 1),
@@ -136,7 +142,7 @@ CAPABILITIES = Capabilities(
     zero_stages=(0, 1, 2, 3),  # FSDP2: 1-2 as reshard_after_forward=never (ZeRO-2), 3 full shard; HSDP
     cp_kinds=("ring",),  # K/V all-gather (Flex) or SDPA dispatcher
     expert_tp="none (0.3.0)",
-    recompute=("none", "selective", "full"),  # partial full recompute -> all layers (note)
+    recompute=("none", "selective", "full"),  # every block (rule whole-block-ac)
     offload="parameters+gradients+optimizer together only (not planned)",
     fp8_recipes=("rowwise",),  # through the registry's Float8 config functions
     rank_order="pp -> dp_replicate -> dp_shard -> cp -> tp (tp innermost); sparse pp -> dp_replicate -> efsdp -> ep",

@@ -224,8 +224,11 @@ def test_maxtext_is_written_no_plan_that_recomputes_some_layers_only(tmp_path):
     assert not (out / "maxtext.yml").exists() and (out / "plan.json").is_file()
     assert "not written for maxtext: MaxText's remat policy applies to every layer: full recompute of 4 of the 32 " \
            "layers per stage has no MaxText equivalent" in res.output
-    model, cluster = load_model("llama-3.1-8b"), parse_cluster("tpu-v5px16")
-    train = TrainingSpec(seq_len=4096, global_batch=1024, framework="maxtext")
+    model = load_model("llama-3.1-8b")
     whole = ParallelPlan(dp=16, micro_batch=1, zero_stage=3, recompute="full", recompute_layers=32)
-    assert launcher_errors(whole, model, train, "maxtext", cluster) == []
-    assert launcher_errors(whole.model_copy(update={"recompute_layers": 31}), model, train, "maxtext", cluster)
+    # torchtitan 0.3.0's FullAC wraps every block alike (rule whole-block-ac)
+    for launcher, fw, hw in (("maxtext", "maxtext", "tpu-v5px16"), ("torchtitan", "fsdp", "h100x16")):
+        train, cluster = TrainingSpec(seq_len=4096, global_batch=1024, framework=fw), parse_cluster(hw)
+        assert launcher_errors(whole, model, train, launcher, cluster) == []
+        assert "4 of the 32 layers per stage" in " ".join(
+            launcher_errors(whole.model_copy(update={"recompute_layers": 4}), model, train, launcher, cluster))
