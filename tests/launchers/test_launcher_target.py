@@ -232,3 +232,20 @@ def test_maxtext_is_written_no_plan_that_recomputes_some_layers_only(tmp_path):
         assert launcher_errors(whole, model, train, launcher, cluster) == []
         assert "4 of the 32 layers per stage" in " ".join(
             launcher_errors(whole.model_copy(update={"recompute_layers": 4}), model, train, launcher, cluster))
+
+
+def test_a_launcher_that_runs_neither_the_model_nor_any_layout_says_so(tmp_path):
+    """DeepSeek-V2 (MaxText cannot run its per-sequence balance loss) with 61 layers in FP8 on 128 v5p chips: MaxText's
+    plan rules refuse every layout (FP8 takes no gradient accumulation; 61 layers split evenly over no pipeline), so
+    the plans are costed with its stack ungated, and each says that MaxText lays out none of them."""
+    from planner.catalog.data import data_dir
+
+    spec = (data_dir("model_specs") / "deepseek-v2.yaml").read_text()
+    assert "  num_hidden_layers: 60\n" in spec
+    model = tmp_path / "dsv2-61.yaml"
+    model.write_text(spec.replace("  num_hidden_layers: 60\n", "  num_hidden_layers: 61\n"))
+    res = _cli("--model", str(model), "--cluster", "tpu-v5px128", "--dtype", "fp8", "--top", "2", "--json")
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.stdout)["plans"]
+    assert plans and all(any(w.startswith("maxtext lays out none of these layouts (nor runs the model)")
+                             for w in p["warnings"]) for p in plans)
