@@ -403,11 +403,8 @@ def _optimizer_args(job: Job, a: _Args) -> dict[str, str]:
         a.flag("--data-parallel-sharding-strategy", "optim_grads_params")
         a.flag("--ckpt-format", "fsdp_dtensor")  # validate_args requires it with Megatron-FSDP
         a.flag("--use-distributed-optimizer")
-    elif p.zero_stage >= 1:
+    elif p.zero_stage >= 1:  # ZeRO-1: zero_stage 2 is refused before this (launchers.megatron rule no-zero2)
         a.flag("--use-distributed-optimizer")
-        if p.zero_stage == 2:
-            job.note("zero_stage 2 maps to the distributed optimizer (optimizer states sharded; gradients are "
-                     "reduce-scattered into fp32 buffers that stay full size)")
     if instances > 1:
         a.flag("--num-distributed-optimizer-instances", instances)
     if p.dp > 1 or p.cp > 1:

@@ -38,6 +38,11 @@ RULES = (
          "MLM:docs/user-guide/features/custom_fsdp.md:23 lists TP, EP, CP only; every Megatron-FSDP functional "
          "test uses PP=1; NVIDIA/Megatron-LM#1455 open",
          lambda j: j.plan.zero_stage == 3 and j.plan.pp > 1, verified=False),
+    Rule("no-zero2", "Megatron-LM has no ZeRO-2: its distributed optimizer shards the optimizer states, while the "
+         "fp32 main-gradient buffers stay full size (ZeRO-1's memory); use --zero 1",
+         "MLM:docs/user-guide/features/dist_optimizer.md (bf16 parameters, fp32 gradients: 6 + 12/d bytes per "
+         "parameter); megatron/core/distributed/param_and_grad_buffer.py grad_data [doc]",
+         lambda j: j.plan.zero_stage == 2),
     Rule("tp-comm-overlap-needs-sp", "--tp-comm-overlap needs sequence parallelism in Megatron-LM",
          "MLM:megatron/training/arguments.py:915-916 [assert]",
          lambda j: j.plan.tp > 1 and j.plan.tp_comm_overlap and not j.plan.sequence_parallel),
@@ -85,7 +90,7 @@ CAPABILITIES = Capabilities(
     framework="megatron",
     hardware=("gpu",),
     schedules=SCHEDULES,
-    zero_stages=(0, 1, 2, 3),  # 1-2: distributed optimizer; 3: Megatron-FSDP optim_grads_params (PP=1 only)
+    zero_stages=(0, 1, 3),  # 1: distributed optimizer (no ZeRO-2: rule no-zero2); 3: Megatron-FSDP (PP=1 only)
     cp_kinds=("ring", "a2a"),  # --cp-comm-type p2p / a2a (TE attention only)
     expert_tp="any etp (--expert-tensor-parallel-size); ep*etp divides tp*cp*dp",
     recompute=("none", "selective", "full"),  # full: uniform, or block for k layers per chunk

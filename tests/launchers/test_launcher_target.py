@@ -249,3 +249,20 @@ def test_a_launcher_that_runs_neither_the_model_nor_any_layout_says_so(tmp_path)
     plans = json.loads(res.stdout)["plans"]
     assert plans and all(any(w.startswith("maxtext lays out none of these layouts (nor runs the model)")
                              for w in p["warnings"]) for p in plans)
+
+
+def test_megatron_is_written_no_zero2(tmp_path):
+    """Megatron-LM's distributed optimizer keeps its fp32 main-gradient buffers full size (ZeRO-1's memory: its docs
+    give 6 + 12/d bytes per parameter), so a plan costed as ZeRO-2 (gradients sharded) is no plan it runs: --launcher
+    megatron refuses it (exit 2, rule no-zero2), and without a launcher it is costed as pinned with no Megatron files.
+    Before 2026-11-28 the files were written with --use-distributed-optimizer and a note, for a run needing
+    4 bytes per parameter more than the plan costed."""
+    args = ["--model", "llama-3.1-8b", "--cluster", "h100x16", "--zero", "2", "--top", "1"]
+    res = _cli(*args, "--launcher", "megatron")
+    assert res.exit_code == 2 and "Megatron-LM has no ZeRO-2" in res.output, res.output
+    out = tmp_path / "o"
+    res = _cli(*args, "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert not (out / "megatron_args.json").exists()
+    assert "megatron cannot run the pinned knobs (--zero 2)" in res.output
+    assert "not written for megatron: Megatron-LM has no ZeRO-2" in res.output
