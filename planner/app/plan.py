@@ -12,7 +12,6 @@ from planner.app.inputs import (
     build_inputs,
     check_launcher_hardware,
     check_launcher_model,
-    check_launcher_schedule,
     check_request,
     pinned_knobs,
 )
@@ -47,6 +46,12 @@ def modelled_launcher(model, train, cluster: ClusterSpec) -> tuple[str | None, b
     return gate, bool(model_errors(model, train, gate, cluster))
 
 
+def search_gate(launcher: str | None, model, train, cluster: ClusterSpec) -> tuple[str | None, bool]:
+    """The launcher whose rules gate a search and whether only its plan rules do: --launcher (all its rules), else
+    modelled_launcher's answer."""
+    return (launcher, False) if launcher else modelled_launcher(model, train, cluster)
+
+
 def run_search(req: PlanRequest, progress: Progress = quiet):
     """Search for the request's plans; returns (ctx, result, doc). Raises InputError (exit 2) for a request
     that can never give a plan and NoFeasiblePlan (exit 3) when nothing fits."""
@@ -57,7 +62,7 @@ def run_search(req: PlanRequest, progress: Progress = quiet):
     launcher = req.launcher
     if launcher:
         check_launcher_model(launcher, model, train, cluster)
-    gate, plan_rules_only = (launcher, False) if launcher else modelled_launcher(model, train, cluster)
+    gate, plan_rules_only = search_gate(launcher, model, train, cluster)
     fixed = pinned_knobs(req, gate)
     headroom = req.memory_headroom_gib or 0.0
     check_request(model, cluster, train, fixed, headroom)
@@ -326,17 +331,13 @@ def min_devices_cluster(req: PlanRequest, target_step_s: float | None,
     from planner.search.engine import SearchOptions, min_devices
 
     model, cluster, train = build_inputs(req)
-    fixed = dict(req.knobs)
-    check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
     if req.launcher:
         check_launcher_hardware(req.launcher, cluster)
-    # the launcher the plans are for, as in run_search: the count found is one its plans fit on
-    gate, plan_rules_only = (req.launcher, False) if req.launcher else modelled_launcher(model, train, cluster)
-    if gate:
-        from planner.launchers import capabilities
-        fixed = capabilities(gate).search_defaults | fixed
-    if req.launcher:
-        check_launcher_schedule(req.launcher, fixed)
+    # the launcher the plans are for, its search defaults included, as in run_search: the count found is one its
+    # plans fit on
+    gate, plan_rules_only = search_gate(req.launcher, model, train, cluster)
+    fixed = pinned_knobs(req, gate)
+    check_request(model, cluster, train, fixed, req.memory_headroom_gib or 0.0, count_free=True)
     opts = SearchOptions(fixed=fixed, top_k=1, max_tp=req.max_tp, even_stages=True,
                          memory_headroom_gib=req.memory_headroom_gib or 0.0, launcher=gate,
                          launcher_plan_rules_only=plan_rules_only)
