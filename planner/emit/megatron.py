@@ -371,7 +371,7 @@ def _precision_args(job: Job, a: _Args) -> None:
 
 
 def _recompute_args(job: Job, a: _Args) -> None:
-    m, p = job.model, job.plan
+    p = job.plan
     if p.recompute == "selective":
         a.flag("--recompute-granularity", "selective")
         modules = recompute_modules(job.model, job.train, p)
@@ -379,16 +379,15 @@ def _recompute_args(job: Job, a: _Args) -> None:
             a.flag("--recompute-modules", modules)
     elif p.recompute == "full" and p.recompute_layers != 0:
         a.flag("--recompute-granularity", "full")
-        per_stage = (job.layers_per_stage or max(p.first_stage_layers or 0, p.last_stage_layers or 0)
-                     or m.num_layers // p.pp)
-        if p.recompute_layers is None or p.recompute_layers >= per_stage:
+        if not job.partial_full_recompute:
             a.flag("--recompute-method", "uniform")
             a.flag("--recompute-num-layers", 1)
         else:
-            # block: the first N layers of every model chunk are recomputed
-            per_chunk = -(-p.recompute_layers // p.vpp)
-            if per_chunk * p.vpp != p.recompute_layers:
-                job.note(f"recompute_layers {p.recompute_layers} per stage rounded up to {per_chunk} per "
+            # block: the first N layers of every model chunk are recomputed (k is set: partial_full_recompute)
+            k = p.recompute_layers or 0
+            per_chunk = -(-k // p.vpp)
+            if per_chunk * p.vpp != k:
+                job.note(f"recompute_layers {k} per stage rounded up to {per_chunk} per "
                          f"virtual stage ({per_chunk * p.vpp} per stage)")
             a.flag("--recompute-method", "block")
             a.flag("--recompute-num-layers", per_chunk)

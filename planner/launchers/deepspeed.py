@@ -13,9 +13,7 @@ from planner.specs.dims import ParallelDims
 
 
 def _partial_recompute(job: Job) -> bool:
-    p = job.plan
-    per_stage = job.model.num_layers // p.pp
-    return p.pp > 1 and p.recompute == "full" and p.recompute_layers is not None and 0 < p.recompute_layers < per_stage
+    return job.plan.pp > 1 and job.partial_full_recompute and (job.plan.recompute_layers or 0) > 0
 
 
 def ds_path(job: Job) -> str | None:
@@ -38,11 +36,6 @@ def _hf_path(job: Job) -> bool:
     return ds_path(job) == "hf"
 
 
-def _partial_full(job: Job) -> bool:
-    p = job.plan
-    return p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < job.model.num_layers
-
-
 # the pipeline schedules its engine runs (Capabilities.schedules and the "schedules" rule read this one tuple)
 SCHEDULES = ("1f1b",)
 
@@ -57,7 +50,7 @@ RULES = (
                            "tp": j.plan.tp, "pp": j.plan.pp, "ep": j.plan.ep, "cp": j.plan.cp}),
     Rule("hf-recompute", "the Hugging Face model recomputes every layer (gradient_checkpointing_enable) or none, "
          "not {r}", "transformers modeling_utils.py gradient_checkpointing_enable (per decoder layer)",
-         lambda j: _hf_path(j) and (j.plan.recompute == "selective" or _partial_full(j)),
+         lambda j: _hf_path(j) and (j.plan.recompute == "selective" or j.partial_full_recompute),
          detail=lambda j: {"r": "selective recompute" if j.plan.recompute == "selective" else
                            f"{j.plan.recompute_layers} of {j.model.num_layers} layers"}),
     Rule("gpu-only", "DeepSpeed runs on GPUs, not on {hw}", "DS: CUDA/ROCm accelerators (no XLA backend)",

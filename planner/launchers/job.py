@@ -74,6 +74,23 @@ class Job:
         return self.model.num_layers // p.pp
 
     @property
+    def max_stage_layers(self) -> int:
+        """Transformer layers of the pipeline rank that holds the most, as the cost model splits them
+        (partition.stage_layer_counts with the plan's first/last rank sizes)."""
+        from planner.costmodel.partition import stage_layer_counts
+        from planner.costmodel.pipeline import rank_first_last_layers
+
+        n, p = self.model.num_layers, self.plan
+        return max(stage_layer_counts(n, p.pp, *rank_first_last_layers(p, n)))
+
+    @property
+    def partial_full_recompute(self) -> bool:
+        """Full recompute of fewer layers than the fullest pipeline rank holds (recompute_layers k: each rank
+        recomputes min(k, its layers)), which a launcher whose recompute covers every layer cannot write."""
+        p = self.plan
+        return p.recompute == "full" and p.recompute_layers is not None and p.recompute_layers < self.max_stage_layers
+
+    @property
     def uneven(self) -> bool:
         return self.plan.first_stage_layers is not None or self.plan.last_stage_layers is not None
 

@@ -51,10 +51,6 @@ def _no_decoder_block(job: Job) -> bool:
     return False
 
 
-def _layers_per_stage(job: Job) -> int:
-    return job.model.num_layers // job.plan.pp
-
-
 def _ring_seq(job: Job) -> bool:
     p = job.plan
     return p.cp > 1 and p.cp_comm == "ring" and job.train.seq_len % (p.cp * p.cp) != 0
@@ -109,9 +105,7 @@ RULES = (
          "MT:configs/types.py:3602-3617 [assert]", lambda j: j.plan.pp > 1 and microbatches(j) % j.plan.pp != 0),
     Rule("whole-layer-remat", "MaxText's remat policy applies to every layer: full recompute of {k} of the {n} layers "
          "per stage has no MaxText equivalent", "MT:configs/base.yml:436-450 remat_policy [one policy, every layer]",
-         lambda j: j.plan.recompute == "full" and j.plan.recompute_layers is not None
-         and j.plan.recompute_layers < _layers_per_stage(j),
-         detail=lambda j: {"k": j.plan.recompute_layers, "n": _layers_per_stage(j)}),
+         lambda j: j.partial_full_recompute, detail=lambda j: {"k": j.plan.recompute_layers, "n": j.max_stage_layers}),
     Rule("expert-tp-is-tp", "MaxText shards expert weights over the tensor axis like the dense ones "
          "(expert TP = TP); etp={etp} with tp={tp} is not expressible",
          "MT:configs/base.yml logical_axis_rules mlp_moe",

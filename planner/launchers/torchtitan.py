@@ -87,9 +87,7 @@ RULES = (
     Rule("whole-block-ac", "torchtitan 0.3.0's full activation checkpointing wraps every transformer block: full "
          "recompute of {k} of the {n} layers per stage has no equivalent",
          "TT:distributed/activation_checkpoint.py:152-183 (ActivationCheckpointing.apply, FullAC)",
-         lambda j: j.plan.recompute == "full" and j.plan.recompute_layers is not None
-         and j.plan.recompute_layers < j.model.num_layers // j.plan.pp,
-         detail=lambda j: {"k": j.plan.recompute_layers, "n": j.model.num_layers // j.plan.pp}),
+         lambda j: j.partial_full_recompute, detail=lambda j: {"k": j.plan.recompute_layers, "n": j.max_stage_layers}),
     Rule("no-expert-tp", "torchtitan 0.3.0 has no expert tensor parallelism (experts are split by ep and sharded "
          "by FSDP only)", "TT:models/common/moe_sharding.py:29-47 [absent]",
          lambda j: j.model.moe is not None and j.plan.etp > 1),

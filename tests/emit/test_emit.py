@@ -176,6 +176,12 @@ def test_megatron_recompute_mapping():
     assert flag(block, "--recompute-method") == "block" and flag(block, "--recompute-num-layers") == "6"
     vblock = mg_args(case_with(ParallelPlan(tp=8, pp=4, vpp=5, dp=4, recompute="full", recompute_layers=10)))
     assert flag(vblock, "--recompute-num-layers") == "2"  # per virtual stage: 10 per rank / 5 chunks
+    # a short first rank (14 of 80 layers, the others 22): 16 per rank is partial on the 22-layer ranks (each rank
+    # recomputes min(16, its layers), as costed), so block 16; before 2026-11-28 the first rank's size was read as
+    # every rank's, and uniform recomputed all 22
+    short = mg_args(case_with(ParallelPlan(tp=8, pp=4, dp=4, recompute="full", recompute_layers=16,
+                                           first_stage_layers=14)))
+    assert flag(short, "--recompute-method") == "block" and flag(short, "--recompute-num-layers") == "16"
     none = mg_args(case_with(ParallelPlan(tp=8, dp=16)))
     assert flag(none, "--recompute-granularity") is None
 
