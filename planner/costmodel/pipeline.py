@@ -50,6 +50,14 @@ def rank_first_last_layers(plan: ParallelPlan, num_layers: int) -> tuple[int | N
     return plan.first_stage_layers, plan.last_stage_layers
 
 
+def fullest_rank_layers(plan: ParallelPlan, num_layers: int) -> int:
+    """Transformer layers of the pipeline rank that holds the most, as partition.stage_layer_counts splits them with
+    the plan's first / last rank sizes (rank_first_last_layers)."""
+    from planner.costmodel.partition import stage_layer_counts
+
+    return max(stage_layer_counts(num_layers, plan.pp, *rank_first_last_layers(plan, num_layers)))
+
+
 def dualpipev_fill_s(stage_s: float, fwd_s: float) -> float:
     """One rank's share of DualPipeV's bubble: F&B + B - 3W of one of its two stages (deepseek-ai/DualPipe README:
     bubble (PP/2 - 1)(F&B + B - 3W) over PP stages on PP/2 ranks). torch's ScheduleDualPipeV runs the paired forward

@@ -77,11 +77,9 @@ class Job:
     def max_stage_layers(self) -> int:
         """Transformer layers of the pipeline rank that holds the most, as the cost model splits them
         (partition.stage_layer_counts with the plan's first/last rank sizes)."""
-        from planner.costmodel.partition import stage_layer_counts
-        from planner.costmodel.pipeline import rank_first_last_layers
+        from planner.costmodel.pipeline import fullest_rank_layers
 
-        n, p = self.model.num_layers, self.plan
-        return max(stage_layer_counts(n, p.pp, *rank_first_last_layers(p, n)))
+        return fullest_rank_layers(self.plan, self.model.num_layers)
 
     @property
     def partial_full_recompute(self) -> bool:

@@ -29,7 +29,7 @@ from planner.costmodel.evaluate import MemoryScreen, screen_memory
 from planner.costmodel.memory import GIB, state_bytes_per_param
 from planner.costmodel.mtp import mtp_layer_units
 from planner.costmodel.partition import megatron_split, mtp_split, stage_layer_counts
-from planner.costmodel.pipeline import rank_first_last_layers
+from planner.costmodel.pipeline import fullest_rank_layers
 from planner.costmodel.placement import slice_shape  # the one TPU slice shape (search and cost model)
 from planner.errors import InputError
 from planner.gcpasses import SEARCH_GC_YOUNG_THRESHOLD, fewer_gc_passes  # noqa: F401  (the threshold: tests)
@@ -808,8 +808,7 @@ def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full
     recompute (k = 0) when the scan has it, places the first probe where the line from it to full recompute's peak
     meets `cap`, then its neighbour: the activations fall by about one layer's saving per recomputed layer, so the
     answer is mostly one of the two; otherwise (and beyond them) bisection, which finds the same k."""
-    from planner.costmodel.partition import stage_layer_counts
-    n = max(stage_layer_counts(ctx.model.num_layers, plan.pp, *rank_first_last_layers(plan, ctx.model.num_layers)))
+    n = fullest_rank_layers(plan, ctx.model.num_layers)
     lo, hi, best = 1, n - 1, None  # k = 0 is "none", already scored
 
     def fitting(k: int) -> MemoryScreen | None:  # memory decides: the screen of k layers recomputed, if it fits
