@@ -492,6 +492,17 @@ NEMOTRON4_340B = {"model_type": "nemotron", "hidden_size": 18432, "num_hidden_la
 RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], str], ...] = (
     (("dgxc-benchmarking", "nemo_megatron/readme_175b"), {}, {"grad_dtype": "bf16"},
      "NVIDIA/dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
+    # the other NeMo 24.x hydra recipes of the same releases (v24.11.1 35a9aec, 143b90d) set the same optimizer; Apex's
+    # DistributedFusedAdam allocates its contiguous gradient buffer in grad_sync_dtype (apex/contrib/optimizers/
+    # distributed_fused_adam.py init_grad_buffer), so the full-size buffer is 2 bytes per parameter, not fp32's 4
+    (("dgxc-benchmarking", "llama3.1/readme_405b"), {}, {"grad_dtype": "bf16"},
+     "NVIDIA/dgxc-benchmarking llama3.1/llama3.1_405b.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
+    (("dgxc-benchmarking", "llama3.1/readme_70b"), {}, {"grad_dtype": "bf16"},
+     "NVIDIA/dgxc-benchmarking llama3.1/llama3.1_70b.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
+    (("dgxc-benchmarking", "llama3.1/readme_8b"), {}, {"grad_dtype": "bf16"},
+     "NVIDIA/dgxc-benchmarking llama3.1/llama3.1_8b.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
+    (("dgxc-benchmarking", "nemotron/readme_15b"), {}, {"grad_dtype": "bf16"},
+     "NVIDIA/dgxc-benchmarking nemotron/nemotron4-15b-synth.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
     (("dgxc-benchmarking", "nemotron/readme_340b"), {}, {"grad_dtype": "bf16", "optimizer_dtype": "bf16"},
      "NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml: optim distributed_fused_adam, grad_sync_dtype bf16, "
      "dtype bf16 (NeMo-Framework-Launcher conf/training/nemotron/nemotron_340b.yaml sets the same)"),

@@ -42,7 +42,7 @@ def test_bands_cover_80_percent_of_published_runs_cross_validated():
     assert sum(not r.held_out for r in res) == dev == 75 + 37
     # less the one moe_runs_added row plan validate cannot represent (mbridge2509 GB200 DeepSeek-V3 MXFP8 token drop:
     # 61 layers over PP 8 x VP 2, its notes)
-    assert sum(r.held_out for r in res) == held - 1 == 68 + 91 + 16 + 15 + 57
+    assert sum(r.held_out for r in res) == held - 1 == 71 + 91 + 16 + 15 + 57
     assert all(r.error == r.in_sample_error for r in res if r.held_out)  # no constant was fitted on them
     for moe in (False, True):
         covered = [_loo_covered(res, r) for r in res if r.moe == moe]
