@@ -383,14 +383,10 @@ def _recompute_args(job: Job, a: _Args) -> None:
             a.flag("--recompute-method", "uniform")
             a.flag("--recompute-num-layers", 1)
         else:
-            # block: the first N layers of every model chunk are recomputed (k is set: partial_full_recompute)
-            k = p.recompute_layers or 0
-            per_chunk = -(-k // p.vpp)
-            if per_chunk * p.vpp != k:
-                job.note(f"recompute_layers {k} per stage rounded up to {per_chunk} per "
-                         f"virtual stage ({per_chunk * p.vpp} per stage)")
+            # block: the first N layers of every model chunk are recomputed (k is set: partial_full_recompute), k a
+            # multiple of vpp (the Megatron stack's rule stacks.rules.partial_recompute_per_virtual_stage)
             a.flag("--recompute-method", "block")
-            a.flag("--recompute-num-layers", per_chunk)
+            a.flag("--recompute-num-layers", (p.recompute_layers or 0) // p.vpp)
 
 
 def _optimizer_args(job: Job, a: _Args) -> dict[str, str]:

@@ -515,13 +515,13 @@ def _score_recompute(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan,
         scan.best_peak = (peak, plan)
     fits, margin = mem.fits(ctx, cap), scan.margin_rel  # the HBM peak and the host share (capacity.host_fits)
     if fits or not opts.require_fit:
-        if (rc == "full" and fits and "recompute" not in fx and "recompute_layers" not in fx
-                and plan.recompute_layers is None
-                and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": 1}))):
+        unit = (_recompute_layers_unit(ctx, opts, plan) if rc == "full" and fits and "recompute" not in fx
+                and "recompute_layers" not in fx and plan.recompute_layers is None else None)
+        if unit is not None:
             # timed once, for the k it keeps: the fewest layers that keep the margin where full recompute does, else
             # the inner margin where it keeps that (the memory tiers, planner.search.ranking)
             target = next(cap * (1.0 - m) for m in (margin, scan.inner_rel, 0.0) if within_margin(peak, cap, m))
-            ev = _refine_partial_recompute(ctx, plan, target, mem, scan.none_peak)
+            ev = _refine_partial_recompute(ctx, plan, target, mem, scan.none_peak, unit)
             scan.evaluated += 1
         else:
             ev = evaluate(ctx, plan, mem)
@@ -801,45 +801,58 @@ def _recomputed_per_stage(p: ParallelPlan, layers: Sequence[int]) -> list[int]:
     return [n if p.recompute_layers is None else min(p.recompute_layers, n) for n in layers]
 
 
-def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_mem: MemoryScreen,
-                              none_peak: float | None = None) -> Evaluation:
-    """Full recompute of only k layers per stage: the smallest k whose peak is within `cap` (memory falls with k),
-    scored; the plan recomputing every layer (screened as `full_mem`) when no k is. `none_peak`, the peak without
-    recompute (k = 0) when the scan has it, places the first probe where the line from it to full recompute's peak
-    meets `cap`, then its neighbour: the activations fall by about one layer's saving per recomputed layer, so the
-    answer is mostly one of the two; otherwise (and beyond them) bisection, which finds the same k."""
+def _recompute_layers_unit(ctx: Context, opts: SearchOptions, plan: ParallelPlan) -> int | None:
+    """The step in which the rules take full recompute of only some of a rank's layers for this plan: 1, else vpp
+    (Megatron recomputes the same first layers of each virtual stage: stacks.rules.partial_recompute_per_virtual_stage);
+    None where they take none (a launcher that recomputes every layer or none) or the step is not below the fullest
+    rank's layers (nothing partial to refine)."""
     n = fullest_rank_layers(plan, ctx.model.num_layers)
-    lo, hi, best = 1, n - 1, None  # k = 0 is "none", already scored
+    for unit in dict.fromkeys((1, plan.vpp)):
+        if unit < n and not _invalid(ctx, opts, plan.model_copy(update={"recompute_layers": unit})):
+            return unit
+    return None
 
-    def fitting(k: int) -> MemoryScreen | None:  # memory decides: the screen of k layers recomputed, if it fits
-        mem = screen_memory(ctx, plan.model_copy(update={"recompute_layers": k}))
+
+def _refine_partial_recompute(ctx: Context, plan: ParallelPlan, cap: float, full_mem: MemoryScreen,
+                              none_peak: float | None = None, unit: int = 1) -> Evaluation:
+    """Full recompute of only k layers per stage, k a multiple of `unit` (the rules' step, _recompute_layers_unit): the
+    smallest such k whose peak is within `cap` (memory falls with k), scored; the plan recomputing every layer
+    (screened as `full_mem`) when no k is. `none_peak`, the peak without recompute (k = 0) when the scan has it, places
+    the first probe where the line from it to full recompute's peak meets `cap`, then its neighbour: the activations
+    fall by about one layer's saving per recomputed layer, so the answer is mostly one of the two; otherwise (and
+    beyond them) bisection, which finds the same k. The search runs over m = k / unit."""
+    n = fullest_rank_layers(plan, ctx.model.num_layers)
+    lo, hi, best = 1, (n - 1) // unit, None  # k = 0 is "none", already scored; k < n
+
+    def fitting(m: int) -> MemoryScreen | None:  # memory decides: the screen of m x unit layers recomputed, if it fits
+        mem = screen_memory(ctx, plan.model_copy(update={"recompute_layers": m * unit}))
         return mem if mem.fits(ctx, cap) else None
 
     full = full_mem.peak_gib
     if none_peak is not None and none_peak > cap >= full and lo <= hi:
-        k = min(hi, max(lo, math.ceil(n * (none_peak - cap) / (none_peak - full))))
-        mem = fitting(k)
-        if mem is not None:  # the answer is k or below: try k - 1 first
-            best, hi = mem, k - 1
+        m = min(hi, max(lo, math.ceil(n * (none_peak - cap) / (none_peak - full) / unit)))
+        mem = fitting(m)
+        if mem is not None:  # the answer is m or below: try m - 1 first
+            best, hi = mem, m - 1
             below = fitting(hi) if hi >= lo else None
             if hi >= lo and below is None:
-                lo = hi + 1  # k is the smallest
+                lo = hi + 1  # m is the smallest
             elif below is not None:
                 best, hi = below, hi - 1
-        else:  # the answer is above k: try k + 1 first
-            lo = k + 1
+        else:  # the answer is above m: try m + 1 first
+            lo = m + 1
             above = fitting(lo) if lo <= hi else None
             if above is not None:
-                best, hi = above, lo - 1  # k + 1 is the smallest
+                best, hi = above, lo - 1  # m + 1 is the smallest
             else:
                 lo += 1
     while lo <= hi:
-        k = (lo + hi) // 2
-        mem = fitting(k)
+        m = (lo + hi) // 2
+        mem = fitting(m)
         if mem is not None:
-            best, hi = mem, k - 1
+            best, hi = mem, m - 1
         else:
-            lo = k + 1
+            lo = m + 1
     return evaluate(ctx, plan, full_mem) if best is None else evaluate(ctx, best.plan, best)
 
 

@@ -10,6 +10,7 @@ from planner.stacks.rules import (
     fp8_param_gather_needs_sharded_optimizer,
     fp8_param_gather_offload_recipes,
     interleaved_microbatches,
+    partial_recompute_per_virtual_stage,
     recompute_modules_runnable,
 )
 
@@ -178,6 +179,11 @@ STACK = Stack(
     # each divides into vpp, transformer_config.py:1990-2062, does not bind: planner/emit/megatron.py pipeline_layout)
     pipeline_layout_option=True,
     plan_rules=(  # each rule cited above it
+        # --recompute-method block recomputes the first --recompute-num-layers layers of each TransformerBlock, one per
+        # model chunk (megatron-core d98e8a64 megatron/core/recompute.py: the block branch walks
+        # num_layers_per_pipeline_rank, the chunk's layers; transformer_config.py recompute_num_layers: "the number of
+        # transformer layers to recompute within each pipeline stage", a virtual one under interleaving)
+        partial_recompute_per_virtual_stage("Megatron", "--recompute-method block --recompute-num-layers"),
         # megatron-core 0.19.2 pipeline_parallel/schedules.py:1133-1150 (microbatch_group_size_per_vp_stage
         # defaults to pp; the remainder must be 0); core_v0.16.1 schedules.py:995-1015 [assert]
         interleaved_microbatches("Megatron"),

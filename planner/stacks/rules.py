@@ -97,6 +97,23 @@ def fp8_param_gather_offload_recipes(who: str, recipes: tuple[str, ...]) -> Plan
     return rule
 
 
+def partial_recompute_per_virtual_stage(who: str, flags: str) -> PlanRule:
+    """Full recompute of k of a pipeline rank's layers, where the stack recomputes the same first layers of each of the
+    rank's virtual stages (k / vpp of them): k a multiple of vpp. The search refines partial recompute in the steps the
+    stack's rules take (planner.search.engine._refine_partial_recompute)."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        k, unit = p.recompute_layers, p.vpp
+        if p.recompute != "full" or k is None or k % unit == 0:
+            return []
+        below, above = k - k % unit, k - k % unit + unit
+        near = f"{below} or {above}" if below else f"{above}"
+        return [f"recompute_layers={k} per pipeline rank does not split over its {unit} virtual stages: {who} "
+                f"recomputes the same first layers of each ({flags}), so give a multiple of vpp={unit} ({near})"]
+
+    return rule
+
+
 def a2a_overlap_needs(recompute: str, recompute_modules: tuple[str, ...] | list[str], pp: int, vpp: int) -> list[str]:
     """What batch-level EP overlap needs that these knobs lack (megatron-core transformer_config.py asserts): no full
     recompute, no 'moe' recompute module and, under pipeline parallelism, virtual stages."""

@@ -103,7 +103,7 @@ def test_dgxc_nemo_hydra_recipes_keep_bf16_gradients():
     # the NeMo 24.x hydra recipes of the DGX Cloud releases (llama3.1_405b.yaml and the others: distributed_fused_adam,
     # grad_sync_dtype bf16; Apex allocates the contiguous gradient buffer in that dtype): the 405B run on 576 H100s,
     # the smallest its README says fits, runs its recipe's plan without recompute (activations_checkpoint_granularity
-    # null). Read with Megatron's fp32 main-grad buffer it was 82.9 GiB with nothing recomputed (4 B/param of a
+    # null). Read with Megatron's fp32 main-grad buffer it was 83.0 GiB with nothing recomputed (4 B/param of a
     # 5.8 B-parameter stage): the search had to recompute layers the recipe never did.
     from planner.analysis.validate import infer_precision
 

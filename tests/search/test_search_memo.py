@@ -178,25 +178,31 @@ def test_partial_recompute_from_the_first_probe_finds_what_bisection_finds(model
     # engine._refine_partial_recompute probes first where the line from the no-recompute peak to full recompute's
     # meets the capacity: for every full-recompute plan and capacity between those two peaks it must keep the k that
     # bisection alone keeps (the smallest that fits)
+    # (in the rules' step, engine._recompute_layers_unit: vpp for Megatron's interleaved plans)
     from planner.costmodel.evaluate import screen_memory
-    from planner.search.engine import _refine_partial_recompute
+    from planner.search.engine import _recompute_layers_unit, _refine_partial_recompute
 
     ctx = ctx_for(model, cluster)
     res = search(ctx, SearchOptions(top_k=3, require_fit=False, stage_solves=0))
     plans = [e.plan.model_copy(update={"recompute": "full", "recompute_layers": None}) for e in res.ranked[:30]]
-    checked = moved = 0
+    checked = moved = stepped = 0
     for p in plans:
         full, none = screen_memory(ctx, p), screen_memory(ctx, p.model_copy(update={"recompute": "none"}))
-        if none.peak_gib <= full.peak_gib * 1.01:
+        unit = _recompute_layers_unit(ctx, SearchOptions(), p)
+        if none.peak_gib <= full.peak_gib * 1.01 or unit is None:
             continue
+        assert unit == p.vpp  # Megatron: the block method's layers per virtual stage
         for share in (0.05, 0.3, 0.5, 0.7, 0.95):
             cap = full.peak_gib + share * (none.peak_gib - full.peak_gib)
-            guided = _refine_partial_recompute(ctx, p, cap, full, none.peak_gib)
-            plain = _refine_partial_recompute(ctx, p, cap, full)
+            guided = _refine_partial_recompute(ctx, p, cap, full, none.peak_gib, unit)
+            plain = _refine_partial_recompute(ctx, p, cap, full, unit=unit)
             assert guided.plan == plain.plan, (p, cap)
+            assert (guided.plan.recompute_layers or 0) % unit == 0, (p, cap)
             checked += 1
-            moved += guided.plan.recompute_layers not in (None, 1)
+            moved += guided.plan.recompute_layers not in (None, unit)
+            stepped += unit > 1 and guided.plan.recompute_layers is not None
     assert checked >= 20 and moved >= 5  # capacities that keep some but not all layers
+    assert stepped >= 1, stepped  # interleaved plans refined in steps of vpp
 
 
 @pytest.mark.parametrize("model,cluster,train", [

@@ -143,6 +143,21 @@ def test_torchtitan_plan_with_six_microbatches_is_torchtitans_to_refuse():
     assert plan_errors(model, ok, 4, plan) == []
 
 
+def test_megatron_partial_recompute_comes_per_virtual_stage():
+    """Megatron's --recompute-method block recomputes the first N layers of each model chunk (megatron-core
+    recompute.py), so under interleaving a rank recomputes N x vpp: k = 27 of a 40-layer rank with vpp 2 is refused
+    with the two runnable neighbours and k = 28 is taken (written as block 14); without virtual stages any k is."""
+    model = load_model("llama-3.1-70b")
+    train = TrainingSpec(global_batch=64, framework="megatron")
+    plan = ParallelPlan(tp=8, pp=2, vpp=2, dp=4, recompute="full", recompute_layers=27, schedule="interleaved")
+    errs = plan_errors(model, train, 64, plan)
+    assert len(errs) == 1 and "multiple of vpp=2 (26 or 28)" in errs[0] and "Megatron" in errs[0], errs
+    assert plan_errors(model, train, 64, plan.model_copy(update={"recompute_layers": 28})) == []
+    assert plan_errors(model, train, 64, plan.model_copy(update={"vpp": 1, "schedule": "1f1b"})) == []
+    one = plan_errors(model, train, 64, plan.model_copy(update={"recompute_layers": 1}))
+    assert len(one) == 1 and "multiple of vpp=2 (2)" in one[0], one
+
+
 def test_stack_switches_are_read_from_the_traits():
     """TrainingSpec's stack-specific switches follow the traits, not names."""
     for fw, stack in STACKS.items():
