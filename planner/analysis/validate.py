@@ -28,11 +28,12 @@ from planner.catalog.files import read_structured_file, read_text_file
 from planner.catalog.hf_import import _validation_message
 from planner.costmodel import Context, evaluate
 from planner.errors import InputError
+from planner.launchers import launcher_here
 from planner.names import safe_line
 from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.specs.plan import NAME_LIST_KNOBS, recompute_label
-from planner.stacks import traits
+from planner.stacks import stack_of, traits
 from planner.stacks.megatron import RECOMPUTE_MODULES, unknown_recompute_modules
 
 
@@ -1106,9 +1107,25 @@ def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())
 
 
+def stack_search(ctx: Context, fixed: dict[str, Any], require_fit: bool = True, gated: bool = True):
+    """search() of a run's knobs, what it leaves out searched among the layouts its stack lays out: gated by the plan
+    rules of the launcher that stands for the run's stack (launchers.launcher_here), as `plan` gates a search without
+    --launcher (planner.app.plan.modelled_launcher), so a knob the source does not publish is not one the stack
+    cannot run (MaxText's partial full recompute, say). Ungated (`gated` False, or where those rules refuse every
+    candidate: a run whose published knobs that launcher cannot lay out, DeepSeek-V3's DualPipe costed with Megatron's
+    stack, or a release with other limits). Returns (result, whether the rules gated it)."""
+    gate = launcher_here(stack_of(ctx.train).emitter, ctx.cluster) if gated else None
+    if gate is not None:
+        res = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=require_fit, launcher=gate,
+                                        launcher_plan_rules_only=True))
+        if res.plans or res.smallest_peak_plan is not None:
+            return res, True
+    return search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=require_fit)), False
+
+
 def predict_run(run: dict) -> dict:
     ctx, fixed = run_inputs(run)
-    res = search(ctx, SearchOptions(fixed=fixed, top_k=1))
+    res, _ = stack_search(ctx, fixed)
     if res.plans:
         ev = res.plans[0]
     elif res.smallest_peak_plan is not None:
@@ -1253,12 +1270,14 @@ def search_quality(run: dict) -> dict | None:
     if any(plan.get(k) is None for k in ("tp", "pp", "dp")):
         return None
     ctx, fixed = run_inputs(run)
-    pub = search(ctx, SearchOptions(fixed=fixed, top_k=1))
+    pub, gated = stack_search(ctx, fixed)
     pub_fits = bool(pub.plans)
     if not pub_fits:
-        pub = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=False))
+        pub, gated = stack_search(ctx, fixed, require_fit=False)
     published = pub.plans[0]
-    free = search(ctx, SearchOptions(fixed=stack_constraints(run, ctx.train), top_k=1))
+    # the same gate as the published plan's: a run whose published knobs the launcher cannot lay out ran on a stack
+    # whose limits are not that launcher's
+    free, _ = stack_search(ctx, stack_constraints(run, ctx.train), gated=gated)
     # the fastest feasible plan the search scored (its top-ranked plan may be a simpler one within the tie band)
     best = min(free.ranked, key=lambda e: e.step_time_s) if free.ranked else None
     rank = 1 + sum(1 for t, _ in free.frontier if t < published.step_time_s - 1e-12) if pub_fits else None

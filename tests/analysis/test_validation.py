@@ -119,6 +119,21 @@ def test_dgxc_nemo_hydra_recipes_keep_bf16_gradients():
     assert abs(row["step_time_error"]) < 0.05  # +3.5%
 
 
+def test_unpublished_knobs_are_searched_among_what_the_stack_runs():
+    # validate searches what a run leaves out under the plan rules of its stack's launcher (validate.stack_search), as
+    # `plan` does: the DGX Cloud MaxText Llama 2 70B row read without its recipe's remat policy was scored with full
+    # recompute of 56 of 80 layers, which MaxText (one remat policy for every layer) cannot run; a run whose published
+    # knobs that launcher cannot lay out (DeepSeek-V3's DualPipe, costed with Megatron's stack) is searched ungated
+    import copy
+
+    run = copy.deepcopy(next(r for r in dev_runs() if r["id"] == "dgxc-maxtext-llama2-70b-bf16-64xh100"))
+    run["plan"].update(recompute=None, remat_device=None)
+    row = predict_run(run)
+    assert row["fits"] and row["plan"]["recompute_layers"] is None, row["plan"]
+    dsv3 = predict_run(next(r for r in dev_runs() if r["id"] == "deepseek-v3-2048xh800"))
+    assert dsv3["plan"]["schedule"] == "dualpipe"
+
+
 def test_deepseek_v3_report_dispatches_in_fp8():
     """DeepSeek-V3's own framework quantizes the MoE inputs to FP8 before the dispatch (report sec. 3.3.2); Megatron-
     Bridge's DeepSeek-V3 rows dispatch the BF16 hidden states."""
