@@ -504,6 +504,12 @@ RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], s
      "NVIDIA/dgxc-benchmarking llama3.1/llama3.1_8b.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
     (("dgxc-benchmarking", "nemotron/readme_15b"), {}, {"grad_dtype": "bf16"},
      "NVIDIA/dgxc-benchmarking nemotron/nemotron4-15b-synth.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
+    (("dgxc-benchmarking", "68eaf7e", "llama3.1/readme.md"), {}, {"grad_dtype": "bf16"},
+     "NVIDIA/dgxc-benchmarking 68eaf7e llama3.1/launch.sh runs NeMo 7a8f1cc scripts/performance/llm/"
+     "pretrain_llama31_405b.py: pretrain_recipe(performance_mode=True), whose pretrain_performance_optimizations "
+     "(nemo/collections/llm/recipes/llama31_405b.py) sets recipe.trainer.plugins.grad_reduce_in_fp32 = False, which "
+     "the strategy applies to its DDP config (nemo/lightning/pytorch/strategies/megatron_strategy.py connect: "
+     "update_config_with_dtype_overrides)"),
     (("dgxc-benchmarking", "nemotron/readme_340b"), {}, {"grad_dtype": "bf16", "optimizer_dtype": "bf16"},
      "NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml: optim distributed_fused_adam, grad_sync_dtype bf16, "
      "dtype bf16 (NeMo-Framework-Launcher conf/training/nemotron/nemotron_340b.yaml sets the same)"),

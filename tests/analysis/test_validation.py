@@ -119,6 +119,22 @@ def test_dgxc_nemo_hydra_recipes_keep_bf16_gradients():
     assert abs(row["step_time_error"]) < 0.05  # +3.5%
 
 
+def test_dgxc_nemo2_llama_405b_recipe_reduces_gradients_in_bf16():
+    # dgxc-benchmarking v25.05 (68eaf7e) runs NeMo 7a8f1cc's pretrain_llama31_405b.py with performance_mode, which sets
+    # the precision plugin's grad_reduce_in_fp32 False (applied to the DDP config): both GB200 rows, BF16 and FP8; the
+    # DeepSeek-V3 rows of the same release set nothing of the kind (NeMo's utils set it for FP8 only)
+    from planner.analysis.validate import infer_precision
+
+    rows = {r["id"]: r for r in dev_runs()}
+    bf16, fp8 = "dgxc-llama31-405b-bf16-512xgb200", "dgxc-llama31-405b-fp8-128xgb200"
+    assert infer_precision(rows[bf16]) == infer_precision(rows[fp8]) == {"grad_dtype": "bf16"}
+    b, f = predict_run(rows[bf16]), predict_run(rows[fp8])
+    # 2 B per parameter, the bf16 weights' size; the FP8 row (the same TP 4 x PP 8 stage) keeps the same gradients
+    assert b["memory"]["grads_gib"] == pytest.approx(b["memory"]["weights_gib"])
+    assert f["memory"]["grads_gib"] == pytest.approx(b["memory"]["grads_gib"])
+    assert infer_precision(rows["dgxc-deepseek-v3-bf16-128xgb200"]) == {}
+
+
 def test_unpublished_knobs_are_searched_among_what_the_stack_runs():
     # validate searches what a run leaves out under the plan rules of its stack's launcher (validate.stack_search), as
     # `plan` does: the DGX Cloud MaxText Llama 2 70B row read without its recipe's remat policy was scored with full
