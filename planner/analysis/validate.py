@@ -556,14 +556,33 @@ def infer_maxtext_memory(run: dict, framework: str) -> dict[str, Any]:
     return out
 
 
+# MaxText custom remat policies that a cited recipe's own launch script sets, for a record whose notes state none:
+# (citation substrings that must all appear, the run's dtype, the tensors kept in HBM; the rest rematerialised).
+# DGX Cloud's MaxText Llama 2 70B (NVIDIA/dgxc-benchmarking 35a9aec maxtext/configure.sh): CONFIG_OVERRIDES appends
+# remat_policy=custom with the q / k / v / qkv / out projections =device (FP8), and mlpwo too (BF16), after
+# BASE_CONFIG's named remat_policy (save_dot_except_mlp / save_dot_except_mlpwi, the same tensors), so it is in effect.
+RECIPE_REMAT: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = (
+    (("dgxc-benchmarking", "maxtext/readme_70b"), "fp8",
+     ("query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj")),
+    (("dgxc-benchmarking", "maxtext/readme_70b"), "bf16",
+     ("query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj", "mlpwo")),
+)
+
+
 def infer_maxtext_remat(run: dict, framework: str) -> dict[str, Any]:
-    """The plan's MaxText custom remat policy a TPU recipe's notes state (the runs schema has no field for it):
-    remat_policy=custom with named tensors = offload / device (MT:configs/base.yml), as plan knobs; none pinned where
-    the notes state none (the search would otherwise try the stack's own, Stack.searched_remat_offloads)."""
+    """The plan's MaxText custom remat policy a recipe states (the runs schema's plan.remat_offloaded / remat_device
+    win over it): its launch script's (RECIPE_REMAT), else the one a TPU recipe's notes state, remat_policy=custom with
+    named tensors = offload / device (MT:configs/base.yml), as plan knobs; none pinned where neither states one (the
+    search would otherwise try the stack's own, Stack.searched_remat_offloads)."""
     import re
 
     if not traits(framework).custom_remat_option:
         return {}
+    src = str(run.get("source", "")).lower()
+    dtype = str((run.get("train") or {}).get("dtype", "bf16")).lower()
+    for keys, recipe_dtype, device in RECIPE_REMAT:
+        if all(k in src for k in keys) and dtype == recipe_dtype:
+            return {"recompute": "selective", "remat_offloaded": (), "remat_device": device}
     custom = re.search(r"remat_policy\s*=\s*custom(.*?)(?:\.\s|$)", str(run.get("notes", "")), re.S)
     if not custom:
         return {"remat_offloaded": (), "remat_device": ()}

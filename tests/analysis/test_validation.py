@@ -137,13 +137,19 @@ def test_dgxc_nemo2_llama_405b_recipe_reduces_gradients_in_bf16():
 
 def test_unpublished_knobs_are_searched_among_what_the_stack_runs():
     # validate searches what a run leaves out under the plan rules of its stack's launcher (validate.stack_search), as
-    # `plan` does: the DGX Cloud MaxText Llama 2 70B row read without its recipe's remat policy was scored with full
-    # recompute of 56 of 80 layers, which MaxText (one remat policy for every layer) cannot run; a run whose published
-    # knobs that launcher cannot lay out (DeepSeek-V3's DualPipe, costed with Megatron's stack) is searched ungated
+    # `plan` does: the DGX Cloud MaxText Llama 2 70B row, read without the recipe that states its remat policy
+    # (validate.RECIPE_REMAT), was scored with full recompute of 56 of 80 layers, which MaxText (one remat policy for
+    # every layer) cannot run; a run whose published knobs that launcher cannot lay out (DeepSeek-V3's DualPipe,
+    # costed with Megatron's stack) is searched ungated
     import copy
 
-    run = copy.deepcopy(next(r for r in dev_runs() if r["id"] == "dgxc-maxtext-llama2-70b-bf16-64xh100"))
-    run["plan"].update(recompute=None, remat_device=None)
+    from planner.analysis.validate import infer_maxtext_remat
+
+    cited = next(r for r in dev_runs() if r["id"] == "dgxc-maxtext-llama2-70b-bf16-64xh100")
+    assert infer_maxtext_remat(cited, "maxtext")["remat_device"][-1] == "mlpwo"  # its recipe's policy (BF16)
+    run = copy.deepcopy(cited)
+    run["source"] = "a MaxText run on H100s whose recipe is not cited"
+    assert infer_maxtext_remat(run, "maxtext") == {"remat_offloaded": (), "remat_device": ()}
     row = predict_run(run)
     assert row["fits"] and row["plan"]["recompute_layers"] is None, row["plan"]
     dsv3 = predict_run(next(r for r in dev_runs() if r["id"] == "deepseek-v3-2048xh800"))
