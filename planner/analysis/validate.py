@@ -490,20 +490,19 @@ def infer_moe_a2a_overlap(run: dict) -> bool:
 # without train.grad_dtype / train.optimizer_dtype: (citation substrings that must all appear, model config
 # fields that must match (the recipe is per model), TrainingSpec fields, config).
 NEMOTRON4_340B = {"model_type": "nemotron", "hidden_size": 18432, "num_hidden_layers": 96}
+# DGX Cloud's NeMo 24.x hydra recipes (v24.11.1 35a9aec, 143b90d) whose optimizer is distributed_fused_adam with
+# grad_sync_dtype bf16: (the README a row cites, the config file that sets it). Apex's DistributedFusedAdam allocates
+# its contiguous gradient buffer in grad_sync_dtype (apex/contrib/optimizers/distributed_fused_adam.py
+# init_grad_buffer), so the full-size buffer is 2 bytes per parameter, not fp32's 4.
+DGXC_HYDRA_BF16_GRADS = (("nemo_megatron/readme_175b", "nemo_megatron/gpt3_175b_hydra.yaml"),
+                         ("llama3.1/readme_405b", "llama3.1/llama3.1_405b.yaml"),
+                         ("llama3.1/readme_70b", "llama3.1/llama3.1_70b.yaml"),
+                         ("llama3.1/readme_8b", "llama3.1/llama3.1_8b.yaml"),
+                         ("nemotron/readme_15b", "nemotron/nemotron4-15b-synth.yaml"))
 RECIPE_PRECISION: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], str], ...] = (
-    (("dgxc-benchmarking", "nemo_megatron/readme_175b"), {}, {"grad_dtype": "bf16"},
-     "NVIDIA/dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
-    # the other NeMo 24.x hydra recipes of the same releases (v24.11.1 35a9aec, 143b90d) set the same optimizer; Apex's
-    # DistributedFusedAdam allocates its contiguous gradient buffer in grad_sync_dtype (apex/contrib/optimizers/
-    # distributed_fused_adam.py init_grad_buffer), so the full-size buffer is 2 bytes per parameter, not fp32's 4
-    (("dgxc-benchmarking", "llama3.1/readme_405b"), {}, {"grad_dtype": "bf16"},
-     "NVIDIA/dgxc-benchmarking llama3.1/llama3.1_405b.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
-    (("dgxc-benchmarking", "llama3.1/readme_70b"), {}, {"grad_dtype": "bf16"},
-     "NVIDIA/dgxc-benchmarking llama3.1/llama3.1_70b.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
-    (("dgxc-benchmarking", "llama3.1/readme_8b"), {}, {"grad_dtype": "bf16"},
-     "NVIDIA/dgxc-benchmarking llama3.1/llama3.1_8b.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
-    (("dgxc-benchmarking", "nemotron/readme_15b"), {}, {"grad_dtype": "bf16"},
-     "NVIDIA/dgxc-benchmarking nemotron/nemotron4-15b-synth.yaml: optim distributed_fused_adam, grad_sync_dtype bf16"),
+    *((("dgxc-benchmarking", readme), {}, {"grad_dtype": "bf16"},
+       f"NVIDIA/dgxc-benchmarking {config}: optim distributed_fused_adam, grad_sync_dtype bf16")
+      for readme, config in DGXC_HYDRA_BF16_GRADS),
     (("dgxc-benchmarking", "68eaf7e", "llama3.1/readme.md"), {}, {"grad_dtype": "bf16"},
      "NVIDIA/dgxc-benchmarking 68eaf7e llama3.1/launch.sh runs NeMo 7a8f1cc scripts/performance/llm/"
      "pretrain_llama31_405b.py: pretrain_recipe(performance_mode=True), whose pretrain_performance_optimizations "
@@ -582,7 +581,7 @@ def infer_maxtext_remat(run: dict, framework: str) -> dict[str, Any]:
     dtype = str((run.get("train") or {}).get("dtype", "bf16")).lower()
     for keys, recipe_dtype, device in RECIPE_REMAT:
         if all(k in src for k in keys) and dtype == recipe_dtype:
-            return {"recompute": "selective", "remat_offloaded": (), "remat_device": device}
+            return {"remat_offloaded": (), "remat_device": device}
     custom = re.search(r"remat_policy\s*=\s*custom(.*?)(?:\.\s|$)", str(run.get("notes", "")), re.S)
     if not custom:
         return {"remat_offloaded": (), "remat_device": ()}
