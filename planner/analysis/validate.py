@@ -1137,8 +1137,10 @@ def stack_search(ctx: Context, fixed: dict[str, Any], require_fit: bool = True, 
     --launcher (planner.app.plan.modelled_launcher), so a knob the source does not publish is not one the stack
     cannot run (MaxText's partial full recompute, say). Ungated (`gated` False, or where those rules refuse every
     candidate: a run whose published knobs that launcher cannot lay out, DeepSeek-V3's DualPipe costed with Megatron's
-    stack, or a release with other limits). Returns (result, whether the rules gated it)."""
-    gate = launcher_here(stack_of(ctx.train).emitter, ctx.cluster) if gated else None
+    stack, or a release with other limits; a costing stack no launcher writes, NeMo AutoModel). Returns (result,
+    whether the rules gated it)."""
+    stack = stack_of(ctx.train)
+    gate = launcher_here(stack.emitter, ctx.cluster) if gated and stack.plannable else None
     if gate is not None:
         res = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=require_fit, launcher=gate,
                                         launcher_plan_rules_only=True))

@@ -154,6 +154,15 @@ def test_unpublished_knobs_are_searched_among_what_the_stack_runs():
     assert row["fits"] and row["plan"]["recompute_layers"] is None, row["plan"]
     dsv3 = predict_run(next(r for r in dev_runs() if r["id"] == "deepseek-v3-2048xh800"))
     assert dsv3["plan"]["schedule"] == "dualpipe"
+    # a costing stack no launcher writes (NeMo AutoModel) is not held to another stack's launcher rules
+    from planner.analysis.validate import run_inputs, stack_search
+
+    automodel = next(r for r in load_runs(data_dir("runs") / "moe_runs_added.yaml")
+                     if r["id"] == "automodel-gpt-oss-120b-bf16-64xh100")  # FSDP 64, EP 64: Megatron's rules take it
+    ctx, fixed = run_inputs(automodel)
+    assert ctx.train.framework == "automodel" and stack_search(ctx, fixed)[1] is False
+    ctx, fixed = run_inputs(run)
+    assert stack_search(ctx, fixed)[1] is True  # the MaxText row: gated by MaxText's plan rules
 
 
 def test_deepseek_v3_report_dispatches_in_fp8():
