@@ -28,12 +28,12 @@ from planner.catalog.files import read_structured_file, read_text_file
 from planner.catalog.hf_import import _validation_message
 from planner.costmodel import Context, evaluate
 from planner.errors import InputError
-from planner.launchers import launcher_here
+from planner.launchers import stack_launcher
 from planner.names import safe_line
 from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.specs.plan import NAME_LIST_KNOBS, recompute_label
-from planner.stacks import stack_of, traits
+from planner.stacks import traits
 from planner.stacks.megatron import RECOMPUTE_MODULES, unknown_recompute_modules
 
 
@@ -1133,14 +1133,13 @@ def _one_line(e: Exception) -> str:
 
 def stack_search(ctx: Context, fixed: dict[str, Any], require_fit: bool = True, gated: bool = True):
     """search() of a run's knobs, what it leaves out searched among the layouts its stack lays out: gated by the plan
-    rules of the launcher that stands for the run's stack (launchers.launcher_here), as `plan` gates a search without
+    rules of the launcher that stands for the run's stack (launchers.stack_launcher), as `plan` gates a search without
     --launcher (planner.app.plan.modelled_launcher), so a knob the source does not publish is not one the stack
     cannot run (MaxText's partial full recompute, say). Ungated (`gated` False, or where those rules refuse every
     candidate: a run whose published knobs that launcher cannot lay out, DeepSeek-V3's DualPipe costed with Megatron's
     stack, or a release with other limits; a costing stack no launcher writes, NeMo AutoModel). Returns (result,
     whether the rules gated it)."""
-    stack = stack_of(ctx.train)
-    gate = launcher_here(stack.emitter, ctx.cluster) if gated and stack.plannable else None
+    gate = stack_launcher(ctx.train, ctx.cluster) if gated else None
     if gate is not None:
         res = search(ctx, SearchOptions(fixed=fixed, top_k=1, require_fit=require_fit, launcher=gate,
                                         launcher_plan_rules_only=True))

@@ -37,10 +37,9 @@ def modelled_launcher(model, train, cluster: ClusterSpec) -> tuple[str | None, b
     still a layout the modelled stack lays out. Before 2026-11-28 nothing gated such a search: DeepSeek-V2 on
     tpu-v5px256 ranked first a TP 4 plan with unsplit experts, which MaxText's expert sharding (experts split over
     the tensor axis) cannot lay out, costed with MaxText's stack."""
-    from planner.launchers import launcher_here, model_errors
-    from planner.stacks import stack_of
+    from planner.launchers import model_errors, stack_launcher
 
-    gate = launcher_here(stack_of(train).emitter, cluster)
+    gate = stack_launcher(train, cluster)
     if gate is None:
         return None, False
     return gate, bool(model_errors(model, train, gate, cluster))

@@ -142,6 +142,17 @@ def launcher_here(preferred: str, cluster: ClusterSpec) -> str | None:
     return preferred if preferred in runs_here else (runs_here[0] if runs_here else None)
 
 
+def stack_launcher(train: TrainingSpec, cluster: ClusterSpec) -> str | None:
+    """The launcher that stands for the training's stack on this cluster: the stack's own where it runs here, else the
+    first that does (launcher_here); None for a costing stack no launcher writes (NeMo AutoModel). The one answer
+    `plan`'s search gate (planner.app.plan.modelled_launcher) and `plan validate`'s (analysis.validate.stack_search)
+    read."""
+    from planner.stacks import stack_of
+
+    stack = stack_of(train)
+    return launcher_here(stack.emitter, cluster) if stack.plannable else None
+
+
 def default_framework(cluster: ClusterSpec) -> Framework:
     """The stack scored when neither --framework nor --launcher names one: the stack of launcher_here(Megatron-LM),
     so a TPU plan is costed with MaxText's, the stack validated on TPU runs and written by the launcher that gates
