@@ -1,4 +1,4 @@
-"""Error bands from the published runs' out-of-sample residuals (runs/error_bands.yaml, planner.analysis.bands)."""
+"""Error bands from the published runs' out-of-sample residuals (runs/error_bands.json, planner.analysis.bands)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_shipped_residuals_are_current():
             # 0.02: the CP-SAT stage balancer's wall-clock budget moves a few uneven-pipeline runs by ~0.5%
             # under machine load (issue 14a makes it deterministic); a stale file moves far more
             assert abs(row["in_sample_error"] - shipped[row["id"]]) < 0.02, (
-                f"{row['id']}: runs/error_bands.yaml is stale; run python -m planner.analysis.bands --write")
+                f"{row['id']}: runs/error_bands.json is stale; run python -m planner.analysis.bands --write")
 
 
 def test_regime_fallback_and_band_shape():
