@@ -26,8 +26,8 @@ CASES = [
     # the slowest case (issue 23: ~3.6 s on a loaded 2-core machine before the search-speed work; target 1 s). Two
     # searches since round 22, one per MoE dispatcher (alltoall, flex: planner.search.dispatchers): 0.76 ->
     # 1.22 s on the quiet machine; 0.92-0.93 s since round 25 runs them side by side; 1.13-1.15 s since round 32
-    # searches each with and without Megatron's batch-level EP overlap (four searches, docs/performance.md); 1.04-1.07 s
-    # since round 37 (the MTP split cached, the error bands read as JSON)
+    # searches each with and without Megatron's batch-level EP overlap (four searches, docs/performance.md); 0.98-1.00 s
+    # since round 37 (the MTP split cached, the error bands read as JSON, a forked search's result sent only if kept)
     ("deepseek-v3 on h100x1024", ["--model", "deepseek-v3", "--cluster", "h100x1024"], 1.0),
     ("deepseek-v3 on h800x2048", ["--model", "deepseek-v3", "--cluster", "h800-sxm-80gbx2048", "--seq-len", "4096",
                                   "--gbs", "15360"], 5.0),

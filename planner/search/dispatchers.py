@@ -6,7 +6,6 @@ not plan knobs: every plan of one search shares them, and the launch files write
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -112,8 +111,11 @@ def search_dispatchers(ctx: Context, opts: SearchOptions, overlap_pinned: bool =
         return DispatcherSearch(ctx, search(ctx, opts), {})
     ctxs = [ctx] + [Context(ctx.model, ctx.cluster, ctx.train.model_copy(update=settings),
                             memory_headroom_gib=ctx.memory_headroom_gib) for settings in variants[1:]]
-    searches = list(zip(ctxs, _searches(ctxs, opts), strict=True))
-    kept = _kept(searches)
+    with _searches(ctxs, opts) as found:
+        searches = list(zip(ctxs, found.results, strict=True))  # a forked search's: its #1 only (_brief)
+        kept = _kept(searches)
+        i = next(j for j, (_, r) in enumerate(searches) if r is kept[1])
+        result = found.full(i)
 
     def first(group: list[tuple[Context, SearchResult]]) -> float | None:
         """The #1 step time of what pinning the group's shared setting would keep (None: nothing fits)."""
@@ -124,7 +126,7 @@ def search_dispatchers(ctx: Context, opts: SearchOptions, overlap_pinned: bool =
             for d in dict.fromkeys(c.train.dispatcher for c, _ in searches)} if len(dispatchers) > 1 else {}
     overlap_seen = {o: first([(c, r) for c, r in searches if c.train.moe_a2a_overlap == o])
                     for o in (False, True)} if len(variants) > len(dispatchers) else {}
-    return DispatcherSearch(kept[0], kept[1], seen, overlap_seen)
+    return DispatcherSearch(ctxs[i], result, seen, overlap_seen)
 
 
 def _kept(searches: list[tuple[Context, SearchResult]]) -> tuple[Context, SearchResult]:
@@ -150,26 +152,54 @@ def side_by_side(opts: SearchOptions, n: int) -> int:
     return min(n, cores) if cores >= 2 else 1
 
 
-def _searches(ctxs: list[Context], opts: SearchOptions) -> list[SearchResult]:
+class _Searches:
+    """The searches of _searches: `results` in the contexts' order (a forked one's as _brief leaves it: its #1 only),
+    full(i) the whole of search i (a forked one's fetched from its process, its traces rebuilt from its context)."""
+
+    def __init__(self, ctxs: list[Context], results: list[SearchResult], deferred: forks.Deferred | None = None):
+        self.ctxs, self.results, self._deferred = ctxs, results, deferred
+
+    def full(self, i: int) -> SearchResult:
+        if self._deferred is None:
+            return self.results[i]
+        part = self._deferred.fetch([i])[i]
+        return part if isinstance(part, SearchResult) else _restored(self.ctxs[i], part)
+
+    def __enter__(self) -> _Searches:
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if self._deferred is not None:
+            self._deferred.__exit__(kind, value, tb)
+
+
+def _searches(ctxs: list[Context], opts: SearchOptions) -> _Searches:
     """search() of each context, in that order: side by side (side_by_side), dealt round robin to this process (the
     first) and forked ones, each with its share of the processes for its own layouts; or one after the other. The
     answers are the same (every cached value is independent of what was computed before:
-    tests/search/test_search_memo.py); a forked search's evaluations come back without their lazily built traces,
-    which are rebuilt here from the same context (evaluate is pure)."""
+    tests/search/test_search_memo.py). A forked search first sends only its #1 (_brief: what choosing the search to
+    keep reads) and the whole result only if it is kept (forks.fork_deferred): DeepSeek-V3 on h100x1024 keeps a search
+    of this process, and the forked one's 1 MB of scored plans were pickled, sent and unpickled for nothing (0.05 s of
+    its 1.05 s, docs/performance.md round 37). A fetched search's evaluations come back without their lazily built
+    traces, which are rebuilt here from the same context (evaluate is pure). Use it as a context manager: leaving the
+    block ends the forked processes."""
     n = len(ctxs)
     procs = side_by_side(opts, n)
     if procs == 1:
-        return [search(c, opts) for c in ctxs]
+        return _Searches(ctxs, [search(c, opts) for c in ctxs])
     total = opts.workers or forks.requested_workers() or min(forks.available_cores(), forks.MAX_WORKERS)
     each = replace(opts, workers=max(1, total // n))
-    here = os.getpid()
+    deferred = forks.fork_deferred(lambda i: search(ctxs[i], each), _brief, n, procs, pack=_portable)
+    with deferred.ending_on_error():
+        briefs = [p if isinstance(p, SearchResult) else _restored(c, p)
+                  for c, p in zip(ctxs, deferred.answers, strict=True)]
+    return _Searches(ctxs, briefs, deferred)
 
-    def one(i: int) -> SearchResult | tuple:
-        res = search(ctxs[i], each)
-        return res if os.getpid() == here else _portable(res)
 
-    parts = forks.fork_map(one, n, procs, here=True)
-    return [p if isinstance(p, SearchResult) else _restored(c, p) for c, p in zip(ctxs, parts, strict=True)]
+def _brief(res: SearchResult) -> tuple:
+    """A forked search's result as _portable leaves it, cut to what _kept and the pinning figures read: its #1 (plans
+    and ranked hold only it), the other fields as they are but the frontier."""
+    return _portable(replace(res, plans=res.plans[:1], ranked=res.plans[:1], frontier=[]))
 
 
 def _portable(res: SearchResult) -> tuple[list[tuple], list[int], list[int], dict[str, Any]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from planner.catalog.hardware import parse_cluster
 from planner.catalog.models import get_model
@@ -20,16 +21,16 @@ def _ctx(model: str, cluster: str) -> Context:
     return Context(get_model(model), parse_cluster(cluster), TrainingSpec(seq_len=4096, global_batch=512))
 
 
-def _count_forks() -> list[int]:
-    """The worker counts of the fork_map calls made from now on."""
+def _count_forks(name: str = "fork_map") -> list[int]:
+    """The worker counts of the calls of forks.fork_map (or forks.fork_deferred) made from now on."""
     calls: list[int] = []
-    real = forks.fork_map
+    real = getattr(forks, name)
 
-    def counted(task, n, workers, *rest, **kw):
-        calls.append(workers)
-        return real(task, n, workers, *rest, **kw)
+    def counted(*args, **kw):
+        calls.append(args[-1])  # the worker count, the last positional argument of both
+        return real(*args, **kw)
 
-    forks.fork_map = counted
+    setattr(forks, name, counted)
     return calls
 
 
@@ -77,10 +78,12 @@ def dispatchers_side_by_side() -> None:
     # processes, each scanning its own layouts in one, it keeps what the two searches one after the other keep
     from planner.search.dispatchers import search_dispatchers
 
-    calls = _count_forks()
+    calls = _count_forks("fork_deferred")
     one = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=1, top_k=5))
     two = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=2, top_k=5))
-    assert calls == [2], calls  # the two dispatchers' searches side by side (the first in this process)
+    # the two dispatchers' searches side by side (the first in this process); the forked one sends its #1 first and
+    # its whole result only if kept (forks.fork_deferred): here flex is, so both paths are taken
+    assert calls == [2], calls
     assert set(one.seen) == {"alltoall", "flex"} and two.seen == one.seen, (one.seen, two.seen)
     assert two.ctx.train == one.ctx.train and _summary(two.result) == _summary(one.result)
     assert all(any(p is r for r in two.result.ranked) for p in two.result.plans)  # one object, as a search leaves it
@@ -95,7 +98,7 @@ def overlap_searches_dealt() -> None:
     # four one after the other keep
     from planner.search.dispatchers import search_dispatchers
 
-    calls = _count_forks()
+    calls = _count_forks("fork_deferred")
     one = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=1, top_k=5), overlap_pinned=False)
     two = search_dispatchers(_ctx("deepseek-v3", "h100x512"), SearchOptions(workers=2, top_k=5), overlap_pinned=False)
     assert calls == [2], calls  # four searches, two processes
@@ -134,8 +137,55 @@ def fork_map_order_and_errors() -> None:
     _raises(lambda: forks.fork_map(die, 4, 2), RuntimeError, "ended without an answer")  # a child dead, no answer
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def fork_deferred_briefs_and_fetch() -> None:
+    parent = os.getpid()
+
+    def task(i: int) -> tuple:
+        return i, i * i, os.getpid() == parent
+
+    # pieces 0, 3, 6 here (full answers), the others forked (their briefs), fetched on demand
+    with forks.fork_deferred(task, lambda a: a[0], 7, 3) as d:
+        assert d.answers == [(0, 0, True), 1, 2, (3, 9, True), 4, 5, (6, 36, True)], d.answers
+        assert d.fetch([3, 5, 1]) == {3: (3, 9, True), 5: (5, 25, False), 1: (1, 1, False)}
+        _raises(lambda: d.fetch([2]), RuntimeError, "fetched once")
+    # a forked answer travels as pack(answer); one computed here stays as it is
+    with forks.fork_deferred(task, lambda a: a[0], 4, 2, pack=lambda a: ("packed", a)) as d:
+        assert d.fetch([0, 1]) == {0: (0, 0, True), 1: ("packed", (1, 1, False))}
+    with forks.fork_deferred(task, lambda a: a[0], 4, 2):
+        pass  # nothing fetched: the processes end all the same
+    pids = list(forks._UNREAPED)
+    for _ in range(200):  # the processes exit once told that nothing is wanted; reaped by the next call
+        forks._reap_finished()
+        if not forks._UNREAPED:
+            break
+        time.sleep(0.01)
+    assert not forks._UNREAPED and not any(_alive(p) for p in pids), forks._UNREAPED
+    _raises(lambda: forks.fork_deferred(_square_or_fail, lambda a: a, 7, 3), ValueError, "piece 5 is bad")
+
+    def die(i: int) -> int:
+        os._exit(3)
+
+    _raises(lambda: forks.fork_deferred(lambda i: die(i) if i % 2 else i, lambda a: a, 4, 2), RuntimeError,
+            "ended without an answer")
+
+    def fails_later(i: int) -> object:
+        return (lambda: None) if i % 2 else i  # the brief pickles, the full answer (a lambda) does not
+
+    with forks.fork_deferred(fails_later, lambda a: "brief", 2, 2) as d:
+        assert d.answers == [0, "brief"]
+        _raises(lambda: d.fetch([1]), Exception, "")
+
+
 CHECKS = {f.__name__: f for f in (gpu_moe, tpu_moe_unfitting_too, every_candidate_refused, dispatchers_side_by_side,
-                                   overlap_searches_dealt, fork_map_order_and_errors)}
+                                   overlap_searches_dealt, fork_map_order_and_errors, fork_deferred_briefs_and_fetch)}
 
 if __name__ == "__main__":
     assert forks.fork_safe(), "a fresh interpreter must be safe to fork"

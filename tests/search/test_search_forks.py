@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(not forks.can_fork(), reason="the platform does 
 
 
 @pytest.mark.parametrize("check", ["gpu_moe", "tpu_moe_unfitting_too", "every_candidate_refused",
-                                   "dispatchers_side_by_side", "overlap_searches_dealt", "fork_map_order_and_errors"])
+                                   "dispatchers_side_by_side", "overlap_searches_dealt", "fork_map_order_and_errors",
+                                   "fork_deferred_briefs_and_fetch"])
 def test_forked_checks_in_a_fresh_interpreter(check):
     env = {k: v for k, v in os.environ.items() if k != forks.WORKERS_ENV} | {"PYTHONPATH": str(ROOT)}
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "search" / "fork_checks.py"), check], env=env, cwd=ROOT,
