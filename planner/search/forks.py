@@ -293,8 +293,10 @@ def fork_deferred(task: Callable[[int], Any], brief: Callable[[Any], Any], n: in
             r_cmd, w_cmd = os.pipe()
             pid = os.fork()
             if pid == 0:  # the child: never returns
-                os.close(r_out)
-                os.close(w_cmd)
+                # the parent's ends of this and the earlier processes' pipes: held here, an earlier process would not
+                # see its commands end when the parent closes them
+                for fd in (r_out, w_cmd, *(fd for _, r, w, _ in children for fd in (r, w))):
+                    os.close(fd)
                 _deferred_child(task, brief, pack or _same, idx, w_out, r_cmd)
             os.close(w_out)
             os.close(r_cmd)

@@ -159,8 +159,8 @@ def fork_deferred_briefs_and_fetch() -> None:
     # a forked answer travels as pack(answer); one computed here stays as it is
     with forks.fork_deferred(task, lambda a: a[0], 4, 2, pack=lambda a: ("packed", a)) as d:
         assert d.fetch([0, 1]) == {0: (0, 0, True), 1: ("packed", (1, 1, False))}
-    with forks.fork_deferred(task, lambda a: a[0], 4, 2):
-        pass  # nothing fetched: the processes end all the same
+    with forks.fork_deferred(task, lambda a: a[0], 6, 3):
+        pass  # nothing fetched: both forked processes end all the same (each told by the end of its commands)
     pids = list(forks._UNREAPED)
     for _ in range(200):  # the processes exit once told that nothing is wanted; reaped by the next call
         forks._reap_finished()
