@@ -186,10 +186,7 @@ def _send(fd: int, payload: bytes) -> None:
 def _receive(fd: int) -> bytes | None:
     """One framed message, None where the writer closed the pipe first."""
     head = _read_exactly(fd, _LENGTH.size)
-    if head is None:
-        return None
-    body = _read_exactly(fd, _LENGTH.unpack(head)[0])
-    return body
+    return None if head is None else _read_exactly(fd, _LENGTH.unpack(head)[0])
 
 
 def _read_exactly(fd: int, size: int) -> bytes | None:
@@ -224,7 +221,10 @@ class Deferred:
         self._asked = True
         for pid, r, w, idx in self._children:
             mine = sorted(wanted & set(idx))
-            _send(w, pickle.dumps(mine, protocol=pickle.HIGHEST_PROTOCOL))
+            try:
+                _send(w, pickle.dumps(mine, protocol=pickle.HIGHEST_PROTOCOL))
+            except BrokenPipeError:  # the process is gone: an error below where its answers were wanted
+                pass
             self._close(w)
             if mine:
                 out.update(_unpacked(pid, _receive(r)))

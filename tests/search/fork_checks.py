@@ -6,6 +6,7 @@ the check held."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -175,6 +176,16 @@ def fork_deferred_briefs_and_fetch() -> None:
 
     _raises(lambda: forks.fork_deferred(lambda i: die(i) if i % 2 else i, lambda a: a, 4, 2), RuntimeError,
             "ended without an answer")
+
+    def dies_unasked(i: int) -> object:  # a forked process that ends after its brief, before the parent asks
+        if i % 2:
+            signal.signal(signal.SIGALRM, lambda *_: os._exit(4))
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+        return i
+
+    with forks.fork_deferred(dies_unasked, lambda a: a, 2, 2) as d:
+        time.sleep(0.3)
+        _raises(lambda: d.fetch([1]), RuntimeError, "ended without an answer")
 
     def fails_later(i: int) -> object:
         return (lambda: None) if i % 2 else i  # the brief pickles, the full answer (a lambda) does not
