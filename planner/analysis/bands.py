@@ -333,11 +333,11 @@ def write_bands_file(path: Path, residual_rows: list[dict], kind: str) -> None:
              "blackwell_ultra_runs_added.yaml; no constant fitted on them):",
              "predicted with the shipped constants. in_sample_error: with the shipped constants (plan validate).",
              "Do not edit by hand; regenerate after any cost-model change."]
-    doc = {"about": about, "residuals": kind, "quantile": BAND_QUANTILE, "min_runs": MIN_RUNS, "runs": residual_rows}
+    head = json.dumps({"about": about, "residuals": kind, "quantile": BAND_QUANTILE, "min_runs": MIN_RUNS}, indent=2,
+                      ensure_ascii=False)
     # one run per line: a regenerated file's diff shows the runs that moved
     runs = ",\n".join("    " + json.dumps(r, ensure_ascii=False) for r in residual_rows)
-    head = json.dumps({k: v for k, v in doc.items() if k != "runs"}, indent=2, ensure_ascii=False)[:-2]
-    path.write_text(f'{head},\n  "runs": [\n{runs}\n  ]\n}}\n')
+    path.write_text(f'{head.removesuffix("}").rstrip()},\n  "runs": [\n{runs}\n  ]\n}}\n')
 
 
 def main(argv: list[str] | None = None) -> int:
