@@ -102,7 +102,7 @@ def fork_map(task: Callable[[int], Any], n: int, workers: int, here: bool = Fals
     os._exit, so nothing of the parent's runs twice. An exception in a child is raised here (a piece computed here
     raises first); a child that dies without an answer is a RuntimeError."""
     _reap_finished()
-    chunks = [list(range(w, n, workers)) for w in range(workers)]
+    chunks = _dealt(n, workers)
     mine = chunks.pop(0) if here else []
     children: list[tuple[int, int]] = []  # (pid, read end of its pipe)
     out: list[Any] = [None] * n
@@ -120,24 +120,21 @@ def fork_map(task: Callable[[int], Any], n: int, workers: int, here: bool = Fals
         payloads = _read_all([r for _, r in children])
     except BaseException:
         for pid, _ in children:  # an interrupted merge leaves no process behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill(pid)
         raise
     finally:
         for pid, r in children:
             os.close(r)
             os.waitpid(pid, 0)
     for (pid, _), payload in zip(children, payloads, strict=True):
-        if not payload:
-            raise RuntimeError(f"search process {pid} ended without an answer")
-        kind, value = pickle.loads(payload)
-        if kind == "error":
-            raise value
-        for i, v in value:
+        for i, v in _unpacked(pid, payload):
             out[i] = v
     return out
+
+
+def _dealt(n: int, workers: int) -> list[list[int]]:
+    """Pieces 0..n-1 dealt to `workers` processes, piece i to process i mod workers (each gets a spread of them)."""
+    return [list(range(w, n, workers)) for w in range(workers)]
 
 
 def _child(task: Callable[[int], Any], idx: list[int], fd: int) -> None:
@@ -283,7 +280,7 @@ def fork_deferred(task: Callable[[int], Any], brief: Callable[[Any], Any], n: in
     several, planner.search.dispatchers), the others are neither packed, pickled, sent nor unpickled. Use it as a
     context manager: leaving the block ends the forked processes."""
     _reap_finished()
-    chunks = [list(range(w, n, workers)) for w in range(workers)]
+    chunks = _dealt(n, workers)
     mine = chunks.pop(0)
     children: list[tuple[int, int, int, list[int]]] = []
     answers: list[Any] = [None] * n
