@@ -133,6 +133,45 @@ def attention_tile_efficiency(seq_len: int, window: int | None, chunk: int | Non
     return used / (visited + q_tile_overhead * n_tiles)
 
 
+# The same tiles make a causal layer's efficiency rise with its length: the fixed cost per query tile weighs less
+# against the i + 1 key tiles the i-th query tile visits. cuDNN's published causal rates show it: cuDNN 9.19 on one
+# H200 (NVIDIA cudnn-frontend benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/
+# llama3.1_20260227_034703.csv: 64 query / 8 key-value heads, head dim 128, BF16, top_left mask, default backward)
+# runs forward + backward at 397 / 502 / 567 / 603 / 608 TFLOP/s from 2k to 32k tokens (the forward's FLOPs and 2.5x
+# them in the backward, over the two times), which is 625 / 646 / 649 / 646 / 630 TFLOP/s once divided by this
+# model's causal tile efficiency (0.635 / 0.777 / 0.874 / 0.933 / 0.965 at 4.1 tiles): the tiles account for the
+# rise. calibration.ATTN_REL_EFFICIENCY is fitted on the
+# development runs as a causal layer's efficiency at ATTN_REL_REFERENCE_SEQ tokens; a stack whose attention core is
+# cuDNN's (Stack.cudnn_attention) scales it by its causal tile efficiency at the layer's own length over that one's.
+# Under ring context parallelism each rank runs Transformer Engine's load-balanced steps (AttnFuncWithCPAndKVP2P,
+# transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py): step 0 its causal "diagonal"
+# block of seq / cp tokens, then cp - 1 unmasked blocks of the same work (each half of (seq / cp) squared), every
+# ring step waiting for its "lower-triangle" ranks, whose seq / cp queries see seq / 2cp keys.
+ATTN_REL_REFERENCE_SEQ = 4096
+CAUSAL_TILE_REL = formula(
+    "rates.causal_attention_tile_rel",
+    "efficiency of a causal layer's fused attention at its length relative to one at ATTN_REL_REFERENCE_SEQ tokens: "
+    "attention_tile_efficiency(seq) / attention_tile_efficiency(ATTN_REL_REFERENCE_SEQ); ring CP: cp / (1 / e_diag + "
+    "(cp - 1) x (nk + ATTN_Q_TILE_OVERHEAD_TILES) / nk), e_diag the causal efficiency of seq / cp tokens, nk = seq / "
+    "(2 cp FUSED_ATTN_TILE_TOKENS) key tiles",
+    "FlashAttention-2 (arXiv 2307.08691) Algorithm 1; NVIDIA cudnn-frontend sdpa_benchmark_training results (H200 "
+    "cuDNN 9.19 llama3.1 causal rows; GB200 cuDNN 9.26 DeepSeek-V3 causal rows); Transformer Engine "
+    "context_parallel.py AttnFuncWithCPAndKVP2P (diagonal / lower-triangle / upper-triangle steps)",
+)
+
+
+def causal_attention_tile_efficiency(seq_len: int, cp: int, ring: bool, q_tile_overhead: float) -> float:
+    """Key tiles used / (visited + the fixed cost per query tile) of one rank's causal attention: the whole sequence
+    (no CP, or CP that gathers the sequence and splits the heads), else ring CP's diagonal block and cp - 1 unmasked
+    steps paced by the lower-triangle rank (CAUSAL_TILE_REL)."""
+    if cp <= 1 or not ring:
+        return attention_tile_efficiency(seq_len, None, None, q_tile_overhead)
+    local = max(1, int(seq_len) // cp)
+    diag = attention_tile_efficiency(local, None, None, q_tile_overhead)
+    nk = max(1.0, local / (2.0 * FUSED_ATTN_TILE_TOKENS))
+    return cp / (1.0 / diag + (cp - 1) * (nk + q_tile_overhead) / nk)
+
+
 def local_attention_tile_rel(model: ModelSpec, seq_len: int, local: str, q_tile_overhead: float) -> float:
     """The fused kernel's efficiency on a local layer (`local`: "sliding" or "chunked") relative to a causal layer's at
     the same sequence length (ATTN_TILE_REL); 1 for a global layer."""
@@ -256,11 +295,27 @@ class Context:
                               for k in self.kinds}
         self.attn_bwd_causal_tiles = {k.local: tiles and self.fp8_attention and k.local == "sliding"
                                       for k in self.kinds}
+        self.attn_tiles = tiles
+        self.causal_tile_rel_cache: dict[tuple[int, str], float] = {}
         # the attention-core FLOPs per token of a causal layer at this sequence length (what such a backward visits)
         self.causal_attn_core_flops = attn_core_flops_per_token(self.model, train.seq_len, local=False)
         self.hbm_bw = hw.hbm_bandwidth_GBps * 1e9
         self.host_link_bw = (hw.host_link_unidir_GBps or UNKNOWN_HOST_LINK_GBPS) * 1e9  # bytes/s, each direction
         self.rate_terms = self._rate_terms(hw, train)
+
+    def causal_tile_rel(self, cp: int, cp_comm: str) -> float:
+        """A causal layer's fused-attention efficiency at this length under this CP relative to the one
+        ATTN_REL_EFFICIENCY was fitted at (CAUSAL_TILE_REL); 1 where the attention core is not cuDNN's."""
+        key = (cp, cp_comm)
+        v = self.causal_tile_rel_cache.get(key)
+        if v is None:
+            v = 1.0
+            if self.attn_tiles:
+                ov = self.calibration.ATTN_Q_TILE_OVERHEAD_TILES
+                v = (causal_attention_tile_efficiency(self.train.seq_len, cp, cp_comm == "ring", ov)
+                     / attention_tile_efficiency(ATTN_REL_REFERENCE_SEQ, None, None, ov))
+            self.causal_tile_rel_cache[key] = v
+        return v
 
     def _rate_terms(self, hw, train: TrainingSpec) -> tuple[Term, ...]:
         fsdp_hopper, cal = str(self.fsdp_on_hopper), self.calibration
@@ -374,8 +429,13 @@ def context_links(ctx: Context, plan: ParallelPlan) -> Links:
 
 def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
     p, tr = shape.plan, ctx.train
+    tiles = () if not ctx.attn_tiles else (CAUSAL_TILE_REL.term(
+        "causal_attention_tile_rel", ctx.causal_tile_rel(p.cp, p.cp_comm), "", seq_len=tr.seq_len,
+        reference_seq=ATTN_REL_REFERENCE_SEQ, cp=p.cp, cp_comm=p.cp_comm, tile_tokens=FUSED_ATTN_TILE_TOKENS,
+        q_tile_overhead=ctx.calibration.ATTN_Q_TILE_OVERHEAD_TILES),)
     return (TOKENS.term("tokens_per_microbatch", shape.tokens, "tokens", mbs=p.micro_batch, seq=tr.seq_len, cp=p.cp),
-            MICROBATCHES.term("num_microbatches", shape.nmb, "", gbs=tr.global_batch, dp=p.dp, mbs=p.micro_batch))
+            MICROBATCHES.term("num_microbatches", shape.nmb, "", gbs=tr.global_batch, dp=p.dp, mbs=p.micro_batch),
+            *tiles)
 
 
 # The plan knobs plan_shape derives a Shape from (ParallelDims.of, PLACEMENT_KNOBS, every knob of the time key): the key

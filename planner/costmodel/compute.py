@@ -160,8 +160,10 @@ def attention_core_s(ctx: Context, shape: Shape, k: LayerKind) -> float:
         moved = ctx.calibration.UNFUSED_ATTN_BYTES_PER_SCORE_FWD \
             + (UNFUSED_DROPOUT_BYTES_PER_SCORE_FWD if ctx.train.attention_dropout else 0.0)
         return t + scores * moved / ctx.hbm_bw
-    # a local layer at its kernel's efficiency relative to a causal layer's (base.ATTN_TILE_REL)
-    return tokens * k.flops.attn_core / tp / (ctx.attn_peak * ctx.attn_eff * ctx.attn_tile_rel[k.local])
+    # a causal layer at its length's tile efficiency (base.CAUSAL_TILE_REL), a local layer at its kernel's efficiency
+    # relative to a causal layer's (base.ATTN_TILE_REL)
+    causal = ctx.causal_tile_rel(shape.plan.cp, shape.plan.cp_comm)
+    return tokens * k.flops.attn_core / tp / (ctx.attn_peak * ctx.attn_eff * causal * ctx.attn_tile_rel[k.local])
 
 
 def attention_core_bwd_s(ctx: Context, shape: Shape, k: LayerKind, fwd_s: float) -> float:
@@ -170,7 +172,9 @@ def attention_core_bwd_s(ctx: Context, shape: Shape, k: LayerKind, fwd_s: float)
     with the square of the sequence in the published benchmark, its BF16 backward and FP8 forward linearly)."""
     if not ctx.attn_bwd_causal_tiles[k.local]:
         return BWD_ATTN_RATIO * fwd_s
-    return BWD_ATTN_RATIO * shape.tokens * ctx.causal_attn_core_flops / shape.plan.tp / (ctx.attn_peak * ctx.attn_eff)
+    causal = ctx.causal_tile_rel(shape.plan.cp, shape.plan.cp_comm)
+    return (BWD_ATTN_RATIO * shape.tokens * ctx.causal_attn_core_flops / shape.plan.tp
+            / (ctx.attn_peak * ctx.attn_eff * causal))
 
 
 def mla_up_proj_s(ctx: Context, shape: Shape, k: LayerKind) -> float:

@@ -33,6 +33,7 @@ LABELS: Mapping[str, str] = MappingProxyType({
     "peak_flops": "dense peak per device", "gemm_efficiency_ceiling": "GEMM efficiency ceiling",
     "attention_efficiency": "attention-core efficiency",
     "local_attention_tile_rel": "attention-core efficiency of local layers vs causal",
+    "causal_attention_tile_rel": "attention-core efficiency at this length vs the fitted one",
     "layer_compute_s": "layer compute (fwd + bwd) per micro-batch",
     "layer_comm_fwd_s": "layer collectives (forward) per micro-batch",
     "attention_share": "attention core's share of the layer compute",

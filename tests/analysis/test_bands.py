@@ -189,22 +189,27 @@ def test_moe_bands_against_issue_23_target():
 
 def test_plans_beyond_the_fitted_attention_share_get_the_band_of_the_runs_that_were():
     """A plan whose step extrapolates the fitted attention efficiency (planner.costmodel.layers.attention_extrapolated)
-    is banded by the published runs that did: the model zoo's 16k-128k-token Qwen3-235B-A22B rows and torchao's MI300X
-    float8 row missed by 1.34x-1.81x (+-74%), where the Hopper Megatron MoE band they used to sit in said +-33%; the
-    runs within the range no longer carry them. Each of the six lies in the band of the other five but the widest."""
+    is banded by the published runs that did: the model zoo's 16k-128k-token Qwen3-235B-A22B rows (1.26x-1.39x since
+    their layers run at their causal tile efficiency, base.CAUSAL_TILE_REL; 1.34x-1.67x before), torchao's MI300X
+    float8 row (1.81x) and, since the 8k-token development rows' attention share fell with it (ATTN_FITTED_SHARE_MAX
+    0.34 -> 0.31), Megatron-Bridge's seven 4k-token Qwen3-30B-A3B rows on 8 Blackwell GPUs (within 1.08x): +-37%,
+    where the Hopper Megatron MoE band says +-22% (+-74% and six runs before). Each lies in the band of the others
+    but the two widest."""
     from planner.analysis.bands import BAND_QUANTILE, EXTRAPOLATED, _quantile
 
     res = load_residuals()
     beyond = [r for r in res if r.attention_extrapolated]
-    assert sorted(r.id.split("-")[0] for r in beyond) == ["modelzoo"] * 5 + ["torchao"]
-    assert sorted(round(r.miss, 2) for r in beyond) == pytest.approx([0.34, 0.4, 0.44, 0.45, 0.67, 0.81], abs=0.01)
+    assert sorted(r.id.split("-")[0] for r in beyond) == sorted(["mbridge260601"] * 2 + ["mbridge2606"] * 3
+                                                                 + ["mbridge2608"] * 2 + ["modelzoo"] * 5 + ["torchao"])
+    assert sorted(round(r.miss, 2) for r in beyond) == pytest.approx(
+        [0.01, 0.02, 0.04, 0.04, 0.06, 0.08, 0.08, 0.26, 0.28, 0.29, 0.3, 0.39, 0.81], abs=0.01)
     band = band_for(res, "hopper", True, "megatron", attention_extrapolated=True)
-    assert (band.regime, band.runs) == (EXTRAPOLATED, 6)
+    assert (band.regime, band.runs) == (EXTRAPOLATED, 13)
     assert band.rel == pytest.approx(_quantile([r.miss for r in beyond], BAND_QUANTILE))
-    assert band.rel > 2 * band_for(res, "hopper", True, "megatron").rel
-    assert sum(_loo_covered(res, r) for r in beyond) == 5
+    assert band.rel > 1.5 * band_for(res, "hopper", True, "megatron").rel
+    assert sum(_loo_covered(res, r) for r in beyond) == 11
     # with fewer than MIN_RUNS such runs, such a plan falls back to its regime over every run
-    few = tuple(r for r in res if r not in beyond[:2])
+    few = tuple(r for r in res if r not in beyond[:len(beyond) - MIN_RUNS + 1])
     assert band_for(few, "hopper", True, "megatron", attention_extrapolated=True).regime == "hopper/MoE/megatron"
     # the plans: Qwen3-235B-A22B on 256 H100 at 4k tokens and at 64k
     for seq, regime in ((4096, "hopper/MoE/megatron"), (65536, EXTRAPOLATED)):

@@ -113,7 +113,13 @@ def test_unidentifiable_constants_are_held(h100_runs):
 
 @pytest.mark.slow
 def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path, h100_runs):
-    runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml") if r["id"].startswith("nemo2407-")]
+    # the 24 H100 Megatron / NeMo runs of the dev set (the h100_runs fixture's). NeMo 24.07's seven alone no longer
+    # pin the GEMM ceiling apart from the attention efficiency since a causal layer's attention runs at its length's
+    # tile efficiency (base.CAUSAL_TILE_REL: their 2k-token GPT-3 rows slower, their 8k-token Llama 3 rows faster):
+    # fitted on them, gemm_efficiency_max ends at its bound 1 and calibrate refuses to write
+    runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml")
+            if r["hardware"] == "h100-sxm-80gb" and "torchtitan" not in r["id"] and "foundry" not in r["source"].lower()]
+    assert len(runs) == len(h100_runs) == 24
     runs_file = tmp_path / "mine.yaml"
     runs_file.write_text(yaml.safe_dump(runs))
     out = tmp_path / "my-cluster.yaml"
@@ -128,7 +134,7 @@ def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path, h100_runs):
     assert r.exit_code == 0, r.output
     # predictions on the calibrated profile carry the calibration's own leave-one-out band
     band = json.loads(r.output)["plans"][0]["step_time_band"]
-    assert band["regime"] == "calibrated profile (leave-one-out)" and band["runs"] == 7
+    assert band["regime"] == "calibrated profile (leave-one-out)" and band["runs"] == 24
     assert band["rel"] == pytest.approx(cluster.hardware.calibration.error_band_rel)
 
 

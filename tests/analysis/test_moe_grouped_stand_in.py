@@ -47,9 +47,10 @@ def test_megatron_rows_ask_the_same_inside_and_across_nvlink_domains():
     across = [a for k, x, a in rows if k == "megatron" and x]
     assert (len(inside), len(across)) == (50, 21)
     # 0.47 until 2026-11-28, when gpt-oss's window layers (base.ATTN_TILE_REL) and FP8 attention's head-width gain
-    # (base.fp8_attention_rel) moved some of these rows; across domains 0.47 both before and after
+    # (base.fp8_attention_rel) moved some of these rows; across domains 0.47 both before and after, then 0.45 once the
+    # model zoo's long-context rows ran at their causal tile efficiency (base.CAUSAL_TILE_REL, round 38)
     assert statistics.median(inside) == pytest.approx(0.48, abs=0.01)
-    assert statistics.median(across) == pytest.approx(0.47, abs=0.01)
+    assert statistics.median(across) == pytest.approx(0.45, abs=0.01)
     auto_in = sorted(a for k, x, a in rows if k == "automodel" and not x)
     auto_across = sorted(a for k, x, a in rows if k == "automodel" and x)
     assert len(auto_in) == 2 and 0.83 <= auto_in[0] and auto_in[-1] <= 1.07, auto_in

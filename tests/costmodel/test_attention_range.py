@@ -15,6 +15,7 @@ from planner.costmodel.base import Context, plan_shape
 from planner.costmodel.compute import BWD_ATTN_RATIO
 from planner.costmodel.layers import (
     ATTN_BEYOND_FIT_FASTER,
+    ATTN_BEYOND_FIT_LONG_SEQ,
     ATTN_FITTED_SHARE_MAX,
     attention_share,
     layer_times,
@@ -52,7 +53,7 @@ def test_share_rises_with_the_sequence_and_the_warning_follows_the_fitted_range(
     assert s_share < ATTN_FITTED_SHARE_MAX["fused"] < l_share
     assert not [w for w in ev_s.warnings if w.startswith("attention core")]
     [w] = [w for w in ev_l.warnings if w.startswith("attention core")]
-    assert f"{l_share:.0%} of the layer compute" in w and "34%" in w and "25%-40% faster" in w
+    assert f"{l_share:.0%} of the layer compute" in w and "31%" in w and "20%-28% faster" in w
     # the trace carries the share and the range; the evaluation's flag (which the error bands read) follows them
     for ev, share in ((ev_s, s_share), (ev_l, l_share)):
         term = ev.trace["attention_share"]
@@ -88,18 +89,24 @@ def test_the_fitted_ranges_are_the_development_runs_largest_shares():
 
 @pytest.mark.slow
 def test_held_out_megatron_runs_beyond_the_fused_range_ran_faster_than_predicted():
-    """The warning's claim: every held-out Megatron run beyond the fused path's range (the model zoo's 16k-128k-token
-    Qwen3-235B-A22B rows) ran ATTN_BEYOND_FIT_FASTER faster than predicted, and none of the other held-out files has
-    a run there."""
+    """The warning's claim: every held-out Megatron run beyond the fused path's range from ATTN_BEYOND_FIT_LONG_SEQ
+    tokens on (the model zoo's 16k-128k-token Qwen3-235B-A22B rows) ran ATTN_BEYOND_FIT_FASTER faster than predicted;
+    those beyond it at 4k tokens (Megatron-Bridge's Qwen3-30B-A3B rows on 8 GPUs) landed within 10%, which is why the
+    warning says nothing of them."""
     lo, hi = ATTN_BEYOND_FIT_FASTER
     beyond = []
-    for path in ("modelzoo_runs_added.yaml", "known_runs_added.yaml", "moe_runs_added.yaml"):
+    for path in ("modelzoo_runs_added.yaml", "known_runs_added.yaml", "moe_runs_added.yaml",
+                 "blackwell_ultra_runs_added.yaml"):
         for run, ctx, _, ev in scored_runs(path):
             if ctx.attention_path != "fused":
                 continue
             if attention_share(ctx, plan_shape(ctx, ev.plan)) > ATTN_FITTED_SHARE_MAX["fused"]:
                 faster = 1.0 - run["measured"]["step_time_s"] / ev.step_time_s
-                beyond.append((path, run["id"], faster))
-    assert len(beyond) == 5 and {p for p, _, _ in beyond} == {"modelzoo_runs_added.yaml"}, beyond
-    for _, rid, faster in beyond:
+                beyond.append((path, run["id"], ctx.train.seq_len, faster))
+    long_ = [b for b in beyond if b[2] >= ATTN_BEYOND_FIT_LONG_SEQ]
+    short = [b for b in beyond if b[2] < ATTN_BEYOND_FIT_LONG_SEQ]
+    assert len(long_) == 5 and {p for p, _, _, _ in long_} == {"modelzoo_runs_added.yaml"}, long_
+    for _, rid, _, faster in long_:
         assert lo <= faster <= hi, (rid, faster)
+    assert len(short) == 7 and all(s == 4096 and "q30" in rid for _, rid, s, _ in short), short
+    assert all(-0.1 < faster < 0.1 for _, _, _, faster in short), short
