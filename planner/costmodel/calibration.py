@@ -135,8 +135,9 @@ class Calibration:
     # mechanism, not a measured rate); at 1.0 the dev MoE median goes 9.1% -> 18.7%. Not the network: the
     # Megatron-Bridge and DGX Cloud rows of runs/ whose EP group stays in one NVLink domain (50, GB200 NVL72 and 8-GPU
     # nodes) ask for a median 0.47 (0.48 since 2026-11-28's attention changes), those whose EP group crosses domains
-    # (21) for 0.47 too (2026-11-27; 0.45 since the causal tile efficiency of round 38); only AutoModel's split (0.84-1.06 on one node, 0.42-0.63 across nodes) follows the
-    # network, on 6 rows (tests/analysis/test_moe_grouped_stand_in.py). MaxText's dropless TPU rows, whose megablox
+    # (21) for 0.47 too (2026-11-27; 0.45 since the causal tile efficiency of round 38); only AutoModel's split
+    # (0.84-1.06 on one node, 0.42-0.63 across nodes) follows the network, on 6 rows
+    # (tests/analysis/test_moe_grouped_stand_in.py). MaxText's dropless TPU rows, whose megablox
     # kernel is neither cuBLAS nor TE's, ask for 0.26 / 0.54 / 0.71 (Llama 4 Maverick, DeepSeek-V3, Llama 4 Scout on
     # v5p) once the row tiles that kernel revisits are charged (moe.grouped_tile_visits_rel; 0.17 / 0.40 / 0.63
     # without), and MaxText's tiering table's Mixtral 8x7B on v5p (8 experts of 14336, 37k rows per expert) for 0.86

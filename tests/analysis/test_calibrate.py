@@ -117,8 +117,8 @@ def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path, h100_runs):
     # pin the GEMM ceiling apart from the attention efficiency since a causal layer's attention runs at its length's
     # tile efficiency (base.CAUSAL_TILE_REL: their 2k-token GPT-3 rows slower, their 8k-token Llama 3 rows faster):
     # fitted on them, gemm_efficiency_max ends at its bound 1 and calibrate refuses to write
-    runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml")
-            if r["hardware"] == "h100-sxm-80gb" and "torchtitan" not in r["id"] and "foundry" not in r["source"].lower()]
+    runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml") if r["hardware"] == "h100-sxm-80gb"
+            and "torchtitan" not in r["id"] and "foundry" not in r["source"].lower()]
     assert len(runs) == len(h100_runs) == 24
     runs_file = tmp_path / "mine.yaml"
     runs_file.write_text(yaml.safe_dump(runs))
