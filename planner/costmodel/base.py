@@ -140,9 +140,9 @@ def attention_tile_efficiency(seq_len: int, window: int | None, chunk: int | Non
 # runs forward + backward at 397 / 502 / 567 / 603 / 608 TFLOP/s from 2k to 32k tokens (the forward's FLOPs and 2.5x
 # them in the backward, over the two times), which is 625 / 646 / 649 / 646 / 630 TFLOP/s once divided by this
 # model's causal tile efficiency (0.635 / 0.777 / 0.874 / 0.933 / 0.965 at 4.1 tiles): the tiles account for the
-# rise. calibration.ATTN_REL_EFFICIENCY is fitted on the
-# development runs as a causal layer's efficiency at ATTN_REL_REFERENCE_SEQ tokens; a stack whose attention core is
-# cuDNN's (Stack.cudnn_attention) scales it by its causal tile efficiency at the layer's own length over that one's.
+# rise. calibration.ATTN_REL_EFFICIENCY is fitted on the development runs as a causal layer's efficiency at
+# ATTN_REL_REFERENCE_SEQ tokens; a stack whose attention core is cuDNN's (Stack.cudnn_attention) scales it by its
+# causal tile efficiency at the layer's own length over that one's.
 # Under ring context parallelism each rank runs Transformer Engine's load-balanced steps (AttnFuncWithCPAndKVP2P,
 # transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py): step 0 its causal "diagonal"
 # block of seq / cp tokens, then cp - 1 unmasked blocks of the same work (each half of (seq / cp) squared), every
