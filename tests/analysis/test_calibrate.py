@@ -23,11 +23,16 @@ from planner.ui.cli import main
 REF_NCCL = str(NCCL_TESTS_DIR)  # published nccl-tests outputs, vendored (tests/data/reference/README.md)
 
 
-@pytest.fixture(scope="module")
-def h100_runs():
-    runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml")
+def _h100_dev_rows() -> list[dict]:
+    """The H100 Megatron / NeMo rows of the dev set (no torchtitan, no llm-foundry)."""
+    return [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml")
             if r["hardware"] == "h100-sxm-80gb" and "torchtitan" not in r["id"]
             and "foundry" not in r["source"].lower()]
+
+
+@pytest.fixture(scope="module")
+def h100_runs():
+    runs = _h100_dev_rows()
     prepared, skipped = c.prepare_runs(runs)
     assert not skipped and len(prepared) >= 20
     return prepared
@@ -112,14 +117,13 @@ def test_unidentifiable_constants_are_held(h100_runs):
 
 
 @pytest.mark.slow
-def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path, h100_runs):
-    # the 24 H100 Megatron / NeMo runs of the dev set (the h100_runs fixture's). NeMo 24.07's seven alone no longer
+def test_cli_writes_a_cluster_file_that_plan_accepts(tmp_path):
+    # the 24 H100 Megatron / NeMo runs of the dev set. NeMo 24.07's seven alone no longer
     # pin the GEMM ceiling apart from the attention efficiency since a causal layer's attention runs at its length's
     # tile efficiency (base.CAUSAL_TILE_REL: their 2k-token GPT-3 rows slower, their 8k-token Llama 3 rows faster):
     # fitted on them, gemm_efficiency_max ends at its bound 1 and calibrate refuses to write
-    runs = [r for r in load_runs(data_dir("runs") / "known_runs_dev.yaml") if r["hardware"] == "h100-sxm-80gb"
-            and "torchtitan" not in r["id"] and "foundry" not in r["source"].lower()]
-    assert len(runs) == len(h100_runs) == 24
+    runs = _h100_dev_rows()
+    assert len(runs) == 24
     runs_file = tmp_path / "mine.yaml"
     runs_file.write_text(yaml.safe_dump(runs))
     out = tmp_path / "my-cluster.yaml"
