@@ -23,7 +23,7 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
 RUN_KEYS = ("id", "source", "reliability", "model", "hardware", "devices", "devices_per_node",
             "aligned_allocation", "train", "plan", "measured", "notes", "stack")
 TRAIN_KEYS = ("seq_len", "global_batch", "dtype", "grad_dtype", "optimizer_dtype", "moe_capacity_factor",
-              "moe_force_balanced", "pp_schedule_microbatches", "attention_dropout")
+              "moe_force_balanced", "moe_load_imbalance", "pp_schedule_microbatches", "attention_dropout")
 MEASURED_KEYS = ("step_time_s", "peak_memory_gib", "peak_memory_of", "derived_from")
 # what measured.peak_memory_gib is (planner.analysis.validate.compared_peak_gib): the device's peak, max over devices
 # (the default: the caching allocator's reserved peak, torchtitan's memory line), or PyTorch's peak allocated bytes

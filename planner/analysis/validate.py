@@ -816,6 +816,7 @@ def run_specs(run: dict) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
                                         moe_fused_grouped_mlp=st.cuda_graph_impl == "full_iteration",
                                         fp8_attention=st.fp8_dot_product_attention,
                                         moe_force_balanced=bool(t.get("moe_force_balanced", False)),
+                                        moe_load_imbalance=t.get("moe_load_imbalance"),
                                         pp_schedule_microbatches=t.get("pp_schedule_microbatches"),
                                         moe_capacity_factor=infer_moe_capacity_factor(run), **precision)
         train = TrainingSpec(**settings)

@@ -62,9 +62,9 @@ def training_overrides(train: TrainingSpec, req: PlanRequest) -> TrainingSpec:
 
     from planner.catalog.hf_import import _validation_message
 
-    upd = {k: getattr(req, k) for k in ("moe_capacity_factor", "moe_dispatcher", "moe_flex_backend", "moe_a2a_overlap",
-                                        "torch_compile", "fp8_recipe", "loss_chunks", "fp8_moe_act_cache",
-                                        "fp8_param_gather", "fp8_attention")
+    upd = {k: getattr(req, k) for k in ("moe_capacity_factor", "moe_load_imbalance", "moe_dispatcher",
+                                        "moe_flex_backend", "moe_a2a_overlap", "torch_compile", "fp8_recipe",
+                                        "loss_chunks", "fp8_moe_act_cache", "fp8_param_gather", "fp8_attention")
            if getattr(req, k) is not None}
     upd |= launch_training_defaults(train, req, upd)
     if req.param_dtype == "bf16":  # MaxText weight_dtype bf16: mu_dtype inherits it (MT:configs/base.yml)

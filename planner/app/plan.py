@@ -186,7 +186,8 @@ def search_doc(ctx, res, req: PlanRequest, seconds: float) -> dict:
                          "fp8_moe_act_cache": train.fp8_moe_act_cache,
                          "fp8_param_gather": train.fp8_param_gather}
             # stated only when on (TrainingSpec.fp8_attention is not searched; a default plan's document is unchanged)
-            | ({"fp8_attention": True} if train.fp8_attention else {}),
+            | ({"fp8_attention": True} if train.fp8_attention else {})
+            | ({"moe_load_imbalance": train.moe_load_imbalance} if train.moe_load_imbalance is not None else {}),
             "plans": plans,
             "ranking": ranking_doc(req),
             "search": {"structures": res.structures, "evaluated": res.evaluated, "feasible": res.feasible,

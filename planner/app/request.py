@@ -40,6 +40,7 @@ class PlanRequest:
     optimizer_dtype: StateDtype | None = "fp32"
     attention: AttentionImpl | None = None  # default flash
     moe_capacity_factor: float | None = None
+    moe_load_imbalance: float | None = None  # default: a balanced router's load
     moe_dispatcher: str | None = None  # default: the stack's
     moe_flex_backend: str | None = None  # default: the stack's (DeepEP)
     moe_a2a_overlap: bool | None = None  # None: searched where the stack runs it (planner.search.dispatchers)

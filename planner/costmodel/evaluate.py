@@ -39,7 +39,7 @@ from planner.costmodel.memory import (
     stage_memories,
     stage_params,
 )
-from planner.costmodel.moe import grouped_tile_terms
+from planner.costmodel.moe import grouped_tile_terms, stated_load_terms
 from planner.costmodel.optimizer import optimizer_term
 from planner.costmodel.pipeline import bubble_term, makespan_s, p2p_term, rank_first_last_layers
 from planner.costmodel.tensor import tp_comm_term, tp_warnings
@@ -281,7 +281,7 @@ def evaluate(ctx: Context, plan: ParallelPlan, screened: MemoryScreen | None = N
                                                         screened.host_stage),
                          factors=(step_term, *shape_terms(ctx, shape), *ctx.rate_terms, *layer_terms(ctx, shape),
                                   attention_share_term(ctx, shape), *mtp_terms(ctx, shape),
-                                  *grouped_tile_terms(ctx, shape),
+                                  *grouped_tile_terms(ctx, shape), *stated_load_terms(ctx, shape),
                                   *_rate_terms(ctx, shape, st, step)))
 
     counts = [c for c, _, _ in split]

@@ -25,8 +25,7 @@ from typing import NamedTuple
 from planner.costmodel.base import ACT_ELEM_BYTES, PARAM_GATHER_BYTES, Context, LayerKind, Shape, StageSplit
 from planner.costmodel.calibration import Calibration
 from planner.costmodel.capacity import fit_reserve_gib
-from planner.costmodel.expert import expert_load
-from planner.costmodel.moe import dispatcher_buffer_bytes
+from planner.costmodel.moe import dispatcher_buffer_bytes, stated_load
 from planner.costmodel.mtp import mtp_extra_params, mtp_input_bytes_per_token, mtp_kind, mtp_layer_counts
 from planner.costmodel.params import layer_params
 from planner.costmodel.pipeline import head_stage, inflight_microbatches, memory_schedule, v_shaped
@@ -496,13 +495,16 @@ def act_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> float:
     """activation_elems_per_token of layer kind `k` under recompute `mode`, cached in the context."""
     p, tr = shape.plan, ctx.train
     mods = selective_modules(ctx, p) if mode == "selective" else None
-    key = (k.moe, k.local, p.tp, shape.sp, mode, p.etp, p.remat_device, p.remat_offloaded, mods)
+    # the busiest rank's routed copies at the load the training states (the balanced router's sampling skew, which
+    # moe.expert_load adds to the time, is not charged here)
+    load = stated_load(ctx, p.ep) or 1.0
+    key = (k.moe, k.local, p.tp, shape.sp, mode, p.etp, p.remat_device, p.remat_offloaded, mods, load)
     v = ctx.act_cache.get(key)
     if v is None:
         v = ctx.act_cache[key] = activation_elems_per_token(
             ctx.model, k.moe, p.tp, shape.sp, mode, tr.framework, p.etp,
             fp8_gemm_inputs=(tr.dtype == "fp8" and ctx.stack.fp8_saves_gemm_inputs),
-            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=expert_load(ctx), compiled=tr.torch_compile,
+            fp8_moe_act_cache=tr.fp8_moe_act_cache, expert_load=load, compiled=tr.torch_compile,
             custom_remat=p.custom_remat, selective_modules=mods)
     return v
 

@@ -182,21 +182,53 @@ def router_skipped(ctx: Context) -> bool:
     return ctx.train.moe_force_balanced and ctx.stack.moe_forced_routing == "round_robin"
 
 
+def stated_load(ctx: Context, ep: int) -> float | None:
+    """The busiest EP rank's routed load the training fixes: the capacity factor (every expert's input padded to it,
+    TrainingSpec.moe_capacity_factor), else a learned router's measured load where EP > 1
+    (TrainingSpec.moe_load_imbalance; at EP 1 a device's routed copies are its own tokens': balanced by construction),
+    else None."""
+    if ctx.train.moe_capacity_factor:
+        return ctx.train.moe_capacity_factor
+    if ctx.train.moe_load_imbalance is not None:
+        return ctx.train.moe_load_imbalance if ep > 1 else 1.0
+    return None
+
+
 def expert_load(ctx: Context, shape: Shape | None = None) -> float:
-    """Tokens the busiest EP rank processes relative to the balanced load. Padded to capacity
-    (TrainingSpec.moe_capacity_factor): the capacity factor. Round-robin forced routing: exactly balanced (1). Dropless
+    """Tokens the busiest EP rank processes relative to the balanced load: the load the training states (stated_load:
+    the capacity factor, a learned router's measured load). Round-robin forced routing: exactly balanced (1). Dropless
     otherwise: the sampling imbalance of a balanced router (Megatron's --moe-router-force-load-balancing routes on
     random logits, so its benchmarks route uniformly at random): the n = tokens x top_k assignments of the EP group
     land on ep ranks as a multinomial, the busiest rank expects mean + sd x sqrt(2 ln ep) (the normal approximation of
-    the maximum of ep loads), i.e. 1 + sqrt(2 ln ep x (ep - 1) / n). A learned router's skew beyond this is not
-    modelled (ep_warnings says so)."""
-    if ctx.train.moe_capacity_factor:
-        return ctx.train.moe_capacity_factor
+    the maximum of ep loads), i.e. 1 + sqrt(2 ln ep x (ep - 1) / n). A learned router's skew beyond this is charged
+    only where stated (ep_warnings gives what NVIDIA measured, expert.LEARNED_ROUTER_LOAD)."""
+    stated = stated_load(ctx, 1 if shape is None else shape.plan.ep)
+    if stated is not None:
+        return stated
     if shape is None or shape.plan.ep <= 1 or round_robin_routing(ctx):
         return 1.0
     ep = shape.plan.ep
     n = shape.tokens / shape.plan.tp * ep * ctx.model.require_moe().top_k
     return 1.0 + math.sqrt(2.0 * math.log(ep) * (ep - 1) / max(1.0, n))
+
+
+STATED_LOAD = formula(
+    "moe.stated_load",
+    "routed token copies on the busiest EP rank / the balanced share: the capacity factor (inputs padded to it), "
+    "else a learned router's measured load (--moe-load-imbalance) at EP > 1; multiplies the routed experts' GEMMs, "
+    "their activations, the permutation and the dispatch / combine all-to-alls",
+    "GShard (Lepikhin et al. 2020, arXiv 2006.16668) sec. 2.2; NVIDIA Megatron-MoE-ModelZoo Qwen3-235B-A22B long "
+    "context table (expert.LEARNED_ROUTER_LOAD)",
+)
+
+
+def stated_load_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
+    """The STATED_LOAD term where the training states a load (the trace of every other plan stays as it was)."""
+    load = stated_load(ctx, shape.plan.ep) if ctx.model.is_moe else None
+    if load is None:
+        return ()
+    source = "capacity factor" if ctx.train.moe_capacity_factor else "learned router (measured)"
+    return (STATED_LOAD.term("expert_load", load, "", source=source, ep=shape.plan.ep),)
 
 
 def groups_per_token(ctx: Context, group_experts: int) -> float:

@@ -42,6 +42,7 @@ def dtype_errors(cluster: ClusterSpec, train: TrainingSpec, fixed: dict) -> list
 def model_training_errors(model: ModelSpec, train: TrainingSpec) -> list[str]:
     """Training settings the model cannot take."""
     for flag, given in (("--moe-capacity-factor", train.moe_capacity_factor is not None),
+                        ("--moe-load-imbalance", train.moe_load_imbalance is not None),
                         ("--moe-dispatcher", train.moe_dispatcher is not None),
                         ("--moe-flex-backend", train.moe_flex_backend is not None),
                         ("--moe-a2a-overlap", train.moe_a2a_overlap)):

@@ -102,6 +102,15 @@ class TrainingSpec(BaseModel):
         "2006.16668, sec. 2.2). None = dropless: expert time and memory follow the routed tokens, charged at the "
         "balanced load (vendor benchmarks force balanced routing; a real router loads the busiest expert more)",
     )
+    moe_load_imbalance: float | None = Field(
+        None, ge=1, le=64,
+        description="a learned router's measured load: the routed token copies the busiest EP rank receives over the "
+        "balanced share (tokens x top_k x local experts / experts), at the plan's EP degree. Expert GEMMs, the "
+        "routed copies' activations and the EP all-to-alls of plans with EP > 1 are charged at it "
+        "(planner.costmodel.moe.expert_load; with every expert on each device, EP 1, a device's copies are its own "
+        "tokens': balanced by construction). None = the balanced router of vendor benchmarks (planner.costmodel."
+        "expert.LEARNED_ROUTER_LOAD gives what NVIDIA measured with a learned one). Dropless routing only",
+    )
     moe_dispatcher: MoEDispatcher | None = Field(
         None,
         description="MoE token dispatcher (Megatron --moe-token-dispatcher-type): alltoall (NCCL all-to-all of the "
@@ -270,6 +279,13 @@ class TrainingSpec(BaseModel):
                              "capacity, which the flex dispatcher's DeepEP kernels refuse (megatron-core: 'Flex token "
                              "dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity'): use "
                              "--moe-dispatcher alltoall or --moe-flex-backend hybridep, or drop the capacity factor")
+        if self.moe_load_imbalance is not None and self.moe_capacity_factor is not None:
+            raise ValueError(f"--moe-load-imbalance {self.moe_load_imbalance:g} describes dropless routing, while "
+                             f"--moe-capacity-factor {self.moe_capacity_factor:g} pads every expert to its capacity "
+                             "(the load is the capacity factor): drop one of them")
+        if self.moe_load_imbalance is not None and self.moe_force_balanced:
+            raise ValueError(f"--moe-load-imbalance {self.moe_load_imbalance:g} is a learned router's load; a "
+                             "force-balanced run routes at the balanced load: drop one of them")
         if self.moe_flex_backend is not None and self.dispatcher != "flex":
             # megatron-core TransformerConfig.moe_flex_dispatcher_backend is read by the flex dispatcher only
             raise ValueError(f"--moe-flex-backend {self.moe_flex_backend} selects the flex dispatcher's kernels: add "

@@ -209,6 +209,11 @@ def _setting_options() -> list:
         click.option("--moe-capacity-factor", type=click.FloatRange(0, 1024, min_open=True), callback=_finite,
                      help="MoE expert capacity (x the balanced load): tokens beyond it are dropped, inputs padded to "
                      "it; time and memory are charged at it (default: dropless, charged at balanced routing)"),
+        click.option("--moe-load-imbalance", type=click.FloatRange(1, 64), callback=_finite,
+                     help="a learned router's measured load: the routed tokens the busiest EP rank receives over the "
+                     "balanced share, at the EP degree planned; charged to the experts, their activations and the EP "
+                     "all-to-alls of plans with EP > 1 (default: a balanced router's, as vendor benchmarks force; "
+                     "dropless only)"),
         click.option("--moe-dispatcher", type=click.Choice(["alltoall", "allgather", "flex"]),
                      help="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex = DeepEP), one the stack "
                      f"runs ({_dispatchers_by_stack()}). Default: the stack's (Megatron alltoall)"),
