@@ -100,7 +100,8 @@ class TrainingSpec(BaseModel):
         "beyond it are dropped and every expert's input is padded to it (Megatron --moe-expert-capacity-factor with "
         "--moe-pad-expert-input-to-capacity, MaxText capacity_factor; GShard, Lepikhin et al. 2020, arXiv "
         "2006.16668, sec. 2.2). None = dropless: expert time and memory follow the routed tokens, charged at the "
-        "balanced load (vendor benchmarks force balanced routing; a real router loads the busiest expert more)",
+        "balanced load (vendor benchmarks force balanced routing; a learned router loads the busiest EP rank more: "
+        "moe_load_imbalance)",
     )
     moe_load_imbalance: float | None = Field(
         None, ge=1, le=64,
@@ -143,8 +144,8 @@ class TrainingSpec(BaseModel):
     moe_force_balanced: bool = Field(
         False,
         description="the run forces balanced routing (Megatron --moe-router-force-load-balancing; vendor benchmark "
-        "tables): every expert gets exactly the balanced load. False = a learned router, charged with the stated "
-        "imbalance of planner.costmodel.moe.expert_load",
+        "tables): every expert gets exactly the balanced load. False = a learned router, charged at moe_load_imbalance "
+        "where stated, else at a balanced router's load (planner.costmodel.moe.expert_load)",
     )
     fp8_recipe: Fp8Recipe | None = Field(
         None,
