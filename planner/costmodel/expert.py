@@ -191,6 +191,8 @@ ONE_EXPERT_SLOWER_MEDIAN = 0.087
 # default: the planner charges a balanced router unless --moe-load-imbalance says otherwise.
 LEARNED_ROUTER_MORE_TIME = (0.09, 0.24)
 LEARNED_ROUTER_LOAD = 1.5
+MIXTRAL_ROUTER_MORE_TIME = 0.045
+MIXTRAL_ROUTER_LOAD = 1.08
 
 
 def routing_warnings(ctx: Context, shape: Shape) -> list[str]:
@@ -203,8 +205,9 @@ def routing_warnings(ctx: Context, shape: Shape) -> list[str]:
                 f"at EP {p.ep}: a router's load changes with the EP degree, so it holds for the EP it was measured at"]
     lo, hi = LEARNED_ROUTER_MORE_TIME
     return [f"dropless MoE: charged at a balanced router's load; a learned router loads the busiest EP rank more "
-            f"(NVIDIA's Qwen3-235B-A22B at EP 8: {lo:.0%}-{hi:.0%} longer than force-balanced, a load of "
-            f"~{LEARNED_ROUTER_LOAD:g}); --moe-load-imbalance charges a measured load, --moe-capacity-factor bounds it"]
+            f"(NVIDIA measured, at EP 8: Qwen3-235B-A22B {lo:.0%}-{hi:.0%} longer than force-balanced, a load of "
+            f"~{LEARNED_ROUTER_LOAD:g}; Mixtral 8x22B {MIXTRAL_ROUTER_MORE_TIME:.1%}, ~{MIXTRAL_ROUTER_LOAD:g}); "
+            "--moe-load-imbalance charges a measured load, --moe-capacity-factor bounds it"]
 
 
 def ep_warnings(ctx: Context, shape: Shape) -> list[str]:

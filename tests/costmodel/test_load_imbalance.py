@@ -14,7 +14,13 @@ from planner.analysis.validate import load_runs, run_inputs
 from planner.catalog.data import data_dir
 from planner.costmodel.base import plan_shape
 from planner.costmodel.evaluate import evaluate
-from planner.costmodel.expert import LEARNED_ROUTER_LOAD, LEARNED_ROUTER_MORE_TIME, routing_warnings
+from planner.costmodel.expert import (
+    LEARNED_ROUTER_LOAD,
+    LEARNED_ROUTER_MORE_TIME,
+    MIXTRAL_ROUTER_LOAD,
+    MIXTRAL_ROUTER_MORE_TIME,
+    routing_warnings,
+)
 from planner.costmodel.moe import expert_load
 
 # NVIDIA Megatron-MoE-ModelZoo (yanring/Megatron-MoE-ModelZoo at e865051) best_practice/qwen3/readme.md, Long Context
@@ -74,7 +80,8 @@ def test_the_four_long_context_gaps_ask_for_one_load_on_the_busiest_rank():
     assert LEARNED_ROUTER_MORE_TIME == (round(min(more), 2), round(max(more), 2))
     # Mixtral 8x22B (8 experts on 8 ranks, top-2, 4k tokens): a far smaller load, so none is assumed by default
     mixtral, _ = _implied_load(rows["mixtral"], MIXTRAL_DROPLESS_OVER_FORCED)
-    assert 1.03 < mixtral < 1.13
+    assert 1.03 < mixtral < 1.13 and MIXTRAL_ROUTER_LOAD == pytest.approx(mixtral, abs=0.01)
+    assert MIXTRAL_ROUTER_MORE_TIME == round(MIXTRAL_DROPLESS_OVER_FORCED - 1.0, 3)
 
 
 def _ctx_and_plan(load: float | None, ep: int):
