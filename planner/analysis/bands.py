@@ -162,7 +162,8 @@ def band_for(residuals: tuple[Residual, ...], family: str, moe: bool, framework:
 # below BIAS_MAX_P. Thresholds of what is worth saying, not fitted: twice the dense median miss (4-5%,
 # docs/validation.md) and a 1% test. On the shipped residuals (2026-11-28) no hardware qualifies: gb300-nvl72 did
 # (38 runs, median +17%, 30 predicted too slow, p = 0.0005) while its profile priced GEMMs at GB200's efficiency, and
-# sits at +2% (21 of 38) with the GB300 / GB200 ratio of Azure's cuBLASLt GEMMs; b200 is one-sided (22 of 28 too fast,
+# sits at +2% (21 of 38; +3%, 22 of 39 with the model zoo's GB300 row) with the GB300 / GB200 ratio of Azure's cuBLASLt
+# GEMMs; b200 is one-sided (22 of 28 too fast,
 # p = 0.004) but by a median of 6%; b300 (14 of 19 too fast, median -7%, p = 0.06) is neither.
 BIAS_MIN_RUNS = 10
 BIAS_MIN_REL = 0.10

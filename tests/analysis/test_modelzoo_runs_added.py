@@ -24,7 +24,7 @@ def runs() -> list[dict]:
 
 def test_every_row_is_read_and_cites_its_source(runs):
     ids = [r["id"] for r in runs]
-    assert len(ids) == len(set(ids)) == 16
+    assert len(ids) == len(set(ids)) == 17
     for r in runs:
         assert r["id"].startswith("modelzoo-") and r["reliability"] in ("A", "B"), r["id"]
         assert "commit" in r["source"] and "https://github.com/yanring/Megatron-MoE-ModelZoo" in r["source"], r["id"]
@@ -55,25 +55,26 @@ def test_derived_rows_are_the_published_tflops(runs):
         assert gpus == r["devices"] and r["reliability"] == "B", r["id"]
         assert r["measured"]["step_time_s"] == pytest.approx(flops / (tflops * 1e12 * gpus), rel=1e-6), r["id"]
         derived += 1
-    # the H100 320-TFLOPS script row, the GB200 BF16 and MXFP8 128k rows, four Mixtral 8x22B rows and the four H100
-    # long-context rows
-    assert derived == 11
+    # the H100 320-TFLOPS script row, the GB200 BF16 and MXFP8 128k rows, the GB300 MXFP8 row, four Mixtral 8x22B rows
+    # and the four H100 long-context rows
+    assert derived == 12
 
 
 def test_rows_are_predicted_within_todays_reach(runs):
-    """Every row is scored; a regression guard at what the model reaches today (median 20.7%, p90 44.8%; 12.2% / 46.6%
-    on the 12 rows before the H100 long-context table came in). The long-context rows, all attention-heavy, are all
-    too slow: H100 16k / 32k / 64k / 128k tokens +34% / +40% / +44% / +45% (see the GB200 128k row below). The tail:
-    Qwen3-235B on H100 with the batch-level EP overlap (+25%, the 320-TFLOPS script row +44%; +29% / +48% when the file
-    came in, 43c268e: the overlap's merged forward-backward is charged its dispatcher's host launches in full, which the
-    Megatron-Bridge FP8 rows of the same layout ask for and these BF16 DeepEP rows do not,
-    tests/analysis/test_merged_host_rule.py) and Megatron-FSDP with EP 8 (+47%, B); Qwen3-235B BF16 on GB200
-    with HybridEP +16% (+43% before HybridEP's host launches were counted). The GB200 MXFP8 128k-token row +66%: its
-    attention core is 87% of a layer's time, priced at the planner's one attention efficiency (0.32 of the BF16 peak on
-    GB200, fitted on 4k-8k rows), where the published 1150 TFLOPS per GPU, 82% of it attention FLOPs, needs the core at
-    0.38 of that peak even if everything else took no time."""
+    """Every row is scored; a regression guard at what the model reaches today (2026-11-29, 17 rows: median 25.7%, p90
+    44.8%; 20.9% / 41.7% on the 16 rows before the GB300 row came in; 12.2% / 46.6% on the 12 rows before the H100
+    long-context table). The long-context rows, all attention-heavy, are all too slow: H100 16k / 32k / 64k / 128k
+    tokens +28% / +30% / +29% / +26% (+34% / +40% / +44% / +45% before round 38's causal tile efficiency), and their
+    learned-router twins ask for one routing load at all four lengths (tests/costmodel/test_load_imbalance.py): a
+    uniform excess, not attention priced wrongly against the experts. The tail: Qwen3-235B with the batch-level EP
+    overlap behind a host sync -- on H100 with DeepEP +26% (the 320-TFLOPS script row, with per-layer CUDA graphs,
+    +45%), on GB300 with HybridEP and per-layer graphs +49% (the row added 2026-11-29) -- where the overlap's merged
+    forward-backward is charged its dispatcher's host launches on top of its GPU time, which the Megatron-Bridge rows of
+    that schedule ask for and these do not (tests/analysis/test_merged_host_rule.py); Megatron-FSDP with EP 8 (+47%, B);
+    Qwen3-235B BF16 on GB200 with HybridEP +16%; the GB200 MXFP8 128k-token row +39% (attention beyond the fitted
+    share)."""
     res = validate_runs(runs)
     assert {r["id"] for r in res["runs"]} == {r["id"] for r in runs}
     errors = sorted(abs(r["step_time_error"]) for r in res["runs"])
-    assert statistics.median(errors) <= 0.22, errors
+    assert statistics.median(errors) <= 0.26, errors
     assert errors[int(0.9 * (len(errors) - 1))] <= 0.50, errors
