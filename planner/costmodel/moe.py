@@ -194,7 +194,7 @@ def stated_load(ctx: Context, ep: int) -> float | None:
     return None
 
 
-def expert_load(ctx: Context, shape: Shape | None = None) -> float:
+def expert_load(ctx: Context, shape: Shape) -> float:
     """Tokens the busiest EP rank processes relative to the balanced load: the load the training states (stated_load:
     the capacity factor, a learned router's measured load). Round-robin forced routing: exactly balanced (1). Dropless
     otherwise: the sampling imbalance of a balanced router (Megatron's --moe-router-force-load-balancing routes on
@@ -202,10 +202,10 @@ def expert_load(ctx: Context, shape: Shape | None = None) -> float:
     land on ep ranks as a multinomial, the busiest rank expects mean + sd x sqrt(2 ln ep) (the normal approximation of
     the maximum of ep loads), i.e. 1 + sqrt(2 ln ep x (ep - 1) / n). A learned router's skew beyond this is charged
     only where stated (ep_warnings gives what NVIDIA measured, expert.LEARNED_ROUTER_LOAD)."""
-    stated = stated_load(ctx, 1 if shape is None else shape.plan.ep)
+    stated = stated_load(ctx, shape.plan.ep)
     if stated is not None:
         return stated
-    if shape is None or shape.plan.ep <= 1 or round_robin_routing(ctx):
+    if shape.plan.ep <= 1 or round_robin_routing(ctx):
         return 1.0
     ep = shape.plan.ep
     n = shape.tokens / shape.plan.tp * ep * ctx.model.require_moe().top_k
