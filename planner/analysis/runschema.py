@@ -17,6 +17,7 @@ PLAN_FIELDS = {  # run-file plan key -> ParallelPlan knob
     "sequence_parallel": "sequence_parallel", "schedule": "schedule",
     "remat_offloaded": "remat_offloaded", "remat_device": "remat_device",  # MaxText remat_policy custom's names
     "recompute_modules": "recompute_modules",  # Megatron's --recompute-modules (with recompute: selective)
+    "offload_modules": "offload_modules",  # Megatron's --offload-modules (fine-grained activation offloading)
     # the decoder layers of the first / last pipeline stage (Megatron's --decoder-first/last-pipeline-num-layers)
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
 }

@@ -34,7 +34,12 @@ from planner.search.engine import SearchOptions, search
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.specs.plan import NAME_LIST_KNOBS, recompute_label
 from planner.stacks import traits
-from planner.stacks.megatron import RECOMPUTE_MODULES, unknown_recompute_modules
+from planner.stacks.megatron import (
+    OFFLOAD_MODULES,
+    RECOMPUTE_MODULES,
+    unknown_offload_modules,
+    unknown_recompute_modules,
+)
 
 
 def runs_on_tpu(run: dict) -> bool:
@@ -754,13 +759,17 @@ def _plan_knob_problem(key: str, v: Any) -> str | None:
     if key == "schedule" and str(v).lower() not in SCHEDULE_NAMES:
         return f"plan.schedule must be one of {', '.join(SCHEDULE_NAMES)} or null, got {safe_line(repr(v))}"
     if key in NAME_LIST_KNOBS and (not isinstance(v, list) or not all(isinstance(n, str) for n in v)):
-        what = "Megatron recompute module" if key == "recompute_modules" else "MaxText remat tensor"
+        what = {"recompute_modules": "Megatron recompute module", "offload_modules": "Megatron offload module"}.get(
+            key, "MaxText remat tensor")
         return f"plan.{key} must be a list of {what} names or null, got {safe_line(repr(v))}"
-    if key == "recompute_modules":
-        bad = unknown_recompute_modules(v)
+    megatron_names = {"recompute_modules": ("module", unknown_recompute_modules, RECOMPUTE_MODULES),
+                      "offload_modules": ("offload module", unknown_offload_modules, OFFLOAD_MODULES)}
+    if key in megatron_names:
+        what, unknown, known = megatron_names[key]
+        bad = unknown(v)
         if bad:
-            return (f"plan.recompute_modules names {safe_line(', '.join(bad))}, not a megatron-core module: choose "
-                    f"from {', '.join(RECOMPUTE_MODULES)}")
+            return (f"plan.{key} names {safe_line(', '.join(bad))}, not a megatron-core {what}: choose from "
+                    f"{', '.join(known)}")
     return None
 
 

@@ -18,7 +18,7 @@ from planner.app.inputs import (
 from planner.app.request import PlanRequest, resolve_target
 from planner.errors import InputError, NoFeasiblePlan
 from planner.specs import ClusterSpec
-from planner.specs.plan import NAME_LIST_KNOBS, plan_label, recompute_label
+from planner.specs.plan import RECOMPUTE_NAME_KNOBS, plan_label, recompute_label
 
 Progress = Callable[[str], AbstractContextManager]  # shows a message while a long step runs (the CLI's spinner)
 
@@ -289,7 +289,7 @@ def nothing_fits_message(ctx, res, headroom: float, fixed: dict | None = None) -
     recompute, zero = fixed.get("recompute"), fixed.get("zero_stage")
     zeros = (zero,) if zero is not None else tuple(ctx.stack.searched_zero_stages)
     custom_remat_searched = (bool(ctx.stack.searched_remat_offloads) and recompute in (None, "selective")
-                              and all(fixed.get(k) is None for k in NAME_LIST_KNOBS))
+                              and all(fixed.get(k) is None for k in RECOMPUTE_NAME_KNOBS))
     tried = [t for t, done in (("full recompute", recompute in (None, "full")),
                                (f"ZeRO {'/'.join(map(str, zeros))}", True),
                                ("optimizer offload to the host",

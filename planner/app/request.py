@@ -18,6 +18,7 @@ KNOB_FLAGS = {
     "schedule": "schedule", "cp_comm": "cp_comm", "recompute_layers": "recompute_layers",
     "zero_shard": "zero_shard_size", "offload": "offload_optimizer", "tp_comm_overlap": "tp_comm_overlap",
     "remat_offload": "remat_offloaded", "remat_device": "remat_device", "recompute_modules": "recompute_modules",
+    "offload_modules": "offload_modules",
 }
 
 # request field -> the option name the CLI gives it, where they differ

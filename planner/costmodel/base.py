@@ -442,7 +442,7 @@ def shape_terms(ctx: Context, shape: Shape) -> tuple[Term, ...]:
 # of Context.shape_cache. A knob _shape_parts starts to read must be added here (tests/search/test_search_memo.py checks
 # that every other knob leaves the shape unchanged).
 SHAPE_KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero_shard_size", "micro_batch", "zero_stage", "sequence_parallel",
-               "cp_comm", "recompute", "remat_device", "remat_offloaded", "recompute_modules")
+               "cp_comm", "recompute", "remat_device", "remat_offloaded", "recompute_modules", "offload_modules")
 _shape_knobs_of = attrgetter(*SHAPE_KNOBS)
 
 
@@ -463,14 +463,15 @@ def _shape_parts(ctx: Context, plan: ParallelPlan) -> tuple:
     nmb = dims.num_microbatches(ctx.train.global_batch)
     links = context_links(ctx, plan)
     return (sp, nmb, plan.micro_batch * ctx.train.seq_len / plan.cp, links, dims,
-            # the custom remat policy in effect sets the recompute and host copies (compute.remat_offload_s), the named
+            # the custom remat policy in effect sets the recompute and host copies (compute.activation_offload_s), as
+            # Megatron's offload modules do under the plan's recompute mode (full recompute offloads nothing), the named
             # Megatron modules the selective recompute time (compute.selective_recompute_s); the fabric of the layer's
             # own collectives (on a TPU torus the axes a group runs along follow the whole mesh, pp and dp too:
             # placement.ici_group_busbw_GBps), and whether a step has more than one micro-batch
             # (moe.merged_fwd_bwd: the batch-level EP overlap's merged schedule)
             _time_key(ctx, (plan.tp, plan.cp, plan.micro_batch, sp, plan.ep, plan.etp, plan.cp_comm,
                             plan.custom_remat, plan.recompute_modules, links.tp, links.tp_ar, links.cp, links.ep,
-                            nmb > 1)))
+                            nmb > 1, plan.offload_modules, plan.recompute if plan.offload_modules else None)))
 
 
 def _time_key(ctx: Context, inputs: tuple) -> tuple[int]:

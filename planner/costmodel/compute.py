@@ -19,6 +19,7 @@ from planner.costmodel.memory import (
     layernorm_module_norms,
     maxtext_offloaded_elems,
     names_moe_module,
+    offloaded_elems,
     selective_modules,
 )
 from planner.costmodel.moe import (
@@ -84,14 +85,14 @@ UNFUSED_ROPE_EXTRA_BYTES = {"fwd": 20.0, "bwd": 16.0}
 LAYER_COMPUTE = formula(
     "compute.layer",
     "fwd = proj + mlp + experts + router + attention + elementwise + permute + ring merge + host launch (MoE) + "
-    "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE + remat offload; bwd = 2 x GEMMs + "
+    "expert epilogue (eager GLU clamp and fc2 bias, MoE) + unfused RoPE + host offload; bwd = 2 x GEMMs + "
     "attention backward (2.5 x its forward; compute.attention_core_bwd_s) + 2 x elementwise + permute (backward: 2 x "
     "its passes; MaxText's dispatch / combine einsums 3 GEMMs for "
     "2) + ring merge (backward) + host launch (backward) + expert epilogue (backward) + unfused RoPE (backward) + "
-    "remat offload (backward)",
+    "host offload (backward)",
     "GEMM 2mkn FLOPs (Kaplan et al. 2020 sec. 2.1), backward 2x (Narayanan et al. SC21 sec. 5.1), "
     "FlashAttention-2 backward ~2.5x forward (Dao 2023, arXiv 2307.08691, sec. 4.1); ring merge: context.ring_merge; "
-    "remat offload: compute.remat_offload_s",
+    "host offload (MaxText's offloaded remat tensors, Megatron's offload modules): compute.activation_offload_s",
 )
 
 
@@ -315,18 +316,31 @@ def unfused_rope_s(ctx: Context, shape: Shape) -> tuple[float, float]:
     return (elems * UNFUSED_ROPE_EXTRA_BYTES["fwd"] / ctx.hbm_bw, elems * UNFUSED_ROPE_EXTRA_BYTES["bwd"] / ctx.hbm_bw)
 
 
-def remat_offload_s(ctx: Context, shape: Shape, busy_fwd_s: float, busy_bwd_s: float) -> tuple[float, float]:
-    """Forward and backward seconds one layer waits for the host link under MaxText's custom remat policy with
-    tensors named 'offload' (ParallelPlan.remat_offloaded, selective recompute): the forward copies them to host
-    memory and the backward copies them back, each way at the host link's one-way rate (Context.host_link_bw; TPU
-    v5e / v5p ~15 GB/s per chip, jax-ml/scaling-book tpus.md), the copies running beside the layer's own compute
-    (XLA's asynchronous host offload), so only their excess over `busy_fwd_s` / `busy_bwd_s` shows."""
+def activation_offload_s(ctx: Context, shape: Shape, k: LayerKind, busy_fwd_s: float,
+                         busy_bwd_s: float) -> tuple[float, float]:
+    """Forward and backward seconds one layer of kind `k` waits for the host link while its saved tensors go to host
+    memory and come back, each way at the host link's one-way rate (Context.host_link_bw; TPU v5e / v5p ~15 GB/s per
+    chip, jax-ml/scaling-book tpus.md; NVIDIA parts PCIe Gen5 x16, hardware_profiles/*.yaml).
+    - MaxText's custom remat policy with tensors named 'offload' (ParallelPlan.remat_offloaded, selective recompute):
+      the copies run beside the layer's own compute (XLA's asynchronous host offload), so only their excess over
+      `busy_fwd_s` / `busy_bwd_s` shows.
+    - Megatron's offload modules (ParallelPlan.offload_modules, memory.offloaded_elems): the forward's copies run on
+      their own stream and the compute stream does not wait for them (megatron-core
+      pipeline_parallel/fine_grained_activation_offload.py on_group_commit_forward: the d2h stream waits on the
+      compute stream, not the reverse); the backward waits for each layer's reload, issued as the layer after it
+      starts its backward (bulk_reload, on_group_commit_backward "Wait for reload to complete before using
+      tensors"), so the copy's excess over `busy_bwd_s` shows, in the backward only."""
     p = shape.plan
-    if p.custom_remat is None or not p.remat_offloaded:
-        return 0.0, 0.0
-    copy_s = (maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, p.remat_offloaded) * shape.tokens * ACT_ELEM_BYTES
-              / ctx.host_link_bw)
-    return max(0.0, copy_s - busy_fwd_s), max(0.0, copy_s - busy_bwd_s)
+    if p.custom_remat is not None and p.remat_offloaded:
+        copy_s = (maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, p.remat_offloaded) * shape.tokens
+                  * ACT_ELEM_BYTES / ctx.host_link_bw)
+        return max(0.0, copy_s - busy_fwd_s), max(0.0, copy_s - busy_bwd_s)
+    if p.offload_modules:
+        # the layer's tensors as its recompute saves them (the recomputed layers; a run's tail layers are not: the
+        # time of a layer kind is one figure, so the stage's recompute mode stands for them)
+        copy_s = offloaded_elems(ctx, shape, k, p.recompute)[1] * shape.tokens * ACT_ELEM_BYTES / ctx.host_link_bw
+        return 0.0, max(0.0, copy_s - busy_bwd_s)
+    return 0.0, 0.0
 
 
 def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
@@ -348,7 +362,7 @@ def layer_compute(ctx: Context, shape: Shape, k: LayerKind) -> LayerCompute:
     attn_bwd = attention_core_bwd_s(ctx, shape, k, attn)
     bwd = (BWD_GEMM_RATIO * (proj + mlp + mo.experts + mo.router) + attn_bwd
            + BWD_ELEMENTWISE_RATIO * elem + perm_bwd + merge_bwd + mo.host_bwd + epi_bwd + rope_bwd)
-    off_fwd, off_bwd = remat_offload_s(ctx, shape, fwd, bwd)
+    off_fwd, off_bwd = activation_offload_s(ctx, shape, k, fwd, bwd)
     return LayerCompute(proj, mlp, mo.experts, mo.router, mo.permute, perm_bwd, mo.host_fwd, mo.host_bwd, attn,
                         attn_bwd, elem,
                         merge_fwd, merge_bwd, epi_fwd, epi_bwd, rope_fwd, rope_bwd, off_fwd, off_bwd,
@@ -474,7 +488,7 @@ def layer_compute_term(shape: Shape, k: LayerKind, c: LayerCompute) -> Term:
         attention_bwd_s=c.attention_bwd, elementwise_s=c.elementwise,
         ring_merge_fwd_s=c.ring_merge_fwd, ring_merge_bwd_s=c.ring_merge_bwd, expert_epilogue_fwd_s=c.epilogue_fwd,
         expert_epilogue_bwd_s=c.epilogue_bwd, unfused_rope_fwd_s=c.rope_fwd, unfused_rope_bwd_s=c.rope_bwd,
-        remat_offload_fwd_s=c.offload_fwd, remat_offload_bwd_s=c.offload_bwd,
+        host_offload_fwd_s=c.offload_fwd, host_offload_bwd_s=c.offload_bwd,
         flops_per_token_attn_proj=f.attn_proj, flops_per_token_attn_core=f.attn_core, flops_per_token_mlp=f.mlp,
         flops_per_token_experts=f.experts, flops_per_token_router=f.router, tp=shape.plan.tp, tokens=shape.tokens)
 

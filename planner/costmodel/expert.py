@@ -172,7 +172,7 @@ def dualpipe_exposed_ep_s(ep_fwd_s: float, stage_fwd_s: float, stage_bwd_s: floa
 # carry calibration.MOE_GROUPED_GEMM_REL_EFFICIENCY, a stand-in for costs not identified. The published runs with one
 # routed expert per device (26 in runs/, all Megatron: 20 Grok-1 DGX Cloud rows, 6 of them on GB200, 2 Llama 4 Maverick
 # DGX Cloud rows, 4 Mixtral 8x22B model-zoo rows) ran a median 8.7% slower than predicted (the 20 on Hopper 9.7%), while
-# the 175 MoE runs with several experts per device land at a median -1.5% (tests/analysis/test_one_expert_rule.py
+# the 176 MoE runs with several experts per device land at a median -1.5% (tests/analysis/test_one_expert_rule.py
 # recomputes both): the search favours such plans by about that much more than the runs do, which matters where the
 # batch-level EP overlap hides a wide EP group's all-to-alls (planner.search.dispatchers) and EP reaches the expert
 # count.

@@ -231,7 +231,7 @@ def maxtext_custom_remat_elems(m: ModelSpec, tp: int, hs: float, device: tuple[s
                                offloaded: tuple[str, ...]) -> float:
     """Elements per token one layer keeps in HBM under MaxText's custom remat policy: the tensors named 'device'
     plus the layer input (decoder_layer_input, the scan's remat start point) unless offloaded; offloaded tensors
-    stream to host memory (MT:configs/base.yml remat_policy custom; their transfer: compute.remat_offload_s)."""
+    stream to host memory (MT:configs/base.yml remat_policy custom; their transfer: compute.activation_offload_s)."""
     size = maxtext_remat_sizes(m, tp, hs)
     kept = set(device) | ({"decoder_layer_input"} - set(offloaded))
     return sum(size[n] for n in kept)
@@ -242,6 +242,98 @@ def maxtext_offloaded_elems(m: ModelSpec, tp: int, sp: bool, offloaded: tuple[st
     'offload'), and back for its backward."""
     size = maxtext_remat_sizes(m, tp, sp_width(m, tp, sp))
     return sum(size[n] for n in set(offloaded))
+
+
+# megatron-core's default --min-offloaded-tensor-size (TransformerConfig.min_offloaded_tensor_size, 1024 * 1024
+# elements; core_v0.19.2 and d98e8a64 transformer/transformer_config.py): a smaller saved tensor stays on the device
+# (pipeline_parallel/fine_grained_activation_offload.py tensor_need_offloading_checker)
+MIN_OFFLOADED_TENSOR_ELEMS = 1024 * 1024
+# Offloaded tensors a stage still holds on the device at its peak, in layers: the last group of each module name in
+# the backward order stays (PipelineOffloadManager.post_warmup_callback: "Do not offload the last X groups so that the
+# reloading won't block the computing stream", offload margin 1 per name), and the group whose device-to-host copy is
+# under way lives until the copy ends (ChunkOffloadHandler.bulk_offload_group: record_stream on the d2h stream)
+OFFLOAD_RESIDENT_LAYERS = 2
+
+
+class OffloadedTensor(NamedTuple):
+    """One tensor an offload module saves for backward: elements per token (2-byte units) it takes on the device as
+    activation_elems_per_token counts it, that the copy to host memory moves, and the tensor's own elements per token
+    (what megatron-core's size threshold reads)."""
+
+    device: float
+    copied: float
+    numel: float
+
+
+def megatron_offload_tensors(m: ModelSpec, moe_layer: bool, tp: int, sp: bool, g: float, etp: int,
+                             fp8_moe_act_cache: bool, expert_load: float, recomputed: tuple[str, ...],
+                             fc1_saves_original: bool) -> dict[str, tuple[OffloadedTensor, ...]]:
+    """The tensors each megatron-core offload module saves for backward in one layer (fine-grained activation
+    offloading offloads every tensor saved inside the module's group: fine_grained_activation_offload.py
+    PipelineOffloadManager saved_tensors_hooks), in activation_elems_per_token's terms. A module the layer runs as an
+    IdentityOp (a norm fused into the next linear) saves nothing ("Skipped if using IdentityOp", the feature guide):
+    the input norm without MLA, the pre-MLP norm of a dense layer (layernorm_module_norms). `recomputed`: the selective
+    recompute modules (a recomputed module's checkpoint keeps its inputs, not its outputs). `fc1_saves_original`: the
+    expert fc1 keeps its bf16 input when offloaded under a per-tensor FP8 recipe (experts.py
+    set_save_original_input(linear_fc1) "to avoid the CPU overhead of multiple d2h copies", not with MXFP8)."""
+    hs = sp_width(m, tp, sp)
+    T = OffloadedTensor
+    if m.mla is not None:
+        a = m.mla
+        dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        qkv = (m.num_heads * dqk / tp, m.num_heads * dqk / tp, m.num_heads * a.v_head_dim / tp)
+        attn_out = m.num_heads * a.v_head_dim / tp
+    else:
+        qkv = (m.num_heads * m.head_dim / tp, m.num_kv_heads * m.head_dim / tp, m.num_kv_heads * m.head_dim / tp)
+        attn_out = m.num_heads * m.head_dim / tp
+    core = tuple(T(w, w, w) for w in qkv)
+    if "core_attn" not in recomputed:  # the attention output and its fp32 softmax statistics (2 units per head)
+        core += (T(attn_out, attn_out, attn_out), T(2.0 * m.num_heads / tp, 2.0 * m.num_heads / tp, m.num_heads / tp))
+    # the output projection's input is the core's output, one storage with it in 16 bits; FP8 adds its own copy
+    proj = (T(g * attn_out, g * attn_out, attn_out),) if g < 1 else \
+        ((T(attn_out, attn_out, attn_out),) if "core_attn" in recomputed else ())
+    out: dict[str, tuple[OffloadedTensor, ...]] = {
+        "attn_norm": (T(hs, hs, hs),) if m.mla is not None else (),
+        # TE's LayerNormLinear keeps the norm's input and its output, the GEMM input (MLA: not priced, rules)
+        "qkv_linear": (T(hs, hs, hs), T(g * hs, g * hs, hs)) if m.mla is None else (),
+        "core_attn": core,
+        "attn_proj": proj,
+        "mlp_norm": (T(hs, hs, hs),) if moe_layer else (),
+    }
+    if moe_layer:
+        e = m.require_moe()
+        copies = e.top_k * expert_load / tp  # routed copies per token on this rank (tokens split over the TP ranks)
+        h, fe = m.hidden_size, e.expert_ffn_hidden_size / etp
+        out["expert_fc1"] = (T(copies * g * h, copies * (1.0 if fc1_saves_original else g) * h, copies * h),)
+        act_in = 2 * fe * (0.5 if fp8_moe_act_cache else 1.0) if m.mlp_type == "gated" else fe
+        width = 2 * fe if m.mlp_type == "gated" else fe
+        out["moe_act"] = (T(copies * act_in, copies * act_in, copies * width),)
+    return out
+
+
+def offloaded_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> tuple[float, float]:
+    """(device, copied) elements per token one layer of kind `k` sends to host memory under the plan's Megatron
+    offload modules (megatron_offload_tensors), the tensors below megatron-core's size threshold
+    (MIN_OFFLOADED_TENSOR_ELEMS, on this micro-batch's tokens) left out; nothing under full recompute (the layer's
+    checkpoint saves only its input). Cached in the context."""
+    p = shape.plan
+    if not p.offload_modules or mode == "full":
+        return 0.0, 0.0
+    mods = selective_modules(ctx, p) if mode == "selective" else None
+    load = stated_load(ctx, p.ep) or 1.0
+    key = ("offloaded", k.moe, p.tp, shape.sp, mode, p.etp, p.offload_modules, mods, load, shape.tokens)
+    dev, cop = ctx.act_cache.get(key + ("device",)), ctx.act_cache.get(key + ("copied",))
+    if dev is None or cop is None:
+        tr = ctx.train
+        fp8 = tr.dtype == "fp8" and ctx.stack.fp8_saves_gemm_inputs
+        groups = megatron_offload_tensors(ctx.model, k.moe, p.tp, shape.sp, 0.5 if fp8 else 1.0, p.etp,
+                                          tr.fp8_moe_act_cache, load, mods or (),
+                                          fp8 and tr.fp8_recipe_run not in ("mxfp8", "nvfp4"))
+        kept = [t for name in p.offload_modules for t in groups.get(name, ())
+                if t.numel * shape.tokens >= MIN_OFFLOADED_TENSOR_ELEMS]
+        dev = ctx.act_cache[key + ("device",)] = sum(t.device for t in kept)
+        cop = ctx.act_cache[key + ("copied",)] = sum(t.copied for t in kept)
+    return dev, cop
 
 
 def sp_width(m: ModelSpec, tp: int, sp: bool) -> float:
@@ -367,9 +459,10 @@ ACTIVATIONS = formula(
     "being recomputed, + loss logits "
     "(6 B Megatron vocab-parallel, 12 B torch fp32 cross entropy, 16 B torchtitan's loss-parallel one with tp > 1, "
     "4 B a fused loss kernel) x V / tp on the "
-    "last stage, + the embedding output on the first)",
+    "last stage, + the embedding output on the first); Megatron's offload modules' tensors (from 1M elements) leave "
+    "the saved elements, 2 layers' worth of them stay (the margin group and the copy under way)",
     "Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1 eq. 1-2 and sec. 5; in-flight micro-batches: "
-    "Narayanan et al. SC21 sec. 2.2",
+    "Narayanan et al. SC21 sec. 2.2; megatron-core pipeline_parallel/fine_grained_activation_offload.py",
 )
 BUFFERS = formula(
     "memory.buffers",
@@ -394,10 +487,10 @@ PEAK = formula("memory.peak", "sum of the parts of the stage with the largest su
 CAPACITY = formula("memory.capacity", "HBM capacity of one device",
                    "hardware profile hbm_capacity_gib (vendor datasheet, hardware_profiles/*.yaml)")
 HOST = formula("memory.host", "optimizer states x bytes per param / Z under ZeRO-Offload (as HBM would hold them) + "
-               "MaxText's offloaded layer tensors (elements per token x 2 B) x tokens x layers x in-flight "
-               "micro-batches; kept in host memory, not part of the HBM peak",
+               "MaxText's offloaded layer tensors or Megatron's offloaded module tensors (elements per token x 2 B) x "
+               "tokens x layers x in-flight micro-batches; kept in host memory, not part of the HBM peak",
                "ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840); MaxText configs/base.yml remat_policy custom "
-               "('offload')")
+               "('offload'); megatron-core fine-grained activation offloading (--offload-modules)")
 HOST_CAPACITY = formula("memory.host_capacity", "host DRAM per device: the node's memory / its devices, of the "
                         "hardware profile's reference system (a cluster file's hardware: {base: ..., "
                         "host_memory_gib: N} states yours); a plan fits only if what it keeps in host memory is "
@@ -589,7 +682,9 @@ def _layer_activations(ctx: Context, shape: Shape, split: StageSplit) -> tuple[f
     worst_layer = 0.0
     for part, mode in ((hc, shape.plan.recompute), (tc, "none")):
         for kid, cnt in part.items():
-            per_mb += cnt * act_elems(ctx, shape, ctx.kinds[kid], mode) * tokens * ACT_ELEM_BYTES
+            # less what the offload modules send to host memory (offloaded_elems; what stays: stage_activations)
+            saved = act_elems(ctx, shape, ctx.kinds[kid], mode) - offloaded_elems(ctx, shape, ctx.kinds[kid], mode)[0]
+            per_mb += cnt * saved * tokens * ACT_ELEM_BYTES
     for kid in set(hc) | set(tc):
         worst_layer = max(worst_layer, act_elems(ctx, shape, ctx.kinds[kid], "none") * tokens * ACT_ELEM_BYTES)
     return per_mb, worst_layer
@@ -654,6 +749,10 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
     if s == 0:
         # embedding output kept for the first layer
         acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)
+    if p.offload_modules:  # the offloaded tensors still on the device: the margin group and the copy under way
+        acts += OFFLOAD_RESIDENT_LAYERS * tokens * ACT_ELEM_BYTES * max(
+            (offloaded_elems(ctx, shape, ctx.kinds[kid], mode)[0] for part, mode in
+             ((split[s][1], p.recompute), (split[s][2], "none")) for kid in part), default=0.0)
     return acts
 
 
@@ -877,8 +976,9 @@ def stage_memory(ctx: Context, shape: Shape, split: list[StageSplit], params: St
 def host_bytes(ctx: Context, shape: Shape, split: list[StageSplit], params: StageParams, s: int, lay: StateLayout,
                inflight: float) -> float:
     """Bytes per device stage `s` keeps in host memory instead of HBM (formula memory.host): the optimizer states
-    under ZeRO-Offload, sharded as HBM would hold them, and the layer tensors MaxText's custom remat policy offloads
-    for every micro-batch in flight (compute.remat_offload_s copies them)."""
+    under ZeRO-Offload, sharded as HBM would hold them, and the layer tensors MaxText's custom remat policy or
+    Megatron's offload modules send there for every micro-batch in flight (compute.activation_offload_s copies
+    them)."""
     p = shape.plan
     out = 0.0
     if p.offload_optimizer:
@@ -891,6 +991,11 @@ def host_bytes(ctx: Context, shape: Shape, split: list[StageSplit], params: Stag
             elems = ctx.act_cache[key] = maxtext_offloaded_elems(ctx.model, p.tp, shape.sp, p.remat_offloaded)
         per_token = elems * ACT_ELEM_BYTES
         out += split[s][0] * per_token * shape.tokens * inflight
+    if p.offload_modules:  # Megatron's offloaded module tensors (offloaded_elems), pinned host buffers
+        _, hc, tc = split[s]
+        copied = sum(cnt * offloaded_elems(ctx, shape, ctx.kinds[kid], mode)[1]
+                     for part, mode in ((hc, p.recompute), (tc, "none")) for kid, cnt in part.items())
+        out += copied * ACT_ELEM_BYTES * shape.tokens * inflight
     return out
 
 
@@ -976,7 +1081,8 @@ def memory_terms(ctx: Context, shape: Shape, sm: StageMemory, stage: int, host_g
             USABLE.term("memory_inner_margin_rel", inner, "",
                         median_band_rel=cal.MEMORY_BAND_MEDIAN_REL, headroom_given=str(headroom is not None)),
             HOST.term("host_gib", host_gib, "GiB", offload_optimizer=str(p.offload_optimizer),
-                      remat_offloaded=",".join(p.remat_offloaded) if p.custom_remat else "", stage=host_stage),
+                      remat_offloaded=",".join(p.remat_offloaded) if p.custom_remat else "",
+                      offload_modules=",".join(p.offload_modules), stage=host_stage),
             *host_capacity_terms(ctx))
 
 

@@ -473,8 +473,9 @@ def moe_forward(ctx: Context, shape: Shape, k: LayerKind, dispatch_fwd_s: float,
         # the 12 Megatron-Bridge rows miss by 1-23% (median 7%); with max(host, GPU) of these counts instead the H100
         # Qwen3-235B-A22B FP8 rows fall to -35..-40%. Against it: the two Megatron-MoE-ModelZoo BF16 DeepEP rows
         # (runs/modelzoo_runs_added.yaml) +25% / +44%, -10% / +3% under max(host, GPU) (2026-11-27), and its MXFP8
-        # HybridEP GB300 row +49%, about -17% under max(host, GPU) from its layer's terms (2026-11-29; the rule's
-        # figures: tests/analysis/test_merged_host_rule.py).
+        # HybridEP GB300 row +49%, about -17% under max(host, GPU) from its layer's terms, and GB200 4k row (its expert
+        # tensors offloaded) +20%, about 0% so (2026-11-29; the rule's figures:
+        # tests/analysis/test_merged_host_rule.py).
         (base_f, exp_f), (base_b, exp_b) = host_launch_s(ctx, shape, False), host_launch_s(ctx, shape, True)
         return MoEForward(router, permute, experts, base_f + exp_f, base_b + exp_b)
     if has_sync:

@@ -44,6 +44,10 @@ def megatron_args(job: Job) -> tuple[list[str], dict[str, str]]:
     _precision_args(job, a)
     _recompute_args(job, a)
     env = _optimizer_args(job, a)
+    if job.plan.offload_modules:
+        # megatron-core 0.19.2 training/arguments.py validate_args: "For fine-grained activation offloading with TE >=
+        # 2.10.0, NVTE_CPU_OFFLOAD_V1 should be set to 1 to avoid offloading weights." [assert]
+        env["NVTE_CPU_OFFLOAD_V1"] = "1"
     return list(a), env
 
 
@@ -387,6 +391,9 @@ def _recompute_args(job: Job, a: _Args) -> None:
             # multiple of vpp (the Megatron stack's rule stacks.rules.partial_recompute_per_virtual_stage)
             a.flag("--recompute-method", "block")
             a.flag("--recompute-num-layers", (p.recompute_layers or 0) // p.vpp)
+    if p.offload_modules:  # fine-grained activation offloading, as costed (memory.offloaded_elems)
+        a.flag("--fine-grained-activation-offloading")
+        a.flag("--offload-modules", p.offload_modules)
 
 
 def _optimizer_args(job: Job, a: _Args) -> dict[str, str]:

@@ -86,6 +86,9 @@ RULES = (
          "removed in 0.19, and ZeRO++ hpZ still shards optimizer states over every rank",
          "DS:runtime/zero/config.py (no mics_shard_size in 0.19.8)",
          lambda j: ParallelDims.of(j.plan).zero_replicas > 1),
+    Rule("activation-offload", "DeepSpeed has no module-level activation offloading (Megatron's --offload-modules): "
+         "its cpu_checkpointing moves the checkpointed layer inputs of full recompute",
+         "DS:runtime/activation_checkpointing/config.py [absent]", lambda j: bool(j.plan.offload_modules)),
     Rule("offload-needs-zero", "DeepSpeed offloads the optimizer only with ZeRO stage >= 1",
          "DS:runtime/zero/offload_config.py:56", lambda j: j.plan.offload_optimizer and j.plan.zero_stage == 0),
     Rule("no-fp8", "ds_config has no FP8 training switch (FP8 GEMMs come from Transformer Engine in model code)",

@@ -103,6 +103,9 @@ RULES = (
                                       or j.model.num_layers % (j.plan.pp * j.plan.vpp) != 0)),
     Rule("pipeline-microbatches", "MaxText needs the pipeline micro-batch count to be a multiple of pp",
          "MT:configs/types.py:3602-3617 [assert]", lambda j: j.plan.pp > 1 and microbatches(j) % j.plan.pp != 0),
+    Rule("activation-offload", "MaxText offloads named layer tensors by its custom remat policy (--remat-offload), "
+         "not Megatron's modules (--offload-modules)", "MT:configs/base.yml remat_policy custom [absent: no module "
+         "offload]", lambda j: bool(j.plan.offload_modules)),
     Rule("whole-layer-remat", "MaxText's remat policy applies to every layer: full recompute of {k} of the {n} layers "
          "per stage has no MaxText equivalent", "MT:configs/base.yml:436-450 remat_policy [one policy, every layer]",
          lambda j: j.partial_full_recompute, detail=lambda j: {"k": j.plan.recompute_layers, "n": j.max_stage_layers}),

@@ -111,6 +111,9 @@ RULES = (
          "divide seq_len {s}", "TT:components/loss.py ChunkedLossWrapper (seq_len % num_chunks == 0) [assert]",
          lambda j: j.train.seq_len % j.train.loss_chunks != 0,
          detail=lambda j: {"n": j.train.loss_chunks, "s": j.train.seq_len}),
+    Rule("activation-offload", "torchtitan 0.3.0 has no module-level activation offloading (Megatron's "
+         "--offload-modules): its activation checkpointing recomputes, it does not move tensors to the host",
+         "TT:distributed/activation_checkpoint.py [absent]", lambda j: bool(j.plan.offload_modules)),
     Rule("optimizer-offload", "torchtitan offloads parameters, gradients and optimizer states together "
          "(training.enable_cpu_offload), not the optimizer alone", "TT:distributed/fsdp.py CPUOffloadPolicy",
          lambda j: j.plan.offload_optimizer),

@@ -48,7 +48,7 @@ from planner.search.ranking import (
 from planner.search.space import divisors, needs_pipeline, plan_errors
 from planner.specs import ParallelPlan
 from planner.specs.dims import ParallelDims, cp_splits_sequence, tp_splits_heads, v_split_counts_embedding_loss
-from planner.specs.plan import KNOBS, NAME_LIST_KNOBS  # the one list of knob names (the sort key's tie-break)
+from planner.specs.plan import KNOBS, RECOMPUTE_NAME_KNOBS  # the one list of knob names (the sort key's tie-break)
 
 MIN_CP_CHUNK = 4096  # tokens per CP rank below which the search does not propose CP (ring steps too short to hide)
 MAX_SEARCH_VPP = 1000  # the search proposes every even interleaving (NeMo recipes use 1 layer per chunk)
@@ -465,7 +465,7 @@ def _recompute_steps(ctx: Context, opts: SearchOptions) -> list[list[dict[str, A
     only selective one."""
     fx = opts.fixed
     modes = _fixed_or(opts, "recompute", list(RECOMPUTE_ORDER))
-    policy = {k: fx[k] for k in NAME_LIST_KNOBS if fx.get(k) is not None}  # the custom remat policy's knobs
+    policy = {k: fx[k] for k in RECOMPUTE_NAME_KNOBS if fx.get(k) is not None}  # the custom remat policy's knobs
     if policy:
         named = any(policy.values())
         return [[{"recompute": rc, **policy}] for rc in modes if rc == "selective" or not named]
@@ -534,7 +534,7 @@ def _scan_layout(ctx: Context, opts: SearchOptions, cap: float, scan: _Scan, r: 
     """Score every variant of one (structure, ZeRO stage, shard group): interleaving, SP, CP comm, offload,
     micro-batch, recompute."""
     fx, tr = opts.fixed, ctx.train
-    base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap",) and v is not None}
+    base_fixed = {k: v for k, v in fx.items() if k in ("tp_comm_overlap", "offload_modules") and v is not None}
     per_rank = ParallelDims(dp=r["dp"]).local_batch(tr.global_batch)
     mbs_all = [b for b in divisors(per_rank) if b <= opts.max_micro_batch]
     mbs_list = _fixed_or(opts, "micro_batch", mbs_all)

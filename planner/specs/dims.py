@@ -252,7 +252,17 @@ def plan_errors(model: ModelSpec, train: TrainingSpec, devices: int, p: Parallel
            "the layers of a pipeline stage"] if (p.recompute_layers or 0) > model.num_layers else []),
         *_custom_remat_errors(train, p),
         *_recompute_modules_errors(train, p),
+        *_offload_modules_errors(train, p),
     ]
+
+
+def _offload_modules_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:
+    """Offloaded modules are Megatron's fine-grained activation offloading (--offload-modules); the stack's rules say
+    which modules it runs (planner.stacks.rules.offload_modules_runnable)."""
+    if p.offload_modules and not stack_of(train).activation_offload_modules:
+        return [f"offloaded modules (--offload-modules) are Megatron's fine-grained activation offloading; "
+                f"{train.framework} has none"]
+    return []
 
 
 def _recompute_modules_errors(train: TrainingSpec, p: ParallelPlan) -> list[str]:

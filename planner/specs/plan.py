@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 if TYPE_CHECKING:
     from planner.specs.dims import ParallelDims
@@ -59,6 +59,10 @@ class ParallelPlan(BaseModel):
                                          "and --account-for-loss-in-pipeline-split: the embedding and the loss each "
                                          "count as a layer, so first and last stages take one transformer layer fewer")
     offload_optimizer: bool = Field(False, description="optimizer states and step on the CPU (ZeRO-Offload)")
+    offload_modules: tuple[str, ...] = Field(
+        (), description="Megatron fine-grained activation offloading (--fine-grained-activation-offloading "
+        "--offload-modules): the modules whose saved tensors go to host memory after their forward and come back "
+        "for their backward (priced: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act)")
     tp_comm_overlap: bool = Field(False, description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap "
                                   "with TE userbuffers; torchtitan async TP, which needs torch.compile)")
 
@@ -72,15 +76,21 @@ class ParallelPlan(BaseModel):
             raise ValueError(f"unknown remat tensor(s) {', '.join(bad)}: choose from {', '.join(REMAT_TENSORS)}")
         return names
 
-    @field_validator("recompute_modules")
+    @field_validator("recompute_modules", "offload_modules")
     @classmethod
-    def _recompute_module_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        from planner.stacks.megatron import RECOMPUTE_MODULES, unknown_recompute_modules
+    def _megatron_module_names(cls, names: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        from planner.stacks.megatron import (
+            OFFLOAD_MODULES,
+            RECOMPUTE_MODULES,
+            unknown_offload_modules,
+            unknown_recompute_modules,
+        )
 
-        bad = unknown_recompute_modules(names)
+        what, known, unknown = ("recompute", RECOMPUTE_MODULES, unknown_recompute_modules) \
+            if info.field_name == "recompute_modules" else ("offload", OFFLOAD_MODULES, unknown_offload_modules)
+        bad = unknown(names)
         if bad:
-            raise ValueError(f"unknown recompute module(s) {', '.join(bad)}: megatron-core's are "
-                             f"{', '.join(RECOMPUTE_MODULES)}")
+            raise ValueError(f"unknown {what} module(s) {', '.join(bad)}: megatron-core's are {', '.join(known)}")
         return names
 
     @property
@@ -115,8 +125,10 @@ class ParallelPlan(BaseModel):
 # Every knob of a plan, in declaration order: the one list (the CLI flags and run-file keys map onto it).
 KNOBS: tuple[str, ...] = tuple(ParallelPlan.model_fields)
 # The knobs whose value is a tuple of names (not a range of allowed values, as a tuple pin elsewhere means): MaxText's
-# custom remat policy, Megatron's recomputed modules
-NAME_LIST_KNOBS: tuple[str, ...] = ("remat_offloaded", "remat_device", "recompute_modules")
+# custom remat policy, Megatron's recomputed modules (RECOMPUTE_NAME_KNOBS: they ride on selective recompute) and its
+# offloaded modules (any recompute)
+RECOMPUTE_NAME_KNOBS: tuple[str, ...] = ("remat_offloaded", "remat_device", "recompute_modules")
+NAME_LIST_KNOBS: tuple[str, ...] = (*RECOMPUTE_NAME_KNOBS, "offload_modules")
 
 
 def plan_label(p: dict, mark_no_sp: bool = False) -> str:

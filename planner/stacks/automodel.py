@@ -84,6 +84,7 @@ STACK = Stack(
     chunked_loss_option=False,  # MaskedCrossEntropy runs in one piece
     zero3_resident_per_matrix=False,  # fully_shard per transformer block (AM:components/moe/parallelizer.py apply_fsdp)
     custom_remat_option=False,  # no named-tensor remat policy
+    activation_offload_modules=(),  # no module-level activation offloading (Megatron's)
     searched_remat_offloads=(),  # no named-tensor remat policy to search
     # with PP, gradient sync and resharding are deferred to the last backward (AM:components/moe/fsdp_mixin.py
     # patched_backward_maybe_with_nosync), the torchtitan runtime's behaviour

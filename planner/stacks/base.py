@@ -88,6 +88,9 @@ class Stack:
     # the custom remat policies the search tries beside full recompute (each the names of the tensors offloaded to
     # host memory, the rest rematerialised; needs custom_remat_option); () = none
     searched_remat_offloads: tuple[tuple[str, ...], ...]
+    # the modules whose saved tensors the stack's fine-grained activation offloading sends to host memory and the
+    # planner prices (ParallelPlan.offload_modules; Megatron's --offload-modules); () = the stack has none
+    activation_offload_modules: tuple[str, ...]
 
     # ---- compute
     pytorch_native_kernels: bool  # PyTorch-native kernels (no Transformer Engine): a fraction of TE's efficiency

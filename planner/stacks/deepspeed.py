@@ -41,6 +41,7 @@ STACK = Stack(
     chunked_loss_option=False,  # the vocab-parallel loss runs in one piece
     zero3_resident_per_matrix=False,  # its own module-by-module rule (zero3_gather "tensor")
     custom_remat_option=False,  # no named-tensor remat policy
+    activation_offload_modules=(),  # no module-level activation offloading (Megatron's)
     searched_remat_offloads=(),  # no named-tensor remat policy to search
     zero3_unsharded_under_pp=False,  # its pipeline engine runs ZeRO 0-1 only (DS:runtime/pipe/engine.py:76-77)
     pipeline_memory_schedule=None,  # the plan's: its engine runs 1F1B (TrainSchedule)

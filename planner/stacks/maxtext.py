@@ -62,8 +62,9 @@ STACK = Stack(
     chunked_loss_option=True,  # num_vocab_tiling (MT:configs/base.yml)
     zero3_resident_per_matrix=True,  # XLA: one all-gather / reduce-scatter per weight array (see memory.zero3_buffers)
     custom_remat_option=True,  # remat_policy: custom (MT:configs/base.yml)
+    activation_offload_modules=(),  # Megatron's module offloading; MaxText offloads named tensors (custom remat)
     # searched beside full recompute, the policies tpu-recipes' MaxText recipes run (MT:configs/base.yml remat_policy
-    # custom; the copies priced at the host link, compute.remat_offload_s; the re-runs,
+    # custom; the copies priced at the host link, compute.activation_offload_s; the re-runs,
     # compute.custom_remat_recompute_s; runs/known_runs_tpu_dev.yaml): each layer's input offloaded, the rest
     # rematerialised (Llama 3.1 405B on two v6e-256 slices); with the q / k / v projections (Llama 3.1 70B on v6e-32 /
     # 64); and the output projection too (Llama 3.1 8B on v6e-8 .. 128)

@@ -10,6 +10,7 @@ from planner.stacks.rules import (
     fp8_param_gather_needs_sharded_optimizer,
     fp8_param_gather_offload_recipes,
     interleaved_microbatches,
+    offload_modules_runnable,
     partial_recompute_per_virtual_stage,
     recompute_modules_runnable,
 )
@@ -24,6 +25,22 @@ def unknown_recompute_modules(names: tuple[str, ...] | list[str]) -> list[str]:
     """The names among `names` that are not megatron-core recompute modules (RECOMPUTE_MODULES): the one check a plan
     (ParallelPlan.recompute_modules) and a runs file (plan.recompute_modules) make."""
     return sorted(set(names) - set(RECOMPUTE_MODULES))
+
+
+# megatron-core's --offload-modules choices of fine-grained activation offloading (--fine-grained-activation-offloading;
+# core_v0.19.2 and d98e8a64 transformer/transformer_config.py __post_init__ allowed_modules; a plan naming another is
+# refused by ParallelPlan)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+                   "fused_group_mlp", "gdp_qkv")
+# the ones the cost model prices (memory.megatron_offload_tensors): fused_group_mlp needs Transformer Engine's op fuser
+# (--use-transformer-engine-op-fuser) and gdp_qkv a GatedDeltaProduct mixer, neither of which the planner models
+PRICED_OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+
+
+def unknown_offload_modules(names: tuple[str, ...] | list[str]) -> list[str]:
+    """The names among `names` that are not megatron-core offload modules (OFFLOAD_MODULES): the one check a plan
+    (ParallelPlan.offload_modules) and a runs file (plan.offload_modules) make."""
+    return sorted(set(names) - set(OFFLOAD_MODULES))
 
 
 # the ones the cost model prices (compute.selective_recompute_s, memory.selective_recompute_modules' users); the others
@@ -92,6 +109,10 @@ STACK = Stack(
     chunked_loss_option=False,  # the vocab-parallel loss runs in one piece
     zero3_resident_per_matrix=False,  # (ZeRO-3 is not Megatron's)
     custom_remat_option=False,  # no named-tensor remat policy
+    # fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules; megatron-core
+    # docs/user-guide/features/fine_grained_activation_offloading.md): the modules whose saved tensors go to host memory
+    # (memory.megatron_offload_tensors, compute.activation_offload_s), pinned only
+    activation_offload_modules=PRICED_OFFLOAD_MODULES,
     searched_remat_offloads=(),  # no named-tensor remat policy to search
     zero3_unsharded_under_pp=False,  # Megatron-FSDP is not run with PP (launchers/megatron.py fsdp-with-pp)
     pipeline_memory_schedule=None,  # the plan's: megatron-core runs the schedule it names
@@ -202,5 +223,11 @@ STACK = Stack(
         # moe_grouped_gemm" (an MoE model), mla_up_proj "only supported with multi_latent_attention", "Delayed scaling
         # does not support moe_act and layernorm recompute for fp8" [raise]; the modules the planner does not price
         recompute_modules_runnable("Megatron", PRICED_RECOMPUTE_MODULES),
+        # megatron-core 0.19.2 / d98e8a64 transformer/transformer_config.py __post_init__
+        # (fine_grained_activation_offloading):
+        # attn_proj "cannot be set to offload_modules alone without core_attn"; moe_act / expert_fc1 not "while
+        # recomputing the entire MoE layer" [raise / assert]; expert_fc1 and moe_act are MoE modules (the
+        # feature guide's table: "MoE models only"); the modules the planner does not price
+        offload_modules_runnable("Megatron", PRICED_OFFLOAD_MODULES),
     ),
 )

@@ -172,3 +172,30 @@ def recompute_modules_runnable(who: str, priced: tuple[str, ...]) -> PlanRule:
         return out
 
     return rule
+
+
+def offload_modules_runnable(who: str, priced: tuple[str, ...]) -> PlanRule:
+    """Pinned --offload-modules (fine-grained activation offloading) the stack runs for this model and recompute, and
+    the planner prices."""
+
+    def rule(model: ModelSpec, train: TrainingSpec, p: ParallelPlan) -> list[str]:
+        mods = set(p.offload_modules)
+        if not mods:
+            return []
+        out = [f"offload module(s) {', '.join(sorted(mods - set(priced)))} are not priced by the planner: choose "
+               f"from {', '.join(priced)}"] if mods - set(priced) else []
+        out += [f"offload module {name} needs an MoE model ({who} rule)"
+                for name in ("expert_fc1", "moe_act") if name in mods and model.moe is None]
+        if "qkv_linear" in mods and model.mla is not None:  # MLA's down- and up-projections: not modelled
+            out.append("offload module qkv_linear is not priced by the planner for multi-latent attention: choose "
+                       "from the others")
+        if "attn_proj" in mods and "core_attn" not in mods:
+            out.append(f"offload module attn_proj needs core_attn offloaded too: its input is core_attn's output, "
+                       f"which core_attn's backward needs ({who} rule)")
+        inside = sorted(mods & {"expert_fc1", "moe_act"})
+        if inside and p.recompute == "selective" and "moe" in p.recompute_modules:
+            out.append(f"offload module(s) {', '.join(inside)} cannot go with the 'moe' recompute module, which "
+                       f"recomputes the whole MoE layer ({who} rule)")
+        return out
+
+    return rule

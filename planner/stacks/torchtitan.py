@@ -78,6 +78,7 @@ STACK = Stack(
     chunked_loss_option=True,  # ChunkedLossWrapper (torchtitan components/loss.py)
     zero3_resident_per_matrix=False,  # fully_shard per block: the whole block is unsharded at once
     custom_remat_option=False,  # no named-tensor remat policy
+    activation_offload_modules=(),  # no module-level activation offloading (Megatron's)
     searched_remat_offloads=(),  # no named-tensor remat policy to search
     # with PP, FSDP keeps the stage's parameters unsharded between micro-batches (torchtitan:
     # reshard_after_forward=False with PP) and reduces the unsharded gradients after the last micro-batch

@@ -16,10 +16,11 @@ from planner.specs import ParallelPlan
 # the order the options appear in `plan --help` (flag names, planner.app.KNOB_FLAGS)
 HELP_ORDER = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "zero_shard", "recompute",
               "recompute_layers", "recompute_modules", "remat_offload", "remat_device", "sp", "schedule", "cp_comm",
-              "offload", "tp_comm_overlap")
+              "offload", "offload_modules", "tp_comm_overlap")
 
 # what a knob is when not pinned, where the search does not vary it (planner/search/engine.py, _fixed_or defaults)
 NOT_SEARCHED = {"sp": "on with TP", "cp_comm": "ring", "offload": "off, on only when nothing else fits",
+                "offload_modules": "none",
                 "tp_comm_overlap": "off", "remat_device": "none",
                 "recompute_modules": "the planner's set for the model on Megatron (see above)",
                 "remat_offload": "tpu-recipes' policies tried beside full recompute on MaxText (none: not tried); "
@@ -55,7 +56,7 @@ def _names(ctx, param, value):
         return ()
     names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
     if not names:
-        what = "module" if param is not None and param.name == "recompute_modules" else "tensor"
+        what = "module" if param is not None and param.name in ("recompute_modules", "offload_modules") else "tensor"
         raise click.BadParameter(f"give comma-separated {what} names, or none")
     return names
 

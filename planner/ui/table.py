@@ -240,9 +240,10 @@ def print_plan_doc(doc: dict, console: Console | None = None, rank: int = 1) -> 
     host = chosen["memory"].get("host_gib") or 0.0
     if host > 0:  # what the plan moves off HBM (memory.host_bytes): the host must hold it
         limit = chosen["memory"].get("host_capacity_gib")
-        of = f" of {limit:.2f}" if limit is not None else " (the host's memory is not known: not checked)"
-        c.print(escape(wrapped(f"in host memory: {host:.2f}{of} GiB per device (optimizer states under offload, "
-                               "offloaded layer tensors), not in the peak", width, "  ")), soft_wrap=True)
+        size = f"{host:.2f} of {limit:.2f} GiB per device" if limit is not None else \
+            f"{host:.2f} GiB per device (the host's memory is not known: not checked)"
+        c.print(escape(wrapped(f"in host memory: {size} (optimizer states under offload, offloaded layer tensors), "
+                               "not in the peak", width, "  ")), soft_wrap=True)
     c.print(bars(f"Time per step, plan #{rank}", chosen["time_breakdown"], TIME_PARTS, "s",
                  chosen["step_time_s"], width))
     for w in chosen.get("warnings", []):

@@ -53,8 +53,9 @@ def test_bands_cover_80_percent_of_published_runs_cross_validated():
                if (run.get("measured") or {}).get("step_time_s"))
     assert sum(not r.held_out for r in res) == dev == 75 + 37
     # less the one moe_runs_added row plan validate cannot represent (mbridge2509 GB200 DeepSeek-V3 MXFP8 token drop:
-    # 61 layers over PP 8 x VP 2, its notes); the model zoo's 17th row (GB300) since 2026-11-29
-    assert sum(r.held_out for r in res) == held - 1 == 71 + 91 + 17 + 15 + 57
+    # 61 layers over PP 8 x VP 2, its notes); the model zoo's 17th row (GB300) and 18th (GB200 MXFP8 4k, activation
+    # offloading) since 2026-11-29
+    assert sum(r.held_out for r in res) == held - 1 == 71 + 91 + 18 + 15 + 57
     assert all(r.error == r.in_sample_error for r in res if r.held_out)  # no constant was fitted on them
     for moe in (False, True):
         covered = [_loo_covered(res, r) for r in res if r.moe == moe]

@@ -23,13 +23,14 @@ def test_every_stated_backend_is_the_inferred_one(flex_runs):
     # every flex row of the held-out files states it; the dev file is the workspace's shared one (no stack block):
     # its two flex Megatron-Bridge rows (25.11 GB200) are read by the inference, and DeepSeek's own run keeps DeepEP
     stated = [r for r in flex_runs if "moe_flex_backend" in (r.get("stack") or {})]
-    # + the 47 flex rows of blackwell_ultra_runs_added.yaml, all HybridEP; 60 since the model zoo GB300 row (2026-11-29)
-    assert len(stated) == 60 + 47
+    # + the 47 flex rows of blackwell_ultra_runs_added.yaml, all HybridEP; 61 since the model zoo GB300 and GB200 MXFP8
+    # 4k rows (2026-11-29)
+    assert len(stated) == 61 + 47
     for r in stated:
         if "megatron-bridge performance summary" in r["source"].lower():
             assert infer_moe_flex_backend(r) == r["stack"]["moe_flex_backend"], r["id"]
     by = {b: sum(r["stack"]["moe_flex_backend"] == b for r in stated) for b in ("hybridep", "deepep")}
-    assert by == {"hybridep": 42 + 47, "deepep": 18}
+    assert by == {"hybridep": 43 + 47, "deepep": 18}
     dev = {r["id"]: run_stack(r).moe_flex_backend for r in flex_runs if r not in stated}
     assert dev == {"mbridge2511-dgx-gb200-deepseekv3-bf16-256gpu": "hybridep",
                    "mbridge2511-dgx-gb200-qwen3_30b_a3b-fp8-mx-8gpu": "hybridep", "deepseek-v3-2048xh800": None}

@@ -34,8 +34,9 @@ def _merged_sync_errors() -> dict[str, list[tuple[str, float]]]:
 @pytest.mark.slow
 def test_the_merged_rule_holds_on_the_megatron_bridge_rows_and_not_on_the_modelzoo_ones():
     """moe.moe_forward: the 12 Megatron-Bridge rows miss by 1-23% (median 7%); the two ModelZoo BF16 DeepEP rows are
-    +25% and +44%, its MXFP8 HybridEP GB300 row (per-layer CUDA graphs, added 2026-11-29) +49%; no other source runs
-    the overlap behind a host sync."""
+    +25% and +44%, its MXFP8 HybridEP GB300 row (per-layer CUDA graphs, added 2026-11-29) +49%, its MXFP8 HybridEP
+    GB200 4k row (per-layer CUDA graphs, activation offloading; added 2026-11-29) +20%; no other source runs the
+    overlap behind a host sync."""
     errs = _merged_sync_errors()
     assert errs["other"] == []
     mb = [abs(e) for _, e in errs["mbridge"]]
@@ -43,5 +44,5 @@ def test_the_merged_rule_holds_on_the_megatron_bridge_rows_and_not_on_the_modelz
     assert 0.01 <= min(mb) and max(mb) <= 0.235, errs["mbridge"]
     assert 0.06 <= statistics.median(mb) <= 0.08, errs["mbridge"]
     zoo = sorted(e for _, e in errs["modelzoo"])
-    assert len(zoo) == 3 and zoo[0] == pytest.approx(0.25, abs=0.01) and zoo[1] == pytest.approx(0.44, abs=0.01), zoo
-    assert zoo[2] == pytest.approx(0.49, abs=0.01), zoo
+    assert len(zoo) == 4 and zoo[0] == pytest.approx(0.20, abs=0.01) and zoo[1] == pytest.approx(0.25, abs=0.01), zoo
+    assert zoo[2] == pytest.approx(0.44, abs=0.01) and zoo[3] == pytest.approx(0.49, abs=0.01), zoo

@@ -185,6 +185,16 @@ CONSUMER_CASES = [
          expect_emit=("megatron",),
          expect_skip={"deepspeed": "multi-token prediction", "maxtext": "evenly", "jax": "stage",
                       "torchtitan": "load-balancing loss"}),
+    # fine-grained activation offloading (--offload-modules): the expert GEMM inputs and activation inputs, the
+    # attention core's tensors and its projection's input go to host memory (memory.offloaded_elems), beside selective
+    # recompute
+    Case("mixtral-offload-modules-ep8-64xh100", MIXTRAL_8X7B, cluster("h100-sxm-80gb", 64),
+         TrainingSpec(seq_len=4096, global_batch=256),
+         ParallelPlan(pp=2, dp=32, ep=8, etp=1, micro_batch=1, zero_stage=1, recompute="selective",
+                      recompute_modules=("moe_act", "layernorm"),
+                      offload_modules=("expert_fc1", "moe_act", "core_attn", "attn_proj")),
+         expect_emit=("megatron",),
+         expect_skip={"deepspeed": "offload", "maxtext": "offload", "torchtitan": "offload"}),
     Case("llama70b-bf16-grads-and-moments-tp8pp2-64xh100", LLAMA31_70B, cluster("h100-sxm-80gb", 64),
          TrainingSpec(seq_len=4096, global_batch=128, grad_dtype="bf16", optimizer_dtype="bf16"),
          ParallelPlan(tp=8, pp=2, dp=4, micro_batch=1, zero_stage=1, recompute="selective", sequence_parallel=True),

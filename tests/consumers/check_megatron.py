@@ -133,6 +133,8 @@ def main(req_path: str, out_path: str) -> None:
                "config_class": type(cfg).__name__,
                "recompute": [cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers],
                "recompute_modules": list(cfg.recompute_modules or []),
+               "offload": [bool(getattr(cfg, "fine_grained_activation_offloading", False)),
+                           list(getattr(cfg, "offload_modules", None) or [])],
                "moe_layer_freq": cfg.moe_layer_freq if isinstance(cfg.moe_layer_freq, int)
                else list(cfg.moe_layer_freq),
                "first_last": [cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage],

@@ -239,6 +239,8 @@ def test_megatron_accepts_emitted_args(results, name):
     assert r["recompute"][0] == gran
     if p.recompute == "selective":  # the modules the plan was costed with (memory.recompute_modules), none added
         assert sorted(r["recompute_modules"]) == sorted(recompute_modules(case.model, case.train, p))
+    # fine-grained activation offloading as costed (memory.offloaded_elems): on with the plan's modules, else off
+    assert r["offload"] == [bool(p.offload_modules), list(p.offload_modules)]
     if case.model.moe is not None and case.model.moe.first_k_dense:
         assert r["moe_layer_freq"] == [int(case.model.is_moe_layer(i)) for i in range(case.model.num_layers)]
     if case.train.dtype == "fp8":

@@ -90,7 +90,7 @@ def test_the_table_says_the_host_share_against_the_host():
     # Llama 3.1 8B on 4 v5e chips fits only with tensors in host memory: its share is printed against the 48 GiB
     # per chip; on v5p, whose figure is not stated, the line says the host is not checked
     for cluster, tail in (("tpu-v5ex4", " of 48.00 GiB per device"),
-                          ("tpu-v5px128", " (the host's memory is not known: not checked) GiB per device")):
+                          ("tpu-v5px128", " GiB per device (the host's memory is not known: not checked)")):
         model = "llama-3.1-8b" if cluster == "tpu-v5ex4" else "llama-3.1-405b"
         r = run_cli("--model", model, "--cluster", cluster, "--json")
         assert r.exit_code == 0, r.stderr[-500:]

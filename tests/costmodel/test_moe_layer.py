@@ -57,7 +57,7 @@ def test_catalog_has_moe_models():
     assert len(MOE_MODELS) >= 5, MOE_MODELS
 
 
-# MaxText with the custom remat policy its search tries (all five tensors in host memory: the remat offload terms)
+# MaxText with the custom remat policy its search tries (all five tensors in host memory: the host offload terms)
 OFFLOAD_ALL = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj")
 
 
@@ -65,7 +65,7 @@ OFFLOAD_ALL = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "o
 @pytest.mark.parametrize("name", MOE_MODELS)
 def test_moe_layer_terms_sum_to_its_time(name, framework, offloaded):
     """fwd = proj + mlp (shared experts) + experts + router + attention + elementwise + permute + ring merge +
-    host launch + expert epilogue + unfused RoPE + remat offload; bwd = 2 GEMMs + attention backward (2.5 x its
+    host launch + expert epilogue + unfused RoPE + host offload; bwd = 2 GEMMs + attention backward (2.5 x its
     forward without FP8 attention) + 2 elementwise +
     permute backward (2 x the dropless passes) + ring merge + host launch + expert epilogue + unfused RoPE + remat
     offload: the inputs `plan explain` prints for the layer, and nothing else."""
@@ -73,10 +73,10 @@ def test_moe_layer_terms_sum_to_its_time(name, framework, offloaded):
     i = _moe_layer_term(ev).inputs
     fwd = (i["proj_s"] + i["mlp_s"] + i["experts_s"] + i["router_s"] + i["attention_s"] + i["elementwise_s"]
            + i["permute_s"] + i["ring_merge_fwd_s"] + i["host_launch_fwd_s"] + i["expert_epilogue_fwd_s"]
-           + i["unfused_rope_fwd_s"] + i["remat_offload_fwd_s"])
+           + i["unfused_rope_fwd_s"] + i["host_offload_fwd_s"])
     bwd = (2 * (i["proj_s"] + i["mlp_s"] + i["experts_s"] + i["router_s"]) + i["attention_bwd_s"]
            + 2 * i["elementwise_s"] + i["permute_bwd_s"] + i["ring_merge_bwd_s"] + i["host_launch_bwd_s"]
-           + i["expert_epilogue_bwd_s"] + i["unfused_rope_bwd_s"] + i["remat_offload_bwd_s"])
+           + i["expert_epilogue_bwd_s"] + i["unfused_rope_bwd_s"] + i["host_offload_bwd_s"])
     assert math.isclose(fwd, i["fwd_s"], rel_tol=1e-12)
     assert math.isclose(bwd, i["bwd_s"], rel_tol=1e-12)
     assert math.isclose(i["attention_bwd_s"], 2.5 * i["attention_s"], rel_tol=1e-12)
@@ -93,7 +93,7 @@ def test_the_offload_case_exercises_the_remat_offload_term():
     # the sum above holds the offload terms only where they are non-zero: DeepSeek-V2's MLA layer (128 heads of 192
     # q / k dimensions) copies more than its forward hides on an H100's host link, so that case adds them
     i = _moe_layer_term(_eval("deepseek-v2", "maxtext", remat_offloaded=OFFLOAD_ALL)[1]).inputs
-    assert i["remat_offload_fwd_s"] > 0 and i["fwd_s"] > i["proj_s"] + i["experts_s"] + i["attention_s"]
+    assert i["host_offload_fwd_s"] > 0 and i["fwd_s"] > i["proj_s"] + i["experts_s"] + i["attention_s"]
 
 
 def test_host_launch_only_where_the_dispatcher_syncs():

@@ -1,6 +1,6 @@
 """MaxText's custom remat policy with tensors offloaded to host memory: the copies cross the host link (PCIe, ~15 GB/s
 per chip on TPU v5e / v5p, jax-ml/scaling-book tpus.md) in the forward and back in the backward, beside the layer's
-compute; what they take beyond it is charged (compute.remat_offload_s), so offloading is not free."""
+compute; what they take beyond it is charged (compute.activation_offload_s), so offloading is not free."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_offloaded_copies_beyond_the_layer_compute_are_charged():
     _, ev0, t0 = _layer(())
     _, ev1, t1 = _layer(OFFLOAD)
     i0, i1 = t0.inputs, t1.inputs
-    assert i0["remat_offload_fwd_s"] == i0["remat_offload_bwd_s"] == 0.0
+    assert i0["host_offload_fwd_s"] == i0["host_offload_bwd_s"] == 0.0
     # by hand: Llama 3.1 8B (h 4096, 32 heads, 8 KV heads of 128, FFN 14336), TP 1: the layer input, q, k, v, the
     # attention output projection, the two MLP input GEMMs' outputs and the MLP output, 2 bytes each, 8192 tokens,
     # over 15 GB/s; the layer's own compute (unchanged by the offload) hides what it can
@@ -48,28 +48,28 @@ def test_offloaded_copies_beyond_the_layer_compute_are_charged():
     copy_s = elems * 8192 * 2 / 15e9
     fwd0, bwd0 = i0["fwd_s"], i0["bwd_s"]
     assert copy_s > fwd0  # a heavy policy: the copies outlast the forward
-    assert math.isclose(i1["remat_offload_fwd_s"], copy_s - fwd0, rel_tol=1e-9)
-    assert math.isclose(i1["remat_offload_bwd_s"], max(0.0, copy_s - bwd0), rel_tol=1e-9, abs_tol=1e-12)
-    assert math.isclose(i1["fwd_s"], fwd0 + i1["remat_offload_fwd_s"], rel_tol=1e-12)
-    assert math.isclose(i1["bwd_s"], bwd0 + i1["remat_offload_bwd_s"], rel_tol=1e-12)
+    assert math.isclose(i1["host_offload_fwd_s"], copy_s - fwd0, rel_tol=1e-9)
+    assert math.isclose(i1["host_offload_bwd_s"], max(0.0, copy_s - bwd0), rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(i1["fwd_s"], fwd0 + i1["host_offload_fwd_s"], rel_tol=1e-12)
+    assert math.isclose(i1["bwd_s"], bwd0 + i1["host_offload_bwd_s"], rel_tol=1e-12)
     assert ev1.step_time_s > ev0.step_time_s
     # a light policy hides under the compute
     _, _, t2 = _layer(("key_proj", "value_proj"))
-    assert t2.inputs["remat_offload_fwd_s"] == t2.inputs["remat_offload_bwd_s"] == 0.0
+    assert t2.inputs["host_offload_fwd_s"] == t2.inputs["host_offload_bwd_s"] == 0.0
 
 
 def test_no_offload_charge_without_the_custom_policy_in_effect():
     # full recompute keeps only the layer input; the custom policy (and its offload) applies to selective
     _, _, t = _layer(OFFLOAD, recompute="full")
-    assert t.inputs["remat_offload_fwd_s"] == t.inputs["remat_offload_bwd_s"] == 0.0
+    assert t.inputs["host_offload_fwd_s"] == t.inputs["host_offload_bwd_s"] == 0.0
 
 
 def test_explain_shows_the_offload_term():
     ctx, ev, t = _layer(OFFLOAD)
     rows = {r["term"]: r for r in derivation(ctx, ev)}
     row = rows[t.name]
-    assert "remat offload" in row["formula"]
-    assert math.isclose(row["inputs"]["remat_offload_fwd_s"], t.inputs["remat_offload_fwd_s"], rel_tol=1e-12)
+    assert "host offload" in row["formula"]
+    assert math.isclose(row["inputs"]["host_offload_fwd_s"], t.inputs["host_offload_fwd_s"], rel_tol=1e-12)
 
 
 def test_the_host_memory_holds_the_offloaded_tensors_and_optimizer_states():

@@ -1,8 +1,9 @@
 """MaxText's custom remat policy is a plan knob the search tries (ParallelPlan.remat_offloaded; Stack
 .searched_remat_offloads): beside full recompute, tpu-recipes' three policies (each layer's input offloaded to host
 memory; with the q / k / v projections; and the output projection), the rest rematerialised, the copies priced at the
-host link (compute.remat_offload_s). On a small-HBM TPU this is what an expert runs (tpu-recipes' Llama 3.1 recipes on
-v6e); before, the memory margin ranked a TP128 plan at 9.7% MFU first for Llama 3.1 405B on 256 v6e chips."""
+host link (compute.activation_offload_s). On a small-HBM TPU this is what an expert runs (tpu-recipes' Llama 3.1
+recipes on v6e); before, the memory margin ranked a TP128 plan at 9.7% MFU first for Llama 3.1 405B on 256 v6e
+chips."""
 
 import json
 import re

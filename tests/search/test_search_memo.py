@@ -41,7 +41,7 @@ def test_links_cache_key_holds_every_knob_placement_reads(cluster, framework, pl
              "schedule": "dualpipe", "cp_comm": "a2a", "first_stage_layers": 5, "last_stage_layers": 3,
              "account_embedding_loss": True, "offload_optimizer": True, "tp_comm_overlap": True,
              "remat_offloaded": ("decoder_layer_input",), "remat_device": ("out_proj",),
-             "recompute_modules": ("core_attn",)}
+             "recompute_modules": ("core_attn",), "offload_modules": ("core_attn",)}
     assert set(other) | set(PLACEMENT_KNOBS) == set(KNOBS)
     for knob, value in other.items():
         assert plan_links(cl, plan.model_copy(update={knob: value}), DEFAULT_CALIBRATION, framework) == links, knob

@@ -96,8 +96,9 @@ def test_no_number_cut_and_no_line_too_wide(case, width):
             assert re.search(rf"^{part[:-4]}\s+{v:.2f} GiB\s+{100 * v / peak:.1f}%", text, re.M), part
     host = chosen["memory"]["host_gib"]  # not part of the peak: its own line, the number whole
     limit = chosen["memory"].get("host_capacity_gib")
-    of = f" of {limit:.2f}" if limit is not None else " (the host's memory is not known: not checked)"
-    assert (f"in host memory: {host:.2f}{of} GiB per device" in flat) == (host > 0)
+    of = f" of {limit:.2f} GiB per device" if limit is not None else \
+        " GiB per device (the host's memory is not known: not checked)"
+    assert (f"in host memory: {host:.2f}{of}" in flat) == (host > 0)
     for part, v in chosen["time_breakdown"].items():
         if v > 0:
             assert re.search(rf"^{part[:-2]}\s+{v:.3f} s\s+{100 * v / step:.1f}%", text, re.M), part
