@@ -54,6 +54,9 @@ def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str
     elif p.recompute != "none":
         layers = f" ({p.recompute_layers} layers/stage)" if p.recompute_layers is not None else ""
         parts.append(f"{p.recompute} recompute to fit{layers}")
+    if p.offload_modules:
+        parts.append(f"the {', '.join(p.offload_modules)} tensors offloaded to host memory to fit (Megatron "
+                     f"fine-grained activation offloading; {ev.memory['host_gib']:.1f} GiB per device)")
     mem = ev.memory
     cap = usable_gib if usable_gib is not None else mem["capacity_gib"]
     parts.append(f"peak {mem['peak_gib']:.1f} of {cap:.1f} GiB" + (" usable" if usable_gib is not None else ""))
@@ -61,6 +64,7 @@ def reason(ctx: Context, ev: Evaluation, usable_gib: float | None = None) -> str
 
 
 Change = Callable[[ParallelPlan], "dict[str, Any] | None"]
+EXPERT_OFFLOAD = ("expert_fc1", "moe_act")
 NEIGHBOURS: tuple[tuple[str, Change], ...] = (
     ("TP x2", lambda p: {"tp": p.tp * 2, "dp": p.dp // 2} if p.dp % 2 == 0 else None),
     ("TP /2", lambda p: {"tp": p.tp // 2, "dp": p.dp * 2} if p.tp % 2 == 0 else None),
@@ -69,6 +73,11 @@ NEIGHBOURS: tuple[tuple[str, Change], ...] = (
     ("ZeRO-3", lambda p: {"zero_stage": 3} if p.zero_stage != 3 else None),
     ("ZeRO-1", lambda p: {"zero_stage": 1} if p.zero_stage != 1 else None),
     ("no recompute", lambda p: {"recompute": "none", "recompute_layers": None} if p.recompute != "none" else None),
+    ("no offload", lambda p: {"offload_modules": ()} if p.offload_modules else None),
+    # what NVIDIA's model zoo offloads where its MoE recipe needs it (Megatron-MoE-ModelZoo e865051
+    # best_practice/qwen3/readme.md l.75: --offload-modules expert_fc1 moe_act); not searched: shown where the stack
+    # runs it on an MoE model (why_not)
+    ("offload experts", lambda p: {"offload_modules": EXPERT_OFFLOAD} if not p.offload_modules else None),
     ("full recompute", lambda p: {"recompute": "full", "recompute_layers": None}
      if p.recompute != "full" or p.recompute_layers is not None else None),
     ("micro-batch x2", lambda p: {"micro_batch": p.micro_batch * 2}),
@@ -84,7 +93,7 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
     tier = memory_tier(ev)
     for name, change in NEIGHBOURS:
         upd = change(ev.plan)
-        if not upd:
+        if not upd or (upd.get("offload_modules") and not (ctx.model.is_moe and ctx.stack.activation_offload_modules)):
             continue
         if upd.get("pp", ev.plan.pp) == 1:  # a neighbour that keeps PP keeps its schedule
             upd.update(vpp=1, schedule="1f1b")
@@ -122,8 +131,10 @@ def why_not(ctx: Context, ev: Evaluation, cap_gib: float) -> list[dict]:
                                   f"{a.memory['usable_gib']:.1f} GiB usable, leaving less than {kept} free",
                         "step_time_s": a.step_time_s})
             continue
+        dpeak = a.memory["peak_gib"] - ev.memory["peak_gib"]  # what it frees or takes, where it moves the peak
+        peak = f", peak {dpeak:+.1f} GiB" if abs(dpeak) >= 0.05 else ""
         out.append({"change": name, "verdict": "slower" if d > 0 else "faster or equal",
-                    "detail": f"{100 * d:+.1f}% step time ({because})", "step_time_s": a.step_time_s})
+                    "detail": f"{100 * d:+.1f}% step time ({because}){peak}", "step_time_s": a.step_time_s})
     return out
 
 

@@ -154,13 +154,15 @@ def custom_remat_in_effect(recompute: str, device: tuple[str, ...] | list | None
 
 
 def recompute_label(p: dict, short: bool = False) -> str:
-    """A plan's recompute from its knobs: 'selective', 'full(12/stage)', MaxText's custom policy by its tensors."""
+    """A plan's recompute from its knobs: 'selective', 'full(12/stage)', MaxText's custom policy by its tensors; '+off'
+    where Megatron's offload modules send tensors to host memory."""
     k = p.get("recompute_layers")
     if p["recompute"] == "full" and k is not None:
         return f"f{k}" if short else f"full({k}/stage)"
     named = [f"{n}:host" for n in p.get("remat_offloaded") or ()] + [f"{n}:hbm" for n in p.get("remat_device") or ()]
     if custom_remat_in_effect(p["recompute"], p.get("remat_device"), p.get("remat_offloaded")):
         return "cust" if short else f"custom({', '.join(named)})"
+    off = "+off" if p.get("offload_modules") else ""  # Megatron's offloaded modules (ParallelPlan.offload_modules)
     if short:
-        return {"none": "-", "selective": "sel", "full": "full"}[p["recompute"]]
-    return p["recompute"]
+        return {"none": "-", "selective": "sel", "full": "full"}[p["recompute"]] + off
+    return p["recompute"] + off

@@ -173,3 +173,29 @@ def test_the_cli_pins_and_refuses_it():
     assert r.exit_code == 2 and "unknown offload module" in r.stderr and "Traceback" not in r.stderr
     r = run_cli(*base, "--offload-modules", "expert_fc1", "--framework", "fsdp")
     assert r.exit_code == 2 and "--offload-modules" in r.stderr, r.stderr
+
+
+def test_explain_shows_what_offloading_the_experts_frees():
+    # not searched: `plan explain` offers it beside the plan's other neighbours, with the HBM it frees and its time,
+    # where the stack runs it on an MoE model, and takes it away from a plan that has it
+    from planner.analysis.explain import why_not
+
+    ctx = _ctx()
+    for plan, name in ((_plan(), "offload experts"), (_plan(("expert_fc1", "moe_act")), "no offload")):
+        ev = evaluate(ctx, plan)
+        row = next(r for r in why_not(ctx, ev, 184.0) if r["change"] == name)
+        other = evaluate(ctx, plan.model_copy(update={"offload_modules": () if plan.offload_modules
+                                                      else ("expert_fc1", "moe_act")}))
+        if other.memory["peak_gib"] > 184.0:
+            assert row["verdict"] == "does not fit", row
+        else:
+            dpeak = other.memory["peak_gib"] - ev.memory["peak_gib"]
+            assert f"peak {dpeak:+.1f} GiB" in row["detail"], row
+    dense = Context(get_model("llama-3.1-8b"), ClusterSpec(hardware=get_hardware("h100-sxm-80gb"), count=8),
+                    TrainingSpec(seq_len=4096, global_batch=64))
+    ev = evaluate(dense, ParallelPlan(dp=8, micro_batch=1))
+    assert all(r["change"] != "offload experts" for r in why_not(dense, ev, 78.0))
+    fsdp = Context(get_model("qwen3-30b-a3b"), ClusterSpec(hardware=get_hardware("h100-sxm-80gb"), count=8),
+                   TrainingSpec(seq_len=4096, global_batch=64, framework="fsdp"))
+    ev = evaluate(fsdp, ParallelPlan(dp=8, ep=8, zero_stage=3, micro_batch=1))
+    assert all(r["change"] != "offload experts" for r in why_not(fsdp, ev, 78.0))
