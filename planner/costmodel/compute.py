@@ -336,9 +336,8 @@ def activation_offload_s(ctx: Context, shape: Shape, k: LayerKind, busy_fwd_s: f
                   * ACT_ELEM_BYTES / ctx.host_link_bw)
         return max(0.0, copy_s - busy_fwd_s), max(0.0, copy_s - busy_bwd_s)
     if p.offload_modules:
-        # the layer's tensors as its recompute saves them (the recomputed layers; a run's tail layers are not: the
-        # time of a layer kind is one figure, so the stage's recompute mode stands for them)
-        copy_s = offloaded_elems(ctx, shape, k, p.recompute)[1] * shape.tokens * ACT_ELEM_BYTES / ctx.host_link_bw
+        # the layer's tensors as the plan's recompute saves them (memory.offloaded_elems)
+        copy_s = offloaded_elems(ctx, shape, k)[1] * shape.tokens * ACT_ELEM_BYTES / ctx.host_link_bw
         return 0.0, max(0.0, copy_s - busy_bwd_s)
     return 0.0, 0.0
 

@@ -311,12 +311,15 @@ def megatron_offload_tensors(m: ModelSpec, moe_layer: bool, tp: int, sp: bool, g
     return out
 
 
-def offloaded_elems(ctx: Context, shape: Shape, k: LayerKind, mode: str) -> tuple[float, float]:
+def offloaded_elems(ctx: Context, shape: Shape, k: LayerKind) -> tuple[float, float]:
     """(device, copied) elements per token one layer of kind `k` sends to host memory under the plan's Megatron
     offload modules (megatron_offload_tensors), the tensors below megatron-core's size threshold
-    (MIN_OFFLOADED_TENSOR_ELEMS, on this micro-batch's tokens) left out; nothing under full recompute (the layer's
-    checkpoint saves only its input). Cached in the context."""
+    (MIN_OFFLOADED_TENSOR_ELEMS, on this micro-batch's tokens) left out. The plan's recompute mode stands for every
+    layer, as the layer's time does (compute.activation_offload_s): nothing under full recompute, whose checkpoints
+    save only the layer input (the layers a partial full recompute leaves out are not credited: a conservative
+    figure). Cached in the context."""
     p = shape.plan
+    mode = p.recompute
     if not p.offload_modules or mode == "full":
         return 0.0, 0.0
     mods = selective_modules(ctx, p) if mode == "selective" else None
@@ -683,7 +686,7 @@ def _layer_activations(ctx: Context, shape: Shape, split: StageSplit) -> tuple[f
     for part, mode in ((hc, shape.plan.recompute), (tc, "none")):
         for kid, cnt in part.items():
             # less what the offload modules send to host memory (offloaded_elems; what stays: stage_activations)
-            saved = act_elems(ctx, shape, ctx.kinds[kid], mode) - offloaded_elems(ctx, shape, ctx.kinds[kid], mode)[0]
+            saved = act_elems(ctx, shape, ctx.kinds[kid], mode) - offloaded_elems(ctx, shape, ctx.kinds[kid])[0]
             per_mb += cnt * saved * tokens * ACT_ELEM_BYTES
     for kid in set(hc) | set(tc):
         worst_layer = max(worst_layer, act_elems(ctx, shape, ctx.kinds[kid], "none") * tokens * ACT_ELEM_BYTES)
@@ -751,8 +754,8 @@ def stage_activations(ctx: Context, shape: Shape, split: list[StageSplit], s: in
         acts += tokens * m.hidden_size * ACT_ELEM_BYTES * (1 if p.pp > 1 else 0)
     if p.offload_modules:  # the offloaded tensors still on the device: the margin group and the copy under way
         acts += OFFLOAD_RESIDENT_LAYERS * tokens * ACT_ELEM_BYTES * max(
-            (offloaded_elems(ctx, shape, ctx.kinds[kid], mode)[0] for part, mode in
-             ((split[s][1], p.recompute), (split[s][2], "none")) for kid in part), default=0.0)
+            (offloaded_elems(ctx, shape, ctx.kinds[kid])[0] for kid in set(split[s][1]) | set(split[s][2])),
+            default=0.0)
     return acts
 
 
@@ -993,8 +996,8 @@ def host_bytes(ctx: Context, shape: Shape, split: list[StageSplit], params: Stag
         out += split[s][0] * per_token * shape.tokens * inflight
     if p.offload_modules:  # Megatron's offloaded module tensors (offloaded_elems), pinned host buffers
         _, hc, tc = split[s]
-        copied = sum(cnt * offloaded_elems(ctx, shape, ctx.kinds[kid], mode)[1]
-                     for part, mode in ((hc, p.recompute), (tc, "none")) for kid, cnt in part.items())
+        copied = sum(cnt * offloaded_elems(ctx, shape, ctx.kinds[kid])[1] for part in (hc, tc)
+                     for kid, cnt in part.items())
         out += copied * ACT_ELEM_BYTES * shape.tokens * inflight
     return out
 

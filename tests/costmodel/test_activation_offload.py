@@ -49,10 +49,10 @@ def test_the_expert_tensors_leave_as_the_model_zoo_runs_them():
     ctx = _ctx()
     plan = _plan(("expert_fc1", "moe_act"))
     shape = plan_shape(ctx, plan)
-    dev, copied = offloaded_elems(ctx, shape, _moe_kind(ctx), "selective")
+    dev, copied = offloaded_elems(ctx, shape, _moe_kind(ctx))
     assert dev == copied == TOPK * 0.5 * H + TOPK * 2 * FE  # 16384 + 24576
     # one module at a time adds up
-    one = [offloaded_elems(ctx, plan_shape(ctx, _plan((m,))), _moe_kind(ctx), "selective")[0]
+    one = [offloaded_elems(ctx, plan_shape(ctx, _plan((m,))), _moe_kind(ctx))[0]
            for m in ("expert_fc1", "moe_act")]
     assert one == [TOPK * 0.5 * H, TOPK * 2 * FE]
 
@@ -62,7 +62,7 @@ def test_a_per_tensor_fp8_recipe_copies_the_bf16_fc1_input():
     # input is saved (and copied) in place of the FP8 one the HBM count had
     ctx = _ctx(recipe="tensorwise")
     shape = plan_shape(ctx, _plan(("expert_fc1",)))
-    dev, copied = offloaded_elems(ctx, shape, _moe_kind(ctx), "selective")
+    dev, copied = offloaded_elems(ctx, shape, _moe_kind(ctx))
     assert (dev, copied) == (TOPK * 0.5 * H, TOPK * 1.0 * H)
 
 
@@ -74,7 +74,7 @@ def test_tensors_below_megatrons_size_threshold_stay():
     bf16 = lambda tokens_mbs, seq: offloaded_elems(  # noqa: E731
         _ctx(dtype="bf16", seq=seq, gbs=64 * 4 * tokens_mbs),
         plan_shape(_ctx(dtype="bf16", seq=seq, gbs=64 * 4 * tokens_mbs), _plan(("core_attn",), mbs=tokens_mbs)),
-        _moe_kind(ctx), "selective")[0]
+        _moe_kind(ctx))[0]
     q, kv, out, lse = HEADS * D, KV * D, HEADS * D, 2 * HEADS
     assert bf16(1, 4096) == q + 2 * kv + out  # lse: 4096 x 64 = 262144 elements, below the threshold
     assert bf16(1, 16384) == q + 2 * kv + out + lse  # 16384 x 64 = 1048576: at it
@@ -86,7 +86,7 @@ def test_hbm_loses_the_offloaded_tensors_but_two_layers_of_them():
     base, off = _plan(), _plan(("expert_fc1", "moe_act"))
     ev0, ev1 = evaluate(ctx, base), evaluate(ctx, off)
     shape = plan_shape(ctx, off)
-    per_layer = offloaded_elems(ctx, shape, _moe_kind(ctx), "selective")[0] * shape.tokens * 2  # bytes
+    per_layer = offloaded_elems(ctx, shape, _moe_kind(ctx))[0] * shape.tokens * 2  # bytes
     stage = ev1.peak_stage
     assert stage == ev0.peak_stage == ev1.trace["host_gib"].inputs["stage"] == 0
     inflight = ev1.trace["activations_gib"].inputs["inflight_microbatches"]
