@@ -153,9 +153,8 @@ def _selective_dropped(m: ModelSpec, moe_layer: bool, tp: int, hs: float, g: flo
         # megatron-core checkpoints the whole MoE layer (moe_layer.py MoELayer.forward, moe_layer_recompute): it keeps
         # the layer's input, nothing inside (the expert activations among it)
         dropped += _moe_inner_elems(m, tp, g, etp, fp8_moe_act_cache, expert_load)
-    if "moe_act" in mods and moe_layer and not whole_moe:
-        moe = m.require_moe()
-        dropped += moe.top_k * expert_load * g * moe.expert_ffn_hidden_size / etp / tp  # expert act. (FC2 input)
+    if "moe_act" in mods and moe_layer and not whole_moe:  # the expert activation's output (the FC2 input)
+        dropped += routed_copies_per_token(m, expert_load, tp) * routed_copy_elems(m, g, etp, fp8_moe_act_cache).fc2_in
     if "mla_up_proj" in mods and m.mla is not None:
         a = m.mla
         dropped += m.num_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim) / tp  # q, k, v
@@ -203,18 +202,37 @@ def _moe_mlp_elems(m: ModelSpec, tp: int, hs: float, g: float, etp: int, fp8_moe
     return hs + g * hs + _moe_inner_elems(m, tp, g, etp, fp8_moe_act_cache, expert_load)
 
 
+class RoutedCopy(NamedTuple):
+    """Elements (2-byte units) one routed token copy saves inside the experts, per expert-TP rank."""
+
+    fc1_in: float  # the dispatched input, the fc1 GEMM input
+    act_in: float  # the fc1 outputs the activation reads (gated: gate and up)
+    fc2_in: float  # the activation output, the fc2 GEMM input
+
+
+def routed_copy_elems(m: ModelSpec, g: float, etp: int, fp8_moe_act_cache: bool) -> RoutedCopy:
+    """What one routed copy saves (g: the GEMM inputs' width, half with FP8 linears); fp8_moe_act_cache: the SwiGLU
+    inputs are kept in FP8 (DeepSeek-V3 report sec. 3.3.2)."""
+    fe = m.require_moe().expert_ffn_hidden_size / etp
+    act_in = 2 * fe * (0.5 if fp8_moe_act_cache else 1.0) if m.mlp_type == "gated" else fe
+    return RoutedCopy(g * m.hidden_size, act_in, g * fe)
+
+
+def routed_copies_per_token(m: ModelSpec, expert_load: float, tp: int) -> float:
+    """Routed copies per token of the micro-batch on one rank: top-k at the load, the tokens split over the TP ranks
+    (sequence-parallel tokens enter the dispatcher)."""
+    return m.require_moe().top_k * expert_load / tp
+
+
 def _moe_inner_elems(m: ModelSpec, tp: int, g: float, etp: int, fp8_moe_act_cache: bool, expert_load: float) -> float:
     """What an MoE layer saves inside, beyond its input: per routed copy the dispatched input (fc1 GEMM input), fc1
     outputs and activation output (fc2 GEMM input); the shared experts'; the router's probabilities."""
     e = m.require_moe()
-    h, fe = m.hidden_size, e.expert_ffn_hidden_size
-    swiglu_in = 0.5 if fp8_moe_act_cache else 1.0  # gate and up outputs, 2 x fe per routed token
-    per_expert_token = g * h + ((2 * swiglu_in + g) * fe if m.mlp_type == "gated" else (1 + g) * fe) / etp
-    shared_w = (e.shared_expert_ffn_hidden_size or fe) * e.num_shared_experts
+    per_copy = sum(routed_copy_elems(m, g, etp, fp8_moe_act_cache))
+    shared_w = (e.shared_expert_ffn_hidden_size or e.expert_ffn_hidden_size) * e.num_shared_experts
     shared_inter = (2 + g) * shared_w if m.mlp_type == "gated" else (1 + g) * shared_w
     shared = shared_inter / tp if e.num_shared_experts else 0.0
-    # routed tokens are split over the TP ranks (sequence-parallel tokens enter the dispatcher)
-    return e.top_k * expert_load * per_expert_token / tp + shared + e.num_experts / tp
+    return routed_copies_per_token(m, expert_load, tp) * per_copy + shared + e.num_experts / tp
 
 
 def maxtext_remat_sizes(m: ModelSpec, tp: int, hs: float) -> dict[str, float]:
@@ -278,14 +296,13 @@ def megatron_offload_tensors(m: ModelSpec, moe_layer: bool, tp: int, sp: bool, g
     set_save_original_input(linear_fc1) "to avoid the CPU overhead of multiple d2h copies", not with MXFP8)."""
     hs = sp_width(m, tp, sp)
     T = OffloadedTensor
-    if m.mla is not None:
+    _, attn_out = _attention_widths(m, tp)
+    if m.mla is not None:  # the core's q, k, v: MLA's up-projected ones (its latents are the projections')
         a = m.mla
         dqk = a.qk_nope_head_dim + a.qk_rope_head_dim
         qkv = (m.num_heads * dqk / tp, m.num_heads * dqk / tp, m.num_heads * a.v_head_dim / tp)
-        attn_out = m.num_heads * a.v_head_dim / tp
     else:
         qkv = (m.num_heads * m.head_dim / tp, m.num_kv_heads * m.head_dim / tp, m.num_kv_heads * m.head_dim / tp)
-        attn_out = m.num_heads * m.head_dim / tp
     core = tuple(T(w, w, w) for w in qkv)
     if "core_attn" not in recomputed:  # the attention output and its fp32 softmax statistics (2 units per head)
         core += (T(attn_out, attn_out, attn_out), T(2.0 * m.num_heads / tp, 2.0 * m.num_heads / tp, m.num_heads / tp))
@@ -300,14 +317,12 @@ def megatron_offload_tensors(m: ModelSpec, moe_layer: bool, tp: int, sp: bool, g
         "attn_proj": proj,
         "mlp_norm": (T(hs, hs, hs),) if moe_layer else (),
     }
-    if moe_layer:
-        e = m.require_moe()
-        copies = e.top_k * expert_load / tp  # routed copies per token on this rank (tokens split over the TP ranks)
-        h, fe = m.hidden_size, e.expert_ffn_hidden_size / etp
-        out["expert_fc1"] = (T(copies * g * h, copies * (1.0 if fc1_saves_original else g) * h, copies * h),)
-        act_in = 2 * fe * (0.5 if fp8_moe_act_cache else 1.0) if m.mlp_type == "gated" else fe
-        width = 2 * fe if m.mlp_type == "gated" else fe
-        out["moe_act"] = (T(copies * act_in, copies * act_in, copies * width),)
+    if moe_layer:  # the routed copies' tensors as _moe_inner_elems counts them (routed_copy_elems)
+        copies, h = routed_copies_per_token(m, expert_load, tp), m.hidden_size
+        saved, full = routed_copy_elems(m, g, etp, fp8_moe_act_cache), routed_copy_elems(m, 1.0, etp, False)
+        out["expert_fc1"] = (T(copies * saved.fc1_in, copies * (h if fc1_saves_original else saved.fc1_in),
+                               copies * h),)
+        out["moe_act"] = (T(copies * saved.act_in, copies * saved.act_in, copies * full.act_in),)
     return out
 
 
