@@ -41,7 +41,7 @@ DEV_FILES = (("known_runs_dev.yaml", False), ("known_runs_tpu_dev.yaml", True))
 # runs/known_runs_memory.yaml's rows carry the step times their sources publish beside the peaks (torchtitan on H100,
 # H200, B200 and MI300X): no constant is fitted on them either.
 HELD_OUT_FILES = ("known_runs_added.yaml", "moe_runs_added.yaml", "modelzoo_runs_added.yaml", "known_runs_memory.yaml",
-                  "blackwell_ultra_runs_added.yaml")
+                  "blackwell_ultra_runs_added.yaml", "tpu7x_runs_added.yaml")
 # The regime of plans beyond the attention share the attention efficiency was fitted on. Its published runs (2026-11-28:
 # the model zoo's Qwen3-235B-A22B rows at 16k / 32k / 64k / 128k tokens on H100 and 128k on GB200, and torchao's
 # MI300X Float8 row) missed by 1.34x-1.81x, while the Hopper Megatron MoE regime they sat in claimed +-33% for all its
@@ -333,7 +333,7 @@ def write_bands_file(path: Path, residual_rows: list[dict], kind: str) -> None:
              "known_runs_tpu_dev.yaml): predicted with their source left out of the constants' fit",
              "(planner.analysis.devfit.loso). Held-out runs (held_out: true; runs/known_runs_added.yaml,",
              "moe_runs_added.yaml, modelzoo_runs_added.yaml, known_runs_memory.yaml,",
-             "blackwell_ultra_runs_added.yaml; no constant fitted on them):",
+             "blackwell_ultra_runs_added.yaml, tpu7x_runs_added.yaml; no constant fitted on them):",
              "predicted with the shipped constants. in_sample_error: with the shipped constants (plan validate).",
              "Do not edit by hand; regenerate after any cost-model change."]
     head = json.dumps({"about": about, "residuals": kind, "quantile": BAND_QUANTILE, "min_runs": MIN_RUNS}, indent=2,

@@ -1069,11 +1069,11 @@ def infer_aligned_allocation(run: dict) -> bool:
 
 def run_cluster(run: dict, hw, dev: int) -> ClusterSpec:
     """The run's cluster; on TPUs one ICI domain per slice (no slice is larger than the profile's
-    torus.max_slice_chips), slices joined by DCN; infer_aligned_allocation says how its nodes were allocated."""
+    torus.max_slice_devices), slices joined by DCN; infer_aligned_allocation says how its nodes were allocated."""
     hw = run_hardware(run, hw)
     slices = 1
     if hw.is_tpu and hw.torus is not None:  # a TPU always has torus rules (HardwareSpec validator)
-        slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_chips))
+        slices = max(tpu_slices(run), -(-dev // hw.torus.max_slice_devices))
     return ClusterSpec(name=f"{hw.id}x{dev}", hardware=hw, count=dev,
                        devices_per_node=run.get("devices_per_node") or None,
                        domain_size=dev // slices if slices > 1 and dev % slices == 0 else None,

@@ -63,8 +63,10 @@ _REVERSED = re.compile(r"^(?P<count>[0-9]+)\s*[xX×*]\s*(?P<hw>.+)$")
 # Google Cloud's accelerator types: v4-N and v5p-N count TensorCores (2 per chip: v5p-256 is 128 chips, the
 # 4x4x8 slice; cloud.google.com/tpu/docs/v5p "Topology | Cores | Chips" table, and the v4 page), v5e / v5litepod-N
 # and v6e-N count chips (1 TensorCore per chip)
-_GOOGLE_SLICE = re.compile(r"^(?:tpu-?)?(?P<gen>v4|v5p|v5e|v5litepod|v6e)-(?P<n>[0-9]+)$", re.IGNORECASE)
-_CORES_PER_CHIP = {"v4": 2, "v5p": 2, "v5e": 1, "v5litepod": 1, "v6e": 1}
+_GOOGLE_SLICE = re.compile(r"^(?:tpu-?)?(?P<gen>v4|v5p|v5e|v5litepod|v6e|7x)-(?P<n>[0-9]+)$", re.IGNORECASE)
+_CORES_PER_CHIP = {"v4": 2, "v5p": 2, "v5e": 1, "v5litepod": 1, "v6e": 1, "7x": 2}
+# TPU7x's TensorCores are each a JAX device (GCP tpu7x: "tpu7x-8" is 4 chips, 8 devices); v4 / v5p's two make one
+_PROFILE_OF_GEN = {"v5litepod": "tpu-v5e", "7x": "tpu7x"}
 _PRICE = re.compile(r"^(?P<cluster>.+?)\s*@\s*(?P<price>[^@]*)$")
 _USAGE = "give <hardware>x<count> such as a100x64 or tpu-v5px256 (see `plan clusters`), or a cluster YAML/JSON file"
 
@@ -237,20 +239,22 @@ def parse_cluster(text: str) -> ClusterSpec:
 
 
 def _google_slice(raw: str) -> ClusterSpec | None:
-    """`v5p-256` (Google's name: TensorCores for v4/v5p, chips for v5e/v6e) as a cluster of chips, named so
-    that the output says how many chips it is."""
+    """`v5p-256` (Google's name: TensorCores for v4/v5p/7x, chips for v5e/v6e) as a cluster of devices (a chip; a
+    TensorCore on TPU7x), named so that the output says how many chips it is."""
     m = _GOOGLE_SLICE.match(raw)
     if m is None:
         return None
     gen, n = m.group("gen").lower(), int(m.group("n"))
     per = _CORES_PER_CHIP[gen]
+    hw = get_hardware(_PROFILE_OF_GEN.get(gen, f"tpu-{gen}"))
     if n < per or n % per:
+        what = "devices" if hw.torus and hw.torus.cores_per_chip > 1 else "chips"
         raise InputError(f"cluster {raw!r}: Google's {gen}-N counts TensorCores ({per} per chip), so N is a multiple "
-                         f"of {per}; or give chips as tpu-{gen}x<chips>")
-    hw = get_hardware("tpu-v5e" if gen == "v5litepod" else f"tpu-{gen}")
-    chips = _check_count(n // per)
+                         f"of {per}; or give {what} as {hw.id}x<{what}>")
+    chips = n // per
+    devices = _check_count(chips * (hw.torus.cores_per_chip if hw.torus else 1))
     unit = "TensorCores" if per > 1 else "chips"
-    return _build_cluster(hw, chips, name=f"{raw} ({n} {unit} = {chips} chips)" if per > 1 else raw)
+    return _build_cluster(hw, devices, name=f"{raw} ({n} {unit} = {chips} chips)" if per > 1 else raw)
 
 
 def _system_count_hint(raw: str, hw_part: str, hw: HardwareSpec, count: int) -> None:

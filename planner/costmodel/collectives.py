@@ -51,9 +51,10 @@ def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, cal: Calibra
     if su.kind == "ici_torus":
         # the links of the torus axes the group runs along (planner.costmodel.placement.ici_group_busbw_GBps; an
         # all-to-all: the links across the middle of its axes, ici_alltoall_busbw_GBps); a group of unknown shape gets
-        # the whole chip's links
+        # the whole chip's links (shared by a chip's devices)
         rate_of = ici_alltoall_busbw_GBps if kind == "all_to_all" else ici_group_busbw_GBps
-        rate = rate_of(cluster, ici_axes) if ici_axes else su.unidir_GBps
+        torus = cluster.hardware.torus
+        rate = rate_of(cluster, ici_axes) if ici_axes else su.unidir_GBps / (torus.cores_per_chip if torus else 1)
         return rate * 1e9 * cal.ICI_BUS_FRACTION
     # Scale-up bandwidth: measured ring busbw (specs.md 1.3), else ~80% of the per-direction wire rate.
     intra = (su.ring_busbw_GBps or cal.RING_WIRE_FRACTION * su.unidir_GBps) * 1e9

@@ -44,6 +44,7 @@ class IciAxis:
     length: int  # chips of the group along this physical axis
     axis_length: int  # length of the physical axis in the slice
     wraparound: bool  # the segment is the whole axis and the axis closes into a ring
+    on_chip: bool = False  # the axis of a chip's own devices (TPU7x's two TensorCores), not a torus axis
 
     @property
     def directions(self) -> int:
@@ -210,7 +211,16 @@ def slice_shape(cluster: ClusterSpec) -> tuple[int, ...]:
     A count no such topology holds falls back to the closest-to-a-cube factorisation with axes <= max_axis."""
     t = cluster.hardware.torus
     assert t is not None  # callers pass TPU clusters only (HardwareSpec.is_tpu: torus rules)
-    n = min(placement_domain(cluster, cluster.count), t.max_slice_chips)
+    chips = _slice_chip_shape(cluster)
+    # a chip of several devices (TPU7x) adds their axis after the torus axes, as jax's physical mesh does
+    # (mesh_utils._get_physical_tpu_mesh: [x, y, z, core])
+    return chips + (t.cores_per_chip,) if t.cores_per_chip > 1 else chips
+
+
+def _slice_chip_shape(cluster: ClusterSpec) -> tuple[int, ...]:
+    t = cluster.hardware.torus
+    assert t is not None
+    n = min(placement_domain(cluster, cluster.count) // t.cores_per_chip, t.max_slice_chips)
     shapes = {tuple(sorted(s)) for a in _divisors(n)
               for s in ([(a, n // a)] if t.dims == 2 else [(a, b, n // (a * b)) for b in _divisors(n // a)])}
     shapes = {s for s in shapes if max(s) <= t.max_axis}
@@ -225,12 +235,15 @@ def _divisors(n: int) -> list[int]:
         sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)})
 
 
-def torus_assignment(ici: dict[str, int], shape: tuple[int, ...], cube: int) -> dict[str, tuple[IciAxis, ...]]:
+def torus_assignment(ici: dict[str, int], shape: tuple[int, ...], cube: int,
+                     cores_per_chip: int = 1) -> dict[str, tuple[IciAxis, ...]]:
     """Physical torus axes of each logical ICI axis, as jax mesh_utils._create_device_mesh_for_nd_torus
     assigns them: innermost logical axis first, the largest set of still-free whole physical axes whose
     lengths multiply to its size. When no set fits, the axis takes segments of free axes (the
-    allow_split_physical_axes fallback): a segment shorter than its axis has no wraparound link."""
+    allow_split_physical_axes fallback): a segment shorter than its axis has no wraparound link. With several
+    devices per chip the last axis of `shape` is the chip's own (slice_shape), assigned like any other."""
     free = list(shape)
+    core = len(shape) - 1 if cores_per_chip > 1 else -1
     out: dict[str, tuple[IciAxis, ...]] = {}
     for name in reversed(MESH_AXES):
         size = ici[name]
@@ -239,7 +252,8 @@ def torus_assignment(ici: dict[str, int], shape: tuple[int, ...], cube: int) -> 
             continue
         chosen = _whole_axes(free, size)
         if chosen is not None:
-            out[name] = tuple(IciAxis(shape[i], shape[i], shape[i] % cube == 0) for i in chosen)
+            out[name] = tuple(IciAxis(shape[i], shape[i], i != core and shape[i] % cube == 0, i == core)
+                              for i in chosen)
             for i in chosen:
                 free[i] = 1
             continue
@@ -248,7 +262,7 @@ def torus_assignment(ici: dict[str, int], shape: tuple[int, ...], cube: int) -> 
             g = math.gcd(left, free[i])
             if g > 1:
                 whole = g == shape[i]
-                axes.append(IciAxis(g, shape[i], whole and shape[i] % cube == 0))
+                axes.append(IciAxis(g, shape[i], i != core and whole and shape[i] % cube == 0, i == core))
                 free[i] //= g
                 left //= g
         out[name] = tuple(axes)
@@ -265,36 +279,60 @@ def _whole_axes(free: list[int], size: int) -> tuple[int, ...] | None:
 
 
 def ici_group_busbw_GBps(cluster: ClusterSpec, axes: tuple[IciAxis, ...]) -> float:
-    """Per-direction ICI bandwidth a ring collective over these torus axes gets per chip: each axis adds its
+    """Per-direction ICI bandwidth a ring collective over these torus axes gets per device: each axis adds its
     per-link one-way rate once per usable direction (2 on a wraparound ring, 1 on an open segment).
     AllGather time = bytes / (bidirectional ICI bandwidth x num_axes) (jax-ml/scaling-book sharding.md,
     "What happens when we AllGather over multiple axes?"); per-link rate = per-chip one-way rate over the
-    2 x dims links of a chip (hardware.yaml: v4 6 x 45, v5p 6 x 100, v5e 4 x 50, v6e 4 x 100 GB/s)."""
-    su, t = cluster.hardware.scale_up, cluster.hardware.torus
+    2 x dims links of a chip (hardware.yaml: v4 6 x 45, v5p 6 x 100, v5e 4 x 50, v6e 4 x 100 GB/s).
+    A chip of several devices (TPU7x) shares its links between them: a group that holds both of a chip's devices
+    brings each shard onto the chip once and hands it across the die-to-die link (the chip's rate per device, held
+    to what that link carries); a group with one device per chip runs beside its twin group on the same links
+    (half the rate each); a group of the chip's own devices only runs at the die-to-die rate."""
+    t = cluster.hardware.torus
     if t is None or not axes:
         return 0.0
-    per_link = su.unidir_GBps / (2 * t.dims)
-    return per_link * sum(a.directions for a in axes)
+    chip_axes = [a for a in axes if not a.on_chip]
+    core_link = t.core_link_unidir_GBps or 0.0
+    if not chip_axes:
+        return core_link
+    rate = _per_link_GBps(cluster) * sum(a.directions for a in chip_axes)
+    if t.cores_per_chip == 1:
+        return rate
+    if len(chip_axes) < len(axes):
+        return min(rate, t.cores_per_chip * core_link)  # each device takes 1/cores of the chip's inflow over it
+    return rate / t.cores_per_chip
+
+
+def _per_link_GBps(cluster: ClusterSpec) -> float:
+    """One torus link's one-way rate: the chip's one-way ICI rate over its 2 x dims links."""
+    t = cluster.hardware.torus
+    assert t is not None
+    return cluster.hardware.scale_up.unidir_GBps / (2 * t.dims)
 
 
 def ici_alltoall_busbw_GBps(cluster: ClusterSpec, axes: tuple[IciAxis, ...]) -> float:
-    """Per-chip rate at which an all-to-all over these torus axes moves the (n-1)/n of a chip's buffer that leaves
-    it (the `busbw` collectives.collective_time divides by). Unlike a ring collective, an all-to-all's chunks
+    """Per-device rate at which an all-to-all over these torus axes moves the (n-1)/n of a device's buffer that
+    leaves it (the `busbw` collectives.collective_time divides by). Unlike a ring collective, an all-to-all's chunks
     travel part-way round each axis, so the links across an axis's middle carry them: on a bidirectional ring of k
     chips an all-to-all of an array of V = k x b bytes takes V / (4 W_ici), W_ici the bidirectional link rate
     (jax-ml/scaling-book sharding.md, "Our final communication primitive: the AllToAll": "AllGather / 4 for a
     bidirectional ring", its footnote's N^2/4 chunks per link), i.e. k x b / (4 x directions x one-way link rate),
     twice that on an open segment (one link across its middle instead of two). The axes carry their shares at once,
-    so the longest (per direction) sets the time; never faster than the chip's links together (the ring rate)."""
+    so the longest (per direction) sets the time; never faster than the chip's links together (the ring rate).
+    A chip of several devices (TPU7x) sends every device's own chunks over its links (no chunk serves both), so each
+    gets 1/cores of the rate; a group of the chip's own devices only runs at the die-to-die rate."""
     t = cluster.hardware.torus
     if t is None or not axes:
         return 0.0
-    per_link = cluster.hardware.scale_up.unidir_GBps / (2 * t.dims)
-    n = math.prod(a.length for a in axes)
+    chip_axes = [a for a in axes if not a.on_chip]
+    if not chip_axes:
+        return t.core_link_unidir_GBps or 0.0
+    per_link = _per_link_GBps(cluster)
+    n = math.prod(a.length for a in chip_axes)
     leaving = (n - 1) / n
-    bisection_s_per_GB = max(a.length / (4 * a.directions * per_link) for a in axes)
-    injection_s_per_GB = leaving / ici_group_busbw_GBps(cluster, axes)
-    return leaving / max(bisection_s_per_GB, injection_s_per_GB)
+    bisection_s_per_GB = max(a.length / (4 * a.directions * per_link) for a in chip_axes)
+    injection_s_per_GB = leaving / (per_link * sum(a.directions for a in chip_axes))
+    return leaving / max(bisection_s_per_GB, injection_s_per_GB) / t.cores_per_chip
 
 
 def _mesh_groups(plan: ParallelPlan) -> dict[str, tuple[str, ...]]:
@@ -327,7 +365,8 @@ def placement(cluster: ClusterSpec, plan: ParallelPlan, framework: str) -> dict[
     linear = linear_strides(plan)
     if traits(framework).rank_order == "mesh" or hw.is_tpu:
         ici, dcn = split_ici_dcn(mesh_degrees(plan), world, domain)
-        torus = torus_assignment(ici, slice_shape(cluster), hw.torus.cube) if hw.torus is not None else None
+        torus = torus_assignment(ici, slice_shape(cluster), hw.torus.cube, hw.torus.cores_per_chip) \
+            if hw.torus is not None else None
         spans = {g: _mesh_span(g, axes, ici, dcn, torus, domain, up, out) for g, axes in _mesh_groups(plan).items()}
         # a group the mesh cannot express with the cost model's size (ep not carvable from dp, expert replicas
         # with tp): the linear order stands in

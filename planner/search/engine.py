@@ -219,8 +219,12 @@ def _expert_choices(ctx: Context, opts: SearchOptions, tp: int, cp: int, dp: int
 def torus_group_sizes(cluster) -> set[int]:
     """Innermost-group sizes (TP) that map onto whole torus axes: a divisor of the first axis, or the
     first axis times a divisor of the second, and so on (a JAX device mesh cannot split an ICI axis
-    any other way without leaving the torus)."""
+    any other way without leaving the torus). A chip's own devices (TPU7x) come first: a group of them stays on
+    one chip."""
     shape = slice_shape(cluster)
+    t = cluster.hardware.torus
+    if t is not None and t.cores_per_chip > 1:
+        shape = shape[-1:] + shape[:-1]
     sizes, prefix = set(), 1
     for a in shape:
         sizes |= {prefix * d for d in divisors(a)}

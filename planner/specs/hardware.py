@@ -72,6 +72,22 @@ class TorusSpec(_Frozen):
     max_axis: int = Field(..., ge=1, description="longest axis of the largest slice")
     max_slice_chips: int = Field(..., ge=1)
     chips_per_host: int = Field(..., ge=1)
+    # TPU7x: two TensorCores per chip, each its own JAX device with its own HBM (jax mesh_utils._get_physical_tpu_mesh
+    # gives such a slice a 4th physical axis of cores_per_chip devices); v4 / v5p megacore and v5e / v6e: one
+    cores_per_chip: int = Field(1, ge=1, le=2, description="JAX devices per chip")
+    core_link_unidir_GBps: float | None = Field(
+        None, gt=0, description="one-way rate between the devices of one chip (its die-to-die link); None when "
+        "cores_per_chip is 1")
+
+    @property
+    def max_slice_devices(self) -> int:
+        return self.max_slice_chips * self.cores_per_chip
+
+    @model_validator(mode="after")
+    def _core_link(self) -> TorusSpec:
+        if (self.cores_per_chip > 1) != (self.core_link_unidir_GBps is not None):
+            raise ValueError("a chip of several devices needs core_link_unidir_GBps (and only such a chip has one)")
+        return self
 
 
 class CalibrationSpec(_Frozen):
