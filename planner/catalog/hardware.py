@@ -254,7 +254,7 @@ def _google_slice(raw: str) -> ClusterSpec | None:
     chips = n // per
     devices = _check_count(chips * (hw.torus.cores_per_chip if hw.torus else 1))
     unit = "TensorCores" if per > 1 else "chips"
-    return _build_cluster(hw, devices, name=f"{raw} ({n} {unit} = {chips} chips)" if per > 1 else raw)
+    return _build_cluster(hw, devices, name=f"{raw} ({n} {unit} = {chips} chip{'s' * (chips > 1)})" if per > 1 else raw)
 
 
 def _system_count_hint(raw: str, hw_part: str, hw: HardwareSpec, count: int) -> None:

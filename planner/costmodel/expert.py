@@ -224,8 +224,8 @@ def ep_warnings(ctx: Context, shape: Shape) -> list[str]:
                    "with fewer EP ranks may be closer than ranked")
     if ctx.model.is_moe and row_gather_extrapolated(ctx):
         out.append(f"dropless MoE on {ctx.cluster.hardware.id}: MaxText's token permutation (row gathers) is priced at "
-                   "the share of HBM bandwidth measured on v5p (maxtext issue #1256), which no published run on this "
-                   "generation checks; --moe-capacity-factor runs MaxText's einsum dispatch instead")
+                   "the share of HBM bandwidth measured on v5p (maxtext issue #1256), not a rate measured on this "
+                   "generation; --moe-capacity-factor runs MaxText's einsum dispatch instead")
     if ctx.model.is_moe and ctx.train.moe_a2a_overlap and p.ep == 1:
         # megatron-core asserts expert parallelism for it (transformer_config.py: "overlap_moe_expert_parallel_comm is
         # only supported with expert model parallelism"): moe.merged_fwd_bwd and the emitter leave it out here

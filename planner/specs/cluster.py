@@ -36,6 +36,11 @@ class ClusterSpec(BaseModel):
     def _check(self) -> "ClusterSpec":
         if self.count > 1 and self.count % min(self.node_size, self.count) != 0:
             raise ValueError(f"{self.count} devices is not a whole number of {self.node_size}-device nodes")
+        torus = self.hardware.torus
+        if torus is not None and self.count % torus.cores_per_chip:
+            # a TPU7x chip is two JAX devices (its two TensorCores); a job holds whole chips
+            raise ValueError(f"a {self.hardware.id} chip is {torus.cores_per_chip} devices (TensorCores): give a "
+                             f"multiple of {torus.cores_per_chip} devices ({self.count} is not)")
         return self
 
     @property

@@ -59,6 +59,7 @@ def hardware_object(hw) -> dict:
     return {"hardware": hw.id, "aliases": list(hw.aliases), "hbm_capacity_gib": hw.hbm_capacity_gib,
             "peak_tflops_bf16": hw.peak_tflops.bf16, "peak_tflops_fp8": hw.peak_tflops.fp8,
             "host_memory_gib": hw.host_memory_gib, "devices_per_node": hw.devices_per_node,
+            "devices_per_chip": hw.torus.cores_per_chip if hw.torus else 1,
             "scale_up": {"kind": hw.scale_up.kind, "domain_size": hw.scale_up.domain_size,
                          "unidir_GBps": hw.scale_up.unidir_GBps},
             "scale_out": {"kind": hw.scale_out.kind, "unidir_GBps_per_device": hw.scale_out.unidir_GBps_per_device}}

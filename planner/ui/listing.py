@@ -64,8 +64,10 @@ def clusters_text(doc: dict) -> list[str]:
     for r in doc["clusters"]:
         fp8 = f"{r['peak_tflops_fp8']:g}" if r["peak_tflops_fp8"] else "-"
         up = r["scale_up"]
+        # a TPU7x chip's two devices share its ICI links: the rate is the chip's
+        per = f" per chip of {r['devices_per_chip']} devices" if r.get("devices_per_chip", 1) > 1 else ""
         lines.append(f"{r['hardware']:<16} bf16 {r['peak_tflops_bf16']:7g} TF  fp8 {fp8:>6} TF  "
                      f"HBM {r['hbm_capacity_gib']:6.1f} GiB  {up['kind']} {up['domain_size']} x {up['unidir_GBps']:g} "
-                     f"GB/s/dir  NIC {r['scale_out']['unidir_GBps_per_device']:g} GB/s  "
+                     f"GB/s/dir{per}  NIC {r['scale_out']['unidir_GBps_per_device']:g} GB/s  "
                      f"aliases: {', '.join(r['aliases'])}")
     return lines

@@ -95,3 +95,24 @@ def test_assignment_matches_jax_on_the_physical_mesh():
             assert sorted(a.length for a in ours[n]) == theirs, (plan, n)
             # the chip's own axis is the last physical axis
             assert any(a.on_chip for a in ours[n]) == (assignment[len(shape) - 1, j] > 1), (plan, n)
+
+
+@pytest.mark.parametrize("name", ["tpu7xx3", "ironwoodx1", "tpu7x-7"])
+def test_a_job_holds_whole_chips(name):
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match="multiple of 2"):
+        parse_cluster(name)
+    assert parse_cluster("tpu7x-2").name == "tpu7x-2 (2 TensorCores = 1 chip)"
+
+
+def test_clusters_listing_says_the_ici_rate_is_the_chips():
+    from click.testing import CliRunner
+
+    from planner.ui.cli import main
+
+    out = CliRunner().invoke(main, ["clusters"]).output
+    line = next(x for x in out.splitlines() if x.startswith("tpu7x "))
+    assert "x 600 GB/s/dir per chip of 2 devices" in line and "1153.5 TF" in line
+    v5p = next(x for x in out.splitlines() if x.startswith("tpu-v5p "))
+    assert "per chip" not in v5p
