@@ -339,6 +339,11 @@ def test_tpu7x_dense_plans_say_so_and_its_moe_plans_do_not():
     dense = json.loads(CliRunner().invoke(main, ["--model", "llama-70b", "--cluster", "tpu7xx256", "--top", "1",
                                                  "--json"]).output)
     assert dense["hardware_bias"]["kind"] == "dense" and dense["hardware_bias"]["same_side"] == 8
+    import jsonschema
+
+    from planner.ui.jsondoc import load_schema
+
+    jsonschema.Draft202012Validator(load_schema()).validate(dense)
     moe = json.loads(CliRunner().invoke(main, ["--model", "qwen3-30b-a3b", "--cluster", "tpu7xx64", "--top", "1",
                                                "--json"]).output)
     assert moe["hardware_bias"] is None
