@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from planner.analysis.validate import load_runs, preset_recompute, run_stack, validate_runs
+from planner.analysis.validate import preset_recompute, run_stack
 from planner.catalog.data import data_dir
 
 FILE = data_dir("runs") / "blackwell_ultra_runs_added.yaml"
@@ -22,16 +22,6 @@ PER_RELEASE = {("2608", "gb300"): 4, ("260601", "gb300"): 4, ("2606", "gb300"): 
                ("260201", "gb300"): 5, ("260201", "b300"): 4, ("2602", "gb300"): 4, ("2602", "b300"): 4,
                ("2511", "gb300"): 5}
 HARDWARE = {"gb300": "gb300-nvl72", "b300": "b300-sxm-288gb"}
-
-
-@pytest.fixture(scope="module")
-def runs() -> list[dict]:
-    return load_runs(FILE)
-
-
-@pytest.fixture(scope="module")
-def scored(runs) -> dict:
-    return validate_runs(runs)
 
 
 def test_every_row_is_read_and_cites_its_source(runs):

@@ -9,17 +9,12 @@ import statistics
 
 import pytest
 
-from planner.analysis.validate import load_runs, validate_runs
+from planner.analysis.validate import validate_runs
 from planner.catalog.data import data_dir
 
 FILE = data_dir("runs") / "modelzoo_runs_added.yaml"
 TABLE = re.compile(r"Step time \(sec\) ([\d.]+) as published \(table also gives Per GPU TF (\d+)\)")
 DERIVED = re.compile(r"TFLOPS.*?step = F / \((\d+)e12 x (\d+)\) with F = ([\d.e+]+) FLOPs per step", re.S)
-
-
-@pytest.fixture(scope="module")
-def runs() -> list[dict]:
-    return load_runs(FILE)
 
 
 def test_every_row_is_read_and_cites_its_source(runs):

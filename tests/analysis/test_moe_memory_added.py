@@ -10,17 +10,12 @@ import statistics
 
 import pytest
 
-from planner.analysis.validate import compared_peak_gib, load_runs, markdown_table, run_inputs, validate_runs
+from planner.analysis.validate import compared_peak_gib, markdown_table, run_inputs, validate_runs
 from planner.catalog.data import data_dir
 from planner.costmodel import Context, evaluate
 from planner.search.engine import SearchOptions, search
 
 FILE = data_dir("runs") / "moe_memory_added.yaml"
-
-
-@pytest.fixture(scope="module")
-def runs() -> list[dict]:
-    return load_runs(FILE)
 
 
 def test_every_row_is_read_and_cites_its_source(runs):

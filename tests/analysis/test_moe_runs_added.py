@@ -19,11 +19,6 @@ PREFIXES = {"mbridge": 49, "dgxc2505-deepseek-v3": 3, "dgxc2505-grok1": 8, "dgxc
             "automodel": 6, "tpurecipes": 4, "maxtext-tiering": 1, "mlm": 1}
 
 
-@pytest.fixture(scope="module")
-def runs() -> list[dict]:
-    return load_runs(FILE)
-
-
 def test_every_row_is_read_and_cites_its_source(runs):
     ids = [r["id"] for r in runs]
     assert len(ids) == len(set(ids)) == sum(PREFIXES.values())

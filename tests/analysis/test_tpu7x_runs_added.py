@@ -10,22 +10,11 @@ import re
 import pytest
 
 from planner.analysis.bands import HELD_OUT_FILES
-from planner.analysis.validate import load_runs, validate_runs
 from planner.catalog.data import data_dir
 
 FILE = data_dir("runs") / "tpu7x_runs_added.yaml"
 # the README table's rows this file holds (gemma4 and wan2.1 left: no catalog model of theirs is validated here)
 MODELS = {"deepseek3-671b": 4, "gpt-oss-120b": 2, "qwen3-235b-a22b": 2, "llama3.1-70b": 6, "llama3.1-405b": 2}
-
-
-@pytest.fixture(scope="module")
-def runs() -> list[dict]:
-    return load_runs(FILE)
-
-
-@pytest.fixture(scope="module")
-def scored(runs) -> dict:
-    return validate_runs(runs)
 
 
 def test_held_out():
