@@ -23,6 +23,7 @@ from planner.costmodel.calibration import Calibration
 from planner.costmodel.placement import (
     GroupSpan,
     ici_alltoall_busbw_GBps,
+    ici_device_share_GBps,
     ici_group_busbw_GBps,
     linear_span,
     placement_domain,
@@ -53,8 +54,7 @@ def _intra_busbw(cluster: ClusterSpec, per_domain: int, kind: Kind, cal: Calibra
         # all-to-all: the links across the middle of its axes, ici_alltoall_busbw_GBps); a group of unknown shape gets
         # the whole chip's links (shared by a chip's devices)
         rate_of = ici_alltoall_busbw_GBps if kind == "all_to_all" else ici_group_busbw_GBps
-        torus = cluster.hardware.torus
-        rate = rate_of(cluster, ici_axes) if ici_axes else su.unidir_GBps / (torus.cores_per_chip if torus else 1)
+        rate = rate_of(cluster, ici_axes) if ici_axes else ici_device_share_GBps(cluster)
         return rate * 1e9 * cal.ICI_BUS_FRACTION
     # Scale-up bandwidth: measured ring busbw (specs.md 1.3), else ~80% of the per-direction wire rate.
     intra = (su.ring_busbw_GBps or cal.RING_WIRE_FRACTION * su.unidir_GBps) * 1e9

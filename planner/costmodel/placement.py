@@ -303,6 +303,13 @@ def ici_group_busbw_GBps(cluster: ClusterSpec, axes: tuple[IciAxis, ...]) -> flo
     return rate / t.cores_per_chip
 
 
+def ici_device_share_GBps(cluster: ClusterSpec) -> float:
+    """A device's share of its chip's one-way ICI rate when its group's shape is not known: the chip's links over
+    the chip's devices (TPU7x: two)."""
+    t = cluster.hardware.torus
+    return cluster.hardware.scale_up.unidir_GBps / (t.cores_per_chip if t else 1)
+
+
 def _per_link_GBps(cluster: ClusterSpec) -> float:
     """One torus link's one-way rate: the chip's one-way ICI rate over its 2 x dims links."""
     t = cluster.hardware.torus
